@@ -1,0 +1,1 @@
+"""Instrumented HTTP/2 and HTTP/3 clients."""

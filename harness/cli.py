@@ -1,0 +1,61 @@
+"""The ``testbed`` command. Each concern registers its own subcommands.
+
+A module in :data:`COMMAND_MODULES` exposes ``register(commands, bench)``: ``commands`` is
+the top-level subparser action, ``bench`` the one of ``testbed bench``. A handler is set
+with ``parser.set_defaults(handler=fn)`` and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from harness import __version__
+from harness.errors import SpecError
+
+COMMAND_MODULES = (
+    "netem.cli",  # doctor, link, clean, bench link
+    "harness.bounds_cli",  # bounds
+    "servers.cli",  # serve, workload
+    "clients.cli",  # client, bench stacks
+    "harness.run_cli",  # run, campaign, report
+)
+
+EXIT_USAGE = 2
+"""Exit status of bad input, as argparse uses it."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="testbed",
+        description="Where the time of one interactive request goes on a long, lossy path.",
+    )
+    parser.add_argument("--version", action="version", version=f"testbed {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    bench_parser = commands.add_parser(
+        "bench", help="benchmarks: print measured ratios and tables (not unit tests)"
+    )
+    bench = bench_parser.add_subparsers(dest="bench", metavar="BENCH", required=True)
+    for name in COMMAND_MODULES:
+        module = importlib.import_module(name)
+        module.register(commands, bench)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except SpecError as err:
+        print(f"testbed {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"testbed {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""Parsing of human quantities into SI numbers: seconds, bits per second, bytes, fractions.
+
+The spellings follow tc(8) and netem where they are unambiguous (``200ms``, ``333mbit``,
+``14%``) and refuse the ones that are not: tc reads ``mbps`` as megabytes per second, which
+nearly every reader takes for megabits, so ``bps`` forms are rejected with a hint.
+Decimal prefixes are powers of ten (1 MB = 10^6 bytes), binary ones powers of two
+(1 MiB = 2^20 bytes), as in shared MODELS.md.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from harness.errors import SpecError
+
+_NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
+_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ%/]*)\s*$")
+
+DURATION_UNITS_S: dict[str, float] = {
+    "s": 1.0,
+    "sec": 1.0,
+    "ms": 1e-3,
+    "msec": 1e-3,
+    "us": 1e-6,
+    "usec": 1e-6,
+    "µs": 1e-6,
+    "ns": 1e-9,
+    "nsec": 1e-9,
+}
+
+RATE_UNITS_BPS: dict[str, float] = {
+    "bit": 1.0,
+    "kbit": 1e3,
+    "mbit": 1e6,
+    "gbit": 1e9,
+    "tbit": 1e12,
+    "kibit": 2.0**10,
+    "mibit": 2.0**20,
+    "gibit": 2.0**30,
+}
+
+SIZE_UNITS_BYTES: dict[str, int] = {
+    "": 1,
+    "b": 1,
+    "byte": 1,
+    "bytes": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+
+PACKET_UNITS = frozenset({"p", "pkt", "pkts", "packet", "packets"})
+
+
+def _split(field: str, text: str) -> tuple[float, str]:
+    if not isinstance(text, str):
+        raise SpecError(field, f"expected a string, got {type(text).__name__}")
+    match = _QUANTITY.match(text)
+    if match is None:
+        raise SpecError(field, f"{text!r} is not a number with an optional unit")
+    value = float(match.group("num"))
+    if not math.isfinite(value):
+        raise SpecError(field, f"{text!r} is not finite")
+    return value, match.group("unit")
+
+
+def parse_duration_s(field: str, text: str | float | int) -> float:
+    """``"200ms"`` -> 0.2. A bare number is refused: the unit of a delay is never implied."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+        if not math.isfinite(value) or value < 0:
+            raise SpecError(field, f"{text!r} must be a finite duration >= 0")
+        return value
+    value, unit = _split(field, text)
+    if unit == "":
+        raise SpecError(field, f"{text!r} needs a unit (s, ms, us, ns)")
+    scale = DURATION_UNITS_S.get(unit.lower() if unit != "µs" else unit)
+    if scale is None:
+        raise SpecError(field, f"unknown duration unit {unit!r} (use s, ms, us, ns)")
+    if value < 0:
+        raise SpecError(field, f"{text!r} is negative")
+    return value * scale
+
+
+def parse_rate_bps(field: str, text: str | float | int) -> float:
+    """``"333mbit"`` -> 333e6 bits per second. Numbers given as numbers are bit/s."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        value, unit = _split(field, text)
+        key = unit.lower()
+        if key.endswith("/s"):
+            key = key[:-2]
+        if key in ("bps", "kbps", "mbps", "gbps"):
+            raise SpecError(
+                field,
+                f"{unit!r} is ambiguous (tc reads it as bytes/s); write bits as "
+                f"{key[:-3] or ''}bit, e.g. 333mbit",
+            )
+        scale = RATE_UNITS_BPS.get(key)
+        if scale is None:
+            raise SpecError(field, f"unknown rate unit {unit!r} (use bit, kbit, mbit, gbit)")
+        value *= scale
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError(field, f"rate must be > 0 bit/s, got {text!r}")
+    return value
+
+
+def parse_size_bytes(field: str, text: str | int) -> int:
+    """``"64kb"`` -> 64000, ``"1MiB"`` -> 1048576, ``"354640"`` -> 354640."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value: float = text
+    else:
+        value, unit = _split(field, text)
+        scale = SIZE_UNITS_BYTES.get(unit.lower())
+        if scale is None:
+            raise SpecError(field, f"unknown size unit {unit!r} (use b, kb, mb, gb, kib, mib)")
+        value *= scale
+    if value < 0:
+        raise SpecError(field, f"size must be >= 0 bytes, got {text!r}")
+    if value != int(value):
+        raise SpecError(field, f"{text!r} is not a whole number of bytes")
+    return int(value)
+
+
+def parse_queue(field: str, text: str | int) -> tuple[int | None, int | None]:
+    """A queue limit: ``"1000p"`` -> (None, 1000 packets); ``"1mb"`` -> (1000000 bytes, None)."""
+    if isinstance(text, str):
+        value, unit = _split(field, text)
+        if unit.lower() in PACKET_UNITS:
+            if value != int(value) or value < 1:
+                raise SpecError(field, f"{text!r}: a packet count must be a whole number >= 1")
+            return None, int(value)
+    return parse_size_bytes(field, text), None
+
+
+def parse_fraction(field: str, text: str | float | int) -> float:
+    """``"14%"`` -> 0.14, ``"0.14"`` -> 0.14. The value must lie in [0, 1)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        value, unit = _split(field, text)
+        if unit == "%":
+            value /= 100.0
+        elif unit != "":
+            raise SpecError(field, f"unknown unit {unit!r} (write 14% or 0.14)")
+    if not math.isfinite(value) or not 0.0 <= value < 1.0:
+        raise SpecError(field, f"must lie in [0, 1) (0 % to under 100 %), got {text!r}")
+    return value
+
+
+def parse_probability(field: str, text: str | float | int) -> float:
+    """Like :func:`parse_fraction` but 1 (100 %) is allowed: a transition probability."""
+    if isinstance(text, str) and text.strip() in ("1", "1.0", "100%"):
+        return 1.0
+    if text == 1:
+        return 1.0
+    return parse_fraction(field, text)
+
+
+def format_duration(seconds: float) -> str:
+    """0.2 -> ``"200ms"``; the inverse of :func:`parse_duration_s` up to rounding."""
+    if seconds == 0:
+        return "0ms"
+    if seconds >= 1:
+        return f"{seconds:g}s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:g}ms"
+    return f"{seconds * 1e6:g}us"
+
+
+def format_rate(bps: float) -> str:
+    """333e6 -> ``"333mbit"``."""
+    for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
+        if bps >= scale:
+            return f"{bps / scale:g}{unit}"
+    return f"{bps:g}bit"
+
+
+def format_percent(fraction: float) -> str:
+    return f"{fraction * 100:g}%"

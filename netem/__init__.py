@@ -1,0 +1,1 @@
+"""The emulated path: link specs, namespaces and devices, and the two link backends."""

@@ -1,0 +1,415 @@
+"""The emulated path, per direction: delay, jitter, loss, rate, queue. Validated on entry.
+
+A :class:`LinkSpec` holds two :class:`DirectionSpec`: ``up`` (client -> server) and
+``down`` (server -> client). Human strings parse with :func:`parse_link`::
+
+    rtt=200ms,loss=14%,rate=333mbit          both directions
+    up.rate=20mbit,down.rate=100mbit         one direction each
+    rtt=200ms,down.loss=14%,rate=333mbit     the dc-longhaul shape: loss downstream only
+    down.gemodel=1%/30%/100%/0%              Gilbert-Elliott loss, netem's p/r/1-h/1-k
+
+Unprefixed keys apply to both directions first; ``up.``/``down.`` keys then override them,
+whatever their order in the string. ``rtt`` and ``delay`` are exclusive: ``rtt`` sets each
+one-way delay to half of it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from harness.errors import SpecError
+from harness.units import (
+    format_duration,
+    format_percent,
+    format_rate,
+    parse_duration_s,
+    parse_fraction,
+    parse_probability,
+    parse_queue,
+    parse_rate_bps,
+)
+
+ETHERNET_MTU_BYTES = 1500
+"""IP MTU of the emulated interfaces (RFC 894 Ethernet payload)."""
+
+MIN_MTU_BYTES = 1280
+"""IPv6's minimum link MTU (RFC 8200 section 5); QUIC needs 1200-byte datagrams (RFC 9000 s14)."""
+
+MIN_DEFAULT_QUEUE_BYTES = 64 * ETHERNET_MTU_BYTES
+"""Floor of the default queue: a short path still gets a few dozen packets of buffer."""
+
+LOSS_MODELS = ("bernoulli", "gemodel")
+
+
+@dataclass(frozen=True)
+class GilbertElliott:
+    """Two-state Markov loss, with netem's parameter names (``loss gemodel p r 1-h 1-k``).
+
+    In the good state a packet is lost with probability ``loss_good`` (netem's 1-k), in the
+    bad state with ``loss_bad`` (1-h). After each packet the state moves good->bad with
+    ``p`` and bad->good with ``r``. The simple Gilbert model is ``loss_good=0, loss_bad=1``.
+    """
+
+    p: float
+    """Probability of moving from the good to the bad state, per packet."""
+    r: float
+    """Probability of moving from the bad to the good state, per packet."""
+    loss_bad: float = 1.0
+    """Loss probability in the bad state (netem's 1-h)."""
+    loss_good: float = 0.0
+    """Loss probability in the good state (netem's 1-k)."""
+
+    def __post_init__(self) -> None:
+        for name in ("p", "r", "loss_bad", "loss_good"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 0.0 <= value <= 1.0):
+                raise SpecError(f"gemodel.{name}", f"must lie in [0, 1], got {value!r}")
+        if self.r == 0.0 and self.p > 0.0:
+            raise SpecError("gemodel.r", "0 makes the bad state absorbing: the link would die")
+
+    @property
+    def mean_loss(self) -> float:
+        """Stationary loss rate: pi_bad * loss_bad + pi_good * loss_good."""
+        if self.p + self.r == 0.0:
+            return self.loss_good
+        bad = self.p / (self.p + self.r)
+        return bad * self.loss_bad + (1.0 - bad) * self.loss_good
+
+    @property
+    def mean_burst_packets(self) -> float:
+        """Mean sojourn in the bad state, in packets (1 / r)."""
+        return math.inf if self.r == 0 else 1.0 / self.r
+
+
+@dataclass(frozen=True)
+class DirectionSpec:
+    """One direction of the path. ``None`` rate means no rate limit (and no queue)."""
+
+    delay_s: float = 0.0
+    """One-way propagation delay added to every packet."""
+    jitter_s: float = 0.0
+    """Uniform jitter: each packet's delay is drawn from delay_s +- jitter_s (never reordering)."""
+    loss: float = 0.0
+    """Bernoulli loss probability per packet, in [0, 1)."""
+    gemodel: GilbertElliott | None = None
+    """Gilbert-Elliott loss instead of Bernoulli, when set (``loss`` must then be 0)."""
+    rate_bps: float | None = None
+    """Bottleneck rate in bits per second of IP packets; None for no limit."""
+    queue_bytes: int | None = None
+    """Drop-tail queue limit in bytes; None with queue_packets None: one BDP (see LinkSpec)."""
+    queue_packets: int | None = None
+    """Drop-tail queue limit in packets, instead of bytes."""
+    seed: int = 1
+    """Seed of this direction's loss and jitter generator. The generator mixes the direction
+    name into it, so one seed gives the two directions different but repeatable patterns,
+    and two arms with equal seeds see equal patterns."""
+
+    def __post_init__(self) -> None:
+        _check_number("delay_s", self.delay_s, minimum=0.0)
+        _check_number("jitter_s", self.jitter_s, minimum=0.0)
+        if self.jitter_s > self.delay_s:
+            raise SpecError("jitter_s", f"{self.jitter_s!r} exceeds delay_s {self.delay_s!r}")
+        _check_number("loss", self.loss, minimum=0.0)
+        if not self.loss < 1.0:
+            raise SpecError("loss", f"must lie in [0, 1), got {self.loss!r}")
+        if self.gemodel is not None and self.loss:
+            raise SpecError("loss", "set either loss (Bernoulli) or gemodel, not both")
+        if self.rate_bps is not None:
+            _check_number("rate_bps", self.rate_bps, minimum=0.0)
+            if self.rate_bps <= 0:
+                raise SpecError("rate_bps", "must be > 0 bit/s (omit it for an unlimited link)")
+        if self.queue_bytes is not None and self.queue_packets is not None:
+            raise SpecError("queue", "give the limit in bytes or in packets, not both")
+        if self.queue_bytes is not None and (
+            not isinstance(self.queue_bytes, int) or self.queue_bytes < ETHERNET_MTU_BYTES
+        ):
+            raise SpecError(
+                "queue_bytes",
+                f"{self.queue_bytes!r} is smaller than one MTU ({ETHERNET_MTU_BYTES} bytes)",
+            )
+        if self.queue_packets is not None and (
+            not isinstance(self.queue_packets, int) or self.queue_packets < 1
+        ):
+            raise SpecError(
+                "queue_packets", f"must be a whole number >= 1, got {self.queue_packets!r}"
+            )
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise SpecError("seed", f"must be a whole number >= 0, got {self.seed!r}")
+
+    @property
+    def mean_loss(self) -> float:
+        """The loss rate this direction is configured for, whatever the model."""
+        return self.gemodel.mean_loss if self.gemodel is not None else self.loss
+
+    @property
+    def loss_model(self) -> str:
+        return "gemodel" if self.gemodel is not None else "bernoulli"
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """Both directions of an emulated path, and the interface MTU."""
+
+    up: DirectionSpec = field(default_factory=DirectionSpec)
+    """Client -> server."""
+    down: DirectionSpec = field(default_factory=DirectionSpec)
+    """Server -> client."""
+    mtu_bytes: int = ETHERNET_MTU_BYTES
+    """IP MTU of the emulated interfaces."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.mtu_bytes, int) or not (MIN_MTU_BYTES <= self.mtu_bytes <= 65535):
+            raise SpecError(
+                "mtu_bytes", f"must be a whole number in [1280, 65535], got {self.mtu_bytes!r}"
+            )
+        for name in ("up", "down"):
+            if not isinstance(getattr(self, name), DirectionSpec):
+                raise SpecError(name, "must be a DirectionSpec")
+
+    @property
+    def rtt_s(self) -> float:
+        """Round-trip propagation delay: the sum of both one-way delays."""
+        return self.up.delay_s + self.down.delay_s
+
+    def bdp_bytes(self, direction: str) -> int | None:
+        """Bandwidth-delay product of one direction: its rate times the round trip."""
+        spec = self._direction(direction)
+        if spec.rate_bps is None:
+            return None
+        return math.ceil(spec.rate_bps / 8.0 * self.rtt_s)
+
+    def queue_limit_bytes(self, direction: str) -> int | None:
+        """The drop-tail limit in bytes: the one given, or one BDP (at least 64 MTUs)."""
+        spec = self._direction(direction)
+        if spec.queue_bytes is not None:
+            return spec.queue_bytes
+        if spec.queue_packets is not None:
+            return spec.queue_packets * self.mtu_bytes
+        bdp = self.bdp_bytes(direction)
+        if bdp is None:
+            return None
+        return max(bdp, MIN_DEFAULT_QUEUE_BYTES)
+
+    def queue_limit_packets(self, direction: str) -> int | None:
+        """The limit in full-size packets (what netem's ``limit`` counts)."""
+        spec = self._direction(direction)
+        if spec.queue_packets is not None:
+            return spec.queue_packets
+        limit = self.queue_limit_bytes(direction)
+        return None if limit is None else max(1, math.ceil(limit / self.mtu_bytes))
+
+    def _direction(self, direction: str) -> DirectionSpec:
+        if direction not in ("up", "down"):
+            raise SpecError("direction", f"must be 'up' or 'down', got {direction!r}")
+        return self.up if direction == "up" else self.down
+
+    def with_seed(self, seed: int) -> LinkSpec:
+        """The same path with per-direction seeds derived from one number."""
+        return replace(
+            self, up=replace(self.up, seed=2 * seed + 1), down=replace(self.down, seed=2 * seed + 2)
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LinkSpec:
+        unknown = set(data) - {"up", "down", "mtu_bytes"}
+        if unknown:
+            raise SpecError(sorted(unknown)[0], "unknown link key")
+        return cls(
+            up=_direction_from_dict("up", data.get("up", {})),
+            down=_direction_from_dict("down", data.get("down", {})),
+            mtu_bytes=data.get("mtu_bytes", ETHERNET_MTU_BYTES),
+        )
+
+    def __str__(self) -> str:
+        return format_link(self)
+
+
+def _check_number(name: str, value: object, *, minimum: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(name, f"must be a number, got {value!r}")
+    if not math.isfinite(value) or value < minimum:
+        raise SpecError(name, f"must be finite and >= {minimum:g}, got {value!r}")
+
+
+def _direction_from_dict(prefix: str, data: dict[str, Any]) -> DirectionSpec:
+    known = {f.name for f in DirectionSpec.__dataclass_fields__.values()}
+    unknown = set(data) - known
+    if unknown:
+        raise SpecError(f"{prefix}.{sorted(unknown)[0]}", "unknown link key")
+    values = dict(data)
+    if values.get("gemodel") is not None:
+        values["gemodel"] = GilbertElliott(**values["gemodel"])
+    try:
+        return DirectionSpec(**values)
+    except SpecError as err:
+        raise SpecError(f"{prefix}.{err.field}", err.reason) from None
+
+
+# --- the string form --------------------------------------------------------------------
+
+LINK_KEYS = ("rtt", "delay", "jitter", "loss", "gemodel", "rate", "queue", "seed", "mtu")
+"""Keys of the string form; all but rtt and mtu take an ``up.``/``down.`` prefix."""
+
+
+def parse_link(text: str) -> LinkSpec:
+    """Parse ``"rtt=200ms,loss=14%,rate=333mbit"`` into a :class:`LinkSpec`."""
+    if not isinstance(text, str):
+        raise SpecError("link", f"expected a string, got {type(text).__name__}")
+    both: dict[str, str] = {}
+    per: dict[str, dict[str, str]] = {"up": {}, "down": {}}
+    mtu: str | None = None
+    seen: set[str] = set()
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        value = value.strip()
+        if not sep or not value:
+            raise SpecError(key or "link", f"{item!r} is not key=value")
+        if key in seen:
+            raise SpecError(key, "given twice")
+        seen.add(key)
+        direction, dot, name = key.rpartition(".")
+        if not dot:
+            direction, name = "", key
+        if name not in LINK_KEYS:
+            raise SpecError(key, f"unknown link key (known: {', '.join(LINK_KEYS)})")
+        if direction and direction not in ("up", "down"):
+            raise SpecError(key, "a direction prefix is 'up.' or 'down.'")
+        if name == "mtu":
+            if direction:
+                raise SpecError(key, "the MTU is one for both directions")
+            mtu = value
+        elif name == "rtt" and direction:
+            raise SpecError(key, "rtt is a round trip; give a direction its one-way 'delay'")
+        elif direction:
+            per[direction][name] = value
+        else:
+            both[name] = value
+    if "rtt" in both and "delay" in both:
+        raise SpecError("rtt", "give rtt or delay, not both")
+    directions = {}
+    for direction in ("up", "down"):
+        merged = {**both, **per[direction]}
+        try:
+            directions[direction] = _parse_direction(direction, merged)
+        except SpecError as err:
+            if err.field.startswith(direction):
+                raise
+            raise SpecError(f"{direction}.{err.field}", err.reason) from None
+    mtu_bytes = ETHERNET_MTU_BYTES
+    if mtu is not None:
+        try:
+            mtu_bytes = int(mtu)
+        except ValueError:
+            raise SpecError("mtu", f"{mtu!r} is not a whole number of bytes") from None
+    return LinkSpec(up=directions["up"], down=directions["down"], mtu_bytes=mtu_bytes)
+
+
+def _parse_direction(direction: str, values: dict[str, str]) -> DirectionSpec:
+    kwargs: dict[str, Any] = {}
+    if "rtt" in values:
+        if "delay" in values:
+            # an unprefixed rtt and a prefixed delay: the prefixed one wins for this direction
+            kwargs["delay_s"] = parse_duration_s("delay", values["delay"])
+        else:
+            kwargs["delay_s"] = parse_duration_s("rtt", values["rtt"]) / 2.0
+    elif "delay" in values:
+        kwargs["delay_s"] = parse_duration_s("delay", values["delay"])
+    if "jitter" in values:
+        kwargs["jitter_s"] = parse_duration_s("jitter", values["jitter"])
+    if "loss" in values:
+        kwargs["loss"] = parse_fraction("loss", values["loss"])
+    if "gemodel" in values:
+        kwargs["gemodel"] = _parse_gemodel(values["gemodel"])
+    if "rate" in values:
+        kwargs["rate_bps"] = parse_rate_bps("rate", values["rate"])
+    if "queue" in values:
+        kwargs["queue_bytes"], kwargs["queue_packets"] = parse_queue("queue", values["queue"])
+    if "seed" in values:
+        try:
+            kwargs["seed"] = int(values["seed"])
+        except ValueError:
+            raise SpecError("seed", f"{values['seed']!r} is not a whole number") from None
+    return DirectionSpec(**kwargs)
+
+
+def _parse_gemodel(text: str) -> GilbertElliott:
+    parts = [p for p in text.split("/")]
+    if not 1 <= len(parts) <= 4:
+        raise SpecError("gemodel", "write p[/r[/1-h[/1-k]]], e.g. 1%/30%/100%/0%")
+    names = ("p", "r", "loss_bad", "loss_good")
+    values = [parse_probability(f"gemodel.{names[i]}", part) for i, part in enumerate(parts)]
+    p = values[0]
+    # netem's defaults: r = 1 - p, 1-h = 1 (lose all in bad), 1-k = 0 (lose none in good)
+    r = values[1] if len(values) > 1 else 1.0 - p
+    loss_bad = values[2] if len(values) > 2 else 1.0
+    loss_good = values[3] if len(values) > 3 else 0.0
+    return GilbertElliott(p=p, r=r, loss_bad=loss_bad, loss_good=loss_good)
+
+
+def format_link(spec: LinkSpec) -> str:
+    """The canonical string of a spec; ``parse_link(format_link(s)) == s`` up to rounding."""
+    parts: list[str] = []
+    for name in ("up", "down"):
+        d: DirectionSpec = getattr(spec, name)
+        parts.append(f"{name}.delay={format_duration(d.delay_s)}")
+        if d.jitter_s:
+            parts.append(f"{name}.jitter={format_duration(d.jitter_s)}")
+        if d.gemodel is not None:
+            g = d.gemodel
+            parts.append(
+                f"{name}.gemodel={format_percent(g.p)}/{format_percent(g.r)}/"
+                f"{format_percent(g.loss_bad)}/{format_percent(g.loss_good)}"
+            )
+        elif d.loss:
+            parts.append(f"{name}.loss={format_percent(d.loss)}")
+        if d.rate_bps is not None:
+            parts.append(f"{name}.rate={format_rate(d.rate_bps)}")
+        if d.queue_bytes is not None:
+            parts.append(f"{name}.queue={d.queue_bytes}b")
+        if d.queue_packets is not None:
+            parts.append(f"{name}.queue={d.queue_packets}p")
+        parts.append(f"{name}.seed={d.seed}")
+    if spec.mtu_bytes != ETHERNET_MTU_BYTES:
+        parts.append(f"mtu={spec.mtu_bytes}")
+    return ",".join(parts)
+
+
+# --- presets: measured paths, each citing its source (shared DESIGN.md, "Reference paths") ---
+
+PRESETS: dict[str, str] = {
+    # Guiyang-Irvine, as published with Queqiao: RTT 197-207 ms (min 185.9), ~14 %
+    # independent loss downstream at every offered rate 1-300 Mbit/s, 0 loss upstream
+    # (0 of 41,663 packets at 50 Mbit/s), capacity knee about 333 Mbit/s.
+    "dc-longhaul": "rtt=200ms,rate=333mbit,down.loss=14%",
+    # The same path without its random loss: the connection-reuse experiments' path.
+    "dc-longhaul-clean": "rtt=200ms,rate=333mbit",
+    # Access link: about 42 % independent loss below a knee near 14.5 Mbit/s.
+    "wan-access": "rtt=200ms,rate=14.5mbit,loss=42%",
+}
+"""Named paths; ``parse_link("dc-longhaul")`` expands one, extra keys may follow it."""
+
+
+def resolve_link(text: str) -> LinkSpec:
+    """A preset name, a link string, or a preset name followed by overriding keys."""
+    head, _, rest = text.partition(",")
+    if head.strip() in PRESETS:
+        base = PRESETS[head.strip()]
+        if not rest:
+            return parse_link(base)
+        overrides = {kv.partition("=")[0].strip().lower() for kv in rest.split(",") if kv.strip()}
+        kept = [
+            kv
+            for kv in base.split(",")
+            if kv.partition("=")[0].strip().lower() not in overrides
+            and not (kv.startswith("rtt=") and ({"delay", "up.delay", "down.delay"} & overrides))
+        ]
+        return parse_link(",".join([*kept, rest]))
+    return parse_link(text)
