@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "servers.cli",  # serve, workload
     "clients.cli",  # client, bench stacks
     "harness.run_cli",  # run, campaign, report
+    "netem.crossval",  # bench crossval (kernel netem in a VM vs the userspace emulator)
 )
 
 EXIT_USAGE = 2
