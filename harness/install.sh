@@ -1,0 +1,44 @@
+#!/bin/sh
+# Installs everything the testbed needs, as root, on Debian 12 or a Debian-based image:
+# the Debian packages (iproute2, tcpdump, the real protocol peers...), then a virtual
+# environment in .venv with the project and its test tools. Safe to run again: it installs
+# only what is missing. The README, the Dockerfile and .ci/run all install through this file.
+#
+#   TESTBED_INSTALL_VM=1   also install what CI's netem-in-a-VM stage needs (qemu, busybox)
+#   PYTHON=python3.12      the interpreter for the venv (default: python3, >= 3.11)
+set -eu
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES="python3 python3-venv python3-dev gcc iproute2 iptables tcpdump iperf3 ethtool \
+ca-certificates curl nghttp2-client nghttp2-server ngtcp2-client ngtcp2-server"
+APT_VM_PACKAGES="qemu-system-x86 busybox-static cpio kmod"
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "harness/install.sh: error: run as root (it installs Debian packages)" >&2
+    exit 2
+fi
+
+packages="$APT_PACKAGES"
+[ "${TESTBED_INSTALL_VM:-0}" = "1" ] && packages="$packages $APT_VM_PACKAGES"
+missing=""
+for pkg in $packages; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+        || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+    echo "install: Debian packages:$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+fi
+
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    echo "harness/install.sh: error: $PYTHON is older than 3.11" >&2
+    exit 2
+fi
+if [ ! -x .venv/bin/python ]; then
+    echo "install: virtual environment .venv ($("$PYTHON" --version))"
+    "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+echo "install: done; the testbed command is .venv/bin/testbed"
