@@ -40,5 +40,17 @@ if [ ! -x .venv/bin/python ]; then
     echo "install: virtual environment .venv ($("$PYTHON" --version))"
     "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+# Reinstall only when the project's metadata changed since the last install.
+stamp=.venv/.testbed-installed
+want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "install: pip install -e '.[test]' (log: .venv/pip-install.log)"
+    if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' \
+        > .venv/pip-install.log 2>&1; then
+        tail -n 30 .venv/pip-install.log >&2
+        echo "harness/install.sh: error: pip install failed (see .venv/pip-install.log)" >&2
+        exit 1
+    fi
+    echo "$want" > "$stamp"
+fi
 echo "install: done; the testbed command is .venv/bin/testbed"

@@ -1,9 +1,236 @@
-"""Command-line edge of this package (placeholder until its issue lands)."""
+"""``testbed run``, ``testbed campaign`` and ``testbed report``.
+
+``testbed campaign`` reads its defaults from the environment so that the docker compose
+file can drive it: ``TESTBED_EXPERIMENTS`` (comma-separated names), ``TESTBED_REPS``,
+``TESTBED_BACKEND``, ``TESTBED_QUICK`` (1/true/yes) and ``TESTBED_OUTPUT``; flags win.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from harness.errors import SpecError
+
+ENV_EXPERIMENTS = "TESTBED_EXPERIMENTS"
+ENV_REPS = "TESTBED_REPS"
+ENV_BACKEND = "TESTBED_BACKEND"
+ENV_QUICK = "TESTBED_QUICK"
+ENV_OUTPUT = "TESTBED_OUTPUT"
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
+def env_bool(name: str, environ: dict[str, str] | None = None) -> bool:
+    value = (environ if environ is not None else os.environ).get(name, "").strip().lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise SpecError(name, f"{value!r} is not a yes/no value (1, 0, true, false)")
+
+
+def env_int(name: str, environ: dict[str, str] | None = None) -> int | None:
+    value = (environ if environ is not None else os.environ).get(name, "").strip()
+    if not value:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise SpecError(name, f"{value!r} is not a whole number") from None
+    if number < 1:
+        raise SpecError(name, f"must be >= 1, got {number}")
+    return number
+
+
+def _reps(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+class RichProgress:
+    """The progress bar of a run: run id, level, ETA (rich); plain lines when not a tty."""
+
+    def __init__(self, label: str, console: Any = None) -> None:
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        self.label = label
+        self.progress: Any = None
+        self.task: Any = None
+        self.invalid = 0
+
+    def __call__(self, what: str, run: Any, data: dict[str, Any] | None) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        if what == "plan":
+            assert data is not None
+            self.console.print(
+                f"[bold]{self.label}[/]: {data['left']} of {data['total']} runs to make "
+                f"-> {data['dir']}"
+            )
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("elapsed"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(
+                self.label, total=data["total"], completed=data["total"] - data["left"]
+            )
+        elif what == "start" and self.progress is not None:
+            self.progress.update(
+                self.task, description=f"{self.label} run {run.run_id} level {run.level}"
+            )
+        elif what == "done" and self.progress is not None:
+            assert data is not None
+            total = data.get("total_s")
+            status = "valid" if data.get("valid") else f"INVALID ({data.get('invalid_reason')})"
+            ratio = data.get("ratio")
+            self.progress.console.print(
+                f"  {run.run_id}: "
+                + (f"{total * 1e3:.1f} ms" if isinstance(total, float) else "no time")
+                + (f", ratio {ratio:.3f}" if isinstance(ratio, float) else "")
+                + f", {status}"
+            )
+            self.invalid += 0 if data.get("valid") else 1
+            self.progress.advance(self.task)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _log(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from harness import spec as specmod
+    from harness.runner import run_experiment
+
+    spec = specmod.load(args.experiment)
+    if args.quick:
+        spec = spec.quick_form()
+    if args.reps is not None:
+        spec = spec.with_repetitions(args.reps)
+    if args.resume is not None and args.output is not None:
+        raise SpecError("resume", "give --resume DIR or --output DIR, not both")
+    progress = RichProgress(spec.name)
+    try:
+        result = run_experiment(
+            spec,
+            output=Path(args.output or os.environ.get(ENV_OUTPUT) or "results"),
+            backend=args.backend,
+            resume=Path(args.resume) if args.resume else None,
+            progress=progress,
+            argv=sys.argv,
+            link_name=args.link_name,
+        )
+    finally:
+        progress.close()
+    print(result.result.path / "report.md")
+    return 0
+
+
+def _campaign(args: argparse.Namespace) -> int:
+    from harness.campaign import run_campaign
+
+    names = args.experiments
+    if names is None:
+        names = os.environ.get(ENV_EXPERIMENTS) or None
+    reps = args.reps if args.reps is not None else env_int(ENV_REPS)
+    backend = args.backend or os.environ.get(ENV_BACKEND) or "auto"
+    quick = args.quick or env_bool(ENV_QUICK)
+    output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+    started = time.monotonic()
+    summary = run_campaign(
+        experiments_dir=Path(args.experiments_dir),
+        names=None if names is None else [n.strip() for n in names.split(",") if n.strip()],
+        reps=reps,
+        quick=quick,
+        backend=backend,
+        output=output,
+        resume=Path(args.resume) if args.resume else None,
+        progress_factory=RichProgress,
+        link_name=args.link_name,
+    )
+    for line in summary.lines():
+        print(line)
+    print(f"campaign: {time.monotonic() - started:.0f} s, index {summary.index_path}")
+    return 0 if summary.ok else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from harness.report import build_report
+
+    path = Path(args.directory)
+    if not (path / "manifest.json").is_file():
+        raise SpecError("directory", f"{path} has no manifest.json: not a result directory")
+    print(build_report(path))
+    return 0
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add this package's subcommands to ``testbed``."""
+    """Add ``run``, ``campaign`` and ``report`` to ``testbed``."""
+    run = commands.add_parser("run", help="run one experiment file (runs in alternation)")
+    run.add_argument("experiment", help="experiments/NAME.toml")
+    run.add_argument("--reps", type=_reps, default=None, help="repetitions (overrides the file)")
+    run.add_argument("--quick", action="store_true", help="the file's short [quick] form")
+    run.add_argument(
+        "--backend", default="auto", help="link backend: auto, userspace, netem (default auto)"
+    )
+    run.add_argument("--output", default=None, help="results root (default results/)")
+    run.add_argument(
+        "--resume", default=None, metavar="DIR", help="continue the result directory DIR"
+    )
+    run.add_argument("--link-name", default=None, help="name of the link to build (default r<pid>)")
+    run.set_defaults(handler=_run)
+
+    campaign = commands.add_parser(
+        "campaign",
+        help="run every shipped experiment (env: TESTBED_EXPERIMENTS, TESTBED_REPS, "
+        "TESTBED_BACKEND, TESTBED_QUICK)",
+    )
+    campaign.add_argument("--quick", action="store_true", help="short forms (< 10 min in all)")
+    campaign.add_argument("--experiments", default=None, help="names, comma-separated")
+    campaign.add_argument("--reps", type=_reps, default=None)
+    campaign.add_argument("--backend", default=None)
+    campaign.add_argument("--output", default=None)
+    campaign.add_argument(
+        "--resume", default=None, metavar="DIR", help="continue a campaign directory"
+    )
+    campaign.add_argument("--link-name", default=None, help="link name (default r<pid>)")
+    campaign.add_argument(
+        "--experiments-dir",
+        default=str(Path(__file__).resolve().parent.parent / "experiments"),
+        help="where the experiment files are",
+    )
+    campaign.set_defaults(handler=_campaign)
+
+    report = commands.add_parser("report", help="(re)write report.md and plots of a result dir")
+    report.add_argument("directory")
+    report.set_defaults(handler=_report)

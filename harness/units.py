@@ -158,11 +158,19 @@ def parse_fraction(field: str, text: str | float | int) -> float:
 
 def parse_probability(field: str, text: str | float | int) -> float:
     """Like :func:`parse_fraction` but 1 (100 %) is allowed: a transition probability."""
-    if isinstance(text, str) and text.strip() in ("1", "1.0", "100%"):
-        return 1.0
-    if text == 1:
-        return 1.0
-    return parse_fraction(field, text)
+    if isinstance(text, bool):
+        raise SpecError(field, f"expected a number or a string, got {text!r}")
+    if isinstance(text, (int, float)):
+        value = float(text)
+    else:
+        value, unit = _split(field, text)
+        if unit == "%":
+            value /= 100.0
+        elif unit != "":
+            raise SpecError(field, f"unknown unit {unit!r} (write 30% or 0.3)")
+    if not math.isfinite(value) or not 0.0 <= value <= 1.0:
+        raise SpecError(field, f"must lie in [0, 1] (0 % to 100 %), got {text!r}")
+    return value
 
 
 def format_duration(seconds: float) -> str:

@@ -216,6 +216,8 @@ class LinkSpec:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LinkSpec:
+        if not isinstance(data, dict):
+            raise SpecError("link", f"must be a mapping, got {type(data).__name__}")
         unknown = set(data) - {"up", "down", "mtu_bytes"}
         if unknown:
             raise SpecError(sorted(unknown)[0], "unknown link key")
@@ -236,18 +238,32 @@ def _check_number(name: str, value: object, *, minimum: float) -> None:
         raise SpecError(name, f"must be finite and >= {minimum:g}, got {value!r}")
 
 
-def _direction_from_dict(prefix: str, data: dict[str, Any]) -> DirectionSpec:
+def _direction_from_dict(prefix: str, data: object) -> DirectionSpec:
+    if not isinstance(data, dict):
+        raise SpecError(prefix, f"must be a mapping of direction keys, got {type(data).__name__}")
     known = {f.name for f in DirectionSpec.__dataclass_fields__.values()}
     unknown = set(data) - known
     if unknown:
         raise SpecError(f"{prefix}.{sorted(unknown)[0]}", "unknown link key")
     values = dict(data)
-    if values.get("gemodel") is not None:
-        values["gemodel"] = GilbertElliott(**values["gemodel"])
     try:
+        if values.get("gemodel") is not None:
+            values["gemodel"] = _gemodel_from_dict(values["gemodel"])
         return DirectionSpec(**values)
     except SpecError as err:
         raise SpecError(f"{prefix}.{err.field}", err.reason) from None
+
+
+def _gemodel_from_dict(data: object) -> GilbertElliott:
+    if not isinstance(data, dict):
+        raise SpecError("gemodel", f"must be a mapping (p, r, loss_bad, loss_good), got {data!r}")
+    unknown = set(data) - set(GilbertElliott.__dataclass_fields__)
+    if unknown:
+        raise SpecError(f"gemodel.{sorted(unknown)[0]}", "unknown gemodel key")
+    for name in ("p", "r"):
+        if name not in data:
+            raise SpecError(f"gemodel.{name}", "missing")
+    return GilbertElliott(**data)
 
 
 # --- the string form --------------------------------------------------------------------
@@ -270,7 +286,7 @@ def parse_link(text: str) -> LinkSpec:
         key, sep, value = item.partition("=")
         key = key.strip().lower()
         value = value.strip()
-        if not sep or not value:
+        if not sep or not value or not key:
             raise SpecError(key or "link", f"{item!r} is not key=value")
         if key in seen:
             raise SpecError(key, "given twice")
@@ -405,11 +421,14 @@ def resolve_link(text: str) -> LinkSpec:
         if not rest:
             return parse_link(base)
         overrides = {kv.partition("=")[0].strip().lower() for kv in rest.split(",") if kv.strip()}
-        kept = [
-            kv
-            for kv in base.split(",")
-            if kv.partition("=")[0].strip().lower() not in overrides
-            and not (kv.startswith("rtt=") and ({"delay", "up.delay", "down.delay"} & overrides))
-        ]
+        kept = []
+        for kv in base.split(","):
+            key = kv.partition("=")[0].strip().lower()
+            # an unprefixed override replaces the preset's key for both directions
+            if key in overrides or key.rpartition(".")[2] in overrides:
+                continue
+            if key == "rtt" and "delay" in overrides:
+                continue
+            kept.append(kv)
         return parse_link(",".join([*kept, rest]))
     return parse_link(text)

@@ -1,9 +1,137 @@
-"""Command-line edge of this package (placeholder until its issue lands)."""
+"""``testbed serve`` and ``testbed workload``.
+
+Interface for the harness (issue 5)::
+
+    testbed serve --bind ADDR --h2-port P --h3-port P --log FILE
+        [--cc reno|cubic|bbr] [--window-clamp BYTES] [--sndbuf BYTES] [--rcvbuf BYTES]
+        [--max-pacing-rate RATE] [--notsent-lowat BYTES] [--quickack]
+        [--quic-cc reno|cubic] [--max-datagram-size N] [--quic-max-data BYTES]
+        [--h2-window BYTES] [--processing-audio 30ms] [--processing-image 300ms]
+        [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
+        [--no-h2 | --no-h3]
+
+prints exactly one line per listener once it listens, and flushes stdout::
+
+    listening h2 tcp 127.0.0.1:8443
+    listening h3 udp 127.0.0.1:8443
+
+then serves until SIGINT/SIGTERM (exit status 0). A port of 0 picks a free one (read it
+from the line). Sizes take units (``64kb``, ``16MiB``), rates ``333mbit``, durations ``30ms``.
+``--quic-max-data`` pins QUIC's connection and stream flow-control windows to that size
+(aioquic grows them otherwise); ``--h2-window`` sets HTTP/2's (default 16 MiB).
+
+The event log (``--log``) is JSONL, one object per line: ``t`` (``time.monotonic()``
+seconds, CLOCK_MONOTONIC), ``event`` (listening, connection_open, connection_closed,
+request_first_byte, request_body_first_byte, request_last_byte, upload_truncated,
+processing_start, processing_end, response_first_byte, response_last_byte, chunk_sent,
+stream_reset, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details.
+
+``testbed workload path NAME`` / ``testbed workload sha256 NAME`` (audio, image, retouched).
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from harness import units, workloads
+from harness.errors import SpecError
+from servers.config import (
+    DEFAULT_PORT,
+    QUIC_CONGESTION_CONTROLS,
+    TCP_CONGESTION_CONTROLS,
+    ServerConfig,
+)
+
+
+def _size(field: str):  # type: ignore[no-untyped-def]
+    return lambda text: units.parse_size_bytes(field, text)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--bind", default="127.0.0.1", help="address to listen on")
+    parser.add_argument("--h2-port", type=int, default=DEFAULT_PORT, help="TCP port (0: any)")
+    parser.add_argument("--h3-port", type=int, default=DEFAULT_PORT, help="UDP port (0: any)")
+    parser.add_argument("--no-h2", action="store_true", help="no HTTP/2 listener")
+    parser.add_argument("--no-h3", action="store_true", help="no HTTP/3 listener")
+    parser.add_argument("--log", type=Path, default=None, help="JSONL event log")
+    parser.add_argument("--cc", choices=TCP_CONGESTION_CONTROLS, default=None)
+    parser.add_argument("--window-clamp", default=None, help="TCP_WINDOW_CLAMP, bytes")
+    parser.add_argument("--sndbuf", default=None, help="SO_SNDBUF, bytes")
+    parser.add_argument("--rcvbuf", default=None, help="SO_RCVBUF, bytes")
+    parser.add_argument("--max-pacing-rate", default=None, help="SO_MAX_PACING_RATE, e.g. 333mbit")
+    parser.add_argument("--notsent-lowat", default=None, help="TCP_NOTSENT_LOWAT, bytes")
+    parser.add_argument("--quickack", action="store_true", help="TCP_QUICKACK after each read")
+    parser.add_argument("--quic-cc", choices=QUIC_CONGESTION_CONTROLS, default="reno")
+    parser.add_argument("--max-datagram-size", type=int, default=1200)
+    parser.add_argument("--quic-max-data", default=None, help="fixed QUIC windows, bytes")
+    parser.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows, bytes")
+    parser.add_argument("--processing-audio", default="30ms")
+    parser.add_argument("--processing-image", default="300ms")
+    parser.add_argument("--max-body", default="64mb", help="413 above this body size")
+    parser.add_argument("--qlog-dir", type=Path, default=None)
+    parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
+    parser.add_argument("--cert-dir", type=Path, default=None)
+    parser.add_argument("--idle-timeout", default="60s", help="close idle connections after")
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    def size(name: str, flag: str) -> int | None:
+        value = getattr(args, name)
+        return None if value is None else units.parse_size_bytes(flag, value)
+
+    return ServerConfig(
+        bind=args.bind,
+        h2_port=None if args.no_h2 else args.h2_port,
+        h3_port=None if args.no_h3 else args.h3_port,
+        log_path=args.log,
+        cc=args.cc,
+        window_clamp_bytes=size("window_clamp", "window-clamp"),
+        sndbuf_bytes=size("sndbuf", "sndbuf"),
+        rcvbuf_bytes=size("rcvbuf", "rcvbuf"),
+        max_pacing_rate_bps=(
+            None
+            if args.max_pacing_rate is None
+            else units.parse_rate_bps("max-pacing-rate", args.max_pacing_rate)
+        ),
+        notsent_lowat_bytes=size("notsent_lowat", "notsent-lowat"),
+        quickack=args.quickack,
+        quic_cc=args.quic_cc,
+        max_datagram_size=args.max_datagram_size,
+        quic_max_data_bytes=size("quic_max_data", "quic-max-data"),
+        h2_window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
+        processing_audio_s=units.parse_duration_s("processing-audio", args.processing_audio),
+        processing_image_s=units.parse_duration_s("processing-image", args.processing_image),
+        max_body_bytes=units.parse_size_bytes("max-body", args.max_body),
+        qlog_dir=args.qlog_dir,
+        keylog_path=args.keylog,
+        cert_dir=args.cert_dir,
+        idle_timeout_s=units.parse_duration_s("idle-timeout", args.idle_timeout),
+    )
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from servers.serve import run
+
+    return run(config_from_args(args))
+
+
+def _workload(args: argparse.Namespace) -> int:
+    if args.what == "path":
+        print(workloads.workload_path(args.name))
+    elif args.what == "sha256":
+        print(workloads.workload_sha256(args.name))
+    else:  # argparse guards this; kept for direct callers
+        raise SpecError("workload", f"unknown action {args.what!r}")
+    return 0
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add this package's subcommands to ``testbed``."""
+    """Add ``serve`` and ``workload`` to ``testbed``."""
+    serve = commands.add_parser("serve", help="run the HTTP/2 and HTTP/3 servers in the foreground")
+    add_arguments(serve)
+    serve.set_defaults(handler=_serve)
+    workload = commands.add_parser("workload", help="path or SHA-256 of a fixed workload")
+    workload.add_argument("what", choices=("path", "sha256"))
+    workload.add_argument("name", choices=tuple(workloads.WORKLOADS))
+    workload.set_defaults(handler=_workload)

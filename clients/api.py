@@ -1,0 +1,270 @@
+"""The client library's entry point for the harness.
+
+``async def run_requests(config: ClientConfig) -> list[RequestRecord]``
+
+runs ``config.warmup`` warm-up requests then ``config.requests`` measured ones of
+``config.workload`` (asr, tts, retouch, stream) over ``config.protocol`` (h2, h3):
+
+- ``connection="new"``: a fresh connection per request (warm-ups too). With
+  ``resume=True`` (h2) each connection resumes the TLS session of the previous one;
+  h3 always offers the newest session ticket it holds when ``resume`` is set.
+- ``connection="reused"``: one connection; the warm-ups run on it first (recorded with
+  ``warmup=True``), then the measured requests. A connection that dies is reopened and the
+  record says so in ``extra["reconnected"]``.
+- ``connection="0rtt"`` (h3 only): a first connection obtains a session ticket (and carries
+  the warm-ups, if any); then every measured request opens a new connection and sends the
+  request as 0-RTT early data with the newest ticket (``early_data_accepted`` tells whether
+  the server took it).
+
+Every request gets a record, failed ones too (``error`` is a one-line reason). Nothing waits
+longer than ``config.timeout_s`` per connect or request. With ``samples_path`` the sender
+state is sampled at ``sample_hz`` while each request is in flight (TCP_INFO for h2, aioquic
+recovery state for h3) and written as CSV (``t,request_id,<fields>``); with
+``records_path`` the records are written as JSONL (always, even when requests failed).
+All times are ``time.monotonic()`` (CLOCK_MONOTONIC).
+
+The same as a command: ``testbed client --protocol h2|h3 --host ADDR --port P --workload
+asr|tts|retouch|stream [--chunks N] --requests N [--warmup K] --connection new|reused|0rtt
+[--resume] [--cc ...] [--quic-cc ...] [--max-datagram-size N] [--records FILE.jsonl]
+[--samples FILE.csv] [--sample-hz 1000] [--qlog-dir DIR] [--keylog FILE] [--timeout 60s]``
+(exit status 1 when any measured request failed; see clients/cli.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import IO, Any
+
+import uvloop
+
+from clients import h2client, h3client
+from clients.config import ClientConfig
+from clients.records import RequestRecord, write_records
+from clients.sampler import Sampler
+from clients.tcpinfo import SAMPLE_FIELDS, read_tcp_info
+from clients.workload import RequestSpec, request_spec
+from servers.quic import QUIC_SAMPLE_FIELDS, quic_counters
+from servers.tls import client_context
+
+TICKET_WAIT_S = 2.0
+"""How long the 0-RTT priming connection waits for a session ticket."""
+
+
+def _one_line(err: BaseException) -> str:
+    text = str(err) or type(err).__name__
+    if isinstance(err, TimeoutError):
+        text = "timed out"
+    return f"{type(err).__name__}: {text}".replace("\n", " ")[:300]
+
+
+class _Run:
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.spec: RequestSpec = request_spec(config.workload, config.chunks)
+        self.records: list[RequestRecord] = []
+        columns = SAMPLE_FIELDS if config.protocol == "h2" else QUIC_SAMPLE_FIELDS
+        self.sampler = Sampler(columns, config.sample_hz) if config.samples_path else None
+        self.keylog: IO[str] | None = None
+        self.conn_index = -1
+        self.tls = None
+        self.session: Any = None
+        self.ticket: Any = None
+
+    def new_record(self, index: int) -> RequestRecord:
+        config = self.config
+        return RequestRecord(
+            request_id=index,
+            protocol=config.protocol,
+            connection=config.connection,
+            workload=config.workload,
+            warmup=index < config.warmup,
+        )
+
+    # -- connections -----------------------------------------------------------------------
+    async def connect(self, early: bool = False) -> Any:
+        config = self.config
+        self.conn_index += 1
+        if config.protocol == "h2":
+            if self.tls is None:
+                self.tls = client_context(config.keylog_path)
+            session = self.session if config.resume else None
+            return await h2client.open_connection(config, self.tls, session)
+        if self.keylog is None and config.keylog_path is not None:
+            config.keylog_path.parent.mkdir(parents=True, exist_ok=True)
+            self.keylog = config.keylog_path.open("a", buffering=1)
+        use_ticket = config.resume or config.connection == "0rtt"
+        ticket = self.ticket if use_ticket else None
+        return await h3client.open_connection(config, ticket, early=early, keylog=self.keylog)
+
+    def stamp_connection(self, record: RequestRecord, conn: Any) -> None:
+        record.conn_index = self.conn_index
+        record.connect_start = conn.connect_start
+        if isinstance(conn, h2client.H2Client):
+            record.tcp_connected = conn.tcp_connected
+            record.handshake_done = conn.handshake_done
+            record.resumed = conn.resumed
+            record.early_data_accepted = False
+        else:
+            record.handshake_done = conn.protocol.handshake_done
+            record.resumed = conn.protocol.resumed
+            record.early_data_accepted = conn.protocol.early_data_accepted
+
+    def probe(self, conn: Any) -> Callable[[], dict[str, Any]]:
+        if isinstance(conn, h2client.H2Client):
+            sock = conn.protocol.sock
+            return lambda: read_tcp_info(sock)
+        protocol = conn.protocol
+        return lambda: quic_counters(protocol)
+
+    async def exchange(self, conn: Any, record: RequestRecord) -> None:
+        """One request on ``conn``; errors go into the record."""
+        if self.sampler is not None:
+            self.sampler.start(record.request_id, self.probe(conn))
+        try:
+            await conn.request(self.spec, record, self.config.timeout_s)
+        except Exception as err:
+            if record.error is None or not record.error.startswith(type(err).__name__):
+                reason = _one_line(err)
+                record.error = reason if record.error is None else f"{reason}; {record.error}"
+        finally:
+            if self.sampler is not None:
+                self.sampler.stop()
+        # stamp after the request: h3 0-RTT handshakes finish during it
+        self.stamp_connection(record, conn)
+        try:
+            if isinstance(conn, h2client.H2Client):
+                record.tcp_info = conn.tcp_info()
+                if conn.session is not None:
+                    self.session = conn.session
+            else:
+                record.quic = conn.counters()
+                if conn.protocol.tickets:
+                    self.ticket = conn.protocol.tickets[-1]
+        except OSError:
+            pass
+
+    async def close(self, conn: Any) -> None:
+        try:
+            await asyncio.wait_for(conn.close(), self.config.timeout_s)
+        except Exception:
+            pass
+
+    def failed(self, index: int, err: BaseException) -> RequestRecord:
+        record = self.new_record(index)
+        record.conn_index = self.conn_index
+        record.error = _one_line(err)
+        record.sha256_ok = False
+        return record
+
+    # -- modes -------------------------------------------------------------------------------
+    async def run(self) -> list[RequestRecord]:
+        config = self.config
+        total = config.warmup + config.requests
+        if config.connection == "reused":
+            await self.run_reused(total)
+        elif config.connection == "new":
+            for index in range(total):
+                await self.run_on_new(index)
+        else:
+            await self.run_0rtt(total)
+        return self.records
+
+    async def run_on_new(self, index: int, early: bool = False) -> None:
+        try:
+            conn = await self.connect(early=early)
+        except Exception as err:
+            self.records.append(self.failed(index, err))
+            return
+        record = self.new_record(index)
+        try:
+            await self.exchange(conn, record)
+        finally:
+            self.records.append(record)
+            await self.close(conn)
+
+    async def run_reused(self, total: int) -> None:
+        conn = None
+        reconnected = False
+        try:
+            for index in range(total):
+                if conn is None:
+                    try:
+                        conn = await self.connect()
+                    except Exception as err:
+                        self.records.append(self.failed(index, err))
+                        reconnected = True
+                        continue
+                record = self.new_record(index)
+                if reconnected:
+                    record.extra["reconnected"] = True
+                await self.exchange(conn, record)
+                self.records.append(record)
+                if record.error is not None and _connection_dead(conn):
+                    await self.close(conn)
+                    conn = None
+                    reconnected = True
+        finally:
+            if conn is not None:
+                await self.close(conn)
+
+    async def run_0rtt(self, total: int) -> None:
+        config = self.config
+        # priming connection: obtains the ticket; carries the warm-ups if any
+        try:
+            conn = await self.connect()
+        except Exception as err:
+            for index in range(total):
+                self.records.append(self.failed(index, err))
+            return
+        try:
+            for index in range(config.warmup):
+                record = self.new_record(index)
+                await self.exchange(conn, record)
+                self.records.append(record)
+            ticket = await conn.wait_ticket(TICKET_WAIT_S)
+            if ticket is not None:
+                self.ticket = ticket
+        finally:
+            await self.close(conn)
+        for index in range(config.warmup, total):
+            await self.run_on_new(index, early=True)
+
+
+def _connection_dead(conn: Any) -> bool:
+    if isinstance(conn, h2client.H2Client):
+        return conn.transport.is_closing()
+    return conn.protocol.terminated_reason is not None
+
+
+async def run_requests(config: ClientConfig) -> list[RequestRecord]:
+    """Run the configured requests; see the module docstring. Never raises for a failed
+    request (its record carries the error); writes records and samples if asked."""
+    run = _Run(config)
+    try:
+        return await run.run()
+    finally:
+        if config.records_path is not None:
+            write_records(config.records_path, run.records)
+        if run.sampler is not None and config.samples_path is not None:
+            run.sampler.write_csv(config.samples_path)
+        if run.keylog is not None:
+            run.keylog.close()
+
+
+def run_requests_sync(config: ClientConfig) -> list[RequestRecord]:
+    """:func:`run_requests` on a fresh uvloop event loop."""
+    return uvloop.run(run_requests(config))
+
+
+def measured(records: list[RequestRecord]) -> list[RequestRecord]:
+    return [r for r in records if not r.warmup]
+
+
+async def single_request(config: ClientConfig, spec: RequestSpec) -> RequestRecord:
+    """One request of an arbitrary :class:`RequestSpec` on a new connection (for tests and
+    probes: any method, path or declared length). Errors go into the record."""
+    run = _Run(config)
+    run.spec = spec
+    await run.run_on_new(0)
+    return run.records[0]

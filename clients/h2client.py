@@ -1,0 +1,304 @@
+"""HTTP/2 over TLS 1.3 client: a thin asyncio edge around ``h2.H2Connection``.
+
+:func:`open_connection` creates the TCP socket itself (so the knobs that matter at SYN time,
+receive buffer and window clamp, are set before ``connect``), times the TCP and the TLS
+handshakes separately, and can resume a TLS session. :meth:`H2Client.request` runs one
+exchange and fills a :class:`~clients.records.RequestRecord`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from clients.config import ClientConfig
+from clients.records import RequestRecord
+from clients.tcpinfo import read_tcp_info
+from clients.workload import RequestSpec, ResponseCollector
+from servers.sockopts import TcpOptions, apply_tcp_options, rearm_quickack
+from servers.tls import ALPN_H2
+
+H2_MAX_FRAME_BYTES = 2**20
+WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
+WRITE_BATCH_BYTES = 256 * 1024
+
+
+@dataclass
+class _Pending:
+    collector: ResponseCollector
+    done: asyncio.Future[None]
+
+
+class H2ClientProtocol(asyncio.Protocol):
+    def __init__(self, window_bytes: int, quickack: bool) -> None:
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=True, header_encoding=None)
+        )
+        self.window_bytes = window_bytes
+        self.quickack = quickack
+        self.transport: asyncio.Transport | None = None
+        self.sock: Any = None
+        self.pending: dict[int, _Pending] = {}
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._window_changed = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        self.sock = transport.get_extra_info("socket")
+        self.h2.initiate_connection()
+        self.h2.update_settings(
+            {
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window_bytes,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: H2_MAX_FRAME_BYTES,
+                h2.settings.SettingCodes.ENABLE_PUSH: 0,
+            }
+        )
+        if self.window_bytes > 65_535:
+            self.h2.increment_flow_control_window(self.window_bytes - 65_535)
+        self._flush()
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        if self.quickack and self.sock is not None:
+            rearm_quickack(self.sock)
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as err:
+            self._fail_all(f"HTTP/2 protocol error: {err!r}")
+            self._close()
+            return
+        for event in events:
+            if isinstance(event, h2.events.ResponseReceived):
+                pending = self.pending.get(event.stream_id)
+                if pending is not None:
+                    pending.collector.on_headers(event.headers, now)
+            elif isinstance(event, h2.events.TrailersReceived):
+                pass
+            elif isinstance(event, h2.events.DataReceived):
+                self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                pending = self.pending.get(event.stream_id)
+                if pending is not None:
+                    pending.collector.on_data(event.data, now)
+            elif isinstance(event, h2.events.StreamEnded):
+                pending = self.pending.get(event.stream_id)
+                if pending is not None and not pending.done.done():
+                    pending.done.set_result(None)
+            elif isinstance(event, h2.events.StreamReset):
+                pending = self.pending.get(event.stream_id)
+                if pending is not None and not pending.done.done():
+                    if pending.collector.status is not None and event.error_code == 0:
+                        # RFC 9113 8.1: a complete response, then "stop sending"
+                        pending.done.set_result(None)
+                    else:
+                        pending.done.set_exception(
+                            ConnectionError(f"stream reset by server ({event.error_code!r})")
+                        )
+                self._window_changed.set()
+            elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+                self._window_changed.set()
+            elif isinstance(event, h2.events.ConnectionTerminated):
+                self._fail_all(f"GOAWAY from server ({event.error_code!r})")
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(f"connection lost: {exc!r}" if exc else "connection closed by server")
+        self._window_changed.set()
+        self._writable.set()
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def _fail_all(self, reason: str) -> None:
+        for pending in self.pending.values():
+            if not pending.done.done():
+                pending.done.set_exception(ConnectionError(reason))
+
+    def _flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    async def send_body(self, stream_id: int, body: bytes, pending: _Pending) -> int:
+        """Send the body under flow control; returns the bytes handed to the transport
+        (fewer than the body when the server answered first, e.g. 413)."""
+        view = memoryview(body)
+        offset = 0
+        total = len(body)
+        while offset < total:
+            if pending.done.done():
+                return offset  # the server answered (e.g. 413) or the stream died: stop
+            if self.transport is None or self.transport.is_closing():
+                raise ConnectionError(f"connection closed after {offset} of {total} body bytes")
+            if not self._writable.is_set():
+                await self._writable.wait()
+                continue
+            try:
+                window = self.h2.local_flow_control_window(stream_id)
+            except h2.exceptions.StreamClosedError:
+                return offset
+            if window <= 0:
+                self._window_changed.clear()
+                await self._window_changed.wait()
+                continue
+            frame_max = self.h2.max_outbound_frame_size
+            stop = min(total, offset + window, offset + WRITE_BATCH_BYTES)
+            while offset < stop:
+                size = min(frame_max, stop - offset)
+                end = offset + size == total
+                self.h2.send_data(stream_id, bytes(view[offset : offset + size]), end_stream=end)
+                offset += size
+            self._flush()
+            if offset < total:
+                await asyncio.sleep(0)
+        return offset
+
+
+@dataclass
+class H2Client:
+    """One open HTTP/2 connection and its handshake times."""
+
+    protocol: H2ClientProtocol
+    transport: asyncio.Transport
+    connect_start: float
+    tcp_connected: float
+    handshake_done: float
+    resumed: bool
+    authority: str
+
+    @property
+    def session(self) -> ssl.SSLSession | None:
+        ssl_object = self.transport.get_extra_info("ssl_object")
+        return ssl_object.session if ssl_object is not None else None
+
+    def tcp_info(self) -> dict[str, int]:
+        return read_tcp_info(self.protocol.sock)
+
+    async def request(self, spec: RequestSpec, record: RequestRecord, timeout_s: float) -> None:
+        """Run one exchange; fills the record's request/response times, bytes and checks.
+        Raises on failure (the caller records the error)."""
+        proto = self.protocol
+        if proto.transport is None or proto.transport.is_closing():
+            raise ConnectionError("connection is closed")
+        loop = asyncio.get_running_loop()
+        stream_id = proto.h2.get_next_available_stream_id()
+        pending = _Pending(ResponseCollector(spec), loop.create_future())
+        proto.pending[stream_id] = pending
+        record.stream_id = stream_id
+        try:
+            async with asyncio.timeout(timeout_s):
+                proto.h2.send_headers(
+                    stream_id, spec.headers(self.authority), end_stream=not spec.body
+                )
+                proto._flush()
+                record.request_first_byte = time.monotonic()
+                if spec.body:
+                    record.up_bytes = await proto.send_body(stream_id, spec.body, pending)
+                record.request_last_byte = time.monotonic()
+                await pending.done
+        finally:
+            proto.pending.pop(stream_id, None)
+            _fill(record, pending.collector)
+
+    async def close(self) -> None:
+        proto = self.protocol
+        if not self.transport.is_closing():
+            try:
+                proto.h2.close_connection()
+                proto._flush()
+            except h2.exceptions.ProtocolError:
+                pass
+            self.transport.close()
+        try:
+            await asyncio.wait_for(asyncio.shield(proto.closed), 2.0)
+        except TimeoutError:
+            self.transport.abort()
+
+
+def _fill(record: RequestRecord, collector: ResponseCollector) -> None:
+    record.status = collector.status
+    record.response_first_byte = collector.first_byte_at
+    record.response_last_byte = collector.last_byte_at or collector.first_byte_at
+    record.down_bytes = collector.down_bytes
+    if collector.spec.stream_chunks:
+        record.chunk_times = collector.chunk_times
+    sha_ok, error = collector.verdict()
+    record.sha256_ok = sha_ok
+    if error is not None and record.error is None:
+        record.error = error
+
+
+def tcp_options(config: ClientConfig) -> TcpOptions:
+    return TcpOptions(
+        cc=config.cc,
+        window_clamp_bytes=config.window_clamp_bytes,
+        sndbuf_bytes=config.sndbuf_bytes,
+        rcvbuf_bytes=config.rcvbuf_bytes,
+        max_pacing_rate_bps=config.max_pacing_rate_bps,
+        notsent_lowat_bytes=config.notsent_lowat_bytes,
+        quickack=config.quickack,
+    )
+
+
+async def open_connection(
+    config: ClientConfig, tls: ssl.SSLContext, session: ssl.SSLSession | None = None
+) -> H2Client:
+    """TCP connect, then the TLS 1.3 handshake (resuming ``session`` if given)."""
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        apply_tcp_options(sock, tcp_options(config))
+        sock.setblocking(False)
+        connect_start = time.monotonic()
+        async with asyncio.timeout(config.timeout_s):
+            await loop.sock_connect(sock, (config.host, config.port))
+            tcp_connected = time.monotonic()
+            tls.session = session  # type: ignore[attr-defined]
+            transport, protocol = await loop.create_connection(
+                lambda: H2ClientProtocol(config.h2_window_bytes, config.quickack),
+                sock=sock,
+                ssl=tls,
+                server_hostname=config.server_name,
+                ssl_handshake_timeout=config.timeout_s,
+            )
+        handshake_done = time.monotonic()
+    except BaseException:
+        sock.close()
+        raise
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None or ssl_object.selected_alpn_protocol() != ALPN_H2:
+        transport.close()
+        raise ConnectionError("server did not negotiate ALPN h2")
+    port = config.port
+    authority = f"[{config.host}]:{port}" if ":" in config.host else f"{config.host}:{port}"
+    return H2Client(
+        protocol=protocol,  # type: ignore[arg-type]
+        transport=transport,  # type: ignore[arg-type]
+        connect_start=connect_start,
+        tcp_connected=tcp_connected,
+        handshake_done=handshake_done,
+        resumed=bool(ssl_object.session_reused),
+        authority=authority,
+    )

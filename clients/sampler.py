@@ -1,0 +1,74 @@
+"""In-flight sampler: reads the sender state of a connection at a fixed rate (>= 1 kHz)
+while a request is in flight, and writes the samples as CSV.
+
+A thread, not an event-loop task: the loop may be busy for milliseconds at a time sending
+(QUIC is CPU-bound), and a sample that waits for the loop would miss exactly those moments.
+``getsockopt`` releases the GIL; a QUIC probe only reads a few attributes.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+DEFAULT_SAMPLE_HZ = 1000.0
+MIN_SAMPLE_HZ = 1.0
+
+
+class Sampler:
+    """Collects ``(t, request_id, *probe())`` rows while :meth:`start`-ed."""
+
+    def __init__(self, columns: Sequence[str], hz: float = DEFAULT_SAMPLE_HZ) -> None:
+        if hz < MIN_SAMPLE_HZ:
+            raise ValueError(f"sample rate {hz} Hz is below {MIN_SAMPLE_HZ} Hz")
+        self.columns = tuple(columns)
+        self.period_s = 1.0 / hz
+        self.rows: list[tuple[Any, ...]] = []
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def start(self, request_id: int, probe: Callable[[], dict[str, Any]]) -> None:
+        """Sample ``probe()`` every period until :meth:`stop`."""
+        self.stop()
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, args=(request_id, probe), name="tb-sampler", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=2.0)
+            self._thread = None
+
+    def _run(self, request_id: int, probe: Callable[[], dict[str, Any]]) -> None:
+        columns = self.columns
+        rows = self.rows
+        period = self.period_s
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            try:
+                values = probe()
+            except Exception:  # socket closed under us: the request is over
+                return
+            rows.append((now, request_id, *(values.get(c) for c in columns)))
+            next_at += period
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            else:
+                next_at = time.monotonic()
+
+    def write_csv(self, path: Path, extra: dict[str, Any] | None = None) -> None:
+        """All rows so far as CSV with a header ``t,request_id,<columns>``."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["t", "request_id", *self.columns])
+            writer.writerows(self.rows)

@@ -1,0 +1,330 @@
+"""Per level statistics against the bound, arm and order effects. Plain functions on frames.
+
+Input is the ``runs.csv`` frame (harness.record.RUN_COLUMNS). Warm-up runs are never
+analysed; invalid runs are counted and shown but left out of the statistics (they are
+kept in the table with their reason, never dropped from the record).
+
+- :func:`level_summary`: per level n, median ``total_s`` with a percentile bootstrap 95 %
+  interval, p95, the median bound, the median ratio to the bound, and the part of the bound
+  where the median gap falls (set-up, processing, or transfer: window/feedback rounds or loss
+  recovery), from the measured phases next to the bound's parts.
+- :func:`effects`: for each level against its baseline, the arm effect and, from the
+  counterbalanced blocks, the order (second-versus-first position) effect next to it, as
+  shared DESIGN.md asks: on a real path the order was once worth 158 ms when the change
+  under test was worth 2.4 ms.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+BOOTSTRAP_RESAMPLES = 2000
+"""Resamples of the percentile bootstrap: enough for stable 2.5/97.5 % ends at n <= 100."""
+CONFIDENCE = 0.95
+
+GAP_PARTS = ("setup", "processing", "transfer", "none")
+"""Where a measured gap can fall. ``transfer`` is the rest of the request after set-up and
+processing: window growth and ACK feedback when there was no retransmission, loss recovery
+when there was."""
+
+NEGLIGIBLE_GAP_S = 0.002
+"""A gap below this is measurement noise on this testbed (the emulator's p99 RTT error is
+about 1 ms, NOTES-machine.md), so it is named ``none``."""
+
+
+def bootstrap_ci(
+    values: Sequence[float],
+    statistic: str = "median",
+    *,
+    seed: int = 0,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    confidence: float = CONFIDENCE,
+) -> tuple[float, float]:
+    """Percentile bootstrap interval of the median (or mean) of ``values``."""
+    data = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    if data.size == 0:
+        return (math.nan, math.nan)
+    if data.size == 1:
+        return (float(data[0]), float(data[0]))
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, data.size, size=(resamples, data.size))
+    samples = data[picks]
+    stats = np.median(samples, axis=1) if statistic == "median" else samples.mean(axis=1)
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
+    return (float(low), float(high))
+
+
+def analysable(frame: pd.DataFrame) -> pd.DataFrame:
+    """Measured (not warm-up), valid runs with a total time."""
+    if frame.empty:
+        return frame
+    mask = ~frame["warmup"].fillna(False).astype(bool)
+    mask &= frame["valid"].fillna(False).astype(bool)
+    mask &= pd.to_numeric(frame["total_s"], errors="coerce").notna()
+    return frame[mask]
+
+
+@dataclass(frozen=True)
+class LevelSummary:
+    level: str
+    runs: int
+    """Measured runs of this level (warm-up excluded), valid or not."""
+    valid: int
+    median_s: float
+    ci_low_s: float
+    ci_high_s: float
+    p95_s: float
+    bound_s: float
+    median_ratio: float
+    handshake_s: float
+    ttfb_s: float
+    gap_s: float
+    """Median total minus the median bound."""
+    gap_part: str
+    """Where the gap falls: one of GAP_PARTS."""
+    gap_setup_s: float
+    gap_processing_s: float
+    gap_transfer_s: float
+    retransmits: float
+    invalid_reasons: str
+    expected_s: float = math.nan
+    """Median bound with the expected retransmission rounds (MODELS.md section 9)."""
+    mathis_s: float = math.nan
+    """Median Mathis-rate time (MODELS.md section 8), NaN without loss."""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def _num(series: pd.Series) -> pd.Series:
+    return pd.to_numeric(series, errors="coerce")
+
+
+def _median(series: pd.Series) -> float:
+    values = _num(series).dropna()
+    return float(values.median()) if len(values) else math.nan
+
+
+def attribute_gap(
+    *,
+    total_s: float,
+    handshake_s: float,
+    processing_s: float,
+    bound_total_s: float,
+    bound_setup_s: float,
+    bound_processing_s: float,
+    retransmits: float = 0.0,
+) -> dict[str, float | str]:
+    """Split a measured time's excess over the bound into set-up, processing and transfer.
+
+    Set-up is the measured handshake against the bound's set-up part; processing the
+    server's measured processing against the bound's; transfer is what remains of each.
+    The part with the largest excess names the gap; ``transfer`` is labelled
+    ``transfer (loss recovery)`` when the run retransmitted and ``transfer (window/feedback)``
+    otherwise, so that a report can say which mechanism to look at.
+    """
+    handshake_s = 0.0 if not math.isfinite(handshake_s) else handshake_s
+    processing_s = bound_processing_s if not math.isfinite(processing_s) else processing_s
+    setup_gap = handshake_s - bound_setup_s
+    processing_gap = processing_s - bound_processing_s
+    transfer_gap = (total_s - handshake_s - processing_s) - (
+        bound_total_s - bound_setup_s - bound_processing_s
+    )
+    gaps = {"setup": setup_gap, "processing": processing_gap, "transfer": transfer_gap}
+    total_gap = total_s - bound_total_s
+    if not math.isfinite(total_gap) or total_gap < NEGLIGIBLE_GAP_S:
+        part = "none"
+    else:
+        part = max(gaps, key=lambda k: gaps[k])
+        if part == "transfer":
+            loss = retransmits is not None and math.isfinite(retransmits) and retransmits > 0
+            part = "transfer (loss recovery)" if loss else "transfer (window/feedback)"
+    return {
+        "gap_s": total_gap,
+        "gap_part": part,
+        "gap_setup_s": setup_gap,
+        "gap_processing_s": processing_gap,
+        "gap_transfer_s": transfer_gap,
+    }
+
+
+def level_summary(
+    frame: pd.DataFrame, levels: Sequence[str] | None = None, *, seed: int = 0
+) -> list[LevelSummary]:
+    """One summary per level, in ``levels`` order (default: first appearance)."""
+    if frame.empty:
+        return []
+    measured = frame[~frame["warmup"].fillna(False).astype(bool)]
+    good = analysable(frame)
+    order = list(levels) if levels is not None else list(dict.fromkeys(frame["level"]))
+    out = []
+    for index, level in enumerate(order):
+        all_runs = measured[measured["level"] == level]
+        runs = good[good["level"] == level]
+        totals = _num(runs["total_s"]).dropna().tolist()
+        low, high = bootstrap_ci(totals, seed=seed + index)
+        median = float(np.median(totals)) if totals else math.nan
+        p95 = float(np.quantile(totals, 0.95)) if totals else math.nan
+        bound = _median(runs["bound_s"])
+        processing = _median(runs["processing_s"]) if "processing_s" in runs.columns else math.nan
+        gap = attribute_gap(
+            total_s=median,
+            handshake_s=_median(runs["handshake_s"]),
+            processing_s=processing,
+            bound_total_s=bound,
+            bound_setup_s=_median(runs["bound_setup_s"]),
+            bound_processing_s=_median(runs["bound_processing_s"]),
+            retransmits=_median(runs["retransmits"]),
+        )
+        reasons = all_runs.loc[~all_runs["valid"].fillna(False).astype(bool), "invalid_reason"]
+        counts = reasons.fillna("unknown").value_counts()
+        out.append(
+            LevelSummary(
+                level=level,
+                runs=len(all_runs),
+                valid=len(runs),
+                median_s=median,
+                ci_low_s=low,
+                ci_high_s=high,
+                p95_s=p95,
+                bound_s=bound,
+                median_ratio=_median(runs["ratio"]),
+                handshake_s=_median(runs["handshake_s"]),
+                ttfb_s=_median(runs["ttfb_s"]),
+                gap_s=float(gap["gap_s"]),
+                gap_part=str(gap["gap_part"]),
+                gap_setup_s=float(gap["gap_setup_s"]),
+                gap_processing_s=float(gap["gap_processing_s"]),
+                gap_transfer_s=float(gap["gap_transfer_s"]),
+                retransmits=_median(runs["retransmits"]),
+                invalid_reasons="; ".join(f"{r} ({n})" for r, n in counts.items()),
+                expected_s=_median(runs["bound_expected_s"])
+                if "bound_expected_s" in runs.columns
+                else math.nan,
+                mathis_s=_median(runs["bound_mathis_s"])
+                if "bound_mathis_s" in runs.columns
+                else math.nan,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class Effect:
+    level: str
+    baseline: str
+    pairs: int
+    """Blocks where both levels have a valid measured run."""
+    arm_s: float
+    """Median of level minus median of baseline (positive: the level is slower)."""
+    arm_ci_low_s: float
+    arm_ci_high_s: float
+    order_s: float
+    """Second-position minus first-position effect, from the paired differences of blocks
+    with each order; NaN when every block has the same order (not separable)."""
+    paired_arm_s: float
+    """Arm effect from the paired differences, balanced over both orders."""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def effects(frame: pd.DataFrame, baselines: Mapping[str, str], *, seed: int = 0) -> list[Effect]:
+    """Arm and order effects of each level against its baseline.
+
+    In block ``b`` the paired difference ``d_b = x_level - x_baseline`` equals
+    ``arm + order`` when the level ran second and ``arm - order`` when it ran first, so
+    ``order = (mean d | second - mean d | first) / 2`` and the balanced arm effect is
+    ``(mean d | second + mean d | first) / 2``.
+    """
+    good = analysable(frame)
+    out = []
+    for index, (level, baseline) in enumerate(baselines.items()):
+        if level == baseline:
+            continue
+        a = good[good["level"] == level].set_index("block")
+        b = good[good["level"] == baseline].set_index("block")
+        blocks = sorted(set(a.index) & set(b.index))
+        diffs_second: list[float] = []
+        diffs_first: list[float] = []
+        for block in blocks:
+            d = float(_num(pd.Series([a.loc[block, "total_s"]])).iloc[0]) - float(
+                _num(pd.Series([b.loc[block, "total_s"]])).iloc[0]
+            )
+            level_second = int(a.loc[block, "position"]) > int(b.loc[block, "position"])
+            (diffs_second if level_second else diffs_first).append(d)
+        arm = _median(a["total_s"]) - _median(b["total_s"])
+        low, high = _diff_ci(
+            _num(a["total_s"]).dropna().tolist(), _num(b["total_s"]).dropna().tolist(), seed + index
+        )
+        if diffs_second and diffs_first:
+            mean_second = float(np.mean(diffs_second))
+            mean_first = float(np.mean(diffs_first))
+            order = (mean_second - mean_first) / 2.0
+            paired = (mean_second + mean_first) / 2.0
+        else:
+            order = math.nan
+            both = diffs_second or diffs_first
+            paired = float(np.mean(both)) if both else math.nan
+        out.append(
+            Effect(
+                level=level,
+                baseline=baseline,
+                pairs=len(blocks),
+                arm_s=arm,
+                arm_ci_low_s=low,
+                arm_ci_high_s=high,
+                order_s=order,
+                paired_arm_s=paired,
+            )
+        )
+    return out
+
+
+def _diff_ci(a: Sequence[float], b: Sequence[float], seed: int) -> tuple[float, float]:
+    if not a or not b:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    xa = np.asarray(a, dtype=float)
+    xb = np.asarray(b, dtype=float)
+    ma = np.median(xa[rng.integers(0, xa.size, size=(BOOTSTRAP_RESAMPLES, xa.size))], axis=1)
+    mb = np.median(xb[rng.integers(0, xb.size, size=(BOOTSTRAP_RESAMPLES, xb.size))], axis=1)
+    alpha = (1.0 - CONFIDENCE) / 2.0
+    low, high = np.quantile(ma - mb, [alpha, 1.0 - alpha])
+    return (float(low), float(high))
+
+
+def position_effect(frame: pd.DataFrame) -> pd.DataFrame:
+    """Median deviation from the level's median by position in the block (all levels)."""
+    good = analysable(frame).copy()
+    if good.empty:
+        return pd.DataFrame(columns=["position", "runs", "median_deviation_s"])
+    good["total_s"] = _num(good["total_s"])
+    good["deviation_s"] = good["total_s"] - good.groupby("level")["total_s"].transform("median")
+    table = (
+        good.groupby("position")["deviation_s"]
+        .agg(runs="count", median_deviation_s="median")
+        .reset_index()
+    )
+    return table
+
+
+def median_run(frame: pd.DataFrame, level: str) -> pd.Series | None:
+    """The valid measured run of ``level`` whose total is closest to the level's median."""
+    good = analysable(frame)
+    runs = good[good["level"] == level]
+    if runs.empty:
+        return None
+    totals = _num(runs["total_s"])
+    index = (totals - totals.median()).abs().idxmin()
+    return runs.loc[index]
+
+
+def summary_frame(summaries: Sequence[LevelSummary]) -> pd.DataFrame:
+    return pd.DataFrame([s.to_dict() for s in summaries])

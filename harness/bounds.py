@@ -1,0 +1,926 @@
+"""Analytic lower bounds for one request on one path (shared MODELS.md), as plain functions.
+
+Units are SI throughout: seconds, bytes, bits per second; loss is a fraction in [0, 1).
+Every function rejects impossible input with :class:`~harness.errors.SpecError` (a
+``ValueError``) that names the argument, so a notebook user sees which one was wrong.
+
+The section numbers in the docstrings are those of MODELS.md. :func:`request_time` is the
+bound the harness attaches to every run; :func:`worked_examples` recomputes every worked
+example of MODELS.md from these functions (``testbed bounds`` prints them).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.errors import SpecError
+
+if TYPE_CHECKING:
+    from netem.linkspec import LinkSpec
+
+BITS_PER_BYTE = 8
+
+INITCWND_SEGMENTS = 10
+"""Initial congestion window in segments: RFC 6928 (TCP); RFC 9002 section 7.2 gives QUIC
+min(10 * max_datagram_size, max(14720, 2 * max_datagram_size)), the same 10 segments for
+datagrams up to 1472 bytes."""
+
+TCP_MSS_BYTES = 1448
+"""TCP payload per segment on a 1500-byte Ethernet MTU with IPv4 and the timestamp option:
+1500 - 20 (IPv4) - 20 (TCP) - 12 (RFC 7323 timestamps). Linux enables timestamps by default."""
+
+MODELS_MSS_BYTES = 1460
+"""The MSS of MODELS.md section 6 (1500 - 40, no TCP options): the default of
+:func:`slow_start_rounds`, as the issue specifies it."""
+
+QUIC_MAX_DATAGRAM_BYTES = 1200
+"""QUIC's max_datagram_size: the RFC 9000 section 14 minimum, and aioquic's default. The
+request bound counts the whole datagram as payload for QUIC: its frames, packet header and
+AEAD tag make the real payload smaller, so this errs on the low side, as a bound must."""
+
+TLS13_TCP_SETUP_RTTS = 2
+"""TCP handshake (1 RTT) then the TLS 1.3 full handshake (1 RTT) before the request: section 4."""
+
+SETUP_RTTS: dict[tuple[str, str], int] = {
+    ("h2", "new"): TLS13_TCP_SETUP_RTTS,
+    # TLS 1.3 early data still waits for TCP's SYN/SYN-ACK (TCP Fast Open is not modelled).
+    ("h2", "0rtt"): 1,
+    ("h2", "reused"): 0,
+    ("h3", "new"): 1,  # QUIC combines transport and TLS 1.3 in one round trip (RFC 9000 s7)
+    ("h3", "0rtt"): 0,  # resumed session, accepted 0-RTT data (RFC 9001 section 4.6)
+    ("h3", "reused"): 0,
+}
+"""Round trips before the first request byte may leave, by (protocol, connection)."""
+
+PROTOCOLS = ("h2", "h3")
+CONNECTIONS = ("new", "reused", "0rtt")
+
+MATHIS_C_PERIODIC = math.sqrt(3.0 / 2.0)
+"""Mathis et al. (1997) constant for periodic loss with an ACK per packet (~1.22)."""
+
+
+# --- argument checks -------------------------------------------------------------------
+
+
+def _number(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(name, f"must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise SpecError(name, f"must be finite, got {value!r}")
+    return number
+
+
+def _non_negative(name: str, value: object) -> float:
+    number = _number(name, value)
+    if number < 0:
+        raise SpecError(name, f"must be >= 0, got {value!r}")
+    return number
+
+
+def _positive(name: str, value: object) -> float:
+    number = _number(name, value)
+    if number <= 0:
+        raise SpecError(name, f"must be > 0, got {value!r}")
+    return number
+
+
+def _count(name: str, value: object, *, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        # numpy integers and whole floats are common in notebooks: accept them when exact
+        try:
+            as_int = int(value)  # type: ignore[call-overload]
+        except (TypeError, ValueError, OverflowError):
+            raise SpecError(name, f"must be a whole number, got {value!r}") from None
+        if isinstance(value, bool) or as_int != value:
+            raise SpecError(name, f"must be a whole number, got {value!r}")
+        value = as_int
+    if value < minimum:
+        raise SpecError(name, f"must be >= {minimum}, got {value!r}")
+    return value
+
+
+def _loss(name: str, value: object) -> float:
+    number = _number(name, value)
+    if not 0.0 <= number < 1.0:
+        raise SpecError(name, f"must lie in [0, 1), got {value!r}")
+    return number
+
+
+def _probability(name: str, value: object) -> float:
+    number = _number(name, value)
+    if not 0.0 <= number <= 1.0:
+        raise SpecError(name, f"must lie in [0, 1], got {value!r}")
+    return number
+
+
+def _open_unit(name: str, value: object) -> float:
+    number = _number(name, value)
+    if not 0.0 < number < 1.0:
+        raise SpecError(name, f"must lie in (0, 1), got {value!r}")
+    return number
+
+
+def _sequence(name: str, values: object, check: Any) -> list[float]:
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__len__"):
+        raise SpecError(name, f"must be a sequence of numbers, got {type(values).__name__}")
+    if len(values) == 0:  # type: ignore[arg-type]
+        raise SpecError(name, "must not be empty")
+    return [check(f"{name}[{i}]", v) for i, v in enumerate(values)]  # type: ignore[attr-defined]
+
+
+# --- 1. serial request -----------------------------------------------------------------
+
+
+def serial_time(
+    upload_bytes: float,
+    download_bytes: float,
+    up_bps: float,
+    down_bps: float,
+    rtt_s: float,
+    processing_s: float = 0.0,
+) -> float:
+    """Section 1: ``S_u/B_u + R + T_c + S_d/B_d`` on an established connection, in seconds."""
+    upload = _non_negative("upload_bytes", upload_bytes)
+    download = _non_negative("download_bytes", download_bytes)
+    up = _positive("up_bps", up_bps)
+    down = _positive("down_bps", down_bps)
+    rtt = _non_negative("rtt_s", rtt_s)
+    processing = _non_negative("processing_s", processing_s)
+    return upload * BITS_PER_BYTE / up + rtt + processing + download * BITS_PER_BYTE / down
+
+
+# --- 2. chunk pipeline -----------------------------------------------------------------
+
+
+def pipeline(
+    ready_s: Sequence[float],
+    process_s: Sequence[float],
+    send_s: Sequence[float],
+    delay_s: Sequence[float],
+) -> list[float]:
+    """Section 2: arrival times ``r_i`` of chunks through one processor and one egress.
+
+    ``c_i = max(a_i, c_{i-1}) + m_i``, ``u_i = max(c_i, u_{i-1}) + s_i``, ``r_i = u_i + d_i``.
+    """
+    ready = _sequence("ready_s", ready_s, _non_negative)
+    process = _sequence("process_s", process_s, _non_negative)
+    send = _sequence("send_s", send_s, _non_negative)
+    delay = _sequence("delay_s", delay_s, _non_negative)
+    for name, values in (("process_s", process), ("send_s", send), ("delay_s", delay)):
+        if len(values) != len(ready):
+            raise SpecError(name, f"has {len(values)} items, ready_s has {len(ready)}")
+    processed = sent = -math.inf
+    arrivals: list[float] = []
+    for a, m, s, d in zip(ready, process, send, delay, strict=True):
+        processed = max(a, processed) + m
+        sent = max(processed, sent) + s
+        arrivals.append(sent + d)
+    return arrivals
+
+
+# --- 3. playback continuity ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Playback:
+    """When each chunk starts playing, and how long the player waited for late chunks."""
+
+    start_s: list[float]
+    """Start time of each chunk: ``p_0 = r_0 + J``, ``p_i = max(r_i, p_{i-1} + tau)``."""
+    stall_s: float
+    """Total stall added after playback began: the sum of ``r_i - (p_{i-1} + tau)`` where > 0."""
+    stall_count: int
+    """How many chunks arrived after their slot (each is one stall)."""
+
+
+def playback(arrivals_s: Sequence[float], chunk_s: float, initial_buffer_s: float) -> Playback:
+    """Section 3: a player that waits ``initial_buffer_s`` and never drops a late chunk."""
+    arrivals = _sequence("arrivals_s", arrivals_s, _non_negative)
+    tau = _positive("chunk_s", chunk_s)
+    buffer = _non_negative("initial_buffer_s", initial_buffer_s)
+    # Slots are anchor + j * tau from the last stall, not a running sum of tau: the same
+    # recurrence without accumulated rounding (a chunk exactly on time is never "late").
+    anchor = arrivals[0] + buffer
+    anchor_index = 0
+    starts = [anchor]
+    stall = 0.0
+    stalls = 0
+    for index in range(1, len(arrivals)):
+        slot = anchor + (index - anchor_index) * tau
+        arrival = arrivals[index]
+        if arrival > slot:
+            stall += arrival - slot
+            stalls += 1
+            anchor, anchor_index = arrival, index
+            starts.append(arrival)
+        else:
+            starts.append(slot)
+    return Playback(start_s=starts, stall_s=stall, stall_count=stalls)
+
+
+def buffer_depletion_s(buffered_bits: float, play_bps: float, receive_bps: float) -> float:
+    """Section 3: seconds until a buffer of ``b`` bits empties, ``b / (P - Q)``.
+
+    ``math.inf`` when the receive rate keeps up. ``receive_bps`` may be 0 (an outage).
+    """
+    bits = _non_negative("buffered_bits", buffered_bits)
+    play = _positive("play_bps", play_bps)
+    receive = _non_negative("receive_bps", receive_bps)
+    if receive >= play:
+        return math.inf
+    return bits / (play - receive)
+
+
+# --- 4. connection set-up --------------------------------------------------------------
+
+
+def setup_rtts(protocol: str, connection: str) -> int:
+    """Section 4: round trips before the request may leave (see :data:`SETUP_RTTS`)."""
+    if protocol not in PROTOCOLS:
+        raise SpecError("protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+    if connection not in CONNECTIONS:
+        raise SpecError(
+            "connection", f"must be one of {', '.join(CONNECTIONS)}, got {connection!r}"
+        )
+    return SETUP_RTTS[(protocol, connection)]
+
+
+def setup_time_s(protocol: str, connection: str, rtt_s: float, requests: int = 1) -> float:
+    """Section 4: set-up time of ``requests`` requests, each on the connection state given."""
+    rtt = _non_negative("rtt_s", rtt_s)
+    count = _count("requests", requests)
+    return setup_rtts(protocol, connection) * rtt * count
+
+
+# --- 5. window bound -------------------------------------------------------------------
+
+
+def window_throughput_bps(window_bytes: float, rtt_s: float, path_bps: float) -> float:
+    """Section 5: ``min(B_path, W / R)`` in bit/s (``R = 0`` leaves only the path rate)."""
+    window = _positive("window_bytes", window_bytes)
+    rtt = _non_negative("rtt_s", rtt_s)
+    path = _positive("path_bps", path_bps)
+    if rtt == 0:
+        return path
+    return min(path, window * BITS_PER_BYTE / rtt)
+
+
+def bdp_bytes(rate_bps: float, rtt_s: float) -> float:
+    """Section 5: the bandwidth-delay product, the window that fills the path."""
+    rate = _positive("rate_bps", rate_bps)
+    rtt = _non_negative("rtt_s", rtt_s)
+    return rate / BITS_PER_BYTE * rtt
+
+
+# --- 6. slow start ---------------------------------------------------------------------
+
+
+def slow_start_rounds(
+    size_bytes: int, mss_bytes: int = MODELS_MSS_BYTES, initcwnd_segments: int = INITCWND_SEGMENTS
+) -> int:
+    """Section 6: the smallest k with ``IW * MSS * (2^k - 1) >= size``: windows a cold
+    connection needs to send ``size_bytes`` (0 for nothing to send)."""
+    size = _count("size_bytes", size_bytes)
+    mss = _count("mss_bytes", mss_bytes, minimum=1)
+    iw = _count("initcwnd_segments", initcwnd_segments, minimum=1)
+    first = iw * mss
+    rounds = 0
+    while first * ((1 << rounds) - 1) < size:
+        rounds += 1
+    return rounds
+
+
+# --- 7. header and ACK overhead --------------------------------------------------------
+
+
+def wire_bytes(
+    payload_bytes: int, packet_payload_bytes: int, header_bytes: int, ack_bytes: int
+) -> tuple[int, int]:
+    """Section 7: (data packets, bytes on the wire) = ``(n, payload + n * (H + A))``."""
+    payload = _count("payload_bytes", payload_bytes)
+    per_packet = _count("packet_payload_bytes", packet_payload_bytes, minimum=1)
+    header = _count("header_bytes", header_bytes)
+    ack = _count("ack_bytes", ack_bytes)
+    packets = -(-payload // per_packet)
+    return packets, payload + packets * (header + ack)
+
+
+# --- 8. Mathis -------------------------------------------------------------------------
+
+
+def mathis_throughput_bps(mss_bytes: float, rtt_s: float, loss: float, c: float = 1.0) -> float:
+    """Section 8: ``(MSS / R) * C / sqrt(p)`` in bit/s; ``math.inf`` at zero loss.
+
+    ``c = 1`` is the simplified bound; :data:`MATHIS_C_PERIODIC` the periodic-loss one.
+    """
+    mss = _positive("mss_bytes", mss_bytes)
+    rtt = _positive("rtt_s", rtt_s)
+    p = _loss("loss", loss)
+    constant = _positive("c", c)
+    if p == 0:
+        return math.inf
+    return mss * BITS_PER_BYTE / rtt * constant / math.sqrt(p)
+
+
+# --- 9. retransmission rounds ----------------------------------------------------------
+
+
+def _all_within(packets: int, loss: float, rounds: int) -> float:
+    """``P(K <= k) = (1 - p^k)^n``, computed without cancellation for small ``p^k``."""
+    if packets == 0:
+        return 1.0
+    if rounds == 0:
+        return 0.0
+    lost_every_time = loss**rounds
+    if lost_every_time == 0.0:
+        return 1.0
+    return math.exp(packets * math.log1p(-lost_every_time))
+
+
+def retransmission_rounds(packets: int, loss: float, quantile: float | None = None) -> float | int:
+    """Section 9: rounds K until all ``packets`` arrive under independent loss ``p``.
+
+    With ``quantile=None``, E[K] = sum_{k>=0} (1 - (1 - p^k)^n) as a float; otherwise the
+    smallest k (an int) with ``P(K <= k) = (1 - p^k)^n >= quantile``. Zero packets need 0.
+    """
+    n = _count("packets", packets)
+    p = _loss("loss", loss)
+    if quantile is not None:
+        q = _open_unit("quantile", quantile)
+        if n == 0:
+            return 0
+        if p == 0:
+            return 1
+        # closed form, then step over any floating-point edge
+        k = max(1, math.ceil(math.log(-math.expm1(math.log(q) / n)) / math.log(p)))
+        while k > 1 and _all_within(n, p, k - 1) >= q:
+            k -= 1
+        while _all_within(n, p, k) < q:
+            k += 1
+        return k
+    return _expected_rounds(n, p)
+
+
+def _expected_rounds(packets: int, loss: float) -> float:
+    """E[K] = sum_{k>=0} P(K > k) = 1 + sum_{k>=1} (1 - (1 - p^k)^n), summed in numpy blocks
+    that grow geometrically until a term falls below 1e-17: about log(n) / (1 - p) terms, so
+    a loss close to 1 stays seconds, not minutes."""
+    if packets == 0:
+        return 0.0
+    if loss == 0.0:
+        return 1.0
+    log_loss = math.log(loss)
+    sums = [1.0]  # k = 0: P(K > 0) = 1
+    start, size = 1, 256
+    while True:
+        k = np.arange(start, start + size, dtype=np.float64)
+        terms = -np.expm1(packets * np.log1p(-np.exp(k * log_loss)))
+        sums.append(float(terms.sum()))
+        if terms[-1] < 1e-17:
+            return math.fsum(sums)
+        start += size
+        size = min(size * 2, 1 << 20)
+
+
+def retransmission_time_s(
+    base_s: float, rtt_s: float, packets: int, loss: float, quantile: float | None = None
+) -> float:
+    """Section 9: completion = base + (K - 1) * R, with K expected or at a quantile."""
+    base = _non_negative("base_s", base_s)
+    rtt = _non_negative("rtt_s", rtt_s)
+    rounds = retransmission_rounds(packets, loss, quantile)
+    return base + max(0.0, rounds - 1) * rtt
+
+
+# --- 10. forward error correction ------------------------------------------------------
+
+
+def fec_success_probability(data_symbols: int, repair_symbols: int, loss: float) -> float:
+    """Section 10: P(at most r of k + r symbols lost), the exact binomial sum."""
+    k = _count("data_symbols", data_symbols, minimum=1)
+    r = _count("repair_symbols", repair_symbols)
+    p = _loss("loss", loss)
+    return _binomial_cdf(r, k + r, p)
+
+
+BINOMIAL_TAIL_SDS = 50.0
+BINOMIAL_TAIL_MARGIN = 100.0
+
+
+def _binomial_cdf(r: int, n: int, p: float) -> float:
+    if p == 0.0 or r >= n:
+        return 1.0
+    log_p = math.log(p)
+    log_q = math.log1p(-p)
+    log_n = math.lgamma(n + 1)
+    # Sum the smaller tail for accuracy, P(X <= r) or 1 - P(X >= r + 1), and only where the
+    # mass is: beyond BINOMIAL_TAIL_SDS standard deviations (plus a margin) a term is below
+    # e^-140 (Chernoff), so the sum costs O(sd) terms, not O(n), whatever the loss.
+    mean = n * p
+    width = BINOMIAL_TAIL_SDS * math.sqrt(mean * (1.0 - p)) + BINOMIAL_TAIL_MARGIN
+    low = max(0, math.floor(mean - width))
+    high = min(n, math.ceil(mean + width))
+    if r < mean:
+        terms = range(low, min(r, high) + 1)
+        complement = False
+    else:
+        terms = range(max(r + 1, low), high + 1)
+        complement = True
+    total = math.fsum(
+        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
+        for i in terms
+    )
+    return min(1.0, max(0.0, 1.0 - total if complement else total))
+
+
+def fec_repair_symbols(data_symbols: int, loss: float, target: float = 0.999) -> int:
+    """Section 10: the smallest r with ``P(at most r of k + r lost) >= target`` (exact binomial).
+
+    The success probability never falls as r grows (one more symbol and one more allowed
+    loss), so an exponential then binary search finds r in O(log r) binomial sums.
+    """
+    k = _count("data_symbols", data_symbols, minimum=1)
+    p = _loss("loss", loss)
+    goal = _open_unit("target", target)
+    if p == 0.0:
+        return 0
+    high = 1
+    while _binomial_cdf(high, k + high, p) < goal:
+        high *= 2
+    low = high // 2  # fails (or is 0)
+    if _binomial_cdf(0, k, p) >= goal:
+        return 0
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _binomial_cdf(middle, k + middle, p) >= goal:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+# --- 12. two paths ---------------------------------------------------------------------
+
+
+def split_fractions(rates_bps: Sequence[float]) -> list[float]:
+    """Section 12: the share of the bytes for each path that makes all finish together."""
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    total = math.fsum(rates)
+    return [rate / total for rate in rates]
+
+
+def split_time_s(
+    size_bytes: float, rates_bps: Sequence[float], exit_bps: float | None = None
+) -> float:
+    """Section 12: ``S / sum(B_i)`` over independent paths, never below ``S / E`` when they
+    share an exit of rate ``E``."""
+    size = _non_negative("size_bytes", size_bytes)
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    seconds = size * BITS_PER_BYTE / math.fsum(rates)
+    if exit_bps is not None:
+        seconds = max(seconds, size * BITS_PER_BYTE / _positive("exit_bps", exit_bps))
+    return seconds
+
+
+def duplicate_failure(p1: float, p2: float, shared: float = 0.0) -> float:
+    """Section 12: ``q + (1 - q) p1 p2``: a copy on each path, a shared end point failing
+    with ``q``. Failure probabilities may be 1 (a path that is down)."""
+    a = _probability("p1", p1)
+    b = _probability("p2", p2)
+    q = _probability("shared", shared)
+    return q + (1.0 - q) * a * b
+
+
+# --- the request bound -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DirectionRounds:
+    """How one direction's bytes leave a sender whose window grows by slow start."""
+
+    rounds: int
+    """Windows (round trips of sending) the bytes need; 0 for no bytes."""
+    feedback_s: float
+    """Idle time waiting for ACKs while the window grows (slow start)."""
+    window_s: float
+    """Idle time waiting for ACKs while the window sits at the cap."""
+
+
+def direction_rounds(
+    size_bytes: int,
+    rate_bps: float,
+    rtt_s: float,
+    *,
+    initial_window_bytes: float,
+    mss_bytes: int,
+    window_bytes: float | None = None,
+) -> DirectionRounds:
+    """The round model of one direction (Kurose and Ross's slow-start latency model).
+
+    Window k carries ``w_k = min(IW * MSS * 2^(k-1), W)`` bytes back to back at the path
+    rate; the next window may start when the first segment's ACK is back, ``MSS/B + R``
+    after the window started. The sender is therefore idle ``max(0, R + MSS/B - w_k/B)``
+    after each window but the last (a window below one MSS is one short segment): the
+    serialisation of the earlier windows overlaps the
+    wait for their ACKs, so only the idle part is counted here and all bytes' serialisation
+    once, in the request's serialisation part. With an unlimited rate the rounds are those
+    of :func:`slow_start_rounds` and the idle time is (rounds - 1) * R. ``initial_window_bytes
+    = math.inf`` is a warm window: one round, no idle time unless the cap binds.
+    """
+    size = _count("size_bytes", size_bytes)
+    rate = _positive("rate_bps", rate_bps)
+    rtt = _non_negative("rtt_s", rtt_s)
+    mss = _count("mss_bytes", mss_bytes, minimum=1)
+    window = (
+        math.inf
+        if initial_window_bytes == math.inf
+        else _positive("initial_window_bytes", initial_window_bytes)
+    )
+    cap = math.inf if window_bytes is None else _positive("window_bytes", window_bytes)
+    window = min(window, cap)
+    if size == 0:
+        return DirectionRounds(0, 0.0, 0.0)
+    if window == math.inf:
+        return DirectionRounds(1, 0.0, 0.0)
+    byte_s = BITS_PER_BYTE / rate
+    remaining = size
+    rounds = 0
+    feedback = 0.0
+    while remaining > 0 and window < cap:
+        remaining -= min(window, remaining)
+        rounds += 1
+        if remaining > 0:
+            feedback += max(0.0, rtt + (min(mss, window) - window) * byte_s)
+        window = min(window * 2, cap)
+    capped = 0.0
+    if remaining > 0:
+        windows = math.ceil(remaining / cap)
+        rounds += windows
+        capped = (windows - 1) * max(0.0, rtt + (min(mss, cap) - cap) * byte_s)
+    return DirectionRounds(rounds, feedback, capped)
+
+
+@dataclass(frozen=True)
+class RequestBound:
+    """The lower bound of one request and its parts, in seconds; the inputs ride along.
+
+    ``total_s`` is the loss-free bound: set-up + feedback + window + serialisation +
+    propagation + processing. Loss is never mixed into it: with loss the expected extra
+    retransmission rounds are the separate part ``retransmission_s``, and ``expected_s``
+    is ``total_s + retransmission_s``.
+    """
+
+    protocol: str
+    """'h2' (HTTP/2 over TLS 1.3 over TCP) or 'h3' (HTTP/3 over QUIC)."""
+    connection: str
+    """'new', 'reused' (warm window, no set-up) or '0rtt' (resumed, early data accepted)."""
+    rtt_s: float
+    """Round-trip propagation delay of the path."""
+    up_bps: float
+    """Client-to-server rate, counted as payload rate (headers ignored: a lower bound)."""
+    down_bps: float
+    """Server-to-client rate."""
+    upload_bytes: int
+    """Request body."""
+    download_bytes: int
+    """Response body."""
+    initcwnd_segments: int
+    """Initial window in segments (cold connections only)."""
+    mss_bytes: int
+    """Payload bytes per segment (TCP MSS; QUIC max_datagram_size)."""
+    window_bytes: int | None
+    """Cap on bytes in flight (flow control or a configured cwnd limit); None for none."""
+    up_loss: float
+    """Independent loss on the upload direction, used only for ``retransmission_s``."""
+    down_loss: float
+    """Independent loss on the download direction, used only for ``retransmission_s``."""
+    setup_rtts: int
+    """Round trips before the request may leave (:data:`SETUP_RTTS`)."""
+    setup_s: float
+    """Connection set-up: ``setup_rtts * rtt_s``."""
+    up_rounds: int
+    """Windows the upload needs."""
+    down_rounds: int
+    """Windows the download needs."""
+    feedback_s: float
+    """Idle time waiting for ACKs during slow start, both directions."""
+    window_s: float
+    """Idle time waiting for ACKs with the window at its cap, both directions."""
+    serialisation_s: float
+    """All bytes at the path rate: ``S_u / B_u + S_d / B_d``."""
+    propagation_s: float
+    """One way up and one way down: ``rtt_s``."""
+    processing_s: float
+    """Server processing between the last request byte and the first response byte."""
+    up_retransmission_rounds: float
+    """E[K] of the upload's packets under ``up_loss`` (1 without loss, 0 without bytes)."""
+    down_retransmission_rounds: float
+    """E[K] of the download's packets under ``down_loss``."""
+    retransmission_s: float
+    """Expected extra rounds of ideal selective retransmission, times ``rtt_s``."""
+    total_s: float = field(init=False)
+    """The loss-free lower bound: the sum of the parts but ``retransmission_s``."""
+    expected_s: float = field(init=False)
+    """``total_s + retransmission_s``: the expected completion under independent loss."""
+
+    PARTS = (
+        "setup_s",
+        "feedback_s",
+        "window_s",
+        "serialisation_s",
+        "propagation_s",
+        "processing_s",
+        "retransmission_s",
+    )
+
+    def __post_init__(self) -> None:
+        total = math.fsum(getattr(self, name) for name in self.PARTS[:-1])
+        object.__setattr__(self, "total_s", total)
+        object.__setattr__(self, "expected_s", total + self.retransmission_s)
+
+    def parts(self) -> dict[str, float]:
+        """The parts by name, in the order of the request (retransmission last)."""
+        return {name: getattr(self, name) for name in self.PARTS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record for the run's metadata."""
+        return asdict(self)
+
+
+def request_time(
+    *,
+    rtt_s: float,
+    up_bps: float,
+    down_bps: float,
+    upload_bytes: int,
+    download_bytes: int,
+    protocol: str,
+    connection: str,
+    processing_s: float = 0.0,
+    initcwnd_segments: int = INITCWND_SEGMENTS,
+    mss_bytes: int | None = None,
+    window_bytes: int | None = None,
+    loss: float = 0.0,
+    up_loss: float | None = None,
+    down_loss: float | None = None,
+) -> RequestBound:
+    """The lower bound of one request/response on one path, by part.
+
+    Set-up (:data:`SETUP_RTTS`), then the upload in slow-start windows (cold for 'new' and
+    '0rtt', warm for 'reused'), processing, then the download the same way. See
+    :func:`direction_rounds` for the round model. ``mss_bytes`` defaults to
+    :data:`TCP_MSS_BYTES` for h2 and :data:`QUIC_MAX_DATAGRAM_BYTES` for h3. ``loss``
+    applies to both directions unless ``up_loss``/``down_loss`` say otherwise; with loss,
+    the expected extra rounds of section 9 are the separate part ``retransmission_s``
+    (packets = ceil(bytes / mss_bytes) per direction).
+    """
+    rounds_setup = setup_rtts(protocol, connection)
+    rtt = _non_negative("rtt_s", rtt_s)
+    up = _positive("up_bps", up_bps)
+    down = _positive("down_bps", down_bps)
+    upload = _count("upload_bytes", upload_bytes)
+    download = _count("download_bytes", download_bytes)
+    processing = _non_negative("processing_s", processing_s)
+    iw = _count("initcwnd_segments", initcwnd_segments, minimum=1)
+    if mss_bytes is None:
+        mss_bytes = TCP_MSS_BYTES if protocol == "h2" else QUIC_MAX_DATAGRAM_BYTES
+    mss = _count("mss_bytes", mss_bytes, minimum=1)
+    cap = None if window_bytes is None else _count("window_bytes", window_bytes, minimum=1)
+    both = _loss("loss", loss)
+    loss_up = both if up_loss is None else _loss("up_loss", up_loss)
+    loss_down = both if down_loss is None else _loss("down_loss", down_loss)
+
+    initial_window = math.inf if connection == "reused" else float(iw * mss)
+    upward = direction_rounds(
+        upload, up, rtt, initial_window_bytes=initial_window, mss_bytes=mss, window_bytes=cap
+    )
+    downward = direction_rounds(
+        download, down, rtt, initial_window_bytes=initial_window, mss_bytes=mss, window_bytes=cap
+    )
+    k_up = retransmission_rounds(-(-upload // mss), loss_up)
+    k_down = retransmission_rounds(-(-download // mss), loss_down)
+    extra_rounds = max(0.0, k_up - 1) + max(0.0, k_down - 1)
+    return RequestBound(
+        protocol=protocol,
+        connection=connection,
+        rtt_s=rtt,
+        up_bps=up,
+        down_bps=down,
+        upload_bytes=upload,
+        download_bytes=download,
+        initcwnd_segments=iw,
+        mss_bytes=mss,
+        window_bytes=cap,
+        up_loss=loss_up,
+        down_loss=loss_down,
+        setup_rtts=rounds_setup,
+        setup_s=rounds_setup * rtt,
+        up_rounds=upward.rounds,
+        down_rounds=downward.rounds,
+        feedback_s=upward.feedback_s + downward.feedback_s,
+        window_s=upward.window_s + downward.window_s,
+        serialisation_s=upload * BITS_PER_BYTE / up + download * BITS_PER_BYTE / down,
+        propagation_s=rtt,
+        processing_s=processing,
+        up_retransmission_rounds=float(k_up),
+        down_retransmission_rounds=float(k_down),
+        retransmission_s=extra_rounds * rtt,
+    )
+
+
+def request_time_for_link(
+    link: LinkSpec,
+    *,
+    upload_bytes: int,
+    download_bytes: int,
+    protocol: str,
+    connection: str,
+    processing_s: float = 0.0,
+    initcwnd_segments: int = INITCWND_SEGMENTS,
+    mss_bytes: int | None = None,
+    window_bytes: int | None = None,
+) -> RequestBound:
+    """:func:`request_time` on a :class:`~netem.linkspec.LinkSpec`: its round trip, each
+    direction's rate and mean loss (Gilbert-Elliott included, as its stationary rate)."""
+    for name in ("up", "down"):
+        if getattr(link, name).rate_bps is None:
+            raise SpecError(f"{name}.rate", "the bound needs a rate on both directions")
+    return request_time(
+        rtt_s=link.rtt_s,
+        up_bps=link.up.rate_bps,  # type: ignore[arg-type]
+        down_bps=link.down.rate_bps,  # type: ignore[arg-type]
+        upload_bytes=upload_bytes,
+        download_bytes=download_bytes,
+        protocol=protocol,
+        connection=connection,
+        processing_s=processing_s,
+        initcwnd_segments=initcwnd_segments,
+        mss_bytes=mss_bytes,
+        window_bytes=window_bytes,
+        up_loss=link.up.mean_loss,
+        down_loss=link.down.mean_loss,
+    )
+
+
+# --- the worked examples of MODELS.md --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkedExample:
+    """One worked example of MODELS.md, recomputed by the functions above."""
+
+    name: str
+    """Short name, with the MODELS.md section."""
+    inputs: str
+    """The inputs, as MODELS.md states them."""
+    value: float
+    """The computed value, in ``unit``."""
+    unit: str
+    """Unit of ``value``: s, Mbit/s, bytes, rounds, symbols, %."""
+    printed: str
+    """The value as MODELS.md prints it; ``value`` rounds to it (see :meth:`matches`)."""
+
+    def rounded(self) -> str:
+        """``value`` at the precision of ``printed``."""
+        decimals = len(self.printed.partition(".")[2])
+        return f"{self.value:.{decimals}f}"
+
+    def matches(self) -> bool:
+        return self.rounded() == self.printed
+
+
+AUDIO_BYTES = 354_640
+"""The WAN voice case's audio (DESIGN.md workloads)."""
+
+
+def worked_examples() -> list[WorkedExample]:
+    """Every worked example of MODELS.md, computed (no typed-in results)."""
+    mbit = 1e6
+    audio_packets = wire_bytes(AUDIO_BYTES, TCP_MSS_BYTES, 0, 0)[0]
+    voice = serial_time(AUDIO_BYTES, 0, 333 * mbit, 333 * mbit, 0.2, 0.030)
+    window = window_throughput_bps(64_000, 0.1, 20 * mbit)
+    mathis = mathis_throughput_bps(TCP_MSS_BYTES, 0.2, 0.14)
+    repair = fec_repair_symbols(audio_packets, 0.14, 0.999)
+    fec_block_s = serial_time(
+        (audio_packets + repair) * TCP_MSS_BYTES, 0, 333 * mbit, 333 * mbit, 0.2, 0.030
+    )
+    return [
+        WorkedExample(
+            "1 serial request (image)",
+            "30 MB up @ 20 Mbit/s, 5 MB down @ 100 Mbit/s, R 0.1 s, Tc 0.3 s",
+            serial_time(30_000_000, 5_000_000, 20 * mbit, 100 * mbit, 0.1, 0.3),
+            "s",
+            "12.8",
+        ),
+        WorkedExample(
+            "1 serial request (voice, ideal)",
+            "354,640 B up @ 333 Mbit/s, R 0.2 s, Tc 30 ms",
+            voice,
+            "s",
+            "0.2385",
+        ),
+        WorkedExample(
+            "4 set-up per round",
+            "30 rounds, R 0.2 s, 2 extra RTT each (h2 new)",
+            setup_time_s("h2", "new", 0.2, requests=30),
+            "s",
+            "12",
+        ),
+        WorkedExample(
+            "4 set-up once",
+            "1 connection, R 0.2 s, 2 RTT (h2 new)",
+            setup_time_s("h2", "new", 0.2),
+            "s",
+            "0.4",
+        ),
+        WorkedExample(
+            "5 window bound",
+            "W 64,000 B, R 0.1 s, path 20 Mbit/s",
+            window / mbit,
+            "Mbit/s",
+            "5.12",
+        ),
+        WorkedExample(
+            "5 window bound, 30 MB",
+            "30 MB at the window bound above",
+            30_000_000 * BITS_PER_BYTE / window,
+            "s",
+            "46.9",
+        ),
+        WorkedExample(
+            "5 BDP",
+            "20 Mbit/s, R 0.1 s",
+            bdp_bytes(20 * mbit, 0.1) / 1000,
+            "KB",
+            "250",
+        ),
+        WorkedExample(
+            "6 slow-start rounds",
+            "354,640 B, IW 10, MSS 1460",
+            slow_start_rounds(AUDIO_BYTES, MODELS_MSS_BYTES, INITCWND_SEGMENTS),
+            "rounds",
+            "5",
+        ),
+        WorkedExample(
+            "8 Mathis (C = 1)",
+            "MSS 1448, R 0.2 s, p 0.14",
+            mathis / mbit,
+            "Mbit/s",
+            "0.155",
+        ),
+        WorkedExample(
+            "8 Mathis, audio",
+            "354,640 B at the Mathis bound above",
+            AUDIO_BYTES * BITS_PER_BYTE / mathis,
+            "s",
+            "18.3",
+        ),
+        WorkedExample(
+            "9 retransmission, expected",
+            f"{audio_packets} packets, p 0.14, base 0.2385 s, R 0.2 s",
+            retransmission_time_s(voice, 0.2, audio_packets, 0.14),
+            "s",
+            "0.756",
+        ),
+        WorkedExample(
+            "9 retransmission, p99",
+            f"{audio_packets} packets, p 0.14, base 0.2385 s, R 0.2 s",
+            retransmission_time_s(voice, 0.2, audio_packets, 0.14, quantile=0.99),
+            "s",
+            "1.24",
+        ),
+        WorkedExample(
+            "9 retransmission, p99 rounds",
+            f"{audio_packets} packets, p 0.14",
+            retransmission_rounds(audio_packets, 0.14, quantile=0.99),
+            "rounds",
+            "6",
+        ),
+        WorkedExample(
+            "10 FEC repair symbols",
+            f"k {audio_packets}, p 0.14, target 0.999",
+            repair,
+            "symbols",
+            "63",
+        ),
+        WorkedExample(
+            "10 FEC redundancy",
+            f"r / k with k {audio_packets}",
+            100.0 * repair / audio_packets,
+            "%",
+            "25.7",
+        ),
+        WorkedExample(
+            "10 FEC block time",
+            "k + r packets of 1448 B @ 333 Mbit/s, R 0.2 s, Tc 30 ms",
+            fec_block_s,
+            "s",
+            "0.241",
+        ),
+    ]

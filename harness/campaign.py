@@ -1,0 +1,167 @@
+"""A campaign: every shipped experiment (or a chosen few), one after the other.
+
+The campaign keeps an index, ``results/campaign/<UTC stamp>/campaign.json``, written
+atomically after every experiment: which experiment went to which result directory and
+how it ended. ``--resume`` on that directory continues each unfinished experiment in its
+own result directory (no finished run is repeated, none is lost) and starts the ones not
+yet begun. One experiment failing does not stop the others; the campaign's exit status
+says that something failed.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import spec as specmod
+from harness.errors import SpecError
+from harness.record import atomic_write_json, utc_stamp
+
+CAMPAIGN_ORDER = ("connection", "initcwnd", "window", "congestion", "ack", "pacing", "loss")
+"""The order of the shipped experiments: the headline question first."""
+
+INDEX = "campaign.json"
+
+
+def experiment_files(directory: Path, names: Sequence[str] | None = None) -> list[Path]:
+    """The experiment files to run, in campaign order; unknown names are refused."""
+    available = {p.stem: p for p in sorted(Path(directory).glob("*.toml"))}
+    if not available:
+        raise SpecError("experiments", f"no *.toml in {directory}")
+    if names:
+        for name in names:
+            if name not in available:
+                raise SpecError(
+                    "experiments", f"{name!r} is not one of {', '.join(sorted(available))}"
+                )
+        chosen = list(dict.fromkeys(names))
+    else:
+        chosen = [n for n in CAMPAIGN_ORDER if n in available]
+        chosen += [n for n in sorted(available) if n not in chosen]
+    return [available[n] for n in chosen]
+
+
+@dataclass
+class CampaignSummary:
+    index_path: Path
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(e.get("status") == "finished" for e in self.entries)
+
+    def lines(self) -> list[str]:
+        out = []
+        for e in self.entries:
+            extra = f" ({e['error']})" if e.get("error") else ""
+            out.append(
+                f"{e['name']}: {e.get('status')} -> {e.get('result_dir', '-')}, "
+                f"{e.get('runs', 0)} runs, {e.get('invalid', 0)} invalid{extra}"
+            )
+        return out
+
+
+def run_campaign(
+    *,
+    experiments_dir: Path,
+    names: Sequence[str] | None,
+    reps: int | None,
+    quick: bool,
+    backend: str,
+    output: Path,
+    resume: Path | None = None,
+    progress_factory: Callable[[str], Any] | None = None,
+    runner: Callable[..., Any] | None = None,
+    link_name: str | None = None,
+) -> CampaignSummary:
+    """Run the experiments; ``runner`` defaults to :func:`harness.runner.run_experiment`."""
+    if runner is None:
+        from harness.runner import run_experiment as runner
+    if resume is not None:
+        index_path = Path(resume) / INDEX
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise SpecError("resume", f"{index_path}: {err}") from None
+        quick, reps, backend = index["quick"], index["reps"], index["backend"]
+        names = [e["name"] for e in index["entries"]]
+    else:
+        index_path = Path(output) / "campaign" / utc_stamp() / INDEX
+        index = {
+            "started_utc": utc_stamp(),
+            "quick": quick,
+            "reps": reps,
+            "backend": backend,
+            "entries": [],
+        }
+    files = experiment_files(experiments_dir, names)
+    specs = []
+    for path in files:  # validate every file before the first run
+        spec = specmod.load(path)
+        if quick:
+            spec = spec.quick_form()
+        if reps is not None:
+            spec = spec.with_repetitions(reps)
+        specs.append(spec)
+    entries = {e["name"]: e for e in index["entries"]}
+    for spec in specs:
+        entries.setdefault(spec.name, {"name": spec.name, "status": "pending"})
+    index["entries"] = [entries[s.name] for s in specs]
+    atomic_write_json(index_path, index)
+    for spec in specs:
+        entry = entries[spec.name]
+        if entry.get("status") == "finished":
+            continue
+        progress = progress_factory(spec.name) if progress_factory else None
+        try:
+            previous = entry.get("result_dir")
+            result = runner(
+                spec,
+                output=Path(output),
+                backend=backend,
+                resume=Path(previous) if previous and Path(previous).is_dir() else None,
+                progress=_recorder(progress, entry, index, index_path),
+                link_name=link_name,
+            )
+            frame = result.result.frame()
+            entry.update(
+                status="finished",
+                result_dir=str(result.result.path),
+                runs=len(frame),
+                invalid=int((~frame["valid"].fillna(False).astype(bool)).sum()),
+                report=str(result.result.path / "report.md"),
+            )
+        except KeyboardInterrupt:
+            entry["status"] = "interrupted"
+            atomic_write_json(index_path, index)
+            raise
+        except Exception as err:
+            entry.update(status="failed", error=f"{type(err).__name__}: {err}"[:300])
+            entry["traceback"] = traceback.format_exc()[-2000:]
+        finally:
+            if progress is not None and hasattr(progress, "close"):
+                progress.close()
+        atomic_write_json(index_path, index)
+    index["finished_utc"] = utc_stamp()
+    atomic_write_json(index_path, index)
+    return CampaignSummary(index_path=index_path, entries=index["entries"])
+
+
+def _recorder(
+    progress: Any, entry: dict[str, Any], index: dict[str, Any], index_path: Path
+) -> Callable[[str, Any, Any], None]:
+    """Pass progress on, and note the result directory as soon as it exists (for resume)."""
+
+    def hook(what: str, run: Any, data: Any) -> None:
+        if what == "plan" and data and "dir" in data:
+            entry["result_dir"] = data["dir"]
+            entry["status"] = "running"
+            atomic_write_json(index_path, index)
+        if progress is not None:
+            progress(what, run, data)
+
+    return hook

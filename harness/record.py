@@ -1,0 +1,305 @@
+"""The result directory of one experiment, written atomically.
+
+Layout (shared DESIGN.md, issue 5)::
+
+    results/<experiment>/<UTC stamp>/
+        manifest.json          the spec as given and resolved, plan, versions, environment
+        runs.csv, runs.parquet one row per finished run (rebuilt after each run)
+        runs/<run_id>/
+            row.json           the run's row: written last, it marks the run finished
+            events.jsonl       client and server events on one clock
+            inflight.csv       sender samples
+            client.pcap, server.pcap (or packets.pcap)
+            acks.csv           each ACK's arrival at the sender
+            qlog/, keys.log
+        report.md, plots/*.png
+
+Every file is written to a temporary name in its directory, flushed and renamed, so a
+reader (or a killed campaign) never sees half a file. ``runs.csv`` is derived from the
+``row.json`` files, so it can always be rebuilt; a resumed campaign finds its finished runs
+by their ``row.json`` and repeats none of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness.errors import SpecError
+
+SCHEMA_VERSION = 1
+"""Version of the layout and of the row columns; bump it when either changes."""
+
+RUN_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "seq",
+    "block",
+    "position",
+    "level",
+    "rep",
+    "warmup",
+    "protocol",
+    "connection",
+    "workload",
+    "cc",
+    "up_bytes",
+    "down_bytes",
+    "rtt_s",
+    "loss",
+    "up_bps",
+    "down_bps",
+    "handshake_s",
+    "ttfb_s",
+    "total_s",
+    "bound_s",
+    "ratio",
+    "bound_setup_s",
+    "bound_feedback_s",
+    "bound_window_s",
+    "bound_serialisation_s",
+    "bound_propagation_s",
+    "bound_processing_s",
+    "bound_retransmission_s",
+    "bound_expected_s",
+    "processing_s",
+    "retransmits",
+    "acks",
+    "requests",
+    "measured_rtt_s",
+    "realised_loss_up",
+    "realised_loss_down",
+    "lateness_p99_s",
+    "cpu_client",
+    "cpu_server",
+    "cpu_emulator",
+    "steal",
+    "sha256_ok",
+    "valid",
+    "invalid_reason",
+    "started_utc",
+    "wall_s",
+)
+"""Columns of runs.csv, in order. Rows may carry more (appended after these)."""
+
+ROW_FILE = "row.json"
+MANIFEST = "manifest.json"
+
+
+def utc_stamp(now: datetime | None = None) -> str:
+    """``20261202T154137Z``: sortable, no characters a shell or a file system minds."""
+    now = now or datetime.now(UTC)
+    return now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinities are not JSON: store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def atomic_write_json(path: Path, data: Any) -> None:
+    atomic_write_text(
+        path, json.dumps(_clean(data), indent=2, sort_keys=False, default=_json_default) + "\n"
+    )
+
+
+def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
+    """CSV or parquet by the suffix, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        if path.suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@dataclass
+class ResultDir:
+    """One experiment's result directory."""
+
+    path: Path
+
+    @classmethod
+    def create(cls, root: Path, experiment: str, stamp: str | None = None) -> ResultDir:
+        stamp = stamp or utc_stamp()
+        path = Path(root) / experiment / stamp
+        suffix = 1
+        while path.exists():  # two runs in one second: never share a directory
+            suffix += 1
+            path = Path(root) / experiment / f"{stamp}-{suffix}"
+        (path / "runs").mkdir(parents=True)
+        return cls(path)
+
+    @classmethod
+    def open(cls, path: Path) -> ResultDir:
+        path = Path(path)
+        if not (path / MANIFEST).is_file():
+            raise SpecError("resume", f"{path} has no {MANIFEST}: not a result directory")
+        return cls(path)
+
+    # --- manifest -----------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / MANIFEST
+
+    def write_manifest(self, manifest: Mapping[str, Any]) -> None:
+        atomic_write_json(self.manifest_path, {"schema_version": SCHEMA_VERSION, **manifest})
+
+    def read_manifest(self) -> dict[str, Any]:
+        try:
+            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise SpecError("manifest", f"{self.manifest_path}: {err}") from None
+
+    def update_manifest(self, **changes: Any) -> None:
+        manifest = self.read_manifest()
+        manifest.update(changes)
+        atomic_write_json(self.manifest_path, manifest)
+
+    # --- runs ---------------------------------------------------------------------------
+
+    def run_dir(self, run_id: str) -> Path:
+        if "/" in run_id or run_id.startswith("."):
+            raise SpecError("run_id", f"{run_id!r} is not a plain name")
+        return self.path / "runs" / run_id
+
+    def fresh_run_dir(self, run_id: str) -> Path:
+        """An empty directory for a run; leftovers of an unfinished attempt are removed."""
+        path = self.run_dir(run_id)
+        if (path / ROW_FILE).exists():
+            raise SpecError("run_id", f"{run_id} already finished; it is never run twice")
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        return path
+
+    def finished(self) -> set[str]:
+        runs = self.path / "runs"
+        if not runs.is_dir():
+            return set()
+        return {p.name for p in runs.iterdir() if (p / ROW_FILE).is_file()}
+
+    def save_row(self, row: Mapping[str, Any]) -> None:
+        """Mark a run finished with its row, then rebuild the tables."""
+        run_id = str(row["run_id"])
+        atomic_write_json(self.run_dir(run_id) / ROW_FILE, dict(row))
+        self.write_tables()
+
+    def rows(self) -> list[dict[str, Any]]:
+        out = []
+        for run_id in sorted(self.finished()):
+            with open(self.run_dir(run_id) / ROW_FILE, encoding="utf-8") as handle:
+                out.append(json.load(handle))
+        out.sort(key=lambda r: (r.get("seq", 0), r["run_id"]))
+        return out
+
+    def frame(self) -> pd.DataFrame:
+        return rows_frame(self.rows())
+
+    def write_tables(self) -> pd.DataFrame:
+        frame = self.frame()
+        atomic_write_frame(self.path / "runs.csv", frame)
+        atomic_write_frame(self.path / "runs.parquet", frame)
+        return frame
+
+    @property
+    def plots_dir(self) -> Path:
+        return self.path / "plots"
+
+
+def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
+    """Rows -> a frame with :data:`RUN_COLUMNS` first (missing ones as empty)."""
+    frame = pd.DataFrame(list(rows))
+    for column in RUN_COLUMNS:
+        if column not in frame.columns:
+            frame[column] = pd.NA
+    extra = [c for c in frame.columns if c not in RUN_COLUMNS]
+    frame = frame[[*RUN_COLUMNS, *extra]]
+    # parquet needs one type per column: anything that is not numeric or bool becomes text
+    for column in frame.columns:
+        if frame[column].dtype == object:
+            values = frame[column].dropna()
+            if not values.map(lambda v: isinstance(v, (bool, int, float))).all():
+                frame[column] = frame[column].map(
+                    lambda v: None if v is None or v is pd.NA else str(v)
+                )
+    return frame
+
+
+def write_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
+    text = "".join(json.dumps(_clean(dict(r)), default=_json_default) + "\n" for r in records)
+    atomic_write_text(path, text)
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file; a torn last line (a killed writer) is skipped, others fail."""
+    out = []
+    if not path.exists():
+        return out
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if index == len(lines) - 1:
+                continue
+            raise SpecError(f"{path.name}:{index + 1}", "not a JSON line") from None
+    return out

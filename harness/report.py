@@ -1,0 +1,451 @@
+"""``report.md`` and PNG plots of one result directory (matplotlib, Agg backend).
+
+Plots (``plots/``):
+- ``levels.png``: every valid measured run per level (strip over a box), the level's bound
+  drawn as a red bar, invalid runs as grey crosses.
+- ``timeline.png``: the median run of each level: set-up, request sent, waiting for the
+  first response byte, response, against the bound.
+- ``inflight.png``: bytes in flight over time in the median run of each level.
+- ``acks.png``: ACK arrival at the sender (acknowledged byte or packet number vs time).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from harness import analysis
+from harness.record import ResultDir, atomic_write_text
+
+PLOT_DPI = 110
+
+
+def _ms(seconds: float) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    return f"{seconds * 1e3:.1f}"
+
+
+def _ratio(value: float) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:.3f}"
+
+
+def _levels_and_baselines(manifest: dict[str, Any], frame: pd.DataFrame) -> dict[str, str]:
+    levels = manifest.get("resolved", {}).get("levels")
+    if levels:
+        names = {lv["name"] for lv in levels}
+        return {
+            lv["name"]: (lv.get("baseline") if lv.get("baseline") in names else levels[0]["name"])
+            for lv in levels
+        }
+    names = list(dict.fromkeys(frame["level"])) if not frame.empty else []
+    return {name: names[0] for name in names}
+
+
+def _save(fig: plt.Figure, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=PLOT_DPI, bbox_inches="tight")
+    plt.close(fig)
+    tmp.replace(path)
+
+
+def plot_levels(frame: pd.DataFrame, levels: Sequence[str], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(max(4.0, 1.4 * len(levels) + 2), 4.0))
+    measured = frame[~frame["warmup"].fillna(False).astype(bool)] if not frame.empty else frame
+    good = analysis.analysable(frame)
+    data = [pd.to_numeric(good[good["level"] == lv]["total_s"]).dropna() * 1e3 for lv in levels]
+    if any(len(d) for d in data):
+        ax.boxplot(
+            [d.tolist() if len(d) else [math.nan] for d in data],
+            positions=range(len(levels)),
+            widths=0.5,
+            showfliers=False,
+        )
+    for i, (lv, d) in enumerate(zip(levels, data, strict=True)):
+        jitter = [(k % 7 - 3) * 0.03 for k in range(len(d))]
+        ax.scatter([i + j for j in jitter], d, s=14, alpha=0.7, zorder=3)
+        runs = good[good["level"] == lv]
+        bound = pd.to_numeric(runs["bound_s"]).median() if len(runs) else math.nan
+        if math.isfinite(bound):
+            ax.hlines(bound * 1e3, i - 0.35, i + 0.35, colors="red", linewidth=2, zorder=4)
+        bad = measured[(measured["level"] == lv) & ~measured["valid"].fillna(False).astype(bool)]
+        bad_totals = pd.to_numeric(bad["total_s"], errors="coerce").dropna() * 1e3
+        if len(bad_totals):
+            ax.scatter([i] * len(bad_totals), bad_totals, marker="x", color="grey", zorder=3)
+    ax.set_xticks(range(len(levels)), levels, rotation=20)
+    ax.set_ylabel("request time (ms)")
+    ax.set_title("Request time per level (red: bound; x: invalid runs)")
+    ax.grid(axis="y", alpha=0.3)
+    _save(fig, path)
+
+
+TIMELINE_PHASES = (
+    ("set-up", "t_connect_s", "t_handshake_s", "tab:orange"),
+    ("request written", "t_request_first_s", "t_request_last_s", "tab:blue"),
+    ("waiting", "t_request_last_s", "t_response_first_s", "tab:grey"),
+    ("response", "t_response_first_s", "t_response_last_s", "tab:green"),
+)
+"""Phases of the timeline plot: (label, start column, end column, colour); times are
+relative to the request's start."""
+
+
+def plot_timeline(frame: pd.DataFrame, levels: Sequence[str], path: Path) -> None:
+    fig, ax = plt.subplots(figsize=(8.0, 0.6 * len(levels) + 1.5))
+    labelled: set[str] = set()
+    for i, lv in enumerate(levels):
+        run = analysis.median_run(frame, lv)
+        if run is None:
+            continue
+        for label, start, end, colour in TIMELINE_PHASES:
+            t0 = pd.to_numeric(pd.Series([run.get(start)]), errors="coerce").iloc[0]
+            t1 = pd.to_numeric(pd.Series([run.get(end)]), errors="coerce").iloc[0]
+            if pd.isna(t0) or pd.isna(t1) or t1 < t0:
+                continue
+            ax.barh(
+                i,
+                (t1 - t0) * 1e3,
+                left=t0 * 1e3,
+                height=0.5,
+                color=colour,
+                label=None if label in labelled else label,
+            )
+            labelled.add(label)
+        bound = pd.to_numeric(pd.Series([run.get("bound_s")]), errors="coerce").iloc[0]
+        if not pd.isna(bound):
+            ax.vlines(bound * 1e3, i - 0.35, i + 0.35, colors="red", linewidth=2)
+    ax.set_yticks(range(len(levels)), levels)
+    ax.invert_yaxis()
+    ax.set_xlabel("time since the request started (ms); red: bound")
+    ax.set_title("Median run per level")
+    if labelled:
+        ax.legend(loc="lower right", fontsize="small")
+    ax.grid(axis="x", alpha=0.3)
+    _save(fig, path)
+
+
+PLOT_MARGIN_S = 0.05
+"""Series plots show the measured request only: from its start to this long after its end
+(warm-up requests and other connections fall outside)."""
+
+
+def _series_plot(
+    result: ResultDir,
+    frame: pd.DataFrame,
+    levels: Sequence[str],
+    path: Path,
+    *,
+    filename: str,
+    x: str,
+    y: str,
+    ylabel: str,
+    title: str,
+    step: bool,
+    by_kind: dict[str, str] | None = None,
+    relative: bool = False,
+) -> bool:
+    """One line per level (its median run) of ``filename``'s ``y`` against ``x``.
+
+    ``by_kind`` draws one panel per value of the file's ``kind`` column with its own y
+    label (TCP bytes and QUIC packet numbers do not share an axis); ``relative`` shifts
+    each line so that it starts at 0 at the request's start.
+    """
+    kinds = list(by_kind) if by_kind else [None]
+    fig, axes = plt.subplots(len(kinds), 1, figsize=(8.0, 3.2 * len(kinds) + 0.8), squeeze=False)
+    drawn_kinds: set[str | None] = set()
+    for lv in levels:
+        run = analysis.median_run(frame, lv)
+        if run is None:
+            continue
+        csv = result.run_dir(str(run["run_id"])) / filename
+        if not csv.is_file():
+            continue
+        try:
+            data = pd.read_csv(csv)
+        except (pd.errors.EmptyDataError, pd.errors.ParserError):
+            continue
+        if data.empty or x not in data.columns or y not in data.columns:
+            continue
+        total = pd.to_numeric(pd.Series([run.get("total_s")]), errors="coerce").iloc[0]
+        xs_all = pd.to_numeric(data[x], errors="coerce")
+        keep = xs_all >= 0.0
+        if not pd.isna(total):
+            keep &= xs_all <= total + PLOT_MARGIN_S
+        data = data[keep]
+        for ax, kind in zip(axes[:, 0], kinds, strict=True):
+            part = (
+                data if kind is None or "kind" not in data.columns else data[data["kind"] == kind]
+            )
+            if part.empty:
+                continue
+            xs = pd.to_numeric(part[x], errors="coerce") * 1e3
+            ys = pd.to_numeric(part[y], errors="coerce")
+            if relative:
+                ys = ys - ys.iloc[0]
+            if step:
+                ax.step(xs, ys, where="post", label=lv)
+            else:
+                ax.plot(xs, ys, ".", markersize=3, label=lv)
+            drawn_kinds.add(kind)
+    for ax, kind in zip(axes[:, 0], kinds, strict=True):
+        ax.set_xlabel("time since the request started (ms)")
+        ax.set_ylabel(by_kind[kind] if by_kind and kind else ylabel)
+        ax.grid(alpha=0.3)
+        if kind in drawn_kinds:
+            ax.legend(fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
+    axes[0, 0].set_title(title)
+    _save(fig, path)
+    return bool(drawn_kinds)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _loss_bounds(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
+    """The loss bounds next to the measurement, when some level has loss."""
+    lossy = [s for s in summaries if math.isfinite(s.mathis_s)]
+    if not lossy:
+        return []
+    return [
+        "With loss: the loss-free bound, the bound plus the expected rounds of ideal "
+        "selective retransmission (MODELS.md section 9), and the time at the Mathis rate "
+        "(section 8, C = 1), in ms.",
+        "",
+        _table(
+            ["level", "median", "loss-free bound", "with retransmission rounds", "Mathis"],
+            [
+                [s.level, _ms(s.median_s), _ms(s.bound_s), _ms(s.expected_s), _ms(s.mathis_s)]
+                for s in summaries
+            ],
+        ),
+        "",
+    ]
+
+
+def answer_text(
+    summaries: Sequence[analysis.LevelSummary], effects: Sequence[analysis.Effect]
+) -> str:
+    """A plain-language answer from the numbers (what a reader wants first)."""
+    rows = [s for s in summaries if math.isfinite(s.median_s)]
+    if not rows:
+        return "No valid measured run: no answer (see the validity section)."
+    fastest = min(rows, key=lambda s: s.median_s)
+    slowest = max(rows, key=lambda s: s.median_s)
+    parts = [
+        f"Fastest level: **{fastest.level}**, median {_ms(fastest.median_s)} ms "
+        f"({_ratio(fastest.median_ratio)} x its bound of {_ms(fastest.bound_s)} ms). "
+        f"Slowest: **{slowest.level}**, median {_ms(slowest.median_s)} ms "
+        f"({_ratio(slowest.median_ratio)} x its bound of {_ms(slowest.bound_s)} ms)."
+    ]
+    for s in rows:
+        if s.gap_part != "none":
+            parts.append(f"{s.level}: {_ms(s.gap_s)} ms above its bound, mostly in {s.gap_part}.")
+    for e in effects:
+        if not math.isfinite(e.arm_s):
+            continue
+        sign = "slower" if e.arm_s > 0 else "faster"
+        text = (
+            f"{e.level} vs {e.baseline}: {_ms(abs(e.arm_s))} ms {sign} "
+            f"(95 % CI {_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)} ms)"
+        )
+        if math.isfinite(e.order_s):
+            text += f"; order effect (second minus first) {_ms(e.order_s)} ms"
+        parts.append(text + ".")
+    return "\n".join(f"- {p}" for p in parts)
+
+
+def build_report(path: Path) -> Path:
+    """Write ``report.md`` and ``plots/*.png`` for the result directory at ``path``."""
+    result = ResultDir.open(path)
+    manifest = result.read_manifest()
+    frame = result.frame()
+    baselines = _levels_and_baselines(manifest, frame)
+    levels = list(baselines)
+    seed = int(manifest.get("resolved", {}).get("seed", 0) or 0)
+    summaries = analysis.level_summary(frame, levels, seed=seed)
+    effects = analysis.effects(frame, baselines, seed=seed)
+    position = analysis.position_effect(frame)
+    plots = result.plots_dir
+    plot_levels(frame, levels, plots / "levels.png")
+    plot_timeline(frame, levels, plots / "timeline.png")
+    _series_plot(
+        result,
+        frame,
+        levels,
+        plots / "inflight.png",
+        filename="inflight.csv",
+        x="t_s",
+        y="inflight_bytes",
+        ylabel="bytes in flight (sender)",
+        title="Bytes in flight, median run per level",
+        step=True,
+    )
+    _series_plot(
+        result,
+        frame,
+        levels,
+        plots / "acks.png",
+        filename="acks.csv",
+        x="t_s",
+        y="acked",
+        ylabel="acknowledged",
+        title="ACK arrivals at the sender, median run per level",
+        step=False,
+        by_kind={
+            "tcp": "TCP: bytes acknowledged since the request start",
+            "quic": "QUIC: largest acked packet (since start)",
+        },
+        relative=True,
+    )
+    resolved = manifest.get("resolved", {})
+    env = manifest.get("environment", {})
+    lines = [
+        f"# Experiment `{resolved.get('name', path.name)}`",
+        "",
+        f"**Question.** {resolved.get('question', '')}",
+        "",
+        "## Answer",
+        "",
+        answer_text(summaries, effects),
+        "",
+        "## Per level",
+        "",
+        "Times in ms: median of the valid measured runs with its bootstrap 95 % interval, "
+        "p95, the analytic bound for the same parameters (harness.bounds.request_time), the "
+        "median ratio measured/bound, and where the gap falls.",
+        "",
+        _table(
+            [
+                "level",
+                "runs",
+                "valid",
+                "median",
+                "95 % CI",
+                "p95",
+                "bound",
+                "ratio",
+                "handshake",
+                "TTFB",
+                "gap",
+                "gap in",
+                "retx",
+            ],
+            [
+                [
+                    s.level,
+                    str(s.runs),
+                    str(s.valid),
+                    _ms(s.median_s),
+                    f"{_ms(s.ci_low_s)} to {_ms(s.ci_high_s)}",
+                    _ms(s.p95_s),
+                    _ms(s.bound_s),
+                    _ratio(s.median_ratio),
+                    _ms(s.handshake_s),
+                    _ms(s.ttfb_s),
+                    _ms(s.gap_s),
+                    s.gap_part,
+                    "–" if not math.isfinite(s.retransmits) else f"{s.retransmits:g}",
+                ]
+                for s in summaries
+            ],
+        ),
+        "",
+        "Gap split (ms, measured minus bound part): set-up / processing / transfer",
+        "",
+        _table(
+            ["level", "set-up", "processing", "transfer"],
+            [
+                [s.level, _ms(s.gap_setup_s), _ms(s.gap_processing_s), _ms(s.gap_transfer_s)]
+                for s in summaries
+            ],
+        ),
+        "",
+        *_loss_bounds(summaries),
+        "## Arm effect next to the order effect",
+        "",
+        "Arm: median of the level minus median of its baseline, with a bootstrap 95 % "
+        "interval. Order: the second-position minus first-position effect estimated from the "
+        "counterbalanced blocks (– when every block had the same order).",
+        "",
+        _table(
+            ["level", "baseline", "pairs", "arm", "95 % CI", "paired arm", "order"],
+            [
+                [
+                    e.level,
+                    e.baseline,
+                    str(e.pairs),
+                    _ms(e.arm_s),
+                    f"{_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)}",
+                    _ms(e.paired_arm_s),
+                    _ms(e.order_s),
+                ]
+                for e in effects
+            ],
+        ),
+        "",
+        "Median deviation from the level's median by position in the block (all levels):",
+        "",
+        _table(
+            ["position", "runs", "deviation"],
+            [
+                [str(int(r.position)), str(int(r.runs)), _ms(r.median_deviation_s)]
+                for r in position.itertuples()
+            ],
+        ),
+        "",
+        "## Validity",
+        "",
+    ]
+    invalid = [s for s in summaries if s.invalid_reasons]
+    if invalid:
+        lines += [f"- {s.level}: {s.invalid_reasons}" for s in invalid]
+    else:
+        lines.append("- Every measured run is valid.")
+    lines += [
+        "",
+        "Invalid runs are kept in runs.csv with their reason and left out of the statistics.",
+        "",
+        "## Plots",
+        "",
+        "![request time per level](plots/levels.png)",
+        "",
+        "![timeline of the median run per level](plots/timeline.png)",
+        "",
+        "![bytes in flight](plots/inflight.png)",
+        "",
+        "![ACK arrivals](plots/acks.png)",
+        "",
+        "## How it was run",
+        "",
+        f"- Plan: {resolved.get('order', '?')} order, counterbalance "
+        f"{resolved.get('counterbalance', '?')}, seed {resolved.get('seed', '?')}, "
+        f"{resolved.get('repetitions', '?')} repetitions, "
+        f"{resolved.get('warmup_runs', 0)} warm-up blocks.",
+        f"- Backend: {env.get('backend', '?')}; kernel {env.get('kernel', '?')}; "
+        f"testbed {manifest.get('versions', {}).get('testbed', '?')}.",
+        f"- Fixed link: `{resolved.get('fixed', {}).get('link', '?')}`.",
+    ]
+    for lv in resolved.get("levels", []):
+        lines.append(
+            f"- Level `{lv['name']}`: {lv.get('overrides', {})}; "
+            f"link `{lv.get('link_resolved', '')}`."
+        )
+    lines += ["", "Full details: manifest.json; every run: runs.csv, runs/<run_id>/.", ""]
+    report = result.path / "report.md"
+    atomic_write_text(report, "\n".join(lines))
+    return report

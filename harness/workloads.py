@@ -1,0 +1,144 @@
+"""The fixed, deterministic, checksummed workloads (DESIGN.md "Workloads").
+
+Every byte is a pure function of the workload's name: SHAKE-256 (FIPS 202) of a fixed label,
+so the files are the same on every machine and Python version without being committed. They
+are generated at first use into a cache directory (``$TESTBED_CACHE`` or
+``~/.cache/testbed/workloads``), written atomically, and their SHA-256 is computed from the
+bytes, never typed in.
+
+- ``audio``: 354,640 bytes of 16-bit little-endian mono PCM (ASR upload, TTS download).
+- ``image``: 30,000,000 bytes (retouch upload).
+- ``retouched``: 5,000,000 bytes (retouch response).
+- stream chunks: chunk ``i`` of ``GET /stream`` is 960 bytes (20 ms of 24 kHz mono 16-bit).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from harness.errors import SpecError
+
+AUDIO_SIZE_BYTES = 354_640
+"""The seed's ASR upload: 177,320 samples of 16-bit mono PCM."""
+IMAGE_SIZE_BYTES = 30_000_000
+RETOUCHED_SIZE_BYTES = 5_000_000
+STREAM_SAMPLE_RATE_HZ = 24_000
+STREAM_CHUNK_DURATION_S = 0.020
+STREAM_BYTES_PER_SAMPLE = 2
+STREAM_CHUNK_BYTES = int(STREAM_SAMPLE_RATE_HZ * STREAM_CHUNK_DURATION_S) * STREAM_BYTES_PER_SAMPLE
+"""960 bytes: 20 ms of 24 kHz mono 16-bit PCM."""
+STREAM_CHUNK_PROCESSING_S = 0.012
+"""Server "processing" per streamed chunk (DESIGN.md)."""
+
+CACHE_ENV = "TESTBED_CACHE"
+_LABEL_PREFIX = b"transport-testbed workload v1:"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One fixed payload: its name, exact size and generating label."""
+
+    name: str
+    size_bytes: int
+    description: str
+
+    @property
+    def label(self) -> bytes:
+        return _LABEL_PREFIX + self.name.encode()
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("audio", AUDIO_SIZE_BYTES, "16-bit mono PCM, ASR upload / TTS download"),
+        Workload("image", IMAGE_SIZE_BYTES, "image upload of POST /retouch"),
+        Workload("retouched", RETOUCHED_SIZE_BYTES, "response of POST /retouch"),
+    )
+}
+
+
+def cache_dir() -> Path:
+    """Where generated workloads live: ``$TESTBED_CACHE`` or ``~/.cache/testbed/workloads``."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env)
+    return Path.home() / ".cache" / "testbed" / "workloads"
+
+
+def get_workload(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise SpecError(
+            "workload", f"unknown workload {name!r} (known: {', '.join(WORKLOADS)})"
+        ) from None
+
+
+def generate_bytes(name: str) -> bytes:
+    """The workload's bytes, computed (not read): SHAKE-256 of its label, cut to size."""
+    workload = get_workload(name)
+    return hashlib.shake_256(workload.label).digest(workload.size_bytes)
+
+
+def workload_path(name: str) -> Path:
+    """Path of the workload file, generating it atomically on first use."""
+    workload = get_workload(name)
+    path = cache_dir() / f"{workload.name}.bin"
+    if path.exists() and path.stat().st_size == workload.size_bytes:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = generate_bytes(name)
+    fd, tmp = tempfile.mkstemp(prefix=f".{workload.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+@cache
+def workload_bytes(name: str) -> bytes:
+    """The workload's bytes, read from the cache file and checked against a fresh generation
+    once per process (a corrupted cache file is regenerated, never served)."""
+    workload = get_workload(name)
+    path = workload_path(name)
+    data = path.read_bytes()
+    expected = generate_bytes(name)
+    if data != expected:
+        path.unlink(missing_ok=True)
+        workload_path(name)
+        data = expected
+    if len(data) != workload.size_bytes:
+        raise SpecError(
+            "workload", f"{name}: generated {len(data)} bytes, not {workload.size_bytes}"
+        )
+    return data
+
+
+@cache
+def workload_sha256(name: str) -> str:
+    """Hex SHA-256 of the workload, computed from its bytes."""
+    return hashlib.sha256(workload_bytes(name)).hexdigest()
+
+
+def stream_chunk(index: int) -> bytes:
+    """Chunk ``index`` (0-based) of ``GET /stream``: 960 bytes of 16-bit PCM."""
+    if index < 0:
+        raise SpecError("chunk", f"index must be >= 0, got {index}")
+    return hashlib.shake_256(_LABEL_PREFIX + b"stream:%d" % index).digest(STREAM_CHUNK_BYTES)
+
+
+def stream_sha256(chunks: int) -> str:
+    """SHA-256 of the concatenation of chunks ``0 .. chunks-1``: a whole stream's checksum."""
+    digest = hashlib.sha256()
+    for index in range(chunks):
+        digest.update(stream_chunk(index))
+    return digest.hexdigest()

@@ -1,0 +1,178 @@
+"""Link backends: one interface, chosen by name through a registry (as aioquic picks its
+congestion control).
+
+``netem``      the kernel's netem qdisc on a router namespace's egress (netem/backends/kernel.py)
+``userspace``  a Mahimahi-style TUN emulator process (netem/backends/userspace.py)
+
+:func:`choose` maps ``auto`` to ``netem`` where the kernel has the qdisc (probed by adding one
+in a throwaway namespace) and to ``userspace`` where it does not. A backend works on a
+:class:`LinkState`, the record that :mod:`netem.link` keeps in ``/run/testbed/links/NAME.json``,
+so that a link made by one process (``testbed link up``) can be driven and torn down by
+another.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.errors import SpecError
+from netem.linkspec import LinkSpec
+from netem.stats import LinkStats
+
+STATE_SCHEMA_VERSION = 1
+"""Version of the link state file's layout."""
+
+BACKEND_ENV = "TESTBED_BACKEND"
+"""Environment variable that restricts tests (and ``auto``) to one backend, e.g. in the VM."""
+
+
+@dataclass
+class LinkState:
+    """Everything needed to drive and remove a link, from any process."""
+
+    name: str
+    backend: str
+    spec: LinkSpec
+    client_ns: str
+    server_ns: str
+    router_ns: str | None
+    client_addr: str
+    server_addr: str
+    created_at: str
+    """UTC time of link up, ISO 8601."""
+    owner_pid: int
+    """The process that ran link up."""
+    emulator_pid: int | None = None
+    """The userspace emulator's pid (None on the kernel backend)."""
+    emulator_start_ticks: int | None = None
+    """Its start time (/proc/PID/stat field 22): guards against a recycled pid."""
+    control_path: str | None = None
+    """The emulator's control socket."""
+    log_path: str | None = None
+    """The emulator's log."""
+    slow_start_after_idle: bool | None = None
+    sysctls: dict[str, dict[str, str]] = field(default_factory=dict)
+    """Per role, the sysctls in force after link up (read back)."""
+    warnings: list[str] = field(default_factory=list)
+    """What could not be set as asked (e.g. a read-only net.core sysctl)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Backend-private data (the kernel backend's qdisc plan and stats carried over)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["spec"] = self.spec.to_dict()
+        data["spec_text"] = str(self.spec)
+        data["schema"] = STATE_SCHEMA_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LinkState:
+        if data.get("schema") != STATE_SCHEMA_VERSION:
+            raise SpecError(
+                "state", f"schema {data.get('schema')!r}, expected {STATE_SCHEMA_VERSION}"
+            )
+        values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        values["spec"] = LinkSpec.from_dict(data["spec"])
+        return cls(**values)
+
+
+class Backend(ABC):
+    """What a link backend does. Every method takes the link's :class:`LinkState`."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    @abstractmethod
+    def probe(cls) -> tuple[bool, str]:
+        """Whether this host can run the backend, and a one-line reason."""
+
+    @abstractmethod
+    def up(self, state: LinkState) -> None:
+        """Build the path (namespaces, devices, shaping) for ``state``; fill its fields.
+
+        On failure it raises and leaves partial state for :meth:`down` (the caller calls it).
+        """
+
+    @abstractmethod
+    def down(self, state: LinkState) -> None:
+        """Remove everything of the link. Idempotent; never raises for what is already gone."""
+
+    @abstractmethod
+    def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
+        """Change the emulated path in place (between runs); updates ``state.spec``."""
+
+    @abstractmethod
+    def stats(self, state: LinkState) -> LinkStats:
+        """Cumulative counters since link up."""
+
+    @abstractmethod
+    def capture(self, state: LinkState, directory: Path) -> AbstractContextManager[None]:
+        """Write ``directory/client.pcap`` and ``directory/server.pcap`` while in the block."""
+
+    def describe(self, state: LinkState) -> dict[str, Any]:
+        """Backend-specific facts for ``link show`` (qdiscs, emulator...)."""
+        return {}
+
+
+_REGISTRY: dict[str, Callable[[], Backend]] = {}
+
+
+def register_backend(name: str, factory: Callable[[], Backend]) -> None:
+    _REGISTRY[name] = factory
+
+
+def _load() -> None:
+    # importing the modules registers them
+    from netem.backends import kernel, userspace  # noqa: F401
+
+
+def backend_names() -> list[str]:
+    _load()
+    return sorted(_REGISTRY)
+
+
+BACKEND_CHOICES = ("auto", "netem", "userspace")
+
+
+def get(name: str) -> Backend:
+    """The backend called ``name`` (not ``auto``: see :func:`choose`)."""
+    _load()
+    factory = _REGISTRY.get(name)
+    if factory is None:
+        raise SpecError("backend", f"{name!r}: unknown (known: {', '.join(BACKEND_CHOICES)})")
+    return factory()
+
+
+def probe(name: str) -> tuple[bool, str]:
+    return type(get(name)).probe()
+
+
+def choose(name: str = "auto") -> str:
+    """Resolve ``auto`` to ``netem`` if the kernel has it, else ``userspace``; check others.
+
+    ``TESTBED_BACKEND`` (when set) is what ``auto`` means.
+    """
+    if name not in BACKEND_CHOICES:
+        raise SpecError("backend", f"{name!r}: must be one of {', '.join(BACKEND_CHOICES)}")
+    if name == "auto":
+        forced = os.environ.get(BACKEND_ENV, "").strip()
+        if forced:
+            if forced not in ("netem", "userspace"):
+                raise SpecError(BACKEND_ENV, f"{forced!r}: must be netem or userspace")
+            return forced
+        ok, _ = probe("netem")
+        return "netem" if ok else "userspace"
+    return name
+
+
+def iter_available() -> Iterator[tuple[str, bool, str]]:
+    """(name, usable, reason) of every backend."""
+    for name in backend_names():
+        ok, reason = probe(name)
+        yield name, ok, reason

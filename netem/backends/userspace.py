@@ -1,0 +1,248 @@
+"""The userspace backend: persistent TUN devices in the client and server namespaces, and the
+emulator process (``python -m netem.emulator``, see its module docstring for the contract)
+moving packets between them.
+
+The emulator runs as a daemon: its own session (so Ctrl-C at a terminal and the exit of
+``testbed link up`` leave it alone), stdin from /dev/null, stdout and stderr appended to
+``/run/testbed/links/NAME.log``. Link up waits for the line ``ready`` on a pipe
+(``--ready-fd``); EOF without it means the emulator failed, and the log's last line says why.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harness.errors import SpecError
+from netem import names, topology
+from netem.backends import Backend, LinkState, register_backend
+from netem.emulator.control import ControlError, EmulatorClient
+from netem.linkspec import LinkSpec
+from netem.stats import LinkStats
+
+READY_TIMEOUT_S = 90.0
+"""How long the emulator may take to attach and answer (the VM guest runs Python ~17x slower:
+the import alone takes seconds there)."""
+
+STOP_TIMEOUT_S = 10.0
+"""How long a clean shutdown may take (it writes a running capture) before SIGKILL."""
+
+CONTROL_TIMEOUT_S = 30.0
+
+
+def links_dir() -> Path:
+    return names.STATE_DIR / "links"
+
+
+def control_path(link: str) -> Path:
+    return links_dir() / f"{names.check_link_name(link)}.sock"
+
+
+def pid_path(link: str) -> Path:
+    return links_dir() / f"{names.check_link_name(link)}.pid"
+
+
+def log_path(link: str) -> Path:
+    return links_dir() / f"{names.check_link_name(link)}.log"
+
+
+def emulator_argv(state: LinkState, *, ready_fd: int | None = None) -> list[str]:
+    """The emulator's command line (the contract in netem/emulator/__main__.py)."""
+    import json
+
+    argv = [
+        sys.executable,
+        "-m",
+        "netem.emulator",
+        "--name",
+        state.name,
+        "--client-ns",
+        state.client_ns,
+        "--server-ns",
+        state.server_ns,
+        "--device",
+        names.DEVICE_IN_NS,
+        "--spec-json",
+        json.dumps(state.spec.to_dict(), separators=(",", ":")),
+        "--control",
+        str(control_path(state.name)),
+        "--pid-file",
+        str(pid_path(state.name)),
+    ]
+    if ready_fd is not None:
+        argv += ["--ready-fd", str(ready_fd)]
+    return argv
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Field 22 of /proc/PID/stat (start time in clock ticks), None if there is no such pid."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return int(text.rpartition(")")[2].split()[19])
+
+
+def process_alive(pid: int, start_ticks: int | None = None) -> bool:
+    """True if ``pid`` runs (not a zombie) and, when given, started at ``start_ticks``."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap it if it is our child and has exited
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    after = text.rpartition(")")[2].split()
+    if after[0] in ("Z", "X"):
+        return False
+    return start_ticks is None or int(after[19]) == start_ticks
+
+
+def wait_gone(pid: int, start_ticks: int | None, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while process_alive(pid, start_ticks):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def stop_process(pid: int, start_ticks: int | None, *, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM, then SIGKILL if it has not exited in ``timeout_s``; reaps our children."""
+    if not process_alive(pid, start_ticks):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if wait_gone(pid, start_ticks, timeout_s):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    wait_gone(pid, start_ticks, timeout_s)
+
+
+def _log_tail(path: Path, lines: int = 5) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return "(no log)"
+    return " | ".join(text[-lines:]) or "(empty log)"
+
+
+class UserspaceBackend(Backend):
+    name = "userspace"
+
+    @classmethod
+    def probe(cls) -> tuple[bool, str]:
+        if os.geteuid() != 0:
+            return False, "not root: TUN devices and namespaces need CAP_NET_ADMIN"
+        if not os.path.exists(topology.TUN_DEVICE_PATH):
+            return False, f"{topology.TUN_DEVICE_PATH} missing (modprobe tun)"
+        return True, "TUN emulator (python -m netem.emulator)"
+
+    def up(self, state: LinkState) -> None:
+        topology.build_tun_path(state.name, mtu_bytes=state.spec.mtu_bytes)
+        links_dir().mkdir(parents=True, exist_ok=True)
+        log = log_path(state.name)
+        state.log_path = str(log)
+        state.control_path = str(control_path(state.name))
+        read_end, write_end = os.pipe()
+        try:
+            with open(log, "ab") as log_file:
+                log_file.write(f"--- link up {state.name} at {state.created_at}\n".encode())
+                log_file.flush()
+                proc = subprocess.Popen(
+                    emulator_argv(state, ready_fd=write_end),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=log_file,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                    close_fds=True,
+                )
+            os.close(write_end)
+            write_end = -1
+            state.emulator_pid = proc.pid
+            state.emulator_start_ticks = process_start_ticks(proc.pid)
+            self._wait_ready(read_end, proc, log)
+        finally:
+            os.close(read_end)
+            if write_end >= 0:
+                os.close(write_end)
+
+    @staticmethod
+    def _wait_ready(read_end: int, proc: subprocess.Popen, log: Path) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        seen = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(read_end, 64)
+            if not chunk:  # EOF: the emulator exited (or closed the pipe) without "ready"
+                proc.poll()
+                raise RuntimeError(
+                    f"emulator exited ({proc.returncode}) before it was ready: {_log_tail(log)}"
+                )
+            seen += chunk
+            if b"ready" in seen:
+                return
+        raise RuntimeError(f"emulator not ready after {READY_TIMEOUT_S:g} s: {_log_tail(log)}")
+
+    def client(self, state: LinkState) -> EmulatorClient:
+        if state.control_path is None:
+            raise SpecError("link", f"{state.name} has no emulator control socket")
+        return EmulatorClient(state.control_path, timeout_s=CONTROL_TIMEOUT_S)
+
+    def down(self, state: LinkState) -> None:
+        pid = state.emulator_pid
+        if pid is not None and process_alive(pid, state.emulator_start_ticks):
+            with contextlib.suppress(ControlError, SpecError):
+                self.client(state).shutdown()
+            if not wait_gone(pid, state.emulator_start_ticks, STOP_TIMEOUT_S):
+                stop_process(pid, state.emulator_start_ticks)
+        topology.remove_path(state.name)
+        for path in (control_path(state.name), pid_path(state.name)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
+        if spec.mtu_bytes != state.spec.mtu_bytes:
+            raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
+        self.client(state).set_spec(spec)
+        state.spec = spec
+
+    def stats(self, state: LinkState) -> LinkStats:
+        return self.client(state).stats()
+
+    @contextlib.contextmanager
+    def _capture(self, state: LinkState, directory: Path) -> Iterator[None]:
+        directory.mkdir(parents=True, exist_ok=True)
+        client = self.client(state)
+        client.capture_start(directory.resolve())
+        try:
+            yield
+        finally:
+            client.capture_stop()
+
+    def capture(self, state: LinkState, directory: Path) -> Any:
+        return self._capture(state, directory)
+
+    def describe(self, state: LinkState) -> dict[str, Any]:
+        alive = state.emulator_pid is not None and process_alive(
+            state.emulator_pid, state.emulator_start_ticks
+        )
+        return {
+            "emulator_alive": alive,
+            "control": state.control_path,
+            "log": state.log_path,
+        }
+
+
+register_backend(UserspaceBackend.name, UserspaceBackend)

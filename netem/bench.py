@@ -1,0 +1,398 @@
+"""``testbed bench link``: how faithful the emulated path is, measured on this host.
+
+On the backend in use (or a forced one), through the :class:`netem.link.Link` API:
+
+* **RTT** at 200 ms configured (333 Mbit/s), with and without 14 % loss, with the UDP probe
+  (:mod:`netem.probe`): median and p99 of (measured - configured), kernel receive
+  timestamps at both ends; the application-level RTT beside it.
+* **Loss**: realised against configured with the 99 % Wilson score interval, per direction,
+  over the probe packets (>= 10^4 per direction in the full run), and the emulator's own
+  count of its draws.
+* **Rate**: delivered UDP (offered at 110 %) and kernel TCP (cubic) at 20, 100 and 333
+  Mbit/s against configured, from iperf3's receiver side, on a 20 ms path (a 200 ms path
+  makes TCP's convergence, not the link, the subject). The link's rate counts IP packets
+  and iperf3 counts payload, so the delivered IP rate is the goodput times
+  (payload + headers) / payload (1428/1400 for UDP, 1500/1448 for TCP); the goodput is
+  reported beside it.
+* For every measurement: the emulator's lateness p99, its CPU (cores), and the host's busy
+  and steal fractions (the load the number was taken under).
+
+``--quick`` runs a short version (a test runs it); ``--json`` prints the JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import SpecError
+from netem import nsexec
+from netem.probe import Echo, quantile, run_probe
+from netem.stats import LinkStats
+
+SCHEMA_VERSION = 1
+Z_99 = 2.5758293035489004
+"""Two-sided 99 % normal quantile, for the Wilson score interval."""
+RTT_LINK = "rtt=200ms,rate=333mbit"
+LOSS_FRACTION = 0.14
+RATE_RTT = "20ms"
+RATES_BPS = (20e6, 100e6, 333e6)
+UDP_OVERLOAD = 1.10
+"""UDP is offered at 110 % of the configured rate: the link, not the sender, sets the rate."""
+UDP_PAYLOAD_BYTES = 1400
+UDP_OVERHEAD_BYTES = 28
+"""IPv4 (20) + UDP (8) header bytes per datagram."""
+TCP_MSS_BYTES = 1448
+"""Payload of a full TCP segment at MTU 1500 with the timestamp option (Linux's default)."""
+TCP_OVERHEAD_BYTES = 52
+"""IPv4 (20) + TCP (20) + timestamp option (12) header bytes per segment."""
+IPERF_PORT = 5201
+TARGETS = {
+    "rtt_median_error_s": 0.3e-3,
+    "rtt_p99_error_s": 1e-3,
+    "rate_error_fraction_20_100": 0.02,
+}
+"""The issue's targets for the userspace backend on a 2-core machine."""
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How long each part runs."""
+
+    rtt_probes: int = 3000
+    rtt_interval_s: float = 2e-3
+    loss_probes: int = 12000
+    """Sent by the lossy run; the down direction sees about 86 % of them (>= 10^4)."""
+    loss_interval_s: float = 0.5e-3
+    rate_duration_s: float = 6.0
+    rate_omit_s: float = 2.0
+    rates_bps: tuple[float, ...] = RATES_BPS
+
+    @classmethod
+    def quick(cls) -> BenchConfig:
+        return cls(
+            rtt_probes=300,
+            loss_probes=2000,
+            rate_duration_s=2.0,
+            rate_omit_s=1.0,
+            rates_bps=(20e6, 100e6),
+        )
+
+
+def wilson_interval(lost: int, trials: int, z: float = Z_99) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion (99 % with the default z)."""
+    if trials <= 0:
+        raise SpecError("trials", "a proportion needs at least one trial")
+    p = lost / trials
+    denom = 1 + z * z / trials
+    centre = (p + z * z / (2 * trials)) / denom
+    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def loss_row(
+    source: str, direction: str, configured: float, lost: int, trials: int
+) -> dict[str, Any]:
+    low, high = wilson_interval(lost, trials)
+    return {
+        "source": source,
+        "direction": direction,
+        "configured": configured,
+        "trials": trials,
+        "lost": lost,
+        "realised": lost / trials,
+        "wilson99": [low, high],
+        "inside": low <= configured <= high,
+    }
+
+
+def load_row(delta: LinkStats) -> dict[str, Any]:
+    """The emulator's lateness and CPU, and the host's load, over one measurement."""
+    cpu = delta.cpu
+    lateness = [delta.up.lateness_quantile_s(0.99), delta.down.lateness_quantile_s(0.99)]
+    known = [v for v in lateness if v is not None]
+    return {
+        "lateness_p99_s": max(known) if known else None,
+        "lateness_max_s": max(delta.up.lateness_max_s, delta.down.lateness_max_s),
+        "emulator_cpu_cores": delta.emulator_cpu_fraction,
+        "host_busy": None if cpu.host_total_s <= 0 else cpu.host_busy_s / cpu.host_total_s,
+        "host_steal": cpu.steal_fraction,
+        "queue_drops": delta.up.dropped_queue + delta.down.dropped_queue,
+        "write_errors": delta.up.write_errors + delta.down.write_errors,
+    }
+
+
+def measure_probe(link: Any, count: int, interval_s: float) -> tuple[dict[str, Any], Any]:
+    configured = link.spec.rtt_s
+    before = link.stats()
+    with Echo(link.server_addr, netns=link.server_ns) as echo:
+        result = run_probe(
+            client_ns=link.client_ns,
+            client_addr=link.client_addr,
+            server_addr=link.server_addr,
+            count=count,
+            interval_s=interval_s,
+            drain_s=configured + 0.5,
+            echo=echo,
+        )
+    delta = link.stats() - before
+    errors = [r - configured for r in result.rtt_s]
+    app_errors = [r - configured for r in result.app_rtt_s]
+    row = {
+        "configured_rtt_s": configured,
+        "samples": len(errors),
+        "median_error_s": quantile(errors, 0.5),
+        "p99_error_s": quantile(errors, 0.99),
+        "min_error_s": quantile(errors, 0.0),
+        "app_median_error_s": quantile(app_errors, 0.5),
+        "app_p99_error_s": quantile(app_errors, 0.99),
+        "reordered": result.reordered,
+        **load_row(delta),
+    }
+    return row, (result, delta)
+
+
+def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> float:
+    """Delivered bit/s at the receiver (iperf3's sum_received) over the measured interval."""
+    server = nsexec.popen(
+        link.server_ns,
+        ["iperf3", "-s", "-1", "-B", link.server_addr, "-p", str(IPERF_PORT)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.3)
+        argv = [
+            "iperf3",
+            "-c",
+            link.server_addr,
+            "-p",
+            str(IPERF_PORT),
+            "-t",
+            f"{config.rate_duration_s:g}",
+            "-O",
+            f"{config.rate_omit_s:g}",
+            "-J",
+        ]
+        if udp:
+            argv += ["-u", "-b", f"{rate_bps * UDP_OVERLOAD:.0f}", "-l", str(UDP_PAYLOAD_BYTES)]
+        else:
+            argv += ["-C", "cubic"]
+        done = nsexec.run(
+            link.client_ns,
+            argv,
+            capture_output=True,
+            timeout=config.rate_duration_s + config.rate_omit_s + 30,
+        )
+        try:
+            report = json.loads(done.stdout)
+            return float(report["end"]["sum_received"]["bits_per_second"])
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise RuntimeError(f"iperf3 gave no receiver result: {done.stderr!r} {err}") from None
+    finally:
+        if server.poll() is None:
+            server.terminate()
+        server.wait(timeout=10)
+
+
+def run_bench(
+    *,
+    backend: str = "auto",
+    name: str = "bench",
+    config: BenchConfig | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure the link backend; returns the JSON document :func:`print_table` shows."""
+    from netem.link import Link
+
+    config = config or BenchConfig()
+    say = progress or (lambda _msg: None)
+    doc: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "quick": config != BenchConfig(),
+        "config": {k: v for k, v in config.__dict__.items()},
+        "host": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
+        "targets": TARGETS,
+        "rtt": [],
+        "loss": [],
+        "rate": [],
+    }
+    with Link.up(name, RTT_LINK, backend=backend) as link:
+        doc["backend"] = link.backend
+        doc["emulator_processes"] = link.stats().processes
+        say(f"RTT at {RTT_LINK}")
+        row, _ = measure_probe(link, config.rtt_probes, config.rtt_interval_s)
+        doc["rtt"].append({"label": "200 ms, no loss", "link": RTT_LINK, **row})
+
+        lossy = f"{RTT_LINK},loss={LOSS_FRACTION * 100:g}%"
+        link.set_spec(lossy)
+        say(f"RTT and loss at {lossy}")
+        row, (result, delta) = measure_probe(link, config.loss_probes, config.loss_interval_s)
+        doc["rtt"].append({"label": "200 ms, 14 % loss", "link": lossy, **row})
+        doc["loss"].append(
+            loss_row("probe", "up", LOSS_FRACTION, result.sent - result.echoed, result.sent)
+        )
+        doc["loss"].append(
+            loss_row("probe", "down", LOSS_FRACTION, result.echoed - result.received, result.echoed)
+        )
+        for direction in ("up", "down"):
+            d = delta.direction(direction)
+            if d.loss_trials > 0:
+                doc["loss"].append(
+                    loss_row("emulator", direction, LOSS_FRACTION, d.dropped_loss, d.loss_trials)
+                )
+
+        for rate_bps in config.rates_bps:
+            spec = f"rtt={RATE_RTT},rate={rate_bps / 1e6:g}mbit"
+            link.set_spec(spec)
+            for udp in (True, False):
+                proto = "udp" if udp else "tcp"
+                say(f"{proto} at {spec}")
+                before = link.stats()
+                goodput = iperf(link, udp=udp, rate_bps=rate_bps, config=config)
+                delta = link.stats() - before
+                # the link's rate counts IP packets; iperf3 counts payload
+                payload, overhead = (
+                    (UDP_PAYLOAD_BYTES, UDP_OVERHEAD_BYTES)
+                    if udp
+                    else (TCP_MSS_BYTES, TCP_OVERHEAD_BYTES)
+                )
+                delivered = goodput * (payload + overhead) / payload
+                doc["rate"].append(
+                    {
+                        "proto": proto,
+                        "link": spec,
+                        "configured_bps": rate_bps,
+                        "goodput_bps": goodput,
+                        "delivered_bps": delivered,
+                        "error_fraction": delivered / rate_bps - 1.0,
+                        **load_row(delta),
+                    }
+                )
+    doc["host"]["loadavg_end"] = os.getloadavg()
+    return doc
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:+.3f}"
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e6:.0f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f}"
+
+
+def print_table(doc: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"backend {doc.get('backend')}, {doc.get('emulator_processes')} emulator process(es), "
+        f"{doc['host']['cpus']} CPUs, load average {doc['host']['loadavg_start'][0]:.2f} at "
+        f"start{' (quick run)' if doc['quick'] else ''}"
+    )
+    rtt = Table(title="RTT error at 200 ms (UDP probe, kernel timestamps)")
+    for col in (
+        "path",
+        "samples",
+        "median ms",
+        "p99 ms",
+        "app median ms",
+        "app p99 ms",
+        "lateness p99 µs",
+        "emu CPU %",
+        "host busy %",
+        "steal %",
+    ):
+        rtt.add_column(col, justify="right")
+    for r in doc["rtt"]:
+        rtt.add_row(
+            r["label"],
+            str(r["samples"]),
+            _ms(r["median_error_s"]),
+            _ms(r["p99_error_s"]),
+            _ms(r["app_median_error_s"]),
+            _ms(r["app_p99_error_s"]),
+            _us(r["lateness_p99_s"]),
+            _pct(r["emulator_cpu_cores"]),
+            _pct(r["host_busy"]),
+            _pct(r["host_steal"]),
+        )
+    console.print(rtt)
+    loss = Table(title="Loss: realised vs configured, 99 % Wilson interval")
+    for col in ("source", "direction", "configured %", "trials", "realised %", "99 % CI", "ok"):
+        loss.add_column(col, justify="right")
+    for r in doc["loss"]:
+        low, high = r["wilson99"]
+        loss.add_row(
+            r["source"],
+            r["direction"],
+            _pct(r["configured"]),
+            str(r["trials"]),
+            f"{r['realised'] * 100:.2f}",
+            f"{low * 100:.2f}-{high * 100:.2f}",
+            "yes" if r["inside"] else "NO",
+        )
+    console.print(loss)
+    rate = Table(title=f"Delivered rate (iperf3 receiver, {RATE_RTT} RTT)")
+    for col in (
+        "proto",
+        "configured Mbit/s",
+        "goodput Mbit/s",
+        "IP Mbit/s",
+        "error %",
+        "lateness p99 µs",
+        "emu CPU %",
+        "host busy %",
+        "steal %",
+    ):
+        rate.add_column(col, justify="right")
+    for r in doc["rate"]:
+        rate.add_row(
+            r["proto"],
+            f"{r['configured_bps'] / 1e6:g}",
+            f"{r['goodput_bps'] / 1e6:.2f}",
+            f"{r['delivered_bps'] / 1e6:.2f}",
+            f"{r['error_fraction'] * 100:+.2f}",
+            _us(r["lateness_p99_s"]),
+            _pct(r["emulator_cpu_cores"]),
+            _pct(r["host_busy"]),
+            _pct(r["host_steal"]),
+        )
+    console.print(rate)
+
+
+def cli(args: argparse.Namespace) -> int:
+    config = BenchConfig.quick() if args.quick else BenchConfig()
+    progress = None if args.json else (lambda msg: print(f"bench link: {msg}", flush=True))
+    doc = run_bench(backend=args.backend, name=args.name, config=config, progress=progress)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        print_table(doc)
+    return 0
+
+
+def register(bench: argparse._SubParsersAction) -> None:
+    """Add ``testbed bench link`` to the ``bench`` subparsers (called from netem/cli.py)."""
+    parser = bench.add_parser(
+        "link", help="fidelity of the emulated path: RTT, loss, rate, emulator lateness and CPU"
+    )
+    parser.add_argument(
+        "--backend", default="auto", choices=("auto", "netem", "userspace"), help="link backend"
+    )
+    parser.add_argument("--quick", action="store_true", help="a short run (about 30 s)")
+    parser.add_argument("--json", action="store_true", help="print the JSON document")
+    parser.add_argument("--name", default="bench", help="name of the temporary link")
+    parser.set_defaults(handler=cli)

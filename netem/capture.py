@@ -1,0 +1,119 @@
+"""Packet capture at both ends of a link with tcpdump, inside the endpoint namespaces.
+
+Used by the kernel backend (the userspace emulator writes its own pcap files from the
+packets it moves). Each end gets ``tcpdump -i tb-eth -s 128 --time-stamp-precision nano``
+started through :func:`netem.nsexec.popen`; the block runs only after both report that they
+listen, and on exit each gets SIGINT (so it flushes and closes its file) and is killed if it
+does not stop in time.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import SpecError
+from netem import nsexec
+
+DEFAULT_SNAPLEN_BYTES = 128
+"""Enough for IPv4 + TCP with all options (20 + 60) or QUIC's header; keeps files small."""
+
+START_TIMEOUT_S = 20.0
+"""How long tcpdump may take to start listening (a slow VM guest takes seconds)."""
+
+STOP_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True)
+class CapturePoint:
+    """One interface to capture on."""
+
+    ns: str
+    device: str
+    path: Path
+
+
+def _wait_listening(proc: subprocess.Popen, deadline: float) -> None:
+    assert proc.stderr is not None
+    fd = proc.stderr.fileno()
+    seen = b""
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            break
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break
+        seen += chunk
+        if b"listening on" in seen:
+            return
+    proc.kill()
+    proc.wait()
+    raise RuntimeError(f"tcpdump did not start: {seen.decode(errors='replace').strip()!r}")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+@contextmanager
+def tcpdump(
+    points: Sequence[CapturePoint], *, snaplen_bytes: int = DEFAULT_SNAPLEN_BYTES
+) -> Iterator[None]:
+    """Capture on every point while the block runs; files are complete when it exits."""
+    binary = shutil.which("tcpdump")
+    if binary is None:
+        raise SpecError("capture", "tcpdump is not installed (apt-get install tcpdump)")
+    if not 1 <= snaplen_bytes <= 65535:
+        raise SpecError("snaplen", f"must lie in [1, 65535], got {snaplen_bytes!r}")
+    procs: list[subprocess.Popen] = []
+    try:
+        for point in points:
+            point.path.parent.mkdir(parents=True, exist_ok=True)
+            argv = [
+                binary,
+                "-i",
+                point.device,
+                "-n",
+                "-s",
+                str(snaplen_bytes),
+                "--time-stamp-precision",
+                "nano",
+                "-Z",
+                "root",  # do not drop privileges: the file is written where the caller says
+                "-U",
+                "-w",
+                str(point.path),
+            ]
+            procs.append(
+                nsexec.popen(
+                    point.ns,
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+            )
+        deadline = time.monotonic() + START_TIMEOUT_S
+        for proc in procs:
+            _wait_listening(proc, deadline)
+        yield
+    finally:
+        for proc in procs:
+            _stop(proc)

@@ -1,0 +1,224 @@
+"""Remove whatever the testbed left: processes, namespaces, devices, state files.
+
+Works from the traces alone, so it also cleans up after a SIGKILL of anything: pid files
+and link state files, a scan of /proc for emulator processes (command line with
+``netem.emulator``, or a ``tb-...-emu``/``tb-...-dn`` thread name), every process whose network
+namespace is one of the namespaces being removed (an iperf3 or tcpdump left inside would keep
+the namespace, and its devices, alive after the unmount), then the namespaces themselves,
+``tb-`` devices in the host namespace, and the files in ``/run/testbed/links``.
+
+With a name, only that link's traces are touched (tests use this so that they never touch
+another test's link); without, everything named ``tb-``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from netem import names, topology
+
+TERM_TIMEOUT_S = 5.0
+"""How long processes get after SIGTERM before SIGKILL."""
+
+EMULATOR_MODULE = "netem.emulator"
+STATE_SUFFIXES = (".json", ".sock", ".pid", ".log")
+
+
+@dataclass
+class CleanReport:
+    """What :func:`clean` removed, and what it could not."""
+
+    killed: list[int] = field(default_factory=list)
+    namespaces: list[str] = field(default_factory=list)
+    devices: list[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
+    remaining: list[str] = field(default_factory=list)
+    """Anything still there afterwards (namespaces, live processes), one description each."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.remaining
+
+
+def _cmdline(pid: int) -> list[str]:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _net_inode(pid: int) -> int | None:
+    try:
+        link = os.readlink(f"/proc/{pid}/ns/net")
+    except OSError:
+        return None
+    match = re.match(r"net:\[(\d+)\]", link)
+    return int(match.group(1)) if match else None
+
+
+def _pids() -> list[int]:
+    return [int(e) for e in os.listdir("/proc") if e.isdigit()]
+
+
+def _alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def is_emulator(pid: int, link: str | None) -> bool:
+    """Whether ``pid`` is an emulator process (of link ``link``, when given)."""
+    comm = _comm(pid)
+    if link is None:
+        if re.fullmatch(r"tb-[a-z0-9]+-(emu|dn)", comm):
+            return True
+        argv = _cmdline(pid)
+        return EMULATOR_MODULE in argv and any(a.startswith(names.PREFIX) for a in argv)
+    if comm in (f"tb-{link}-emu", f"tb-{link}-dn"):
+        return True
+    argv = _cmdline(pid)
+    return EMULATOR_MODULE in argv and names.namespace(link, "client") in argv
+
+
+def _pid_file_pids(link: str | None) -> list[int]:
+    directory = names.STATE_DIR / "links"
+    stems = [link] if link is not None else [p.stem for p in directory.glob("*")]
+    pids: list[int] = []
+    for stem in stems:
+        with contextlib.suppress(OSError, ValueError):
+            pids.append(int((directory / f"{stem}.pid").read_text().strip()))
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            pid = json.loads((directory / f"{stem}.json").read_text())["emulator_pid"]
+            if pid:
+                pids.append(int(pid))
+    # a pid from a file is trusted only if it still is an emulator (pids get recycled)
+    return [pid for pid in pids if is_emulator(pid, link if link is not None else None)]
+
+
+def find_processes(link: str | None) -> list[int]:
+    """Emulators of ``link`` (or of all links), and every process inside its namespaces."""
+    me = os.getpid()
+    if link is None:
+        namespaces = topology.list_namespaces()
+    else:
+        namespaces = [ns for ns in topology.link_namespaces(link) if topology.namespace_exists(ns)]
+    inodes = set()
+    for ns in namespaces:
+        with contextlib.suppress(OSError):
+            inodes.add(os.stat(f"/run/netns/{ns}").st_ino)
+    found = set(_pid_file_pids(link))
+    for pid in _pids():
+        if pid == me:
+            continue
+        if is_emulator(pid, link) or (inodes and _net_inode(pid) in inodes):
+            found.add(pid)
+    found.discard(me)
+    return sorted(found)
+
+
+def kill_processes(pids: list[int], timeout_s: float = TERM_TIMEOUT_S) -> list[int]:
+    """SIGTERM, then SIGKILL what is left after ``timeout_s``; returns the pids signalled."""
+    signalled = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+            signalled.append(pid)
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(p) for p in signalled) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for pid in signalled:
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout_s
+    while any(_alive(p) for p in signalled) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return signalled
+
+
+def _host_devices(prefix: str) -> list[str]:
+    with topology.ipr() as ip:
+        return [
+            link.get_attr("IFLA_IFNAME")
+            for link in ip.get_links()
+            if (link.get_attr("IFLA_IFNAME") or "").startswith(prefix)
+        ]
+
+
+def _delete_host_device(device: str) -> bool:
+    with topology.ipr() as ip:
+        found = ip.link_lookup(ifname=device)
+        if not found:
+            return False
+        ip.link("del", index=found[0])
+    return True
+
+
+def clean(link: str | None = None) -> CleanReport:
+    """Remove the traces of ``link`` (or of every ``tb-`` thing when None)."""
+    report = CleanReport()
+    if link is not None:
+        names.check_link_name(link)
+    report.killed = kill_processes(find_processes(link))
+    targets = topology.list_namespaces() if link is None else topology.link_namespaces(link)
+    for ns in targets:
+        if topology.delete_namespace(ns):
+            report.namespaces.append(ns)
+    prefix = names.PREFIX if link is None else f"{names.PREFIX}{link}-"
+    with contextlib.suppress(OSError):
+        for device in _host_devices(prefix):
+            with contextlib.suppress(Exception):
+                if _delete_host_device(device):
+                    report.devices.append(device)
+    directory = names.STATE_DIR / "links"
+    if directory.is_dir():
+        if link is None:
+            paths = [p for p in directory.iterdir() if p.is_file() or p.is_socket()]
+        else:
+            paths = [directory / f"{link}{suffix}" for suffix in STATE_SUFFIXES]
+            paths += list(directory.glob(f"{link}.json.tmp*"))
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                report.files.append(str(path))
+    report.remaining = leftovers(link)
+    return report
+
+
+def leftovers(link: str | None = None) -> list[str]:
+    """What of ``link`` (or of any link) still exists: namespaces, processes, host devices."""
+    out: list[str] = []
+    if link is None:
+        out += [f"namespace {ns}" for ns in topology.list_namespaces()]
+    else:
+        out += [
+            f"namespace {ns}"
+            for ns in topology.link_namespaces(link)
+            if topology.namespace_exists(ns)
+        ]
+    out += [
+        f"process {pid} ({_comm(pid)})" for pid in _pids() if _alive(pid) and is_emulator(pid, link)
+    ]
+    prefix = names.PREFIX if link is None else f"{names.PREFIX}{link}-"
+    with contextlib.suppress(OSError):
+        out += [f"device {d}" for d in _host_devices(prefix)]
+    return out

@@ -1,0 +1,443 @@
+"""The userspace link emulator process: ``python -m netem.emulator``.
+
+Contract with the topology (netem/backends, the userspace backend)
+==================================================================
+
+Before starting the process, the topology creates, in each of the client and server
+namespaces, a persistent TUN device named ``tb-eth`` (``IFF_TUN | IFF_NO_PI``, not
+multi-queue), with the MTU of the spec, the address (198.18.1.2/24 client, 198.18.2.2/24
+server, :mod:`netem.names`), a route to the peer's /24 over the device, offloads off, and
+the device up. Then it runs::
+
+    python -m netem.emulator --name NAME \\
+        --client-ns tb-NAME-client --server-ns tb-NAME-server --device tb-eth \\
+        --spec-json '<json.dumps(LinkSpec.to_dict())>' \\
+        --control /run/testbed/links/NAME.sock \\
+        [--pid-file /run/testbed/links/NAME.pid] [--ready-fd FD] [--processes 1|2]
+
+and waits until it is ready: either ``EmulatorClient(path).wait_ready(timeout_s)``
+(:mod:`netem.emulator.control`) answers, or, with ``--ready-fd FD`` (a pipe's write end,
+passed with ``pass_fds``), the line ``ready`` arrives on the pipe; EOF without it means
+the process failed, and its stderr says why in one line (``emulator: error: field:
+reason``, exit status 2 for bad input, 1 for a failure to attach).
+
+The process
+-----------
+* attaches to both TUN devices by entering each namespace while opening /dev/net/tun
+  (:func:`netem.emulator.tun.open_tun`);
+* writes its pid to the pid file (default ``<control without .sock>.pid``, i.e.
+  ``/run/testbed/links/NAME.pid``);
+* is findable by ``testbed clean``: its command line contains ``netem.emulator`` and
+  ``tb-NAME-client``; its ``comm`` (thread name) is ``tb-NAME-emu`` (and ``tb-NAME-dn``
+  for the second process with ``--processes 2``). Killing the pid in the pid file is
+  enough: the second process, if any, gets SIGTERM when its parent dies
+  (``PR_SET_PDEATHSIG``);
+* moves packets read from the client TUN through the ``up`` direction of the spec to the
+  server TUN, and server -> client through ``down`` (:mod:`netem.emulator.core`);
+* runs until SIGTERM, SIGINT or the ``shutdown`` command; then stops a running capture
+  and packet log and writes their files, prints the final stats as one JSON line on
+  stdout, removes the pid file and the socket, and exits 0.
+
+``--processes 2`` runs the ``down`` direction in a forked second process, so that the two
+directions use both cores; the parent serves the control socket and forwards every
+command to it. ``--processes 1`` (the default) serves both directions in one process;
+see the README section on the userspace emulator for the measurement behind the default.
+
+Control commands (JSON lines; :class:`netem.emulator.control.EmulatorClient` has a
+method for each)
+------------------------------------------------------------------------------------
+``{"cmd": "ping"}``
+    ``{}``: the emulator is up.
+``{"cmd": "stats"}``
+    ``LinkStats.to_dict()`` (:mod:`netem.stats`): per direction cumulative packets and
+    bytes in and out, dropped by loss and by the queue, realised loss, the lateness
+    histogram (fixed bins, so two snapshots subtract and quantiles of the difference are
+    computable), maximum backlog in bytes and packets; the emulator's CPU seconds (user,
+    system, summed over its processes) and the host's busy/steal/total seconds from
+    /proc/stat; ``time_s`` on CLOCK_MONOTONIC.
+``{"cmd": "set_spec", "spec": LinkSpec.to_dict()}``
+    Change the link live (between runs): rate, queue limit, delay, jitter, loss; the
+    loss and jitter generators restart from the new seeds. Packets already in flight keep
+    their schedule. ``mtu_bytes`` is the device's, which only the topology can change.
+``{"cmd": "capture_start", "dir": PATH, "snaplen": 128}``
+    Record every packet at both ends: ``PATH/client.pcap`` (what the client's TUN sent
+    and received) and ``PATH/server.pcap``; nanosecond pcap (magic 0xa1b23c4d), raw IP.
+    Records are buffered in memory and written at ``capture_stop``.
+``{"cmd": "capture_stop"}``
+    Writes the files; returns ``{"client": {"path", "records", "dropped"}, "server": ...,
+    "offset_ns"}`` (pcap time = CLOCK_MONOTONIC + offset_ns).
+``{"cmd": "packet_log_start", "dir": PATH}`` / ``{"cmd": "packet_log_stop"}``
+    Log every packet (:mod:`netem.emulator.packetlog`): ``PATH/packets-up.csv`` and
+    ``PATH/packets-down.csv``, written at stop.
+``{"cmd": "shutdown"}``
+    Clean exit, as on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from harness.errors import SpecError
+from netem.emulator import control
+from netem.emulator.clock import set_thread_name, set_timer_slack_ns
+from netem.emulator.core import LinkDirection
+from netem.emulator.engine import DEFAULT_EARLY_S, DirectionPump, Engine
+from netem.emulator.pcap import write_merged
+from netem.linkspec import LinkSpec
+from netem.names import DEVICE_IN_NS, check_link_name
+from netem.stats import CpuStats, DirectionStats, LinkStats
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+PR_SET_PDEATHSIG = 1
+"""linux/prctl.h: signal sent to this process when its parent dies."""
+MEASURED = ("counters", "lateness", "backlog", "cpu")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m netem.emulator", description=__doc__)
+    parser.add_argument("--name", required=True, help="link name (tb-NAME-...)")
+    parser.add_argument("--client-ns", required=True)
+    parser.add_argument("--server-ns", required=True)
+    parser.add_argument("--device", default=DEVICE_IN_NS, help="TUN device in both namespaces")
+    parser.add_argument("--spec-json", required=True, help="LinkSpec.to_dict() as JSON")
+    parser.add_argument("--control", required=True, type=Path, help="control socket path")
+    parser.add_argument("--pid-file", type=Path, help="default: the control path with .pid")
+    parser.add_argument("--ready-fd", type=int, help="write 'ready' to this fd when ready")
+    parser.add_argument("--processes", type=int, choices=(1, 2), default=1)
+    parser.add_argument(
+        "--sched",
+        choices=SCHED_POLICIES,
+        default=DEFAULT_SCHED,
+        help="CPU scheduling of the emulator: fifo (real-time), nice (-20) or normal",
+    )
+    parser.add_argument(
+        "--early-us",
+        type=float,
+        default=DEFAULT_EARLY_S * 1e6,
+        help="wake this long before a departure and spin the rest (µs)",
+    )
+    return parser
+
+
+SCHED_POLICIES = ("fifo", "nice", "normal")
+DEFAULT_SCHED = "fifo"
+SCHED_FIFO_PRIORITY = 10
+"""Low among real-time priorities (1-99): above every normal process (the endpoints, other
+tests), below the kernel's own real-time threads. The kernel's RT throttling
+(``sched_rt_runtime_us``, 95 % by default) keeps a runaway emulator from locking a CPU."""
+
+
+def set_scheduling(policy: str) -> None:
+    """Give the emulator the CPU first: its lateness is the link's fidelity."""
+    if policy == "fifo":
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(SCHED_FIFO_PRIORITY))
+    elif policy == "nice":
+        os.setpriority(os.PRIO_PROCESS, 0, -20)
+
+
+def load_spec(text: str) -> LinkSpec:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError("spec-json", f"not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise SpecError("spec-json", "must be a JSON object (LinkSpec.to_dict())")
+    return LinkSpec.from_dict(data)
+
+
+def make_pump(
+    spec: LinkSpec, direction: str, in_fd: int, out_fd: int, early_s: float
+) -> DirectionPump:
+    core = LinkDirection(direction, getattr(spec, direction), spec.queue_limit_bytes(direction))
+    return DirectionPump(core, in_fd, out_fd, early_s=early_s)
+
+
+def quiet_gc() -> None:
+    """No collector pauses on the packet path: everything alive now is frozen out of its
+    reach and automatic collection is off. :meth:`Emulator.handle` collects the young
+    generations after each control request, which come between runs."""
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+
+
+class ChildLink:
+    """The parent's end of the socket pair to the process that runs the other direction."""
+
+    def __init__(self, sock: socket.socket, pid: int) -> None:
+        self.sock = sock
+        self.pid = pid
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+
+    async def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        async with self._lock:
+            if self._writer is None:
+                self._reader, self._writer = await asyncio.open_unix_connection(
+                    sock=self.sock, limit=control.MAX_LINE_BYTES
+                )
+            assert self._reader is not None
+            self._writer.write(control.encode(request))
+            await self._writer.drain()
+            line = await self._reader.readline()
+        if not line:
+            raise OSError(f"direction process {self.pid} closed its channel")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            raise SpecError(*str(reply.get("error")).split(": ", 1))
+        return reply["result"]
+
+    def wait(self, timeout_s: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            pid, _ = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return
+            time.sleep(0.01)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+
+
+class Emulator:
+    """The parent process: its own pumps, the control socket, and the child, if any."""
+
+    def __init__(self, engine: Engine, child: ChildLink | None) -> None:
+        self.engine = engine
+        self.child = child
+        self.stop = asyncio.Event()
+        self._capture_dir: Path | None = None
+        self._snaplen = 0
+
+    async def handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return await self._handle(request)
+        finally:
+            gc.collect(1)
+
+    async def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
+        cmd = request.get("cmd")
+        local = self.engine.handle(request)
+        remote = await self.child.request(request) if self.child is not None else {}
+        if cmd == "stats":
+            directions = {**local["directions"], **remote.get("directions", {})}
+            cpu = dict(local["cpu"])
+            for key in ("user_s", "system_s"):
+                cpu[key] += remote.get("cpu", {}).get(key, 0.0)
+            stats = LinkStats(
+                backend="userspace",
+                time_s=local["time_s"],
+                up=DirectionStats(**directions["up"]),
+                down=DirectionStats(**directions["down"]),
+                cpu=CpuStats(**cpu),
+                measured=MEASURED,
+                processes=1 if self.child is None else 2,
+            )
+            return stats.to_dict()
+        if cmd == "capture_start":
+            self._capture_dir = self.engine.capture_dir
+            self._snaplen = local["snaplen"]
+            return local
+        if cmd == "capture_stop":
+            return self._merge_capture({**local, **remote})
+        if cmd == "packet_log_stop":
+            return {**local, **remote}
+        if cmd == "shutdown":
+            self.stop.set()
+        return local
+
+    def _merge_capture(self, parts: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+        """Merge the per-direction part files into ``client.pcap`` and ``server.pcap``."""
+        assert self._capture_dir is not None
+        result: dict[str, Any] = {}
+        for end in ("client", "server"):
+            paths = [Path(p[end]["part"]) for p in parts.values() if end in p]
+            bodies = [path.read_bytes() for path in paths]
+            target = self._capture_dir / f"{end}.pcap"
+            records = write_merged(target, self._snaplen, bodies)
+            for path in paths:
+                path.unlink()
+            dropped = sum(p[end]["dropped"] for p in parts.values() if end in p)
+            result[end] = {"path": str(target), "records": records, "dropped": dropped}
+        self._capture_dir = None
+        return result
+
+    async def finish(self) -> dict[str, Any]:
+        """Flush a running capture or log, take the final stats, stop the child."""
+        if self.engine.capture_dir is not None:
+            with contextlib.suppress(SpecError, OSError):
+                await self._handle({"cmd": "capture_stop"})
+        if self.engine.log_dir is not None:
+            with contextlib.suppress(SpecError, OSError):
+                await self._handle({"cmd": "packet_log_stop"})
+        final = await self._handle({"cmd": "stats"})
+        if self.child is not None:
+            with contextlib.suppress(SpecError, OSError):
+                await self.child.request({"cmd": "shutdown"})
+        return final
+
+
+async def run_parent(args: argparse.Namespace, engine: Engine, child: ChildLink | None) -> int:
+    loop = asyncio.get_running_loop()
+    emulator = Emulator(engine, child)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, emulator.stop.set)
+    for pump in engine.pumps.values():
+        pump.start(loop)
+    server = await control.start_server(emulator.handle, args.control)
+    if args.ready_fd is not None:
+        os.write(args.ready_fd, b"ready\n")
+        os.close(args.ready_fd)
+    quiet_gc()
+    try:
+        await emulator.stop.wait()
+    finally:
+        server.close()
+        for pump in engine.pumps.values():
+            pump.stop()
+        final = await emulator.finish()
+        print(json.dumps({"final_stats": final}), flush=True)
+    return 0
+
+
+async def run_child(engine: Engine, sock: socket.socket) -> None:
+    """The second process: its pumps and the channel to the parent, until told to stop."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    for pump in engine.pumps.values():
+        pump.start(loop)
+    reader, writer = await asyncio.open_unix_connection(sock=sock, limit=control.MAX_LINE_BYTES)
+
+    async def handle(request: dict[str, Any]) -> dict[str, Any]:
+        try:
+            result = engine.handle(request)
+        finally:
+            gc.collect(1)
+        if request.get("cmd") == "shutdown":
+            stop.set()
+        return result
+
+    async def serve() -> None:
+        while not stop.is_set():
+            line = await reader.readline()
+            if not line:
+                break
+            writer.write(control.encode(await control.answer(handle, line)))
+            await writer.drain()
+        stop.set()
+
+    quiet_gc()
+    task = asyncio.create_task(serve())
+    await stop.wait()
+    task.cancel()
+    for pump in engine.pumps.values():
+        pump.stop()
+    # a capture or log left running by a parent that died is written where it was asked
+    with contextlib.suppress(SpecError, OSError):
+        if engine.capture_dir is not None:
+            engine.handle({"cmd": "capture_stop"})
+        if engine.log_dir is not None:
+            engine.handle({"cmd": "packet_log_stop"})
+
+
+def fork_child(
+    args: argparse.Namespace, spec: LinkSpec, client_fd: int, server_fd: int, early_s: float
+) -> tuple[ChildLink, int]:
+    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:  # the child: the down direction
+        status = 0
+        try:
+            parent_sock.close()
+            if args.ready_fd is not None:
+                os.close(args.ready_fd)  # only the parent says ready
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() == 1:
+                os._exit(0)
+            set_thread_name(f"tb-{args.name}-dn")
+            pump = make_pump(spec, "down", server_fd, client_fd, early_s)
+            engine = Engine(spec, {"down": pump})
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                runner.run(run_child(engine, child_sock))
+        except BaseException as err:  # the child must never return into the parent's code
+            print(f"emulator: error: down process: {err}", file=sys.stderr)
+            status = EXIT_FAILURE
+        finally:
+            os._exit(status)
+    child_sock.close()
+    return ChildLink(parent_sock, pid), pid
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from netem.emulator.tun import open_tun
+
+    try:
+        name = check_link_name(args.name)
+        spec = load_spec(args.spec_json)
+    except SpecError as err:
+        print(f"emulator: error: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    set_thread_name(f"tb-{name}-emu")
+    set_timer_slack_ns(1)
+    try:
+        set_scheduling(args.sched)
+    except OSError as err:
+        print(f"emulator: error: sched: {args.sched}: {err.strerror}", file=sys.stderr)
+        return EXIT_FAILURE
+    pid_file = args.pid_file or args.control.with_suffix(".pid")
+    try:
+        client_fd = open_tun(args.device, args.client_ns)
+        server_fd = open_tun(args.device, args.server_ns)
+    except SpecError as err:
+        print(f"emulator: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    early_s = args.early_us * 1e-6
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{os.getpid()}\n")
+    child: ChildLink | None = None
+    try:
+        if args.processes == 2:
+            child, _ = fork_child(args, spec, client_fd, server_fd, early_s)
+            pumps = {"up": make_pump(spec, "up", client_fd, server_fd, early_s)}
+        else:
+            pumps = {
+                "up": make_pump(spec, "up", client_fd, server_fd, early_s),
+                "down": make_pump(spec, "down", server_fd, client_fd, early_s),
+            }
+        engine = Engine(spec, pumps)
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            return runner.run(run_parent(args, engine, child))
+    finally:
+        if child is not None:
+            child.wait()
+        for path in (args.control, pid_file):
+            with contextlib.suppress(FileNotFoundError):
+                if path == pid_file and path.read_text().strip() != str(os.getpid()):
+                    continue
+                path.unlink()
+        os.close(client_fd)
+        os.close(server_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

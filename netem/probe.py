@@ -1,0 +1,246 @@
+"""UDP round-trip and loss probe across an emulated link: a sender and an echo.
+
+The sender sends numbered datagrams at a fixed interval; the echo returns each one with
+two timestamps of its own appended. Both sockets ask the kernel for receive timestamps
+(``SO_TIMESTAMPNS``, CLOCK_REALTIME), and since both ends run on one host they share one
+clock, so each reply gives:
+
+* ``rtt_s``: the path round trip, ``(reply received - request sent) - (echo sent - echo
+  received)``, with both receptions stamped by the kernel and the echo's own turnaround
+  removed: what is left is the two one-way trips across the link (plus the two hosts'
+  stacks), not the probe's Python scheduling;
+* ``app_rtt_s``: what a Python program sees (user-space send to user-space receive),
+  reported beside it for honesty;
+* ``up_s`` and ``down_s``: the one-way delays (same clock at both ends).
+
+Loss per direction: the echo counts what it received (up), the sender what came back of
+what the echo sent (down).
+
+The sockets are opened inside namespaces with :func:`netem.nsexec.in_netns`; a socket
+keeps its namespace, so one process can drive both ends (the echo runs in a thread).
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import socket
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+
+from harness.errors import SpecError
+from netem.nsexec import in_netns
+
+SO_TIMESTAMPNS = 35
+"""asm-generic/socket.h: kernel receive timestamps as a struct timespec (SCM_TIMESTAMPNS)."""
+_TIMESPEC = struct.Struct("@qq")
+_REQUEST = struct.Struct("!4sIq")
+"""magic, sequence number, sender's send time (ns, CLOCK_REALTIME)."""
+_ECHO = struct.Struct("!qqI")
+"""echo's kernel receive time, echo's send time (ns), echo's count of received requests."""
+MAGIC = b"TBPR"
+MIN_SIZE_BYTES = _REQUEST.size + _ECHO.size
+DEFAULT_PORT = 7207
+RCVBUF_BYTES = 4 * 2**20
+"""Probes are small; a big receive buffer keeps a slow reader from looking like loss."""
+
+
+@dataclass
+class ProbeResult:
+    """What one probe run saw. Times in seconds; lists indexed by reply, in arrival order."""
+
+    sent: int = 0
+    echoed: int = 0
+    """Requests the echo received (the up direction's deliveries)."""
+    received: int = 0
+    """Replies the sender received (of ``echoed`` sent back: the down direction's)."""
+    rtt_s: list[float] = field(default_factory=list)
+    app_rtt_s: list[float] = field(default_factory=list)
+    up_s: list[float] = field(default_factory=list)
+    down_s: list[float] = field(default_factory=list)
+    duplicates: int = 0
+    reordered: int = 0
+    """Replies whose sequence number is lower than one received before."""
+
+    @property
+    def up_loss(self) -> float | None:
+        return None if self.sent == 0 else 1.0 - self.echoed / self.sent
+
+    @property
+    def down_loss(self) -> float | None:
+        return None if self.echoed == 0 else 1.0 - self.received / self.echoed
+
+    @property
+    def round_trip_loss(self) -> float | None:
+        return None if self.sent == 0 else 1.0 - self.received / self.sent
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """The q-quantile by linear interpolation between order statistics (numpy's default)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = math.floor(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def _kernel_time_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
+            sec, nsec = _TIMESPEC.unpack_from(data)
+            return sec * 1_000_000_000 + nsec
+    return None
+
+
+def open_udp(addr: str, port: int, netns: str | None) -> socket.socket:
+    """A UDP socket bound to ``addr:port`` inside ``netns`` with kernel receive timestamps."""
+
+    def _open() -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RCVBUF_BYTES)
+            sock.bind((addr, port))
+        except OSError as err:
+            sock.close()
+            raise SpecError("probe", f"cannot bind {addr}:{port}: {err.strerror}") from None
+        return sock
+
+    if netns is None:
+        return _open()
+    with in_netns(netns):
+        return _open()
+
+
+class Echo:
+    """Returns every probe request with its receive and send times; runs in a thread."""
+
+    def __init__(self, addr: str, port: int = DEFAULT_PORT, netns: str | None = None) -> None:
+        self.sock = open_udp(addr, port, netns)
+        self.received = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tb-probe-echo", daemon=True)
+
+    def __enter__(self) -> Echo:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self.sock.close()
+
+    def _run(self) -> None:
+        sock = self.sock
+        space = socket.CMSG_SPACE(_TIMESPEC.size)
+        while not self._stop.is_set():
+            ready, _, _ = select.select([sock], [], [], 0.1)
+            if not ready:
+                continue
+            try:
+                data, ancdata, _, peer = sock.recvmsg(65535, space)
+            except OSError:
+                return
+            if len(data) < MIN_SIZE_BYTES or data[:4] != MAGIC:
+                continue
+            self.received += 1
+            rx_ns = _kernel_time_ns(ancdata) or time.time_ns()
+            head = data[: _REQUEST.size]
+            tail = data[MIN_SIZE_BYTES:]
+            reply = head + _ECHO.pack(rx_ns, time.time_ns(), self.received) + tail
+            try:
+                sock.sendto(reply, peer)
+            except OSError:
+                continue
+
+
+def run_probe(
+    *,
+    client_ns: str | None,
+    client_addr: str,
+    server_addr: str,
+    port: int = DEFAULT_PORT,
+    count: int,
+    interval_s: float,
+    size_bytes: int = 64,
+    drain_s: float = 1.0,
+    echo: Echo | None = None,
+) -> ProbeResult:
+    """Send ``count`` probes ``interval_s`` apart from ``client_addr`` (in ``client_ns``) to
+    an :class:`Echo` at ``server_addr:port``; wait ``drain_s`` after the last for replies.
+
+    ``echo``: the in-process echo, whose count gives the up direction's loss exactly; without
+    it the highest count echoed back is used (a lower bound if the last replies are lost).
+    """
+    if not isinstance(count, int) or count < 1:
+        raise SpecError("count", f"must be a whole number >= 1, got {count!r}")
+    if not interval_s > 0:
+        raise SpecError("interval_s", f"must be > 0, got {interval_s!r}")
+    if not MIN_SIZE_BYTES <= size_bytes <= 1472:
+        raise SpecError("size_bytes", f"must lie in [{MIN_SIZE_BYTES}, 1472], got {size_bytes!r}")
+    result = ProbeResult()
+    sock = open_udp(client_addr, 0, client_ns)
+    sock.setblocking(False)
+    padding = b"\0" * (size_bytes - MIN_SIZE_BYTES)
+    space = socket.CMSG_SPACE(_TIMESPEC.size)
+    seen: set[int] = set()
+    echo_before = echo.received if echo is not None else 0
+    highest = -1
+    echoed_max = 0
+    start = time.monotonic()
+    end_of_sending = start + count * interval_s
+    try:
+        seq = 0
+        while True:
+            now = time.monotonic()
+            if seq < count and now >= start + seq * interval_s:
+                send_ns = time.time_ns()
+                request = _REQUEST.pack(MAGIC, seq, send_ns) + b"\0" * _ECHO.size + padding
+                try:
+                    sock.sendto(request, (server_addr, port))
+                except OSError:
+                    pass  # a full queue at the sender counts as loss, as on a real path
+                result.sent += 1
+                seq += 1
+                continue
+            if seq >= count and now >= end_of_sending + drain_s:
+                break
+            next_send = start + seq * interval_s if seq < count else end_of_sending + drain_s
+            ready, _, _ = select.select([sock], [], [], max(0.0, next_send - now))
+            if not ready:
+                continue
+            while True:
+                try:
+                    data, ancdata, _, _ = sock.recvmsg(65535, space)
+                except BlockingIOError:
+                    break
+                app_ns = time.time_ns()
+                if len(data) < MIN_SIZE_BYTES or data[:4] != MAGIC:
+                    continue
+                _, rseq, send_ns = _REQUEST.unpack_from(data)
+                echo_rx_ns, echo_tx_ns, echo_count = _ECHO.unpack_from(data, _REQUEST.size)
+                if rseq in seen:
+                    result.duplicates += 1
+                    continue
+                seen.add(rseq)
+                if rseq < highest:
+                    result.reordered += 1
+                highest = max(highest, rseq)
+                echoed_max = max(echoed_max, echo_count)
+                rx_ns = _kernel_time_ns(ancdata) or app_ns
+                result.received += 1
+                result.rtt_s.append(((rx_ns - send_ns) - (echo_tx_ns - echo_rx_ns)) * 1e-9)
+                result.app_rtt_s.append((app_ns - send_ns) * 1e-9)
+                result.up_s.append((echo_rx_ns - send_ns) * 1e-9)
+                result.down_s.append((rx_ns - echo_tx_ns) * 1e-9)
+    finally:
+        sock.close()
+    result.echoed = echo.received - echo_before if echo is not None else echoed_max
+    return result

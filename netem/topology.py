@@ -1,0 +1,401 @@
+"""Namespaces, devices, addresses, routes and offloads of an emulated path, via pyroute2.
+
+Two shapes, one per backend (names from :mod:`netem.names`)::
+
+    kernel (netem), tb-N-client / tb-N-router / tb-N-server:
+      client tb-eth 198.18.1.2 <-veth-> router tb-to-client 198.18.1.1
+      router tb-to-server 198.18.2.1 <-veth-> server tb-eth 198.18.2.2
+      client: route 198.18.2.0/24 via 198.18.1.1; server: 198.18.1.0/24 via 198.18.2.1
+
+    userspace, tb-N-client / tb-N-server:
+      client tb-eth (TUN) 198.18.1.2/24, route 198.18.2.0/24 dev tb-eth
+      server tb-eth (TUN) 198.18.2.2/24, route 198.18.1.0/24 dev tb-eth
+      the emulator process moves packets between the two TUN devices
+
+No namespace has a default route or an address outside 198.18.0.0/15; IPv6 is disabled in
+every namespace (no fe80:: addresses, no solicitations). Veth ends are created directly in
+their namespaces (IFLA_NET_NS_FD on both ends), so a crash never leaves a device in the
+host's namespace. Everything here is I/O; the backends decide what to build.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from pyroute2 import IPRoute, netns
+from pyroute2.ethtool.ioctl import IoctlEthtool
+from pyroute2.netlink.exceptions import NetlinkError
+
+from harness.errors import SpecError
+from netem import names, sysctl
+from netem.nsexec import NETNS_RUN_DIR, in_netns
+
+ROUTER_DEVICES = {"client": "tb-to-client", "server": "tb-to-server"}
+"""Names of the router's interfaces (kernel backend), by the side they face."""
+
+TUN_DEVICE_PATH = "/dev/net/tun"
+TUNSETIFF = 0x400454CA
+TUNSETPERSIST = 0x400454CB
+IFF_TUN = 0x0001
+IFF_NO_PI = 0x1000
+"""From linux/if_tun.h: a layer-3 device, no 4-byte packet-information header."""
+
+TUN_TXQUEUELEN_PACKETS = 10000
+"""Length of the TUN device's queue toward the emulator. The kernel drops (tx_dropped) when
+it is full, before the emulator sees the packet, so it is much longer than a burst the
+emulator could leave unread (the default, 500, is 1.8 ms at 333 Mbit/s)."""
+
+MERGING_OFFLOADS = (
+    "tx-generic-segmentation",
+    "tx-tcp-segmentation",
+    "tx-tcp6-segmentation",
+    "tx-tcp-ecn-segmentation",
+    "tx-tcp-accecn-segmentation",
+    "tx-tcp-mangleid-segmentation",
+    "tx-udp-segmentation",
+    "tx-gso-list",
+    "tx-gso-partial",
+    "rx-gro",
+    "rx-gro-list",
+    "rx-gro-hw",
+    "rx-udp-gro-forwarding",
+    "rx-lro",
+)
+"""Features that merge or split packets (GSO/TSO/GRO/LRO): off on emulated interfaces, so
+that loss, queueing and timestamps apply to wire-sized packets."""
+
+RT_TABLE_MAIN = 254
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One end of the path as a program sees it."""
+
+    role: str
+    """``client`` or ``server``."""
+    ns: str
+    device: str
+    addr: str
+    peer_net: str
+    """The other end's /24: the one route out of this namespace."""
+    gateway: str | None
+    """Next hop toward ``peer_net`` (the router), or None for a TUN (point-to-point)."""
+
+
+def endpoints(link: str, backend: str) -> dict[str, Endpoint]:
+    """The client and server ends of link ``link`` on ``backend`` (``netem``/``userspace``)."""
+    routed = backend == "netem"
+    return {
+        "client": Endpoint(
+            "client",
+            names.namespace(link, "client"),
+            names.DEVICE_IN_NS,
+            names.CLIENT_ADDR,
+            names.SERVER_NET,
+            names.ROUTER_CLIENT_ADDR if routed else None,
+        ),
+        "server": Endpoint(
+            "server",
+            names.namespace(link, "server"),
+            names.DEVICE_IN_NS,
+            names.SERVER_ADDR,
+            names.CLIENT_NET,
+            names.ROUTER_SERVER_ADDR if routed else None,
+        ),
+    }
+
+
+# --- namespaces ---------------------------------------------------------------------------
+
+
+def list_namespaces(prefix: str = names.PREFIX) -> list[str]:
+    """Named namespaces (``/run/netns``) starting with ``prefix``, sorted."""
+    try:
+        entries = os.listdir(NETNS_RUN_DIR)
+    except FileNotFoundError:
+        return []
+    return sorted(e for e in entries if e.startswith(prefix))
+
+
+def namespace_exists(ns: str) -> bool:
+    return (NETNS_RUN_DIR / ns).exists()
+
+
+def create_namespace(ns: str) -> None:
+    """Create namespace ``ns`` (refused if it exists), bring ``lo`` up, switch IPv6 off."""
+    if not ns.startswith(names.PREFIX):
+        raise SpecError("namespace", f"{ns!r}: the testbed creates only tb- namespaces")
+    if namespace_exists(ns):
+        raise SpecError("namespace", f"{ns} already exists (run: testbed clean --name ...)")
+    netns.create(ns)
+    for name, value in sysctl.ISOLATION_SYSCTLS.items():
+        sysctl.write(ns, name, value)
+    with ipr(ns) as ip:
+        ip.link("set", index=ip.link_lookup(ifname="lo")[0], state="up")
+
+
+def delete_namespace(ns: str) -> bool:
+    """Remove namespace ``ns``; False if it was not there. Devices inside go with it once no
+    process holds the namespace (kill those first: see :mod:`netem.clean`)."""
+    if not namespace_exists(ns):
+        return False
+    try:
+        netns.remove(ns)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+@contextmanager
+def ipr(ns: str | None = None) -> Iterator[IPRoute]:
+    """An RTNL socket in namespace ``ns`` (None: the host's). Never creates the namespace."""
+    if ns is not None and not namespace_exists(ns):
+        raise SpecError("namespace", f"{ns!r} does not exist (is the link up?)")
+    ip = IPRoute() if ns is None else IPRoute(netns=ns, flags=0)
+    try:
+        yield ip
+    finally:
+        ip.close()
+
+
+def _index(ip: IPRoute, device: str) -> int:
+    found = ip.link_lookup(ifname=device)
+    if not found:
+        raise SpecError("device", f"{device!r} not found")
+    return found[0]
+
+
+# --- devices ------------------------------------------------------------------------------
+
+
+def create_veth(a_ns: str, a_dev: str, b_ns: str, b_dev: str, *, mtu_bytes: int) -> None:
+    """A veth pair with one end in each namespace, both up, offloads off."""
+    with ipr() as ip:
+        ip.link(
+            "add",
+            ifname=a_dev,
+            kind="veth",
+            net_ns_fd=a_ns,
+            peer={"ifname": b_dev, "net_ns_fd": b_ns},
+        )
+    for ns, dev in ((a_ns, a_dev), (b_ns, b_dev)):
+        with ipr(ns) as ip:
+            ip.link("set", index=_index(ip, dev), mtu=mtu_bytes)
+        disable_offloads(ns, dev)
+        with ipr(ns) as ip:
+            ip.link("set", index=_index(ip, dev), state="up")
+
+
+def create_tun(ns: str, dev: str, *, mtu_bytes: int) -> None:
+    """A persistent layer-3 TUN device (IFF_TUN | IFF_NO_PI) in ``ns``, up, offloads off.
+
+    Persistent: it outlives this call, and the emulator attaches to it by name with the same
+    flags. It goes away with its namespace.
+    """
+    with in_netns(ns):
+        fd = os.open(TUN_DEVICE_PATH, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            ifr = struct.pack("16sH22x", dev.encode(), IFF_TUN | IFF_NO_PI)
+            fcntl.ioctl(fd, TUNSETIFF, ifr)
+            fcntl.ioctl(fd, TUNSETPERSIST, 1)
+        finally:
+            os.close(fd)
+    with ipr(ns) as ip:
+        ip.link("set", index=_index(ip, dev), mtu=mtu_bytes, txqlen=TUN_TXQUEUELEN_PACKETS)
+    disable_offloads(ns, dev)
+    with ipr(ns) as ip:
+        ip.link("set", index=_index(ip, dev), state="up")
+
+
+def device_kind(ns: str, dev: str) -> str | None:
+    """``veth``, ``tun`` ... of device ``dev`` in ``ns`` (None for lo and the like)."""
+    with ipr(ns) as ip:
+        link = ip.get_links(_index(ip, dev))[0]
+    info = link.get_attr("IFLA_LINKINFO")
+    return None if info is None else info.get_attr("IFLA_INFO_KIND")
+
+
+def devices(ns: str) -> list[str]:
+    with ipr(ns) as ip:
+        return [link.get_attr("IFLA_IFNAME") for link in ip.get_links()]
+
+
+def device_info(ns: str, dev: str) -> dict[str, Any]:
+    """State, MTU, queue length and kind of one device."""
+    with ipr(ns) as ip:
+        link = ip.get_links(_index(ip, dev))[0]
+    info = link.get_attr("IFLA_LINKINFO")
+    return {
+        "device": dev,
+        "kind": None if info is None else info.get_attr("IFLA_INFO_KIND"),
+        "state": link.get("state"),
+        "mtu_bytes": link.get_attr("IFLA_MTU"),
+        "txqlen": link.get_attr("IFLA_TXQLEN"),
+    }
+
+
+# --- offloads -----------------------------------------------------------------------------
+
+
+def offloads(ns: str, dev: str) -> dict[str, bool]:
+    """The merging offloads (:data:`MERGING_OFFLOADS`) the device has, and whether each is on."""
+    with in_netns(ns):
+        eth = IoctlEthtool(dev)
+    try:
+        features = eth.get_features()
+        return {n: features.is_active(n) for n in MERGING_OFFLOADS if n in features}
+    finally:
+        eth.close()
+
+
+def disable_offloads(ns: str, dev: str) -> dict[str, bool]:
+    """Switch every changeable merging offload off; returns what is still on (fixed ones)."""
+    with in_netns(ns):
+        eth = IoctlEthtool(dev)  # its socket, hence its ioctls, belong to ``ns``
+    try:
+        features = eth.get_features()
+        for name in MERGING_OFFLOADS:
+            if name in features and features.is_available(name) and features.is_active(name):
+                features[name] = False
+        eth.set_features(features)
+        after = eth.get_features()
+        return {n: True for n in MERGING_OFFLOADS if n in after and after.is_active(n)}
+    finally:
+        eth.close()
+
+
+# --- addresses and routes -----------------------------------------------------------------
+
+
+def _check_benchmark(field: str, address: str) -> None:
+    net = ipaddress.ip_network(address, strict=False)
+    if not net.subnet_of(ipaddress.ip_network(names.BENCHMARK_NET)):
+        raise SpecError(field, f"{address} is outside {names.BENCHMARK_NET}")
+
+
+def add_address(ns: str, dev: str, address: str, prefixlen: int = names.PREFIX_LEN) -> None:
+    _check_benchmark("address", f"{address}/{prefixlen}")
+    with ipr(ns) as ip:
+        ip.addr("add", index=_index(ip, dev), address=address, prefixlen=prefixlen)
+
+
+def addresses(ns: str) -> list[tuple[str, str]]:
+    """(device, address/prefix) of every IPv4 and IPv6 address in ``ns``."""
+    out = []
+    with ipr(ns) as ip:
+        by_index = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ip.get_links()}
+        for msg in ip.get_addr():
+            out.append(
+                (
+                    by_index.get(msg["index"], "?"),
+                    f"{msg.get_attr('IFA_ADDRESS')}/{msg['prefixlen']}",
+                )
+            )
+    return out
+
+
+ROUTE_METRICS = {"initcwnd": "RTAX_INITCWND", "initrwnd": "RTAX_INITRWND"}
+"""Route metrics the testbed sets (ip-route(8) ``initcwnd``/``initrwnd``, RFC 6928)."""
+
+
+def set_route(
+    ns: str,
+    dst: str,
+    *,
+    dev: str,
+    gateway: str | None = None,
+    initcwnd: int | None = None,
+    initrwnd: int | None = None,
+) -> None:
+    """Add or replace the route to ``dst`` (a /24 of 198.18.0.0/15), with route metrics."""
+    _check_benchmark("route", dst)
+    if gateway is not None:
+        _check_benchmark("gateway", gateway)
+    metrics: dict[str, int] = {}
+    for key, value in (("initcwnd", initcwnd), ("initrwnd", initrwnd)):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+            raise SpecError(key, f"must be a whole number of segments in [1, 65535], got {value!r}")
+        metrics[key] = value
+    kwargs: dict[str, Any] = {"dst": dst, "table": RT_TABLE_MAIN}
+    with ipr(ns) as ip:
+        kwargs["oif"] = _index(ip, dev)
+        if gateway is not None:
+            kwargs["gateway"] = gateway
+        if metrics:
+            kwargs["metrics"] = metrics
+        ip.route("replace", **kwargs)
+
+
+def routes(ns: str) -> list[dict[str, Any]]:
+    """IPv4 routes of the main table: dst (CIDR or ``default``), gateway, dev, metrics."""
+    out = []
+    with ipr(ns) as ip:
+        by_index = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ip.get_links()}
+        for msg in ip.get_routes(family=2, table=RT_TABLE_MAIN):
+            dst = msg.get_attr("RTA_DST")
+            metrics = msg.get_attr("RTA_METRICS")
+            values = {}
+            if metrics is not None:
+                for key, nla_name in ROUTE_METRICS.items():
+                    value = metrics.get_attr(nla_name)
+                    if value is not None:
+                        values[key] = value
+            out.append(
+                {
+                    "dst": "default" if dst is None else f"{dst}/{msg['dst_len']}",
+                    "gateway": msg.get_attr("RTA_GATEWAY"),
+                    "dev": by_index.get(msg.get_attr("RTA_OIF"), "?"),
+                    "metrics": values,
+                }
+            )
+    return out
+
+
+# --- the two shapes -----------------------------------------------------------------------
+
+
+def build_router_path(link: str, *, mtu_bytes: int) -> None:
+    """Namespaces, veths, addresses, routes and forwarding of the kernel backend's path."""
+    eps = endpoints(link, "netem")
+    router = names.namespace(link, "router")
+    for ns in (eps["client"].ns, router, eps["server"].ns):
+        create_namespace(ns)
+    sysctl.write(router, "net.ipv4.ip_forward", "1")
+    router_addr = {"client": names.ROUTER_CLIENT_ADDR, "server": names.ROUTER_SERVER_ADDR}
+    for role, ep in eps.items():
+        create_veth(ep.ns, ep.device, router, ROUTER_DEVICES[role], mtu_bytes=mtu_bytes)
+        add_address(ep.ns, ep.device, ep.addr)
+        add_address(router, ROUTER_DEVICES[role], router_addr[role])
+        set_route(ep.ns, ep.peer_net, dev=ep.device, gateway=ep.gateway)
+
+
+def build_tun_path(link: str, *, mtu_bytes: int) -> None:
+    """Namespaces and persistent TUN devices of the userspace backend (no emulator yet)."""
+    for ep in endpoints(link, "userspace").values():
+        create_namespace(ep.ns)
+        create_tun(ep.ns, ep.device, mtu_bytes=mtu_bytes)
+        add_address(ep.ns, ep.device, ep.addr)
+        set_route(ep.ns, ep.peer_net, dev=ep.device)
+
+
+def link_namespaces(link: str) -> list[str]:
+    """Every namespace link ``link`` may have, whatever its backend."""
+    return [names.namespace(link, role) for role in names.ROLES]
+
+
+def remove_path(link: str) -> list[str]:
+    """Delete the namespaces of ``link``; returns those that existed."""
+    return [ns for ns in link_namespaces(link) if delete_namespace(ns)]
+
+
+def is_netlink_error(err: BaseException, code: int) -> bool:
+    return isinstance(err, NetlinkError) and err.code == code

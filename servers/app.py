@@ -1,0 +1,300 @@
+"""Request handling shared by the HTTP/2 and HTTP/3 servers, without I/O.
+
+An :class:`Exchange` is one request. The protocol edge feeds it the request head, body
+bytes and the end of the body, and gets back a :class:`ResponsePlan`: status, headers, how
+long to "process" (the edge sleeps), and the body (bytes, or a count of streamed chunks).
+Routes:
+
+- ``POST /asr``: upload the audio; JSON transcript with the SHA-256 and length received.
+- ``GET /tts`` (or ``POST /tts`` with a short text): the audio (354,640 bytes).
+- ``POST /retouch``: upload the image; the retouched image (5,000,000 bytes) back, with the
+  upload's SHA-256 and length in ``x-upload-sha256`` / ``x-upload-length``.
+- ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
+- ``GET /image`` and ``POST /sink``: 30 MB down, any body up (JSON with its SHA-256 and
+  length back), no processing: the transfers of ``testbed bench stacks``.
+
+Unknown paths get 404, wrong methods 405 (with ``allow``), a declared or running body size
+over the limit 413 at once (the edge then stops reading the stream), a body shorter than its
+``content-length`` 400 and an ``upload_truncated`` event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from urllib.parse import parse_qs, urlsplit
+
+from harness import workloads
+
+DEFAULT_STREAM_CHUNKS = 50
+MAX_STREAM_CHUNKS = 30_000
+"""10 minutes of 20 ms chunks."""
+MAX_TTS_TEXT_BYTES = 4096
+
+ROUTES: dict[str, frozenset[str]] = {
+    "/asr": frozenset({"POST"}),
+    "/tts": frozenset({"GET", "POST"}),
+    "/retouch": frozenset({"POST"}),
+    "/stream": frozenset({"GET"}),
+    "/image": frozenset({"GET"}),
+    "/sink": frozenset({"POST"}),
+}
+
+UPLOAD_WORKLOAD = {"/asr": "audio", "/retouch": "image"}
+"""Which fixed workload each upload route expects (checked, never trusted)."""
+
+
+@dataclass(frozen=True)
+class RequestHead:
+    method: str
+    path: str
+    """Path with query, as sent in ``:path``."""
+    content_length: int | None = None
+
+    @classmethod
+    def from_headers(
+        cls, headers: list[tuple[bytes, bytes]] | list[tuple[str, str]]
+    ) -> RequestHead:
+        """Build from HTTP/2 or HTTP/3 header pairs; raises ValueError on a bad head."""
+        values: dict[str, str] = {}
+        for raw_name, raw_value in headers:
+            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
+            value = raw_value.decode() if isinstance(raw_value, bytes) else raw_value
+            values[name.lower()] = value
+        method = values.get(":method")
+        path = values.get(":path")
+        if not method or not path:
+            raise ValueError("missing :method or :path")
+        length = values.get("content-length")
+        content_length = None
+        if length is not None:
+            if not length.isdigit():
+                raise ValueError(f"bad content-length {length!r}")
+            content_length = int(length)
+        return cls(method=method, path=path, content_length=content_length)
+
+
+@dataclass
+class ResponsePlan:
+    """What the edge sends: headers, then after ``processing_s`` the body or the chunks."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    processing_s: float = 0.0
+    stream_chunks: int = 0
+    """When > 0, ``body`` is empty and the edge streams that many chunks (see workloads)."""
+    chunk_interval_s: float = workloads.STREAM_CHUNK_DURATION_S
+    chunk_processing_s: float = workloads.STREAM_CHUNK_PROCESSING_S
+    stop_reading: bool = False
+    """True when the request body must not be read further (413, 404... with a body pending)."""
+    error: str | None = None
+    """One-line reason for an error status, also logged."""
+
+    @property
+    def body_length(self) -> int:
+        return (
+            self.stream_chunks * workloads.STREAM_CHUNK_BYTES
+            if self.stream_chunks
+            else len(self.body)
+        )
+
+
+def _error(status: int, reason: str, extra: list[tuple[str, str]] | None = None) -> ResponsePlan:
+    body = (json.dumps({"error": reason}) + "\n").encode()
+    headers = [
+        ("content-type", "application/json"),
+        ("content-length", str(len(body))),
+        *(extra or []),
+    ]
+    return ResponsePlan(status=status, headers=headers, body=body, stop_reading=True, error=reason)
+
+
+@dataclass
+class AppConfig:
+    processing_audio_s: float = 0.030
+    processing_image_s: float = 0.300
+    max_body_bytes: int = 64_000_000
+
+
+@dataclass
+class Exchange:
+    """One request's state machine: head -> body* -> end (or truncated)."""
+
+    head: RequestHead
+    config: AppConfig
+    received_bytes: int = 0
+    early: ResponsePlan | None = None
+    """A response decided before the body ended (404/405/413/400); the body is not read."""
+    finished: bool = False
+    _digest: hashlib._Hash = field(default_factory=hashlib.sha256)
+    _text: bytearray = field(default_factory=bytearray)
+
+    def __post_init__(self) -> None:
+        self.route = urlsplit(self.head.path).path
+        allowed = ROUTES.get(self.route)
+        if allowed is None:
+            self.early = _error(404, f"no route {self.route}")
+        elif self.head.method not in allowed:
+            self.early = _error(
+                405,
+                f"{self.head.method} not allowed on {self.route}",
+                [("allow", ", ".join(sorted(allowed)))],
+            )
+        elif (
+            self.head.content_length is not None
+            and self.head.content_length > self.config.max_body_bytes
+        ):
+            self.early = _error(
+                413,
+                f"content-length {self.head.content_length} > limit {self.config.max_body_bytes}",
+            )
+
+    def feed(self, data: bytes) -> ResponsePlan | None:
+        """Take body bytes; returns a 413 plan when the body runs over the limit."""
+        if self.early is not None or self.finished:
+            return None
+        self.received_bytes += len(data)
+        if self.received_bytes > self.config.max_body_bytes:
+            self.early = _error(
+                413, f"body over limit {self.config.max_body_bytes} (no content-length)"
+            )
+            return self.early
+        self._digest.update(data)
+        if self.route == "/tts" and len(self._text) < MAX_TTS_TEXT_BYTES:
+            self._text += data[: MAX_TTS_TEXT_BYTES - len(self._text)]
+        return None
+
+    @property
+    def truncated(self) -> bool:
+        """The body ended (or the stream died) short of its declared length (a refused body,
+        404/405/413, is not "truncated": the server stopped reading it)."""
+        return (
+            self.early is None
+            and self.head.content_length is not None
+            and self.received_bytes < self.head.content_length
+        )
+
+    @property
+    def upload_sha256(self) -> str:
+        return self._digest.hexdigest()
+
+    def finish(self) -> ResponsePlan:
+        """The request body is complete: decide the response."""
+        self.finished = True
+        if self.early is not None:
+            return self.early
+        if self.truncated:
+            return _error(
+                400,
+                f"truncated upload: {self.received_bytes} of {self.head.content_length} bytes",
+            )
+        if self.head.content_length is not None and self.received_bytes > self.head.content_length:
+            return _error(
+                400, f"body {self.received_bytes} bytes > content-length {self.head.content_length}"
+            )
+        handler = getattr(self, "_route_" + self.route.strip("/"))
+        return handler()
+
+    def _upload_check(self) -> tuple[bool, str]:
+        expected = UPLOAD_WORKLOAD[self.route]
+        ok = self.received_bytes == workloads.get_workload(
+            expected
+        ).size_bytes and self.upload_sha256 == workloads.workload_sha256(expected)
+        return ok, expected
+
+    def _upload_headers(self) -> list[tuple[str, str]]:
+        return [
+            ("x-upload-sha256", self.upload_sha256),
+            ("x-upload-length", str(self.received_bytes)),
+        ]
+
+    def _route_asr(self) -> ResponsePlan:
+        ok, expected = self._upload_check()
+        transcript = {
+            "transcript": "the quick brown fox jumps over the lazy dog" if ok else "",
+            "upload_sha256": self.upload_sha256,
+            "upload_length": self.received_bytes,
+            "upload_ok": ok,
+        }
+        body = (json.dumps(transcript) + "\n").encode()
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            *self._upload_headers(),
+        ]
+        return ResponsePlan(
+            status=200 if ok else 422,
+            headers=headers,
+            body=body,
+            processing_s=self.config.processing_audio_s,
+            error=None if ok else f"upload does not match workload {expected}",
+        )
+
+    def _route_tts(self) -> ResponsePlan:
+        body = workloads.workload_bytes("audio")
+        headers = [
+            ("content-type", "audio/L16;rate=16000;channels=1"),
+            ("content-length", str(len(body))),
+            ("x-sha256", workloads.workload_sha256("audio")),
+        ]
+        return ResponsePlan(
+            status=200, headers=headers, body=body, processing_s=self.config.processing_audio_s
+        )
+
+    def _route_retouch(self) -> ResponsePlan:
+        ok, expected = self._upload_check()
+        if not ok:
+            plan = _error(422, f"upload does not match workload {expected}", self._upload_headers())
+            plan.stop_reading = False
+            return plan
+        body = workloads.workload_bytes("retouched")
+        headers = [
+            ("content-type", "application/octet-stream"),
+            ("content-length", str(len(body))),
+            ("x-sha256", workloads.workload_sha256("retouched")),
+            *self._upload_headers(),
+        ]
+        return ResponsePlan(
+            status=200, headers=headers, body=body, processing_s=self.config.processing_image_s
+        )
+
+    def _route_image(self) -> ResponsePlan:
+        body = workloads.workload_bytes("image")
+        headers = [
+            ("content-type", "application/octet-stream"),
+            ("content-length", str(len(body))),
+            ("x-sha256", workloads.workload_sha256("image")),
+        ]
+        return ResponsePlan(status=200, headers=headers, body=body)
+
+    def _route_sink(self) -> ResponsePlan:
+        answer = {"upload_sha256": self.upload_sha256, "upload_length": self.received_bytes}
+        return _json_plan(200, answer, self._upload_headers())
+
+    def _route_stream(self) -> ResponsePlan:
+        query = parse_qs(urlsplit(self.head.path).query)
+        raw = query.get("chunks", [str(DEFAULT_STREAM_CHUNKS)])[-1]
+        if not raw.isdigit() or not 1 <= int(raw) <= MAX_STREAM_CHUNKS:
+            plan = _error(400, f"chunks: {raw!r} is not a whole number in 1..{MAX_STREAM_CHUNKS}")
+            plan.stop_reading = False
+            return plan
+        chunks = int(raw)
+        headers = [
+            ("content-type", "audio/L16;rate=24000;channels=1"),
+            ("content-length", str(chunks * workloads.STREAM_CHUNK_BYTES)),
+            ("x-sha256", workloads.stream_sha256(chunks)),
+        ]
+        return ResponsePlan(status=200, headers=headers, stream_chunks=chunks)
+
+
+def _json_plan(status: int, answer: dict[str, object], extra: list[tuple[str, str]]) -> ResponsePlan:
+    body = (json.dumps(answer) + "\n").encode()
+    headers = [("content-type", "application/json"), ("content-length", str(len(body))), *extra]
+    return ResponsePlan(status=status, headers=headers, body=body)
+
+
+def response_head(plan: ResponsePlan, proto: str) -> list[tuple[str, str]]:
+    """``:status`` first, then the plan's headers and a server tag."""
+    return [(":status", str(plan.status)), ("server", f"testbed-{proto}"), *plan.headers]

@@ -1,0 +1,105 @@
+"""Server configuration: one dataclass, each field with its unit, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import SpecError
+
+TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
+QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
+"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``)."""
+QUIC_MIN_DATAGRAM_BYTES = 1200
+"""RFC 9000 section 14: the smallest maximum datagram size a QUIC endpoint may use."""
+QUIC_MAX_DATAGRAM_BYTES = 65_527
+"""Largest UDP payload (RFC 9000 max_udp_payload_size upper bound is 65527)."""
+DEFAULT_H2_WINDOW_BYTES = 16 * 1024 * 1024
+"""HTTP/2 stream and connection windows large enough not to be the limit (16 MiB)."""
+H2_MAX_WINDOW_BYTES = 2**31 - 1
+"""RFC 9113 section 6.9.1: the largest flow-control window."""
+DEFAULT_MAX_BODY_BYTES = 64_000_000
+"""Request bodies above this get 413; the 30 MB image fits."""
+DEFAULT_PROCESSING_AUDIO_S = 0.030
+DEFAULT_PROCESSING_IMAGE_S = 0.300
+DEFAULT_PORT = 8443
+DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
+"""UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (NOTES-machine.md)."""
+DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
+DEFAULT_IDLE_TIMEOUT_S = 60.0
+
+
+@dataclass
+class ServerConfig:
+    """Everything `testbed serve` takes. ``None`` means "leave the kernel/library default"."""
+
+    bind: str = "127.0.0.1"
+    h2_port: int | None = DEFAULT_PORT
+    """TCP port of HTTP/2 over TLS 1.3; None: no h2 listener. 0: any free port."""
+    h3_port: int | None = DEFAULT_PORT
+    """UDP port of HTTP/3; None: no h3 listener. 0: any free port."""
+    log_path: Path | None = None
+    """JSONL event log (CLOCK_MONOTONIC seconds)."""
+    cc: str | None = None
+    """TCP congestion control of accepted sockets."""
+    window_clamp_bytes: int | None = None
+    sndbuf_bytes: int | None = None
+    rcvbuf_bytes: int | None = None
+    max_pacing_rate_bps: float | None = None
+    """SO_MAX_PACING_RATE, in bit/s here (the kernel takes bytes/s)."""
+    notsent_lowat_bytes: int | None = None
+    quickack: bool = False
+    quic_cc: str = "reno"
+    max_datagram_size: int = QUIC_MIN_DATAGRAM_BYTES
+    quic_max_data_bytes: int | None = None
+    """Fixed QUIC flow-control windows (connection and stream); None: aioquic's growing ones."""
+    h2_window_bytes: int = DEFAULT_H2_WINDOW_BYTES
+    processing_audio_s: float = DEFAULT_PROCESSING_AUDIO_S
+    processing_image_s: float = DEFAULT_PROCESSING_IMAGE_S
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    qlog_dir: Path | None = None
+    keylog_path: Path | None = None
+    cert_dir: Path | None = None
+    udp_buffer_bytes: int = DEFAULT_UDP_BUFFER_BYTES
+    handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        for name in ("h2_port", "h3_port"):
+            port = getattr(self, name)
+            if port is not None and not 0 <= port <= 65535:
+                raise SpecError(name.replace("_", "-"), f"port {port} is not in 0..65535")
+        if self.h2_port is None and self.h3_port is None:
+            raise SpecError("h2-port", "at least one of h2 and h3 must listen")
+        if self.cc is not None and self.cc not in TCP_CONGESTION_CONTROLS:
+            raise SpecError("cc", f"{self.cc!r} is not one of {', '.join(TCP_CONGESTION_CONTROLS)}")
+        if self.quic_cc not in QUIC_CONGESTION_CONTROLS:
+            raise SpecError(
+                "quic-cc", f"{self.quic_cc!r} is not one of {', '.join(QUIC_CONGESTION_CONTROLS)}"
+            )
+        if not QUIC_MIN_DATAGRAM_BYTES <= self.max_datagram_size <= QUIC_MAX_DATAGRAM_BYTES:
+            raise SpecError(
+                "max-datagram-size",
+                f"{self.max_datagram_size} is not in {QUIC_MIN_DATAGRAM_BYTES}.."
+                f"{QUIC_MAX_DATAGRAM_BYTES} (RFC 9000 section 14)",
+            )
+        for name in (
+            "window_clamp_bytes",
+            "sndbuf_bytes",
+            "rcvbuf_bytes",
+            "notsent_lowat_bytes",
+            "quic_max_data_bytes",
+        ):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise SpecError(name.removesuffix("_bytes").replace("_", "-"), "must be > 0 bytes")
+        if self.max_pacing_rate_bps is not None and self.max_pacing_rate_bps <= 0:
+            raise SpecError("max-pacing-rate", "must be > 0 bit/s")
+        if not 65_535 <= self.h2_window_bytes <= H2_MAX_WINDOW_BYTES:
+            raise SpecError("h2-window", f"{self.h2_window_bytes} is not in 65535..2^31-1")
+        for name in ("processing_audio_s", "processing_image_s"):
+            if getattr(self, name) < 0:
+                raise SpecError(name.removesuffix("_s").replace("_", "-"), "must be >= 0")
+        if self.max_body_bytes < 0:
+            raise SpecError("max-body", "must be >= 0 bytes")

@@ -1,0 +1,42 @@
+"""What every connection of one server process shares: config, event log, counters."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from servers.app import AppConfig
+from servers.config import ServerConfig
+from servers.events import EventLog
+from servers.sockopts import TcpOptions
+
+
+@dataclass
+class ServerContext:
+    config: ServerConfig
+    log: EventLog
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def next_conn_id(self) -> int:
+        return next(self._ids)
+
+    @property
+    def app_config(self) -> AppConfig:
+        return AppConfig(
+            processing_audio_s=self.config.processing_audio_s,
+            processing_image_s=self.config.processing_image_s,
+            max_body_bytes=self.config.max_body_bytes,
+        )
+
+    @property
+    def tcp_options(self) -> TcpOptions:
+        c = self.config
+        return TcpOptions(
+            cc=c.cc,
+            window_clamp_bytes=c.window_clamp_bytes,
+            sndbuf_bytes=c.sndbuf_bytes,
+            rcvbuf_bytes=c.rcvbuf_bytes,
+            max_pacing_rate_bps=c.max_pacing_rate_bps,
+            notsent_lowat_bytes=c.notsent_lowat_bytes,
+            quickack=c.quickack,
+        )

@@ -1,0 +1,404 @@
+"""HTTP/2 over TLS 1.3 (ALPN ``h2``): a thin asyncio edge around ``h2.H2Connection``.
+
+One :class:`H2ServerProtocol` per TCP connection. Requests are handled by
+:class:`servers.app.Exchange`; responses respect HTTP/2 flow control and the transport's
+write buffer. Events go to the server's :class:`~servers.events.EventLog`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+import time
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from servers import app
+from servers.context import ServerContext
+from servers.sockopts import apply_tcp_options, rearm_quickack
+from servers.tls import ensure_certificate, server_context
+
+PROTO = "h2"
+H2_MAX_FRAME_BYTES = 2**20
+"""SETTINGS_MAX_FRAME_SIZE we accept (RFC 9113 allows up to 2^24-1): fewer frames per MB."""
+WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
+WRITE_BATCH_BYTES = 256 * 1024
+"""Flush to the transport after at most this many body bytes, then wait if it is full."""
+IDLE_CHECK_FRACTION = 4
+
+
+class H2ServerProtocol(asyncio.Protocol):
+    def __init__(self, ctx: ServerContext) -> None:
+        self.ctx = ctx
+        self.conn_id = ctx.next_conn_id()
+        self.h2 = h2.connection.H2Connection(
+            h2.config.H2Configuration(client_side=False, header_encoding=None)
+        )
+        self.transport: asyncio.Transport | None = None
+        self.sock: Any = None
+        self.exchanges: dict[int, app.Exchange] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.started: set[int] = set()
+        self._window_changed = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._closed = False
+        self._goaway: str | None = None
+        self._last_activity = time.monotonic()
+        self._idle_handle: asyncio.TimerHandle | None = None
+
+    # -- asyncio edge ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
+        self.sock = transport.get_extra_info("socket")
+        peer = transport.get_extra_info("peername")
+        try:
+            apply_tcp_options(self.sock, self.ctx.tcp_options)
+        except Exception as err:  # a knob the kernel refuses: say so, keep serving
+            self._log("error", reason=f"socket option: {err}")
+        window = self.ctx.config.h2_window_bytes
+        self.h2.initiate_connection()
+        self.h2.update_settings(
+            {
+                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window,
+                h2.settings.SettingCodes.MAX_FRAME_SIZE: H2_MAX_FRAME_BYTES,
+            }
+        )
+        if window > h2.settings.Settings().initial_window_size:
+            self.h2.increment_flow_control_window(window - 65_535)
+        self._flush()
+        ssl_object = transport.get_extra_info("ssl_object")
+        self._log(
+            "connection_open",
+            peer=f"{peer[0]}:{peer[1]}" if peer else None,
+            tls_version=ssl_object.version() if ssl_object else None,
+            resumed=bool(ssl_object.session_reused) if ssl_object else None,
+        )
+        self._schedule_idle_check()
+
+    def data_received(self, data: bytes) -> None:
+        now = time.monotonic()
+        self._last_activity = now
+        if self.ctx.config.quickack and self.sock is not None:
+            rearm_quickack(self.sock)
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as err:
+            self._protocol_error(now, err)
+            return
+        for event in events:
+            self._handle_event(event, now)
+        self._flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        now = time.monotonic()
+        for stream_id, exchange in self.exchanges.items():
+            if not exchange.finished and exchange.truncated:
+                self._log(
+                    "upload_truncated",
+                    stream=stream_id,
+                    now=now,
+                    received_bytes=exchange.received_bytes,
+                    content_length=exchange.head.content_length,
+                    reason="connection closed",
+                )
+        for task in self.tasks.values():
+            task.cancel()
+        if self._idle_handle is not None:
+            self._idle_handle.cancel()
+        self._window_changed.set()
+        self._writable.set()
+        self._log("connection_closed", now=now, reason=str(exc) if exc else self._goaway)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- h2 events -----------------------------------------------------------------------
+    def _handle_event(self, event: h2.events.Event, now: float) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self._on_request(event, now)
+        elif isinstance(event, h2.events.DataReceived):
+            self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            self._on_data(event.stream_id, event.data, now)
+            if event.stream_ended is not None:
+                self._on_end(event.stream_id, now)
+        elif isinstance(event, h2.events.StreamEnded):
+            self._on_end(event.stream_id, now)
+        elif isinstance(event, h2.events.StreamReset):
+            self._on_reset(event.stream_id, event.error_code, now)
+        elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+            self._window_changed.set()
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._goaway = f"GOAWAY {event.error_code!r} from peer"
+            self._close()
+
+    def _on_request(self, event: h2.events.RequestReceived, now: float) -> None:
+        stream_id = event.stream_id
+        try:
+            head = app.RequestHead.from_headers(event.headers)
+        except ValueError as err:
+            self._log("error", stream=stream_id, now=now, reason=f"bad request head: {err}")
+            self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
+            return
+        exchange = app.Exchange(head=head, config=self.ctx.app_config)
+        self.exchanges[stream_id] = exchange
+        self._log(
+            "request_first_byte",
+            stream=stream_id,
+            now=now,
+            method=head.method,
+            path=head.path,
+            content_length=head.content_length,
+        )
+        if exchange.early is not None and event.stream_ended is None:
+            self._start_response(stream_id, exchange.early, now)
+
+    def _on_data(self, stream_id: int, data: bytes, now: float) -> None:
+        exchange = self.exchanges.get(stream_id)
+        if exchange is None or exchange.early is not None:
+            return
+        if exchange.received_bytes == 0 and data:
+            self._log("request_body_first_byte", stream=stream_id, now=now)
+        plan = exchange.feed(data)
+        if plan is not None:
+            self._start_response(stream_id, plan, now)
+
+    def _on_end(self, stream_id: int, now: float) -> None:
+        exchange = self.exchanges.get(stream_id)
+        if exchange is None or exchange.finished:
+            return
+        plan = exchange.finish()
+        self._log(
+            "request_last_byte",
+            stream=stream_id,
+            now=now,
+            received_bytes=exchange.received_bytes,
+            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
+        )
+        if exchange.truncated:
+            self._log(
+                "upload_truncated",
+                stream=stream_id,
+                now=now,
+                received_bytes=exchange.received_bytes,
+                content_length=exchange.head.content_length,
+                reason="stream ended early",
+            )
+        self._start_response(stream_id, plan, now)
+
+    def _on_reset(self, stream_id: int, error_code: Any, now: float) -> None:
+        exchange = self.exchanges.get(stream_id)
+        self._log("stream_reset", stream=stream_id, now=now, error_code=int(error_code))
+        if exchange is not None and not exchange.finished and exchange.truncated:
+            self._log(
+                "upload_truncated",
+                stream=stream_id,
+                now=now,
+                received_bytes=exchange.received_bytes,
+                content_length=exchange.head.content_length,
+                reason="stream reset by peer",
+            )
+        task = self.tasks.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
+
+    # -- responses -------------------------------------------------------------------------
+    def _start_response(self, stream_id: int, plan: app.ResponsePlan, now: float) -> None:
+        if stream_id in self.started:
+            return
+        self.started.add(stream_id)
+        if plan.error is not None:
+            self._log("error", stream=stream_id, now=now, status=plan.status, reason=plan.error)
+        task = asyncio.get_running_loop().create_task(self._respond(stream_id, plan, now))
+        self.tasks[stream_id] = task
+        task.add_done_callback(lambda _t, sid=stream_id: self._response_done(sid, _t))
+
+    def _response_done(self, stream_id: int, task: asyncio.Task[None]) -> None:
+        if self.tasks.get(stream_id) is task:
+            del self.tasks[stream_id]
+        exchange = self.exchanges.get(stream_id)
+        if exchange is not None and exchange.finished:
+            del self.exchanges[stream_id]
+        if not task.cancelled() and task.exception() is not None:
+            self._log("error", stream=stream_id, reason=f"response failed: {task.exception()!r}")
+
+    async def _respond(self, stream_id: int, plan: app.ResponsePlan, ready: float) -> None:
+        if plan.processing_s > 0:
+            self._log("processing_start", stream=stream_id)
+            await asyncio.sleep(plan.processing_s)
+            self._log("processing_end", stream=stream_id)
+        if self._closed:
+            return
+        self.h2.send_headers(
+            stream_id,
+            app.response_head(plan, PROTO),
+            end_stream=plan.body_length == 0,
+        )
+        self._flush()
+        self._log("response_first_byte", stream=stream_id, status=plan.status)
+        if plan.stream_chunks:
+            await self._send_chunks(stream_id, plan, ready)
+        elif plan.body:
+            await self._send_body(stream_id, plan.body)
+        self._log("response_last_byte", stream=stream_id, bytes=plan.body_length)
+        exchange = self.exchanges.get(stream_id)
+        if plan.stop_reading and exchange is not None and not exchange.finished:
+            # RFC 9113 section 8.1: a complete response before the request ended;
+            # RST_STREAM(NO_ERROR) asks the client to stop sending the body.
+            try:
+                self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.NO_ERROR)
+            except h2.exceptions.StreamClosedError:
+                pass
+            self._flush()
+
+    async def _send_chunks(self, stream_id: int, plan: app.ResponsePlan, ready: float) -> None:
+        from harness.workloads import stream_chunk
+
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        for index in range(plan.stream_chunks):
+            due = start + index * plan.chunk_interval_s + plan.chunk_processing_s
+            delay = due - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            last = index == plan.stream_chunks - 1
+            await self._send_body(stream_id, stream_chunk(index), end_stream=last)
+            self._log("chunk_sent", stream=stream_id, index=index)
+
+    async def _send_body(self, stream_id: int, body: bytes, end_stream: bool = True) -> None:
+        view = memoryview(body)
+        offset = 0
+        total = len(body)
+        while offset < total:
+            if self._closed:
+                raise ConnectionError("connection closed")
+            if not self._writable.is_set():
+                await self._writable.wait()
+                continue
+            window = self.h2.local_flow_control_window(stream_id)
+            if window <= 0:
+                self._window_changed.clear()
+                await self._window_changed.wait()
+                continue
+            frame_max = self.h2.max_outbound_frame_size
+            stop = min(total, offset + window, offset + WRITE_BATCH_BYTES)
+            while offset < stop:
+                size = min(frame_max, stop - offset)
+                end = end_stream and offset + size == total
+                self.h2.send_data(stream_id, bytes(view[offset : offset + size]), end_stream=end)
+                offset += size
+            self._flush()
+            if offset < total:
+                await asyncio.sleep(0)
+        if total == 0 and end_stream:
+            self.h2.end_stream(stream_id)
+            self._flush()
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _protocol_error(self, now: float, err: Exception) -> None:
+        self._log("error", now=now, reason=f"protocol error, closing: {err!r}"[:300])
+        if isinstance(err, h2.exceptions.InvalidBodyLengthError):
+            # RFC 9113 8.1.1: DATA shorter than content-length is malformed; h2 raises before
+            # it hands over the stream's events, so the stream is not known here
+            self._log(
+                "upload_truncated",
+                now=now,
+                received_bytes=err.actual_length,
+                content_length=err.expected_length,
+                reason="body shorter than content-length",
+            )
+            return self._finish_protocol_error()
+        for stream_id, exchange in self.exchanges.items():
+            if not exchange.finished and exchange.truncated:
+                exchange.finished = True
+                self._log(
+                    "upload_truncated",
+                    stream=stream_id,
+                    now=now,
+                    received_bytes=exchange.received_bytes,
+                    content_length=exchange.head.content_length,
+                    reason=f"protocol error: {type(err).__name__}",
+                )
+        self._finish_protocol_error()
+
+    def _finish_protocol_error(self) -> None:
+        self._flush()
+        self._close()
+
+    def _flush(self) -> None:
+        data = self.h2.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _schedule_idle_check(self) -> None:
+        timeout = self.ctx.config.idle_timeout_s
+        loop = asyncio.get_running_loop()
+        self._idle_handle = loop.call_later(timeout / IDLE_CHECK_FRACTION, self._idle_check)
+
+    def _idle_check(self) -> None:
+        if self._closed:
+            return
+        if (
+            not self.tasks
+            and time.monotonic() - self._last_activity > self.ctx.config.idle_timeout_s
+        ):
+            self._log("connection_closed", reason="idle timeout")
+            self.h2.close_connection()
+            self._flush()
+            self._close()
+            return
+        self._schedule_idle_check()
+
+    def _log(
+        self, event: str, *, stream: int | None = None, now: float | None = None, **kw: Any
+    ) -> None:
+        self.ctx.log.emit(event, proto=PROTO, conn=self.conn_id, stream=stream, now=now, **kw)
+
+
+def make_listen_socket(ctx: ServerContext) -> socket.socket:
+    """The listening TCP socket with the knobs accepted sockets inherit set before listen()."""
+    config = ctx.config
+    family = socket.AF_INET6 if ":" in config.bind else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        apply_tcp_options(sock, ctx.tcp_options, listening=True)
+        sock.bind((config.bind, config.h2_port or 0))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+async def start_h2(ctx: ServerContext) -> tuple[asyncio.AbstractServer, tuple[str, int]]:
+    """Listen for HTTP/2 over TLS 1.3; returns the server and the bound address."""
+    paths = ensure_certificate(ctx.config.cert_dir)
+    tls: ssl.SSLContext = server_context(paths, ctx.config.keylog_path)
+    sock = make_listen_socket(ctx)
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(
+        lambda: H2ServerProtocol(ctx),
+        sock=sock,
+        ssl=tls,
+        ssl_handshake_timeout=ctx.config.handshake_timeout_s,
+    )
+    host, port = sock.getsockname()[:2]
+    return server, (host, port)

@@ -1,0 +1,385 @@
+"""HTTP/3 over QUIC (aioquic): a UDP edge that demultiplexes datagrams to per-connection
+protocols, each driving a ``QuicConnection`` and an ``H3Connection``.
+
+This replaces ``aioquic.asyncio.serve`` so that the server can pick its own connection class
+(:class:`servers.quic.FixedWindowQuicConnection` for fixed windows), raise the UDP socket
+buffers, use ``time.monotonic()`` as aioquic's clock and log garbage datagrams.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import IO, Any
+
+from aioquic.buffer import Buffer
+from aioquic.h3.connection import ErrorCode as H3ErrorCode
+from aioquic.h3.connection import H3Connection
+from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
+from aioquic.quic import events as qevents
+from aioquic.quic.configuration import SMALLEST_MAX_DATAGRAM_SIZE, QuicConfiguration
+from aioquic.quic.packet import (
+    QuicPacketType,
+    encode_quic_version_negotiation,
+    pull_quic_header,
+)
+
+from harness.workloads import stream_chunk
+from servers import app
+from servers.context import ServerContext
+from servers.quic import (
+    WatchedProtocol,
+    make_quic_configuration,
+    make_quic_connection,
+    make_udp_socket,
+    stream_fully_sent,
+)
+from servers.tls import ensure_certificate
+
+PROTO = "h3"
+MAX_GARBAGE_LOG_LINES = 100
+"""Garbage datagrams are counted; only the first ones get a log line each."""
+
+
+class H3ServerProtocol(WatchedProtocol):
+    """One QUIC connection of the server."""
+
+    def __init__(self, quic: Any, *, ctx: ServerContext, conn_id: int) -> None:
+        super().__init__(quic)
+        self.ctx = ctx
+        self.conn_id = conn_id
+        self.h3 = H3Connection(quic)
+        self.exchanges: dict[int, app.Exchange] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.started: set[int] = set()
+        self.terminated = False
+
+    def quic_event_received(self, event: qevents.QuicEvent) -> None:
+        now = time.monotonic()
+        if isinstance(event, qevents.HandshakeCompleted):
+            self._log(
+                "connection_open",
+                now=now,
+                alpn=event.alpn_protocol,
+                resumed=event.session_resumed,
+                early_data_accepted=event.early_data_accepted,
+            )
+        elif isinstance(event, qevents.StreamReset):
+            self._on_reset(event.stream_id, event.error_code, now)
+        elif isinstance(event, qevents.ConnectionTerminated):
+            self._on_terminated(event, now)
+            return
+        try:
+            h3_events = self.h3.handle_event(event)
+        except Exception as err:  # H3 layer refused the peer's bytes: close, keep serving
+            self._log("error", now=now, reason=f"h3 error, closing: {err!r}"[:300])
+            self._quic.close(error_code=H3ErrorCode.H3_GENERAL_PROTOCOL_ERROR)
+            self._transmit_soon()
+            return
+        for h3_event in h3_events:
+            self._on_h3_event(h3_event, now)
+
+    # -- requests ------------------------------------------------------------------------
+    def _on_h3_event(self, event: H3Event, now: float) -> None:
+        if isinstance(event, HeadersReceived):
+            if event.stream_id in self.exchanges:
+                return  # trailers: ignored
+            try:
+                head = app.RequestHead.from_headers(event.headers)
+            except ValueError as err:
+                self._log("error", stream=event.stream_id, now=now, reason=f"bad head: {err}")
+                self._quic.reset_stream(event.stream_id, H3ErrorCode.H3_MESSAGE_ERROR)
+                return
+            exchange = app.Exchange(head=head, config=self.ctx.app_config)
+            self.exchanges[event.stream_id] = exchange
+            self._log(
+                "request_first_byte",
+                stream=event.stream_id,
+                now=now,
+                method=head.method,
+                path=head.path,
+                content_length=head.content_length,
+            )
+            if exchange.early is not None and not event.stream_ended:
+                self._start_response(event.stream_id, exchange.early, now)
+            if event.stream_ended:
+                self._on_end(event.stream_id, now)
+        elif isinstance(event, DataReceived):
+            exchange = self.exchanges.get(event.stream_id)
+            if exchange is None:
+                return
+            if exchange.early is None:
+                if exchange.received_bytes == 0 and event.data:
+                    self._log("request_body_first_byte", stream=event.stream_id, now=now)
+                plan = exchange.feed(event.data)
+                if plan is not None:
+                    self._start_response(event.stream_id, plan, now)
+            if event.stream_ended:
+                self._on_end(event.stream_id, now)
+
+    def _on_end(self, stream_id: int, now: float) -> None:
+        exchange = self.exchanges.get(stream_id)
+        if exchange is None or exchange.finished:
+            return
+        plan = exchange.finish()
+        self._log(
+            "request_last_byte",
+            stream=stream_id,
+            now=now,
+            received_bytes=exchange.received_bytes,
+            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
+        )
+        if exchange.truncated:
+            self._log(
+                "upload_truncated",
+                stream=stream_id,
+                now=now,
+                received_bytes=exchange.received_bytes,
+                content_length=exchange.head.content_length,
+                reason="stream ended early",
+            )
+        self._start_response(stream_id, plan, now)
+
+    def _on_reset(self, stream_id: int, error_code: int, now: float) -> None:
+        self._log("stream_reset", stream=stream_id, now=now, error_code=error_code)
+        exchange = self.exchanges.get(stream_id)
+        if exchange is not None and not exchange.finished and exchange.truncated:
+            exchange.finished = True
+            self._log(
+                "upload_truncated",
+                stream=stream_id,
+                now=now,
+                received_bytes=exchange.received_bytes,
+                content_length=exchange.head.content_length,
+                reason="stream reset by peer",
+            )
+        task = self.tasks.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
+
+    def _on_terminated(self, event: qevents.ConnectionTerminated, now: float) -> None:
+        if self.terminated:
+            return
+        self.terminated = True
+        for stream_id, exchange in self.exchanges.items():
+            if not exchange.finished and exchange.truncated:
+                self._log(
+                    "upload_truncated",
+                    stream=stream_id,
+                    now=now,
+                    received_bytes=exchange.received_bytes,
+                    content_length=exchange.head.content_length,
+                    reason="connection closed",
+                )
+        for task in self.tasks.values():
+            task.cancel()
+        if event.error_code:
+            self._log(
+                "error",
+                now=now,
+                reason=f"connection closed with error {event.error_code}: {event.reason_phrase}",
+            )
+        self._log(
+            "connection_closed",
+            now=now,
+            error_code=event.error_code,
+            reason=event.reason_phrase or None,
+        )
+
+    # -- responses -------------------------------------------------------------------------
+    def _start_response(self, stream_id: int, plan: app.ResponsePlan, now: float) -> None:
+        if stream_id in self.started:
+            return
+        self.started.add(stream_id)
+        if plan.error is not None:
+            self._log("error", stream=stream_id, now=now, status=plan.status, reason=plan.error)
+        task = self._loop.create_task(self._respond(stream_id, plan))
+        self.tasks[stream_id] = task
+
+        def done(t: asyncio.Task[None], sid: int = stream_id) -> None:
+            if self.tasks.get(sid) is t:
+                del self.tasks[sid]
+            exchange = self.exchanges.get(sid)
+            if exchange is not None and exchange.finished:
+                del self.exchanges[sid]
+            if not t.cancelled() and t.exception() is not None:
+                self._log("error", stream=sid, reason=f"response failed: {t.exception()!r}")
+
+        task.add_done_callback(done)
+
+    async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
+        if plan.processing_s > 0:
+            self._log("processing_start", stream=stream_id)
+            await asyncio.sleep(plan.processing_s)
+            self._log("processing_end", stream=stream_id)
+        if self.terminated:
+            return
+        body_length = plan.body_length
+        self.h3.send_headers(
+            stream_id, _encode(app.response_head(plan, PROTO)), end_stream=body_length == 0
+        )
+        self.transmit()
+        self._log("response_first_byte", stream=stream_id, status=plan.status)
+        if plan.stream_chunks:
+            start = time.monotonic()
+            for index in range(plan.stream_chunks):
+                due = start + index * plan.chunk_interval_s + plan.chunk_processing_s
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                if self.terminated:
+                    return
+                last = index == plan.stream_chunks - 1
+                self.h3.send_data(stream_id, stream_chunk(index), end_stream=last)
+                self.transmit()
+                self._log("chunk_sent", stream=stream_id, index=index)
+        elif body_length:
+            self.h3.send_data(stream_id, plan.body, end_stream=True)
+        if body_length:
+            self.watch(
+                lambda: stream_fully_sent(self._quic, stream_id),
+                lambda t: self._log(
+                    "response_last_byte", stream=stream_id, now=t, bytes=body_length
+                ),
+            )
+        else:
+            self._log("response_last_byte", stream=stream_id, bytes=0)
+        exchange = self.exchanges.get(stream_id)
+        if plan.stop_reading and exchange is not None and not exchange.finished:
+            # HTTP/3 (RFC 9114 section 4.1): a complete response may precede the end of the
+            # request; STOP_SENDING(H3_NO_ERROR) asks the client to stop sending the body.
+            try:
+                self._quic.stop_stream(stream_id, H3ErrorCode.H3_NO_ERROR)
+            except Exception:
+                pass
+        self.transmit()
+
+    def _log(
+        self, event: str, *, stream: int | None = None, now: float | None = None, **kw: Any
+    ) -> None:
+        self.ctx.log.emit(event, proto=PROTO, conn=self.conn_id, stream=stream, now=now, **kw)
+
+
+def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
+    return [(k.encode(), v.encode()) for k, v in headers]
+
+
+class H3Listener(asyncio.DatagramProtocol):
+    """The UDP socket: routes datagrams by destination connection ID (as aioquic's
+    ``QuicServer`` does, without Retry), creates connections on Initial packets, and
+    counts and drops what is not QUIC."""
+
+    def __init__(self, ctx: ServerContext, configuration: QuicConfiguration) -> None:
+        self.ctx = ctx
+        self.configuration = configuration
+        self.protocols: dict[bytes, H3ServerProtocol] = {}
+        self.transport: asyncio.DatagramTransport | None = None
+        self.garbage_datagrams = 0
+        self.tickets: dict[bytes, Any] = {}
+        """Session tickets issued (single use, as in aioquic's example server): resumption
+        and 0-RTT for clients that come back."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        buf = Buffer(data=data)
+        try:
+            header = pull_quic_header(buf, host_cid_length=self.configuration.connection_id_length)
+        except ValueError as err:
+            self._garbage(addr, f"not a QUIC packet: {err}")
+            return
+        if (
+            header.packet_type != QuicPacketType.VERSION_NEGOTIATION
+            and header.version is not None
+            and header.version not in self.configuration.supported_versions
+        ):
+            assert self.transport is not None
+            self.transport.sendto(
+                encode_quic_version_negotiation(
+                    source_cid=header.destination_cid,
+                    destination_cid=header.source_cid,
+                    supported_versions=self.configuration.supported_versions,
+                ),
+                addr,
+            )
+            return
+        protocol = self.protocols.get(header.destination_cid)
+        if protocol is None:
+            if (
+                len(data) < SMALLEST_MAX_DATAGRAM_SIZE
+                or header.packet_type != QuicPacketType.INITIAL
+            ):
+                self._garbage(addr, "unknown connection ID")
+                return
+            protocol = self._new_connection(header.destination_cid)
+        protocol.datagram_received(data, addr)
+
+    def _new_connection(self, original_dcid: bytes) -> H3ServerProtocol:
+        config = self.ctx.config
+        quic = make_quic_connection(
+            self.configuration,
+            config.quic_max_data_bytes,
+            original_destination_connection_id=original_dcid,
+            session_ticket_fetcher=self.tickets.pop,
+            session_ticket_handler=lambda ticket: self.tickets.__setitem__(ticket.ticket, ticket),
+        )
+        conn_id = self.ctx.next_conn_id()
+        protocol = H3ServerProtocol(quic, ctx=self.ctx, conn_id=conn_id)
+        protocol.connection_made(self.transport)  # type: ignore[arg-type]
+        protocol._connection_id_issued_handler = lambda cid: self.protocols.__setitem__(
+            cid, protocol
+        )
+        protocol._connection_id_retired_handler = lambda cid: self.protocols.pop(cid, None)
+
+        def terminated() -> None:
+            for cid, value in list(self.protocols.items()):
+                if value is protocol:
+                    del self.protocols[cid]
+
+        protocol._connection_terminated_handler = terminated
+        self.protocols[original_dcid] = protocol
+        self.protocols[quic.host_cid] = protocol
+        return protocol
+
+    def _garbage(self, addr: Any, reason: str) -> None:
+        self.garbage_datagrams += 1
+        if self.garbage_datagrams <= MAX_GARBAGE_LOG_LINES:
+            self.ctx.log.emit(
+                "error",
+                proto=PROTO,
+                peer=f"{addr[0]}:{addr[1]}",
+                reason=f"dropped datagram: {reason}",
+                count=self.garbage_datagrams,
+            )
+
+    def close(self) -> None:
+        for protocol in set(self.protocols.values()):
+            protocol.close()
+        self.protocols.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+
+async def start_h3(
+    ctx: ServerContext, keylog: IO[str] | None = None
+) -> tuple[H3Listener, tuple[str, int]]:
+    """Listen for HTTP/3 on UDP; returns the listener and the bound address."""
+    config = ctx.config
+    paths = ensure_certificate(config.cert_dir)
+    configuration = make_quic_configuration(
+        is_client=False,
+        cc=config.quic_cc,
+        max_datagram_size=config.max_datagram_size,
+        fixed_window_bytes=config.quic_max_data_bytes,
+        qlog_dir=config.qlog_dir,
+        keylog=keylog,
+        idle_timeout_s=config.idle_timeout_s,
+    )
+    configuration.load_cert_chain(paths.cert, paths.key)
+    sock = make_udp_socket(config.bind, config.h3_port or 0, config.udp_buffer_bytes)
+    loop = asyncio.get_running_loop()
+    listener = H3Listener(ctx, configuration)
+    await loop.create_datagram_endpoint(lambda: listener, sock=sock)
+    host, port = sock.getsockname()[:2]
+    return listener, (host, port)

@@ -1,0 +1,71 @@
+"""Run the servers in the foreground: ``testbed serve``.
+
+Prints one line per listener once it listens (``listening h2 tcp 127.0.0.1:8443``,
+``listening h3 udp 127.0.0.1:8443``), flushes stdout, and serves until SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import IO, TextIO
+
+import uvloop
+
+from servers.config import ServerConfig
+from servers.context import ServerContext
+from servers.events import EventLog
+from servers.h2server import start_h2
+from servers.h3server import start_h3
+
+
+async def serve(
+    config: ServerConfig, out: TextIO = sys.stdout, stop: asyncio.Event | None = None
+) -> None:
+    """Start the listeners in ``config``, announce them on ``out``, serve until ``stop`` is
+    set (or SIGINT/SIGTERM when ``stop`` is None)."""
+    log = EventLog(config.log_path)
+    ctx = ServerContext(config=config, log=log)
+    loop = asyncio.get_running_loop()
+    keylog: IO[str] | None = None
+    if config.keylog_path is not None:
+        config.keylog_path.parent.mkdir(parents=True, exist_ok=True)
+        keylog = config.keylog_path.open("a", buffering=1)
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+    def on_exception(_loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        # TLS handshake failures (garbage on TCP) and similar: one log line, keep serving
+        exc = context.get("exception")
+        log.emit("error", reason=f"{context.get('message')}: {exc!r}"[:300])
+
+    loop.set_exception_handler(on_exception)
+    h2_server = h3_listener = None
+    try:
+        if config.h2_port is not None:
+            h2_server, (host, port) = await start_h2(ctx)
+            log.emit("listening", proto="h2", addr=f"{host}:{port}")
+            print(f"listening h2 tcp {host}:{port}", file=out, flush=True)
+        if config.h3_port is not None:
+            h3_listener, (host, port) = await start_h3(ctx, keylog)
+            log.emit("listening", proto="h3", addr=f"{host}:{port}")
+            print(f"listening h3 udp {host}:{port}", file=out, flush=True)
+        await stop.wait()
+    finally:
+        if h3_listener is not None:
+            h3_listener.close()
+        if h2_server is not None:
+            h2_server.close()
+            h2_server.close_clients() if hasattr(h2_server, "close_clients") else None
+        await asyncio.sleep(0.05)
+        log.close()
+        if keylog is not None:
+            keylog.close()
+
+
+def run(config: ServerConfig) -> int:
+    uvloop.run(serve(config))
+    return 0

@@ -1,0 +1,101 @@
+"""Per-experiment TCP and UDP socket knobs, by their Linux names (values from linux headers).
+
+Applied to a listening socket before ``listen()`` (accepted sockets inherit the receive
+buffer, window clamp and congestion control: window scaling is fixed at SYN time) and again
+to each accepted or connecting socket.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Any
+
+from harness.errors import SpecError
+
+# <linux/tcp.h>
+TCP_WINDOW_CLAMP = 10
+"""Bound the advertised receive window (bytes)."""
+TCP_INFO = 11
+TCP_QUICKACK = 12
+"""Send ACKs at once; the kernel clears it again, so it is re-armed after each read."""
+TCP_CONGESTION = 13
+TCP_NOTSENT_LOWAT = 25
+# <asm-generic/socket.h>
+SO_MAX_PACING_RATE = 47
+"""Cap on the socket's pacing rate, in bytes per second (u32 here: at most ~34 Gbit/s)."""
+SO_MAX_PACING_RATE_MAX = 2**32 - 1
+BITS_PER_BYTE = 8
+
+
+@dataclass(frozen=True)
+class TcpOptions:
+    """TCP knobs; None leaves the kernel default."""
+
+    cc: str | None = None
+    window_clamp_bytes: int | None = None
+    sndbuf_bytes: int | None = None
+    rcvbuf_bytes: int | None = None
+    max_pacing_rate_bps: float | None = None
+    notsent_lowat_bytes: int | None = None
+    quickack: bool = False
+    nodelay: bool = True
+
+
+def _set(sock: Any, level: int, option: int, value: int | bytes, field: str) -> None:
+    try:
+        sock.setsockopt(level, option, value)
+    except OSError as err:
+        raise SpecError(field, f"setsockopt refused {value!r}: {err.strerror}") from None
+
+
+def apply_tcp_options(sock: Any, options: TcpOptions, *, listening: bool = False) -> None:
+    """Set every knob that is not None on ``sock`` (a socket or uvloop's pseudo-socket)."""
+    if options.sndbuf_bytes is not None:
+        _set(sock, socket.SOL_SOCKET, socket.SO_SNDBUF, options.sndbuf_bytes, "sndbuf")
+    if options.rcvbuf_bytes is not None:
+        _set(sock, socket.SOL_SOCKET, socket.SO_RCVBUF, options.rcvbuf_bytes, "rcvbuf")
+    if options.cc is not None:
+        _set(sock, socket.IPPROTO_TCP, TCP_CONGESTION, options.cc.encode(), "cc")
+    if options.window_clamp_bytes is not None:
+        _set(sock, socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, options.window_clamp_bytes, "window-clamp")
+    if listening:
+        return
+    if options.nodelay:
+        _set(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1, "nodelay")
+    if options.max_pacing_rate_bps is not None:
+        rate_bytes = min(int(options.max_pacing_rate_bps / BITS_PER_BYTE), SO_MAX_PACING_RATE_MAX)
+        _set(sock, socket.SOL_SOCKET, SO_MAX_PACING_RATE, rate_bytes, "max-pacing-rate")
+    if options.notsent_lowat_bytes is not None:
+        _set(
+            sock,
+            socket.IPPROTO_TCP,
+            TCP_NOTSENT_LOWAT,
+            options.notsent_lowat_bytes,
+            "notsent-lowat",
+        )
+    if options.quickack:
+        rearm_quickack(sock)
+
+
+def rearm_quickack(sock: Any) -> None:
+    """TCP_QUICKACK is not sticky: call after every read to keep ACKs immediate."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, TCP_QUICKACK, 1)
+    except OSError:
+        pass
+
+
+def get_congestion_control(sock: Any) -> str:
+    raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, 16)
+    return raw.split(b"\0", 1)[0].decode()
+
+
+def set_udp_buffers(sock: socket.socket, size_bytes: int) -> None:
+    """Raise SO_RCVBUF/SO_SNDBUF of a UDP socket (SO_*BUFFORCE first: root may pass rmem_max)."""
+    for force, plain in ((33, socket.SO_RCVBUF), (32, socket.SO_SNDBUF)):
+        # SO_RCVBUFFORCE = 33, SO_SNDBUFFORCE = 32 (asm-generic/socket.h)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, force, size_bytes)
+        except OSError:
+            sock.setsockopt(socket.SOL_SOCKET, plain, size_bytes)

@@ -1,0 +1,148 @@
+"""Analysis: medians with bootstrap intervals, ratios, gap parts, arm and order effects."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.analysis import (
+    attribute_gap,
+    bootstrap_ci,
+    effects,
+    level_summary,
+    median_run,
+    position_effect,
+)
+from harness.plan import plan_runs
+
+
+def synthetic(arm_s: float, order_s: float, reps: int = 8, noise_s: float = 0.0) -> pd.DataFrame:
+    """Runs of levels a and b in counterbalanced blocks: b is ``arm_s`` slower than a and any
+    run in second position ``order_s`` slower than in first."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for run in plan_runs(["a", "b"], reps, warmup_runs=1):
+        total = 0.240 + (arm_s if run.level == "b" else 0.0) + order_s * run.position
+        total += float(rng.normal(0, noise_s)) if noise_s else 0.0
+        rows.append(
+            {
+                "run_id": run.run_id,
+                "seq": run.seq,
+                "block": run.block,
+                "position": run.position,
+                "level": run.level,
+                "rep": run.rep,
+                "warmup": run.warmup,
+                "total_s": total if not run.warmup else 9.0,
+                "handshake_s": 0.0,
+                "ttfb_s": total - 0.01,
+                "bound_s": 0.2385,
+                "ratio": total / 0.2385,
+                "bound_setup_s": 0.0,
+                "bound_processing_s": 0.03,
+                "processing_s": 0.03,
+                "retransmits": 0,
+                "valid": True,
+                "invalid_reason": None,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def test_bootstrap_interval_contains_the_median_and_narrows_with_n() -> None:
+    rng = np.random.default_rng(0)
+    small = rng.normal(1.0, 0.1, 10).tolist()
+    large = rng.normal(1.0, 0.1, 400).tolist()
+    lo_s, hi_s = bootstrap_ci(small, seed=1)
+    lo_l, hi_l = bootstrap_ci(large, seed=1)
+    assert lo_s <= float(np.median(small)) <= hi_s
+    assert hi_l - lo_l < hi_s - lo_s
+    assert bootstrap_ci([2.0]) == (2.0, 2.0)
+    assert all(math.isnan(v) for v in bootstrap_ci([]))
+    assert bootstrap_ci(small, seed=3) == bootstrap_ci(small, seed=3)
+
+
+def test_level_summary_excludes_warmup_and_invalid_but_counts_them() -> None:
+    frame = synthetic(arm_s=0.0, order_s=0.0, reps=4)
+    bad = frame.index[(frame["level"] == "a") & ~frame["warmup"]][0]
+    frame.loc[bad, "valid"] = False
+    frame.loc[bad, "invalid_reason"] = "cpu: client 95 %"
+    frame.loc[bad, "total_s"] = 50.0
+    summaries = {s.level: s for s in level_summary(frame, ["a", "b"])}
+    assert summaries["a"].runs == 4 and summaries["a"].valid == 3
+    assert summaries["a"].median_s == pytest.approx(0.240, abs=1e-3)
+    assert summaries["a"].median_ratio == pytest.approx(0.240 / 0.2385, abs=5e-3)
+    assert "cpu: client 95 %" in summaries["a"].invalid_reasons
+    assert summaries["b"].invalid_reasons == ""
+
+
+def test_order_effect_is_separated_from_the_arm_effect() -> None:
+    frame = synthetic(arm_s=0.0024, order_s=0.158, reps=8)
+    (effect,) = effects(frame, {"a": "a", "b": "a"})
+    assert effect.pairs == 8
+    assert effect.order_s == pytest.approx(0.158, abs=1e-9)
+    assert effect.paired_arm_s == pytest.approx(0.0024, abs=1e-9)
+
+
+def test_without_counterbalance_the_order_is_not_separable() -> None:
+    rows = []
+    for run in plan_runs(["a", "b"], 4, counterbalance=False):
+        rows.append({**run.to_dict(), "total_s": 1.0 + 0.1 * run.position, "valid": True})
+    (effect,) = effects(pd.DataFrame(rows), {"a": "a", "b": "a"})
+    assert math.isnan(effect.order_s)
+    assert effect.paired_arm_s == pytest.approx(0.1)
+
+
+def test_gap_falls_in_setup_processing_or_transfer() -> None:
+    setup = attribute_gap(
+        total_s=1.2,
+        handshake_s=0.6,
+        processing_s=0.03,
+        bound_total_s=1.0,
+        bound_setup_s=0.4,
+        bound_processing_s=0.03,
+    )
+    assert setup["gap_part"] == "setup"
+    assert setup["gap_s"] == pytest.approx(0.2)
+    window = attribute_gap(
+        total_s=1.2,
+        handshake_s=0.4,
+        processing_s=0.03,
+        bound_total_s=1.0,
+        bound_setup_s=0.4,
+        bound_processing_s=0.03,
+    )
+    assert window["gap_part"] == "transfer (window/feedback)"
+    loss = attribute_gap(
+        total_s=3.0,
+        handshake_s=0.4,
+        processing_s=0.03,
+        bound_total_s=1.0,
+        bound_setup_s=0.4,
+        bound_processing_s=0.03,
+        retransmits=12,
+    )
+    assert loss["gap_part"] == "transfer (loss recovery)"
+    assert loss["gap_transfer_s"] == pytest.approx(2.0)
+    none = attribute_gap(
+        total_s=1.0005,
+        handshake_s=0.4,
+        processing_s=0.03,
+        bound_total_s=1.0,
+        bound_setup_s=0.4,
+        bound_processing_s=0.03,
+    )
+    assert none["gap_part"] == "none"
+
+
+def test_median_run_and_position_effect() -> None:
+    frame = synthetic(arm_s=0.1, order_s=0.02, reps=4)
+    run = median_run(frame, "b")
+    assert run is not None and run["level"] == "b"
+    table = position_effect(frame)
+    assert list(table["position"]) == [0, 1]
+    assert table["median_deviation_s"].iloc[1] > table["median_deviation_s"].iloc[0]
+    assert median_run(frame, "zzz") is None

@@ -1,0 +1,59 @@
+"""``testbed bench link``: the statistics it uses, its command line, and a short real run."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from harness.errors import SpecError
+from netem.bench import BenchConfig, register, run_bench, wilson_interval
+
+
+def test_wilson_interval_known_values() -> None:
+    low, high = wilson_interval(14, 100)
+    assert low == pytest.approx(0.0731, abs=1e-3) and high == pytest.approx(0.2527, abs=1e-3)
+    low, high = wilson_interval(1400, 10_000)
+    assert low < 0.14 < high and high - low == pytest.approx(0.0179, abs=5e-4)
+    assert wilson_interval(0, 50)[0] == 0.0
+    with pytest.raises(SpecError, match="trials"):
+        wilson_interval(0, 0)
+
+
+def test_register_adds_bench_link() -> None:
+    parser = argparse.ArgumentParser()
+    bench = parser.add_subparsers(dest="bench")
+    register(bench)
+    args = parser.parse_args(["link", "--quick", "--json", "--backend", "userspace"])
+    assert args.quick and args.json and args.backend == "userspace" and callable(args.handler)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["link", "--backend", "carrier-pigeon"])
+
+
+@pytest.mark.root
+@pytest.mark.peers("iperf3")
+@pytest.mark.timeout(240)
+def test_quick_bench_on_the_userspace_backend() -> None:
+    doc = run_bench(backend="userspace", name="em10", config=BenchConfig.quick())
+    assert doc["backend"] == "userspace" and doc["quick"]
+    assert [r["label"] for r in doc["rtt"]] == ["200 ms, no loss", "200 ms, 14 % loss"]
+    for row in doc["rtt"]:
+        # the link adds its 200 ms and never takes any away; the timing itself is the
+        # benchmark's to report, not this test's to judge
+        assert row["min_error_s"] >= 0 and row["median_error_s"] < 0.05
+        assert row["emulator_cpu_cores"] is not None and row["lateness_p99_s"] is not None
+    probe_rows = [r for r in doc["loss"] if r["source"] == "probe"]
+    emulator_rows = [r for r in doc["loss"] if r["source"] == "emulator"]
+    assert {r["direction"] for r in probe_rows} == {"up", "down"}
+    for mine, theirs in zip(probe_rows, emulator_rows, strict=True):
+        # the probe's count of lost packets is what the emulator says it dropped
+        assert (mine["lost"], mine["trials"]) == (theirs["lost"], theirs["trials"])
+        assert 0.05 < mine["realised"] < 0.25
+    assert [(r["proto"], r["configured_bps"]) for r in doc["rate"]] == [
+        ("udp", 20e6),
+        ("tcp", 20e6),
+        ("udp", 100e6),
+        ("tcp", 100e6),
+    ]
+    for row in doc["rate"]:
+        assert 0 < row["delivered_bps"] <= row["configured_bps"] * 1.02  # never above the rate

@@ -1,0 +1,600 @@
+"""harness.bounds: every worked example of MODELS.md, the request bound, and invariants."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness import bounds
+from harness.bounds import (
+    Playback,
+    buffer_depletion_s,
+    direction_rounds,
+    duplicate_failure,
+    fec_repair_symbols,
+    fec_success_probability,
+    mathis_throughput_bps,
+    pipeline,
+    playback,
+    request_time,
+    request_time_for_link,
+    retransmission_rounds,
+    retransmission_time_s,
+    serial_time,
+    setup_rtts,
+    setup_time_s,
+    slow_start_rounds,
+    split_fractions,
+    split_time_s,
+    window_throughput_bps,
+    wire_bytes,
+)
+from harness.errors import SpecError
+
+pytestmark = pytest.mark.timeout(120)
+
+MBIT = 1e6
+AUDIO = 354_640
+
+
+def at(value: float, printed: str) -> bool:
+    """``value`` rounds to ``printed`` at the precision MODELS.md prints."""
+    decimals = len(printed.partition(".")[2])
+    return f"{value:.{decimals}f}" == printed
+
+
+# --- the worked examples, each computed directly ----------------------------------------
+
+
+def test_serial_image_example_is_12_8_s() -> None:
+    seconds = serial_time(30_000_000, 5_000_000, 20 * MBIT, 100 * MBIT, 0.1, 0.3)
+    assert at(seconds, "12.8")
+    assert seconds == pytest.approx(12 + 0.1 + 0.3 + 0.4)
+
+
+def test_serial_voice_example_is_0_2385_s() -> None:
+    seconds = serial_time(AUDIO, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030)
+    assert at(seconds, "0.2385")  # the seed's 238.5 ms "ideal" request
+
+
+def test_window_example_is_5_12_mbit_and_46_9_s() -> None:
+    rate = window_throughput_bps(64_000, 0.1, 20 * MBIT)
+    assert at(rate / MBIT, "5.12")
+    assert at(30_000_000 * 8 / rate, "46.9")
+    assert bounds.bdp_bytes(20 * MBIT, 0.1) == pytest.approx(250_000)
+
+
+def test_slow_start_example_is_5_rounds() -> None:
+    assert slow_start_rounds(AUDIO) == 5
+    assert slow_start_rounds(219_000) == 4  # 4 rounds allow exactly 219,000 bytes
+    assert slow_start_rounds(219_001) == 5
+    assert slow_start_rounds(452_600) == 5
+    assert slow_start_rounds(452_601) == 6
+
+
+def test_mathis_example_is_0_155_mbit_and_18_3_s() -> None:
+    rate = mathis_throughput_bps(1448, 0.2, 0.14)
+    assert at(rate / MBIT, "0.155")
+    assert at(AUDIO * 8 / rate, "18.3")
+    periodic = mathis_throughput_bps(1448, 0.2, 0.14, c=bounds.MATHIS_C_PERIODIC)
+    assert periodic / rate == pytest.approx(math.sqrt(1.5))
+    assert mathis_throughput_bps(1448, 0.2, 0.0) == math.inf
+
+
+def test_retransmission_example_is_0_756_s_and_p99_1_24_s_in_6_rounds() -> None:
+    packets, _ = wire_bytes(AUDIO, 1448, 0, 0)
+    assert packets == 245
+    base = serial_time(AUDIO, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030)
+    assert at(retransmission_time_s(base, 0.2, packets, 0.14), "0.756")
+    assert retransmission_rounds(packets, 0.14, quantile=0.99) == 6
+    assert at(retransmission_time_s(base, 0.2, packets, 0.14, quantile=0.99), "1.24")
+
+
+def test_fec_example_is_63_repair_symbols() -> None:
+    repair = fec_repair_symbols(245, 0.14, 0.999)
+    assert repair == 63
+    assert at(100 * repair / 245, "25.7")
+    assert fec_success_probability(245, 63, 0.14) >= 0.999
+    assert fec_success_probability(245, 62, 0.14) < 0.999
+    block = serial_time((245 + repair) * 1448, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030)
+    assert at(block, "0.241")
+
+
+def test_setup_example_is_12_s_per_round_vs_0_4_s_once() -> None:
+    assert setup_time_s("h2", "new", 0.2, requests=30) == pytest.approx(12.0)
+    assert setup_time_s("h2", "new", 0.2) == pytest.approx(0.4)
+
+
+def test_worked_examples_table_matches_models_md() -> None:
+    examples = bounds.worked_examples()
+    assert len(examples) >= 12
+    assert [e.name for e in examples if not e.matches()] == []
+    printed = {e.printed for e in examples}
+    for value in ("12.8", "0.2385", "5.12", "46.9", "5", "0.155", "18.3", "0.756", "1.24", "63"):
+        assert value in printed
+
+
+# --- the other functions ----------------------------------------------------------------
+
+
+def test_pipeline_recurrence_by_hand() -> None:
+    # chunk 1 waits for the processor (data dependency), chunk 2 for the egress
+    arrivals = pipeline([0.0, 0.0, 0.5], [1.0, 1.0, 0.1], [0.5, 2.0, 0.1], [0.1, 0.1, 0.1])
+    # c = 1, 2, 2.1; u = 1.5, 4.0, 4.1; r = 1.6, 4.1, 4.2
+    assert arrivals == pytest.approx([1.6, 4.1, 4.2])
+
+
+def test_playback_by_hand() -> None:
+    result = playback([0.0, 0.1, 0.5, 0.55], chunk_s=0.1, initial_buffer_s=0.2)
+    # p0 = 0.2, p1 = 0.3, p2 = max(0.5, 0.4) = 0.5 (stall 0.1), p3 = 0.6
+    assert isinstance(result, Playback)
+    assert result.start_s == pytest.approx([0.2, 0.3, 0.5, 0.6])
+    assert result.stall_s == pytest.approx(0.1)
+    assert result.stall_count == 1
+
+
+def test_buffer_depletion() -> None:
+    assert buffer_depletion_s(8e6, 2e6, 1e6) == pytest.approx(8.0)
+    assert buffer_depletion_s(8e6, 2e6, 2e6) == math.inf
+    assert buffer_depletion_s(8e6, 2e6, 0.0) == pytest.approx(4.0)  # an outage
+
+
+def test_wire_bytes_counts_headers_and_acks() -> None:
+    assert wire_bytes(3000, 1448, 52, 52) == (3, 3000 + 3 * 104)
+    assert wire_bytes(0, 1448, 52, 52) == (0, 0)
+    assert wire_bytes(1448, 1448, 52, 0) == (1, 1500)
+
+
+def test_split_and_duplicate() -> None:
+    assert split_fractions([10 * MBIT, 30 * MBIT]) == pytest.approx([0.25, 0.75])
+    assert split_time_s(5_000_000, [10 * MBIT, 30 * MBIT]) == pytest.approx(1.0)
+    assert split_time_s(5_000_000, [10 * MBIT, 30 * MBIT], exit_bps=20 * MBIT) == pytest.approx(2)
+    assert duplicate_failure(0.1, 0.2) == pytest.approx(0.02)
+    assert duplicate_failure(0.1, 0.2, shared=0.5) == pytest.approx(0.5 + 0.5 * 0.02)
+    assert duplicate_failure(1.0, 1.0) == 1.0
+
+
+def test_retransmission_rounds_small_cases_exact() -> None:
+    for p in (0.0, 0.1, 0.5, 0.9):
+        # one packet: K is geometric, E[K] = 1 / (1 - p)
+        assert retransmission_rounds(1, p) == pytest.approx(1 / (1 - p), rel=1e-12)
+    assert retransmission_rounds(0, 0.5) == 0.0
+    assert retransmission_rounds(0, 0.5, quantile=0.99) == 0
+    assert retransmission_rounds(100, 0.0) == 1.0
+    assert retransmission_rounds(100, 0.0, quantile=0.99) == 1
+    # one packet at p = 0.5: P(K <= k) = 1 - 0.5^k; 0.99 needs k = 7 (0.9921875)
+    assert retransmission_rounds(1, 0.5, quantile=0.99) == 7
+
+
+def test_fec_success_matches_exact_fractions() -> None:
+    def exact(k: int, r: int, p: float) -> float:
+        q = Fraction(p)
+        n = k + r
+        return float(sum(math.comb(n, i) * q**i * (1 - q) ** (n - i) for i in range(r + 1)))
+
+    for k, r, p in ((10, 0, 0.1), (10, 3, 0.1), (50, 20, 0.3), (245, 63, 0.14), (40, 5, 0.01)):
+        assert fec_success_probability(k, r, p) == pytest.approx(exact(k, r, p), rel=1e-9)
+    assert fec_repair_symbols(100, 0.0) == 0
+
+
+def test_setup_rtts_table() -> None:
+    assert setup_rtts("h2", "new") == 2
+    assert setup_rtts("h3", "new") == 1
+    assert setup_rtts("h3", "0rtt") == 0
+    assert setup_rtts("h2", "reused") == setup_rtts("h3", "reused") == 0
+    assert setup_rtts("h2", "0rtt") == 1  # TLS early data still waits for TCP's handshake
+
+
+# --- the request bound ------------------------------------------------------------------
+
+
+def voice(**overrides: object) -> bounds.RequestBound:
+    values: dict = dict(
+        rtt_s=0.2,
+        up_bps=333 * MBIT,
+        down_bps=333 * MBIT,
+        upload_bytes=AUDIO,
+        download_bytes=0,
+        protocol="h2",
+        connection="reused",
+        processing_s=0.030,
+    )
+    values.update(overrides)
+    return request_time(**values)
+
+
+def test_request_reused_is_the_serial_bound() -> None:
+    bound = voice()
+    assert at(bound.total_s, "0.2385")
+    assert bound.setup_s == 0 and bound.feedback_s == 0 and bound.window_s == 0
+    assert bound.up_rounds == 1
+    assert bound.retransmission_s == 0 and bound.expected_s == bound.total_s
+
+
+def test_request_loss_is_a_separate_part_and_gives_0_756_s() -> None:
+    bound = voice(up_loss=0.14)
+    assert at(bound.total_s, "0.2385")  # not mixed into the loss-free bound
+    assert at(bound.expected_s, "0.756")
+    assert bound.retransmission_s == pytest.approx(bound.expected_s - bound.total_s)
+    assert bound.up_retransmission_rounds == pytest.approx(retransmission_rounds(245, 0.14))
+    assert bound.down_retransmission_rounds == 0.0  # no bytes down
+
+
+def test_request_new_h2_counts_handshakes_and_slow_start_rounds() -> None:
+    bound = voice(connection="new")
+    assert bound.setup_rtts == 2 and bound.setup_s == pytest.approx(0.4)
+    assert bound.up_rounds == 5  # 10, 20, 40, 80, 160 segments of 1448 bytes
+    # the serialisation of earlier windows overlaps their ACK wait: idle = R + MSS/B - w/B
+    byte_s = 8 / (333 * MBIT)
+    windows = [14_480, 28_960, 57_920, 115_840]
+    idle = sum(0.2 + 1448 * byte_s - w * byte_s for w in windows)
+    assert bound.feedback_s == pytest.approx(idle)
+    assert bound.total_s == pytest.approx(0.4 + idle + AUDIO * byte_s + 0.2 + 0.030)
+    # TCP without TLS would be 1 RTT less; the emulator measured 1209.6 ms (reno) for that
+    assert bound.total_s - 0.2 - 0.030 < 1.2096
+
+
+def test_request_h3_new_is_one_rtt_and_0rtt_none() -> None:
+    assert voice(protocol="h3", connection="new").setup_s == pytest.approx(0.2)
+    assert voice(protocol="h3", connection="0rtt").setup_s == 0.0
+    assert voice(protocol="h3").mss_bytes == bounds.QUIC_MAX_DATAGRAM_BYTES
+    assert voice(protocol="h2").mss_bytes == bounds.TCP_MSS_BYTES
+    # 0-RTT still starts with a cold window
+    assert voice(protocol="h3", connection="0rtt").feedback_s > 0
+
+
+def test_request_window_cap_reports_window_stalls() -> None:
+    bound = voice(window_bytes=64_000)
+    assert bound.feedback_s == 0.0  # warm: the window is at its cap from the start
+    assert bound.up_rounds == math.ceil(AUDIO / 64_000)
+    assert bound.window_s > 0
+    assert bound.total_s > voice().total_s
+
+
+def test_request_parts_sum_and_record() -> None:
+    bound = voice(connection="new", download_bytes=50_000, loss=0.1, window_bytes=100_000)
+    parts = bound.parts()
+    assert list(parts) == list(bounds.RequestBound.PARTS)
+    assert math.fsum(v for k, v in parts.items() if k != "retransmission_s") == pytest.approx(
+        bound.total_s
+    )
+    record = bound.to_dict()
+    assert record["total_s"] == bound.total_s and record["expected_s"] == bound.expected_s
+    assert record["upload_bytes"] == AUDIO and record["down_loss"] == 0.1
+
+
+def test_request_for_link_uses_each_directions_loss() -> None:
+    from netem.linkspec import resolve_link
+
+    bound = request_time_for_link(
+        resolve_link("dc-longhaul"),
+        upload_bytes=AUDIO,
+        download_bytes=0,
+        protocol="h2",
+        connection="reused",
+        processing_s=0.030,
+    )
+    assert at(bound.total_s, "0.2385")
+    assert bound.up_loss == 0.0 and bound.down_loss == pytest.approx(0.14)
+    assert bound.retransmission_s == 0.0  # the lossy direction carries no bytes here
+    with pytest.raises(SpecError, match="rate"):
+        request_time_for_link(
+            resolve_link("rtt=200ms"),
+            upload_bytes=1,
+            download_bytes=1,
+            protocol="h2",
+            connection="new",
+        )
+
+
+def test_direction_rounds_by_hand() -> None:
+    # 1,000,000 bytes/s: a 10,000-byte window takes 10 ms
+    rounds = direction_rounds(
+        50_000, 8e6, 0.1, initial_window_bytes=10_000, mss_bytes=1000, window_bytes=None
+    )
+    assert rounds.rounds == 3
+    assert rounds.feedback_s == pytest.approx((0.1 + 0.001 - 0.01) + (0.1 + 0.001 - 0.02))
+    capped = direction_rounds(
+        50_000, 8e6, 0.1, initial_window_bytes=10_000, mss_bytes=1000, window_bytes=15_000
+    )
+    assert capped.rounds == 4  # 10,000 then 15,000 x 3
+    assert capped.feedback_s == pytest.approx(0.091)
+    assert capped.window_s == pytest.approx(2 * (0.1 + 0.001 - 0.015))
+    # once a window outlasts the round trip there is nothing to wait for
+    fast = direction_rounds(50_000, 8e6, 0.001, initial_window_bytes=10_000, mss_bytes=1000)
+    assert fast.feedback_s == 0.0
+    warm = direction_rounds(50_000, 8e6, 0.1, initial_window_bytes=math.inf, mss_bytes=1000)
+    assert (warm.rounds, warm.feedback_s, warm.window_s) == (1, 0.0, 0.0)
+    assert direction_rounds(0, 8e6, 0.1, initial_window_bytes=10, mss_bytes=1).rounds == 0
+
+
+# --- bad input names its argument ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda: serial_time(-1, 0, 1, 1, 0), "upload_bytes"),
+        (lambda: serial_time(0, 0, 0, 1, 0), "up_bps"),
+        (lambda: serial_time(0, 0, 1, 1, -0.1), "rtt_s"),
+        (lambda: serial_time(0, 0, 1, 1, 0, math.nan), "processing_s"),
+        (lambda: serial_time(0, 0, 1, math.inf, 0), "down_bps"),
+        (lambda: pipeline([], [], [], []), "ready_s"),
+        (lambda: pipeline([0, 1], [0], [0, 0], [0, 0]), "process_s"),
+        (lambda: pipeline([0], [-1], [0], [0]), "process_s[0]"),
+        (lambda: pipeline("ab", [0], [0], [0]), "ready_s"),
+        (lambda: playback([0.0], 0.0, 0.1), "chunk_s"),
+        (lambda: playback([], 0.02, 0.1), "arrivals_s"),
+        (lambda: playback([0.0], 0.02, -1), "initial_buffer_s"),
+        (lambda: buffer_depletion_s(1, 0, 1), "play_bps"),
+        (lambda: window_throughput_bps(0, 0.1, 1), "window_bytes"),
+        (lambda: window_throughput_bps(1, 0.1, 0), "path_bps"),
+        (lambda: slow_start_rounds(-1), "size_bytes"),
+        (lambda: slow_start_rounds(10, mss_bytes=0), "mss_bytes"),
+        (lambda: slow_start_rounds(10, initcwnd_segments=1.5), "initcwnd_segments"),
+        (lambda: mathis_throughput_bps(1448, 0.2, 1.0), "loss"),
+        (lambda: mathis_throughput_bps(1448, 0.0, 0.1), "rtt_s"),
+        (lambda: retransmission_rounds(10, -0.1), "loss"),
+        (lambda: retransmission_rounds(10, 0.1, quantile=1.0), "quantile"),
+        (lambda: retransmission_rounds(True, 0.1), "packets"),
+        (lambda: fec_repair_symbols(0, 0.1), "data_symbols"),
+        (lambda: fec_repair_symbols(10, 1.0), "loss"),
+        (lambda: fec_repair_symbols(10, 0.1, target=1.0), "target"),
+        (lambda: wire_bytes(10, 0, 0, 0), "packet_payload_bytes"),
+        (lambda: split_time_s(1, []), "rates_bps"),
+        (lambda: split_time_s(1, [1, 0]), "rates_bps[1]"),
+        (lambda: split_time_s(1, [1], exit_bps=0), "exit_bps"),
+        (lambda: duplicate_failure(1.5, 0), "p1"),
+        (lambda: duplicate_failure(0, 0, shared=-0.1), "shared"),
+        (lambda: setup_rtts("h1", "new"), "protocol"),
+        (lambda: voice(connection="warm"), "connection"),
+        (lambda: voice(upload_bytes=-5), "upload_bytes"),
+        (lambda: voice(upload_bytes=1.5), "upload_bytes"),
+        (lambda: voice(down_bps=0), "down_bps"),
+        (lambda: voice(loss=1.0), "loss"),
+        (lambda: voice(down_loss=2), "down_loss"),
+        (lambda: voice(window_bytes=0), "window_bytes"),
+        (lambda: voice(mss_bytes=0), "mss_bytes"),
+        (lambda: voice(initcwnd_segments=0), "initcwnd_segments"),
+    ],
+)
+def test_bad_input_raises_a_value_error_naming_the_argument(call, field: str) -> None:
+    with pytest.raises(ValueError) as info:
+        call()
+    assert isinstance(info.value, SpecError)
+    assert info.value.field == field
+    assert str(info.value).startswith(f"{field}: ")
+    assert "\n" not in str(info.value)
+
+
+# --- invariants (hypothesis) ------------------------------------------------------------
+
+seconds = st.floats(min_value=0.0, max_value=10.0, allow_nan=False)
+rates = st.floats(min_value=1e3, max_value=1e10, allow_nan=False)
+losses = st.floats(min_value=0.0, max_value=0.6, allow_nan=False)
+
+
+@st.composite
+def chunks(draw: st.DrawFn) -> tuple[list[float], ...]:
+    n = draw(st.integers(min_value=1, max_value=30))
+    column = st.lists(seconds, min_size=n, max_size=n)
+    return draw(column), draw(column), draw(column), draw(column)
+
+
+@given(chunks())
+def test_pipeline_never_delivers_before_each_chunks_serial_bound(data) -> None:
+    ready, process, send, delay = data
+    arrivals = pipeline(ready, process, send, delay)
+    assert len(arrivals) == len(ready)
+    for i, arrival in enumerate(arrivals):
+        assert arrival >= ready[i] + process[i] + send[i] + delay[i] - 1e-9
+    # the egress is one resource: sends finish in order, each at least s_i after the last
+    sent = [r - d for r, d in zip(arrivals, delay, strict=True)]
+    for i in range(1, len(sent)):
+        assert sent[i] >= sent[i - 1] + send[i] - 1e-9
+
+
+@given(
+    start=seconds,
+    chunk=st.floats(min_value=1e-3, max_value=1.0),
+    buffer=seconds,
+    early=st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=40),
+)
+def test_playback_has_no_stall_when_every_chunk_beats_its_slot(
+    start: float, chunk: float, buffer: float, early: list[float]
+) -> None:
+    # chunk i arrives some fraction of its slot early: r_i <= r_0 + J + i * tau
+    slots = [start + buffer + i * chunk for i in range(len(early))]
+    arrivals = [start] + [
+        max(0.0, slot - e * (buffer + chunk)) for slot, e in zip(slots[1:], early[1:], strict=True)
+    ]
+    result = playback(arrivals, chunk, buffer)
+    assert result.stall_s == 0.0 and result.stall_count == 0
+    assert result.start_s == pytest.approx(slots)
+
+
+@given(
+    arrivals=st.lists(seconds, min_size=1, max_size=40),
+    chunk=st.floats(min_value=1e-3, max_value=1.0),
+    buffer=seconds,
+)
+def test_playback_stall_is_the_lateness_of_the_last_chunk(
+    arrivals: list[float], chunk: float, buffer: float
+) -> None:
+    result = playback(arrivals, chunk, buffer)
+    n = len(arrivals)
+    for i in range(n):
+        assert result.start_s[i] >= arrivals[i]
+        if i:
+            assert result.start_s[i] - result.start_s[i - 1] >= chunk - 1e-9
+    on_schedule = arrivals[0] + buffer + (n - 1) * chunk
+    assert result.start_s[-1] == pytest.approx(on_schedule + result.stall_s, abs=1e-9)
+
+
+@given(
+    k=st.integers(min_value=1, max_value=400),
+    p=st.floats(min_value=0.0, max_value=0.5),
+    r=st.integers(min_value=0, max_value=200),
+)
+def test_more_repair_symbols_never_lower_success(k: int, p: float, r: int) -> None:
+    assert fec_success_probability(k, r + 1, p) >= fec_success_probability(k, r, p) - 1e-12
+
+
+@settings(max_examples=60)
+@given(
+    k=st.integers(min_value=1, max_value=400),
+    p=st.floats(min_value=0.001, max_value=0.5),
+    target=st.sampled_from([0.9, 0.99, 0.999, 0.9999]),
+)
+def test_fec_repair_symbols_is_the_smallest_that_meets_the_target(
+    k: int, p: float, target: float
+) -> None:
+    r = fec_repair_symbols(k, p, target)
+    assert fec_success_probability(k, r, p) >= target
+    if r > 0:
+        assert fec_success_probability(k, r - 1, p) < target
+
+
+@given(
+    window=st.floats(min_value=1.0, max_value=1e9),
+    rtt=seconds,
+    path=rates,
+)
+def test_window_bound_never_exceeds_the_path_rate(window: float, rtt: float, path: float) -> None:
+    rate = window_throughput_bps(window, rtt, path)
+    assert 0 < rate <= path
+    if rtt > 0:
+        assert rate <= window * 8 / rtt * (1 + 1e-12)
+
+
+@given(
+    size=st.integers(min_value=0, max_value=10**9),
+    mss=st.integers(min_value=500, max_value=9000),
+    iw=st.integers(min_value=1, max_value=100),
+)
+def test_slow_start_rounds_is_the_smallest_k(size: int, mss: int, iw: int) -> None:
+    k = slow_start_rounds(size, mss, iw)
+    assert iw * mss * (2**k - 1) >= size
+    if k > 0:
+        assert iw * mss * (2 ** (k - 1) - 1) < size
+
+
+@given(
+    n=st.integers(min_value=1, max_value=5000),
+    p=st.floats(min_value=0.0, max_value=0.9),
+    q=st.floats(min_value=0.01, max_value=0.999),
+)
+def test_retransmission_quantile_is_the_smallest_k(n: int, p: float, q: float) -> None:
+    k = retransmission_rounds(n, p, quantile=q)
+    assert (1 - p**k) ** n >= q * (1 - 1e-12)
+    if k > 1:
+        assert (1 - p ** (k - 1)) ** n < q * (1 + 1e-12)
+    assert retransmission_rounds(n, p) >= 1.0
+
+
+@given(
+    rtt=st.floats(min_value=0.0, max_value=1.0),
+    up=rates,
+    down=rates,
+    upload=st.integers(min_value=0, max_value=10**8),
+    download=st.integers(min_value=0, max_value=10**8),
+    processing=st.floats(min_value=0.0, max_value=1.0),
+    protocol=st.sampled_from(bounds.PROTOCOLS),
+    iw=st.integers(min_value=1, max_value=64),
+    window=st.one_of(st.none(), st.integers(min_value=1200, max_value=10**8)),
+    loss=losses,
+)
+def test_request_bound_invariants(
+    rtt, up, down, upload, download, processing, protocol, iw, window, loss
+) -> None:
+    common = dict(
+        rtt_s=rtt,
+        up_bps=up,
+        down_bps=down,
+        upload_bytes=upload,
+        download_bytes=download,
+        protocol=protocol,
+        processing_s=processing,
+        initcwnd_segments=iw,
+        window_bytes=window,
+        loss=loss,
+    )
+    new = request_time(connection="new", **common)
+    resumed = request_time(connection="0rtt", **common)
+    reused = request_time(connection="reused", **common)
+    serial = serial_time(upload, download, up, down, rtt, processing)
+    tolerance = 1e-9 * max(1.0, serial)
+    # never below the serial bound; more connection state never costs more
+    assert reused.total_s >= serial - tolerance
+    assert new.total_s >= resumed.total_s - tolerance >= reused.total_s - 2 * tolerance
+    for bound in (new, resumed, reused):
+        assert bound.total_s == pytest.approx(
+            math.fsum(v for k, v in bound.parts().items() if k != "retransmission_s")
+        )
+        assert bound.expected_s >= bound.total_s
+        assert all(v >= 0 for v in bound.parts().values())
+        assert (bound.retransmission_s == 0) == (
+            loss == 0 or (upload == 0 and download == 0) or rtt == 0
+        ) or bound.retransmission_s < tolerance
+    if window is None:
+        assert new.up_rounds == slow_start_rounds(upload, new.mss_bytes, iw)
+        assert new.down_rounds == slow_start_rounds(download, new.mss_bytes, iw)
+        assert reused.window_s == 0.0
+
+
+@given(
+    rtt=st.floats(min_value=0.001, max_value=1.0),
+    rate=rates,
+    size=st.integers(min_value=1, max_value=10**8),
+    iw=st.integers(min_value=1, max_value=32),
+    window=st.integers(min_value=1448, max_value=10**7),
+)
+def test_a_window_cap_or_a_smaller_initial_window_never_lowers_the_bound(
+    rtt: float, rate: float, size: int, iw: int, window: int
+) -> None:
+    def total(**kw: object) -> float:
+        values: dict = dict(
+            rtt_s=rtt,
+            up_bps=rate,
+            down_bps=rate,
+            upload_bytes=size,
+            download_bytes=size,
+            protocol="h2",
+            connection="new",
+            initcwnd_segments=iw,
+        )
+        values.update(kw)
+        return request_time(**values).total_s
+
+    free = total()
+    assert total(window_bytes=window) >= free * (1 - 1e-12)
+    assert total(initcwnd_segments=iw + 1) <= free * (1 + 1e-12)
+    # with a rate so high that sending is instant, the idle time is (rounds - 1) * R per direction
+    instant = request_time(
+        rtt_s=rtt,
+        up_bps=1e15,
+        down_bps=1e15,
+        upload_bytes=size,
+        download_bytes=0,
+        protocol="h2",
+        connection="reused",
+        initcwnd_segments=iw,
+    )
+    assert instant.feedback_s == 0.0
+    cold = direction_rounds(size, 1e15, rtt, initial_window_bytes=iw * 1448.0, mss_bytes=1448)
+    expected = (slow_start_rounds(size, 1448, iw) - 1) * rtt
+    assert cold.feedback_s == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.timeout(30)
+def test_loss_close_to_one_still_answers() -> None:
+    # one packet: E[K] = 1 / (1 - p) even when that is a million rounds
+    assert retransmission_rounds(1, 0.999999) == pytest.approx(1e6, rel=1e-6)
+    assert retransmission_rounds(245, 0.999999) > retransmission_rounds(245, 0.99999)
+    r = fec_repair_symbols(245, 0.999999)
+    assert fec_success_probability(245, r, 0.999999) >= 0.999
+    assert fec_success_probability(245, r - 1, 0.999999) < 0.999

@@ -1,0 +1,172 @@
+"""The client library and `testbed client` against our server: connection modes, resumption,
+records and samples on disk, errors recorded and reflected in the exit status."""
+
+from __future__ import annotations
+
+import csv
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clients.api import run_requests
+from clients.config import ClientConfig
+from clients.records import read_records
+from servers.process import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def server():  # type: ignore[no-untyped-def]
+    with ServerProcess(["--processing-audio", "5ms"]) as proc:
+        yield proc
+
+
+def config(server: ServerProcess, protocol: str, **kw: object) -> ClientConfig:
+    return ClientConfig(protocol=protocol, port=server.ports[protocol], timeout_s=20.0, **kw)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+async def test_new_connection_per_request(server: ServerProcess, protocol: str) -> None:
+    records = await run_requests(config(server, protocol, requests=3, warmup=1, connection="new"))
+    assert [r.conn_index for r in records] == [0, 1, 2, 3]
+    assert [r.warmup for r in records] == [True, False, False, False]
+    assert all(r.ok for r in records)
+    # every request paid its own handshake, after its own connect
+    assert all(r.connect_start < r.handshake_done < r.request_first_byte for r in records)
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+async def test_reused_connection(server: ServerProcess, protocol: str) -> None:
+    records = await run_requests(
+        config(server, protocol, requests=2, warmup=2, connection="reused")
+    )
+    assert {r.conn_index for r in records} == {0}
+    assert all(r.ok for r in records)
+    assert len({r.handshake_done for r in records}) == 1
+    assert records[-1].request_first_byte > records[0].response_last_byte
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+async def test_resumption(server: ServerProcess, protocol: str) -> None:
+    records = await run_requests(
+        config(server, protocol, requests=3, connection="new", resume=True)
+    )
+    assert [r.resumed for r in records] == [False, True, True]
+    assert all(r.ok for r in records)
+
+
+async def test_h2_without_resume_never_resumes(server: ServerProcess) -> None:
+    records = await run_requests(config(server, "h2", requests=2, connection="new"))
+    assert [r.resumed for r in records] == [False, False]
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+async def test_records_and_samples_written(
+    server: ServerProcess, protocol: str, tmp_path: Path
+) -> None:
+    records_path = tmp_path / "records.jsonl"
+    samples_path = tmp_path / "samples.csv"
+    records = await run_requests(
+        config(
+            server,
+            protocol,
+            workload="tts",
+            requests=2,
+            connection="reused",
+            records_path=records_path,
+            samples_path=samples_path,
+        )
+    )
+    assert read_records(records_path) == records
+    with samples_path.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows, "no samples"
+    assert {row["request_id"] for row in rows} <= {"0", "1"}
+    column = "snd_cwnd" if protocol == "h2" else "cwnd"
+    assert all(int(row[column]) > 0 for row in rows)
+    times = [float(row["t"]) for row in rows]
+    assert times == sorted(times)
+
+
+async def test_failed_requests_are_recorded_not_raised(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nothing listens here once closed
+    records_path = tmp_path / "r.jsonl"
+    records = await run_requests(
+        ClientConfig(protocol="h2", port=port, requests=2, timeout_s=2.0, records_path=records_path)
+    )
+    assert len(records) == 2
+    assert all(r.error and "ConnectionRefused" in r.error for r in records)
+    assert len(read_records(records_path)) == 2
+
+
+def test_cli_exit_status_and_records(server: ServerProcess, tmp_path: Path) -> None:
+    records_path = tmp_path / "ok.jsonl"
+    ok = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "client",
+            "--protocol",
+            "h3",
+            "--port",
+            str(server.ports["h3"]),
+            "--workload",
+            "asr",
+            "--requests",
+            "1",
+            "--records",
+            str(records_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ok.returncode == 0, ok.stderr
+    assert read_records(records_path)[0].ok
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    bad_path = tmp_path / "bad.jsonl"
+    bad = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "client",
+            "--protocol",
+            "h2",
+            "--port",
+            str(port),
+            "--records",
+            str(bad_path),
+            "--timeout",
+            "2s",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1
+    assert "1 of 1 measured requests failed" in bad.stderr
+    assert read_records(bad_path)[0].error is not None
+
+
+def test_cli_refuses_0rtt_over_h2() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "client", "--protocol", "h2", "--connection", "0rtt"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "testbed client: error: connection: 0rtt needs h3"
+    )

@@ -1,0 +1,46 @@
+"""The in-flight sampler's schedule and its CSV."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from clients.sampler import Sampler
+
+
+def test_samples_at_the_requested_period(tmp_path: Path) -> None:
+    counter = iter(range(10**9))
+    sampler = Sampler(["n"], hz=1000.0)
+    sampler.start(7, lambda: {"n": next(counter)})
+    time.sleep(0.3)
+    sampler.stop()
+    times = [row[0] for row in sampler.rows]
+    assert len(times) > 50
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert statistics.median(gaps) == pytest.approx(0.001, abs=0.0005)
+    assert all(row[1] == 7 for row in sampler.rows)
+    path = tmp_path / "s.csv"
+    sampler.write_csv(path)
+    lines = path.read_text().splitlines()
+    assert lines[0] == "t,request_id,n" and len(lines) == len(times) + 1
+
+
+def test_probe_failure_ends_sampling_quietly() -> None:
+    sampler = Sampler(["n"], hz=1000.0)
+
+    def probe() -> dict[str, int]:
+        raise OSError("closed")
+
+    sampler.start(0, probe)
+    time.sleep(0.01)
+    sampler.stop()
+    assert sampler.rows == []
+
+
+def test_rate_below_one_hz_refused() -> None:
+    with pytest.raises(ValueError):
+        Sampler(["n"], hz=0.5)

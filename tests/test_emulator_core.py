@@ -1,0 +1,189 @@
+"""The sans-I/O link direction, driven with a fake clock."""
+
+from __future__ import annotations
+
+import math
+
+from netem.emulator.core import LinkDirection
+from netem.emulator.loss import loss_rng
+from netem.linkspec import DirectionSpec, GilbertElliott, LinkSpec
+
+
+def packet(size: int, tag: int = 0) -> bytes:
+    return tag.to_bytes(4, "big") + bytes(size - 4)
+
+
+def drain(core: LinkDirection) -> list[tuple[float, bytes]]:
+    """Pop every packet exactly at its deadline: (departure time, packet)."""
+    out = []
+    while (deadline := core.next_deadline()) is not None:
+        out += [(deadline, p) for p in core.pop_due(deadline)]
+    return out
+
+
+def test_burst_departs_at_the_serialisation_rate_plus_delay() -> None:
+    core = LinkDirection("up", DirectionSpec(delay_s=0.05, rate_bps=8e6), 10**6)
+    for i in range(10):
+        core.receive(1.0, packet(1000, i))
+    departures = drain(core)
+    # 1000 bytes at 8 Mbit/s = 1 ms each, back to back from t=1.0, then 50 ms
+    assert [round(t, 9) for t, _ in departures] == [
+        round(1.0 + (i + 1) * 1e-3 + 0.05, 9) for i in range(10)
+    ]
+    assert [int.from_bytes(p[:4], "big") for _, p in departures] == list(range(10))
+
+
+def test_idle_link_does_not_bank_credit() -> None:
+    core = LinkDirection("up", DirectionSpec(rate_bps=8e6), 10**6)
+    core.receive(0.0, packet(1000))
+    core.receive(5.0, packet(1000))
+    assert [t for t, _ in drain(core)] == [0.001, 5.001]
+
+
+def test_nothing_is_due_before_its_time() -> None:
+    core = LinkDirection("up", DirectionSpec(delay_s=0.1), None)
+    core.receive(0.0, packet(100))
+    assert core.pop_due(0.0999) == []
+    assert len(core.pop_due(0.1)) == 1
+    assert core.next_deadline() is None
+
+
+def test_queue_overflow_drops_tail_and_counts_bytes() -> None:
+    limit = 5 * 1500
+    core = LinkDirection("up", DirectionSpec(rate_bps=1e6), limit)
+    for i in range(8):
+        core.receive(0.0, packet(1500, i))
+    st = core.stats
+    assert st.dropped_queue == 3
+    assert st.bytes_dropped_queue == 3 * 1500
+    assert st.max_backlog_bytes == limit
+    assert st.max_backlog_packets == 5
+    assert [int.from_bytes(p[:4], "big") for _, p in drain(core)] == [0, 1, 2, 3, 4]
+
+
+def test_queue_frees_space_as_packets_leave() -> None:
+    core = LinkDirection("up", DirectionSpec(rate_bps=12e6), 3000)  # 1500 B = 1 ms
+    core.receive(0.0, packet(1500))
+    core.receive(0.0, packet(1500))
+    core.receive(0.0005, packet(1500))  # full: both still unserialised
+    core.receive(0.0011, packet(1500))  # the first has left
+    assert core.stats.dropped_queue == 1
+    assert core.stats.packets_in == 4
+
+
+def test_default_queue_limit_comes_from_the_spec() -> None:
+    spec = LinkSpec(up=DirectionSpec(delay_s=0.1, rate_bps=100e6))
+    core = LinkDirection("up", spec.up, spec.queue_limit_bytes("up"))
+    assert core.queue_limit_bytes == spec.queue_limit_bytes("up") == 1_250_000
+
+
+def test_bernoulli_loss_rate_inside_binomial_interval() -> None:
+    n = 20000
+    core = LinkDirection("down", DirectionSpec(loss=0.14, seed=7), None)
+    for _ in range(n):
+        core.receive(0.0, packet(100))
+    lost = core.stats.dropped_loss
+    sigma = math.sqrt(n * 0.14 * 0.86)
+    assert abs(lost - n * 0.14) < 3.3 * sigma  # 99.9 %
+    assert core.stats.realised_loss == lost / n
+    assert core.stats.packets_out == 0 and core.in_flight_packets == n - lost
+
+
+def test_lost_packets_use_the_bottleneck() -> None:
+    """Loss comes after the queue: a lost packet still took its serialisation time."""
+    lossy = LinkDirection("up", DirectionSpec(rate_bps=8e6, loss=0.5, seed=3), 10**7)
+    for i in range(100):
+        lossy.receive(0.0, packet(1000, i))
+    times = [t for t, _ in drain(lossy)]
+    # the k-th offered packet leaves at (k+1) ms whether or not the ones before it were lost
+    survivors = LinkDirection("up", DirectionSpec(rate_bps=8e6, loss=0.5, seed=3), 10**7)
+    kept = []
+    for i in range(100):
+        before = survivors.stats.dropped_loss
+        survivors.receive(0.0, packet(1000, i))
+        if survivors.stats.dropped_loss == before:
+            kept.append(i)
+    assert [round(t, 9) for t in times] == [round((i + 1) * 1e-3, 9) for i in kept]
+
+
+def test_same_seed_same_pattern_other_seed_or_direction_other_pattern() -> None:
+    def pattern(direction: str, seed: int) -> list[int]:
+        core = LinkDirection(direction, DirectionSpec(loss=0.3, seed=seed), None)
+        out = []
+        for i in range(500):
+            before = core.stats.dropped_loss
+            core.receive(i * 1e-3, packet(100))
+            out.append(core.stats.dropped_loss - before)
+        return out
+
+    assert pattern("up", 5) == pattern("up", 5)
+    assert pattern("up", 5) != pattern("up", 6)
+    assert pattern("up", 5) != pattern("down", 5)
+
+
+def test_queue_drops_do_not_shift_the_loss_pattern() -> None:
+    """The k-th offered packet meets the k-th draw, whatever the queue did before it."""
+    small = LinkDirection("up", DirectionSpec(rate_bps=1e6, loss=0.3, seed=9), 1500)
+    large = LinkDirection("up", DirectionSpec(rate_bps=1e6, loss=0.3, seed=9), 10**7)
+    for core in (small, large):
+        for i in range(200):
+            core.receive(i * 1e-4, packet(1500, i))
+    assert small.stats.dropped_queue > 0
+    assert large.stats.dropped_queue == 0
+    assert small._loss._random() == large._loss._random()  # both made 200 draws
+
+
+def test_gilbert_elliott_bursts() -> None:
+    model = GilbertElliott(p=0.02, r=0.25)
+    core = LinkDirection("down", DirectionSpec(gemodel=model, seed=1), None)
+    outcome = []
+    for _ in range(100_000):
+        before = core.stats.dropped_loss
+        core.receive(0.0, packet(64))
+        outcome.append(core.stats.dropped_loss - before)
+    bursts, run = [], 0
+    for lost in outcome:
+        if lost:
+            run += 1
+        elif run:
+            bursts.append(run)
+            run = 0
+    mean_burst = sum(bursts) / len(bursts)
+    assert abs(mean_burst - model.mean_burst_packets) < 0.3  # 4 packets
+    assert abs(sum(outcome) / len(outcome) - model.mean_loss) < 0.01  # 7.4 %
+
+
+def test_jitter_never_reorders_and_stays_in_range() -> None:
+    spec = DirectionSpec(delay_s=0.01, jitter_s=0.005, seed=4)
+    core = LinkDirection("up", spec, None)
+    for i in range(2000):
+        core.receive(i * 1e-4, packet(64, i))
+    departures = drain(core)
+    tags = [int.from_bytes(p[:4], "big") for _, p in departures]
+    assert tags == sorted(tags)
+    delays = [t - tag * 1e-4 for (t, _), tag in zip(departures, tags, strict=True)]
+    assert min(delays) >= 0.005 - 1e-12
+    assert max(delays) > 0.0145  # the spread is used, not collapsed onto the mean
+    assert len(set(round(d, 6) for d in delays)) > 100
+
+
+def test_lateness_is_recorded_against_the_schedule() -> None:
+    core = LinkDirection("up", DirectionSpec(delay_s=0.001), None)
+    core.receive(0.0, packet(64))
+    core.receive(0.0, packet(64))
+    assert len(core.pop_due(0.001 + 250e-6)) == 2
+    st = core.stats
+    assert st.lateness_samples == 2
+    assert math.isclose(st.lateness_max_s, 250e-6)
+    assert math.isclose(st.lateness_quantile_s(0.99), 260e-6)  # the bin's upper edge
+    assert st.packets_out == 2 and st.bytes_out == 128
+
+
+def test_set_spec_reseeds_and_keeps_packets_in_flight() -> None:
+    core = LinkDirection("up", DirectionSpec(delay_s=0.1, loss=0.2, seed=1), None)
+    core.receive(0.0, packet(64))
+    core.set_spec(DirectionSpec(delay_s=0.001, loss=0.2, seed=1), None)
+    assert core._loss._random() == loss_rng("up", 1).random()  # restarted from the seed
+    core.receive(0.0, packet(64))
+    # the packet already in flight keeps its 100 ms; the new one cannot overtake it
+    assert core.next_deadline() == 0.1

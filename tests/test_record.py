@@ -1,0 +1,130 @@
+"""The result directory: layout, atomic writes, finished runs, tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.errors import SpecError
+from harness.record import (
+    RUN_COLUMNS,
+    ResultDir,
+    atomic_write_text,
+    read_jsonl,
+    utc_stamp,
+    write_jsonl,
+)
+
+
+def test_create_makes_experiment_and_stamp_directories(tmp_path: Path) -> None:
+    one = ResultDir.create(tmp_path, "connection", stamp="20261202T000000Z")
+    two = ResultDir.create(tmp_path, "connection", stamp="20261202T000000Z")
+    assert one.path == tmp_path / "connection" / "20261202T000000Z"
+    assert two.path != one.path
+    assert (one.path / "runs").is_dir()
+    assert len(utc_stamp()) == len("20261202T000000Z")
+
+
+def test_manifest_round_trip_and_open(tmp_path: Path) -> None:
+    result = ResultDir.create(tmp_path, "x")
+    result.write_manifest({"plan": [1, 2], "nan": float("nan")})
+    data = json.loads((result.path / "manifest.json").read_text())
+    assert data["schema_version"] >= 1 and data["nan"] is None
+    result.update_manifest(finished=True)
+    assert ResultDir.open(result.path).read_manifest()["finished"] is True
+    with pytest.raises(SpecError) as info:
+        ResultDir.open(tmp_path)
+    assert info.value.field == "resume"
+
+
+def test_a_run_is_finished_only_when_its_row_is_saved(tmp_path: Path) -> None:
+    result = ResultDir.create(tmp_path, "x")
+    result.write_manifest({})
+    run = result.fresh_run_dir("0000-a-r0")
+    (run / "partial.bin").write_bytes(b"half")
+    assert result.finished() == set()
+    # an unfinished attempt is cleared when the run is made again
+    run = result.fresh_run_dir("0000-a-r0")
+    assert not (run / "partial.bin").exists()
+    result.save_row({"run_id": "0000-a-r0", "seq": 0, "level": "a", "total_s": 0.25})
+    assert result.finished() == {"0000-a-r0"}
+    with pytest.raises(SpecError):
+        result.fresh_run_dir("0000-a-r0")
+
+
+def test_tables_have_the_issue_columns_first_and_agree(tmp_path: Path) -> None:
+    result = ResultDir.create(tmp_path, "x")
+    result.write_manifest({})
+    for seq, level in enumerate(["a", "b"]):
+        result.fresh_run_dir(f"000{seq}-{level}-r0")
+        result.save_row(
+            {
+                "run_id": f"000{seq}-{level}-r0",
+                "seq": seq,
+                "level": level,
+                "total_s": 0.2 + seq,
+                "valid": seq == 0,
+                "invalid_reason": None if seq == 0 else "cpu: server 97 %",
+                "extra_column": "x",
+            }
+        )
+    csv = pd.read_csv(result.path / "runs.csv")
+    parquet = pd.read_parquet(result.path / "runs.parquet")
+    assert list(csv.columns[: len(RUN_COLUMNS)]) == list(RUN_COLUMNS)
+    assert "extra_column" in csv.columns
+    assert list(csv["level"]) == ["a", "b"] == list(parquet["level"])
+    assert list(parquet["invalid_reason"])[1] == "cpu: server 97 %"
+    for column in (
+        "run_id",
+        "seq",
+        "level",
+        "rep",
+        "protocol",
+        "connection",
+        "workload",
+        "up_bytes",
+        "down_bytes",
+        "rtt_s",
+        "loss",
+        "up_bps",
+        "down_bps",
+        "handshake_s",
+        "ttfb_s",
+        "total_s",
+        "bound_s",
+        "ratio",
+        "retransmits",
+        "acks",
+        "valid",
+        "invalid_reason",
+    ):
+        assert column in RUN_COLUMNS
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "file.txt"
+    atomic_write_text(target, "one")
+    atomic_write_text(target, "two")
+    assert target.read_text() == "two"
+    assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
+
+
+def test_jsonl_skips_only_a_torn_last_line(tmp_path: Path) -> None:
+    path = tmp_path / "e.jsonl"
+    write_jsonl(path, [{"t": 1.0}, {"t": 2.0}])
+    assert [r["t"] for r in read_jsonl(path)] == [1.0, 2.0]
+    path.write_text('{"t": 1}\n{"t": 2')
+    assert read_jsonl(path) == [{"t": 1}]
+    path.write_text('{"t": 1\n{"t": 2}\n')
+    with pytest.raises(SpecError):
+        read_jsonl(path)
+    assert read_jsonl(tmp_path / "missing.jsonl") == []
+
+
+def test_run_ids_must_be_plain_names(tmp_path: Path) -> None:
+    result = ResultDir.create(tmp_path, "x")
+    with pytest.raises(SpecError):
+        result.run_dir("../evil")

@@ -1,0 +1,99 @@
+"""The report: report.md and the four plots from a result directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.plan import plan_runs
+from harness.record import ResultDir
+from harness.report import build_report
+
+
+def _result(tmp_path: Path) -> ResultDir:
+    result = ResultDir.create(tmp_path, "connection")
+    levels = ["h2-new", "h2-reused"]
+    result.write_manifest(
+        {
+            "resolved": {
+                "name": "connection",
+                "question": "Does a reused, tuned connection reach the bound?",
+                "seed": 1,
+                "order": "alternate",
+                "counterbalance": True,
+                "repetitions": 3,
+                "levels": [
+                    {"name": "h2-new", "baseline": "h2-new", "overrides": {}},
+                    {"name": "h2-reused", "baseline": "h2-new", "overrides": {}},
+                ],
+            },
+            "environment": {"backend": "userspace", "kernel": "6.18"},
+        }
+    )
+    for run in plan_runs(levels, 3):
+        new = run.level == "h2-new"
+        total = (1.19 if new else 0.241) + 0.001 * run.rep
+        run_dir = result.fresh_run_dir(run.run_id)
+        pd.DataFrame({"t_s": [0.0, 0.1, 0.2], "inflight_bytes": [0, 14480, 0]}).to_csv(
+            run_dir / "inflight.csv", index=False
+        )
+        pd.DataFrame({"t_s": [0.2, 0.21], "acked": [14480, 28960]}).to_csv(
+            run_dir / "acks.csv", index=False
+        )
+        valid = run.rep != 2 or new
+        result.save_row(
+            {
+                **run.to_dict(),
+                "protocol": "h2",
+                "connection": "new" if new else "reused",
+                "total_s": total,
+                "handshake_s": 0.4 if new else 0.0,
+                "ttfb_s": total - 0.001,
+                "bound_s": 0.9385 if new else 0.2385,
+                "ratio": total / (0.9385 if new else 0.2385),
+                "bound_setup_s": 0.4 if new else 0.0,
+                "bound_processing_s": 0.03,
+                "processing_s": 0.031,
+                "retransmits": 0,
+                "t_connect_s": 0.0,
+                "t_handshake_s": 0.4 if new else 0.0,
+                "t_request_first_s": 0.4 if new else 0.0,
+                "t_request_last_s": total - 0.13,
+                "t_response_first_s": total - 0.001,
+                "t_response_last_s": total,
+                "valid": valid,
+                "invalid_reason": None if valid else "cpu: client 97 % of a core",
+            }
+        )
+    return result
+
+
+def test_report_has_question_answer_table_and_plots(tmp_path: Path) -> None:
+    result = _result(tmp_path)
+    report = build_report(result.path)
+    text = report.read_text()
+    assert "Does a reused, tuned connection reach the bound?" in text
+    assert "## Answer" in text and "Fastest level: **h2-reused**" in text
+    assert "| h2-reused | 3 | 2 |" in text
+    assert "cpu: client 97 % of a core (1)" in text
+    assert "order effect" in text.lower()
+    for name in ("levels", "timeline", "inflight", "acks"):
+        png = result.path / "plots" / f"{name}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"plots/{name}.png" in text
+
+
+def test_report_of_an_empty_result_says_so(tmp_path: Path) -> None:
+    result = ResultDir.create(tmp_path, "x")
+    result.write_manifest(
+        {
+            "resolved": {
+                "name": "x",
+                "question": "q?",
+                "levels": [{"name": "a", "baseline": "a"}, {"name": "b", "baseline": "a"}],
+            }
+        }
+    )
+    text = build_report(result.path).read_text()
+    assert "No valid measured run" in text

@@ -1,0 +1,172 @@
+"""``testbed run``, ``campaign`` and ``report``: flags, environment defaults, errors, and a
+real quick campaign of one tiny experiment (root)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness.cli import EXIT_USAGE, main
+from harness.errors import SpecError
+from harness.run_cli import env_bool, env_int
+
+TINY = """
+name = "tiny"
+question = "Does the campaign run, record and resume?"
+repetitions = 3
+seed = 5
+
+[fixed]
+link = "rtt=20ms,rate=100mbit"
+protocol = "h2"
+connection = "new"
+workload = "asr"
+processing_audio = "5ms"
+timeout = "30s"
+
+[factor]
+name = "initcwnd"
+settings = ["initcwnd"]
+levels = [ { name = "iw10", initcwnd = 10 }, { name = "iw40", initcwnd = 40 } ]
+
+[quick]
+repetitions = 1
+"""
+
+
+def test_environment_defaults_parse_or_fail_with_one_line() -> None:
+    assert env_bool("X", {"X": "1"}) is True
+    assert env_bool("X", {"X": "no"}) is False
+    assert env_bool("X", {}) is False
+    with pytest.raises(SpecError) as info:
+        env_bool("TESTBED_QUICK", {"TESTBED_QUICK": "maybe"})
+    assert info.value.field == "TESTBED_QUICK"
+    assert env_int("R", {"R": "3"}) == 3
+    assert env_int("R", {}) is None
+    with pytest.raises(SpecError):
+        env_int("TESTBED_REPS", {"TESTBED_REPS": "0"})
+    with pytest.raises(SpecError):
+        env_int("TESTBED_REPS", {"TESTBED_REPS": "x"})
+
+
+def test_a_bad_experiment_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(TINY.replace("initcwnd = 40 }", "initcwnd = 40, cc = 'bbr' }"))
+    assert main(["run", str(bad), "--output", str(tmp_path)]) == EXIT_USAGE
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "factor.levels.iw40.cc" in err
+    assert main(["run", str(tmp_path / "missing.toml")]) == EXIT_USAGE
+
+
+def test_unknown_campaign_experiment_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tiny.toml").write_text(TINY)
+    code = main(
+        [
+            "campaign",
+            "--experiments",
+            "nope",
+            "--experiments-dir",
+            str(tmp_path),
+            "--output",
+            str(tmp_path / "out"),
+        ]
+    )
+    assert code == EXIT_USAGE
+    assert "'nope' is not one of tiny" in capsys.readouterr().err
+
+
+def test_report_of_a_directory_without_manifest_is_refused(tmp_path: Path) -> None:
+    assert main(["report", str(tmp_path)]) == EXIT_USAGE
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_quick_campaign_from_the_environment_then_resume(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    experiments = tmp_path / "experiments"
+    experiments.mkdir()
+    (experiments / "tiny.toml").write_text(TINY)
+    monkeypatch.setenv("TESTBED_QUICK", "1")
+    monkeypatch.setenv("TESTBED_EXPERIMENTS", "tiny")
+    out = tmp_path / "results"
+    code = main(
+        [
+            "campaign",
+            "--experiments-dir",
+            str(experiments),
+            "--output",
+            str(out),
+            "--link-name",
+            "hn8",
+        ]
+    )
+    assert code == 0, capsys.readouterr()
+    (index_path,) = out.glob("campaign/*/campaign.json")
+    index = json.loads(index_path.read_text())
+    assert index["quick"] is True
+    (entry,) = index["entries"]
+    assert entry["status"] == "finished" and entry["runs"] == 2
+    result = Path(entry["result_dir"])
+    frame = pd.read_csv(result / "runs.csv")
+    assert list(frame["level"]) == ["iw10", "iw40"]  # quick: one repetition of each
+    assert (result / "report.md").read_text().startswith("# Experiment `tiny`")
+    assert (result / "plots" / "levels.png").is_file()
+    # testbed report rewrites the report from the directory alone
+    (result / "report.md").unlink()
+    assert main(["report", str(result)]) == 0
+    assert (result / "report.md").is_file()
+    # resuming a finished campaign makes no run
+    before = (result / "runs.csv").read_text()
+    assert (
+        main(
+            [
+                "campaign",
+                "--resume",
+                str(index_path.parent),
+                "--link-name",
+                "hn8",
+                "--experiments-dir",
+                str(experiments),
+            ]
+        )
+        == 0
+    )
+    assert (result / "runs.csv").read_text() == before
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_run_resume_continues_a_killed_experiment(tmp_path: Path) -> None:
+    """A run directory with one finished run and one half-made run (as a SIGKILL leaves
+    it): --resume makes the missing runs only and keeps the finished one as it was."""
+    experiment = tmp_path / "tiny.toml"
+    experiment.write_text(TINY)
+    out = tmp_path / "results"
+    assert (
+        main(["run", str(experiment), "--quick", "--output", str(out), "--link-name", "hn9"]) == 0
+    )
+    (result,) = out.glob("tiny/*")
+    first = json.loads((result / "runs" / "0000-iw10-r0" / "row.json").read_text())
+    # undo the second run as if the campaign had been killed in the middle of it
+    second = result / "runs" / "0001-iw40-r0"
+    (second / "row.json").unlink()
+    (second / "partial").write_text("half a run")
+    assert (
+        main(["run", str(experiment), "--quick", "--resume", str(result), "--link-name", "hn9"])
+        == 0
+    )
+    assert json.loads((result / "runs" / "0000-iw10-r0" / "row.json").read_text()) == first
+    assert not (second / "partial").exists()
+    frame = pd.read_csv(result / "runs.csv")
+    assert list(frame["run_id"]) == ["0000-iw10-r0", "0001-iw40-r0"]

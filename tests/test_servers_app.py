@@ -1,0 +1,119 @@
+"""The sans-I/O request handling shared by both servers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import workloads
+from servers.app import AppConfig, Exchange, RequestHead
+
+CONFIG = AppConfig(processing_audio_s=0.03, processing_image_s=0.3, max_body_bytes=1_000_000)
+
+
+def exchange(method: str, path: str, length: int | None = None) -> Exchange:
+    return Exchange(RequestHead(method, path, length), CONFIG)
+
+
+def test_unknown_path_is_404() -> None:
+    ex = exchange("GET", "/nope")
+    assert ex.early is not None and ex.early.status == 404
+    assert ex.finish().status == 404
+
+
+def test_wrong_method_is_405_with_allow() -> None:
+    ex = exchange("GET", "/asr")
+    assert ex.early is not None and ex.early.status == 405
+    assert ("allow", "POST") in ex.early.headers
+
+
+def test_declared_body_over_limit_is_413_before_any_byte() -> None:
+    ex = exchange("POST", "/asr", 2_000_000)
+    assert ex.early is not None and ex.early.status == 413
+    assert ex.early.stop_reading
+    assert ex.feed(b"x" * 10) is None  # not read further
+    assert ex.received_bytes == 0
+
+
+def test_running_body_over_limit_is_413() -> None:
+    ex = exchange("POST", "/asr")
+    assert ex.feed(b"x" * 600_000) is None
+    plan = ex.feed(b"x" * 600_000)
+    assert plan is not None and plan.status == 413
+
+
+def test_truncated_upload_is_400_and_flagged() -> None:
+    ex = exchange("POST", "/asr", 1000)
+    ex.feed(b"x" * 400)
+    assert ex.truncated
+    plan = ex.finish()
+    assert plan.status == 400
+    assert "truncated upload: 400 of 1000" in (plan.error or "")
+
+
+def test_asr_checks_the_upload() -> None:
+    audio = workloads.workload_bytes("audio")
+    ex = exchange("POST", "/asr", len(audio))
+    ex.feed(audio[:1000])
+    ex.feed(audio[1000:])
+    plan = ex.finish()
+    assert plan.status == 200
+    assert plan.processing_s == pytest.approx(0.03)
+    answer = json.loads(plan.body)
+    assert answer["upload_sha256"] == workloads.workload_sha256("audio")
+    assert answer["upload_length"] == len(audio)
+
+
+def test_asr_with_wrong_bytes_is_422() -> None:
+    ex = exchange("POST", "/asr", 10)
+    ex.feed(b"0123456789")
+    plan = ex.finish()
+    assert plan.status == 422
+    assert json.loads(plan.body)["upload_ok"] is False
+
+
+def test_tts_returns_the_audio() -> None:
+    plan = exchange("GET", "/tts").finish()
+    assert plan.status == 200
+    assert plan.body == workloads.workload_bytes("audio")
+    assert dict(plan.headers)["x-sha256"] == workloads.workload_sha256("audio")
+
+
+def test_retouch_wrong_upload_is_422_and_right_one_gets_5mb() -> None:
+    ex = exchange("POST", "/retouch", 3)
+    ex.feed(b"abc")
+    assert ex.finish().status == 422
+    big = AppConfig(max_body_bytes=64_000_000)
+    image = workloads.workload_bytes("image")
+    ex = Exchange(RequestHead("POST", "/retouch", len(image)), big)
+    ex.feed(image)
+    plan = ex.finish()
+    assert plan.status == 200
+    assert len(plan.body) == 5_000_000
+    assert dict(plan.headers)["x-upload-sha256"] == workloads.workload_sha256("image")
+
+
+@pytest.mark.parametrize(
+    ("query", "status"), [("chunks=3", 200), ("chunks=0", 400), ("chunks=x", 400)]
+)
+def test_stream_chunk_count(query: str, status: int) -> None:
+    plan = exchange("GET", f"/stream?{query}").finish()
+    assert plan.status == status
+    if status == 200:
+        assert plan.stream_chunks == 3
+        assert plan.body_length == 3 * 960
+        assert dict(plan.headers)["x-sha256"] == workloads.stream_sha256(3)
+
+
+def test_request_head_parsing() -> None:
+    head = RequestHead.from_headers(
+        [(b":method", b"POST"), (b":path", b"/asr"), (b"content-length", b"12")]
+    )
+    assert head == RequestHead("POST", "/asr", 12)
+    with pytest.raises(ValueError):
+        RequestHead.from_headers([(b":method", b"GET")])
+    with pytest.raises(ValueError):
+        RequestHead.from_headers(
+            [(b":method", b"GET"), (b":path", b"/"), (b"content-length", b"-1")]
+        )

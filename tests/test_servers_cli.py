@@ -1,0 +1,56 @@
+"""`testbed serve` and `testbed workload` as commands."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from harness import workloads
+from servers.events import read_events
+from servers.process import LISTEN_LINE, ServerProcess
+
+
+def test_serve_prints_one_line_per_listener_and_stops_on_sigterm(tmp_path: Path) -> None:
+    log = tmp_path / "ev.jsonl"
+    server = ServerProcess(["--log", str(log)]).start()
+    assert len(server.lines) == 2
+    assert all(LISTEN_LINE.match(line) for line in server.lines)
+    assert set(server.ports) == {"h2", "h3"}
+    assert server.stop() == 0
+    assert {e["proto"] for e in read_events(log) if e["event"] == "listening"} == {"h2", "h3"}
+
+
+def test_serve_on_sigint_exits_cleanly() -> None:
+    server = ServerProcess(["--no-h3"]).start()
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGINT)
+    assert server.proc.wait(10) == 0
+    server.stop()
+
+
+def test_serve_bad_flag_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "serve", "--max-datagram-size", "99999"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("testbed serve: error: max-datagram-size:")
+
+
+def test_workload_path_and_sha256() -> None:
+    run = lambda *a: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "harness.cli", "workload", *a],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    path = run("path", "audio")
+    assert path.returncode == 0
+    assert Path(path.stdout.strip()).stat().st_size == 354_640
+    sha = run("sha256", "audio")
+    assert sha.stdout.strip() == workloads.workload_sha256("audio")
+    assert run("sha256", "video").returncode == 2

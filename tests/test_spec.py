@@ -1,0 +1,187 @@
+"""Experiment files: what is accepted, and every way of being refused with one line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.errors import SpecError
+from harness.spec import load, loads, merge_link, parse_experiment
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+
+GOOD = """
+name = "initcwnd"
+question = "Does a larger initial window shorten a new connection's request?"
+repetitions = 4
+seed = 7
+warmup_runs = 1
+
+[fixed]
+link = "rtt=200ms,rate=333mbit"
+protocol = "h2"
+connection = "new"
+workload = "asr"
+processing_audio = "30ms"
+
+[factor]
+name = "initcwnd"
+settings = ["initcwnd"]
+levels = [ { name = "iw10", initcwnd = 10 }, { name = "iw40", initcwnd = 40 } ]
+
+[quick]
+repetitions = 1
+"""
+
+
+def test_good_file_parses_into_typed_settings() -> None:
+    spec = loads(GOOD)
+    assert spec.name == "initcwnd"
+    assert spec.level_names == ("iw10", "iw40")
+    assert spec.levels[1].settings.initcwnd == 40
+    assert spec.levels[0].settings.processing_audio_s == pytest.approx(0.030)
+    assert spec.levels[0].settings.link_spec.rtt_s == pytest.approx(0.2)
+    assert spec.levels[1].baseline == "iw10"
+    assert spec.fixed.initcwnd is None
+    assert spec.quick_form().repetitions == 1
+    assert spec.quick_form().warmup_runs == 0
+    resolved = spec.resolved()
+    assert resolved["levels"][1]["settings"]["initcwnd"] == 40
+
+
+def _refused(text: str) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        loads(text)
+    assert "\n" not in str(info.value)
+    return info.value
+
+
+def test_unknown_top_key_is_named() -> None:
+    err = _refused("colour = 'red'\n" + GOOD)
+    assert err.field == "colour"
+    assert _refused(GOOD + "\ncolour = 'red'\n").field == "quick.colour"
+
+
+def test_unknown_setting_in_fixed_is_named() -> None:
+    err = _refused(GOOD.replace('workload = "asr"', 'workload = "asr"\nwindoww = 3'))
+    assert err.field == "fixed.windoww"
+
+
+def test_level_setting_outside_its_factor_varies_two_things() -> None:
+    text = GOOD.replace(
+        '{ name = "iw40", initcwnd = 40 }', '{ name = "iw40", initcwnd = 40, cc = "bbr" }'
+    )
+    err = _refused(text)
+    assert err.field == "factor.levels.iw40.cc"
+    assert "two things" in err.reason
+
+
+def test_second_factor_is_refused() -> None:
+    err = _refused(GOOD + "\n[factor2]\nname = 'cc'\n")
+    assert err.field == "factor2"
+    text = GOOD.replace("[factor]", "[[factor]]").replace(
+        "[quick]", "[[factor]]\nname='x'\n[quick]"
+    )
+    assert _refused(text).field == "factor"
+
+
+def test_a_list_in_fixed_is_a_second_factor() -> None:
+    err = _refused(GOOD.replace('protocol = "h2"', 'protocol = ["h2", "h3"]'))
+    assert err.field == "fixed.protocol"
+    assert "factor" in err.reason
+
+
+def test_impossible_values_are_named() -> None:
+    assert _refused(GOOD.replace("initcwnd = 40", "initcwnd = 0")).field == (
+        "factor.levels.iw40.initcwnd"
+    )
+    assert _refused(GOOD.replace('"rtt=200ms,rate=333mbit"', '"rtt=-2ms"')).field.startswith(
+        "fixed.link"
+    )
+    assert _refused(GOOD.replace("repetitions = 4", "repetitions = 0")).field == "repetitions"
+    assert _refused(GOOD.replace('"30ms"', '"30"')).field == "fixed.processing_audio"
+    assert _refused(GOOD.replace('protocol = "h2"', 'protocol = "h4"')).field == "fixed.protocol"
+
+
+def test_zero_rtt_needs_quic_and_a_warm_up_request() -> None:
+    text = GOOD.replace('settings = ["initcwnd"]', 'settings = ["connection"]').replace(
+        'levels = [ { name = "iw10", initcwnd = 10 }, { name = "iw40", initcwnd = 40 } ]',
+        'levels = [ { name = "new", connection = "new" }, { name = "zero", connection = "0rtt" } ]',
+    )
+    err = _refused(text)
+    assert err.field == "factor.levels.zero.connection"
+
+
+def test_levels_that_do_not_differ_are_refused() -> None:
+    err = _refused(GOOD.replace("initcwnd = 40", "initcwnd = 10"))
+    assert "nothing varies" in err.reason
+
+
+def test_one_level_is_not_an_experiment() -> None:
+    text = GOOD.replace(', { name = "iw40", initcwnd = 40 }', "")
+    assert _refused(text).field == "factor.levels"
+
+
+def test_missing_question_is_refused() -> None:
+    text = GOOD.replace(
+        'question = "Does a larger initial window shorten a new connection\'s request?"', ""
+    )
+    assert _refused(text).field == "question"
+
+
+def test_bad_toml_is_one_line() -> None:
+    err = _refused("name = ")
+    assert "TOML" in err.reason
+
+
+def test_quick_levels_must_exist_and_baselines_follow() -> None:
+    assert _refused(GOOD.replace("repetitions = 1\n", "levels = ['iw10', 'nope']\n")).field == (
+        "quick.levels"
+    )
+
+
+def test_level_link_overrides_merge_onto_the_fixed_link() -> None:
+    text = GOOD.replace('settings = ["initcwnd"]', 'settings = ["link"]').replace(
+        'levels = [ { name = "iw10", initcwnd = 10 }, { name = "iw40", initcwnd = 40 } ]',
+        'levels = [ { name = "clean", link = "loss=0" }, '
+        '{ name = "lossy", link = "down.loss=14%" } ]',
+    )
+    spec = loads(text)
+    lossy = spec.level("lossy").settings.link_spec
+    assert lossy.down.loss == pytest.approx(0.14)
+    assert lossy.up.loss == 0.0
+    assert lossy.rtt_s == pytest.approx(0.2)
+    assert lossy.down.rate_bps == pytest.approx(333e6)
+
+
+def test_merge_link_replaces_rtt_and_per_direction_keys() -> None:
+    assert merge_link("rtt=200ms,rate=333mbit", "rate=20mbit") == "rtt=200ms,rate=20mbit"
+    merged = merge_link("rtt=200ms,rate=333mbit", "up.rate=20mbit")
+    assert "down.rate=333mbit" in merged and "up.rate=20mbit" in merged
+    assert merge_link("dc-longhaul", "down.loss=0") == "rtt=200ms,rate=333mbit,down.loss=0"
+
+
+def test_baseline_must_be_an_earlier_level() -> None:
+    text = GOOD.replace(
+        '{ name = "iw40", initcwnd = 40 }', '{ name = "iw40", initcwnd = 40, baseline = "iw99" }'
+    )
+    assert _refused(text).field == "factor.levels.iw40.baseline"
+
+
+def test_parse_experiment_takes_a_mapping() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_experiment({"name": "x", "question": "q?"})
+    assert info.value.field == "factor"
+
+
+def test_every_shipped_experiment_loads_and_has_a_quick_form() -> None:
+    files = sorted(EXPERIMENTS.glob("*.toml"))
+    names = {f.stem for f in files}
+    assert {"connection", "window", "initcwnd", "congestion", "ack", "pacing", "loss"} <= names
+    for path in files:
+        spec = load(path)
+        assert spec.name == path.stem
+        quick = spec.quick_form()
+        assert len(quick.levels) >= 2
+        assert quick.repetitions <= spec.repetitions

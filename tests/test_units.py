@@ -1,0 +1,305 @@
+"""harness.units: human quantities into SI numbers, and back; every bad input names its field."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.errors import SpecError
+from harness.units import (
+    format_duration,
+    format_percent,
+    format_rate,
+    parse_duration_s,
+    parse_fraction,
+    parse_probability,
+    parse_queue,
+    parse_rate_bps,
+    parse_size_bytes,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def assert_spec_error(call, field: str, *words: str) -> SpecError:
+    with pytest.raises(SpecError) as info:
+        call()
+    err = info.value
+    assert isinstance(err, ValueError)
+    assert err.field == field
+    assert str(err).startswith(f"{field}: ")
+    assert "\n" not in str(err)
+    for word in words:
+        assert word in str(err)
+    return err
+
+
+# --- durations --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("200ms", 0.2),
+        ("200 ms", 0.2),
+        ("200MS", 0.2),
+        ("1s", 1.0),
+        ("1.5sec", 1.5),
+        ("2msec", 0.002),
+        ("250us", 250e-6),
+        ("250usec", 250e-6),
+        ("250µs", 250e-6),
+        ("10ns", 10e-9),
+        ("10nsec", 10e-9),
+        (".5s", 0.5),
+        ("1e3ms", 1.0),
+        ("+5ms", 0.005),
+        ("0ms", 0.0),
+        (0.2, 0.2),
+        (3, 3.0),
+    ],
+)
+def test_parse_duration(text: str | float, seconds: float) -> None:
+    assert parse_duration_s("delay", text) == pytest.approx(seconds, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("200", ("needs a unit",)),  # the unit of a delay is never implied
+        ("-5ms", ("negative",)),
+        ("5 parsecs", ("unknown duration unit",)),
+        ("5 m s", ("not a number",)),
+        ("5h", ("unknown duration unit",)),
+        ("ms", ("not a number",)),
+        ("", ("not a number",)),
+        ("1e999s", ("not finite",)),
+        (-1.0, ("finite duration >= 0",)),
+        (math.nan, ("finite duration >= 0",)),
+        (math.inf, ("finite duration >= 0",)),
+        (True, ("expected a string",)),
+        (None, ("expected a string",)),
+    ],
+)
+def test_bad_duration_names_the_field(text: object, words: tuple[str, ...]) -> None:
+    assert_spec_error(lambda: parse_duration_s("delay", text), "delay", *words)
+
+
+# --- rates ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "bps"),
+    [
+        ("333mbit", 333e6),
+        ("333Mbit", 333e6),
+        ("333mbit/s", 333e6),
+        ("14.5mbit", 14.5e6),
+        ("1gbit", 1e9),
+        ("1tbit", 1e12),
+        ("64kbit", 64e3),
+        ("100bit", 100.0),
+        ("1mibit", 2.0**20),
+        ("1kibit", 1024.0),
+        ("1gibit", 2.0**30),
+        ("5e2kbit", 5e5),
+        (333e6, 333e6),  # numbers given as numbers are bit/s
+        (1, 1.0),
+    ],
+)
+def test_parse_rate(text: str | float, bps: float) -> None:
+    assert parse_rate_bps("rate", text) == pytest.approx(bps, rel=1e-12)
+
+
+@pytest.mark.parametrize("unit", ["bps", "kbps", "mbps", "gbps", "Mbps", "mbps/s"])
+def test_ambiguous_bps_is_refused_with_a_hint(unit: str) -> None:
+    err = assert_spec_error(lambda: parse_rate_bps("rate", f"333{unit}"), "rate", "ambiguous")
+    assert "bit" in err.reason
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("0mbit", ("> 0",)),
+        ("-1mbit", ("> 0",)),
+        (0, ("> 0",)),
+        (-5.0, ("> 0",)),
+        (math.inf, ("> 0",)),
+        ("333", ("unknown rate unit",)),
+        ("333mb", ("unknown rate unit",)),
+        ("fast", ("not a number",)),
+        ("1e999mbit", ("not finite",)),
+        (True, ("expected a string",)),
+    ],
+)
+def test_bad_rate_names_the_field(text: object, words: tuple[str, ...]) -> None:
+    assert_spec_error(lambda: parse_rate_bps("rate", text), "rate", *words)
+
+
+# --- sizes and queues -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("354640", 354_640),
+        ("354640b", 354_640),
+        ("10 bytes", 10),
+        ("1byte", 1),
+        ("64kb", 64_000),
+        ("64KB", 64_000),
+        ("64k", 64_000),
+        ("30mb", 30_000_000),
+        ("30m", 30_000_000),
+        ("1gb", 10**9),
+        ("1g", 10**9),
+        ("1kib", 1024),
+        ("1MiB", 2**20),
+        ("1gib", 2**30),
+        ("1.5kb", 1500),
+        ("1e3", 1000),
+        (0, 0),
+        (1500, 1500),
+    ],
+)
+def test_parse_size(text: str | int, size: int) -> None:
+    value = parse_size_bytes("size", text)
+    assert value == size
+    assert isinstance(value, int)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("-1", (">= 0",)),
+        (-1, (">= 0",)),
+        ("1.5", ("whole number",)),
+        ("1.0001kb", ("whole number",)),
+        ("5 furlongs", ("unknown size unit",)),
+        ("5mbit", ("unknown size unit",)),
+        ("lots", ("not a number",)),
+        (1500.0, ("expected a string",)),
+        (True, ("expected a string",)),
+    ],
+)
+def test_bad_size_names_the_field(text: object, words: tuple[str, ...]) -> None:
+    assert_spec_error(lambda: parse_size_bytes("size", text), "size", *words)
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        ("1000p", (None, 1000)),
+        ("1000 packets", (None, 1000)),
+        ("1pkt", (None, 1)),
+        ("20pkts", (None, 20)),
+        ("5packet", (None, 5)),
+        ("1mb", (1_000_000, None)),
+        ("64000", (64_000, None)),
+        (3000, (3000, None)),
+    ],
+)
+def test_parse_queue(text: str | int, limit: tuple[int | None, int | None]) -> None:
+    assert parse_queue("queue", text) == limit
+
+
+@pytest.mark.parametrize("text", ["0p", "1.5p", "-3p"])
+def test_bad_queue_packet_count(text: str) -> None:
+    assert_spec_error(lambda: parse_queue("queue", text), "queue", "packet count")
+
+
+# --- fractions and probabilities --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "fraction"),
+    [
+        ("14%", 0.14),
+        ("14 %", 0.14),
+        ("0.14", 0.14),
+        ("0%", 0.0),
+        ("0", 0.0),
+        ("99.9%", 0.999),
+        (0.42, 0.42),
+        (0, 0.0),
+    ],
+)
+def test_parse_fraction(text: str | float, fraction: float) -> None:
+    assert parse_fraction("loss", text) == pytest.approx(fraction, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "text", ["100%", "1", "1.0", 1, 1.0, "-1%", -0.1, "150%", math.nan, "14 percent", "14x"]
+)
+def test_bad_fraction_names_the_field(text: object) -> None:
+    assert_spec_error(lambda: parse_fraction("loss", text), "loss")
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", 1.0), ("1.0", 1.0), ("100%", 1.0), (1, 1.0)])
+def test_probability_allows_one(text: str | int, value: float) -> None:
+    assert parse_probability("gemodel.r", text) == value
+
+
+@pytest.mark.parametrize(("text", "value"), [("30%", 0.3), ("0", 0.0), (0.5, 0.5)])
+def test_probability_below_one_is_a_fraction(text: str | float, value: float) -> None:
+    assert parse_probability("gemodel.r", text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["1.00", "1e0", "100.0%", " 100 % "])
+def test_probability_accepts_every_spelling_of_one(text: str) -> None:
+    assert parse_probability("gemodel.r", text) == 1.0
+
+
+def test_probability_refuses_a_bool() -> None:
+    with pytest.raises(SpecError):
+        parse_probability("gemodel.r", True)
+
+
+@pytest.mark.parametrize("text", ["101%", "1.5", -0.1, 2])
+def test_bad_probability_names_the_field(text: object) -> None:
+    assert_spec_error(lambda: parse_probability("gemodel.r", text), "gemodel.r")
+
+
+# --- formatting, and the round trip -----------------------------------------------------
+
+
+def test_formats() -> None:
+    assert format_duration(0.0) == "0ms"
+    assert format_duration(0.2) == "200ms"
+    assert format_duration(1.5) == "1.5s"
+    assert format_duration(250e-6) == "250us"
+    assert format_rate(333e6) == "333mbit"
+    assert format_rate(14.5e6) == "14.5mbit"
+    assert format_rate(1e9) == "1gbit"
+    assert format_rate(64e3) == "64kbit"
+    assert format_rate(500.0) == "500bit"
+    assert format_percent(0.14) == "14%"
+    assert format_percent(0.0) == "0%"
+
+
+@given(st.floats(min_value=0.0, max_value=1e6, allow_nan=False))
+def test_duration_round_trip(seconds: float) -> None:
+    back = parse_duration_s("delay", format_duration(seconds))
+    assert back == pytest.approx(seconds, rel=1e-5, abs=1e-12)
+
+
+@given(st.floats(min_value=1.0, max_value=1e13, allow_nan=False))
+def test_rate_round_trip(bps: float) -> None:
+    assert parse_rate_bps("rate", format_rate(bps)) == pytest.approx(bps, rel=1e-5)
+
+
+@given(st.floats(min_value=0.0, max_value=0.9999, allow_nan=False))
+def test_percent_round_trip(fraction: float) -> None:
+    text = format_percent(fraction)
+    if text == "100%":  # 0.99999951 prints as 100% at six digits: not a valid fraction
+        return
+    assert parse_fraction("loss", text) == pytest.approx(fraction, rel=1e-5, abs=1e-12)
+
+
+@given(st.integers(min_value=0, max_value=10**15))
+def test_size_of_a_plain_number_is_itself(size: int) -> None:
+    assert parse_size_bytes("size", str(size)) == size
+    assert parse_size_bytes("size", size) == size
