@@ -26,8 +26,11 @@ All times are ``time.monotonic()`` (CLOCK_MONOTONIC).
 The same as a command: ``testbed client --protocol h2|h3 --host ADDR --port P --workload
 asr|tts|retouch|stream [--chunks N] --requests N [--warmup K] --connection new|reused|0rtt
 [--resume] [--cc ...] [--quic-cc ...] [--max-datagram-size N] [--records FILE.jsonl]
-[--samples FILE.csv] [--sample-hz 1000] [--qlog-dir DIR] [--keylog FILE] [--timeout 60s]``
-(exit status 1 when any measured request failed; see clients/cli.py).
+[--samples FILE.csv] [--sample-hz 1000] [--qlog-dir DIR] [--keylog FILE] [--timeout 60s]
+[--window-clamp B] [--sndbuf B] [--rcvbuf B] [--max-pacing-rate RATE] [--notsent-lowat B]
+[--quickack] [--quic-max-data B] [--h2-window B] [--quic-pacing cwnd|off|RATE]
+[--no-batching]`` (exit status 1 when any measured request failed; see clients/cli.py).
+The workloads ``image`` (30 MB down) and ``sink`` (30 MB up) exist for ``bench stacks``.
 """
 
 from __future__ import annotations

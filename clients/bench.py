@@ -12,7 +12,6 @@ printed with the table, since these VMs share their CPUs.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import resource
 import statistics
@@ -78,10 +77,20 @@ async def _measure(
     return records, before, after
 
 
-def bench_protocol(protocol: str, reps: int, max_datagram_size: int, label: str) -> list[dict]:
+def bench_protocol(
+    protocol: str,
+    reps: int,
+    max_datagram_size: int,
+    label: str,
+    batching: bool = True,
+    pacing: str = "cwnd",
+) -> list[dict]:
     rows = []
     args = ["--max-datagram-size", str(max_datagram_size), "--max-body", "40mb"]
     args += ["--no-h3"] if protocol == "h2" else ["--no-h2"]
+    if not batching:
+        args.append("--no-batching")
+    args += ["--quic-pacing", pacing]
     with ServerProcess(args) as server:
         assert server.proc is not None
         pid = server.proc.pid
@@ -95,6 +104,8 @@ def bench_protocol(protocol: str, reps: int, max_datagram_size: int, label: str)
                 warmup=1,
                 connection="reused",
                 max_datagram_size=max_datagram_size,
+                quic_batching=batching,
+                quic_pacing=pacing,
                 timeout_s=120.0,
             )
             records, before, after = uvloop.run(_measure(config, pid))
@@ -121,6 +132,8 @@ def bench_protocol(protocol: str, reps: int, max_datagram_size: int, label: str)
             warmup=1,
             connection="reused",
             max_datagram_size=max_datagram_size,
+            quic_batching=batching,
+            quic_pacing=pacing,
         )
         records, _, _ = uvloop.run(_measure(asr, pid))
         measured = [r for r in records if not r.warmup and r.ok]
@@ -144,11 +157,18 @@ def run_bench(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()
     stat_before = cpu_times()
     rows: list[dict] = []
+    mds = args.max_datagram_size
     for protocol in protocols:
-        if protocol == "h3" and args.baseline:
-            rows += bench_protocol("h3", args.reps, 1200, "h3 (1200)")
-        label = protocol if protocol == "h2" else f"h3 ({args.max_datagram_size})"
-        rows += bench_protocol(protocol, args.reps, args.max_datagram_size, label)
+        if protocol == "h2":
+            rows += bench_protocol("h2", args.reps, mds, "h2")
+            continue
+        if args.baseline:
+            # before: aioquic's defaults (1200-byte datagrams, a sendto and a transmit
+            # per datagram, pacing at cwnd/srtt), then the datagram size alone
+            rows += bench_protocol("h3", args.reps, 1200, "h3 1200 aioquic", batching=False)
+            rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} unbatched", batching=False)
+        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched")
+        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched nopace", pacing="off")
     steal = steal_fraction(stat_before, cpu_times())
     table = pd.DataFrame(rows)
     with pd.option_context("display.width", 160, "display.max_columns", 20):

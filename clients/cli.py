@@ -16,6 +16,7 @@ from pathlib import Path
 
 from clients.config import CONNECTION_MODES, PROTOCOLS, WORKLOAD_NAMES, ClientConfig
 from harness import units
+from servers.cli import parse_pacing
 from servers.config import QUIC_CONGESTION_CONTROLS, TCP_CONGESTION_CONTROLS
 
 EXIT_FAILED_REQUEST = 1
@@ -40,6 +41,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quickack", action="store_true")
     parser.add_argument("--quic-cc", choices=QUIC_CONGESTION_CONTROLS, default="reno")
     parser.add_argument("--max-datagram-size", type=int, default=1200)
+    parser.add_argument(
+        "--quic-pacing",
+        default="cwnd",
+        help="QUIC pacing: cwnd (aioquic: cwnd/srtt), off, or a rate such as 333mbit",
+    )
+    parser.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="QUIC: one sendto per datagram, one transmit per datagram read (aioquic's way)",
+    )
     parser.add_argument("--quic-max-data", default=None, help="fixed QUIC windows, bytes")
     parser.add_argument("--h2-window", default="16MiB")
     parser.add_argument("--records", type=Path, default=None, help="JSONL records")
@@ -78,6 +89,8 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
         quickack=args.quickack,
         quic_cc=args.quic_cc,
         max_datagram_size=args.max_datagram_size,
+        quic_batching=not args.no_batching,
+        quic_pacing=parse_pacing(args.quic_pacing),
         quic_max_data_bytes=size(args.quic_max_data, "quic-max-data"),
         h2_window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
         records_path=args.records,

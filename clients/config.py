@@ -44,6 +44,7 @@ class ClientConfig:
     sndbuf_bytes: int | None = None
     rcvbuf_bytes: int | None = None
     max_pacing_rate_bps: float | None = None
+    """SO_MAX_PACING_RATE (bit/s); for QUIC the same cap on the pacer."""
     notsent_lowat_bytes: int | None = None
     quickack: bool = False
     quic_cc: str = "reno"
@@ -59,8 +60,18 @@ class ClientConfig:
     """Limit on each connect and each request; nothing waits longer."""
     server_name: str = "testbed.local"
     udp_buffer_bytes: int = 8 * 1024 * 1024
+    quic_pacing: str | float = "cwnd"
+    """QUIC sender pacing: "cwnd" (aioquic's: cwnd / srtt), "off" (cwnd-limited bursts,
+    as Linux reno/cubic without fq), or a fixed rate in bit/s (e.g. the path's)."""
+    quic_batching: bool = True
+    """QUIC: send runs of datagrams as UDP GSO segments (one system call per run) and
+    transmit once per batch of datagrams read, not once per datagram."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.quic_pacing, str) and self.quic_pacing not in ("cwnd", "off"):
+            raise SpecError("quic-pacing", f"{self.quic_pacing!r}: use cwnd, off or a rate")
+        if not isinstance(self.quic_pacing, str) and not self.quic_pacing > 0:
+            raise SpecError("quic-pacing", "a pacing rate must be > 0 bit/s")
         if self.protocol not in PROTOCOLS:
             raise SpecError("protocol", f"{self.protocol!r} is not one of h2, h3")
         if self.workload not in WORKLOAD_NAMES:

@@ -211,8 +211,8 @@ class H2Client:
                 proto.h2.send_headers(
                     stream_id, spec.headers(self.authority), end_stream=not spec.body
                 )
-                proto._flush()
                 record.request_first_byte = time.monotonic()
+                proto._flush()
                 if spec.body:
                     record.up_bytes = await proto.send_body(stream_id, spec.body, pending)
                 record.request_last_byte = time.monotonic()

@@ -146,8 +146,9 @@ class H3Client:
                     lambda: stream_fully_sent(quic, stream_id),
                     lambda t: last_sent.done() or last_sent.set_result(t),
                 )
-                proto.transmit()
+                # stamped as the transmit starts: a whole burst may leave inside it
                 record.request_first_byte = time.monotonic()
+                proto.transmit()
                 await pending.done
         finally:
             if last_sent.done():
@@ -195,6 +196,8 @@ async def open_connection(
     quic = make_quic_connection(
         configuration,
         config.quic_max_data_bytes,
+        pacing=config.quic_pacing,
+        max_pacing_rate_bps=config.max_pacing_rate_bps,
         session_ticket_handler=lambda t: protocol_box[0].on_ticket(t) if protocol_box else None,
     )
     bind_host = "::" if ":" in config.host else "0.0.0.0"
@@ -207,6 +210,10 @@ async def open_connection(
         sock.close()
         raise
     protocol_box.append(protocol)  # type: ignore[arg-type]
+    if config.quic_batching:
+        protocol.gso_socket = sock  # type: ignore[attr-defined]
+    else:
+        protocol.coalesce_transmit = False  # type: ignore[attr-defined]
     authority = (
         f"[{config.host}]:{config.port}" if ":" in config.host else f"{config.host}:{config.port}"
     )

@@ -31,12 +31,18 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
-    def start(self, request_id: int, probe: Callable[[], dict[str, Any]]) -> None:
-        """Sample ``probe()`` every period until :meth:`stop`."""
+    def start(
+        self,
+        request_id: int | str,
+        probe: Callable[[], dict[str, Any]],
+        stop_when: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> None:
+        """Sample ``probe()`` every period until :meth:`stop` (or until ``stop_when`` holds
+        for a sample, which is kept)."""
         self.stop()
         self._stop.clear()
         self._thread = threading.Thread(
-            target=self._run, args=(request_id, probe), name="tb-sampler", daemon=True
+            target=self._run, args=(request_id, probe, stop_when), name="tb-sampler", daemon=True
         )
         self._thread.start()
 
@@ -46,7 +52,12 @@ class Sampler:
             self._thread.join(timeout=2.0)
             self._thread = None
 
-    def _run(self, request_id: int, probe: Callable[[], dict[str, Any]]) -> None:
+    def _run(
+        self,
+        request_id: int | str,
+        probe: Callable[[], dict[str, Any]],
+        stop_when: Callable[[dict[str, Any]], bool] | None,
+    ) -> None:
         columns = self.columns
         rows = self.rows
         period = self.period_s
@@ -58,6 +69,8 @@ class Sampler:
             except Exception:  # socket closed under us: the request is over
                 return
             rows.append((now, request_id, *(values.get(c) for c in columns)))
+            if stop_when is not None and stop_when(values):
+                return
             next_at += period
             delay = next_at - time.monotonic()
             if delay > 0:

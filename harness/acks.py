@@ -277,6 +277,8 @@ class QuicAckResult:
     rows: list[AckRow]
     lost_packets: int
     """``recovery:packet_lost`` events of the sender: QUIC's retransmission count."""
+    lost_times_s: list[float]
+    """When each loss was declared (same clock as the rows)."""
     sent_packets: int
     connections: int
 
@@ -288,6 +290,7 @@ def quic_acks(
     ``client`` for an upload, ``server`` for a download). qlog times are milliseconds."""
     rows: list[AckRow] = []
     lost = 0
+    lost_times: list[float] = []
     sent = 0
     index = 0
     for trace in traces:
@@ -307,6 +310,7 @@ def quic_acks(
                 pending = []
             elif name == "recovery:packet_lost":
                 lost += 1
+                lost_times.append(float(event.get("time", 0.0)) / 1e3 - clock_offset_s)
             elif name == "transport:packet_sent":
                 sent += 1
             elif name == "transport:packet_received":
@@ -331,7 +335,13 @@ def quic_acks(
         rows.extend(_with_inflight(row, inflight) for row in pending)
         index += 1
     rows.sort(key=lambda r: r.time_s)
-    return QuicAckResult(rows=rows, lost_packets=lost, sent_packets=sent, connections=index)
+    return QuicAckResult(
+        rows=rows,
+        lost_packets=lost,
+        lost_times_s=sorted(lost_times),
+        sent_packets=sent,
+        connections=index,
+    )
 
 
 def _with_inflight(row: dict[str, Any], inflight: int) -> AckRow:

@@ -50,7 +50,7 @@ def bootstrap_ci(
     if data.size == 0:
         return (math.nan, math.nan)
     if data.size == 1:
-        return (float(data[0]), float(data[0]))
+        return (math.nan, math.nan)  # one run has no interval
     rng = np.random.default_rng(seed)
     picks = rng.integers(0, data.size, size=(resamples, data.size))
     samples = data[picks]
@@ -120,14 +120,18 @@ def attribute_gap(
     bound_setup_s: float,
     bound_processing_s: float,
     retransmits: float = 0.0,
+    link_drops: float | None = None,
 ) -> dict[str, float | str]:
     """Split a measured time's excess over the bound into set-up, processing and transfer.
 
     Set-up is the measured handshake against the bound's set-up part; processing the
     server's measured processing against the bound's; transfer is what remains of each.
     The part with the largest excess names the gap; ``transfer`` is labelled
-    ``transfer (loss recovery)`` when the run retransmitted and ``transfer (window/feedback)``
-    otherwise, so that a report can say which mechanism to look at.
+    ``transfer (loss recovery)`` when the run retransmitted and the link dropped packets
+    (``link_drops``: loss plus queue drops; None when unknown), ``transfer (spurious
+    retransmission)`` when it retransmitted although the link dropped nothing, and
+    ``transfer (window/feedback)`` otherwise, so that a report can say which mechanism to
+    look at.
     """
     handshake_s = 0.0 if not math.isfinite(handshake_s) else handshake_s
     processing_s = bound_processing_s if not math.isfinite(processing_s) else processing_s
@@ -143,8 +147,14 @@ def attribute_gap(
     else:
         part = max(gaps, key=lambda k: gaps[k])
         if part == "transfer":
-            loss = retransmits is not None and math.isfinite(retransmits) and retransmits > 0
-            part = "transfer (loss recovery)" if loss else "transfer (window/feedback)"
+            resent = retransmits is not None and math.isfinite(retransmits) and retransmits > 0
+            dropped = link_drops is None or not math.isfinite(link_drops) or link_drops > 0
+            if resent and dropped:
+                part = "transfer (loss recovery)"
+            elif resent:
+                part = "transfer (spurious retransmission)"
+            else:
+                part = "transfer (window/feedback)"
     return {
         "gap_s": total_gap,
         "gap_part": part,
@@ -152,6 +162,32 @@ def attribute_gap(
         "gap_processing_s": processing_gap,
         "gap_transfer_s": transfer_gap,
     }
+
+
+def _link_drops(runs: pd.DataFrame) -> float | None:
+    """Median packets the link dropped per run (loss and queue), None when not recorded."""
+    columns = [
+        c
+        for c in ("dropped_loss_up", "dropped_loss_down", "queue_drops_up", "queue_drops_down")
+        if c in runs.columns
+    ]
+    if "dropped_loss_up" not in columns or "dropped_loss_down" not in columns:
+        return None  # loss drops not recorded: unknown
+    total = sum(_num(runs[c]).fillna(0) for c in columns)
+    return float(total.median()) if len(total) else None
+
+
+def _setup_before_request(runs: pd.DataFrame) -> float:
+    """Median set-up time on the request's critical path: the handshake, but only up to
+    the first request byte (0-RTT sends its request before the handshake completes)."""
+    handshake = _num(runs["handshake_s"])
+    if "t_request_first_s" in runs.columns:
+        first = _num(runs["t_request_first_s"])
+        handshake = (
+            pd.concat([handshake, first], axis=1).min(axis=1, skipna=False).fillna(handshake)
+        )
+    values = handshake.dropna()
+    return float(values.median()) if len(values) else math.nan
 
 
 def level_summary(
@@ -175,12 +211,13 @@ def level_summary(
         processing = _median(runs["processing_s"]) if "processing_s" in runs.columns else math.nan
         gap = attribute_gap(
             total_s=median,
-            handshake_s=_median(runs["handshake_s"]),
+            handshake_s=_setup_before_request(runs),
             processing_s=processing,
             bound_total_s=bound,
             bound_setup_s=_median(runs["bound_setup_s"]),
             bound_processing_s=_median(runs["bound_processing_s"]),
             retransmits=_median(runs["retransmits"]),
+            link_drops=_link_drops(runs),
         )
         reasons = all_runs.loc[~all_runs["valid"].fillna(False).astype(bool), "invalid_reason"]
         counts = reasons.fillna("unknown").value_counts()

@@ -216,6 +216,75 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
+BOUND_PARTS = (
+    ("set-up", "bound_setup_s"),
+    ("feedback (slow start)", "bound_feedback_s"),
+    ("window cap", "bound_window_s"),
+    ("serialisation", "bound_serialisation_s"),
+    ("propagation", "bound_propagation_s"),
+    ("processing", "bound_processing_s"),
+)
+"""The parts of harness.bounds.request_time, in the order of a request."""
+
+
+def _bound_parts(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
+    good = analysis.analysable(frame)
+    if good.empty:
+        return []
+    rows = []
+    for lv in levels:
+        runs = good[good["level"] == lv]
+        if runs.empty:
+            continue
+        cells = [lv]
+        for _, column in (*BOUND_PARTS, ("bound", "bound_s"), ("measured", "total_s")):
+            values = pd.to_numeric(runs.get(column, pd.Series(dtype=float)), errors="coerce")
+            cells.append(_ms(float(values.median())) if values.notna().any() else "–")
+        rows.append(cells)
+    return [
+        "The bound's parts (ms; harness.bounds.request_time for the level's parameters), "
+        "next to the measured median:",
+        "",
+        _table(["level", *(name for name, _ in BOUND_PARTS), "bound", "measured"], rows),
+        "",
+    ]
+
+
+def _contention(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
+    """How busy the machine was during the requests (recorded, not a validity rule)."""
+    columns = [
+        ("client CPU", "cpu_client", 100.0, "%"),
+        ("server CPU", "cpu_server", 100.0, "%"),
+        ("emulator CPU", "cpu_emulator", 100.0, "%"),
+        ("client wait", "runqueue_wait_client_s", 1e3, "ms"),
+        ("server wait", "runqueue_wait_server_s", 1e3, "ms"),
+        ("emulator wait", "runqueue_wait_emulator_s", 1e3, "ms"),
+        ("host CPU pressure", "cpu_pressure", 100.0, "%"),
+        ("steal", "steal", 100.0, "%"),
+        ("lateness p99", "lateness_p99_s", 1e3, "ms"),
+    ]
+    measured = frame[~frame["warmup"].fillna(False).astype(bool)] if not frame.empty else frame
+    present = [c for c in columns if c[1] in measured.columns]
+    if measured.empty or not present:
+        return []
+    rows = []
+    for lv in levels:
+        runs = measured[measured["level"] == lv]
+        cells = [lv]
+        for _, column, scale, _unit in present:
+            values = pd.to_numeric(runs[column], errors="coerce").dropna()
+            cells.append(f"{values.median() * scale:.1f}" if len(values) else "–")
+        rows.append(cells)
+    return [
+        "Machine load during the requests (medians per level; CPU in % of one core, waits "
+        "on a run queue and emulator lateness in ms, host CPU pressure (PSI) and steal in % "
+        "of the time):",
+        "",
+        _table(["level", *(f"{name} ({unit})" for name, _, _, unit in present)], rows),
+        "",
+    ]
+
+
 def _loss_bounds(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
     """The loss bounds next to the measurement, when some level has loss."""
     lossy = [s for s in summaries if math.isfinite(s.mathis_s)]
@@ -375,6 +444,7 @@ def build_report(path: Path) -> Path:
             ],
         ),
         "",
+        *_bound_parts(frame, levels),
         *_loss_bounds(summaries),
         "## Arm effect next to the order effect",
         "",
@@ -411,6 +481,7 @@ def build_report(path: Path) -> Path:
         "## Validity",
         "",
     ]
+    lines += _contention(frame, levels)
     invalid = [s for s in summaries if s.invalid_reasons]
     if invalid:
         lines += [f"- {s.level}: {s.invalid_reasons}" for s in invalid]

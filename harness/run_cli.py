@@ -152,8 +152,21 @@ def _run(args: argparse.Namespace) -> int:
         )
     finally:
         progress.close()
+    _print_answer(result.result.path)
     print(result.result.path / "report.md")
     return 0
+
+
+def _print_answer(path: Path) -> None:
+    """The report's answer section on the terminal (the rest is in report.md)."""
+    report = path / "report.md"
+    if not report.is_file():
+        return
+    text = report.read_text(encoding="utf-8")
+    start = text.find("## Answer")
+    end = text.find("## ", start + 3)
+    if start >= 0:
+        print(text[start:end].strip().replace("**", ""))
 
 
 def _campaign(args: argparse.Namespace) -> int:

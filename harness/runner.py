@@ -62,6 +62,15 @@ STEAL_MAX_FRACTION = 0.10
 a tenth of both cores, and timers of the emulator and the stacks slip by milliseconds
 (steal from 0 to 78 % was seen on these VMs, NOTES-machine.md)."""
 
+RUNQUEUE_WAIT_MAX_FRACTION: float | None = None
+"""Run-queue wait of the stacks (time runnable but without a CPU) is recorded per run
+(``runqueue_wait_*_s``, with the host's PSI CPU pressure) but flags nothing by default: a
+first campaign on a loaded host (load 5 on 2 cores) saw the server wait 200 ms during a
+1.2 s upload whose time matched the unloaded runs to 0.3 %, because the kernel's TCP, not
+the process, is on the critical path of a transfer. Set a fraction of the request time
+here to flag such runs; emulator delays are caught by its lateness instead."""
+RUNQUEUE_WAIT_MIN_S = 0.002
+
 LATENESS_P99_MAX_S = 1e-3
 """The emulator's p99 release lateness must stay under 1 ms, the p99 RTT-error target of
 the link issue; above it the emulated path is not the configured one."""
@@ -234,6 +243,8 @@ def validity(
     configured_rtt_s: float,
     measured_rtt_s: float | None,
     loss: Mapping[str, tuple[float, int, int]],
+    runqueue_wait_s: Mapping[str, float | None] | None = None,
+    total_s: float | None = None,
 ) -> tuple[bool, str | None]:
     """(valid, reason): every reason joined with '; ', the most basic first."""
     reasons: list[str] = []
@@ -244,6 +255,11 @@ def validity(
     for name, fraction in cpu.items():
         if fraction is not None and fraction > CPU_SATURATED_FRACTION:
             reasons.append(f"cpu: {name} {fraction * 100:.0f} % of a core")
+    if runqueue_wait_s and total_s and RUNQUEUE_WAIT_MAX_FRACTION is not None:
+        limit = max(RUNQUEUE_WAIT_MIN_S, RUNQUEUE_WAIT_MAX_FRACTION * total_s)
+        for name, wait in runqueue_wait_s.items():
+            if wait is not None and wait > limit:
+                reasons.append(f"cpu contention: {name} waited {wait * 1e3:.1f} ms for a CPU")
     if steal is not None and steal > STEAL_MAX_FRACTION:
         reasons.append(f"steal: {steal * 100:.0f} % of host CPU")
     if lateness_p99_s is not None and lateness_p99_s > LATENESS_P99_MAX_S:
@@ -279,6 +295,36 @@ def proc_cpu_s(pid: int) -> float | None:
     return (int(fields_[11]) + int(fields_[12])) / CLOCK_TICKS_PER_S
 
 
+def proc_runqueue_waits_s(pid: int) -> dict[int, float] | None:
+    """Per thread, the seconds it spent runnable but waiting for a CPU (the second field of
+    /proc/PID/task/TID/schedstat, nanoseconds). None when the process is gone."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    out: dict[int, float] = {}
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
+                out[int(tid)] = int(handle.read().split()[1]) / 1e9
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+    return out
+
+
+def cpu_pressure_s() -> float | None:
+    """Cumulative host CPU pressure stall time, 'some' line of /proc/pressure/cpu (PSI)."""
+    try:
+        with open("/proc/pressure/cpu", encoding="ascii") as handle:
+            first = handle.readline().split()
+    except OSError:
+        return None
+    for item in first:
+        if item.startswith("total="):
+            return int(item[6:]) / 1e6
+    return None
+
+
 def host_steal() -> tuple[float, float]:
     """(steal, total) host CPU seconds from /proc/stat."""
     with open("/proc/stat", encoding="ascii") as handle:
@@ -295,6 +341,7 @@ class CpuWatch:
         self.clock = clock
         self.pids: dict[str, list[int]] = {}
         self.samples: list[tuple[float, dict[str, float | None], tuple[float, float]]] = []
+        self._thread_waits: dict[tuple[str, int, int], float] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -313,7 +360,17 @@ class CpuWatch:
                 if value is not None:
                     total += value
                     alive = True
+                # a thread that exits takes its counter with it: keep each thread's last
+                # value so that the sum never goes down
+                for tid, wait in (proc_runqueue_waits_s(pid) or {}).items():
+                    self._thread_waits[(name, pid, tid)] = wait
             values[name] = total if alive else None
+            values[f"wait:{name}"] = (
+                sum(w for (n, _, _), w in self._thread_waits.items() if n == name)
+                if alive
+                else None
+            )
+        values["host:pressure"] = cpu_pressure_s()
         self.samples.append((self.clock(), values, host_steal()))
 
     def _run(self) -> None:
@@ -334,6 +391,25 @@ class CpuWatch:
         """CPU seconds per wall second of ``name`` over [t0, t1], widened to the nearest
         samples outside it and to at least :data:`MIN_CPU_WINDOW_S`."""
         series = [(t, v[name]) for t, v, _ in self.samples if v.get(name) is not None]
+        return _window_rate(series, t0, t1)
+
+    def wait_s(self, name: str, t0: float, t1: float) -> float | None:
+        """Seconds the threads of ``name`` waited on a run queue over [t0, t1] (widened as
+        in :meth:`fraction`): the time they were runnable but another task had the CPU."""
+        series = [
+            (t, v[f"wait:{name}"]) for t, v, _ in self.samples if v.get(f"wait:{name}") is not None
+        ]
+        span = _bracket(series, t0, t1)
+        return None if span is None else span[1] - span[0]
+
+    def pressure(self, t0: float, t1: float) -> float | None:
+        """Host CPU pressure (PSI 'some'): the fraction of [t0, t1] in which at least one
+        runnable task on the host waited for a CPU."""
+        series = [
+            (t, v["host:pressure"])
+            for t, v, _ in self.samples
+            if v.get("host:pressure") is not None
+        ]
         return _window_rate(series, t0, t1)
 
     def steal(self, t0: float, t1: float) -> float | None:
@@ -819,6 +895,7 @@ def _collect(
             d = diff.direction(name)
             out[f"realised_loss_{name}"] = d.realised_loss
             out[f"queue_drops_{name}"] = d.dropped_queue
+            out[f"dropped_loss_{name}"] = d.dropped_loss
             configured = getattr(link_spec, name)
             if configured.gemodel is None:
                 loss_checks[name] = (configured.loss, d.dropped_loss, d.loss_trials)
@@ -830,11 +907,16 @@ def _collect(
         emulator_cpu = diff.emulator_cpu_fraction
         out["cpu_emulator_run"] = emulator_cpu
     cpu: dict[str, float | None] = {}
+    waits: dict[str, float | None] = {}
     if start_s is not None and end_s is not None:
         for name in ("client", "server", "emulator"):
             cpu[name] = watch.fraction(name, start_s, end_s)
             out[f"cpu_{name}"] = cpu[name]
         out["steal"] = watch.steal(start_s, end_s)
+        out["cpu_pressure"] = watch.pressure(start_s, end_s)
+        for name in ("client", "server", "emulator"):
+            waits[name] = watch.wait_s(name, start_s, end_s)
+            out[f"runqueue_wait_{name}_s"] = waits[name]
     if out.get("cpu_emulator") is None and out.get("cpu_emulator_run") is not None:
         out["cpu_emulator"] = out["cpu_emulator_run"]
         cpu["emulator"] = out["cpu_emulator_run"]
@@ -847,6 +929,8 @@ def _collect(
         configured_rtt_s=link_spec.rtt_s,
         measured_rtt_s=out.get("measured_rtt_s"),
         loss=loss_checks,
+        runqueue_wait_s=waits,
+        total_s=out.get("total_s"),
     )
     out["valid"] = valid
     out["invalid_reason"] = reason
@@ -893,7 +977,11 @@ def _acks(
             result_q = ackmod.quic_acks(traces, clock_offset_s=offset_s, vantage=vantage)
             rows = result_q.rows
             out["acks"] = len(_inside(rows, start_s, end_s))
-            out["retransmits"] = result_q.lost_packets
+            out["retransmits"] = (
+                result_q.lost_packets
+                if start_s is None or end_s is None
+                else sum(start_s <= t <= end_s for t in result_q.lost_times_s)
+            )
             out["measured_rtt_s"] = ackmod.qlog_min_rtt_s(traces)
             ackmod.write_inflight_csv(
                 run_dir / "inflight.csv",

@@ -13,7 +13,9 @@ On the backend in use (or a forced one), through the :class:`netem.link.Link` AP
   makes TCP's convergence, not the link, the subject). The link's rate counts IP packets
   and iperf3 counts payload, so the delivered IP rate is the goodput times
   (payload + headers) / payload (1428/1400 for UDP, 1500/1448 for TCP); the goodput is
-  reported beside it.
+  reported beside it. Beside the receiver's view: the rate the link itself handed to the
+  receiver in a steady-state window (its own counters), and the datagrams the receiving
+  socket dropped, so that a shortfall is placed at the link or at an endpoint.
 * For every measurement: the emulator's lateness p99, its CPU (cores), and the host's busy
   and steal fractions (the load the number was taken under).
 
@@ -29,7 +31,7 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from harness.errors import SpecError
@@ -159,8 +161,33 @@ def measure_probe(link: Any, count: int, interval_s: float) -> tuple[dict[str, A
     return row, (result, delta)
 
 
-def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> float:
-    """Delivered bit/s at the receiver (iperf3's sum_received) over the measured interval."""
+@dataclass
+class RateRun:
+    """One iperf3 run: what the receiving application got, and what the link did meanwhile."""
+
+    goodput_bps: float
+    """iperf3's receiver-side payload rate over its measured interval."""
+    link_in_bps: float
+    """IP bytes the sender offered to the link per second, in the same window: below the
+    rate, the sender (not the link) was short of CPU."""
+    link_out_bps: float
+    """IP bytes the emulated link handed to the receiver per second, in a steady-state window
+    inside iperf3's interval (from the link's own counters)."""
+    window: LinkStats
+    """The link's counters over that window."""
+    receiver_drops: int
+    """UDP datagrams the receiving socket dropped (RcvbufErrors): the receiver, not the link."""
+
+
+def udp_rcvbuf_errors(netns: str) -> int:
+    """``Udp: RcvbufErrors`` of namespace ``netns`` (/proc/thread-self/net shows this thread's)."""
+    with nsexec.in_netns(netns), open("/proc/thread-self/net/snmp") as f:
+        rows = [line.split() for line in f if line.startswith("Udp:")]
+    return int(dict(zip(rows[0][1:], rows[1][1:], strict=True))["RcvbufErrors"])
+
+
+def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> RateRun:
+    """Run iperf3 client -> server across the link (UDP at 110 % of the rate, or TCP cubic)."""
     server = nsexec.popen(
         link.server_ns,
         ["iperf3", "-s", "-1", "-B", link.server_addr, "-p", str(IPERF_PORT)],
@@ -185,17 +212,32 @@ def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> floa
             argv += ["-u", "-b", f"{rate_bps * UDP_OVERLOAD:.0f}", "-l", str(UDP_PAYLOAD_BYTES)]
         else:
             argv += ["-C", "cubic"]
-        done = nsexec.run(
-            link.client_ns,
-            argv,
-            capture_output=True,
-            timeout=config.rate_duration_s + config.rate_omit_s + 30,
-        )
+        drops_before = udp_rcvbuf_errors(link.server_ns)
+        client = nsexec.popen(link.client_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         try:
-            report = json.loads(done.stdout)
-            return float(report["end"]["sum_received"]["bits_per_second"])
+            # iperf3 runs omit + duration seconds; the window sits inside the measured part
+            time.sleep(config.rate_omit_s + 0.5)
+            first = link.stats()
+            time.sleep(max(0.5, config.rate_duration_s - 1.0))
+            window = link.stats() - first
+            stdout, stderr = client.communicate(
+                timeout=config.rate_duration_s + config.rate_omit_s + 30
+            )
+        finally:
+            if client.poll() is None:
+                client.kill()
+                client.wait()
+        try:
+            goodput = float(json.loads(stdout)["end"]["sum_received"]["bits_per_second"])
         except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise RuntimeError(f"iperf3 gave no receiver result: {done.stderr!r} {err}") from None
+            raise RuntimeError(f"iperf3 gave no receiver result: {stderr!r} {err}") from None
+        return RateRun(
+            goodput_bps=goodput,
+            link_in_bps=window.up.bytes_in * 8 / window.time_s,
+            link_out_bps=window.up.bytes_out * 8 / window.time_s,
+            window=window,
+            receiver_drops=udp_rcvbuf_errors(link.server_ns) - drops_before,
+        )
     finally:
         if server.poll() is None:
             server.terminate()
@@ -217,7 +259,7 @@ def run_bench(
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "quick": config != BenchConfig(),
-        "config": {k: v for k, v in config.__dict__.items()},
+        "config": asdict(config),
         "host": {"cpus": os.cpu_count(), "loadavg_start": os.getloadavg()},
         "targets": TARGETS,
         "rtt": [],
@@ -255,25 +297,27 @@ def run_bench(
             for udp in (True, False):
                 proto = "udp" if udp else "tcp"
                 say(f"{proto} at {spec}")
-                before = link.stats()
-                goodput = iperf(link, udp=udp, rate_bps=rate_bps, config=config)
-                delta = link.stats() - before
+                run = iperf(link, udp=udp, rate_bps=rate_bps, config=config)
                 # the link's rate counts IP packets; iperf3 counts payload
                 payload, overhead = (
                     (UDP_PAYLOAD_BYTES, UDP_OVERHEAD_BYTES)
                     if udp
                     else (TCP_MSS_BYTES, TCP_OVERHEAD_BYTES)
                 )
-                delivered = goodput * (payload + overhead) / payload
+                delivered = run.goodput_bps * (payload + overhead) / payload
                 doc["rate"].append(
                     {
                         "proto": proto,
                         "link": spec,
                         "configured_bps": rate_bps,
-                        "goodput_bps": goodput,
+                        "goodput_bps": run.goodput_bps,
                         "delivered_bps": delivered,
                         "error_fraction": delivered / rate_bps - 1.0,
-                        **load_row(delta),
+                        "link_in_bps": run.link_in_bps,
+                        "link_out_bps": run.link_out_bps,
+                        "link_error_fraction": run.link_out_bps / rate_bps - 1.0,
+                        "receiver_drops": run.receiver_drops,
+                        **load_row(run.window),
                     }
                 )
     doc["host"]["loadavg_end"] = os.getloadavg()
@@ -352,6 +396,9 @@ def print_table(doc: dict[str, Any]) -> None:
         "goodput Mbit/s",
         "IP Mbit/s",
         "error %",
+        "link in Mbit/s",
+        "link out Mbit/s",
+        "rcv drops",
         "lateness p99 µs",
         "emu CPU %",
         "host busy %",
@@ -365,6 +412,9 @@ def print_table(doc: dict[str, Any]) -> None:
             f"{r['goodput_bps'] / 1e6:.2f}",
             f"{r['delivered_bps'] / 1e6:.2f}",
             f"{r['error_fraction'] * 100:+.2f}",
+            f"{r['link_in_bps'] / 1e6:.2f}",
+            f"{r['link_out_bps'] / 1e6:.2f}",
+            str(r["receiver_drops"]),
             _us(r["lateness_p99_s"]),
             _pct(r["emulator_cpu_cores"]),
             _pct(r["host_busy"]),

@@ -97,6 +97,10 @@ def tcpdump(
                 "nano",
                 "-Z",
                 "root",  # do not drop privileges: the file is written where the caller says
+                # every packet to the file as it comes: without it, TPACKET_V3 hands packets
+                # over per block (or per 1 s timeout), and those of the last block were lost
+                # at SIGINT (seen in the VM guest)
+                "--immediate-mode",
                 "-U",
                 "-w",
                 str(point.path),

@@ -45,6 +45,7 @@ from harness.workloads import AUDIO_SIZE_BYTES
 from netem import names, sysctl
 from netem.linkspec import LinkSpec, format_link, resolve_link
 from netem.nsexec import in_netns
+from netem.stats import LinkStats
 
 SCHEMA_VERSION = 1
 """Version of the JSON this module writes (bump on an incompatible change)."""
@@ -272,12 +273,20 @@ def summary_rows(parts: Sequence[Part]) -> list[dict[str, Any]]:
                     "probe_rtt_p99_ms": 1e3 * quantile(probe.rtts_s, 0.99)
                     if probe and probe.rtts_s
                     else math.nan,
+                    "link_loss_up": _counter_loss(part, "up"),
                     "integrity_ok": all(
                         u.sha256_ok and u.size_bytes == UPLOAD_BYTES for u in uploads
                     ),
                 }
             )
     return rows
+
+
+def _counter_loss(part: Part, direction: str) -> float:
+    """The backend's own count of loss drops over the whole part (probe and all uploads)."""
+    counters = part.environment.get("link_counters", {}).get(direction, {})
+    value = counters.get("realised_loss")
+    return math.nan if value is None else float(value)
 
 
 def comparisons(parts: Sequence[Part]) -> list[dict[str, Any]]:
@@ -304,6 +313,63 @@ def comparisons(parts: Sequence[Part]) -> list[dict[str, Any]]:
     return out
 
 
+WHY_THEY_DIFFER = """\
+Why the two can differ, by construction (not by measurement):
+
+- Two TCP stacks: the guest runs Debian's 6.1 kernel, the host its own (6.x newer); loss
+  recovery (RACK-TLP, SACK handling), cubic and bbr differ in detail between releases.
+- Where loss happens: netem drops at enqueue, before its tbf child's rate limit, so a lost
+  packet takes no bottleneck time; the emulator drops after the bottleneck (see
+  netem/emulator/core.py). Below the 20 Mbit/s rate (cubic under 14 % loss never gets near
+  it) this changes nothing; a bbr sender that fills the rate loses up to 14 % of the
+  bottleneck time to lost packets on the emulator.
+- Loss draws: the emulator is seeded (the same sequence at every link up); netem's loss is
+  unseeded. Each upload continues the sequence, so runs differ on both, but the emulator's
+  part is repeatable and netem's is not.
+- Devices and timing: netem sits on a router namespace's veth egress inside a software-
+  emulated (TCG) guest, whose timers and softirqs run late whenever the host is busy: that
+  is the probe RTT's tail in the netem rows. The emulator is a Python process on the host
+  between two TUN devices, releasing packets about 0.1 to 0.3 ms late (shared
+  NOTES-machine.md).
+- Sample size: with 14 % loss, cubic's upload time is heavy-tailed (retransmission
+  timeouts with exponential back-off), so ten runs give a median whose 95 % interval spans
+  seconds; the comparison excludes large differences, not small ones.
+"""
+
+
+def closing_note(parts: Sequence[Part]) -> str:
+    """How close the two backends came, from the measured parts, then why they differ."""
+    lines = []
+    rows = {(r["cc"], r["backend"]): r for r in summary_rows(parts)}
+    for comp in comparisons(parts):
+        cc = comp["cc"]
+        user, kern = rows[(cc, "userspace")], rows[(cc, "netem")]
+        inside = comp["ci95_low_s"] <= 0.0 <= comp["ci95_high_s"]
+        lines.append(
+            f"- {cc}: median {kern['median_s']:.2f} s on netem vs {user['median_s']:.2f} s on "
+            f"the emulator (ratio {comp['median_ratio']:.2f}); the 95 % interval of the "
+            f"difference, [{comp['ci95_low_s']:+.2f}, {comp['ci95_high_s']:+.2f}] s, "
+            + (
+                "contains 0: no difference shows at this sample size."
+                if inside
+                else "excludes 0: the backends differ for this sender."
+            )
+        )
+    by = {p.backend: p for p in parts}
+    if {"userspace", "netem"} <= set(by):
+        probes = {b: p.probe for b, p in by.items()}
+        if all(probes.values()):
+            u, k = probes["userspace"], probes["netem"]
+            lines.append(
+                f"- Path: probe RTT median {1e3 * statistics.median(k.rtts_s):.2f} ms (netem) "
+                f"vs {1e3 * statistics.median(u.rtts_s):.2f} ms (emulator), p99 "
+                f"{1e3 * quantile(k.rtts_s, 0.99):.2f} vs {1e3 * quantile(u.rtts_s, 0.99):.2f}"
+                f" ms; loss counted by the backends {100 * _counter_loss(by['netem'], 'up'):.1f}"
+                f" % vs {100 * _counter_loss(by['userspace'], 'up'):.1f} % (14 % configured)."
+            )
+    return "\n".join(lines) + "\n\n" + WHY_THEY_DIFFER
+
+
 def _fmt(value: float, digits: int = 2) -> str:
     return (
         "n/a"
@@ -323,16 +389,18 @@ def render_markdown(parts: Sequence[Part], note: str = "") -> str:
         "(netem/crossval.py).",
         "",
         "| cc | backend | runs | median s | p25 s | p75 s | min s | max s "
-        "| retrans share | TCP min RTT ms | probe loss | probe RTT median ms | probe RTT p99 ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| retrans share | link loss up | probe loss | TCP min RTT ms | probe RTT median ms "
+        "| probe RTT p99 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in summary_rows(parts):
         lines.append(
             f"| {row['cc']} | {row['backend']} | {row['runs']} | {_fmt(row['median_s'])} "
             f"| {_fmt(row['p25_s'])} | {_fmt(row['p75_s'])} | {_fmt(row['min_s'])} "
             f"| {_fmt(row['max_s'])} | {_fmt(100 * row['retrans_fraction'], 1)} % "
-            f"| {_fmt(row['tcp_min_rtt_ms'], 1)} | {_fmt(100 * row['probe_loss'], 1)} % "
-            f"| {_fmt(row['probe_rtt_median_ms'], 2)} | {_fmt(row['probe_rtt_p99_ms'], 2)} |"
+            f"| {_fmt(100 * row['link_loss_up'], 1)} % | {_fmt(100 * row['probe_loss'], 1)} % "
+            f"| {_fmt(row['tcp_min_rtt_ms'], 1)} | {_fmt(row['probe_rtt_median_ms'], 2)} "
+            f"| {_fmt(row['probe_rtt_p99_ms'], 2)} |"
         )
     comps = comparisons(parts)
     if comps:
@@ -570,7 +638,7 @@ def measure_part(
                 "net.ipv4.tcp_rmem",
             ],
         )
-        stats_before = _link_stats(link)
+        stats_before = link.stats()
         part.probe = udp_probe(client_ns, server_ns, count=probes)
         progress(
             f"{backend}: probe {part.probe.received}/{part.probe.sent} echoes, "
@@ -586,14 +654,12 @@ def measure_part(
                     f"{backend}: run {run + 1}/{runs} {cc}: {upload.upload_s:.3f} s, "
                     f"{100 * upload.retrans_fraction:.1f} % retransmitted"
                 )
-        stats_after = _link_stats(link)
-    if stats_before is not None and stats_after is not None:
-        part.environment["link_counters"] = {"before": stats_before, "after": stats_after}
+        part.environment["link_counters"] = link_counters(link.stats() - stats_before)
     part.environment.update(
         kernel=platform.release(),
         cpus=os.cpu_count(),
         steal_percent=round(steal_percent(steal_before, cpu_counters()), 1),
-        loadavg_1min=os.getloadavg()[0],
+        loadavg_1min=round(os.getloadavg()[0], 2),
         duration_s=round(time.monotonic() - started, 1),
         measured_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         in_vm=bool(os.environ.get("TESTBED_IN_VM")),
@@ -605,18 +671,22 @@ def _progress(message: str) -> None:
     print(f"crossval: {message}", file=sys.stderr, flush=True)
 
 
-def _link_stats(link: Any) -> dict[str, Any] | None:
-    """The backend's own counters, when its Link offers them (``link.stats()``)."""
-    stats = getattr(link, "stats", None)
-    if stats is None:
-        return None
-    try:
-        value = stats()
-    except (OSError, NotImplementedError):
-        return None
-    with contextlib.suppress(TypeError):
-        return asdict(value)
-    return value if isinstance(value, dict) else None
+def link_counters(delta: LinkStats) -> dict[str, dict[str, Any]]:
+    """What the backend itself counted over the part, per direction (compact)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("up", "down"):
+        d = delta.direction(name)
+        out[name] = {
+            "packets_in": d.packets_in,
+            "packets_out": d.packets_out,
+            "dropped_loss": d.dropped_loss,
+            "dropped_queue": d.dropped_queue,
+            "realised_loss": d.realised_loss,
+            "lateness_p50_s": d.lateness_quantile_s(0.5),
+            "lateness_p99_s": d.lateness_quantile_s(0.99),
+            "lateness_max_s": d.lateness_max_s if d.lateness_samples else None,
+        }
+    return out
 
 
 # --- the VM edge --------------------------------------------------------------------------
@@ -671,6 +741,7 @@ def run_guest_part(args: argparse.Namespace) -> tuple[Part, dict[str, Any]]:
         )
         host = {
             "host_steal_percent": round(steal_percent(steal_before, cpu_counters()), 1),
+            "host_loadavg_1min": round(os.getloadavg()[0], 2),
             "vm_stage_s": round(time.monotonic() - started, 1),
             "host_kernel": platform.release(),
         }
@@ -754,7 +825,7 @@ def write_report(parts: Sequence[Part], stem: Path) -> str:
         "parts": [p.to_dict() for p in parts],
     }
     stem.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
-    text = render_markdown(parts)
+    text = render_markdown(parts, note=closing_note(parts))
     stem.with_suffix(".md").write_text(text)
     return text
 

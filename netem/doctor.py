@@ -20,6 +20,7 @@ from netem.backends.kernel import probe_netem
 from netem.nsexec import in_netns
 
 CONGESTION_CONTROL_PATH = Path("/proc/sys/net/ipv4/tcp_available_congestion_control")
+ALLOWED_CONGESTION_CONTROL_PATH = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,13 @@ def run_checks() -> list[Check]:
     checks.append(Check("netem", netem_ok, netem_detail))
     try:
         available = CONGESTION_CONTROL_PATH.read_text().split()
-        checks.append(Check("congestion_control", bool(available), " ".join(available)))
+        allowed = ALLOWED_CONGESTION_CONTROL_PATH.read_text().split()
+        detail = " ".join(available)
+        if set(allowed) != set(available):
+            # a namespace's default (net.ipv4.tcp_congestion_control) must be an allowed one;
+            # a socket of a privileged process may pick any available one (TCP_CONGESTION)
+            detail += f" (as a namespace default: {' '.join(allowed)})"
+        checks.append(Check("congestion_control", bool(available), detail))
     except OSError as err:
         checks.append(Check("congestion_control", False, str(err)))
     tcpdump = shutil.which("tcpdump")

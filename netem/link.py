@@ -52,6 +52,21 @@ def _save(state: LinkState) -> None:
     os.replace(tmp, path)
 
 
+def _claim(state: LinkState) -> None:
+    """Create the state file, failing if it exists: the first thing link up does, so that a
+    half-built link is found by ``link down``/``clean`` and no two processes build one name."""
+    path = _state_path(state.name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise SpecError(
+            "name", f"link {state.name!r} exists (testbed link down {state.name})"
+        ) from None
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(state.to_dict(), indent=2, sort_keys=True) + "\n")
+
+
 def _load(name: str) -> LinkState:
     path = _state_path(name)
     try:
@@ -191,8 +206,8 @@ class Link:
             extra={"status": "starting"},
         )
         impl = backends.get(chosen)
+        _claim(state)  # atomically: of two processes racing for one name, one gets it
         try:
-            _save(state)  # first, so that link down / clean find a half-built link
             impl.up(state)
             wanted = sysctl.link_sysctls(link_spec, slow_start_after_idle=slow_start_after_idle)
             wanted.update(extra_sysctls)

@@ -18,16 +18,25 @@ what the echo sent (down).
 
 The sockets are opened inside namespaces with :func:`netem.nsexec.in_netns`; a socket
 keeps its namespace, so one process can drive both ends (the echo runs in a thread).
+
+The send and the echo's turnaround are stamped in user space; both threads run at
+real-time priority (:func:`realtime_thread`, below the emulator's) so that a loaded host
+does not preempt them between the clock read and the send. Measured under load average
+4-6 on 2 cores: without it the application-level p99 rose to 20-200 ms and the
+kernel-stamped p99 to 1.8 ms; with it 0.36-0.45 ms and 0.23-0.31 ms.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import select
 import socket
 import struct
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from harness.errors import SpecError
@@ -45,6 +54,31 @@ MIN_SIZE_BYTES = _REQUEST.size + _ECHO.size
 DEFAULT_PORT = 7207
 RCVBUF_BYTES = 4 * 2**20
 """Probes are small; a big receive buffer keeps a slow reader from looking like loss."""
+PROBE_FIFO_PRIORITY = 5
+"""Real-time priority of the probe's threads: above normal processes, so that the
+instructions between reading the clock and handing the datagram to the kernel are not
+preempted by the host's load; below the emulator's (10), which must win."""
+
+
+@contextmanager
+def realtime_thread(enabled: bool) -> Iterator[bool]:
+    """Run the calling thread at SCHED_FIFO :data:`PROBE_FIFO_PRIORITY` inside the block.
+
+    Yields whether it could (CAP_SYS_NICE); the thread's previous policy comes back after.
+    """
+    if not enabled:
+        yield False
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(PROBE_FIFO_PRIORITY))
+    except OSError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        os.sched_setscheduler(0, policy, param)
 
 
 @dataclass
@@ -56,6 +90,8 @@ class ProbeResult:
     """Requests the echo received (the up direction's deliveries)."""
     received: int = 0
     """Replies the sender received (of ``echoed`` sent back: the down direction's)."""
+    seqs: list[int] = field(default_factory=list)
+    """Sequence number of each reply (0 .. sent-1): the missing ones were lost."""
     rtt_s: list[float] = field(default_factory=list)
     app_rtt_s: list[float] = field(default_factory=list)
     up_s: list[float] = field(default_factory=list)
@@ -63,6 +99,8 @@ class ProbeResult:
     duplicates: int = 0
     reordered: int = 0
     """Replies whose sequence number is lower than one received before."""
+    realtime: bool = False
+    """Whether the sender ran at real-time priority (see :func:`realtime_thread`)."""
 
     @property
     def up_loss(self) -> float | None:
@@ -119,8 +157,16 @@ def open_udp(addr: str, port: int, netns: str | None) -> socket.socket:
 class Echo:
     """Returns every probe request with its receive and send times; runs in a thread."""
 
-    def __init__(self, addr: str, port: int = DEFAULT_PORT, netns: str | None = None) -> None:
+    def __init__(
+        self,
+        addr: str,
+        port: int = DEFAULT_PORT,
+        netns: str | None = None,
+        *,
+        realtime: bool = True,
+    ) -> None:
         self.sock = open_udp(addr, port, netns)
+        self.realtime = realtime
         self.received = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tb-probe-echo", daemon=True)
@@ -138,6 +184,10 @@ class Echo:
         self.sock.close()
 
     def _run(self) -> None:
+        with realtime_thread(self.realtime):
+            self._serve()
+
+    def _serve(self) -> None:
         sock = self.sock
         space = socket.CMSG_SPACE(_TIMESPEC.size)
         while not self._stop.is_set():
@@ -172,12 +222,15 @@ def run_probe(
     size_bytes: int = 64,
     drain_s: float = 1.0,
     echo: Echo | None = None,
+    realtime: bool = True,
 ) -> ProbeResult:
     """Send ``count`` probes ``interval_s`` apart from ``client_addr`` (in ``client_ns``) to
     an :class:`Echo` at ``server_addr:port``; wait ``drain_s`` after the last for replies.
 
     ``echo``: the in-process echo, whose count gives the up direction's loss exactly; without
     it the highest count echoed back is used (a lower bound if the last replies are lost).
+    ``realtime``: send at SCHED_FIFO (:func:`realtime_thread`), so that the host's load does
+    not slip in between the send timestamp and the send.
     """
     if not isinstance(count, int) or count < 1:
         raise SpecError("count", f"must be a whole number >= 1, got {count!r}")
@@ -197,50 +250,128 @@ def run_probe(
     start = time.monotonic()
     end_of_sending = start + count * interval_s
     try:
-        seq = 0
-        while True:
-            now = time.monotonic()
-            if seq < count and now >= start + seq * interval_s:
-                send_ns = time.time_ns()
-                request = _REQUEST.pack(MAGIC, seq, send_ns) + b"\0" * _ECHO.size + padding
-                try:
-                    sock.sendto(request, (server_addr, port))
-                except OSError:
-                    pass  # a full queue at the sender counts as loss, as on a real path
-                result.sent += 1
-                seq += 1
-                continue
-            if seq >= count and now >= end_of_sending + drain_s:
-                break
-            next_send = start + seq * interval_s if seq < count else end_of_sending + drain_s
-            ready, _, _ = select.select([sock], [], [], max(0.0, next_send - now))
-            if not ready:
-                continue
+        with realtime_thread(realtime) as prioritised:
+            result.realtime = prioritised
+            seq = 0
             while True:
-                try:
-                    data, ancdata, _, _ = sock.recvmsg(65535, space)
-                except BlockingIOError:
+                now = time.monotonic()
+                if seq < count and now >= start + seq * interval_s:
+                    send_ns = time.time_ns()
+                    request = _REQUEST.pack(MAGIC, seq, send_ns) + b"\0" * _ECHO.size + padding
+                    try:
+                        sock.sendto(request, (server_addr, port))
+                    except OSError:
+                        pass  # a full queue at the sender counts as loss, as on a real path
+                    result.sent += 1
+                    seq += 1
+                    continue
+                if seq >= count and now >= end_of_sending + drain_s:
                     break
-                app_ns = time.time_ns()
-                if len(data) < MIN_SIZE_BYTES or data[:4] != MAGIC:
+                next_send = start + seq * interval_s if seq < count else end_of_sending + drain_s
+                ready, _, _ = select.select([sock], [], [], max(0.0, next_send - now))
+                if not ready:
                     continue
-                _, rseq, send_ns = _REQUEST.unpack_from(data)
-                echo_rx_ns, echo_tx_ns, echo_count = _ECHO.unpack_from(data, _REQUEST.size)
-                if rseq in seen:
-                    result.duplicates += 1
-                    continue
-                seen.add(rseq)
-                if rseq < highest:
-                    result.reordered += 1
-                highest = max(highest, rseq)
-                echoed_max = max(echoed_max, echo_count)
-                rx_ns = _kernel_time_ns(ancdata) or app_ns
-                result.received += 1
-                result.rtt_s.append(((rx_ns - send_ns) - (echo_tx_ns - echo_rx_ns)) * 1e-9)
-                result.app_rtt_s.append((app_ns - send_ns) * 1e-9)
-                result.up_s.append((echo_rx_ns - send_ns) * 1e-9)
-                result.down_s.append((rx_ns - echo_tx_ns) * 1e-9)
+                while True:
+                    try:
+                        data, ancdata, _, _ = sock.recvmsg(65535, space)
+                    except BlockingIOError:
+                        break
+                    app_ns = time.time_ns()
+                    if len(data) < MIN_SIZE_BYTES or data[:4] != MAGIC:
+                        continue
+                    _, rseq, send_ns = _REQUEST.unpack_from(data)
+                    echo_rx_ns, echo_tx_ns, echo_count = _ECHO.unpack_from(data, _REQUEST.size)
+                    if rseq in seen:
+                        result.duplicates += 1
+                        continue
+                    seen.add(rseq)
+                    if rseq < highest:
+                        result.reordered += 1
+                    highest = max(highest, rseq)
+                    echoed_max = max(echoed_max, echo_count)
+                    rx_ns = _kernel_time_ns(ancdata) or app_ns
+                    result.received += 1
+                    result.seqs.append(rseq)
+                    result.rtt_s.append(((rx_ns - send_ns) - (echo_tx_ns - echo_rx_ns)) * 1e-9)
+                    result.app_rtt_s.append((app_ns - send_ns) * 1e-9)
+                    result.up_s.append((echo_rx_ns - send_ns) * 1e-9)
+                    result.down_s.append((rx_ns - echo_tx_ns) * 1e-9)
     finally:
         sock.close()
     result.echoed = echo.received - echo_before if echo is not None else echoed_max
     return result
+
+
+def summary(result: ProbeResult, configured_rtt_s: float | None = None) -> dict[str, object]:
+    """The numbers a person wants from one run (seconds), as a JSON-ready dict."""
+    out: dict[str, object] = {
+        "sent": result.sent,
+        "echoed": result.echoed,
+        "received": result.received,
+        "up_loss": result.up_loss,
+        "down_loss": result.down_loss,
+        "reordered": result.reordered,
+    }
+    for name, values in (("rtt", result.rtt_s), ("app_rtt", result.app_rtt_s)):
+        for q in (0.0, 0.5, 0.99, 1.0):
+            out[f"{name}_p{round(q * 100)}_s"] = quantile(values, q)
+    if configured_rtt_s is not None and result.rtt_s:
+        median = quantile(result.rtt_s, 0.5)
+        out["rtt_median_error_s"] = None if median is None else median - configured_rtt_s
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m netem.probe echo|send``: the two halves as separate processes, e.g.
+    ``ip netns exec tb-demo-server python -m netem.probe echo --addr 198.18.2.2`` and
+    ``ip netns exec tb-demo-client python -m netem.probe send --addr 198.18.1.2
+    --to 198.18.2.2 --count 1000``; ``send`` prints :func:`summary` as JSON. Without the
+    in-process echo, the up loss counts the highest echo count seen (see :func:`run_probe`).
+    """
+    import argparse
+    import json
+    import signal
+    import sys
+
+    parser = argparse.ArgumentParser(prog="python -m netem.probe")
+    sub = parser.add_subparsers(dest="role", required=True)
+    echo_p = sub.add_parser("echo", help="answer probes until interrupted")
+    echo_p.add_argument("--addr", required=True)
+    echo_p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    echo_p.add_argument("--netns", help="open the socket in this namespace")
+    send_p = sub.add_parser("send", help="send probes, print a JSON summary")
+    send_p.add_argument("--addr", required=True, help="local address")
+    send_p.add_argument("--to", required=True, help="the echo's address")
+    send_p.add_argument("--port", type=int, default=DEFAULT_PORT)
+    send_p.add_argument("--netns", help="open the socket in this namespace")
+    send_p.add_argument("--count", type=int, default=1000)
+    send_p.add_argument("--interval-ms", type=float, default=2.0)
+    send_p.add_argument("--size", type=int, default=64, help="datagram bytes")
+    send_p.add_argument("--rtt-ms", type=float, help="configured RTT, to report the error")
+    args = parser.parse_args(argv)
+    try:
+        if args.role == "echo":
+            stop = {signal.SIGINT, signal.SIGTERM}
+            signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+            with Echo(args.addr, args.port, args.netns):
+                signal.sigwait(stop)
+            return 0
+        result = run_probe(
+            client_ns=args.netns,
+            client_addr=args.addr,
+            server_addr=args.to,
+            port=args.port,
+            count=args.count,
+            interval_s=args.interval_ms * 1e-3,
+            size_bytes=args.size,
+        )
+    except SpecError as err:
+        print(f"probe: error: {err}", file=sys.stderr)
+        return 2
+    rtt = None if args.rtt_ms is None else args.rtt_ms * 1e-3
+    print(json.dumps(summary(result, rtt), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

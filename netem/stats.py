@@ -85,7 +85,8 @@ class DirectionStats:
     """Packets the drop-tail queue refused (it was full)."""
     bytes_dropped_queue: int = 0
     write_errors: int = 0
-    """Packets the emulator could not hand to the receiving device (counted, never silent)."""
+    """Packets the emulator could not hand to the receiving device (counted, never silent;
+    they are included in packets_out, which counts departures from the link)."""
     max_backlog_bytes: int = 0
     """Largest queue occupancy seen (a maximum: it does not subtract; see ``__sub__``)."""
     max_backlog_packets: int = 0

@@ -64,13 +64,22 @@ def normalise(value: str | int) -> str:
 
 
 def read(ns: str, name: str) -> str:
-    """The value of sysctl ``name`` inside namespace ``ns``."""
+    """The value of sysctl ``name`` in force inside namespace ``ns``.
+
+    A ``net.core.*`` sysctl that the namespace does not show (global on older kernels) is
+    read from the host's namespace, whose value is the one in force.
+    """
     path = _path(name)
     with in_netns(ns):
         try:
             return normalise(path.read_text())
         except FileNotFoundError:
-            raise SpecError("sysctl", f"{name}: no such sysctl in this kernel") from None
+            if not name.startswith("net.core."):
+                raise SpecError("sysctl", f"{name}: no such sysctl in this kernel") from None
+    try:
+        return read_host(name)
+    except FileNotFoundError:
+        raise SpecError("sysctl", f"{name}: no such sysctl in this kernel") from None
 
 
 def write(ns: str, name: str, value: str | int) -> None:
@@ -169,17 +178,47 @@ def _at_least(current: str, wanted: str) -> bool:
     return len(have) == len(want) and all(h >= w for h, w in zip(have, want, strict=True))
 
 
+def exists(ns: str, name: str) -> bool:
+    """Whether sysctl ``name`` is visible inside ``ns`` (some net.core ones are init-only)."""
+    path = _path(name)
+    with in_netns(ns):
+        return path.exists()
+
+
+def read_host(name: str) -> str:
+    """The value of ``name`` in the namespace of the calling thread (the host's, normally)."""
+    return normalise(_path(name).read_text())
+
+
 def apply_link_sysctls(ns: str, values: Mapping[str, str | int]) -> AppliedSysctls:
-    """Set ``values`` in ``ns``. A read-only ``net.core.*`` entry that already holds at least
-    the wanted value is left alone; one that holds less is reported in ``warnings``."""
+    """Set ``values`` in ``ns``.
+
+    A ``net.core.*`` entry that the namespace cannot change is left alone: read-only in the
+    namespace (6.x kernels with per-namespace net.core) or absent from it (older kernels,
+    where it is global and only the host's namespace shows it: the host's value then applies).
+    If the value in force is below the wanted one, ``warnings`` says so; the host's global
+    value is never changed. Anything else that the kernel refuses raises :class:`SpecError`.
+    """
     result = AppliedSysctls()
     for name, raw in values.items():
         value = normalise(raw)
+        core = name.startswith("net.core.")
+        if core and not exists(ns, name):
+            current = read_host(name)
+            if not _at_least(current, value):
+                result.warnings.append(
+                    f"{name}: global on this kernel (not per namespace); the host's {current} "
+                    f"applies, {value} wanted"
+                )
+            result.values[name] = current
+            continue
         try:
             write(ns, name, value)
         except PermissionError:
+            if not core:
+                raise
             current = read(ns, name)
-            if not (name.startswith("net.core.") and _at_least(current, value)):
+            if not _at_least(current, value):
                 result.warnings.append(
                     f"{name}: read-only in the namespace on this kernel; {current} in force, "
                     f"{value} wanted"

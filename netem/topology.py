@@ -360,6 +360,41 @@ def routes(ns: str) -> list[dict[str, Any]]:
     return out
 
 
+NUD_PERMANENT = 0x80
+"""linux/neighbour.h: a static neighbour entry, never resolved or re-validated by ARP."""
+
+
+def mac_address(ns: str, dev: str) -> str:
+    with ipr(ns) as ip:
+        return ip.get_links(_index(ip, dev))[0].get_attr("IFLA_ADDRESS")
+
+
+def set_permanent_neighbour(ns: str, dev: str, address: str, lladdr: str) -> None:
+    """A static ARP entry: ``address`` is at ``lladdr`` on ``dev``."""
+    _check_benchmark("neighbour", address)
+    with ipr(ns) as ip:
+        ip.neigh(
+            "replace", dst=address, lladdr=lladdr, ifindex=_index(ip, dev), state=NUD_PERMANENT
+        )
+
+
+def neighbours(ns: str) -> list[dict[str, Any]]:
+    """IPv4 neighbour entries of ``ns``: address, MAC, device, state (NUD_* bits)."""
+    out = []
+    with ipr(ns) as ip:
+        by_index = {link["index"]: link.get_attr("IFLA_IFNAME") for link in ip.get_links()}
+        for msg in ip.get_neighbours(family=2):
+            out.append(
+                {
+                    "dst": msg.get_attr("NDA_DST"),
+                    "lladdr": msg.get_attr("NDA_LLADDR"),
+                    "dev": by_index.get(msg["ifindex"], "?"),
+                    "state": msg["state"],
+                }
+            )
+    return out
+
+
 # --- the two shapes -----------------------------------------------------------------------
 
 
@@ -376,6 +411,15 @@ def build_router_path(link: str, *, mtu_bytes: int) -> None:
         add_address(ep.ns, ep.device, ep.addr)
         add_address(router, ROUTER_DEVICES[role], router_addr[role])
         set_route(ep.ns, ep.peer_net, dev=ep.device, gateway=ep.gateway)
+        # No ARP on the emulated path: its requests and replies would cross the netem qdiscs
+        # (the first packet of a run waited two extra one-way delays, measured in the VM)
+        # and be lost with the configured loss mid-experiment. Permanent entries both ways.
+        set_permanent_neighbour(
+            ep.ns, ep.device, router_addr[role], mac_address(router, ROUTER_DEVICES[role])
+        )
+        set_permanent_neighbour(
+            router, ROUTER_DEVICES[role], ep.addr, mac_address(ep.ns, ep.device)
+        )
 
 
 def build_tun_path(link: str, *, mtu_bytes: int) -> None:

@@ -289,7 +289,9 @@ class Exchange:
         return ResponsePlan(status=200, headers=headers, stream_chunks=chunks)
 
 
-def _json_plan(status: int, answer: dict[str, object], extra: list[tuple[str, str]]) -> ResponsePlan:
+def _json_plan(
+    status: int, answer: dict[str, object], extra: list[tuple[str, str]]
+) -> ResponsePlan:
     body = (json.dumps(answer) + "\n").encode()
     headers = [("content-type", "application/json"), ("content-length", str(len(body))), *extra]
     return ResponsePlan(status=status, headers=headers, body=body)

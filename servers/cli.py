@@ -8,7 +8,8 @@ Interface for the harness (issue 5)::
         [--quic-cc reno|cubic] [--max-datagram-size N] [--quic-max-data BYTES]
         [--h2-window BYTES] [--processing-audio 30ms] [--processing-image 300ms]
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
-        [--no-h2 | --no-h3]
+        [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-batching]
+        [--samples FILE.csv] [--sample-hz 1000] [--idle-timeout 60s]
 
 prints exactly one line per listener once it listens, and flushes stdout::
 
@@ -19,6 +20,12 @@ then serves until SIGINT/SIGTERM (exit status 0). A port of 0 picks a free one (
 from the line). Sizes take units (``64kb``, ``16MiB``), rates ``333mbit``, durations ``30ms``.
 ``--quic-max-data`` pins QUIC's connection and stream flow-control windows to that size
 (aioquic grows them otherwise); ``--h2-window`` sets HTTP/2's (default 16 MiB).
+``--quic-pacing``: ``cwnd`` is aioquic's pacer (rate cwnd/srtt, at most 16 datagrams per
+timer wake-up, i.e. ~186 Mbit/s at 1452 bytes), ``off`` sends cwnd-limited bursts (as Linux
+reno/cubic without fq), a rate paces at that rate; ``--max-pacing-rate`` caps QUIC's pacer
+too. ``--no-batching`` restores aioquic's one sendto and one transmit per datagram (for
+``bench stacks`` comparisons). ``--samples`` writes the server's sender-side in-flight
+samples (TCP_INFO / aioquic recovery; ``request_id`` = ``proto:conn:stream``) when it stops.
 
 The event log (``--log``) is JSONL, one object per line: ``t`` (``time.monotonic()``
 seconds, CLOCK_MONOTONIC), ``event`` (listening, connection_open, connection_closed,
@@ -64,15 +71,36 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quickack", action="store_true", help="TCP_QUICKACK after each read")
     parser.add_argument("--quic-cc", choices=QUIC_CONGESTION_CONTROLS, default="reno")
     parser.add_argument("--max-datagram-size", type=int, default=1200)
+    parser.add_argument(
+        "--quic-pacing",
+        default="cwnd",
+        help="QUIC pacing: cwnd (aioquic: cwnd/srtt), off, or a rate such as 333mbit",
+    )
+    parser.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="QUIC: one sendto per datagram, one transmit per datagram read (aioquic's way)",
+    )
     parser.add_argument("--quic-max-data", default=None, help="fixed QUIC windows, bytes")
     parser.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows, bytes")
     parser.add_argument("--processing-audio", default="30ms")
     parser.add_argument("--processing-image", default="300ms")
     parser.add_argument("--max-body", default="64mb", help="413 above this body size")
+    parser.add_argument(
+        "--samples", type=Path, default=None, help="sender-side in-flight samples (CSV)"
+    )
+    parser.add_argument("--sample-hz", type=float, default=1000.0)
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
     parser.add_argument("--idle-timeout", default="60s", help="close idle connections after")
+
+
+def parse_pacing(text: str) -> str | float:
+    """``cwnd``, ``off`` or a rate (``333mbit``) for ``--quic-pacing``."""
+    if text in ("cwnd", "off"):
+        return text
+    return units.parse_rate_bps("quic-pacing", text)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -98,11 +126,15 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         quickack=args.quickack,
         quic_cc=args.quic_cc,
         max_datagram_size=args.max_datagram_size,
+        quic_batching=not args.no_batching,
+        quic_pacing=parse_pacing(args.quic_pacing),
         quic_max_data_bytes=size("quic_max_data", "quic-max-data"),
         h2_window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
         processing_audio_s=units.parse_duration_s("processing-audio", args.processing_audio),
         processing_image_s=units.parse_duration_s("processing-image", args.processing_image),
         max_body_bytes=units.parse_size_bytes("max-body", args.max_body),
+        samples_path=args.samples,
+        sample_hz=args.sample_hz,
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
         cert_dir=args.cert_dir,

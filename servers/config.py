@@ -47,7 +47,8 @@ class ServerConfig:
     sndbuf_bytes: int | None = None
     rcvbuf_bytes: int | None = None
     max_pacing_rate_bps: float | None = None
-    """SO_MAX_PACING_RATE, in bit/s here (the kernel takes bytes/s)."""
+    """SO_MAX_PACING_RATE, in bit/s here (the kernel takes bytes/s); for QUIC the same cap
+    on the pacer (see ``quic_pacing``)."""
     notsent_lowat_bytes: int | None = None
     quickack: bool = False
     quic_cc: str = "reno"
@@ -58,14 +59,28 @@ class ServerConfig:
     processing_audio_s: float = DEFAULT_PROCESSING_AUDIO_S
     processing_image_s: float = DEFAULT_PROCESSING_IMAGE_S
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    samples_path: Path | None = None
+    """In-flight samples of the server as sender (TCP_INFO / aioquic recovery), CSV, written
+    when the server stops; sampled from the first response byte until all is acknowledged."""
+    sample_hz: float = 1000.0
     qlog_dir: Path | None = None
     keylog_path: Path | None = None
     cert_dir: Path | None = None
     udp_buffer_bytes: int = DEFAULT_UDP_BUFFER_BYTES
+    quic_pacing: str | float = "cwnd"
+    """QUIC sender pacing: "cwnd" (aioquic's: cwnd / srtt), "off" (cwnd-limited bursts,
+    as Linux reno/cubic without fq), or a fixed rate in bit/s (e.g. the path's)."""
+    quic_batching: bool = True
+    """QUIC: send runs of datagrams as UDP GSO segments (one system call per run) and
+    transmit once per batch of datagrams read, not once per datagram."""
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     def __post_init__(self) -> None:
+        if isinstance(self.quic_pacing, str) and self.quic_pacing not in ("cwnd", "off"):
+            raise SpecError("quic-pacing", f"{self.quic_pacing!r}: use cwnd, off or a rate")
+        if not isinstance(self.quic_pacing, str) and not self.quic_pacing > 0:
+            raise SpecError("quic-pacing", "a pacing rate must be > 0 bit/s")
         for name in ("h2_port", "h3_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from clients.sampler import Sampler
 from servers.app import AppConfig
 from servers.config import ServerConfig
 from servers.events import EventLog
@@ -15,7 +18,22 @@ from servers.sockopts import TcpOptions
 class ServerContext:
     config: ServerConfig
     log: EventLog
+    sampler: Sampler | None = None
+    """Sender-side in-flight sampler (one response at a time), when asked for."""
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def sample_response(
+        self,
+        key: str,
+        probe: Callable[[], dict[str, Any]],
+        drained: Callable[[dict[str, Any]], bool],
+    ) -> list[bool]:
+        """Start sampling a response; returns a flag list: set ``[0] = True`` once the last
+        byte is written, and sampling stops at the first sample that ``drained`` accepts."""
+        done = [False]
+        if self.sampler is not None:
+            self.sampler.start(key, probe, stop_when=lambda values: done[0] and drained(values))
+        return done
 
     def next_conn_id(self) -> int:
         return next(self._ids)

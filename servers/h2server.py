@@ -20,6 +20,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from clients.tcpinfo import read_tcp_info
 from servers import app
 from servers.context import ServerContext
 from servers.sockopts import apply_tcp_options, rearm_quickack
@@ -241,6 +242,12 @@ class H2ServerProtocol(asyncio.Protocol):
             self._log("processing_end", stream=stream_id)
         if self._closed:
             return
+        sock = self.sock
+        sampling = self.ctx.sample_response(
+            f"{PROTO}:{self.conn_id}:{stream_id}",
+            lambda: {"proto": PROTO, **read_tcp_info(sock)},
+            lambda v: v.get("unacked") == 0 and v.get("notsent_bytes") == 0,
+        )
         self.h2.send_headers(
             stream_id,
             app.response_head(plan, PROTO),
@@ -253,6 +260,7 @@ class H2ServerProtocol(asyncio.Protocol):
         elif plan.body:
             await self._send_body(stream_id, plan.body)
         self._log("response_last_byte", stream=stream_id, bytes=plan.body_length)
+        sampling[0] = True
         exchange = self.exchanges.get(stream_id)
         if plan.stop_reading and exchange is not None and not exchange.finished:
             # RFC 9113 section 8.1: a complete response before the request ended;
@@ -341,6 +349,7 @@ class H2ServerProtocol(asyncio.Protocol):
         data = self.h2.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
+            self._last_activity = time.monotonic()
 
     def _close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -354,11 +363,10 @@ class H2ServerProtocol(asyncio.Protocol):
     def _idle_check(self) -> None:
         if self._closed:
             return
-        if (
-            not self.tasks
-            and time.monotonic() - self._last_activity > self.ctx.config.idle_timeout_s
-        ):
-            self._log("connection_closed", reason="idle timeout")
+        # nothing received or sent for that long (a response blocked by a peer that never
+        # opens its window counts as idle): close, so that no connection lingers forever
+        if time.monotonic() - self._last_activity > self.ctx.config.idle_timeout_s:
+            self._goaway = "idle timeout"
             self.h2.close_connection()
             self._flush()
             self._close()

@@ -32,11 +32,14 @@ from servers.quic import (
     make_quic_configuration,
     make_quic_connection,
     make_udp_socket,
+    quic_counters,
     stream_fully_sent,
 )
 from servers.tls import ensure_certificate
 
 PROTO = "h3"
+QUIC_LONG_HEADER_BIT = 0x80
+"""RFC 9000 section 17.2: the first bit of a long-header packet."""
 MAX_GARBAGE_LOG_LINES = 100
 """Garbage datagrams are counted; only the first ones get a log line each."""
 
@@ -215,6 +218,11 @@ class H3ServerProtocol(WatchedProtocol):
         if self.terminated:
             return
         body_length = plan.body_length
+        sampling = self.ctx.sample_response(
+            f"{PROTO}:{self.conn_id}:{stream_id}",
+            lambda: {"proto": PROTO, **quic_counters(self)},
+            lambda v: v.get("bytes_in_flight") == 0,
+        )
         self.h3.send_headers(
             stream_id, _encode(app.response_head(plan, PROTO)), end_stream=body_length == 0
         )
@@ -236,14 +244,15 @@ class H3ServerProtocol(WatchedProtocol):
         elif body_length:
             self.h3.send_data(stream_id, plan.body, end_stream=True)
         if body_length:
-            self.watch(
-                lambda: stream_fully_sent(self._quic, stream_id),
-                lambda t: self._log(
-                    "response_last_byte", stream=stream_id, now=t, bytes=body_length
-                ),
-            )
+
+            def last_byte(t: float) -> None:
+                self._log("response_last_byte", stream=stream_id, now=t, bytes=body_length)
+                sampling[0] = True
+
+            self.watch(lambda: stream_fully_sent(self._quic, stream_id), last_byte)
         else:
             self._log("response_last_byte", stream=stream_id, bytes=0)
+            sampling[0] = True
         exchange = self.exchanges.get(stream_id)
         if plan.stop_reading and exchange is not None and not exchange.finished:
             # HTTP/3 (RFC 9114 section 4.1): a complete response may precede the end of the
@@ -274,6 +283,7 @@ class H3Listener(asyncio.DatagramProtocol):
         self.configuration = configuration
         self.protocols: dict[bytes, H3ServerProtocol] = {}
         self.transport: asyncio.DatagramTransport | None = None
+        self.sock: Any = None
         self.garbage_datagrams = 0
         self.tickets: dict[bytes, Any] = {}
         """Session tickets issued (single use, as in aioquic's example server): resumption
@@ -283,6 +293,13 @@ class H3Listener(asyncio.DatagramProtocol):
         self.transport = transport  # type: ignore[assignment]
 
     def datagram_received(self, data: bytes, addr: Any) -> None:
+        if data and not data[0] & QUIC_LONG_HEADER_BIT:
+            # fast path, most datagrams: a short header has the destination connection ID
+            # right after its first byte (RFC 9000 section 17.3); aioquic parses it again
+            protocol = self.protocols.get(data[1 : 1 + self.configuration.connection_id_length])
+            if protocol is not None:
+                protocol.datagram_received(data, addr)
+                return
         buf = Buffer(data=data)
         try:
             header = pull_quic_header(buf, host_cid_length=self.configuration.connection_id_length)
@@ -320,6 +337,8 @@ class H3Listener(asyncio.DatagramProtocol):
         quic = make_quic_connection(
             self.configuration,
             config.quic_max_data_bytes,
+            pacing=config.quic_pacing,
+            max_pacing_rate_bps=config.max_pacing_rate_bps,
             original_destination_connection_id=original_dcid,
             session_ticket_fetcher=self.tickets.pop,
             session_ticket_handler=lambda ticket: self.tickets.__setitem__(ticket.ticket, ticket),
@@ -327,6 +346,8 @@ class H3Listener(asyncio.DatagramProtocol):
         conn_id = self.ctx.next_conn_id()
         protocol = H3ServerProtocol(quic, ctx=self.ctx, conn_id=conn_id)
         protocol.connection_made(self.transport)  # type: ignore[arg-type]
+        protocol.gso_socket = self.sock
+        protocol.coalesce_transmit = self.sock is not None
         protocol._connection_id_issued_handler = lambda cid: self.protocols.__setitem__(
             cid, protocol
         )
@@ -380,6 +401,7 @@ async def start_h3(
     sock = make_udp_socket(config.bind, config.h3_port or 0, config.udp_buffer_bytes)
     loop = asyncio.get_running_loop()
     listener = H3Listener(ctx, configuration)
+    listener.sock = sock if config.quic_batching else None
     await loop.create_datagram_endpoint(lambda: listener, sock=sock)
     host, port = sock.getsockname()[:2]
     return listener, (host, port)

@@ -11,6 +11,7 @@ grants at a fixed size instead: like a TCP receiver with a clamped window, it ad
 from __future__ import annotations
 
 import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +23,17 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.logger import QuicFileLogger
 from aioquic.quic.packet import QuicFrameType
 from aioquic.quic.packet_builder import QuicPacketBuilder
+from aioquic.quic.recovery import QuicPacketPacer
 
 from servers.sockopts import set_udp_buffers
 
 H3_ALPN = ["h3"]
+UDP_SEGMENT = 103
+"""<linux/udp.h>: setsockopt/cmsg giving the GSO segment size."""
+UDP_GSO_MAX_SEGMENTS = 64
+"""UDP_MAX_SEGMENTS in include/linux/udp.h (older kernels; newer allow 128)."""
+UDP_GSO_MAX_BYTES = 65_000
+"""A GSO send is one UDP datagram to the kernel: its payload stays under 64 KiB."""
 QUIC_IDLE_TIMEOUT_S = 60.0
 MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
 """Frame type + stream id + limit, as varints (aioquic's own constant is private)."""
@@ -104,14 +112,143 @@ class FixedWindowQuicConnection(QuicConnection):
                 )
 
 
+PACING_CWND = "cwnd"
+"""aioquic's own pacing: rate = cwnd / smoothed RTT, bursts of up to 16 datagrams."""
+PACING_OFF = "off"
+"""No pacing: the congestion window alone limits sending (as Linux reno/cubic without fq)."""
+PACING_BURST_DATAGRAMS = 16
+"""Bucket of a fixed-rate pacer, in datagrams (aioquic's own upper bound)."""
+BITS_PER_BYTE = 8
+PACING_TIMER_GRANULARITY_S = 0.001
+"""Event-loop timers (epoll_wait) wake with millisecond resolution."""
+PACING_EPSILON_S = 1e-9
+NO_PACING_SLICE_DATAGRAMS = 32
+"""Unpaced bursts are built and sent 32 datagrams at a time (one GSO send each)."""
+
+
+class RatePacer(QuicPacketPacer):
+    """A token-bucket pacer at a fixed rate, or at cwnd / srtt capped by a maximum rate.
+
+    Two differences from aioquic's pacer, which matter at hundreds of Mbit/s: event-loop
+    timers fire with millisecond granularity (uvloop and asyncio alike), so the bucket holds
+    at least ``2 * PACING_TIMER_GRANULARITY_S`` of sending (aioquic's 16-datagram bucket
+    caps a sender at 16 datagrams per timer wake-up, ~186 Mbit/s with 1452-byte datagrams);
+    and a datagram leaves only when a whole packet time is in the bucket (aioquic's float
+    comparison lets two datagrams out per packet time once the bucket runs dry).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_datagram_size: int,
+        fixed_rate_bps: float | None = None,
+        max_rate_bps: float | None = None,
+    ) -> None:
+        super().__init__(max_datagram_size=max_datagram_size)
+        self.fixed_rate_bps = fixed_rate_bps
+        self.max_rate_bps = max_rate_bps
+        if fixed_rate_bps is not None:
+            self._set_rate(fixed_rate_bps / BITS_PER_BYTE)
+            self.bucket_time = self.bucket_max
+
+    def _set_rate(self, rate_bytes: float) -> None:
+        self.packet_time = self._max_datagram_size / rate_bytes
+        self.bucket_max = max(
+            PACING_BURST_DATAGRAMS * self.packet_time, 2 * PACING_TIMER_GRANULARITY_S
+        )
+        self.bucket_time = min(self.bucket_time, self.bucket_max)
+
+    def next_send_time(self, now: float) -> float | None:  # type: ignore[override]
+        if self.packet_time is None:
+            return None
+        self.update_bucket(now=now)
+        missing = self.packet_time - self.bucket_time
+        if missing > PACING_EPSILON_S:
+            return now + missing
+        return None
+
+    def update_after_send(self, now: float) -> None:
+        if self.packet_time is not None:
+            self.update_bucket(now=now)
+            self.bucket_time = max(self.bucket_time - self.packet_time, 0.0)
+
+    def update_rate(self, congestion_window: int, smoothed_rtt: float) -> None:
+        if self.fixed_rate_bps is not None:
+            return
+        rate_bytes = congestion_window / max(smoothed_rtt, 1e-6)
+        if self.max_rate_bps is not None:
+            rate_bytes = min(rate_bytes, self.max_rate_bps / BITS_PER_BYTE)
+        self._set_rate(rate_bytes)
+
+
+class NoPacer(QuicPacketPacer):
+    """Never delays a datagram, but hands a large burst over in slices: aioquic builds every
+    datagram of a ``datagrams_to_send`` call before the caller can send the first, so an
+    unsliced 245-datagram burst would leave ~5 ms late. After ``NO_PACING_SLICE_DATAGRAMS``
+    it asks to be called again at once (the event loop's next iteration)."""
+
+    def __init__(self, *, max_datagram_size: int) -> None:
+        super().__init__(max_datagram_size=max_datagram_size)
+        self._slice_now = -1.0
+        self._slice_count = 0
+
+    def next_send_time(self, now: float) -> float | None:  # type: ignore[override]
+        if now != self._slice_now:
+            self._slice_now = now
+            self._slice_count = 0
+        if self._slice_count >= NO_PACING_SLICE_DATAGRAMS:
+            return now + PACING_EPSILON_S
+        return None
+
+    def update_after_send(self, now: float) -> None:
+        if now != self._slice_now:
+            self._slice_now = now
+            self._slice_count = 0
+        self._slice_count += 1
+
+    def update_rate(self, congestion_window: int, smoothed_rtt: float) -> None:
+        return
+
+
+def set_pacing(
+    quic: QuicConnection, pacing: str | float, max_rate_bps: float | None = None
+) -> None:
+    """``pacing``: ``"cwnd"`` (aioquic's own pacer), ``"off"``, or a fixed rate in bit/s.
+    ``max_rate_bps`` caps it, like SO_MAX_PACING_RATE for TCP: cwnd / srtt at most that
+    (with ``"off"`` or a higher fixed rate: that rate)."""
+    mds = quic._max_datagram_size
+    if pacing == PACING_CWND:
+        if max_rate_bps is None:
+            return
+        pacer: QuicPacketPacer = RatePacer(max_datagram_size=mds, max_rate_bps=max_rate_bps)
+    elif pacing == PACING_OFF:
+        if max_rate_bps is None:
+            pacer = NoPacer(max_datagram_size=mds)
+        else:
+            pacer = RatePacer(max_datagram_size=mds, fixed_rate_bps=max_rate_bps)
+    else:
+        rate = float(pacing)
+        if max_rate_bps is not None:
+            rate = min(rate, max_rate_bps)
+        pacer = RatePacer(max_datagram_size=mds, fixed_rate_bps=rate)
+    quic._loss._pacer = pacer
+
+
 def make_quic_connection(
-    configuration: QuicConfiguration, fixed_window_bytes: int | None, **kwargs: Any
+    configuration: QuicConfiguration,
+    fixed_window_bytes: int | None,
+    pacing: str | float = PACING_CWND,
+    max_pacing_rate_bps: float | None = None,
+    **kwargs: Any,
 ) -> QuicConnection:
     if fixed_window_bytes is None:
-        return QuicConnection(configuration=configuration, **kwargs)
-    return FixedWindowQuicConnection(
-        configuration=configuration, window_bytes=fixed_window_bytes, **kwargs
-    )
+        quic = QuicConnection(configuration=configuration, **kwargs)
+    else:
+        quic = FixedWindowQuicConnection(
+            configuration=configuration, window_bytes=fixed_window_bytes, **kwargs
+        )
+    set_pacing(quic, pacing, max_pacing_rate_bps)
+    return quic
 
 
 def stream_fully_sent(quic: QuicConnection, stream_id: int) -> bool:
@@ -130,6 +267,10 @@ class WatchedProtocol(QuicConnectionProtocol):
 
     def __init__(self, quic: QuicConnection, **kwargs: Any) -> None:
         super().__init__(quic, **kwargs)
+        self.coalesce_transmit = True
+        """Transmit once per batch of datagrams read (see datagram_received)."""
+        self.gso_socket: socket.socket | None = None
+        """The UDP socket, when set: runs of datagrams leave as GSO segments (one sendmsg)."""
         self._watchers: list[tuple[Callable[[], bool], Callable[[float], None]]] = []
         self.packets_lost = 0
         """Packets declared lost by aioquic's recovery (it keeps no counter of its own)."""
@@ -142,6 +283,50 @@ class WatchedProtocol(QuicConnectionProtocol):
             on_lost(packets=packets, **kw)
 
         recovery._on_packets_lost = counting_on_lost
+
+    def _send_segmented(self, datagrams: list[tuple[bytes, Any]]) -> None:
+        """Send runs of equal-size datagrams (the last of a run may be shorter) with one
+        ``sendmsg`` each, as UDP GSO segments: one system call per run, not per packet."""
+        sock = self.gso_socket
+        transport = self._transport
+        assert sock is not None and transport is not None
+        count = len(datagrams)
+        index = 0
+        while index < count:
+            data, addr = datagrams[index]
+            size = len(data)
+            stop = index + 1
+            total = size
+            while (
+                stop < count
+                and stop - index < UDP_GSO_MAX_SEGMENTS
+                and datagrams[stop][1] == addr
+                and total + len(datagrams[stop][0]) <= UDP_GSO_MAX_BYTES
+            ):
+                next_size = len(datagrams[stop][0])
+                if next_size > size:
+                    break
+                total += next_size
+                stop += 1
+                if next_size < size:
+                    break  # a shorter datagram ends the run
+            if stop - index == 1 or transport.get_write_buffer_size():
+                for data_, addr_ in datagrams[index:stop]:
+                    transport.sendto(data_, addr_)
+            else:
+                payload = b"".join(d for d, _ in datagrams[index:stop])
+                try:
+                    sock.sendmsg(
+                        [payload], [(socket.SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))], 0, addr
+                    )
+                except BlockingIOError:
+                    for data_, addr_ in datagrams[index:stop]:
+                        transport.sendto(data_, addr_)  # the transport buffers them
+                except OSError:
+                    self.gso_socket = None  # no GSO on this path: one datagram per call
+                    for data_, addr_ in datagrams[index:stop]:
+                        transport.sendto(data_, addr_)
+            index = stop
 
     def watch(self, condition: Callable[[], bool], callback: Callable[[float], None]) -> None:
         self._watchers.append((condition, callback))
@@ -156,7 +341,13 @@ class WatchedProtocol(QuicConnectionProtocol):
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
         self._quic.receive_datagram(data, addr, now=time.monotonic())  # type: ignore[arg-type]
         self._process_events()
-        self.transmit()
+        # one transmit per batch of datagrams read in a loop iteration (libuv reads up to
+        # 32 per wake-up), not one per datagram: datagrams_to_send() costs ~10 us even when
+        # it has nothing to send, and each ACK it would send alone is a packet more
+        if self.coalesce_transmit:
+            self._transmit_soon()
+        else:
+            self.transmit()
 
     def _handle_timer(self) -> None:
         now = max(self._timer_at or 0.0, time.monotonic())
@@ -167,11 +358,17 @@ class WatchedProtocol(QuicConnectionProtocol):
         self.transmit()
 
     def transmit(self) -> None:
-        self._transmit_task = None
+        if self._transmit_task is not None:
+            self._transmit_task.cancel()
+            self._transmit_task = None
         now = time.monotonic()
-        sendto = self._transport.sendto  # type: ignore[union-attr]
-        for data, addr in self._quic.datagrams_to_send(now=now):
-            sendto(data, addr)
+        datagrams = self._quic.datagrams_to_send(now=now)
+        if self.gso_socket is not None and len(datagrams) > 1:
+            self._send_segmented(datagrams)
+        else:
+            sendto = self._transport.sendto  # type: ignore[union-attr]
+            for data, addr in datagrams:
+                sendto(data, addr)
         timer_at = self._quic.get_timer()
         if self._timer is not None and self._timer_at != timer_at:
             self._timer.cancel()

@@ -13,11 +13,21 @@ from typing import IO, TextIO
 
 import uvloop
 
+from clients.sampler import Sampler
+from clients.tcpinfo import SAMPLE_FIELDS
 from servers.config import ServerConfig
 from servers.context import ServerContext
 from servers.events import EventLog
 from servers.h2server import start_h2
 from servers.h3server import start_h3
+from servers.quic import QUIC_SAMPLE_FIELDS
+
+SERVER_SAMPLE_COLUMNS = (
+    "proto",
+    *SAMPLE_FIELDS,
+    *(f for f in QUIC_SAMPLE_FIELDS if f not in SAMPLE_FIELDS),
+)
+"""h2 rows fill the TCP_INFO columns, h3 rows the QUIC ones; request_id is proto:conn:stream."""
 
 
 async def serve(
@@ -26,7 +36,12 @@ async def serve(
     """Start the listeners in ``config``, announce them on ``out``, serve until ``stop`` is
     set (or SIGINT/SIGTERM when ``stop`` is None)."""
     log = EventLog(config.log_path)
-    ctx = ServerContext(config=config, log=log)
+    sampler = (
+        Sampler(SERVER_SAMPLE_COLUMNS, config.sample_hz)
+        if config.samples_path is not None
+        else None
+    )
+    ctx = ServerContext(config=config, log=log, sampler=sampler)
     loop = asyncio.get_running_loop()
     keylog: IO[str] | None = None
     if config.keylog_path is not None:
@@ -61,6 +76,9 @@ async def serve(
             h2_server.close()
             h2_server.close_clients() if hasattr(h2_server, "close_clients") else None
         await asyncio.sleep(0.05)
+        if sampler is not None and config.samples_path is not None:
+            sampler.stop()
+            sampler.write_csv(config.samples_path)
         log.close()
         if keylog is not None:
             keylog.close()

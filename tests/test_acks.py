@@ -165,6 +165,7 @@ def test_quic_acks_from_qlog(tmp_path: Path) -> None:
     assert [r.inflight_bytes for r in result.rows] == [6000, 0, 0]
     assert result.rows[0].time_s == pytest.approx(0.2)
     assert result.lost_packets == 1 and result.sent_packets == 1
+    assert result.lost_times_s == [pytest.approx(0.203)]
     import json
 
     (tmp_path / "a.qlog").write_text(json.dumps({"traces": [_qlog("client")]}))

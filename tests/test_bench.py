@@ -56,4 +56,7 @@ def test_quick_bench_on_the_userspace_backend() -> None:
         ("tcp", 100e6),
     ]
     for row in doc["rate"]:
-        assert 0 < row["delivered_bps"] <= row["configured_bps"] * 1.02  # never above the rate
+        # never above the rate, at the receiver or at the link's own output
+        assert 0 < row["delivered_bps"] <= row["configured_bps"] * 1.02
+        assert 0 < row["link_out_bps"] <= row["configured_bps"] * 1.02
+        assert row["receiver_drops"] >= 0

@@ -9,6 +9,7 @@ import random
 import socket
 import struct
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -315,3 +316,51 @@ def test_measure_part_sees_the_configured_delay_and_loss() -> None:
     assert upload.connect_s >= 0.040
     assert upload.min_rtt_s >= 0.040
     assert part.environment["sysctls_client"]["net.ipv4.tcp_no_metrics_save"] == "1"
+
+
+def _with_counters(part: Part, loss: float) -> Part:
+    part.environment["link_counters"] = {
+        "up": {"packets_in": 1000, "dropped_loss": round(1000 * loss), "realised_loss": loss},
+        "down": {"packets_in": 900, "dropped_loss": 0, "realised_loss": 0.0},
+    }
+    return part
+
+
+def test_closing_note_states_closeness_and_reasons() -> None:
+    user = _with_counters(_part("userspace", {"cubic": [10.0, 12.0, 14.0, 16.0]}), 0.141)
+    kern = _with_counters(_part("netem", {"cubic": [10.5, 12.5, 14.5, 16.5]}), 0.139)
+    note = crossval.closing_note([user, kern])
+    assert "- cubic: median 13.50 s on netem vs 13.00 s on the emulator" in note
+    assert "contains 0" in note
+    assert "13.9 % vs 14.1 %" in note
+    assert "Why the two can differ" in note
+    far = _with_counters(_part("netem", {"cubic": [40.0, 41.0, 42.0, 43.0]}), 0.14)
+    assert "excludes 0" in crossval.closing_note([user, far])
+
+
+def test_join_writes_the_report_from_two_parts(tmp_path: Path) -> None:
+    user = _with_counters(_part("userspace", {"cubic": [10.0, 12.0]}), 0.14)
+    kern = _with_counters(_part("netem", {"cubic": [11.0, 13.0]}), 0.14)
+    paths = []
+    for part in (user, kern):
+        path = tmp_path / f"{part.backend}.json"
+        path.write_text(json.dumps(part.to_dict()))
+        paths.append(str(path))
+    stem = tmp_path / "report" / "crossval"
+    assert cli.main(["bench", "crossval", "--join", *paths, "--out", str(stem)]) == 0
+    report = json.loads(stem.with_suffix(".json").read_text())
+    assert [row["backend"] for row in report["summary"]] == ["userspace", "netem"]
+    assert report["summary"][0]["link_loss_up"] == pytest.approx(0.14)
+    assert [Part.from_dict(p) for p in report["parts"]] == [user, kern]
+    text = stem.with_suffix(".md").read_text()
+    assert "| cubic | netem | 2 | 12.00 |" in text and "## Note" in text
+    # the order is fixed: userspace first, netem second
+    assert cli.main(["bench", "crossval", "--join", paths[1], paths[0], "--out", str(stem)]) == 2
+
+
+def test_join_of_a_missing_file_is_a_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = str(tmp_path / "nope.json")
+    assert cli.main(["bench", "crossval", "--join", missing, missing]) == 2
+    assert "join:" in capsys.readouterr().err

@@ -111,3 +111,21 @@ def test_client_reports_a_silent_close(tmp_path: Path) -> None:
         EmulatorClient(path, timeout_s=2).request("stats")
     thread.join()
     listener.close()
+
+
+async def test_bad_values_in_a_good_line_are_answered(tmp_path: Path) -> None:
+    async def strict(request: dict[str, Any]) -> dict[str, Any]:
+        return {"n": int(request["n"])}
+
+    path = tmp_path / "ctl.sock"
+    server = await start_server(strict, path)
+    try:
+        client = EmulatorClient(path, timeout_s=5)
+        assert (await asyncio.to_thread(client.request, "x", n="7")) == {"n": 7}
+        with pytest.raises(ControlError, match="request: ValueError"):
+            await asyncio.to_thread(client.request, "x", n="seven")
+        with pytest.raises(ControlError, match="request: KeyError"):
+            await asyncio.to_thread(client.request, "x")
+    finally:
+        server.close()
+        await server.wait_closed()

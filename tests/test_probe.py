@@ -90,3 +90,36 @@ def test_one_way_delays_and_loss_across_the_emulator(emulated) -> None:  # type:
     assert result.echoed == delta.down.packets_out == result.received
     assert min(result.up_s) >= 0.015 and min(result.down_s) >= 0.005
     assert quantile(result.up_s, 0.5) < 0.015 + 5e-3
+
+
+def test_command_line_send_prints_a_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from netem.probe import main
+
+    with Echo("127.0.0.1", port=0) as echo:
+        port = str(echo.sock.getsockname()[1])
+        argv = ["send", "--addr", "127.0.0.1", "--to", "127.0.0.1", "--port", port]
+        assert main([*argv, "--count", "20", "--interval-ms", "1", "--rtt-ms", "0"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["sent"] == out["received"] == 20
+    assert 0 < out["rtt_p50_s"] <= out["rtt_p99_s"] and out["rtt_median_error_s"] > 0
+    assert main([*argv, "--count", "0"]) == 2
+    assert (
+        capsys.readouterr().err.strip() == "probe: error: count: must be a whole number >= 1, got 0"
+    )
+
+
+def test_realtime_thread_is_scoped() -> None:
+    import os
+
+    from netem.probe import PROBE_FIFO_PRIORITY, realtime_thread
+
+    before = os.sched_getscheduler(0)
+    with realtime_thread(False) as on:
+        assert on is False and os.sched_getscheduler(0) == before
+    with realtime_thread(True) as on:
+        if on:  # needs CAP_SYS_NICE
+            assert os.sched_getscheduler(0) == os.SCHED_FIFO
+            assert os.sched_getparam(0).sched_priority == PROBE_FIFO_PRIORITY
+    assert os.sched_getscheduler(0) == before

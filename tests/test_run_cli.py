@@ -170,3 +170,43 @@ def test_run_resume_continues_a_killed_experiment(tmp_path: Path) -> None:
     assert not (second / "partial").exists()
     frame = pd.read_csv(result / "runs.csv")
     assert list(frame["run_id"]) == ["0000-iw10-r0", "0001-iw40-r0"]
+
+
+SHIPPED = sorted(
+    p.stem for p in (Path(__file__).resolve().parent.parent / "experiments").glob("*.toml")
+)
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Path) -> None:
+    """The issue's 'done when': each shipped experiment in --quick form, for real. Runs may
+    be flagged invalid by the machine (CPU, steal), never by a failure of the harness."""
+    path = Path(__file__).resolve().parent.parent / "experiments" / f"{name}.toml"
+    assert (
+        main(
+            [
+                "run",
+                str(path),
+                "--quick",
+                "--output",
+                str(tmp_path),
+                "--link-name",
+                f"hn{SHIPPED.index(name) + 20}",
+            ]
+        )
+        == 0
+    )
+    (result,) = tmp_path.glob(f"{name}/*")
+    frame = pd.read_csv(result / "runs.csv")
+    from harness import spec as specmod
+
+    quick = specmod.load(path).quick_form()
+    assert len(frame) == len(quick.levels) * quick.repetitions
+    for row in frame.itertuples():
+        reason = str(row.invalid_reason)
+        assert not reason.startswith(("error", "integrity", "harness")), (row.run_id, reason)
+        assert row.ratio > 0.9, (row.run_id, row.ratio)
+    assert "## Answer" in (result / "report.md").read_text()

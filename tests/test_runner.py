@@ -74,6 +74,8 @@ def test_validity_names_every_reason() -> None:
     assert "RTT" in _valid(measured_rtt_s=0.215)[1]
     assert "loss" in _valid(loss={"down": (0.14, 20, 1000)})[1]
     assert "integrity" in _valid(sha256_ok=False)[1]
+    # run-queue wait is recorded, not a reason by default (see RUNQUEUE_WAIT_MAX_FRACTION)
+    assert _valid(runqueue_wait_s={"client": 0.010, "server": 0.0}, total_s=0.24)[0]
     both = _valid(error="client exited 1", steal=0.5)[1]
     assert both.startswith("error: client exited 1") and "; steal" in both
 
@@ -188,10 +190,12 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
         assert len(acks) >= row.acks
         assert (run_dir / "events.jsonl").stat().st_size > 0
         assert (run_dir / "inflight.csv").is_file()
-        assert row.measured_rtt_s == pytest.approx(0.040, abs=0.005)
+        # the path is never faster than configured, and the bound is a lower bound
+        assert row.measured_rtt_s >= 0.040 - 1e-4
+        assert row.ratio >= 0.98
     h2_new = frame[frame["level"] == "h2-new"].iloc[0]
     assert (path / "runs" / h2_new.run_id / "client.pcap").stat().st_size > 0
-    assert h2_new.handshake_s == pytest.approx(0.080, abs=0.01)  # TCP + TLS 1.3: 2 RTT
+    assert h2_new.handshake_s >= 0.080 - 1e-3  # TCP + TLS 1.3: at least 2 RTT
     h3 = frame[frame["level"] == "h3-new"].iloc[0]
     assert any((path / "runs" / h3.run_id / "qlog").rglob("*.qlog"))
     reused = frame[frame["level"] == "h2-reused"].iloc[0]

@@ -54,3 +54,34 @@ def test_workload_path_and_sha256() -> None:
     sha = run("sha256", "audio")
     assert sha.stdout.strip() == workloads.workload_sha256("audio")
     assert run("sha256", "video").returncode == 2
+
+
+def test_serve_writes_sender_samples_on_stop(tmp_path: Path) -> None:
+    import asyncio
+    import csv
+    import time
+
+    from clients.api import run_requests
+    from clients.config import ClientConfig
+
+    samples = tmp_path / "server-samples.csv"
+    server = ServerProcess(["--samples", str(samples), "--processing-audio", "1ms"]).start()
+    try:
+        for protocol in ("h3", "h2"):
+            config = ClientConfig(protocol=protocol, port=server.ports[protocol], workload="tts")
+            (record,) = asyncio.run(run_requests(config))
+            assert record.ok
+        time.sleep(1.0)
+    finally:
+        assert server.stop() == 0
+    with samples.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["proto"] for row in rows} == {"h2", "h3"}
+    assert all(row["request_id"].count(":") == 2 for row in rows)
+    assert any(int(row["snd_cwnd"]) > 0 for row in rows if row["proto"] == "h2")
+    assert any(int(row["cwnd"]) > 0 for row in rows if row["proto"] == "h3")
+    # sampling stops once the response is acknowledged (or its connection closes), not
+    # when the server does
+    h2_times = [float(row["t"]) for row in rows if row["proto"] == "h2"]
+    assert record.response_last_byte is not None
+    assert max(h2_times) < record.response_last_byte + 0.5

@@ -64,6 +64,10 @@ async def test_every_workload_verified(server: ServerProcess, workload: str) -> 
     )
     assert record.request_last_byte is not None
     assert record.quic is not None and record.quic["packets_sent"] > 0
+    if workload == "stream":
+        assert record.chunk_times is not None and len(record.chunk_times) == 5
+        for index, arrived in enumerate(record.chunk_times):
+            assert arrived - record.request_first_byte >= index * 0.020 + 0.012
 
 
 async def test_reused_connection_with_warmups(server: ServerProcess) -> None:
@@ -73,6 +77,23 @@ async def test_reused_connection_with_warmups(server: ServerProcess) -> None:
     assert [r.warmup for r in records] == [True, True, False, False, False]
     assert len({r.conn_index for r in records}) == 1
     assert all(r.ok for r in records)
+
+
+async def test_unpaced_burst_times_are_ordered(server: ServerProcess) -> None:
+    records = await run_requests(
+        config(
+            server.ports["h3"],
+            workload="asr",
+            requests=2,
+            warmup=1,
+            connection="reused",
+            quic_pacing="off",
+            max_datagram_size=1452,
+        )
+    )
+    for record in records:
+        assert record.ok
+        assert record.request_first_byte <= record.request_last_byte <= record.response_first_byte
 
 
 async def test_0rtt_early_data_accepted(server: ServerProcess) -> None:

@@ -114,3 +114,101 @@ def test_configuration_knobs(tmp_path: Path) -> None:
     assert config.max_data == config.max_stream_data == 100_000
     assert config.alpn_protocols == ["h3"]
     assert (tmp_path / "q").is_dir() and config.quic_logger is not None
+
+
+BURST_BYTES = 354_640
+WARM_CWND_BYTES = 2_000_000
+"""A warm congestion window: more than the burst, less than the 200 ms, 333 Mbit/s BDP."""
+
+
+def burst_rate_bps(
+    tmp_path: Path,
+    pacing: str | float,
+    burst_bytes: int = BURST_BYTES,
+    max_rate_bps: float | None = None,
+) -> float:
+    """The rate at which a burst (354,640 bytes by default) leaves the client on a warm connection
+    (srtt 200 ms), driving aioquic's pacing timer as the event loop would."""
+    paths = ensure_certificate(tmp_path / "tls")
+    server_config = make_quic_configuration(
+        is_client=False, max_datagram_size=1452, fixed_window_bytes=2 * burst_bytes
+    )
+    server_config.load_cert_chain(paths.cert, paths.key)
+    client_config = make_quic_configuration(is_client=True, max_datagram_size=1452)
+    client_config.verify_mode = 0
+    client = make_quic_connection(
+        client_config, None, pacing=pacing, max_pacing_rate_bps=max_rate_bps
+    )
+    server = make_quic_connection(
+        server_config,
+        None,
+        original_destination_connection_id=client.original_destination_connection_id,
+    )
+    now = 0.0
+    client.connect(SERVER_ADDR, now=now)
+    for _ in range(10):
+        now += 0.001
+        for data, _addr in client.datagrams_to_send(now=now):
+            server.receive_datagram(data, CLIENT_ADDR, now=now)
+        for data, _addr in server.datagrams_to_send(now=now):
+            client.receive_datagram(data, SERVER_ADDR, now=now)
+    assert client._handshake_complete
+    client._loss._cc.congestion_window = max(WARM_CWND_BYTES, 2 * burst_bytes)
+    client._loss._rtt_smoothed = 0.2
+    client._loss._pacer.update_rate(WARM_CWND_BYTES, 0.2)
+    stream_id = client.get_next_available_stream_id()
+    client.send_stream_data(stream_id, b"a" * burst_bytes, end_stream=True)
+    start = now = now + 1.0
+    sent_bytes = 0
+    last = start
+    while sent_bytes < burst_bytes and now < start + 1.0:
+        out = client.datagrams_to_send(now=now)
+        if out:
+            sent_bytes += sum(len(d) for d, _ in out)
+            last = now
+        pacing_at = client._pacing_at
+        now = pacing_at if pacing_at is not None and pacing_at > now else now + 1e-4
+    assert sent_bytes >= burst_bytes
+    # the last datagram takes one packet time to leave: count it in
+    return sent_bytes * 8 / max(last - start + 1452 * 8 / 333e6, 1e-9)
+
+
+def test_pacing_off_sends_the_whole_burst_at_once(tmp_path: Path) -> None:
+    assert burst_rate_bps(tmp_path, "off") > 10 * 333e6
+
+
+def test_unpaced_burst_is_handed_over_in_slices() -> None:
+    from servers.quic import NO_PACING_SLICE_DATAGRAMS, NoPacer
+
+    pacer = NoPacer(max_datagram_size=1452)
+    sent = 0
+    while pacer.next_send_time(1.0) is None:
+        pacer.update_after_send(1.0)
+        sent += 1
+    assert sent == NO_PACING_SLICE_DATAGRAMS
+    assert pacer.next_send_time(1.0) == pytest.approx(1.0)  # "again, at once"
+    assert pacer.next_send_time(1.0 + 1e-6) is None  # the next call starts a new slice
+
+
+def test_aioquic_pacing_spreads_the_burst_over_cwnd_per_rtt(tmp_path: Path) -> None:
+    rate = burst_rate_bps(tmp_path, "cwnd")
+    assert rate == pytest.approx(WARM_CWND_BYTES * 8 / 0.2, rel=0.2)  # 80 Mbit/s, not 333
+
+
+def test_fixed_rate_pacing_at_the_path_rate(tmp_path: Path) -> None:
+    # long enough that the initial bucket (2 ms of sending) is a small part of it
+    rate = burst_rate_bps(tmp_path, 333e6, burst_bytes=5_000_000)
+    assert rate == pytest.approx(333e6, rel=0.05)
+    # the audio burst: the bucket lets its first 2 ms out at once, the rest at 333 Mbit/s
+    assert 333e6 <= burst_rate_bps(tmp_path, 333e6) <= 1.35 * 333e6
+
+
+def test_max_pacing_rate_caps_aioquic_pacing(tmp_path: Path) -> None:
+    # cwnd / srtt would be 80 Mbit/s; the cap holds it at 40 (like SO_MAX_PACING_RATE)
+    rate = burst_rate_bps(tmp_path, "cwnd", burst_bytes=1_500_000, max_rate_bps=40e6)
+    assert rate == pytest.approx(40e6, rel=0.05)
+
+
+def test_max_pacing_rate_paces_an_unpaced_sender(tmp_path: Path) -> None:
+    rate = burst_rate_bps(tmp_path, "off", burst_bytes=3_000_000, max_rate_bps=100e6)
+    assert rate == pytest.approx(100e6, rel=0.05)

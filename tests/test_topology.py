@@ -107,6 +107,15 @@ def test_router_path_shape_and_forwarding(router_path: str) -> None:
         assert not any(topology.offloads(router, topology.ROUTER_DEVICES[role]).values())
         _assert_isolated(ep.ns)
     _assert_isolated(router)
+    # static neighbours: no ARP crosses the emulated path (it would be delayed and lost)
+    for role, ep in eps.items():
+        router_dev = topology.ROUTER_DEVICES[role]
+        entries = {n["dst"]: n for n in topology.neighbours(ep.ns)}
+        assert entries[ep.gateway]["state"] == topology.NUD_PERMANENT
+        assert entries[ep.gateway]["lladdr"] == topology.mac_address(router, router_dev)
+        entries = {n["dst"]: n for n in topology.neighbours(router)}
+        assert entries[ep.addr]["state"] == topology.NUD_PERMANENT
+        assert entries[ep.addr]["lladdr"] == topology.mac_address(ep.ns, "tb-eth")
     # a datagram crosses the router both ways
     assert _udp_echo_once(eps["client"].ns, eps["server"].ns, names.SERVER_ADDR) == b"PING"
 

@@ -92,6 +92,9 @@ BACKEND_TESTS = ("tests/test_link.py", "tests/test_kernel_backend.py")
 SMOKE_TEST = ".ci/vm/test_smoke.py"
 """Netem itself, with pyroute2 and no project code: proves the guest pipeline."""
 
+REQUIRED_TOOLS = ("qemu-system-x86_64", "busybox", "cpio", "gzip", "apt-get", "dpkg-deb", "ldd")
+"""Host programs the stage runs (Debian: qemu-system-x86, busybox-static, cpio, ...)."""
+
 EXIT_NO_BOOT = 3
 EXIT_NO_STATUS = 4
 EXIT_TIMEOUT = 124
@@ -328,7 +331,17 @@ def prepare_kernel(cache: Path, log: Log) -> Kernel:
                 log(f"cache hit: {package} {version} ({kernel.root})")
                 return kernel
         log(f"cache miss: fetching {package} {version}")
-        kernel = fetch_kernel(cache, package, version, log)
+        try:
+            kernel = fetch_kernel(cache, package, version, log)
+        except StageError as err:
+            # stale package lists (the version left the mirror): refresh once and retry
+            log(f"fetch failed ({err}); apt-get update and retry")
+            run(["apt-get", "update", "-qq"], timeout_s=600)
+            newest = newest_kernel_package()
+            if newest is None:
+                raise
+            package, version = newest
+            kernel = fetch_kernel(cache, package, version, log)
         for old in cached:  # keep one entry: the kernel moves on with security updates
             if old.root != kernel.root:
                 shutil.rmtree(old.root, ignore_errors=True)
@@ -541,6 +554,12 @@ def run_in_guest(
     writable share's host directory (where the job leaves its files)."""
     log = log or Log()
     deadline = log.start + timeout_s
+    missing = [tool for tool in REQUIRED_TOOLS if shutil.which(tool) is None]
+    if missing:
+        raise StageError(
+            f"missing on this host: {', '.join(missing)} "
+            "(TESTBED_INSTALL_VM=1 harness/install.sh installs them)"
+        )
     if work.exists():
         shutil.rmtree(work)
     out_dir = work / "out"

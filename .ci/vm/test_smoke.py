@@ -34,24 +34,38 @@ RETURN_LOSS_PERCENT = 20
 PROBES = 100
 CLIENT_NS = "tb-vm1-client"
 SERVER_NS = "tb-vm1-server"
+NUD_PERMANENT = 0x80
+"""linux/neighbour.h: a static ARP entry. Without it the first packet waits for ARP, whose
+request crosses netem too: delayed, and lost 20 % of the time (then retried after 1 s)."""
 SLOW_START_ROUNDS = 5
 """354,640 bytes with an initial window of 10 segments: 10+20+40+80+160 (MODELS.md s6)."""
 
 
+ENDS = {
+    # namespace: (veth end, address, the peer's network, netem loss % on this end's egress)
+    CLIENT_NS: ("tb-vm1-c", names.CLIENT_ADDR, names.SERVER_NET, 0),
+    SERVER_NS: ("tb-vm1-s", names.SERVER_ADDR, names.CLIENT_NET, RETURN_LOSS_PERCENT),
+}
+PEER = {CLIENT_NS: SERVER_NS, SERVER_NS: CLIENT_NS}
+
+
 @pytest.fixture
 def netem_path():
-    for ns in (CLIENT_NS, SERVER_NS):
+    for ns in ENDS:
         netns.create(ns)
     try:
         with IPRoute() as ipr:
             ipr.link("add", ifname="tb-vm1-c", kind="veth", peer="tb-vm1-s")
-            for dev, ns in (("tb-vm1-c", CLIENT_NS), ("tb-vm1-s", SERVER_NS)):
+            for ns, (dev, *_) in ENDS.items():
                 (index,) = ipr.link_lookup(ifname=dev)
                 ipr.link("set", index=index, net_ns_fd=ns)
-        for ns, dev, addr, peer_net, loss in (
-            (CLIENT_NS, "tb-vm1-c", names.CLIENT_ADDR, names.SERVER_NET, 0),
-            (SERVER_NS, "tb-vm1-s", names.SERVER_ADDR, names.CLIENT_NET, RETURN_LOSS_PERCENT),
-        ):
+        macs = {}
+        for ns, (dev, *_) in ENDS.items():
+            with NetNS(ns) as ipr:
+                (link,) = ipr.get_links(ifname=dev)
+                macs[ns] = link.get_attr("IFLA_ADDRESS")
+        for ns, (dev, addr, peer_net, loss) in ENDS.items():
+            peer_addr = ENDS[PEER[ns]][1]
             with NetNS(ns) as ipr:
                 (lo,) = ipr.link_lookup(ifname="lo")
                 ipr.link("set", index=lo, state="up")
@@ -59,6 +73,9 @@ def netem_path():
                 ipr.addr("add", index=index, address=addr, prefixlen=names.PREFIX_LEN)
                 ipr.link("set", index=index, state="up")
                 ipr.route("add", dst=peer_net, oif=index, scope="link")
+                ipr.neigh(
+                    "add", dst=peer_addr, lladdr=macs[PEER[ns]], ifindex=index, state=NUD_PERMANENT
+                )
                 ipr.tc(
                     "add",
                     "netem",
@@ -72,7 +89,7 @@ def netem_path():
                 assert "netem" in kinds
         yield
     finally:
-        for ns in (CLIENT_NS, SERVER_NS):
+        for ns in ENDS:
             if ns in netns.listnetns():
                 netns.remove(ns)
 
@@ -91,8 +108,11 @@ def test_tcp_upload_takes_the_slow_start_rounds(netem_path: None) -> None:
         CLIENT_NS, SERVER_NS, cc="cubic", data=crossval.payload(), backend="netem", run=0
     )
     assert upload.sha256_ok and upload.size_bytes == crossval.UPLOAD_BYTES
-    assert upload.connect_s >= RTT_S
+    assert upload.connect_s >= RTT_S  # more when the SYN-ACK is lost (20 %): RTO 1 s
     assert upload.min_rtt_s >= RTT_S
-    # handshake + slow-start rounds + the last half trip; data direction has no loss
-    assert upload.upload_s >= (1 + SLOW_START_ROUNDS - 1 + 0.5) * RTT_S
-    assert upload.upload_s < 20 * RTT_S
+    # after the handshake: the slow-start rounds, then the last half trip (a floor: the data
+    # direction has no loss); the cap only catches a stall (cubic's HyStart may leave slow
+    # start early on the guest's noisy RTT samples, and lost ACKs slow the ACK clock)
+    data_s = upload.upload_s - upload.connect_s
+    assert data_s >= (SLOW_START_ROUNDS - 1 + 0.5) * RTT_S
+    assert data_s < 20 * RTT_S

@@ -24,7 +24,9 @@ reason``, exit status 2 for bad input, 1 for a failure to attach).
 The process
 -----------
 * attaches to both TUN devices by entering each namespace while opening /dev/net/tun
-  (:func:`netem.emulator.tun.open_tun`);
+  (:func:`netem.emulator.tun.open_tun`), and waits until both are operationally up
+  (:func:`netem.emulator.tun.wait_running`: until the kernel's link watch has seen the
+  carrier, a TUN device drops what is sent to it), so that ``ready`` means packets flow;
 * writes its pid to the pid file (default ``<control without .sock>.pid``, i.e.
   ``/run/testbed/links/NAME.pid``);
 * is findable by ``testbed clean``: its command line contains ``netem.emulator`` and
@@ -38,10 +40,26 @@ The process
   and packet log and writes their files, prints the final stats as one JSON line on
   stdout, removes the pid file and the socket, and exits 0.
 
-``--processes 2`` runs the ``down`` direction in a forked second process, so that the two
-directions use both cores; the parent serves the control socket and forwards every
-command to it. ``--processes 1`` (the default) serves both directions in one process;
-see the README section on the userspace emulator for the measurement behind the default.
+Options with measured defaults
+------------------------------
+``--processes 1|2`` (default 1)
+    2 runs the ``down`` direction in a forked second process, so the two directions can
+    use both cores; the parent serves the control socket and forwards every command to
+    it. Measured on this 2-core VM (kernel TCP cubic, 333 Mbit/s, 20 ms, 3 alternating
+    rounds, load average 3-5 from other tests, no steal): one process 331.2, 332.7,
+    332.4 Mbit/s (IP rate) at 0.82-0.85 cores; two processes 333.0, 333.0, 330.9 at
+    1.09-1.17 cores. No gain for 0.3 cores more, which the endpoints on the same two
+    cores need, so one process is the default. The prototype's gain from two (NOTES:
+    under heavy steal) was not reproducible without steal; ``--processes 2`` is there to
+    re-measure it when steal is high.
+``--sched fifo|nice|normal`` (default fifo)
+    SCHED_FIFO priority 10: the emulator runs before any normal process (endpoints, other
+    tests) when a packet is due, so the host's load shows up as the endpoints' slowness,
+    as on a real slow host, not as link lateness. Without CAP_SYS_NICE (a container) it
+    warns on stderr and runs unprioritised.
+``--early-us`` (default 80)
+    The timerfd fires this long before a departure on sparse traffic and the rest is
+    spun (:mod:`netem.emulator.engine`).
 
 Control commands (JSON lines; :class:`netem.emulator.control.EmulatorClient` has a
 method for each)
@@ -97,6 +115,7 @@ from netem.emulator.clock import set_thread_name, set_timer_slack_ns
 from netem.emulator.core import LinkDirection
 from netem.emulator.engine import DEFAULT_EARLY_S, DirectionPump, Engine
 from netem.emulator.pcap import write_merged
+from netem.emulator.tun import open_tun, wait_running
 from netem.linkspec import LinkSpec
 from netem.names import DEVICE_IN_NS, check_link_name
 from netem.stats import CpuStats, DirectionStats, LinkStats
@@ -167,13 +186,31 @@ def make_pump(
     return DirectionPump(core, in_fd, out_fd, early_s=early_s)
 
 
+FULL_GC_EVERY_REQUESTS = 64
+"""Control requests between full collections (about 0.3-1 ms with a 200 ms delay line full
+of packets, visible in the lateness histogram); the others collect generations 0-1 only
+(microseconds)."""
+
+
 def quiet_gc() -> None:
     """No collector pauses on the packet path: everything alive now is frozen out of its
-    reach and automatic collection is off. :meth:`Emulator.handle` collects the young
-    generations after each control request, which come between runs."""
+    reach and automatic collection is off. The control handler collects after each request
+    instead (see :func:`collect_after_request`): requests come between runs."""
     gc.collect()
     gc.freeze()
     gc.disable()
+
+
+_requests_served = 0
+
+
+def collect_after_request() -> None:
+    """Free the cycles a control exchange leaves (asyncio streams): young generations
+    each time, everything every :data:`FULL_GC_EVERY_REQUESTS` requests."""
+    global _requests_served
+    _requests_served += 1
+    full = _requests_served % FULL_GC_EVERY_REQUESTS == 0
+    gc.collect(2 if full else 1)
 
 
 class ChildLink:
@@ -200,7 +237,8 @@ class ChildLink:
             raise OSError(f"direction process {self.pid} closed its channel")
         reply = json.loads(line)
         if not reply.get("ok"):
-            raise SpecError(*str(reply.get("error")).split(": ", 1))
+            field, _, reason = str(reply.get("error")).partition(": ")
+            raise SpecError(field, reason or "refused by the direction process")
         return reply["result"]
 
     def wait(self, timeout_s: float = 5.0) -> None:
@@ -224,16 +262,19 @@ class Emulator:
         self.stop = asyncio.Event()
         self._capture_dir: Path | None = None
         self._snaplen = 0
+        self._offset_ns = 0
 
     async def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         try:
             return await self._handle(request)
         finally:
-            gc.collect(1)
+            collect_after_request()
 
     async def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         cmd = request.get("cmd")
         local = self.engine.handle(request)
+        if cmd == "capture_start":  # one clock offset for both processes' records
+            request = {**request, "offset_ns": local["offset_ns"]}
         remote = await self.child.request(request) if self.child is not None else {}
         if cmd == "stats":
             directions = {**local["directions"], **remote.get("directions", {})}
@@ -253,6 +294,7 @@ class Emulator:
         if cmd == "capture_start":
             self._capture_dir = self.engine.capture_dir
             self._snaplen = local["snaplen"]
+            self._offset_ns = local["offset_ns"]
             return local
         if cmd == "capture_stop":
             return self._merge_capture({**local, **remote})
@@ -276,6 +318,7 @@ class Emulator:
             dropped = sum(p[end]["dropped"] for p in parts.values() if end in p)
             result[end] = {"path": str(target), "records": records, "dropped": dropped}
         self._capture_dir = None
+        result["offset_ns"] = self._offset_ns
         return result
 
     async def finish(self) -> dict[str, Any]:
@@ -330,7 +373,7 @@ async def run_child(engine: Engine, sock: socket.socket) -> None:
         try:
             result = engine.handle(request)
         finally:
-            gc.collect(1)
+            collect_after_request()
         if request.get("cmd") == "shutdown":
             stop.set()
         return result
@@ -389,8 +432,6 @@ def fork_child(
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from netem.emulator.tun import open_tun
-
     try:
         name = check_link_name(args.name)
         spec = load_spec(args.spec_json)
@@ -401,13 +442,18 @@ def main(argv: list[str] | None = None) -> int:
     set_timer_slack_ns(1)
     try:
         set_scheduling(args.sched)
-    except OSError as err:
-        print(f"emulator: error: sched: {args.sched}: {err.strerror}", file=sys.stderr)
-        return EXIT_FAILURE
+    except OSError as err:  # a container without CAP_SYS_NICE: run, and say so
+        print(
+            f"emulator: warning: sched: {args.sched}: {err.strerror}; running unprioritised "
+            "(lateness will show it)",
+            file=sys.stderr,
+        )
     pid_file = args.pid_file or args.control.with_suffix(".pid")
     try:
         client_fd = open_tun(args.device, args.client_ns)
         server_fd = open_tun(args.device, args.server_ns)
+        for netns in (args.client_ns, args.server_ns):
+            wait_running(args.device, netns)
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_FAILURE

@@ -51,6 +51,8 @@ async def answer(handler: Handler, line: bytes) -> dict[str, Any]:
         return {"ok": False, "error": str(err)}
     except OSError as err:
         return {"ok": False, "error": f"os: {err}"}
+    except (ValueError, TypeError, KeyError) as err:  # a well-formed line with bad values
+        return {"ok": False, "error": f"request: {type(err).__name__}: {err}"}
 
 
 async def serve_stream(

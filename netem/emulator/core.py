@@ -161,7 +161,3 @@ class LinkDirection:
     @property
     def in_flight_packets(self) -> int:
         return len(self._line)
-
-    def backlog_bytes(self, now: float) -> int:
-        """Bytes not yet fully serialised at ``now``."""
-        return sum(size for tx_done, size in self._queue if tx_done > now)

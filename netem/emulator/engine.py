@@ -2,11 +2,18 @@
 
 Each :class:`DirectionPump` watches its input TUN fd and a :class:`Timerfd` with the loop's
 ``add_reader``. Reads come in batches (:data:`netem.emulator.tun.READ_BATCH`); each packet is
-stamped with ``time.monotonic()`` and offered to the core. Departures: the timerfd is armed
-``early_s`` before the head packet is due (the wake-up itself takes tens of microseconds
-on these VMs), and the last stretch is spun on ``time.monotonic()``, so a packet leaves
-within a few microseconds of its time when the CPU is there. The core records each
-packet's lateness against the ``now`` read just before its batch is written.
+stamped with ``time.monotonic()`` and offered to the core. Departures on sparse traffic:
+the timerfd is armed ``early_s`` before the head packet is due (the wake-up itself takes
+tens of microseconds on these VMs), and the last stretch is spun on ``time.monotonic()``,
+so a packet leaves within a few microseconds of its time when the CPU is there. On dense
+traffic (:data:`DENSE_GAP_S`) the timer is armed for the departure itself and nothing is
+spun: tens of µs of lateness instead of a core. The core records each packet's lateness
+against the ``now`` read just before its batch is written.
+
+What lateness does not see: the time between a packet entering the sender's TUN and the
+emulator stamping it (the read wake-up, about 40-70 µs median here). It adds to the
+one-way delay as a small constant; the probe's RTT error at 0 ms configured delay
+(about 0.14 ms median, two wake-ups and two stacks) is that floor.
 
 :class:`Engine` holds the pumps of one process and answers the control commands for them.
 """
@@ -38,8 +45,8 @@ DENSE_GAP_S = 500e-6
 timer is armed for the departure itself and nothing is spun. Spinning through every gap of
 a 333 Mbit/s stream (one 1500-byte packet per 36 µs) takes a whole core, which on two
 cores starves the endpoints (kernel TCP fell from 321 to 194 Mbit/s); asleep, the wake-up
-adds tens of µs of lateness instead. Spinning thus costs at most early_s / DENSE_GAP_S
-(16 %) of a core per direction."""
+adds tens of µs of lateness instead. Spinning thus costs at most
+early_s / (DENSE_GAP_S + early_s), 14 % of a core, per direction."""
 SPIN_ALWAYS_S = 10e-6
 """A departure this close is spun for, dense or not: cheaper than a timer round trip."""
 

@@ -14,6 +14,7 @@ import fcntl
 import os
 import socket
 import struct
+import time
 
 from harness.errors import SpecError
 from netem.nsexec import in_netns
@@ -34,6 +35,16 @@ MAX_PACKET_BYTES = 65535
 """Largest IP packet a read can return."""
 READ_BATCH = 64
 """Packets read per wake-up at most, so one busy direction cannot starve the other."""
+SIOCGIFFLAGS = 0x8913
+"""linux/sockios.h: get an interface's flags."""
+IFF_RUNNING = 0x40
+"""linux/if.h: the device is operationally up (carrier and the kernel's link watch done)."""
+RUNNING_TIMEOUT_S = 5.0
+"""The kernel's link watch applies a carrier change within a second (it rate-limits to one
+run per second); beyond this something else is wrong."""
+RUNNING_SETTLE_S = 0.01
+"""Extra wait after IFF_RUNNING: the link watch sets the operational state just before it
+re-activates the device's queue discipline, in the same run."""
 
 
 def open_tun(device: str, netns: str | None = None) -> int:
@@ -84,3 +95,38 @@ def read_batch(fd: int, limit: int = READ_BATCH) -> list[bytes]:
     except BlockingIOError:
         pass
     return out
+
+
+def wait_running(device: str, netns: str | None, timeout_s: float = RUNNING_TIMEOUT_S) -> float:
+    """Wait until ``device`` is operationally up; returns how long that took (seconds).
+
+    A TUN device has no carrier while no file is attached to it, and the kernel parks its
+    queue discipline on ``noop``, which drops every packet. Attaching restores the carrier,
+    but the kernel applies that later, from its link-watch work (up to a second after the
+    previous change): packets sent in between are silently lost. Ready means running.
+    """
+
+    def _socket() -> socket.socket:
+        return socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+
+    if netns is None:
+        sock = _socket()
+    else:
+        with in_netns(netns):
+            sock = _socket()
+    ifreq = struct.pack(f"{IFNAMSIZ}sH", device.encode(), 0).ljust(IFREQ_SIZE, b"\0")
+    start = time.monotonic()
+    try:
+        while True:
+            (flags,) = struct.unpack_from("H", fcntl.ioctl(sock, SIOCGIFFLAGS, ifreq), IFNAMSIZ)
+            if flags & IFF_RUNNING:
+                time.sleep(RUNNING_SETTLE_S)
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout_s:
+                where = f" in {netns}" if netns else ""
+                raise SpecError(
+                    "device", f"{device!r}{where} not running after {timeout_s:g} s (is it up?)"
+                )
+            time.sleep(0.001)
+    finally:
+        sock.close()
