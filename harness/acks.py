@@ -26,7 +26,7 @@ import io
 import json
 import struct
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,8 @@ TCP_ACK = 0x10
 IPPROTO_TCP = 6
 TCP_OPTION_SACK = 5
 """RFC 2018 SACK option kind."""
+TCP_OPTION_WSCALE = 3
+"""RFC 7323 window scale option kind (only on SYN segments)."""
 SEQ_MOD = 2**32
 
 LINKTYPE_ETHERNET = 1
@@ -69,6 +71,8 @@ class TcpSegment:
     payload_bytes: int
     window: int
     sack_blocks: int
+    wscale: int | None = None
+    """The window scale option (SYN segments only), None when absent."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,9 @@ class AckRow:
     """TCP SACK blocks carried (0 for QUIC, whose ranges are in the qlog)."""
     kind: str
     """``tcp`` or ``quic``."""
+    rwnd_bytes: int | None = None
+    """TCP: the receive window this ACK advertised, scaled (RFC 7323); None for QUIC or
+    when the handshake was not captured."""
 
 
 ACK_COLUMNS = [f.name for f in fields(AckRow)]
@@ -112,6 +119,7 @@ def parse_ipv4_tcp(data: bytes, time_s: float) -> TcpSegment | None:
     flags = offset_flags & 0x3F
     payload = max(0, total_length - ihl - tcp_header)
     sack_blocks = 0
+    wscale = None
     options = data[ihl + 20 : ihl + tcp_header]
     i = 0
     while i < len(options):
@@ -128,6 +136,8 @@ def parse_ipv4_tcp(data: bytes, time_s: float) -> TcpSegment | None:
             break
         if kind == TCP_OPTION_SACK:
             sack_blocks = (length - 2) // 8
+        elif kind == TCP_OPTION_WSCALE and length == 3 and i + 2 < len(options):
+            wscale = options[i + 2]
         i += length
     return TcpSegment(
         time_s=time_s,
@@ -141,6 +151,7 @@ def parse_ipv4_tcp(data: bytes, time_s: float) -> TcpSegment | None:
         payload_bytes=payload,
         window=window,
         sack_blocks=sack_blocks,
+        wscale=wscale,
     )
 
 
@@ -184,6 +195,8 @@ class _Conn:
     last_ack: int | None = None
     last_window: int | None = None
     retransmits: int = 0
+    syn_wscale: dict[tuple[str, int], int | None] = field(default_factory=dict)
+    """Each end's window scale from its SYN (both must offer it for it to apply)."""
 
 
 def _flow(seg: TcpSegment) -> tuple[tuple[str, int], tuple[str, int]]:
@@ -231,6 +244,8 @@ def tcp_acks(
                 conn.sender = ends[0] if ends else senders[flow]
             else:
                 conn.sender = senders[flow]
+        if seg.flags & TCP_SYN:
+            conn.syn_wscale[(seg.src, seg.sport)] = seg.wscale
         from_sender = (seg.src, seg.sport) == conn.sender
         if from_sender:
             if conn.isn is None or seg.flags & TCP_SYN:
@@ -258,6 +273,12 @@ def tcp_acks(
         )
         conn.last_ack = acked
         conn.last_window = seg.window
+        rwnd = None
+        scales = list(conn.syn_wscale.values())
+        if len(scales) == 2 and not seg.flags & TCP_SYN:
+            # RFC 7323 section 2.2: scaling applies only if both SYNs carried the option
+            shift = conn.syn_wscale[(seg.src, seg.sport)] if None not in scales else 0
+            rwnd = seg.window << (shift or 0)
         rows.append(
             AckRow(
                 time_s=seg.time_s - clock_offset_s,
@@ -267,6 +288,7 @@ def tcp_acks(
                 dup=dup,
                 sack_blocks=seg.sack_blocks,
                 kind="tcp",
+                rwnd_bytes=rwnd,
             )
         )
     return TcpAckResult(rows=rows, retransmits=retransmits, connections=len(conns))

@@ -97,6 +97,9 @@ class LevelSummary:
     """Median bound with the expected retransmission rounds (MODELS.md section 9)."""
     mathis_s: float = math.nan
     """Median Mathis-rate time (MODELS.md section 8), NaN without loss."""
+    min_rwnd_bytes: float = math.nan
+    """Median over runs of the smallest receive window the receiver advertised during the
+    request (TCP): far below the bytes one round needs, the receiver held the sender."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -246,6 +249,9 @@ def level_summary(
                 else math.nan,
                 mathis_s=_median(runs["bound_mathis_s"])
                 if "bound_mathis_s" in runs.columns
+                else math.nan,
+                min_rwnd_bytes=_median(runs["min_rwnd_bytes"])
+                if "min_rwnd_bytes" in runs.columns
                 else math.nan,
             )
         )

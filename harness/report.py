@@ -434,12 +434,21 @@ def build_report(path: Path) -> Path:
             ],
         ),
         "",
-        "Gap split (ms, measured minus bound part): set-up / processing / transfer",
+        "Gap split (ms, measured minus bound part): set-up / processing / transfer; and "
+        "the smallest receive window the receiver advertised during the request (TCP, "
+        "median over runs, KB): a window below what a round of slow start sends means the "
+        "receiver, not the sender, held the transfer back.",
         "",
         _table(
-            ["level", "set-up", "processing", "transfer"],
+            ["level", "set-up", "processing", "transfer", "min rwnd (KB)"],
             [
-                [s.level, _ms(s.gap_setup_s), _ms(s.gap_processing_s), _ms(s.gap_transfer_s)]
+                [
+                    s.level,
+                    _ms(s.gap_setup_s),
+                    _ms(s.gap_processing_s),
+                    _ms(s.gap_transfer_s),
+                    "–" if not math.isfinite(s.min_rwnd_bytes) else f"{s.min_rwnd_bytes / 1e3:.0f}",
+                ]
                 for s in summaries
             ],
         ),

@@ -963,6 +963,8 @@ def _acks(
             rows = result.rows
             inside = _inside(rows, start_s, end_s)
             out["acks"] = len(inside)
+            windows = [r.rwnd_bytes for r in inside if r.rwnd_bytes is not None]
+            out["min_rwnd_bytes"] = min(windows) if windows else None
             out["retransmits"] = _retransmits_inside(segments, offset_s, start_s, end_s)
             out["measured_rtt_s"] = ackmod.handshake_rtt_s(segments)
             ackmod.write_inflight_csv(

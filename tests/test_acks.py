@@ -33,8 +33,11 @@ def _upload_packets() -> list[tuple[float, bytes]]:
     tc = dict(sport=40000, dport=443)
     ts = dict(sport=443, dport=40000)
     pkts = [
-        (10.000, IP(**c) / TCP(**tc, flags="S", seq=ISN_C)),
-        (10.200, IP(**s) / TCP(**ts, flags="SA", seq=ISN_S, ack=ISN_C + 1)),
+        (10.000, IP(**c) / TCP(**tc, flags="S", seq=ISN_C, options=[("WScale", 7)])),
+        (
+            10.200,
+            IP(**s) / TCP(**ts, flags="SA", seq=ISN_S, ack=ISN_C + 1, options=[("WScale", 9)]),
+        ),
         (10.200, IP(**c) / TCP(**tc, flags="A", seq=ISN_C + 1, ack=ISN_S + 1)),
     ]
     t = 10.201
@@ -101,6 +104,7 @@ def test_tcp_acks_from_a_pcap_file(tmp_path: Path) -> None:
     assert [r.inflight_bytes for r in data_acks] == [2 * MSS, 2 * MSS, 0]
     assert [r.dup for r in data_acks] == [False, True, False]
     assert data_acks[1].sack_blocks == 1
+    assert data_acks[0].rwnd_bytes == 500 << 9  # the server's scale, from its SYN-ACK
     assert data_acks[0].time_s == pytest.approx(0.402, abs=1e-6)
     csv = tmp_path / "acks.csv"
     assert write_acks_csv(csv, result.rows, start_s=0.2) == len(result.rows)

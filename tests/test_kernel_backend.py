@@ -77,11 +77,48 @@ def test_jitter_in_microseconds() -> None:
     assert (plan.netem.delay_us, plan.netem.jitter_us) == (50_000, 2_500)
 
 
-def test_gemodel_refused_with_reason() -> None:
-    with pytest.raises(SpecError) as err:
-        kernel.plan_direction(parse_link("rtt=100ms,down.gemodel=1%/30%"), "down")
-    assert err.value.field == "down.gemodel"
-    assert "userspace" in err.value.reason
+def test_gemodel_in_kernel_terms() -> None:
+    plan = kernel.plan_direction(parse_link("rtt=100ms,down.gemodel=1%/30%/90%/0.5%"), "down")
+    ge = plan.netem.gemodel
+    assert ge is not None
+    u32 = 2**32 - 1
+    assert ge.p == round(0.01 * u32) and ge.r == round(0.30 * u32)
+    # the kernel loses in the bad state when random > h: h is the delivery probability
+    assert abs(ge.h - 0.10 * u32) <= 1
+    assert ge.k1 == round(0.005 * u32)
+    assert kernel.plan_direction(parse_link("rtt=100ms"), "down").netem.gemodel is None
+
+
+def test_netem_message_with_gemodel_round_trips() -> None:
+    plan = kernel.plan_direction(parse_link("rtt=200ms,gemodel=1%/30%"), "up")
+    msg = kernel.netem_message(7, plan.netem)
+    msg.encode()
+    back = kernel.NetemTcmsg(msg.data)
+    back.decode()
+    assert (back["index"], back["handle"], back["parent"]) == (7, 0x10000, 0xFFFFFFFF)
+    assert back.get_attr("TCA_KIND") == "netem"
+    opts = back.get_attr("TCA_OPTIONS")
+    assert opts["delay"] == round(100_000 * tick_in_usec)
+    assert opts["loss"] == 0  # the Gilbert-Elliott model replaces Bernoulli loss
+    ge = opts.get_attr("TCA_NETEM_LOSS").get_attr("NETEM_LOSS_GE")
+    assert plan.netem.gemodel is not None
+    assert {k: ge[k] for k in ("p", "r", "h", "k1")} == {
+        "p": plan.netem.gemodel.p,
+        "r": plan.netem.gemodel.r,
+        "h": plan.netem.gemodel.h,
+        "k1": plan.netem.gemodel.k1,
+    }
+
+
+def test_netem_message_without_gemodel_has_no_loss_attribute() -> None:
+    plan = kernel.plan_direction(parse_link("rtt=200ms,loss=14%"), "up")
+    msg = kernel.netem_message(3, plan.netem)
+    msg.encode()
+    back = kernel.NetemTcmsg(msg.data)
+    back.decode()
+    opts = back.get_attr("TCA_OPTIONS")
+    assert opts.get_attr("TCA_NETEM_LOSS") is None
+    assert opts["loss"] == int((2**32 - 1) * 0.14)
 
 
 def test_rate_beyond_tbf_field_refused() -> None:

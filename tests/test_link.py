@@ -30,6 +30,8 @@ from netem.probe import Echo, run_probe
 IS_ROOT = os.geteuid() == 0
 AUDIO_BYTES = 354_640
 """The ASR upload of the WAN voice case (DESIGN.md, workloads)."""
+SO_RCVBUFFORCE = 33
+"""asm-generic/socket.h (Python's socket module does not name it)."""
 MSS_BYTES = 1448
 """1500 - 20 (IP) - 20 (TCP) - 12 (timestamps option)."""
 
@@ -192,6 +194,80 @@ def test_loss_is_realised(backend: str, fresh: str) -> None:
     assert result.up_loss is not None and abs(result.up_loss - loss) < 4.5 * sigma
     assert result.down_loss == 0
     assert delta.up.dropped_loss == result.sent - result.echoed
+
+
+def send_numbered(link: Link, count: int, port: int) -> list[int]:
+    """Send ``count`` numbered datagrams client -> server; the numbers that arrived, in order."""
+    with in_netns(link.server_ns):
+        rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        rx.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 8 * 2**20)  # past rmem_max: root
+        rx.bind((link.server_addr, port))
+    with in_netns(link.client_ns):
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.settimeout(2.5 * link.spec.rtt_s + 1.0)
+    got: list[int] = []
+
+    def receive() -> None:
+        while True:
+            try:
+                data = rx.recv(2048)
+            except TimeoutError:
+                return
+            got.append(int.from_bytes(data[:4], "big"))
+            if got[-1] == count - 1:
+                rx.settimeout(0.5)
+
+    thread = threading.Thread(target=receive)
+    thread.start()
+    try:
+        for seq in range(count):
+            tx.sendto(seq.to_bytes(4, "big") + bytes(96), (link.server_addr, port))
+            if seq % 10 == 9:
+                time.sleep(0.001)
+    finally:
+        thread.join()
+        tx.close()
+        rx.close()
+    return got
+
+
+def loss_runs(received: list[int], count: int) -> list[int]:
+    """Lengths of the runs of consecutive lost sequence numbers."""
+    arrived = set(received)
+    runs, current = [], 0
+    for seq in range(count):
+        if seq in arrived:
+            if current:
+                runs.append(current)
+            current = 0
+        else:
+            current += 1
+    if current:
+        runs.append(current)
+    return runs
+
+
+def test_loss_runs() -> None:
+    assert loss_runs([0, 3, 4, 6], 8) == [2, 1, 1]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.timeout(180)
+def test_gilbert_elliott_loss_comes_in_bursts(backend: str, fresh: str) -> None:
+    # p = 2 %, r = 25 %, every packet lost in the bad state: mean loss p / (p + r) = 7.4 %,
+    # mean burst 1 / r = 4 packets (Bernoulli loss at 7.4 % would give runs of about 1.08)
+    count = 4000
+    with Link.up(fresh, "rtt=10ms,up.gemodel=2%/25%/100%/0%", backend=backend) as link:
+        before = link.stats()
+        received = send_numbered(link, count, 5300)
+        delta = link.stats() - before
+    model = link.spec.up.gemodel
+    assert model is not None
+    loss = 1 - len(set(received)) / count
+    assert 0.5 * model.mean_loss <= loss <= 1.6 * model.mean_loss, loss
+    runs = loss_runs(received, count)
+    assert 2.5 <= statistics.mean(runs) <= 6.0, statistics.mean(runs)
+    assert delta.up.dropped_loss == count - len(set(received))
 
 
 def _pcap_records(path: Path) -> int:

@@ -23,8 +23,11 @@ in packets; tbf ``rate`` in bytes/s, ``burst`` and ``limit`` in bytes.
 
 What kernel netem does differently from the userspace emulator: its loss generator has no
 seed here (two arms see different patterns), jitter can reorder packets (netem's tfifo sorts
-by departure time), loss happens before the queue, and Gilbert-Elliott loss is not encoded
-(pyroute2 has no TCA_NETEM_LOSS encoder): such a spec is refused with a reason.
+by departure time), and loss happens before the queue.
+
+Gilbert-Elliott loss goes in TCA_NETEM_LOSS/NETEM_LOSS_GE, which pyroute2's netem plugin does
+not encode: the netem qdisc is therefore sent as a message of our own (:class:`NetemTcmsg`,
+pyroute2's tcmsg with that attribute added), built from the plugin's own parameters.
 """
 
 from __future__ import annotations
@@ -40,7 +43,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pyroute2.netlink import NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, nla
 from pyroute2.netlink.exceptions import NetlinkError
+from pyroute2.netlink.rtnl import RTM_NEWQDISC
+from pyroute2.netlink.rtnl.tcmsg import sched_netem, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from harness.errors import SpecError
@@ -76,6 +82,26 @@ TBF_MIN_BURST_FRAMES = 2
 U32_MAX = 2**32 - 1
 
 
+def probability_u32(p: float) -> int:
+    """A probability as netem's 32-bit scale (the kernel compares it with a random u32)."""
+    return min(U32_MAX, max(0, round(p * U32_MAX)))
+
+
+@dataclass(frozen=True)
+class GemodelParams:
+    """netem's ``struct tc_netem_gemodel``, each a u32 probability.
+
+    The kernel (``loss_gilb_ell``) loses a packet in the bad state when a random u32 exceeds
+    ``h``, so ``h`` is the probability of *delivering* there (1 - loss_bad); ``k1`` is the loss
+    probability in the good state (netem's 1-k); ``p``/``r`` the good->bad/bad->good moves.
+    """
+
+    p: int
+    r: int
+    h: int
+    k1: int
+
+
 @dataclass(frozen=True)
 class NetemParams:
     """One netem qdisc, in pyroute2's units."""
@@ -84,6 +110,7 @@ class NetemParams:
     jitter_us: int
     loss_percent: float
     limit_packets: int
+    gemodel: GemodelParams | None = None
 
     def kwargs(self) -> dict[str, Any]:
         return {
@@ -92,6 +119,56 @@ class NetemParams:
             "loss": self.loss_percent,
             "limit": self.limit_packets,
         }
+
+
+class NetemOptions(sched_netem.options):
+    """pyroute2's netem options with TCA_NETEM_LOSS (linux/pkt_sched.h) encoded."""
+
+    nla_map = (
+        ("TCA_NETEM_UNSPEC", "none"),
+        ("TCA_NETEM_CORR", "netem_corr"),
+        ("TCA_NETEM_DELAY_DIST", "none"),
+        ("TCA_NETEM_REORDER", "netem_reorder"),
+        ("TCA_NETEM_CORRUPT", "netem_corrupt"),
+        ("TCA_NETEM_LOSS", "netem_loss"),
+        ("TCA_NETEM_RATE", "netem_rate"),
+    )
+
+    class netem_loss(nla):
+        nla_map = (
+            ("NETEM_LOSS_UNSPEC", "none"),
+            ("NETEM_LOSS_GI", "none"),
+            ("NETEM_LOSS_GE", "netem_gemodel"),
+        )
+
+        class netem_gemodel(nla):
+            fields = (("p", "I"), ("r", "I"), ("h", "I"), ("k1", "I"))
+
+
+class NetemTcmsg(tcmsg):
+    """A tcmsg whose TCA_OPTIONS are always :class:`NetemOptions`."""
+
+    nla_map = tuple(
+        (name, "netem_options" if name == "TCA_OPTIONS" else kind) for name, kind in tcmsg.nla_map
+    )
+    netem_options = NetemOptions
+
+
+def netem_message(index: int, params: NetemParams) -> NetemTcmsg:
+    """The RTM_NEWQDISC body that adds netem as the root qdisc of device ``index``."""
+    options = sched_netem.get_parameters(params.kwargs())
+    if params.gemodel is not None:
+        options["loss"] = 0  # the Gilbert-Elliott model replaces the Bernoulli one
+        options["attrs"].append(
+            ["TCA_NETEM_LOSS", {"attrs": [["NETEM_LOSS_GE", asdict(params.gemodel)]]}]
+        )
+    msg = NetemTcmsg()
+    msg["family"] = 0
+    msg["index"] = index
+    msg["handle"] = NETEM_HANDLE
+    msg["parent"] = TC_H_ROOT
+    msg["attrs"] = [["TCA_KIND", "netem"], ["TCA_OPTIONS", options]]
+    return msg
 
 
 @dataclass(frozen=True)
@@ -131,11 +208,14 @@ def frame_bytes(ip_bytes: float, mtu_bytes: int) -> float:
 def plan_direction(spec: LinkSpec, direction: str) -> DirectionPlan:
     """The netem and tbf parameters that reproduce ``spec``'s ``direction``."""
     d = spec._direction(direction)
+    gemodel = None
     if d.gemodel is not None:
-        raise SpecError(
-            f"{direction}.gemodel",
-            "the netem backend cannot set Gilbert-Elliott loss (pyroute2 has no TCA_NETEM_LOSS "
-            "encoder); use --backend userspace",
+        g = d.gemodel
+        gemodel = GemodelParams(
+            p=probability_u32(g.p),
+            r=probability_u32(g.r),
+            h=probability_u32(1.0 - g.loss_bad),
+            k1=probability_u32(g.loss_good),
         )
     frame = spec.mtu_bytes + ETH_HEADER_BYTES
     tbf: TbfParams | None = None
@@ -164,6 +244,7 @@ def plan_direction(spec: LinkSpec, direction: str) -> DirectionPlan:
         jitter_us=jitter_us,
         loss_percent=d.loss * 100.0,
         limit_packets=limit,
+        gemodel=gemodel,
     )
     return DirectionPlan(direction, DIRECTION_DEVICES[direction], netem, tbf)
 
@@ -178,7 +259,11 @@ def plan_link(spec: LinkSpec) -> dict[str, DirectionPlan]:
 def _apply(router_ns: str, plan: DirectionPlan) -> None:
     with topology.ipr(router_ns) as ip:
         index = ip.link_lookup(ifname=plan.device)[0]
-        ip.tc("add", "netem", index, NETEM_HANDLE, parent=TC_H_ROOT, **plan.netem.kwargs())
+        ip.nlm_request(
+            netem_message(index, plan.netem),
+            RTM_NEWQDISC,
+            NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL,
+        )
         if plan.tbf is not None:
             ip.tc("add", "tbf", index, TBF_HANDLE, parent=NETEM_CHILD_PARENT, **plan.tbf.kwargs())
 
