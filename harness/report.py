@@ -106,6 +106,7 @@ def plot_timeline(frame: pd.DataFrame, levels: Sequence[str], path: Path) -> Non
     for i, lv in enumerate(levels):
         run = analysis.median_run(frame, lv)
         if run is None:
+            ax.text(0, i, " no valid run", va="center", color="grey")
             continue
         for label, start, end, colour in TIMELINE_PHASES:
             t0 = pd.to_numeric(pd.Series([run.get(start)]), errors="coerce").iloc[0]

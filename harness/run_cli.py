@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -124,14 +125,29 @@ class RichProgress:
             self.progress.stop()
 
 
-def _log(message: str) -> None:
-    print(message, file=sys.stderr)
+def _terminate_cleanly() -> None:
+    """SIGTERM (``docker stop``, a CI timeout) unwinds like Ctrl-C: the link comes down, the
+    finished runs stay, and ``--resume`` continues from there."""
+
+    main_pid = os.getpid()
+
+    def handler(signum: int, _frame: object) -> None:
+        if os.getpid() != main_pid:
+            # a forked child (the link's emulator) inherits this handler: it must die as
+            # it would have without it, never unwind the parent's stack (and its link)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
 
 
 def _run(args: argparse.Namespace) -> int:
     from harness import spec as specmod
     from harness.runner import run_experiment
 
+    _terminate_cleanly()
     spec = specmod.load(args.experiment)
     if args.quick:
         spec = spec.quick_form()
@@ -172,6 +188,7 @@ def _print_answer(path: Path) -> None:
 def _campaign(args: argparse.Namespace) -> int:
     from harness.campaign import run_campaign
 
+    _terminate_cleanly()
     names = args.experiments
     if names is None:
         names = os.environ.get(ENV_EXPERIMENTS) or None

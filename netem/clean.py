@@ -36,6 +36,8 @@ class CleanReport:
     """What :func:`clean` removed, and what it could not."""
 
     killed: list[int] = field(default_factory=list)
+    processes: list[str] = field(default_factory=list)
+    """What each killed process was (``pid comm: command line``), read before the kill."""
     namespaces: list[str] = field(default_factory=list)
     devices: list[str] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
@@ -69,6 +71,10 @@ def _net_inode(pid: int) -> int | None:
         return None
     match = re.match(r"net:\[(\d+)\]", link)
     return int(match.group(1)) if match else None
+
+
+def describe(pid: int) -> str:
+    return f"{pid} {_comm(pid)}: {' '.join(_cmdline(pid))[:200]}"
 
 
 def _pids() -> list[int]:
@@ -132,7 +138,8 @@ def find_processes(link: str | None) -> list[int]:
         if is_emulator(pid, link) or (inodes and _net_inode(pid) in inodes):
             found.add(pid)
     found.discard(me)
-    return sorted(found)
+    # a zombie is already dead: its parent (init, once ours died) has only to reap it
+    return sorted(pid for pid in found if _alive(pid))
 
 
 def kill_processes(pids: list[int], timeout_s: float = TERM_TIMEOUT_S) -> list[int]:
@@ -178,7 +185,9 @@ def clean(link: str | None = None) -> CleanReport:
     report = CleanReport()
     if link is not None:
         names.check_link_name(link)
-    report.killed = kill_processes(find_processes(link))
+    found = find_processes(link)
+    report.processes = [describe(pid) for pid in found]
+    report.killed = kill_processes(found)
     targets = topology.list_namespaces() if link is None else topology.link_namespaces(link)
     for ns in targets:
         if topology.delete_namespace(ns):

@@ -155,6 +155,7 @@ def _cmd_clean(args: argparse.Namespace) -> int:
         _print_json(
             {
                 "killed": report.killed,
+                "processes": report.processes,
                 "namespaces": report.namespaces,
                 "devices": report.devices,
                 "files": report.files,

@@ -19,7 +19,6 @@ The core (statistics, table, report) is pure; sockets live in :func:`udp_probe` 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import hashlib
 import json
 import math
@@ -35,14 +34,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.errors import SpecError
 from harness.workloads import AUDIO_SIZE_BYTES
-from netem import names, sysctl
+from netem import names
+from netem.link import Link
 from netem.linkspec import LinkSpec, format_link, resolve_link
 from netem.nsexec import in_netns
 from netem.stats import LinkStats
@@ -598,18 +598,6 @@ def steal_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
     return 100.0 * (after[1] - before[1]) / total if total > 0 else 0.0
 
 
-@contextlib.contextmanager
-def link_up(name: str, spec: LinkSpec, backend: str) -> Iterator[Any]:
-    """The topology helper's Link API: up on entry, down on every exit path."""
-    from netem.link import Link
-
-    link = Link.up(name, spec, backend=backend)
-    try:
-        yield link
-    finally:
-        link.down()
-
-
 def measure_part(
     backend: str,
     spec: LinkSpec,
@@ -626,11 +614,10 @@ def measure_part(
     data = payload()
     steal_before = cpu_counters()
     started = time.monotonic()
-    with link_up(name, spec, backend) as link:
-        client_ns = names.namespace(name, "client")
-        server_ns = names.namespace(name, "server")
-        part.environment["sysctls_client"] = sysctl.read_many(
-            client_ns,
+    with Link.up(name, spec, backend=backend) as link:
+        client_ns, server_ns = link.client_ns, link.server_ns
+        part.environment["sysctls_client"] = link.sysctls(
+            "client",
             [
                 "net.ipv4.tcp_no_metrics_save",
                 "net.ipv4.tcp_slow_start_after_idle",

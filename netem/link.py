@@ -173,7 +173,10 @@ class Link:
         ``spec`` is a :class:`LinkSpec` or a string for :func:`netem.linkspec.resolve_link`
         (a preset name and/or ``key=value`` pairs). ``slow_start_after_idle`` sets
         ``net.ipv4.tcp_slow_start_after_idle`` in both endpoints (None: the kernel's 1);
-        ``sysctls`` are further ``net.*`` sysctls for both endpoints, applied last.
+        ``sysctls`` are further ``net.*`` sysctls for both endpoints, applied last (a
+        namespace's default ``net.ipv4.tcp_congestion_control`` may only be one the host lists
+        in ``tcp_allowed_congestion_control``; a root socket can pick any available algorithm
+        with ``TCP_CONGESTION``).
         Refused if a link of that name exists. On any failure (or Ctrl-C) everything built
         so far is removed before the exception propagates.
         """

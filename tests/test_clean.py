@@ -123,7 +123,7 @@ def test_clean_by_name_leaves_other_links_alone(name: str) -> None:
 def test_clean_of_nothing_is_a_no_op(name: str) -> None:
     report = clean.clean(name)
     assert report.ok
-    assert (report.killed, report.namespaces, report.devices) == ([], [], [])
+    assert (report.killed, report.namespaces, report.devices) == ([], [], []), report.processes
 
 
 def test_is_emulator_matches_only_emulators() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import random
@@ -293,13 +292,10 @@ def test_an_unknown_congestion_control_is_refused(veth_path: None) -> None:
 
 # --- across the project's Link (userspace emulator on this host) --------------------------
 
-HAS_LINK = importlib.util.find_spec("netem.link") is not None
-
 
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.skipif(not HAS_LINK, reason="netem/link.py (the Link API) is not in the tree yet")
 def test_measure_part_sees_the_configured_delay_and_loss() -> None:
     spec = parse_link("rtt=40ms,rate=20mbit,up.loss=10%")
     part = crossval.measure_part(

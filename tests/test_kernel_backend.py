@@ -90,6 +90,9 @@ def test_gemodel_in_kernel_terms() -> None:
 
 
 def test_netem_message_with_gemodel_round_trips() -> None:
+    # pyroute2's own classes used first (as a qdisc dump does) must not leak their compiled
+    # attribute tables into ours (seen in the VM: TCA_NETEM_LOSS silently dropped)
+    _encode_decode("netem", sched_netem.get_parameters({"delay": 1000}))
     plan = kernel.plan_direction(parse_link("rtt=200ms,gemodel=1%/30%"), "up")
     msg = kernel.netem_message(7, plan.netem)
     msg.encode()

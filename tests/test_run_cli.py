@@ -210,3 +210,60 @@ def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Pa
         assert not reason.startswith(("error", "integrity", "harness")), (row.run_id, reason)
         assert row.ratio > 0.9, (row.run_id, row.ratio)
     assert "## Answer" in (result / "report.md").read_text()
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) -> None:
+    """SIGTERM in the middle of a run: the link goes down, finished runs stay; --resume
+    then makes exactly the missing runs."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    experiment = tmp_path / "tiny.toml"
+    experiment.write_text(TINY)
+    out = tmp_path / "results"
+    argv = [
+        sys.executable,
+        "-m",
+        "harness.cli",
+        "run",
+        str(experiment),
+        "--reps",
+        "3",
+        "--output",
+        str(out),
+        "--link-name",
+        "hn10",
+    ]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        finished: list[Path] = []
+        while time.monotonic() < deadline and not finished:
+            time.sleep(0.2)
+            finished = list(out.glob("tiny/*/runs/*/row.json"))
+        assert finished, "no run finished within 120 s"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+            main(["clean", "--name", "hn10"])
+    assert not any(name.startswith("tb-hn10-") for name in os.listdir("/run/netns"))
+    (result,) = out.glob("tiny/*")
+    done_before = {p.parent.name for p in result.glob("runs/*/row.json")}
+    assert 1 <= len(done_before) < 6
+    assert (
+        main(
+            ["run", str(experiment), "--reps", "3", "--resume", str(result), "--link-name", "hn10"]
+        )
+        == 0
+    )
+    frame = pd.read_csv(result / "runs.csv")
+    assert len(frame) == 6 and frame["run_id"].is_unique

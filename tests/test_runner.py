@@ -70,6 +70,8 @@ def test_validity_names_every_reason() -> None:
     ok, reason = _valid(cpu={"server": CPU_SATURATED_FRACTION + 0.05})
     assert not ok and reason.startswith("cpu: server 95 %")
     assert "steal" in _valid(steal=0.3)[1]
+    assert _valid(host_pressure=0.5)[1] == "host busy: CPU pressure 50 %"
+    assert _valid(host_pressure=0.1)[0]
     assert "lateness" in _valid(lateness_p99_s=5e-3)[1]
     assert "RTT" in _valid(measured_rtt_s=0.215)[1]
     assert "loss" in _valid(loss={"down": (0.14, 20, 1000)})[1]

@@ -121,7 +121,17 @@ class NetemParams:
         }
 
 
-class NetemOptions(sched_netem.options):
+class _OwnNlaTable:
+    """pyroute2 compiles a class's nla_map once and marks it in a class attribute that a
+    subclass inherits: a subclass made after its parent was used would silently reuse the
+    parent's table. These flags, set on the subclass itself, make it compile its own."""
+
+    _nlmsg_base__compiled_nla = False
+    _nlmsg_base__t_nla_map = None
+    _nlmsg_base__r_nla_map = None
+
+
+class NetemOptions(_OwnNlaTable, sched_netem.options):
     """pyroute2's netem options with TCA_NETEM_LOSS (linux/pkt_sched.h) encoded."""
 
     nla_map = (
@@ -145,7 +155,7 @@ class NetemOptions(sched_netem.options):
             fields = (("p", "I"), ("r", "I"), ("h", "I"), ("k1", "I"))
 
 
-class NetemTcmsg(tcmsg):
+class NetemTcmsg(_OwnNlaTable, tcmsg):
     """A tcmsg whose TCA_OPTIONS are always :class:`NetemOptions`."""
 
     nla_map = tuple(
@@ -259,6 +269,9 @@ def plan_link(spec: LinkSpec) -> dict[str, DirectionPlan]:
 def _apply(router_ns: str, plan: DirectionPlan) -> None:
     with topology.ipr(router_ns) as ip:
         index = ip.link_lookup(ifname=plan.device)[0]
+        # pyroute2 0.9's synchronous nlm_request reads this status key, which IPRoute never
+        # sets (KeyError); False makes it return the answers as a tuple, errors raised
+        ip.status.setdefault("nlm_generator", False)
         ip.nlm_request(
             netem_message(index, plan.netem),
             RTM_NEWQDISC,
