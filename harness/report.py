@@ -251,19 +251,13 @@ def _bound_parts(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
     ]
 
 
-def _contention(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
-    """How busy the machine was during the requests (recorded, not a validity rule)."""
-    columns = [
-        ("client CPU", "cpu_client", 100.0, "%"),
-        ("server CPU", "cpu_server", 100.0, "%"),
-        ("emulator CPU", "cpu_emulator", 100.0, "%"),
-        ("client wait", "runqueue_wait_client_s", 1e3, "ms"),
-        ("server wait", "runqueue_wait_server_s", 1e3, "ms"),
-        ("emulator wait", "runqueue_wait_emulator_s", 1e3, "ms"),
-        ("host CPU pressure", "cpu_pressure", 100.0, "%"),
-        ("steal", "steal", 100.0, "%"),
-        ("lateness p99", "lateness_p99_s", 1e3, "ms"),
-    ]
+def _medians_table(
+    frame: pd.DataFrame,
+    levels: Sequence[str],
+    columns: Sequence[tuple[str, str, float, str]],
+    caption: str,
+) -> list[str]:
+    """Per level medians of the columns present: (label, column, scale, unit)."""
     measured = frame[~frame["warmup"].fillna(False).astype(bool)] if not frame.empty else frame
     present = [c for c in columns if c[1] in measured.columns]
     if measured.empty or not present:
@@ -277,13 +271,59 @@ def _contention(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
             cells.append(f"{values.median() * scale:.1f}" if len(values) else "–")
         rows.append(cells)
     return [
-        "Machine load during the requests (medians per level; CPU in % of one core, waits "
-        "on a run queue and emulator lateness in ms, host CPU pressure (PSI) and steal in % "
-        "of the time):",
+        caption,
         "",
         _table(["level", *(f"{name} ({unit})" for name, _, _, unit in present)], rows),
         "",
     ]
+
+
+def _stack_phases(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
+    """Where the stacks spend time the bound does not count (server events)."""
+    if frame.empty or "server_receive_s" not in frame.columns:
+        return []
+    frame = frame.copy()
+    if "t_response_last_s" in frame.columns and "t_response_first_s" in frame.columns:
+        frame["client_response_s"] = pd.to_numeric(
+            frame["t_response_last_s"], errors="coerce"
+        ) - pd.to_numeric(frame["t_response_first_s"], errors="coerce")
+    return _medians_table(
+        frame,
+        levels,
+        [
+            ("server reads request", "server_receive_s", 1e3, "ms"),
+            ("processing", "processing_s", 1e3, "ms"),
+            ("processing end to response", "server_turnaround_s", 1e3, "ms"),
+            ("server writes response", "server_send_s", 1e3, "ms"),
+            ("client receives response", "client_response_s", 1e3, "ms"),
+        ],
+        "The stacks' own phases (medians, from the server's events and the client's "
+        "record; with the serialisation and processing parts of the bound next to them, a "
+        "phase much longer than its part is overhead of the implementation):",
+    )
+
+
+def _contention(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
+    """How busy the machine was during the requests (recorded, not a validity rule)."""
+    columns = [
+        ("client CPU", "cpu_client", 100.0, "%"),
+        ("server CPU", "cpu_server", 100.0, "%"),
+        ("emulator CPU", "cpu_emulator", 100.0, "%"),
+        ("client wait", "runqueue_wait_client_s", 1e3, "ms"),
+        ("server wait", "runqueue_wait_server_s", 1e3, "ms"),
+        ("emulator wait", "runqueue_wait_emulator_s", 1e3, "ms"),
+        ("host CPU pressure", "cpu_pressure", 100.0, "%"),
+        ("steal", "steal", 100.0, "%"),
+        ("lateness p99", "lateness_p99_s", 1e3, "ms"),
+    ]
+    return _medians_table(
+        frame,
+        levels,
+        columns,
+        "Machine load during the requests (medians per level; CPU in % of one core, waits "
+        "on a run queue and emulator lateness in ms, host CPU pressure (PSI) and steal in % "
+        "of the time; pressure above 30 % makes a run invalid):",
+    )
 
 
 def _loss_bounds(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
@@ -455,6 +495,7 @@ def build_report(path: Path) -> Path:
         ),
         "",
         *_bound_parts(frame, levels),
+        *_stack_phases(frame, levels),
         *_loss_bounds(summaries),
         "## Arm effect next to the order effect",
         "",

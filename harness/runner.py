@@ -173,6 +173,38 @@ def opened_connections(records: Sequence[Mapping[str, Any]]) -> list[bool]:
     return out
 
 
+def server_phases(
+    events: Sequence[Mapping[str, Any]], start_s: float, end_s: float
+) -> dict[str, float]:
+    """The server's view of one request, from its events inside [start_s, end_s]:
+    ``server_receive_s`` (first to last request byte read), ``server_turnaround_s``
+    (processing end to first response byte written), ``server_send_s`` (first to last
+    response byte written). Stack overheads the bound does not count show up here."""
+
+    def first(name: str) -> float | None:
+        times = [
+            float(e["t"]) for e in events if e.get("event") == name and start_s <= e["t"] <= end_s
+        ]
+        return min(times) if times else None
+
+    def last(name: str) -> float | None:
+        times = [
+            float(e["t"]) for e in events if e.get("event") == name and start_s <= e["t"] <= end_s
+        ]
+        return max(times) if times else None
+
+    out: dict[str, float] = {}
+    pairs = {
+        "server_receive_s": (first("request_first_byte"), last("request_last_byte")),
+        "server_turnaround_s": (last("processing_end"), first("response_first_byte")),
+        "server_send_s": (first("response_first_byte"), last("response_last_byte")),
+    }
+    for name, (a, b) in pairs.items():
+        if a is not None and b is not None:
+            out[name] = b - a
+    return out
+
+
 def workload_bytes(workload: str, chunks: int = 0) -> tuple[int, int]:
     """(upload, download) body bytes of a workload (the transcript of ASR is tiny: 0)."""
     if workload == "asr":
@@ -843,6 +875,7 @@ def _collect(
         ]
         if proc_start and proc_end:
             out["processing_s"] = max(proc_end) - min(proc_start)
+        out.update(server_phases(server_events, start_s, end_s))
     else:
         out.update(up_bytes=up_default, down_bytes=down_default, requests=0)
     sha_values = [r.get("sha256_ok") for r, _ in measured]

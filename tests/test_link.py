@@ -339,6 +339,16 @@ def test_failed_up_leaves_nothing(backend: str, fresh: str) -> None:
     assert not clean.leftovers(fresh)
 
 
+@pytest.mark.root
+def test_netem_backend_refused_without_sch_netem() -> None:
+    if probe_netem()[0]:
+        pytest.skip("this kernel has sch_netem")
+    with pytest.raises(SpecError) as err:
+        Link.up("tp48", "rtt=10ms", backend="netem")
+    assert err.value.field == "backend" and "userspace" in err.value.reason
+    assert not clean.leftovers("tp48") and "tp48" not in list_links()
+
+
 def test_up_refuses_bad_input_before_building() -> None:
     with pytest.raises(SpecError) as err:
         Link.up("Bad_Name", "rtt=10ms")

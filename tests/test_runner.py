@@ -18,6 +18,7 @@ from harness.runner import (
     request_phases,
     run_experiment,
     server_argv,
+    server_phases,
     validity,
 )
 
@@ -43,6 +44,22 @@ def test_request_phases_of_a_new_and_a_reused_connection() -> None:
     assert reused.total_s == pytest.approx(1.049)
     assert "t_handshake_s" not in reused.rel
     assert request_phases({**RECORD, "response_last_byte": None}, True) is None
+
+
+def test_server_phases_from_its_events() -> None:
+    events = [
+        {"t": 5.0, "event": "request_first_byte"},  # another request, outside the window
+        {"t": 10.100, "event": "request_first_byte"},
+        {"t": 10.113, "event": "request_last_byte"},
+        {"t": 10.1135, "event": "processing_start"},
+        {"t": 10.1435, "event": "processing_end"},
+        {"t": 10.148, "event": "response_first_byte"},
+        {"t": 10.149, "event": "response_last_byte"},
+    ]
+    phases = server_phases(events, 10.0, 10.25)
+    assert phases["server_receive_s"] == pytest.approx(0.013)
+    assert phases["server_turnaround_s"] == pytest.approx(0.0045)
+    assert phases["server_send_s"] == pytest.approx(0.001)
 
 
 def test_opened_connections_marks_the_first_request_of_each_connection() -> None:

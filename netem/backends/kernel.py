@@ -390,6 +390,9 @@ class KernelBackend(Backend):
 
     def up(self, state: LinkState) -> None:
         plans = plan_link(state.spec)  # refuse what netem cannot do before building anything
+        ok, reason = probe_netem()
+        if not ok:
+            raise SpecError("backend", f"netem: {reason}; use --backend userspace (or auto)")
         topology.build_router_path(state.name, mtu_bytes=state.spec.mtu_bytes)
         assert state.router_ns is not None
         for plan in plans.values():

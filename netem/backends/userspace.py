@@ -37,6 +37,10 @@ STOP_TIMEOUT_S = 10.0
 
 CONTROL_TIMEOUT_S = 30.0
 
+_DAEMONS: dict[int, subprocess.Popen] = {}
+"""Emulators this process started, kept so that Python does not warn about (or lose track
+of) a child still running when its Popen object would otherwise be collected."""
+
 
 def links_dir() -> Path:
     return names.STATE_DIR / "links"
@@ -168,6 +172,7 @@ class UserspaceBackend(Backend):
                 )
             os.close(write_end)
             write_end = -1
+            _DAEMONS[proc.pid] = proc
             state.emulator_pid = proc.pid
             state.emulator_start_ticks = process_start_ticks(proc.pid)
             self._wait_ready(read_end, proc, log)
