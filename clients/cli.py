@@ -16,8 +16,7 @@ from pathlib import Path
 
 from clients.config import CONNECTION_MODES, PROTOCOLS, WORKLOAD_NAMES, ClientConfig
 from harness import units
-from servers.cli import parse_pacing
-from servers.config import QUIC_CONGESTION_CONTROLS, TCP_CONGESTION_CONTROLS
+from servers.knobs import add_transport_arguments, transport_fields
 
 EXIT_FAILED_REQUEST = 1
 
@@ -32,27 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=0, help="warm-up requests first")
     parser.add_argument("--connection", choices=CONNECTION_MODES, default="new")
     parser.add_argument("--resume", action="store_true", help="TLS session resumption")
-    parser.add_argument("--cc", choices=TCP_CONGESTION_CONTROLS, default=None)
-    parser.add_argument("--window-clamp", default=None, help="TCP_WINDOW_CLAMP, bytes")
-    parser.add_argument("--sndbuf", default=None)
-    parser.add_argument("--rcvbuf", default=None)
-    parser.add_argument("--max-pacing-rate", default=None, help="e.g. 333mbit")
-    parser.add_argument("--notsent-lowat", default=None)
-    parser.add_argument("--quickack", action="store_true")
-    parser.add_argument("--quic-cc", choices=QUIC_CONGESTION_CONTROLS, default="reno")
-    parser.add_argument("--max-datagram-size", type=int, default=1200)
-    parser.add_argument(
-        "--quic-pacing",
-        default="cwnd",
-        help="QUIC pacing: cwnd (aioquic: cwnd/srtt), off, or a rate such as 333mbit",
-    )
-    parser.add_argument(
-        "--no-batching",
-        action="store_true",
-        help="QUIC: one sendto per datagram, one transmit per datagram read (aioquic's way)",
-    )
-    parser.add_argument("--quic-max-data", default=None, help="fixed QUIC windows, bytes")
-    parser.add_argument("--h2-window", default="16MiB")
+    add_transport_arguments(parser)
     parser.add_argument("--records", type=Path, default=None, help="JSONL records")
     parser.add_argument("--samples", type=Path, default=None, help="in-flight samples CSV")
     parser.add_argument("--sample-hz", type=float, default=1000.0)
@@ -63,9 +42,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> ClientConfig:
-    def size(value: str | None, flag: str) -> int | None:
-        return None if value is None else units.parse_size_bytes(flag, value)
-
     return ClientConfig(
         protocol=args.protocol,
         host=args.host,
@@ -76,23 +52,7 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
         warmup=args.warmup,
         connection=args.connection,
         resume=args.resume,
-        cc=args.cc,
-        window_clamp_bytes=size(args.window_clamp, "window-clamp"),
-        sndbuf_bytes=size(args.sndbuf, "sndbuf"),
-        rcvbuf_bytes=size(args.rcvbuf, "rcvbuf"),
-        max_pacing_rate_bps=(
-            None
-            if args.max_pacing_rate is None
-            else units.parse_rate_bps("max-pacing-rate", args.max_pacing_rate)
-        ),
-        notsent_lowat_bytes=size(args.notsent_lowat, "notsent-lowat"),
-        quickack=args.quickack,
-        quic_cc=args.quic_cc,
-        max_datagram_size=args.max_datagram_size,
-        quic_batching=not args.no_batching,
-        quic_pacing=parse_pacing(args.quic_pacing),
-        quic_max_data_bytes=size(args.quic_max_data, "quic-max-data"),
-        h2_window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
+        **transport_fields(args),
         records_path=args.records,
         samples_path=args.samples,
         sample_hz=args.sample_hz,

@@ -6,12 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import SpecError
-from servers.config import (
-    QUIC_CONGESTION_CONTROLS,
-    QUIC_MAX_DATAGRAM_BYTES,
-    QUIC_MIN_DATAGRAM_BYTES,
-    TCP_CONGESTION_CONTROLS,
-)
+from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
 
 PROTOCOLS = ("h2", "h3")
 WORKLOAD_NAMES = ("asr", "tts", "retouch", "stream", "image", "sink")
@@ -68,10 +63,7 @@ class ClientConfig:
     transmit once per batch of datagrams read, not once per datagram."""
 
     def __post_init__(self) -> None:
-        if isinstance(self.quic_pacing, str) and self.quic_pacing not in ("cwnd", "off"):
-            raise SpecError("quic-pacing", f"{self.quic_pacing!r}: use cwnd, off or a rate")
-        if not isinstance(self.quic_pacing, str) and not self.quic_pacing > 0:
-            raise SpecError("quic-pacing", "a pacing rate must be > 0 bit/s")
+        check_quic_pacing(self.quic_pacing)
         if self.protocol not in PROTOCOLS:
             raise SpecError("protocol", f"{self.protocol!r} is not one of h2, h3")
         if self.workload not in WORKLOAD_NAMES:
@@ -93,27 +85,8 @@ class ClientConfig:
             raise SpecError("chunks", f"must be in 1..30000, got {self.chunks}")
         if not 0 < self.port <= 65535:
             raise SpecError("port", f"{self.port} is not in 1..65535")
-        if self.cc is not None and self.cc not in TCP_CONGESTION_CONTROLS:
-            raise SpecError("cc", f"{self.cc!r} is not one of {', '.join(TCP_CONGESTION_CONTROLS)}")
-        if self.quic_cc not in QUIC_CONGESTION_CONTROLS:
-            raise SpecError("quic-cc", f"{self.quic_cc!r} is not one of reno, cubic")
-        if not QUIC_MIN_DATAGRAM_BYTES <= self.max_datagram_size <= QUIC_MAX_DATAGRAM_BYTES:
-            raise SpecError(
-                "max-datagram-size",
-                f"{self.max_datagram_size} is not in "
-                f"{QUIC_MIN_DATAGRAM_BYTES}..{QUIC_MAX_DATAGRAM_BYTES}",
-            )
+        check_transport_fields(self)
         if self.timeout_s <= 0:
             raise SpecError("timeout", "must be > 0 s")
         if not 1 <= self.sample_hz <= 100_000:
             raise SpecError("sample-hz", f"must be in 1..100000, got {self.sample_hz}")
-        for name in (
-            "window_clamp_bytes",
-            "sndbuf_bytes",
-            "rcvbuf_bytes",
-            "notsent_lowat_bytes",
-            "quic_max_data_bytes",
-        ):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise SpecError(name.removesuffix("_bytes").replace("_", "-"), "must be > 0 bytes")

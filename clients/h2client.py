@@ -25,6 +25,7 @@ from clients.config import ClientConfig
 from clients.records import RequestRecord
 from clients.tcpinfo import read_tcp_info
 from clients.workload import RequestSpec, ResponseCollector
+from servers.knobs import tcp_options_of
 from servers.sockopts import TcpOptions, apply_tcp_options, rearm_quickack
 from servers.tls import ALPN_H2
 
@@ -250,15 +251,7 @@ def _fill(record: RequestRecord, collector: ResponseCollector) -> None:
 
 
 def tcp_options(config: ClientConfig) -> TcpOptions:
-    return TcpOptions(
-        cc=config.cc,
-        window_clamp_bytes=config.window_clamp_bytes,
-        sndbuf_bytes=config.sndbuf_bytes,
-        rcvbuf_bytes=config.rcvbuf_bytes,
-        max_pacing_rate_bps=config.max_pacing_rate_bps,
-        notsent_lowat_bytes=config.notsent_lowat_bytes,
-        quickack=config.quickack,
-    )
+    return tcp_options_of(config)
 
 
 async def open_connection(

@@ -43,16 +43,10 @@ from pathlib import Path
 
 from harness import units, workloads
 from harness.errors import SpecError
-from servers.config import (
-    DEFAULT_PORT,
-    QUIC_CONGESTION_CONTROLS,
-    TCP_CONGESTION_CONTROLS,
-    ServerConfig,
-)
+from servers.config import DEFAULT_PORT, ServerConfig
+from servers.knobs import add_transport_arguments, parse_pacing, transport_fields
 
-
-def _size(field: str):  # type: ignore[no-untyped-def]
-    return lambda text: units.parse_size_bytes(field, text)
+__all__ = ["add_arguments", "config_from_args", "parse_pacing", "register"]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,27 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-h2", action="store_true", help="no HTTP/2 listener")
     parser.add_argument("--no-h3", action="store_true", help="no HTTP/3 listener")
     parser.add_argument("--log", type=Path, default=None, help="JSONL event log")
-    parser.add_argument("--cc", choices=TCP_CONGESTION_CONTROLS, default=None)
-    parser.add_argument("--window-clamp", default=None, help="TCP_WINDOW_CLAMP, bytes")
-    parser.add_argument("--sndbuf", default=None, help="SO_SNDBUF, bytes")
-    parser.add_argument("--rcvbuf", default=None, help="SO_RCVBUF, bytes")
-    parser.add_argument("--max-pacing-rate", default=None, help="SO_MAX_PACING_RATE, e.g. 333mbit")
-    parser.add_argument("--notsent-lowat", default=None, help="TCP_NOTSENT_LOWAT, bytes")
-    parser.add_argument("--quickack", action="store_true", help="TCP_QUICKACK after each read")
-    parser.add_argument("--quic-cc", choices=QUIC_CONGESTION_CONTROLS, default="reno")
-    parser.add_argument("--max-datagram-size", type=int, default=1200)
-    parser.add_argument(
-        "--quic-pacing",
-        default="cwnd",
-        help="QUIC pacing: cwnd (aioquic: cwnd/srtt), off, or a rate such as 333mbit",
-    )
-    parser.add_argument(
-        "--no-batching",
-        action="store_true",
-        help="QUIC: one sendto per datagram, one transmit per datagram read (aioquic's way)",
-    )
-    parser.add_argument("--quic-max-data", default=None, help="fixed QUIC windows, bytes")
-    parser.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows, bytes")
+    add_transport_arguments(parser)
     parser.add_argument("--processing-audio", default="30ms")
     parser.add_argument("--processing-image", default="300ms")
     parser.add_argument("--max-body", default="64mb", help="413 above this body size")
@@ -96,40 +70,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--idle-timeout", default="60s", help="close idle connections after")
 
 
-def parse_pacing(text: str) -> str | float:
-    """``cwnd``, ``off`` or a rate (``333mbit``) for ``--quic-pacing``."""
-    if text in ("cwnd", "off"):
-        return text
-    return units.parse_rate_bps("quic-pacing", text)
-
-
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    def size(name: str, flag: str) -> int | None:
-        value = getattr(args, name)
-        return None if value is None else units.parse_size_bytes(flag, value)
-
     return ServerConfig(
         bind=args.bind,
         h2_port=None if args.no_h2 else args.h2_port,
         h3_port=None if args.no_h3 else args.h3_port,
         log_path=args.log,
-        cc=args.cc,
-        window_clamp_bytes=size("window_clamp", "window-clamp"),
-        sndbuf_bytes=size("sndbuf", "sndbuf"),
-        rcvbuf_bytes=size("rcvbuf", "rcvbuf"),
-        max_pacing_rate_bps=(
-            None
-            if args.max_pacing_rate is None
-            else units.parse_rate_bps("max-pacing-rate", args.max_pacing_rate)
-        ),
-        notsent_lowat_bytes=size("notsent_lowat", "notsent-lowat"),
-        quickack=args.quickack,
-        quic_cc=args.quic_cc,
-        max_datagram_size=args.max_datagram_size,
-        quic_batching=not args.no_batching,
-        quic_pacing=parse_pacing(args.quic_pacing),
-        quic_max_data_bytes=size("quic_max_data", "quic-max-data"),
-        h2_window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
+        **transport_fields(args),
         processing_audio_s=units.parse_duration_s("processing-audio", args.processing_audio),
         processing_image_s=units.parse_duration_s("processing-image", args.processing_image),
         max_body_bytes=units.parse_size_bytes("max-body", args.max_body),

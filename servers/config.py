@@ -6,15 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.errors import SpecError
+from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
 
-TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
-"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
-QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
-"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``)."""
-QUIC_MIN_DATAGRAM_BYTES = 1200
-"""RFC 9000 section 14: the smallest maximum datagram size a QUIC endpoint may use."""
-QUIC_MAX_DATAGRAM_BYTES = 65_527
-"""Largest UDP payload (RFC 9000 max_udp_payload_size upper bound is 65527)."""
 DEFAULT_H2_WINDOW_BYTES = 16 * 1024 * 1024
 """HTTP/2 stream and connection windows large enough not to be the limit (16 MiB)."""
 H2_MAX_WINDOW_BYTES = 2**31 - 1
@@ -77,38 +70,14 @@ class ServerConfig:
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     def __post_init__(self) -> None:
-        if isinstance(self.quic_pacing, str) and self.quic_pacing not in ("cwnd", "off"):
-            raise SpecError("quic-pacing", f"{self.quic_pacing!r}: use cwnd, off or a rate")
-        if not isinstance(self.quic_pacing, str) and not self.quic_pacing > 0:
-            raise SpecError("quic-pacing", "a pacing rate must be > 0 bit/s")
+        check_quic_pacing(self.quic_pacing)
         for name in ("h2_port", "h3_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
                 raise SpecError(name.replace("_", "-"), f"port {port} is not in 0..65535")
         if self.h2_port is None and self.h3_port is None:
             raise SpecError("h2-port", "at least one of h2 and h3 must listen")
-        if self.cc is not None and self.cc not in TCP_CONGESTION_CONTROLS:
-            raise SpecError("cc", f"{self.cc!r} is not one of {', '.join(TCP_CONGESTION_CONTROLS)}")
-        if self.quic_cc not in QUIC_CONGESTION_CONTROLS:
-            raise SpecError(
-                "quic-cc", f"{self.quic_cc!r} is not one of {', '.join(QUIC_CONGESTION_CONTROLS)}"
-            )
-        if not QUIC_MIN_DATAGRAM_BYTES <= self.max_datagram_size <= QUIC_MAX_DATAGRAM_BYTES:
-            raise SpecError(
-                "max-datagram-size",
-                f"{self.max_datagram_size} is not in {QUIC_MIN_DATAGRAM_BYTES}.."
-                f"{QUIC_MAX_DATAGRAM_BYTES} (RFC 9000 section 14)",
-            )
-        for name in (
-            "window_clamp_bytes",
-            "sndbuf_bytes",
-            "rcvbuf_bytes",
-            "notsent_lowat_bytes",
-            "quic_max_data_bytes",
-        ):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise SpecError(name.removesuffix("_bytes").replace("_", "-"), "must be > 0 bytes")
+        check_transport_fields(self)
         if self.max_pacing_rate_bps is not None and self.max_pacing_rate_bps <= 0:
             raise SpecError("max-pacing-rate", "must be > 0 bit/s")
         if not 65_535 <= self.h2_window_bytes <= H2_MAX_WINDOW_BYTES:

@@ -11,6 +11,7 @@ from clients.sampler import Sampler
 from servers.app import AppConfig
 from servers.config import ServerConfig
 from servers.events import EventLog
+from servers.knobs import tcp_options_of
 from servers.sockopts import TcpOptions
 
 
@@ -48,13 +49,4 @@ class ServerContext:
 
     @property
     def tcp_options(self) -> TcpOptions:
-        c = self.config
-        return TcpOptions(
-            cc=c.cc,
-            window_clamp_bytes=c.window_clamp_bytes,
-            sndbuf_bytes=c.sndbuf_bytes,
-            rcvbuf_bytes=c.rcvbuf_bytes,
-            max_pacing_rate_bps=c.max_pacing_rate_bps,
-            notsent_lowat_bytes=c.notsent_lowat_bytes,
-            quickack=c.quickack,
-        )
+        return tcp_options_of(self.config)

@@ -23,6 +23,7 @@ import h2.settings
 from clients.tcpinfo import read_tcp_info
 from servers import app
 from servers.context import ServerContext
+from servers.session import ExchangeStreams, paced_chunks
 from servers.sockopts import apply_tcp_options, rearm_quickack
 from servers.tls import ensure_certificate, server_context
 
@@ -35,18 +36,16 @@ WRITE_BATCH_BYTES = 256 * 1024
 IDLE_CHECK_FRACTION = 4
 
 
-class H2ServerProtocol(asyncio.Protocol):
+class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
+    proto = PROTO
+
     def __init__(self, ctx: ServerContext) -> None:
-        self.ctx = ctx
-        self.conn_id = ctx.next_conn_id()
+        self._init_streams(ctx, ctx.next_conn_id())
         self.h2 = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=False, header_encoding=None)
         )
         self.transport: asyncio.Transport | None = None
         self.sock: Any = None
-        self.exchanges: dict[int, app.Exchange] = {}
-        self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.started: set[int] = set()
         self._window_changed = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
@@ -102,18 +101,7 @@ class H2ServerProtocol(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         now = time.monotonic()
-        for stream_id, exchange in self.exchanges.items():
-            if not exchange.finished and exchange.truncated:
-                self._log(
-                    "upload_truncated",
-                    stream=stream_id,
-                    now=now,
-                    received_bytes=exchange.received_bytes,
-                    content_length=exchange.head.content_length,
-                    reason="connection closed",
-                )
-        for task in self.tasks.values():
-            task.cancel()
+        self._close_streams(now)
         if self._idle_handle is not None:
             self._idle_handle.cancel()
         self._window_changed.set()
@@ -153,99 +141,17 @@ class H2ServerProtocol(asyncio.Protocol):
             self._log("error", stream=stream_id, now=now, reason=f"bad request head: {err}")
             self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
             return
-        exchange = app.Exchange(head=head, config=self.ctx.app_config)
-        self.exchanges[stream_id] = exchange
-        self._log(
-            "request_first_byte",
-            stream=stream_id,
-            now=now,
-            method=head.method,
-            path=head.path,
-            content_length=head.content_length,
-        )
-        if exchange.early is not None and event.stream_ended is None:
-            self._start_response(stream_id, exchange.early, now)
-
-    def _on_data(self, stream_id: int, data: bytes, now: float) -> None:
-        exchange = self.exchanges.get(stream_id)
-        if exchange is None or exchange.early is not None:
-            return
-        if exchange.received_bytes == 0 and data:
-            self._log("request_body_first_byte", stream=stream_id, now=now)
-        plan = exchange.feed(data)
-        if plan is not None:
-            self._start_response(stream_id, plan, now)
-
-    def _on_end(self, stream_id: int, now: float) -> None:
-        exchange = self.exchanges.get(stream_id)
-        if exchange is None or exchange.finished:
-            return
-        plan = exchange.finish()
-        self._log(
-            "request_last_byte",
-            stream=stream_id,
-            now=now,
-            received_bytes=exchange.received_bytes,
-            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
-        )
-        if exchange.truncated:
-            self._log(
-                "upload_truncated",
-                stream=stream_id,
-                now=now,
-                received_bytes=exchange.received_bytes,
-                content_length=exchange.head.content_length,
-                reason="stream ended early",
-            )
-        self._start_response(stream_id, plan, now)
-
-    def _on_reset(self, stream_id: int, error_code: Any, now: float) -> None:
-        exchange = self.exchanges.get(stream_id)
-        self._log("stream_reset", stream=stream_id, now=now, error_code=int(error_code))
-        if exchange is not None and not exchange.finished and exchange.truncated:
-            self._log(
-                "upload_truncated",
-                stream=stream_id,
-                now=now,
-                received_bytes=exchange.received_bytes,
-                content_length=exchange.head.content_length,
-                reason="stream reset by peer",
-            )
-        task = self.tasks.pop(stream_id, None)
-        if task is not None:
-            task.cancel()
+        self._open_exchange(stream_id, head, now, event.stream_ended is not None)
 
     # -- responses -------------------------------------------------------------------------
-    def _start_response(self, stream_id: int, plan: app.ResponsePlan, now: float) -> None:
-        if stream_id in self.started:
-            return
-        self.started.add(stream_id)
-        if plan.error is not None:
-            self._log("error", stream=stream_id, now=now, status=plan.status, reason=plan.error)
-        task = asyncio.get_running_loop().create_task(self._respond(stream_id, plan, now))
-        self.tasks[stream_id] = task
-        task.add_done_callback(lambda _t, sid=stream_id: self._response_done(sid, _t))
-
-    def _response_done(self, stream_id: int, task: asyncio.Task[None]) -> None:
-        if self.tasks.get(stream_id) is task:
-            del self.tasks[stream_id]
-        exchange = self.exchanges.get(stream_id)
-        if exchange is not None and exchange.finished:
-            del self.exchanges[stream_id]
-        if not task.cancelled() and task.exception() is not None:
-            self._log("error", stream=stream_id, reason=f"response failed: {task.exception()!r}")
-
-    async def _respond(self, stream_id: int, plan: app.ResponsePlan, ready: float) -> None:
-        if plan.processing_s > 0:
-            self._log("processing_start", stream=stream_id)
-            await asyncio.sleep(plan.processing_s)
-            self._log("processing_end", stream=stream_id)
+    async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
+        await self._process(stream_id, plan)
         if self._closed:
             return
         sock = self.sock
-        sampling = self.ctx.sample_response(
-            f"{PROTO}:{self.conn_id}:{stream_id}",
-            lambda: {"proto": PROTO, **read_tcp_info(sock)},
+        sampling = self._sample_response(
+            stream_id,
+            lambda: read_tcp_info(sock),
             lambda v: v.get("unacked") == 0 and v.get("notsent_bytes") == 0,
         )
         self.h2.send_headers(
@@ -256,13 +162,12 @@ class H2ServerProtocol(asyncio.Protocol):
         self._flush()
         self._log("response_first_byte", stream=stream_id, status=plan.status)
         if plan.stream_chunks:
-            await self._send_chunks(stream_id, plan, ready)
+            await self._send_chunks(stream_id, plan)
         elif plan.body:
             await self._send_body(stream_id, plan.body)
         self._log("response_last_byte", stream=stream_id, bytes=plan.body_length)
         sampling[0] = True
-        exchange = self.exchanges.get(stream_id)
-        if plan.stop_reading and exchange is not None and not exchange.finished:
+        if self._still_reading(stream_id, plan):
             # RFC 9113 section 8.1: a complete response before the request ended;
             # RST_STREAM(NO_ERROR) asks the client to stop sending the body.
             try:
@@ -271,18 +176,9 @@ class H2ServerProtocol(asyncio.Protocol):
                 pass
             self._flush()
 
-    async def _send_chunks(self, stream_id: int, plan: app.ResponsePlan, ready: float) -> None:
-        from harness.workloads import stream_chunk
-
-        loop = asyncio.get_running_loop()
-        start = loop.time()
-        for index in range(plan.stream_chunks):
-            due = start + index * plan.chunk_interval_s + plan.chunk_processing_s
-            delay = due - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            last = index == plan.stream_chunks - 1
-            await self._send_body(stream_id, stream_chunk(index), end_stream=last)
+    async def _send_chunks(self, stream_id: int, plan: app.ResponsePlan) -> None:
+        async for index, chunk, last in paced_chunks(plan):
+            await self._send_body(stream_id, chunk, end_stream=last)
             self._log("chunk_sent", stream=stream_id, index=index)
 
     async def _send_body(self, stream_id: int, body: bytes, end_stream: bool = True) -> None:
@@ -328,17 +224,7 @@ class H2ServerProtocol(asyncio.Protocol):
                 reason="body shorter than content-length",
             )
             return self._finish_protocol_error()
-        for stream_id, exchange in self.exchanges.items():
-            if not exchange.finished and exchange.truncated:
-                exchange.finished = True
-                self._log(
-                    "upload_truncated",
-                    stream=stream_id,
-                    now=now,
-                    received_bytes=exchange.received_bytes,
-                    content_length=exchange.head.content_length,
-                    reason=f"protocol error: {type(err).__name__}",
-                )
+        self._truncate_open(now, f"protocol error: {type(err).__name__}")
         self._finish_protocol_error()
 
     def _finish_protocol_error(self) -> None:
@@ -372,11 +258,6 @@ class H2ServerProtocol(asyncio.Protocol):
             self._close()
             return
         self._schedule_idle_check()
-
-    def _log(
-        self, event: str, *, stream: int | None = None, now: float | None = None, **kw: Any
-    ) -> None:
-        self.ctx.log.emit(event, proto=PROTO, conn=self.conn_id, stream=stream, now=now, **kw)
 
 
 def make_listen_socket(ctx: ServerContext) -> socket.socket:

@@ -24,7 +24,6 @@ from aioquic.quic.packet import (
     pull_quic_header,
 )
 
-from harness.workloads import stream_chunk
 from servers import app
 from servers.context import ServerContext
 from servers.quic import (
@@ -35,6 +34,7 @@ from servers.quic import (
     quic_counters,
     stream_fully_sent,
 )
+from servers.session import ExchangeStreams, paced_chunks
 from servers.tls import ensure_certificate
 
 PROTO = "h3"
@@ -44,17 +44,15 @@ MAX_GARBAGE_LOG_LINES = 100
 """Garbage datagrams are counted; only the first ones get a log line each."""
 
 
-class H3ServerProtocol(WatchedProtocol):
+class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
     """One QUIC connection of the server."""
+
+    proto = PROTO
 
     def __init__(self, quic: Any, *, ctx: ServerContext, conn_id: int) -> None:
         super().__init__(quic)
-        self.ctx = ctx
-        self.conn_id = conn_id
+        self._init_streams(ctx, conn_id)
         self.h3 = H3Connection(quic)
-        self.exchanges: dict[int, app.Exchange] = {}
-        self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.started: set[int] = set()
         self.terminated = False
 
     def quic_event_received(self, event: qevents.QuicEvent) -> None:
@@ -93,89 +91,19 @@ class H3ServerProtocol(WatchedProtocol):
                 self._log("error", stream=event.stream_id, now=now, reason=f"bad head: {err}")
                 self._quic.reset_stream(event.stream_id, H3ErrorCode.H3_MESSAGE_ERROR)
                 return
-            exchange = app.Exchange(head=head, config=self.ctx.app_config)
-            self.exchanges[event.stream_id] = exchange
-            self._log(
-                "request_first_byte",
-                stream=event.stream_id,
-                now=now,
-                method=head.method,
-                path=head.path,
-                content_length=head.content_length,
-            )
-            if exchange.early is not None and not event.stream_ended:
-                self._start_response(event.stream_id, exchange.early, now)
+            self._open_exchange(event.stream_id, head, now, event.stream_ended)
             if event.stream_ended:
                 self._on_end(event.stream_id, now)
         elif isinstance(event, DataReceived):
-            exchange = self.exchanges.get(event.stream_id)
-            if exchange is None:
-                return
-            if exchange.early is None:
-                if exchange.received_bytes == 0 and event.data:
-                    self._log("request_body_first_byte", stream=event.stream_id, now=now)
-                plan = exchange.feed(event.data)
-                if plan is not None:
-                    self._start_response(event.stream_id, plan, now)
+            self._on_data(event.stream_id, event.data, now)
             if event.stream_ended:
                 self._on_end(event.stream_id, now)
-
-    def _on_end(self, stream_id: int, now: float) -> None:
-        exchange = self.exchanges.get(stream_id)
-        if exchange is None or exchange.finished:
-            return
-        plan = exchange.finish()
-        self._log(
-            "request_last_byte",
-            stream=stream_id,
-            now=now,
-            received_bytes=exchange.received_bytes,
-            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
-        )
-        if exchange.truncated:
-            self._log(
-                "upload_truncated",
-                stream=stream_id,
-                now=now,
-                received_bytes=exchange.received_bytes,
-                content_length=exchange.head.content_length,
-                reason="stream ended early",
-            )
-        self._start_response(stream_id, plan, now)
-
-    def _on_reset(self, stream_id: int, error_code: int, now: float) -> None:
-        self._log("stream_reset", stream=stream_id, now=now, error_code=error_code)
-        exchange = self.exchanges.get(stream_id)
-        if exchange is not None and not exchange.finished and exchange.truncated:
-            exchange.finished = True
-            self._log(
-                "upload_truncated",
-                stream=stream_id,
-                now=now,
-                received_bytes=exchange.received_bytes,
-                content_length=exchange.head.content_length,
-                reason="stream reset by peer",
-            )
-        task = self.tasks.pop(stream_id, None)
-        if task is not None:
-            task.cancel()
 
     def _on_terminated(self, event: qevents.ConnectionTerminated, now: float) -> None:
         if self.terminated:
             return
         self.terminated = True
-        for stream_id, exchange in self.exchanges.items():
-            if not exchange.finished and exchange.truncated:
-                self._log(
-                    "upload_truncated",
-                    stream=stream_id,
-                    now=now,
-                    received_bytes=exchange.received_bytes,
-                    content_length=exchange.head.content_length,
-                    reason="connection closed",
-                )
-        for task in self.tasks.values():
-            task.cancel()
+        self._close_streams(now)
         if event.error_code:
             self._log(
                 "error",
@@ -190,37 +118,14 @@ class H3ServerProtocol(WatchedProtocol):
         )
 
     # -- responses -------------------------------------------------------------------------
-    def _start_response(self, stream_id: int, plan: app.ResponsePlan, now: float) -> None:
-        if stream_id in self.started:
-            return
-        self.started.add(stream_id)
-        if plan.error is not None:
-            self._log("error", stream=stream_id, now=now, status=plan.status, reason=plan.error)
-        task = self._loop.create_task(self._respond(stream_id, plan))
-        self.tasks[stream_id] = task
-
-        def done(t: asyncio.Task[None], sid: int = stream_id) -> None:
-            if self.tasks.get(sid) is t:
-                del self.tasks[sid]
-            exchange = self.exchanges.get(sid)
-            if exchange is not None and exchange.finished:
-                del self.exchanges[sid]
-            if not t.cancelled() and t.exception() is not None:
-                self._log("error", stream=sid, reason=f"response failed: {t.exception()!r}")
-
-        task.add_done_callback(done)
-
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
-        if plan.processing_s > 0:
-            self._log("processing_start", stream=stream_id)
-            await asyncio.sleep(plan.processing_s)
-            self._log("processing_end", stream=stream_id)
+        await self._process(stream_id, plan)
         if self.terminated:
             return
         body_length = plan.body_length
-        sampling = self.ctx.sample_response(
-            f"{PROTO}:{self.conn_id}:{stream_id}",
-            lambda: {"proto": PROTO, **quic_counters(self)},
+        sampling = self._sample_response(
+            stream_id,
+            lambda: quic_counters(self),
             lambda v: v.get("bytes_in_flight") == 0,
         )
         self.h3.send_headers(
@@ -229,16 +134,10 @@ class H3ServerProtocol(WatchedProtocol):
         self.transmit()
         self._log("response_first_byte", stream=stream_id, status=plan.status)
         if plan.stream_chunks:
-            start = time.monotonic()
-            for index in range(plan.stream_chunks):
-                due = start + index * plan.chunk_interval_s + plan.chunk_processing_s
-                delay = due - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
+            async for index, chunk, last in paced_chunks(plan):
                 if self.terminated:
                     return
-                last = index == plan.stream_chunks - 1
-                self.h3.send_data(stream_id, stream_chunk(index), end_stream=last)
+                self.h3.send_data(stream_id, chunk, end_stream=last)
                 self.transmit()
                 self._log("chunk_sent", stream=stream_id, index=index)
         elif body_length:
@@ -253,8 +152,7 @@ class H3ServerProtocol(WatchedProtocol):
         else:
             self._log("response_last_byte", stream=stream_id, bytes=0)
             sampling[0] = True
-        exchange = self.exchanges.get(stream_id)
-        if plan.stop_reading and exchange is not None and not exchange.finished:
+        if self._still_reading(stream_id, plan):
             # HTTP/3 (RFC 9114 section 4.1): a complete response may precede the end of the
             # request; STOP_SENDING(H3_NO_ERROR) asks the client to stop sending the body.
             try:
@@ -262,11 +160,6 @@ class H3ServerProtocol(WatchedProtocol):
             except Exception:
                 pass
         self.transmit()
-
-    def _log(
-        self, event: str, *, stream: int | None = None, now: float | None = None, **kw: Any
-    ) -> None:
-        self.ctx.log.emit(event, proto=PROTO, conn=self.conn_id, stream=stream, now=now, **kw)
 
 
 def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

@@ -33,6 +33,8 @@ def test_read_what_the_namespace_sends_and_inject_what_it_receives(tun_path) -> 
     client = tun_path["client"]
     fd = open_tun(names.DEVICE_IN_NS, client.ns)
     try:
+        # a packet sent before the kernel sees the carrier is dropped silently
+        wait_running(names.DEVICE_IN_NS, client.ns)
         with in_netns(client.ns):
             sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         sock.bind((client.addr, 4000))

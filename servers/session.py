@@ -1,0 +1,178 @@
+"""Per-stream request/response handling shared by the HTTP/2 and HTTP/3 server edges.
+
+:class:`ExchangeStreams` is mixed into each connection protocol. It keeps one
+:class:`servers.app.Exchange` per request stream, logs the request's life (first byte, body,
+last byte, truncation, reset), starts one response task per stream and paces streamed
+chunks. The protocol edges keep what is protocol-specific: parsing frames or QUIC events,
+refusing a bad head, and writing the response (``_respond``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from harness.workloads import stream_chunk
+from servers import app
+from servers.context import ServerContext
+
+
+class ExchangeStreams:
+    """The request streams of one connection. Subclasses set ``proto`` and ``_respond``."""
+
+    proto: str
+    ctx: ServerContext
+    conn_id: int
+
+    def _init_streams(self, ctx: ServerContext, conn_id: int) -> None:
+        self.ctx = ctx
+        self.conn_id = conn_id
+        self.exchanges: dict[int, app.Exchange] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.started: set[int] = set()
+
+    async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
+        raise NotImplementedError
+
+    # -- requests ------------------------------------------------------------------------
+    def _open_exchange(
+        self, stream_id: int, head: app.RequestHead, now: float, stream_ended: bool
+    ) -> None:
+        """A request head arrived: start its exchange; answer at once if it is refused."""
+        exchange = app.Exchange(head=head, config=self.ctx.app_config)
+        self.exchanges[stream_id] = exchange
+        self._log(
+            "request_first_byte",
+            stream=stream_id,
+            now=now,
+            method=head.method,
+            path=head.path,
+            content_length=head.content_length,
+        )
+        if exchange.early is not None and not stream_ended:
+            self._start_response(stream_id, exchange.early, now)
+
+    def _on_data(self, stream_id: int, data: bytes, now: float) -> None:
+        exchange = self.exchanges.get(stream_id)
+        if exchange is None or exchange.early is not None:
+            return
+        if exchange.received_bytes == 0 and data:
+            self._log("request_body_first_byte", stream=stream_id, now=now)
+        plan = exchange.feed(data)
+        if plan is not None:
+            self._start_response(stream_id, plan, now)
+
+    def _on_end(self, stream_id: int, now: float) -> None:
+        exchange = self.exchanges.get(stream_id)
+        if exchange is None or exchange.finished:
+            return
+        plan = exchange.finish()
+        self._log(
+            "request_last_byte",
+            stream=stream_id,
+            now=now,
+            received_bytes=exchange.received_bytes,
+            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
+        )
+        if exchange.truncated:
+            self._log_truncated(stream_id, exchange, now, "stream ended early")
+        self._start_response(stream_id, plan, now)
+
+    def _on_reset(self, stream_id: int, error_code: int, now: float) -> None:
+        self._log("stream_reset", stream=stream_id, now=now, error_code=int(error_code))
+        exchange = self.exchanges.get(stream_id)
+        if exchange is not None and not exchange.finished and exchange.truncated:
+            exchange.finished = True
+            self._log_truncated(stream_id, exchange, now, "stream reset by peer")
+        task = self.tasks.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
+
+    def _truncate_open(self, now: float, reason: str) -> None:
+        """The connection is going: every upload still short of its length is truncated."""
+        for stream_id, exchange in self.exchanges.items():
+            if not exchange.finished and exchange.truncated:
+                exchange.finished = True
+                self._log_truncated(stream_id, exchange, now, reason)
+
+    def _close_streams(self, now: float) -> None:
+        """The connection closed: log the truncated uploads and cancel every response."""
+        self._truncate_open(now, "connection closed")
+        for task in self.tasks.values():
+            task.cancel()
+
+    def _log_truncated(
+        self, stream_id: int, exchange: app.Exchange, now: float, reason: str
+    ) -> None:
+        self._log(
+            "upload_truncated",
+            stream=stream_id,
+            now=now,
+            received_bytes=exchange.received_bytes,
+            content_length=exchange.head.content_length,
+            reason=reason,
+        )
+
+    # -- responses -------------------------------------------------------------------------
+    def _start_response(self, stream_id: int, plan: app.ResponsePlan, now: float) -> None:
+        if stream_id in self.started:
+            return
+        self.started.add(stream_id)
+        if plan.error is not None:
+            self._log("error", stream=stream_id, now=now, status=plan.status, reason=plan.error)
+        task = asyncio.get_running_loop().create_task(self._respond(stream_id, plan))
+        self.tasks[stream_id] = task
+        task.add_done_callback(lambda t, sid=stream_id: self._response_done(sid, t))
+
+    def _response_done(self, stream_id: int, task: asyncio.Task[None]) -> None:
+        if self.tasks.get(stream_id) is task:
+            del self.tasks[stream_id]
+        exchange = self.exchanges.get(stream_id)
+        if exchange is not None and exchange.finished:
+            del self.exchanges[stream_id]
+        if not task.cancelled() and task.exception() is not None:
+            self._log("error", stream=stream_id, reason=f"response failed: {task.exception()!r}")
+
+    async def _process(self, stream_id: int, plan: app.ResponsePlan) -> None:
+        """The route's processing time, before the response starts."""
+        if plan.processing_s > 0:
+            self._log("processing_start", stream=stream_id)
+            await asyncio.sleep(plan.processing_s)
+            self._log("processing_end", stream=stream_id)
+
+    def _sample_response(
+        self,
+        stream_id: int,
+        counters: Callable[[], dict[str, Any]],
+        drained: Callable[[dict[str, Any]], bool],
+    ) -> list[bool]:
+        """Sample this response's sender state (see ``ServerContext.sample_response``)."""
+        return self.ctx.sample_response(
+            f"{self.proto}:{self.conn_id}:{stream_id}",
+            lambda: {"proto": self.proto, **counters()},
+            drained,
+        )
+
+    def _still_reading(self, stream_id: int, plan: app.ResponsePlan) -> bool:
+        """The response is complete but the request body is still coming and must stop."""
+        exchange = self.exchanges.get(stream_id)
+        return plan.stop_reading and exchange is not None and not exchange.finished
+
+    def _log(
+        self, event: str, *, stream: int | None = None, now: float | None = None, **kw: Any
+    ) -> None:
+        self.ctx.log.emit(event, proto=self.proto, conn=self.conn_id, stream=stream, now=now, **kw)
+
+
+async def paced_chunks(plan: app.ResponsePlan) -> AsyncIterator[tuple[int, bytes, bool]]:
+    """``(index, chunk, last)`` for a streamed plan, each yielded at its due time:
+    ``start + index * chunk_interval_s + chunk_processing_s`` (CLOCK_MONOTONIC)."""
+    start = time.monotonic()
+    for index in range(plan.stream_chunks):
+        due = start + index * plan.chunk_interval_s + plan.chunk_processing_s
+        delay = due - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield index, stream_chunk(index), index == plan.stream_chunks - 1
