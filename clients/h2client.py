@@ -25,13 +25,10 @@ from clients.config import ClientConfig
 from clients.records import RequestRecord
 from clients.tcpinfo import read_tcp_info
 from clients.workload import RequestSpec, ResponseCollector
+from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.knobs import tcp_options_of
 from servers.sockopts import TcpOptions, apply_tcp_options, rearm_quickack
 from servers.tls import ALPN_H2
-
-H2_MAX_FRAME_BYTES = 2**20
-WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
-WRITE_BATCH_BYTES = 256 * 1024
 
 
 @dataclass
@@ -59,16 +56,7 @@ class H2ClientProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         self.sock = transport.get_extra_info("socket")
-        self.h2.initiate_connection()
-        self.h2.update_settings(
-            {
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: self.window_bytes,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: H2_MAX_FRAME_BYTES,
-                h2.settings.SettingCodes.ENABLE_PUSH: 0,
-            }
-        )
-        if self.window_bytes > 65_535:
-            self.h2.increment_flow_control_window(self.window_bytes - 65_535)
+        start_connection(self.h2, self.window_bytes, {h2.settings.SettingCodes.ENABLE_PUSH: 0})
         self._flush()
 
     def data_received(self, data: bytes) -> None:
@@ -163,13 +151,7 @@ class H2ClientProtocol(asyncio.Protocol):
                 self._window_changed.clear()
                 await self._window_changed.wait()
                 continue
-            frame_max = self.h2.max_outbound_frame_size
-            stop = min(total, offset + window, offset + WRITE_BATCH_BYTES)
-            while offset < stop:
-                size = min(frame_max, stop - offset)
-                end = offset + size == total
-                self.h2.send_data(stream_id, bytes(view[offset : offset + size]), end_stream=end)
-                offset += size
+            offset = queue_data(self.h2, stream_id, view, offset, window, end_stream=True)
             self._flush()
             if offset < total:
                 await asyncio.sleep(0)

@@ -25,9 +25,9 @@ from clients.records import RequestRecord
 from clients.workload import RequestSpec, ResponseCollector
 from servers.quic import (
     WatchedProtocol,
-    make_quic_configuration,
-    make_quic_connection,
     make_udp_socket,
+    quic_configuration_of,
+    quic_connection_of,
     quic_counters,
     stream_fully_sent,
 )
@@ -181,23 +181,14 @@ async def open_connection(
 ) -> H3Client:
     """Open a QUIC connection; wait for the handshake unless ``early`` (0-RTT) is asked."""
     loop = asyncio.get_running_loop()
-    configuration = make_quic_configuration(
-        is_client=True,
-        cc=config.quic_cc,
-        max_datagram_size=config.max_datagram_size,
-        fixed_window_bytes=config.quic_max_data_bytes,
-        qlog_dir=config.qlog_dir,
-        keylog=keylog,
-    )
+    configuration = quic_configuration_of(config, is_client=True, keylog=keylog)
     configuration.server_name = config.server_name
     configuration.verify_mode = ssl.CERT_NONE
     configuration.session_ticket = ticket
     protocol_box: list[H3ClientProtocol] = []
-    quic = make_quic_connection(
+    quic = quic_connection_of(
         configuration,
-        config.quic_max_data_bytes,
-        pacing=config.quic_pacing,
-        max_pacing_rate_bps=config.max_pacing_rate_bps,
+        config,
         session_ticket_handler=lambda t: protocol_box[0].on_ticket(t) if protocol_box else None,
     )
     bind_host = "::" if ":" in config.host else "0.0.0.0"

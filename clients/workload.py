@@ -39,50 +39,28 @@ class RequestSpec:
         return head
 
 
+@dataclass(frozen=True)
+class _Route:
+    method: str
+    path: str
+    upload: str | None = None
+    """Fixed workload sent as the body (its SHA-256 must come back), if any."""
+    download: str | None = None
+    """Fixed workload expected as the response body (bytes and SHA-256), if any."""
+
+
+WORKLOAD_ROUTES: dict[str, _Route] = {
+    "asr": _Route("POST", "/asr", upload="audio"),
+    "tts": _Route("GET", "/tts", download="audio"),
+    "retouch": _Route("POST", "/retouch", upload="image", download="retouched"),
+    "image": _Route("GET", "/image", download="image"),  # bench: 30 MB down
+    "sink": _Route("POST", "/sink", upload="image"),  # bench: 30 MB up
+}
+"""The request of each fixed workload (``stream`` is built from its chunk count)."""
+
+
 def request_spec(workload: str, chunks: int = 50) -> RequestSpec:
-    """The request of a workload: asr, tts, retouch or stream."""
-    if workload == "asr":
-        return RequestSpec(
-            "asr",
-            "POST",
-            "/asr",
-            body=workloads.workload_bytes("audio"),
-            expect_upload_sha256=workloads.workload_sha256("audio"),
-        )
-    if workload == "tts":
-        return RequestSpec(
-            "tts",
-            "GET",
-            "/tts",
-            expect_down_sha256=workloads.workload_sha256("audio"),
-            expect_down_bytes=workloads.AUDIO_SIZE_BYTES,
-        )
-    if workload == "retouch":
-        return RequestSpec(
-            "retouch",
-            "POST",
-            "/retouch",
-            body=workloads.workload_bytes("image"),
-            expect_down_sha256=workloads.workload_sha256("retouched"),
-            expect_down_bytes=workloads.RETOUCHED_SIZE_BYTES,
-            expect_upload_sha256=workloads.workload_sha256("image"),
-        )
-    if workload == "image":  # bench: 30 MB down
-        return RequestSpec(
-            "image",
-            "GET",
-            "/image",
-            expect_down_sha256=workloads.workload_sha256("image"),
-            expect_down_bytes=workloads.IMAGE_SIZE_BYTES,
-        )
-    if workload == "sink":  # bench: 30 MB up
-        return RequestSpec(
-            "sink",
-            "POST",
-            "/sink",
-            body=workloads.workload_bytes("image"),
-            expect_upload_sha256=workloads.workload_sha256("image"),
-        )
+    """The request of a workload: asr, tts, retouch, stream, or the bench's image and sink."""
     if workload == "stream":
         return RequestSpec(
             "stream",
@@ -92,7 +70,19 @@ def request_spec(workload: str, chunks: int = 50) -> RequestSpec:
             expect_down_bytes=chunks * workloads.STREAM_CHUNK_BYTES,
             stream_chunks=chunks,
         )
-    raise ValueError(f"unknown workload {workload!r}")
+    route = WORKLOAD_ROUTES.get(workload)
+    if route is None:
+        raise ValueError(f"unknown workload {workload!r}")
+    up, down = route.upload, route.download
+    return RequestSpec(
+        workload,
+        route.method,
+        route.path,
+        body=workloads.workload_bytes(up) if up else b"",
+        expect_down_sha256=workloads.workload_sha256(down) if down else None,
+        expect_down_bytes=workloads.get_workload(down).size_bytes if down else None,
+        expect_upload_sha256=workloads.workload_sha256(up) if up else None,
+    )
 
 
 @dataclass

@@ -602,6 +602,8 @@ def socket_flags(settings: Settings, path_rate_bps: float | None) -> list[str]:
         argv += ["--max-pacing-rate", format_rate(pacing)]
     if settings.quickack:
         argv.append("--quickack")
+    if settings.quic_pacing != "cwnd":
+        argv += ["--quic-pacing", settings.quic_pacing]
     return argv
 
 

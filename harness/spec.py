@@ -117,6 +117,9 @@ class Settings:
     """TCP_QUICKACK on the receivers: an ACK for every segment instead of delayed ACKs."""
     max_datagram_size_bytes: int | None = None
     """QUIC max_datagram_size, None for aioquic's 1200."""
+    quic_pacing: str = "cwnd"
+    """QUIC sender pacing on both ends: ``cwnd`` (aioquic's pacer, cwnd/srtt), ``off``
+    (cwnd-limited bursts, as Linux reno/cubic without fq) or a rate such as ``333mbit``."""
     quic_max_data_bytes: int | None = None
     """A fixed QUIC flow-control window, None for aioquic's self-growing windows."""
     h2_window_bytes: int | None = None
@@ -255,6 +258,13 @@ def _rate(name: str, value: Any) -> float:
     return parse_rate_bps(name, value)
 
 
+def _quic_pacing(name: str, value: Any) -> str:
+    if value in ("cwnd", "off"):
+        return value
+    _rate(name, value)
+    return value
+
+
 def _duration(name: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, str):
         raise SpecError(name, f"must be a duration such as '30ms', got {value!r}")
@@ -314,6 +324,7 @@ SETTING_PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "quickack": ("quickack", _bool),
     "max_datagram_size": ("max_datagram_size_bytes", _optional(_size(QUIC_MIN_DATAGRAM_BYTES))),
     "quic_max_data": ("quic_max_data_bytes", _optional(_size(1024))),
+    "quic_pacing": ("quic_pacing", _quic_pacing),
     "h2_window": ("h2_window_bytes", _optional(_size(65535))),
     "processing_audio": ("processing_audio_s", _duration),
     "processing_image": ("processing_image_s", _duration),

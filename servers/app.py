@@ -233,14 +233,8 @@ class Exchange:
         )
 
     def _route_tts(self) -> ResponsePlan:
-        body = workloads.workload_bytes("audio")
-        headers = [
-            ("content-type", "audio/L16;rate=16000;channels=1"),
-            ("content-length", str(len(body))),
-            ("x-sha256", workloads.workload_sha256("audio")),
-        ]
-        return ResponsePlan(
-            status=200, headers=headers, body=body, processing_s=self.config.processing_audio_s
+        return _workload_plan(
+            "audio", "audio/L16;rate=16000;channels=1", self.config.processing_audio_s
         )
 
     def _route_retouch(self) -> ResponsePlan:
@@ -249,25 +243,15 @@ class Exchange:
             plan = _error(422, f"upload does not match workload {expected}", self._upload_headers())
             plan.stop_reading = False
             return plan
-        body = workloads.workload_bytes("retouched")
-        headers = [
-            ("content-type", "application/octet-stream"),
-            ("content-length", str(len(body))),
-            ("x-sha256", workloads.workload_sha256("retouched")),
-            *self._upload_headers(),
-        ]
-        return ResponsePlan(
-            status=200, headers=headers, body=body, processing_s=self.config.processing_image_s
+        return _workload_plan(
+            "retouched",
+            "application/octet-stream",
+            self.config.processing_image_s,
+            self._upload_headers(),
         )
 
     def _route_image(self) -> ResponsePlan:
-        body = workloads.workload_bytes("image")
-        headers = [
-            ("content-type", "application/octet-stream"),
-            ("content-length", str(len(body))),
-            ("x-sha256", workloads.workload_sha256("image")),
-        ]
-        return ResponsePlan(status=200, headers=headers, body=body)
+        return _workload_plan("image", "application/octet-stream")
 
     def _route_sink(self) -> ResponsePlan:
         answer = {"upload_sha256": self.upload_sha256, "upload_length": self.received_bytes}
@@ -287,6 +271,23 @@ class Exchange:
             ("x-sha256", workloads.stream_sha256(chunks)),
         ]
         return ResponsePlan(status=200, headers=headers, stream_chunks=chunks)
+
+
+def _workload_plan(
+    name: str,
+    content_type: str,
+    processing_s: float = 0.0,
+    extra: list[tuple[str, str]] | None = None,
+) -> ResponsePlan:
+    """200 with a fixed workload as the body, its length and SHA-256 in the headers."""
+    body = workloads.workload_bytes(name)
+    headers = [
+        ("content-type", content_type),
+        ("content-length", str(len(body))),
+        ("x-sha256", workloads.workload_sha256(name)),
+        *(extra or []),
+    ]
+    return ResponsePlan(status=200, headers=headers, body=body, processing_s=processing_s)
 
 
 def _json_plan(

@@ -44,9 +44,7 @@ from pathlib import Path
 from harness import units, workloads
 from harness.errors import SpecError
 from servers.config import DEFAULT_PORT, ServerConfig
-from servers.knobs import add_transport_arguments, parse_pacing, transport_fields
-
-__all__ = ["add_arguments", "config_from_args", "parse_pacing", "register"]
+from servers.knobs import add_transport_arguments, transport_fields
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -23,16 +23,12 @@ import h2.settings
 from clients.tcpinfo import read_tcp_info
 from servers import app
 from servers.context import ServerContext
+from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.session import ExchangeStreams, paced_chunks
 from servers.sockopts import apply_tcp_options, rearm_quickack
 from servers.tls import ensure_certificate, server_context
 
 PROTO = "h2"
-H2_MAX_FRAME_BYTES = 2**20
-"""SETTINGS_MAX_FRAME_SIZE we accept (RFC 9113 allows up to 2^24-1): fewer frames per MB."""
-WRITE_BUFFER_HIGH_BYTES = 1024 * 1024
-WRITE_BATCH_BYTES = 256 * 1024
-"""Flush to the transport after at most this many body bytes, then wait if it is full."""
 IDLE_CHECK_FRACTION = 4
 
 
@@ -64,16 +60,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             apply_tcp_options(self.sock, self.ctx.tcp_options)
         except Exception as err:  # a knob the kernel refuses: say so, keep serving
             self._log("error", reason=f"socket option: {err}")
-        window = self.ctx.config.h2_window_bytes
-        self.h2.initiate_connection()
-        self.h2.update_settings(
-            {
-                h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: window,
-                h2.settings.SettingCodes.MAX_FRAME_SIZE: H2_MAX_FRAME_BYTES,
-            }
-        )
-        if window > h2.settings.Settings().initial_window_size:
-            self.h2.increment_flow_control_window(window - 65_535)
+        start_connection(self.h2, self.ctx.config.h2_window_bytes)
         self._flush()
         ssl_object = transport.get_extra_info("ssl_object")
         self._log(
@@ -135,10 +122,8 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
 
     def _on_request(self, event: h2.events.RequestReceived, now: float) -> None:
         stream_id = event.stream_id
-        try:
-            head = app.RequestHead.from_headers(event.headers)
-        except ValueError as err:
-            self._log("error", stream=stream_id, now=now, reason=f"bad request head: {err}")
+        head = self._parse_head(stream_id, event.headers, now)
+        if head is None:
             self.h2.reset_stream(stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)
             return
         self._open_exchange(stream_id, head, now, event.stream_ended is not None)
@@ -196,13 +181,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
                 self._window_changed.clear()
                 await self._window_changed.wait()
                 continue
-            frame_max = self.h2.max_outbound_frame_size
-            stop = min(total, offset + window, offset + WRITE_BATCH_BYTES)
-            while offset < stop:
-                size = min(frame_max, stop - offset)
-                end = end_stream and offset + size == total
-                self.h2.send_data(stream_id, bytes(view[offset : offset + size]), end_stream=end)
-                offset += size
+            offset = queue_data(self.h2, stream_id, view, offset, window, end_stream)
             self._flush()
             if offset < total:
                 await asyncio.sleep(0)

@@ -28,9 +28,9 @@ from servers import app
 from servers.context import ServerContext
 from servers.quic import (
     WatchedProtocol,
-    make_quic_configuration,
-    make_quic_connection,
     make_udp_socket,
+    quic_configuration_of,
+    quic_connection_of,
     quic_counters,
     stream_fully_sent,
 )
@@ -85,10 +85,8 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         if isinstance(event, HeadersReceived):
             if event.stream_id in self.exchanges:
                 return  # trailers: ignored
-            try:
-                head = app.RequestHead.from_headers(event.headers)
-            except ValueError as err:
-                self._log("error", stream=event.stream_id, now=now, reason=f"bad head: {err}")
+            head = self._parse_head(event.stream_id, event.headers, now)
+            if head is None:
                 self._quic.reset_stream(event.stream_id, H3ErrorCode.H3_MESSAGE_ERROR)
                 return
             self._open_exchange(event.stream_id, head, now, event.stream_ended)
@@ -226,12 +224,9 @@ class H3Listener(asyncio.DatagramProtocol):
         protocol.datagram_received(data, addr)
 
     def _new_connection(self, original_dcid: bytes) -> H3ServerProtocol:
-        config = self.ctx.config
-        quic = make_quic_connection(
+        quic = quic_connection_of(
             self.configuration,
-            config.quic_max_data_bytes,
-            pacing=config.quic_pacing,
-            max_pacing_rate_bps=config.max_pacing_rate_bps,
+            self.ctx.config,
             original_destination_connection_id=original_dcid,
             session_ticket_fetcher=self.tickets.pop,
             session_ticket_handler=lambda ticket: self.tickets.__setitem__(ticket.ticket, ticket),
@@ -281,14 +276,8 @@ async def start_h3(
     """Listen for HTTP/3 on UDP; returns the listener and the bound address."""
     config = ctx.config
     paths = ensure_certificate(config.cert_dir)
-    configuration = make_quic_configuration(
-        is_client=False,
-        cc=config.quic_cc,
-        max_datagram_size=config.max_datagram_size,
-        fixed_window_bytes=config.quic_max_data_bytes,
-        qlog_dir=config.qlog_dir,
-        keylog=keylog,
-        idle_timeout_s=config.idle_timeout_s,
+    configuration = quic_configuration_of(
+        config, is_client=False, keylog=keylog, idle_timeout_s=config.idle_timeout_s
     )
     configuration.load_cert_chain(paths.cert, paths.key)
     sock = make_udp_socket(config.bind, config.h3_port or 0, config.udp_buffer_bytes)

@@ -251,6 +251,35 @@ def make_quic_connection(
     return quic
 
 
+def quic_configuration_of(
+    config: Any, *, is_client: bool, keylog: IO[str] | None = None, **kwargs: Any
+) -> QuicConfiguration:
+    """:func:`make_quic_configuration` from the QUIC fields that a
+    :class:`~servers.config.ServerConfig` and a :class:`~clients.config.ClientConfig` share."""
+    return make_quic_configuration(
+        is_client=is_client,
+        cc=config.quic_cc,
+        max_datagram_size=config.max_datagram_size,
+        fixed_window_bytes=config.quic_max_data_bytes,
+        qlog_dir=config.qlog_dir,
+        keylog=keylog,
+        **kwargs,
+    )
+
+
+def quic_connection_of(
+    configuration: QuicConfiguration, config: Any, **kwargs: Any
+) -> QuicConnection:
+    """:func:`make_quic_connection` with a server or client config's window and pacing."""
+    return make_quic_connection(
+        configuration,
+        config.quic_max_data_bytes,
+        pacing=config.quic_pacing,
+        max_pacing_rate_bps=config.max_pacing_rate_bps,
+        **kwargs,
+    )
+
+
 def stream_fully_sent(quic: QuicConnection, stream_id: int) -> bool:
     """True once every byte of a finished stream has been put in a packet at least once."""
     stream = quic._streams.get(stream_id)

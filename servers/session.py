@@ -37,6 +37,15 @@ class ExchangeStreams:
         raise NotImplementedError
 
     # -- requests ------------------------------------------------------------------------
+    def _parse_head(self, stream_id: int, headers: Any, now: float) -> app.RequestHead | None:
+        """The request head, or None (logged) when it is malformed: the edge resets the
+        stream with its protocol's error code."""
+        try:
+            return app.RequestHead.from_headers(headers)
+        except ValueError as err:
+            self._log("error", stream=stream_id, now=now, reason=f"bad request head: {err}")
+            return None
+
     def _open_exchange(
         self, stream_id: int, head: app.RequestHead, now: float, stream_ended: bool
     ) -> None:

@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -124,27 +125,51 @@ async def retrying(config: ClientConfig, attempts: int = 20) -> list:
     return records
 
 
-@pytest.mark.peers("nghttpd")
-async def test_our_h2_client_against_nghttpd(tmp_path: Path) -> None:
+def nghttpd_argv(root: Path, port: int, key: Path, cert: Path) -> list[str]:
+    return ["nghttpd", "--address=127.0.0.1", "-d", str(root), str(port), str(key), str(cert)]
+
+
+def gtlsserver_argv(root: Path, port: int, key: Path, cert: Path) -> list[str]:
+    return ["gtlsserver", "-q", "-d", str(root), "127.0.0.1", str(port), str(key), str(cert)]
+
+
+@pytest.mark.parametrize(
+    ("protocol", "argv", "kind", "settle_s", "attempts"),
+    [
+        pytest.param(
+            "h2", nghttpd_argv, socket.SOCK_STREAM, 0.0, 20, marks=pytest.mark.peers("nghttpd")
+        ),
+        pytest.param(
+            "h3",
+            gtlsserver_argv,
+            socket.SOCK_DGRAM,
+            0.3,
+            5,
+            marks=pytest.mark.peers("gtlsserver"),
+        ),
+    ],
+    ids=["h2-nghttpd", "h3-gtlsserver"],
+)
+async def test_our_client_against_real_server(
+    tmp_path: Path,
+    protocol: str,
+    argv: Callable[[Path, int, Path, Path], list[str]],
+    kind: int,
+    settle_s: float,
+    attempts: int,
+) -> None:
     paths = ensure_certificate(tmp_path / "tls")
-    port = free_port(socket.SOCK_STREAM)
+    port = free_port(kind)
     peer = subprocess.Popen(
-        [
-            "nghttpd",
-            "--address=127.0.0.1",
-            "-d",
-            str(docroot(tmp_path)),
-            str(port),
-            str(paths.key),
-            str(paths.cert),
-        ],
+        argv(docroot(tmp_path), port, paths.key, paths.cert),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
+        time.sleep(settle_s)
         for workload in ("tts", "stream"):
             config = ClientConfig(
-                protocol="h2",
+                protocol=protocol,
                 port=port,
                 workload=workload,
                 chunks=5,
@@ -152,44 +177,7 @@ async def test_our_h2_client_against_nghttpd(tmp_path: Path) -> None:
                 connection="reused",
                 timeout_s=5.0,
             )
-            records = await retrying(config)
-            assert all(r.ok for r in records), [r.error for r in records]
-    finally:
-        peer.terminate()
-        peer.wait(10)
-
-
-@pytest.mark.peers("gtlsserver")
-async def test_our_h3_client_against_ngtcp2_server(tmp_path: Path) -> None:
-    paths = ensure_certificate(tmp_path / "tls")
-    port = free_port(socket.SOCK_DGRAM)
-    peer = subprocess.Popen(
-        [
-            "gtlsserver",
-            "-q",
-            "-d",
-            str(docroot(tmp_path)),
-            "127.0.0.1",
-            str(port),
-            str(paths.key),
-            str(paths.cert),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        time.sleep(0.3)
-        for workload in ("tts", "stream"):
-            config = ClientConfig(
-                protocol="h3",
-                port=port,
-                workload=workload,
-                chunks=5,
-                requests=2,
-                connection="reused",
-                timeout_s=5.0,
-            )
-            records = await retrying(config, attempts=5)
+            records = await retrying(config, attempts=attempts)
             assert all(r.ok for r in records), [r.error for r in records]
     finally:
         peer.terminate()

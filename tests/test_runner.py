@@ -125,6 +125,21 @@ def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
     assert client[client.index("--records") + 1] == str(tmp_path / "records.jsonl")
 
 
+def test_tuned_quic_arm_sends_unpaced_full_size_datagrams(tmp_path: Path) -> None:
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
+    tuned = spec.level("h3-reused").settings
+    for argv in (
+        server_argv(tuned, tuned.link_spec, bind="198.18.2.2", port=20001, run_dir=tmp_path),
+        client_argv(tuned, tuned.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path),
+    ):
+        assert argv[argv.index("--quic-pacing") + 1] == "off"
+        assert argv[argv.index("--max-datagram-size") + 1] == "1452"
+    new = spec.level("h3-new").settings
+    assert "--quic-pacing" not in client_argv(
+        new, new.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path
+    )
+
+
 def test_cpu_fraction_over_a_window_with_a_fake_clock() -> None:
     now = [0.0]
     watch = CpuWatch(clock=lambda: now[0])

@@ -182,6 +182,11 @@ async def test_stream_reset_mid_upload_is_truncated(server: ServerProcess) -> No
     ]
     assert truncated and truncated[0]["reason"] == "stream reset by peer"
     assert truncated[0]["received_bytes"] == 10_000
+    await asyncio.sleep(0.2)  # the server has seen the connection close: no second report
+    later = [e for e in read_events(server.log) if e["t"] >= conn.connect_start]  # type: ignore[attr-defined]
+    assert [e["reason"] for e in later if e["event"] == "upload_truncated"] == [
+        "stream reset by peer"
+    ]
 
 
 def _closed_by_server(sock: socket.socket | ssl.SSLSocket) -> bool:

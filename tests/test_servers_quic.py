@@ -5,6 +5,7 @@ Two aioquic endpoints are driven in memory with a fake clock (as aioquic's own t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aioquic.quic import events
@@ -23,19 +24,41 @@ SERVER_ADDR = ("2.3.4.5", 4433)
 PAYLOAD_BYTES = 4_000_000
 
 
-def pair(tmp_path: Path, window: int | None) -> tuple[QuicConnection, QuicConnection]:
+def connections(
+    tmp_path: Path,
+    *,
+    server_config: dict[str, Any],
+    client_config: dict[str, Any],
+    window: int | None,
+    **client_kwargs: Any,
+) -> tuple[QuicConnection, QuicConnection]:
+    """A client and a server connection (not yet connected); ``window``: both connections'
+    fixed window, ``*_config``: the keywords of each one's ``make_quic_configuration``."""
     paths = ensure_certificate(tmp_path / "tls")
-    server_config = make_quic_configuration(is_client=False, fixed_window_bytes=window)
-    server_config.load_cert_chain(paths.cert, paths.key)
-    client_config = make_quic_configuration(is_client=True, fixed_window_bytes=window)
-    client_config.verify_mode = 0
-    client = make_quic_connection(client_config, window)
+    server_configuration = make_quic_configuration(is_client=False, **server_config)
+    server_configuration.load_cert_chain(paths.cert, paths.key)
+    client_configuration = make_quic_configuration(is_client=True, **client_config)
+    client_configuration.verify_mode = 0
+    client = make_quic_connection(client_configuration, window, **client_kwargs)
     server = make_quic_connection(
-        server_config,
+        server_configuration,
         window,
         original_destination_connection_id=client.original_destination_connection_id,
     )
     return client, server
+
+
+def pair(tmp_path: Path, window: int | None) -> tuple[QuicConnection, QuicConnection]:
+    fixed = {"fixed_window_bytes": window}
+    return connections(tmp_path, server_config=fixed, client_config=fixed, window=window)
+
+
+def exchange(client: QuicConnection, server: QuicConnection, now: float) -> None:
+    """Deliver what each side has to send at ``now``: client first, then server."""
+    for data, _addr in client.datagrams_to_send(now=now):
+        server.receive_datagram(data, CLIENT_ADDR, now=now)
+    for data, _addr in server.datagrams_to_send(now=now):
+        client.receive_datagram(data, SERVER_ADDR, now=now)
 
 
 def run_transfer(client: QuicConnection, server: QuicConnection) -> tuple[int, int]:
@@ -47,10 +70,7 @@ def run_transfer(client: QuicConnection, server: QuicConnection) -> tuple[int, i
     largest_credit = 0
     for _ in range(20_000):
         now += 0.001
-        for data, _addr in client.datagrams_to_send(now=now):
-            server.receive_datagram(data, CLIENT_ADDR, now=now)
-        for data, _addr in server.datagrams_to_send(now=now):
-            client.receive_datagram(data, SERVER_ADDR, now=now)
+        exchange(client, server, now)
         while (event := client.next_event()) is not None:
             if isinstance(event, events.HandshakeCompleted) and stream_id is None:
                 stream_id = client.get_next_available_stream_id()
@@ -94,10 +114,7 @@ def test_stream_fully_sent(tmp_path: Path) -> None:
     assert not stream_fully_sent(client, stream_id)
     for _ in range(50):
         now += 0.001
-        for data, _addr in client.datagrams_to_send(now=now):
-            server.receive_datagram(data, CLIENT_ADDR, now=now)
-        for data, _addr in server.datagrams_to_send(now=now):
-            client.receive_datagram(data, SERVER_ADDR, now=now)
+        exchange(client, server, now)
     assert stream_fully_sent(client, stream_id)
 
 
@@ -129,29 +146,19 @@ def burst_rate_bps(
 ) -> float:
     """The rate at which a burst (354,640 bytes by default) leaves the client on a warm connection
     (srtt 200 ms), driving aioquic's pacing timer as the event loop would."""
-    paths = ensure_certificate(tmp_path / "tls")
-    server_config = make_quic_configuration(
-        is_client=False, max_datagram_size=1452, fixed_window_bytes=2 * burst_bytes
-    )
-    server_config.load_cert_chain(paths.cert, paths.key)
-    client_config = make_quic_configuration(is_client=True, max_datagram_size=1452)
-    client_config.verify_mode = 0
-    client = make_quic_connection(
-        client_config, None, pacing=pacing, max_pacing_rate_bps=max_rate_bps
-    )
-    server = make_quic_connection(
-        server_config,
-        None,
-        original_destination_connection_id=client.original_destination_connection_id,
+    client, server = connections(
+        tmp_path,
+        server_config={"max_datagram_size": 1452, "fixed_window_bytes": 2 * burst_bytes},
+        client_config={"max_datagram_size": 1452},
+        window=None,
+        pacing=pacing,
+        max_pacing_rate_bps=max_rate_bps,
     )
     now = 0.0
     client.connect(SERVER_ADDR, now=now)
     for _ in range(10):
         now += 0.001
-        for data, _addr in client.datagrams_to_send(now=now):
-            server.receive_datagram(data, CLIENT_ADDR, now=now)
-        for data, _addr in server.datagrams_to_send(now=now):
-            client.receive_datagram(data, SERVER_ADDR, now=now)
+        exchange(client, server, now)
     assert client._handshake_complete
     client._loss._cc.congestion_window = max(WARM_CWND_BYTES, 2 * burst_bytes)
     client._loss._rtt_smoothed = 0.2

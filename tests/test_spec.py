@@ -185,3 +185,15 @@ def test_every_shipped_experiment_loads_and_has_a_quick_form() -> None:
         quick = spec.quick_form()
         assert len(quick.levels) >= 2
         assert quick.repetitions <= spec.repetitions
+
+
+def test_quic_pacing_takes_cwnd_off_or_a_rate() -> None:
+    def pacing(value: str) -> str:
+        text = GOOD.replace('processing_audio = "30ms"', f'quic_pacing = "{value}"')
+        return loads(text).levels[0].settings.quic_pacing
+
+    assert pacing("off") == "off"
+    assert pacing("333mbit") == "333mbit"
+    assert loads(GOOD).levels[0].settings.quic_pacing == "cwnd"
+    refused = _refused(GOOD.replace('processing_audio = "30ms"', 'quic_pacing = "fast"'))
+    assert refused.field == "fixed.quic_pacing"
