@@ -124,6 +124,7 @@ def attribute_gap(
     bound_processing_s: float,
     retransmits: float = 0.0,
     link_drops: float | None = None,
+    paced: bool = False,
 ) -> dict[str, float | str]:
     """Split a measured time's excess over the bound into set-up, processing and transfer.
 
@@ -131,10 +132,11 @@ def attribute_gap(
     server's measured processing against the bound's; transfer is what remains of each.
     The part with the largest excess names the gap; ``transfer`` is labelled
     ``transfer (loss recovery)`` when the run retransmitted and the link dropped packets
-    (``link_drops``: loss plus queue drops; None when unknown), ``transfer (spurious
-    retransmission)`` when it retransmitted although the link dropped nothing, and
-    ``transfer (window/feedback)`` otherwise, so that a report can say which mechanism to
-    look at.
+    (``link_drops``: loss plus queue drops; None when unknown), ``transfer (sender pacing)``
+    when the sender paces (``paced``: the bound assumes each window leaves at the path rate,
+    a pacer spreads it over up to a round trip), ``transfer (spurious retransmission)`` when
+    it retransmitted although the link dropped nothing, and ``transfer (window/feedback)``
+    otherwise, so that a report can say which mechanism to look at.
     """
     handshake_s = 0.0 if not math.isfinite(handshake_s) else handshake_s
     processing_s = bound_processing_s if not math.isfinite(processing_s) else processing_s
@@ -154,6 +156,8 @@ def attribute_gap(
             dropped = link_drops is None or not math.isfinite(link_drops) or link_drops > 0
             if resent and dropped:
                 part = "transfer (loss recovery)"
+            elif paced:
+                part = "transfer (sender pacing)"
             elif resent:
                 part = "transfer (spurious retransmission)"
             else:
@@ -178,6 +182,13 @@ def _link_drops(runs: pd.DataFrame) -> float | None:
         return None  # loss drops not recorded: unknown
     total = sum(_num(runs[c]).fillna(0) for c in columns)
     return float(total.median()) if len(total) else None
+
+
+def _all_paced(runs: pd.DataFrame) -> bool:
+    """True when every run of the level had a pacing sender (older records: unknown, False)."""
+    if "paced" not in runs.columns or runs.empty:
+        return False
+    return bool(runs["paced"].fillna(False).astype(bool).all())
 
 
 def _setup_before_request(runs: pd.DataFrame) -> float:
@@ -221,6 +232,7 @@ def level_summary(
             bound_processing_s=_median(runs["bound_processing_s"]),
             retransmits=_median(runs["retransmits"]),
             link_drops=_link_drops(runs),
+            paced=_all_paced(runs),
         )
         reasons = all_runs.loc[~all_runs["valid"].fillna(False).astype(bool), "invalid_reason"]
         counts = reasons.fillna("unknown").value_counts()

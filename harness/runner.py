@@ -607,6 +607,22 @@ def socket_flags(settings: Settings, path_rate_bps: float | None) -> list[str]:
     return argv
 
 
+def sender_paces(settings: Settings) -> bool:
+    """Whether the sender spreads a window over time instead of sending it at line rate.
+
+    aioquic paces unless told ``off`` (rate = cwnd / srtt); Linux TCP paces with bbr (its
+    pacing_gain, RFC 9406 draft section 4.6) or when SO_MAX_PACING_RATE is set. The bound
+    assumes line-rate windows, so a paced sender's gap is named for its pacer.
+    """
+    if settings.protocol == "h3":
+        return settings.quic_pacing != "off"
+    return (
+        settings.cc == "bbr"
+        or settings.pace_at_path_rate
+        or settings.max_pacing_rate_bps is not None
+    )
+
+
 def run_sysctls(settings: Settings) -> dict[str, str]:
     # The congestion control is chosen per socket by the stacks (TCP_CONGESTION, --cc): a
     # namespace may set net.ipv4.tcp_congestion_control only to an algorithm of the host's
@@ -711,6 +727,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
         "connection": settings.connection,
         "workload": settings.workload,
         "cc": settings.cc if settings.protocol == "h2" else settings.quic_cc,
+        "paced": sender_paces(settings),
         "rtt_s": link_spec.rtt_s,
         "loss": max(link_spec.up.mean_loss, link_spec.down.mean_loss),
         "up_bps": link_spec.up.rate_bps,

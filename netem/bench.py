@@ -340,7 +340,7 @@ def print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = Console(width=max(140, Console().width))
     console.print(
         f"backend {doc.get('backend')}, {doc.get('emulator_processes')} emulator process(es), "
         f"{doc['host']['cpus']} CPUs, load average {doc['host']['loadavg_start'][0]:.2f} at "

@@ -138,6 +138,14 @@ def test_gap_falls_in_setup_processing_or_transfer() -> None:
         link_drops=0,
     )
     assert spurious["gap_part"] == "transfer (spurious retransmission)"
+    common = dict(handshake_s=0.4, processing_s=0.03, bound_setup_s=0.4, bound_processing_s=0.03)
+    paced = attribute_gap(
+        total_s=1.2, bound_total_s=1.0, retransmits=2, link_drops=0, paced=True, **common
+    )
+    assert paced["gap_part"] == "transfer (sender pacing)"
+    # a pacer does not explain resending what the link dropped
+    paced_loss = attribute_gap(total_s=3.0, bound_total_s=1.0, retransmits=12, paced=True, **common)
+    assert paced_loss["gap_part"] == "transfer (loss recovery)"
     none = attribute_gap(
         total_s=1.0005,
         handshake_s=0.4,

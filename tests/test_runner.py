@@ -17,6 +17,7 @@ from harness.runner import (
     opened_connections,
     request_phases,
     run_experiment,
+    sender_paces,
     server_argv,
     server_phases,
     validity,
@@ -135,6 +136,8 @@ def test_tuned_quic_arm_sends_unpaced_full_size_datagrams(tmp_path: Path) -> Non
         assert argv[argv.index("--quic-pacing") + 1] == "off"
         assert argv[argv.index("--max-datagram-size") + 1] == "1452"
     new = spec.level("h3-new").settings
+    assert sender_paces(new) and not sender_paces(tuned)
+    assert not sender_paces(spec.level("h2-reused").settings)
     assert "--quic-pacing" not in client_argv(
         new, new.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path
     )

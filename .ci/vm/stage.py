@@ -87,8 +87,15 @@ CONSOLE_TAIL_LINES = 60
 ANSI_ESCAPE_RE = re.compile(r"\x1b(\[[0-9;?]*[A-Za-z]|[a-zA-Z])")
 """Terminal control sequences (SeaBIOS clears the screen): dropped from the CI log."""
 
-BACKEND_TESTS = ("tests/test_link.py", "tests/test_kernel_backend.py")
-"""The backend tests, parametrized by backend; TESTBED_BACKEND=netem keeps the kernel one."""
+BACKEND_TESTS = (
+    "tests/test_link.py",
+    "tests/test_kernel_backend.py",
+    "tests/test_doctor.py",
+    "tests/test_clean.py",
+)
+"""The backend tests, parametrized by backend; TESTBED_BACKEND=netem keeps the kernel one.
+``test_doctor`` checks that ``auto`` picks netem where the kernel has it; ``test_clean`` that
+a SIGKILLed ``link up`` on netem leaves nothing after ``testbed clean``."""
 SMOKE_TEST = ".ci/vm/test_smoke.py"
 """Netem itself, with pyroute2 and no project code: proves the guest pipeline."""
 
