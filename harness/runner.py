@@ -229,26 +229,23 @@ def bound_for(
 ) -> bounds.RequestBound | None:
     """The bound of one request of this level (None for the stream workload, whose bound is
     the chunk pipeline, or a link without rates)."""
-    if settings.workload == "stream":
+    if settings.workload == "stream" or link.up.rate_bps is None or link.down.rate_bps is None:
         return None
     window = settings.window_clamp_bytes
     if settings.protocol == "h3" and settings.quic_max_data_bytes is not None:
         window = settings.quic_max_data_bytes
     mss = settings.mss_bytes if settings.protocol == "h2" else settings.max_datagram_size_bytes
-    try:
-        return bounds.request_time_for_link(
-            link,
-            upload_bytes=up_bytes,
-            download_bytes=down_bytes,
-            protocol=settings.protocol,
-            connection=settings.connection,
-            processing_s=processing_for(settings),
-            initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
-            mss_bytes=mss,
-            window_bytes=window,
-        )
-    except (SpecError, ValueError):
-        return None
+    return bounds.request_time_for_link(
+        link,
+        upload_bytes=up_bytes,
+        download_bytes=down_bytes,
+        protocol=settings.protocol,
+        connection=settings.connection,
+        processing_s=processing_for(settings),
+        initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
+        mss_bytes=mss,
+        window_bytes=window,
+    )
 
 
 def mathis_time_s(settings: Settings, link: LinkSpec, bound: bounds.RequestBound) -> float | None:

@@ -15,6 +15,11 @@ from harness import units
 from harness.errors import SpecError
 from servers.sockopts import TcpOptions
 
+H2_MIN_WINDOW_BYTES = 65_535
+"""HTTP/2's initial flow-control window; a smaller one would stall the peer (RFC 9113 6.9.2)."""
+H2_MAX_WINDOW_BYTES = 2**31 - 1
+"""The largest HTTP/2 flow-control window (RFC 9113 section 6.9.1)."""
+
 TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
 """What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
 QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
@@ -120,6 +125,12 @@ def check_transport_fields(config: Any) -> None:
         value = getattr(config, name)
         if value is not None and value <= 0:
             raise SpecError(name.removesuffix("_bytes").replace("_", "-"), "must be > 0 bytes")
+    if config.max_pacing_rate_bps is not None and config.max_pacing_rate_bps <= 0:
+        raise SpecError("max-pacing-rate", "must be > 0 bit/s")
+    if not H2_MIN_WINDOW_BYTES <= config.h2_window_bytes <= H2_MAX_WINDOW_BYTES:
+        raise SpecError(
+            "h2-window", f"{config.h2_window_bytes} is not in 65535..2^31-1 (RFC 9113 6.9.1)"
+        )
 
 
 def tcp_options_of(config: Any) -> TcpOptions:

@@ -96,6 +96,9 @@ def knobs(config_class: type, **changes: object) -> object:
         ({"max_datagram_size": 65_528}, "max-datagram-size: 65528 is not in 1200..65527"),
         ({"notsent_lowat_bytes": 0}, "notsent-lowat: must be > 0 bytes"),
         ({"quic_max_data_bytes": -1}, "quic-max-data: must be > 0 bytes"),
+        ({"max_pacing_rate_bps": 0.0}, "max-pacing-rate: must be > 0 bit/s"),
+        ({"h2_window_bytes": 65_534}, "h2-window: 65534 is not in 65535..2^31-1"),
+        ({"h2_window_bytes": 2**31}, "h2-window: 2147483648 is not in 65535..2^31-1"),
     ],
 )
 def test_bad_knobs_are_refused_in_one_line(
