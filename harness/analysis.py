@@ -343,8 +343,8 @@ def effects(frame: pd.DataFrame, baselines: Mapping[str, str], *, seed: int = 0)
 
 
 def _diff_ci(a: Sequence[float], b: Sequence[float], seed: int) -> tuple[float, float]:
-    if not a or not b:
-        return (math.nan, math.nan)
+    if len(a) < 2 or len(b) < 2:
+        return (math.nan, math.nan)  # a single run on either side has no interval
     rng = np.random.default_rng(seed)
     xa = np.asarray(a, dtype=float)
     xb = np.asarray(b, dtype=float)

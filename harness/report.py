@@ -369,10 +369,11 @@ def answer_text(
         if not math.isfinite(e.arm_s):
             continue
         sign = "slower" if e.arm_s > 0 else "faster"
-        text = (
-            f"{e.level} vs {e.baseline}: {_ms(abs(e.arm_s))} ms {sign} "
-            f"(95 % CI {_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)} ms)"
-        )
+        text = f"{e.level} vs {e.baseline}: {_ms(abs(e.arm_s))} ms {sign} "
+        if math.isfinite(e.arm_ci_low_s):
+            text += f"(95 % CI {_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)} ms)"
+        else:
+            text += "(one run per arm: no interval; run more repetitions)"
         if math.isfinite(e.order_s):
             text += f"; order effect (second minus first) {_ms(e.order_s)} ms"
         parts.append(text + ".")

@@ -96,6 +96,12 @@ def test_without_counterbalance_the_order_is_not_separable() -> None:
     assert effect.paired_arm_s == pytest.approx(0.1)
 
 
+def test_one_run_per_arm_has_an_effect_but_no_interval() -> None:
+    (effect,) = effects(synthetic(arm_s=0.5, order_s=0.0, reps=1), {"a": "a", "b": "a"})
+    assert effect.arm_s == pytest.approx(0.5)
+    assert math.isnan(effect.arm_ci_low_s) and math.isnan(effect.arm_ci_high_s)
+
+
 def test_gap_falls_in_setup_processing_or_transfer() -> None:
     setup = attribute_gap(
         total_s=1.2,
