@@ -460,36 +460,37 @@ class CpuWatch:
         return (a[1] - a[0]) / (b[1] - b[0])
 
 
+def _bracket_points(
+    series: Sequence[tuple[float, float]], t0: float, t1: float
+) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The samples just outside [t0, t1] (widened to MIN_CPU_WINDOW_S), None if too few."""
+    if len(series) < 2:
+        return None
+    if t1 - t0 < MIN_CPU_WINDOW_S:
+        mid = (t0 + t1) / 2.0
+        t0, t1 = mid - MIN_CPU_WINDOW_S / 2.0, mid + MIN_CPU_WINDOW_S / 2.0
+    before = [p for p in series if p[0] <= t0]
+    after = [p for p in series if p[0] >= t1]
+    start = before[-1] if before else series[0]
+    end = after[0] if after else series[-1]
+    if end[0] <= start[0]:
+        return None
+    return start, end
+
+
 def _bracket(
     series: Sequence[tuple[float, float]], t0: float, t1: float
 ) -> tuple[float, float] | None:
-    if len(series) < 2:
-        return None
-    if t1 - t0 < MIN_CPU_WINDOW_S:
-        mid = (t0 + t1) / 2.0
-        t0, t1 = mid - MIN_CPU_WINDOW_S / 2.0, mid + MIN_CPU_WINDOW_S / 2.0
-    before = [p for p in series if p[0] <= t0]
-    after = [p for p in series if p[0] >= t1]
-    start = before[-1] if before else series[0]
-    end = after[0] if after else series[-1]
-    if end[0] <= start[0]:
-        return None
-    return (start[1], end[1])
+    points = _bracket_points(series, t0, t1)
+    return None if points is None else (points[0][1], points[1][1])
 
 
 def _window_rate(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float | None:
-    if len(series) < 2:
+    points = _bracket_points(series, t0, t1)
+    if points is None:
         return None
-    if t1 - t0 < MIN_CPU_WINDOW_S:
-        mid = (t0 + t1) / 2.0
-        t0, t1 = mid - MIN_CPU_WINDOW_S / 2.0, mid + MIN_CPU_WINDOW_S / 2.0
-    before = [p for p in series if p[0] <= t0]
-    after = [p for p in series if p[0] >= t1]
-    start = before[-1] if before else series[0]
-    end = after[0] if after else series[-1]
-    if end[0] <= start[0]:
-        return None
-    return (end[1] - start[1]) / (end[0] - start[0])
+    (ta, va), (tb, vb) = points
+    return (vb - va) / (tb - ta)
 
 
 # --- commands of the stacks --------------------------------------------------------------
