@@ -385,18 +385,24 @@ def read_qlog_traces(directory: Path) -> list[dict[str, Any]]:
     return traces
 
 
-def write_acks_csv(path: Path, rows: Iterable[AckRow], start_s: float = 0.0) -> int:
-    """acks.csv: ``t_s`` (since ``start_s``, the request start) then every AckRow field."""
+def _write_timed_csv(path: Path, names: list[str], rows: Iterable[Any], start_s: float) -> int:
+    """``t_s`` (``time_s`` since ``start_s``) then the ``names`` fields of each dataclass row,
+    written atomically; the number of rows."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["t_s", *ACK_COLUMNS])
+    writer.writerow(["t_s", *names])
     count = 0
     for row in rows:
         data = asdict(row)
-        writer.writerow([f"{row.time_s - start_s:.9f}", *(data[c] for c in ACK_COLUMNS)])
+        writer.writerow([f"{row.time_s - start_s:.9f}", *(data[n] for n in names)])
         count += 1
     atomic_write_text(Path(path), buffer.getvalue())
     return count
+
+
+def write_acks_csv(path: Path, rows: Iterable[AckRow], start_s: float = 0.0) -> int:
+    """acks.csv: ``t_s`` (since ``start_s``, the request start) then every AckRow field."""
+    return _write_timed_csv(path, ACK_COLUMNS, rows, start_s)
 
 
 # --- in-flight series and RTT --------------------------------------------------------------
@@ -513,14 +519,4 @@ def qlog_min_rtt_s(traces: Iterable[dict[str, Any]]) -> float | None:
 
 def write_inflight_csv(path: Path, samples: Iterable[InflightSample], start_s: float = 0.0) -> int:
     """inflight.csv: ``t_s`` since the request start, then every InflightSample field."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    names = [f.name for f in fields(InflightSample)]
-    writer.writerow(["t_s", *names])
-    count = 0
-    for sample in samples:
-        data = asdict(sample)
-        writer.writerow([f"{sample.time_s - start_s:.9f}", *(data[n] for n in names)])
-        count += 1
-    atomic_write_text(Path(path), buffer.getvalue())
-    return count
+    return _write_timed_csv(path, [f.name for f in fields(InflightSample)], samples, start_s)

@@ -41,7 +41,7 @@ REQUEST_FLAGS = (
         f"{bounds.QUIC_MAX_DATAGRAM_BYTES} for h3)",
     ),
     ("--window", "cap on bytes in flight, e.g. 64kb (default none)"),
-    ("--loss", "independent loss of both directions, e.g. 14%: adds the retransmission part"),
+    ("--loss", "independent loss of both directions, e.g. 14%%: adds the retransmission part"),
     ("--up-loss", "loss of the upload direction (overrides --loss)"),
     ("--down-loss", "loss of the download direction (overrides --loss)"),
 )

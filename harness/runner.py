@@ -231,9 +231,13 @@ def bound_for(
     the chunk pipeline, or a link without rates)."""
     if settings.workload == "stream" or link.up.rate_bps is None or link.down.rate_bps is None:
         return None
-    window = settings.window_clamp_bytes
-    if settings.protocol == "h3" and settings.quic_max_data_bytes is not None:
-        window = settings.quic_max_data_bytes
+    # the tightest cap on bytes in flight: TCP's clamp and HTTP/2's flow-control window (h2),
+    # QUIC's flow-control window (h3)
+    if settings.protocol == "h2":
+        caps = [settings.window_clamp_bytes, settings.h2_window_bytes]
+    else:
+        caps = [settings.quic_max_data_bytes]
+    window = min((cap for cap in caps if cap is not None), default=None)
     mss = settings.mss_bytes if settings.protocol == "h2" else settings.max_datagram_size_bytes
     return bounds.request_time_for_link(
         link,
@@ -258,7 +262,12 @@ def mathis_time_s(settings: Settings, link: LinkSpec, bound: bounds.RequestBound
     if loss <= 0 or size <= 0:
         return None
     mathis = bounds.mathis_throughput_bps(bound.mss_bytes, bound.rtt_s, loss)
-    return bound.setup_s + bound.propagation_s + bound.processing_s + size * 8.0 / min(rate, mathis)
+    return (
+        bound.setup_s
+        + bound.propagation_s
+        + bound.processing_s
+        + size * bounds.BITS_PER_BYTE / min(rate, mathis)
+    )
 
 
 def loss_out_of_range(configured: float, dropped: int, trials: int) -> bool:
@@ -735,6 +744,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
     }
     error: str | None = None
     server: subprocess.Popen | None = None
+    client: subprocess.Popen | None = None
     stats_before = stats_after = None
     watch = CpuWatch()
     offset_s = time.time() - time.monotonic()
@@ -800,6 +810,9 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
         error = f"harness: {type(err).__name__}: {err}".replace("\n", " ")[:300]
         (run_dir / "harness_error.txt").write_text(traceback.format_exc())
     finally:
+        if client is not None and client.poll() is None:  # interrupted while it ran
+            client.kill()
+            client.wait()
         code = _stop(server)
         if code not in (0, None, -signal.SIGTERM) and error is None:
             error = f"server exited {code}: {_tail(run_dir / 'server.stderr')}"

@@ -47,6 +47,14 @@ def test_bounds_prints_every_worked_example(capsys: pytest.CaptureFixture[str]) 
         assert printed in out
 
 
+def test_bounds_request_help_renders(capsys: pytest.CaptureFixture[str]) -> None:
+    # argparse %-formats help strings: a bare "%" in one crashed -h with a traceback
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bounds", "request", "--help"])
+    assert exit_info.value.code == 0
+    assert "e.g. 14%:" in capsys.readouterr().out
+
+
 def test_bounds_json_is_computed_and_matches(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(["bounds", "--json"], capsys)
     assert code == 0

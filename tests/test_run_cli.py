@@ -213,6 +213,22 @@ def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Pa
 
 
 @pytest.mark.root
+def _processes_naming(path: Path, *words: str) -> list[int]:
+    """Pids of live processes whose command line names ``path`` (and every word)."""
+    import os
+
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                argv = handle.read().decode(errors="replace").split("\0")
+        except (FileNotFoundError, ProcessLookupError, NotADirectoryError, PermissionError):
+            continue
+        if any(str(path) in arg for arg in argv) and all(w in argv for w in words):
+            pids.append(int(entry))
+    return pids
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) -> None:
@@ -248,8 +264,12 @@ def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) ->
             time.sleep(0.2)
             finished = list(out.glob("tiny/*/runs/*/row.json"))
         assert finished, "no run finished within 120 s"
+        while time.monotonic() < deadline and not _processes_naming(out, "client"):
+            time.sleep(0.02)  # interrupt while a client is mid-request
+        assert _processes_naming(out, "client"), "no client started within 120 s"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130
+        assert _processes_naming(out) == []  # no client or server outlives the harness
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -112,6 +113,25 @@ def test_bound_for_uses_the_level_settings() -> None:
     assert b_reused.total_s == pytest.approx(0.2385, abs=1e-4)
     assert b_new.setup_s == pytest.approx(0.4)
     assert b_new.total_s > b_reused.total_s
+
+
+def test_bound_for_caps_the_window_each_protocol_honours() -> None:
+    base = specmod.Settings(link="rtt=100ms,rate=20mbit", workload="retouch")
+    link = base.link_spec
+    up, down = 30_000_000, 5_000_000
+
+    def window(**changes: object) -> int | None:
+        bound = bound_for(replace(base, **changes), link, up, down)
+        assert bound is not None
+        return bound.window_bytes
+
+    assert window(window_clamp_bytes=64_000) == 64_000
+    # HTTP/2 flow control caps bytes in flight too, whichever is tighter
+    assert window(window_clamp_bytes=640_000, h2_window_bytes=65_535) == 65_535
+    assert window(h2_window_bytes=65_535) == 65_535
+    # TCP_WINDOW_CLAMP does not reach QUIC; only its own flow-control window does
+    assert window(protocol="h3", window_clamp_bytes=64_000) is None
+    assert window(protocol="h3", window_clamp_bytes=64_000, quic_max_data_bytes=100_000) == 100_000
 
 
 def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
