@@ -32,6 +32,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from statistics import NormalDist
 from typing import Any
 
 from harness.errors import SpecError
@@ -40,8 +41,9 @@ from netem.probe import Echo, quantile, run_probe
 from netem.stats import LinkStats
 
 SCHEMA_VERSION = 1
-Z_99 = 2.5758293035489004
-"""Two-sided 99 % normal quantile, for the Wilson score interval."""
+CONFIDENCE = 0.99
+Z_99 = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
+"""Two-sided 99 % normal quantile (2.5758...), for the Wilson score interval."""
 RTT_LINK = "rtt=200ms,rate=333mbit"
 LOSS_FRACTION = 0.14
 RATE_RTT = "20ms"

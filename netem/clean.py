@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from netem import names, topology
+from netem.backends.userspace import process_alive
 
 TERM_TIMEOUT_S = 5.0
 """How long processes get after SIGTERM before SIGKILL."""
@@ -82,13 +83,8 @@ def _pids() -> list[int]:
 
 
 def _alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+    """Running and not a zombie (our own exited children are reaped on the way)."""
+    return process_alive(pid)
 
 
 def is_emulator(pid: int, link: str | None) -> bool:

@@ -23,6 +23,7 @@ import argparse
 import importlib
 import json
 import sys
+from dataclasses import asdict
 from typing import Any
 
 from harness.errors import SpecError
@@ -152,16 +153,7 @@ def _cmd_link_list(args: argparse.Namespace) -> int:
 def _cmd_clean(args: argparse.Namespace) -> int:
     report = clean.clean(args.name)
     if args.json:
-        _print_json(
-            {
-                "killed": report.killed,
-                "processes": report.processes,
-                "namespaces": report.namespaces,
-                "devices": report.devices,
-                "files": report.files,
-                "remaining": report.remaining,
-            }
-        )
+        _print_json(asdict(report))
     else:
         what = f"link {args.name}" if args.name else "all tb- links"
         print(

@@ -45,7 +45,7 @@ from netem import names
 from netem.link import Link
 from netem.linkspec import LinkSpec, format_link, resolve_link
 from netem.nsexec import in_netns
-from netem.stats import LinkStats
+from netem.stats import LinkStats, host_cpu_s
 
 SCHEMA_VERSION = 1
 """Version of the JSON this module writes (bump on an incompatible change)."""
@@ -586,14 +586,13 @@ def tcp_upload(
     )
 
 
-def cpu_counters() -> tuple[int, int]:
-    """(total, steal) jiffies from /proc/stat's cpu line."""
-    fields_ = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    values = [int(v) for v in fields_]
-    return sum(values[:8]), values[7] if len(values) > 7 else 0
+def cpu_counters() -> tuple[float, float]:
+    """(total, steal) CPU seconds of the host (:func:`netem.stats.host_cpu_s`)."""
+    _busy_s, steal_s, total_s = host_cpu_s()
+    return total_s, steal_s
 
 
-def steal_percent(before: tuple[int, int], after: tuple[int, int]) -> float:
+def steal_percent(before: tuple[float, float], after: tuple[float, float]) -> float:
     total = after[0] - before[0]
     return 100.0 * (after[1] - before[1]) / total if total > 0 else 0.0
 

@@ -123,19 +123,19 @@ class DirectionSpec:
         if self.queue_bytes is not None and self.queue_packets is not None:
             raise SpecError("queue", "give the limit in bytes or in packets, not both")
         if self.queue_bytes is not None and (
-            not isinstance(self.queue_bytes, int) or self.queue_bytes < ETHERNET_MTU_BYTES
+            not _is_whole(self.queue_bytes) or self.queue_bytes < ETHERNET_MTU_BYTES
         ):
             raise SpecError(
                 "queue_bytes",
                 f"{self.queue_bytes!r} is smaller than one MTU ({ETHERNET_MTU_BYTES} bytes)",
             )
         if self.queue_packets is not None and (
-            not isinstance(self.queue_packets, int) or self.queue_packets < 1
+            not _is_whole(self.queue_packets) or self.queue_packets < 1
         ):
             raise SpecError(
                 "queue_packets", f"must be a whole number >= 1, got {self.queue_packets!r}"
             )
-        if not isinstance(self.seed, int) or self.seed < 0:
+        if not _is_whole(self.seed) or self.seed < 0:
             raise SpecError("seed", f"must be a whole number >= 0, got {self.seed!r}")
 
     @property
@@ -160,7 +160,7 @@ class LinkSpec:
     """IP MTU of the emulated interfaces."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.mtu_bytes, int) or not (MIN_MTU_BYTES <= self.mtu_bytes <= 65535):
+        if not _is_whole(self.mtu_bytes) or not (MIN_MTU_BYTES <= self.mtu_bytes <= 65535):
             raise SpecError(
                 "mtu_bytes", f"must be a whole number in [1280, 65535], got {self.mtu_bytes!r}"
             )
@@ -229,6 +229,11 @@ class LinkSpec:
 
     def __str__(self) -> str:
         return format_link(self)
+
+
+def _is_whole(value: object) -> bool:
+    """An int that is not a bool (``True`` is an int to Python, not a seed or a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _check_number(name: str, value: object, *, minimum: float) -> None:

@@ -18,8 +18,9 @@ PREFIX = "tb-"
 BENCHMARK_NET = "198.18.0.0/15"
 """RFC 2544 benchmarking range; no address outside it is ever configured."""
 
-LINK_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9]{0,9}$")
-"""A link name: short enough that ``tb-<name>-<x>`` fits IFNAMSIZ (15 characters)."""
+LINK_NAME_RE = re.compile(r"[a-z0-9]{1,10}")
+"""A link name (matched whole: ``$`` would let a trailing newline through): short enough that
+namespace and thread names stay readable."""
 
 ROLES = ("client", "server", "router")
 
@@ -43,7 +44,7 @@ STATE_DIR = Path("/run/testbed")
 
 
 def check_link_name(name: str) -> str:
-    if not isinstance(name, str) or not LINK_NAME_RE.match(name):
+    if not isinstance(name, str) or not LINK_NAME_RE.fullmatch(name):
         raise SpecError(
             "name", f"{name!r}: a link name is 1-10 lowercase letters or digits (e.g. demo, t1)"
         )
@@ -55,11 +56,6 @@ def namespace(link: str, role: str) -> str:
     if role not in ROLES:
         raise SpecError("role", f"must be one of {ROLES}, got {role!r}")
     return f"{PREFIX}{check_link_name(link)}-{role}"
-
-
-def root_device(link: str, side: str) -> str:
-    """A device name in the root namespace while it is being created: ``tb-demo-c``."""
-    return f"{PREFIX}{check_link_name(link)}-{side}"
 
 
 def state_file(link: str) -> Path:

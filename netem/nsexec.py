@@ -15,7 +15,7 @@ import ctypes.util
 import os
 import subprocess
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -71,8 +71,8 @@ def in_netns(name: str) -> Iterator[None]:
         os.close(home)
 
 
-def popen(ns: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-    """Start ``argv`` inside namespace ``ns`` (the child enters it before exec)."""
+def _entering(ns: str) -> Callable[[], None]:
+    """A ``preexec_fn`` that moves the child into namespace ``ns`` before it execs."""
     path = netns_path(ns)
 
     def _enter() -> None:
@@ -80,26 +80,14 @@ def popen(ns: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
         setns_fd(fd)
         os.close(fd)
 
-    return subprocess.Popen(list(argv), preexec_fn=_enter, **kwargs)
+    return _enter
+
+
+def popen(ns: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
+    """Start ``argv`` inside namespace ``ns`` (the child enters it before exec)."""
+    return subprocess.Popen(list(argv), preexec_fn=_entering(ns), **kwargs)
 
 
 def run(ns: str, argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
-    """Like :func:`subprocess.run`, inside namespace ``ns``."""
-    timeout = kwargs.pop("timeout", None)
-    check = kwargs.pop("check", False)
-    stdin_data = kwargs.pop("input", None)
-    if kwargs.pop("capture_output", False):
-        kwargs["stdout"] = kwargs["stderr"] = subprocess.PIPE
-    if stdin_data is not None:
-        kwargs["stdin"] = subprocess.PIPE
-    with popen(ns, argv, **kwargs) as proc:
-        try:
-            stdout, stderr = proc.communicate(stdin_data, timeout=timeout)
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        result = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
-    if check:
-        result.check_returncode()
-    return result
+    """Like :func:`subprocess.run` (timeout, input, capture_output, check), inside ``ns``."""
+    return subprocess.run(list(argv), preexec_fn=_entering(ns), **kwargs)

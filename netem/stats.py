@@ -12,6 +12,7 @@ A backend that cannot measure a quantity leaves it at its zero value and says so
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
@@ -257,8 +258,8 @@ class LinkStats:
             raise SpecError("stats", f"not a LinkStats record: {err}") from None
 
 
-CLOCK_TICKS_PER_S = 100
-"""USER_HZ: the unit of /proc/stat and /proc/PID/stat times (fixed at 100 on Linux)."""
+CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+"""USER_HZ: the unit of /proc/stat and /proc/PID/stat times (100 on every Linux build seen)."""
 
 
 def host_cpu_s(proc_stat: str | None = None) -> tuple[float, float, float]:

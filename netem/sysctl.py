@@ -15,7 +15,6 @@ and records a warning when it does not, instead of writing the host's global val
 from __future__ import annotations
 
 import errno
-import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from netem.nsexec import in_netns
 
 PROC_SYS = Path("/proc/sys")
 
-SYSCTL_NAME_RE = re.compile(r"^net\.[A-Za-z0-9_.\-]+$")
+SYSCTL_NAME_RE = re.compile(r"net\.[A-Za-z0-9_.\-]+")
 """A sysctl the testbed may set: below ``net.`` only (per network namespace)."""
 
 SOCKET_BUFFER_FLOOR_BYTES = 16 * 1024 * 1024
@@ -51,7 +50,7 @@ SLOW_START_AFTER_IDLE_KERNEL_DEFAULT = True
 
 
 def _path(name: str) -> Path:
-    if not isinstance(name, str) or not SYSCTL_NAME_RE.match(name) or ".." in name:
+    if not isinstance(name, str) or not SYSCTL_NAME_RE.fullmatch(name) or ".." in name:
         raise SpecError("sysctl", f"{name!r}: only net.* sysctls are per-namespace")
     return PROC_SYS / name.replace(".", "/")
 
@@ -229,8 +228,3 @@ def apply_link_sysctls(ns: str, values: Mapping[str, str | int]) -> AppliedSysct
 
 def read_many(ns: str, names: Iterable[str]) -> dict[str, str]:
     return {name: read(ns, name) for name in names}
-
-
-def bdp_bytes(rate_bps: float, rtt_s: float) -> int:
-    """Bandwidth-delay product (MODELS.md section 5): rate x round trip, in bytes."""
-    return math.ceil(rate_bps / 8.0 * rtt_s)

@@ -157,3 +157,14 @@ def test_set_spec_and_errors(wire: Wire, tmp_path: Path) -> None:
         engine.handle({"cmd": "frobnicate"})
     with pytest.raises(SpecError, match="snaplen"):
         engine.handle({"cmd": "capture_start", "dir": str(tmp_path), "snaplen": 0})
+    # a refused start leaves no capture half-started
+    assert engine.capture_dir is None
+    with pytest.raises(SpecError, match="cmd"):
+        engine.handle({"cmd": "capture_stop"})
+    # a second start would lose the first one's records: refused
+    engine.handle({"cmd": "capture_start", "dir": str(tmp_path)})
+    with pytest.raises(SpecError, match="capture_stop first"):
+        engine.handle({"cmd": "capture_start", "dir": str(tmp_path)})
+    engine.handle({"cmd": "packet_log_start", "dir": str(tmp_path)})
+    with pytest.raises(SpecError, match="packet_log_stop first"):
+        engine.handle({"cmd": "packet_log_start", "dir": str(tmp_path)})

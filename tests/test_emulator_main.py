@@ -144,6 +144,14 @@ def test_bad_spec_and_missing_devices_fail_in_one_line(tmp_path: Path) -> None:
     )
     assert bad.returncode == 2
     assert bad.stderr.decode().strip() == "emulator: error: up.loss: must lie in [0, 1), got 1.5"
+    early = subprocess.run(
+        [*base, "--spec-json", "{}", "--early-us", "nan"], capture_output=True, timeout=30
+    )
+    assert early.returncode == 2
+    assert (
+        early.stderr.decode().strip()
+        == "emulator: error: early-us: must be finite and >= 0, got nan"
+    )
     missing = subprocess.run([*base, "--spec-json", "{}"], capture_output=True, timeout=30)
     assert missing.returncode == 1
     lines = missing.stderr.decode().strip().splitlines()

@@ -241,6 +241,9 @@ def test_dict_round_trip_through_json() -> None:
         ({"up": {"delay": 0.1}}, "up.delay"),
         ({"down": {"loss": 1.5}}, "down.loss"),
         ({"mtu_bytes": 100}, "mtu_bytes"),
+        # a bool is an int to Python, never a seed or a count
+        ({"up": {"seed": True}}, "up.seed"),
+        ({"down": {"queue_packets": True}}, "down.queue_packets"),
     ],
 )
 def test_from_dict_names_the_key(data: dict, field: str) -> None:

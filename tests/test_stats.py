@@ -8,6 +8,7 @@ import pytest
 
 from harness.errors import SpecError
 from netem.stats import (
+    CLOCK_TICKS_PER_S,
     LATENESS_BINS,
     CpuStats,
     DirectionStats,
@@ -92,7 +93,8 @@ def test_from_dict_refuses_bad_records() -> None:
 
 def test_host_cpu_from_proc_stat_line() -> None:
     busy, steal, total = host_cpu_s("cpu  100 0 50 800 10 0 5 35 0 0")
-    assert (busy, steal, total) == (1.55, 0.35, 10.0)
+    ticks = CLOCK_TICKS_PER_S
+    assert (busy, steal, total) == (155 / ticks, 35 / ticks, 1000 / ticks)
     with pytest.raises(SpecError):
         host_cpu_s("intr 1 2 3")
     busy, steal, total = host_cpu_s()

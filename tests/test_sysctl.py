@@ -44,7 +44,8 @@ def test_link_sysctls_values() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["kernel.hostname", "net/ipv4/tcp_rmem", "net..ipv4", "vm.swappiness", 3, ""]
+    "name",
+    ["kernel.hostname", "net/ipv4/tcp_rmem", "net..ipv4", "vm.swappiness", 3, "", "net.ipv4.x\n"],
 )
 def test_only_net_names_accepted(name: object) -> None:
     with pytest.raises(SpecError) as err:

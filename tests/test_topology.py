@@ -181,3 +181,11 @@ def test_endpoints_addresses() -> None:
     assert eps["client"].addr == "198.18.1.2" and eps["client"].gateway == "198.18.1.1"
     assert eps["server"].peer_net == "198.18.1.0/24" and eps["server"].gateway == "198.18.2.1"
     assert topology.endpoints("demo", "userspace")["client"].gateway is None
+
+
+@pytest.mark.parametrize("bad", ["", "Demo", "a-b", "abcdefghijk", "ra1\n", "ra1 ", 7])
+def test_link_names_are_matched_whole(bad: object) -> None:
+    with pytest.raises(SpecError) as err:
+        names.check_link_name(bad)  # type: ignore[arg-type]
+    assert err.value.field == "name"
+    assert names.check_link_name("ra1") == "ra1"

@@ -521,15 +521,18 @@ def boot(
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
     timed_out = False
-    while proc.poll() is None:
-        now = time.monotonic()
-        if now > deadline or ("booted" not in marks and now - start > BOOT_TIMEOUT_S):
-            timed_out = True
-            log("guest timed out: killing QEMU")
+    try:
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now > deadline or ("booted" not in marks and now - start > BOOT_TIMEOUT_S):
+                timed_out = True
+                log("guest timed out: killing QEMU")
+                break
+            time.sleep(0.2)
+    finally:  # on a timeout, and on Ctrl-C or any error here: never leave QEMU running
+        if proc.poll() is None:
             proc.kill()
-            break
-        time.sleep(0.2)
-    proc.wait()
+        proc.wait()
     reader.join(timeout=10)
     total = time.monotonic() - start
     status_file = out_dir / "exit-status"

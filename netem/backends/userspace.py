@@ -101,7 +101,7 @@ def process_alive(pid: int, start_ticks: int | None = None) -> bool:
         os.waitpid(pid, os.WNOHANG)  # reap it if it is our child and has exited
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:  # gone (ENOENT, ESRCH)
         return False
     after = text.rpartition(")")[2].split()
     if after[0] in ("Z", "X"):
@@ -212,6 +212,8 @@ class UserspaceBackend(Backend):
                 self.client(state).shutdown()
             if not wait_gone(pid, state.emulator_start_ticks, STOP_TIMEOUT_S):
                 stop_process(pid, state.emulator_start_ticks)
+        if pid is not None and (proc := _DAEMONS.pop(pid, None)) is not None:
+            proc.poll()  # reaped already (process_alive): poll records it, no warning at exit
         topology.remove_path(state.name)
         for path in (control_path(state.name), pid_path(state.name)):
             with contextlib.suppress(FileNotFoundError):

@@ -99,6 +99,7 @@ import contextlib
 import ctypes
 import gc
 import json
+import math
 import os
 import signal
 import socket
@@ -435,6 +436,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         name = check_link_name(args.name)
         spec = load_spec(args.spec_json)
+        if not math.isfinite(args.early_us) or args.early_us < 0:
+            raise SpecError("early-us", f"must be finite and >= 0, got {args.early_us!r}")
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -218,9 +218,11 @@ class Engine:
             self.spec = spec
             return {}
         if cmd == "capture_start":
-            self.capture_dir = check_directory(request.get("dir"))
+            if self.capture_dir is not None:  # a second start would drop the first's records
+                raise SpecError("cmd", "capture_start while a capture runs (capture_stop first)")
             snaplen = check_snaplen(request.get("snaplen", DEFAULT_SNAPLEN_BYTES))
             offset_ns = int(request.get("offset_ns") or clock_offset_ns())
+            self.capture_dir = check_directory(request.get("dir"))
             for pump in self.pumps.values():
                 pump.capture_start(snaplen, offset_ns)
             return {"offset_ns": offset_ns, "snaplen": snaplen}
@@ -230,6 +232,8 @@ class Engine:
             directory, self.capture_dir = self.capture_dir, None
             return {n: p.capture_stop(directory) for n, p in self.pumps.items()}
         if cmd == "packet_log_start":
+            if self.log_dir is not None:
+                raise SpecError("cmd", "packet_log_start while a log runs (packet_log_stop first)")
             self.log_dir = check_directory(request.get("dir"))
             for pump in self.pumps.values():
                 pump.log_start()
