@@ -17,6 +17,7 @@ from rich.table import Table
 from harness import bounds
 from harness.errors import SpecError
 from harness.units import (
+    parse_count,
     parse_duration_s,
     parse_fraction,
     parse_rate_bps,
@@ -150,9 +151,9 @@ def request_from_args(args: argparse.Namespace) -> bounds.RequestBound:
     values["download_bytes"] = parse_size_bytes("--download", args.download or "0")
     values["processing_s"] = parse_duration_s("--processing", args.processing or "0ms")
     if args.initcwnd is not None:
-        values["initcwnd_segments"] = _whole("--initcwnd", args.initcwnd)
+        values["initcwnd_segments"] = parse_count("--initcwnd", args.initcwnd)
     if args.mss is not None:
-        values["mss_bytes"] = _whole("--mss", args.mss)
+        values["mss_bytes"] = parse_count("--mss", args.mss)
     if args.window is not None:
         values["window_bytes"] = parse_size_bytes("--window", args.window)
         if values["window_bytes"] < 1:
@@ -167,16 +168,6 @@ def request_from_args(args: argparse.Namespace) -> bounds.RequestBound:
         return bounds.request_time(**values)
     except SpecError as err:
         raise SpecError(_flag_of(err.field), err.reason) from None
-
-
-def _whole(flag: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(flag, f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise SpecError(flag, f"must be >= 1, got {value}")
-    return value
 
 
 _FLAG_OF_FIELD = {

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import SpecError
+from harness.units import parse_count
 
 ENV_EXPERIMENTS = "TESTBED_EXPERIMENTS"
 ENV_REPS = "TESTBED_REPS"
@@ -38,25 +39,14 @@ def env_bool(name: str, environ: dict[str, str] | None = None) -> bool:
 
 def env_int(name: str, environ: dict[str, str] | None = None) -> int | None:
     value = (environ if environ is not None else os.environ).get(name, "").strip()
-    if not value:
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise SpecError(name, f"{value!r} is not a whole number") from None
-    if number < 1:
-        raise SpecError(name, f"must be >= 1, got {number}")
-    return number
+    return parse_count(name, value) if value else None
 
 
 def _reps(text: str) -> int:
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be >= 1")
-    return value
+        return parse_count("reps", text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(err.reason) from None
 
 
 class RichProgress:

@@ -130,6 +130,19 @@ def parse_size_bytes(field: str, text: str | int) -> int:
     return int(value)
 
 
+def parse_count(field: str, text: str | int) -> int:
+    """A whole number >= 1 (repetitions, runs, segments): ``"10"`` -> 10."""
+    if isinstance(text, bool):
+        raise SpecError(field, f"{text!r} is not a whole number")
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise SpecError(field, f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise SpecError(field, f"must be >= 1, got {value}")
+    return value
+
+
 def parse_queue(field: str, text: str | int) -> tuple[int | None, int | None]:
     """A queue limit: ``"1000p"`` -> (None, 1000 packets); ``"1mb"`` -> (1000000 bytes, None)."""
     if isinstance(text, str):

@@ -37,7 +37,7 @@ from typing import Any
 
 from harness.errors import SpecError
 from netem import nsexec
-from netem.probe import Echo, quantile, run_probe
+from netem.probe import probe_link, quantile
 from netem.stats import LinkStats
 
 SCHEMA_VERSION = 1
@@ -136,16 +136,7 @@ def load_row(delta: LinkStats) -> dict[str, Any]:
 def measure_probe(link: Any, count: int, interval_s: float) -> tuple[dict[str, Any], Any]:
     configured = link.spec.rtt_s
     before = link.stats()
-    with Echo(link.server_addr, netns=link.server_ns) as echo:
-        result = run_probe(
-            client_ns=link.client_ns,
-            client_addr=link.client_addr,
-            server_addr=link.server_addr,
-            count=count,
-            interval_s=interval_s,
-            drain_s=configured + 0.5,
-            echo=echo,
-        )
+    result = probe_link(link, count=count, interval_s=interval_s, drain_s=configured + 0.5)
     delta = link.stats() - before
     errors = [r - configured for r in result.rtt_s]
     app_errors = [r - configured for r in result.app_rtt_s]

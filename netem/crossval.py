@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import SpecError
+from harness.units import parse_count
 from harness.workloads import AUDIO_SIZE_BYTES
 from netem import names
 from netem.link import Link
@@ -740,16 +741,6 @@ def run_guest_part(args: argparse.Namespace) -> tuple[Part, dict[str, Any]]:
 # --- the command line ---------------------------------------------------------------------
 
 
-def _positive_int(field_name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(field_name, f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise SpecError(field_name, f"must be at least 1, got {value}")
-    return value
-
-
 def _ccs(text: str) -> list[str]:
     ccs = [cc.strip() for cc in text.split(",") if cc.strip()]
     if not ccs or any(not cc.isalnum() for cc in ccs):
@@ -783,8 +774,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _validated(args: argparse.Namespace) -> argparse.Namespace:
-    args.runs = _positive_int("runs", str(args.runs))
-    args.probes = _positive_int("probes", str(args.probes))
+    args.runs = parse_count("runs", args.runs)
+    args.probes = parse_count("probes", args.probes)
     args.cc = _ccs(args.cc) if isinstance(args.cc, str) else args.cc
     spec = resolve_link(args.link)
     args.spec = spec

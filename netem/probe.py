@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 from harness.errors import SpecError
 from netem.nsexec import in_netns
@@ -319,6 +320,22 @@ def summary(result: ProbeResult, configured_rtt_s: float | None = None) -> dict[
         median = quantile(result.rtt_s, 0.5)
         out["rtt_median_error_s"] = None if median is None else median - configured_rtt_s
     return out
+
+
+def probe_link(link: Any, *, count: int, interval_s: float, drain_s: float) -> ProbeResult:
+    """Probe an emulated path end to end: an :class:`Echo` at the link's server address
+    inside its server namespace, and :func:`run_probe` from its client. ``link`` is a
+    :class:`netem.link.Link` (or anything with its four address and namespace fields)."""
+    with Echo(link.server_addr, netns=link.server_ns) as echo:
+        return run_probe(
+            client_ns=link.client_ns,
+            client_addr=link.client_addr,
+            server_addr=link.server_addr,
+            count=count,
+            interval_s=interval_s,
+            drain_s=drain_s,
+            echo=echo,
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

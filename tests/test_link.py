@@ -25,7 +25,7 @@ from netem import backends, clean, names, topology
 from netem.backends.kernel import probe_netem
 from netem.link import Link, list_links
 from netem.nsexec import in_netns
-from netem.probe import Echo, run_probe
+from netem.probe import probe_link
 
 IS_ROOT = os.geteuid() == 0
 AUDIO_BYTES = 354_640
@@ -65,16 +65,9 @@ def fresh() -> Iterator[str]:
 
 
 def probe_rtts(link: Link, count: int = 20, interval_s: float = 0.02) -> list[float]:
-    with Echo(link.server_addr, netns=link.server_ns) as echo:
-        result = run_probe(
-            client_ns=link.client_ns,
-            client_addr=link.client_addr,
-            server_addr=link.server_addr,
-            count=count,
-            interval_s=interval_s,
-            echo=echo,
-            drain_s=2.5 * link.spec.rtt_s + 0.5,
-        )
+    result = probe_link(
+        link, count=count, interval_s=interval_s, drain_s=2.5 * link.spec.rtt_s + 0.5
+    )
     return result.rtt_s
 
 
@@ -179,16 +172,7 @@ def test_loss_is_realised(backend: str, fresh: str) -> None:
     with Link.up(fresh, f"rtt=10ms,up.loss={loss:.0%}", backend=backend) as link:
         before = link.stats()
         n = 600
-        with Echo(link.server_addr, netns=link.server_ns) as echo:
-            result = run_probe(
-                client_ns=link.client_ns,
-                client_addr=link.client_addr,
-                server_addr=link.server_addr,
-                count=n,
-                interval_s=0.002,
-                echo=echo,
-                drain_s=0.5,
-            )
+        result = probe_link(link, count=n, interval_s=0.002, drain_s=0.5)
         delta = link.stats() - before
     sigma = math.sqrt(loss * (1 - loss) / n)
     assert result.up_loss is not None and abs(result.up_loss - loss) < 4.5 * sigma

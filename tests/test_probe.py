@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from harness.errors import SpecError
-from netem.probe import Echo, ProbeResult, quantile, run_probe
+from netem.probe import Echo, ProbeResult, probe_link, quantile, run_probe
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -75,16 +75,7 @@ def emulated() -> Iterator[object]:
 def test_one_way_delays_and_loss_across_the_emulator(emulated) -> None:  # type: ignore[no-untyped-def]
     link = emulated
     before = link.stats()
-    with Echo(link.server_addr, netns=link.server_ns) as echo:
-        result = run_probe(
-            client_ns=link.client_ns,
-            client_addr=link.client_addr,
-            server_addr=link.server_addr,
-            count=400,
-            interval_s=0.001,
-            drain_s=0.3,
-            echo=echo,
-        )
+    result = probe_link(link, count=400, interval_s=0.001, drain_s=0.3)
     delta = link.stats() - before
     assert result.sent - result.echoed == delta.up.dropped_loss > 0
     assert result.echoed == delta.down.packets_out == result.received

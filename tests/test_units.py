@@ -13,6 +13,7 @@ from harness.units import (
     format_duration,
     format_percent,
     format_rate,
+    parse_count,
     parse_duration_s,
     parse_fraction,
     parse_probability,
@@ -303,3 +304,15 @@ def test_percent_round_trip(fraction: float) -> None:
 def test_size_of_a_plain_number_is_itself(size: int) -> None:
     assert parse_size_bytes("size", str(size)) == size
     assert parse_size_bytes("size", size) == size
+
+
+@pytest.mark.parametrize(("text", "value"), [("1", 1), ("10", 10), (7, 7)])
+def test_count_is_a_whole_number_of_at_least_one(text: str | int, value: int) -> None:
+    assert parse_count("reps", text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "-3", "2.5", "ten", True])
+def test_bad_count_names_the_field(text: object) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_count("reps", text)  # type: ignore[arg-type]
+    assert info.value.field == "reps" and "\n" not in str(info.value)
