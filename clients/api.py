@@ -44,11 +44,11 @@ import uvloop
 from clients import h2client, h3client
 from clients.config import ClientConfig
 from clients.records import RequestRecord, write_records
-from clients.sampler import Sampler
-from clients.tcpinfo import SAMPLE_FIELDS, read_tcp_info
 from clients.workload import RequestSpec, request_spec
 from servers.quic import QUIC_SAMPLE_FIELDS, quic_counters
 from servers.tls import client_context
+from tbcore.sampler import Sampler
+from tbcore.tcpinfo import SAMPLE_FIELDS, read_tcp_info
 
 TICKET_WAIT_S = 2.0
 """How long the 0-RTT priming connection waits for a session ticket."""

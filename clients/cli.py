@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from clients.config import CONNECTION_MODES, PROTOCOLS, WORKLOAD_NAMES, ClientConfig
-from harness import units
 from servers.knobs import add_transport_arguments, transport_fields
+from tbcore import units
 
 EXIT_FAILED_REQUEST = 1
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import SpecError
 from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
+from tbcore.errors import SpecError
 
 PROTOCOLS = ("h2", "h3")
 WORKLOAD_NAMES = ("asr", "tts", "retouch", "stream", "image", "sink")

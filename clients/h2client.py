@@ -23,12 +23,12 @@ import h2.settings
 
 from clients.config import ClientConfig
 from clients.records import RequestRecord
-from clients.tcpinfo import read_tcp_info
 from clients.workload import RequestSpec, ResponseCollector
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.knobs import tcp_options_of
 from servers.sockopts import TcpOptions, apply_tcp_options, rearm_quickack
 from servers.tls import ALPN_H2
+from tbcore.tcpinfo import read_tcp_info
 
 
 @dataclass

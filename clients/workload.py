@@ -6,7 +6,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 
-from harness import workloads
+from tbcore import workloads
 
 KEEP_BODY_MAX_BYTES = 64 * 1024
 """Small response bodies (the ASR transcript) are kept for checking; large ones only hashed."""

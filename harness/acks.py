@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
 from harness.record import atomic_write_text
+from tbcore.errors import SpecError
 
 TCP_FIN = 0x01
 TCP_SYN = 0x02

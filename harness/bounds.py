@@ -1,7 +1,7 @@
 """Analytic lower bounds for one request on one path (shared MODELS.md), as plain functions.
 
 Units are SI throughout: seconds, bytes, bits per second; loss is a fraction in [0, 1).
-Every function rejects impossible input with :class:`~harness.errors.SpecError` (a
+Every function rejects impossible input with :class:`~tbcore.errors.SpecError` (a
 ``ValueError``) that names the argument, so a notebook user sees which one was wrong.
 
 The section numbers in the docstrings are those of MODELS.md. :func:`request_time` is the
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 if TYPE_CHECKING:
     from netem.linkspec import LinkSpec

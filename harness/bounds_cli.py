@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import bounds
-from harness.errors import SpecError
-from harness.units import (
+from tbcore.errors import SpecError
+from tbcore.units import (
     parse_count,
     parse_duration_s,
     parse_fraction,

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from harness import spec as specmod
-from harness.errors import SpecError
 from harness.record import atomic_write_json, utc_stamp
+from tbcore.errors import SpecError
 
 CAMPAIGN_ORDER = ("connection", "initcwnd", "window", "congestion", "ack", "pacing", "loss")
 """The order of the shipped experiments: the headline question first."""

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from harness import __version__
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 COMMAND_MODULES = (
     "netem.cli",  # doctor, link, clean, bench link

@@ -17,8 +17,8 @@ import random
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 
-from harness.errors import SpecError
 from harness.spec import ORDERS, ExperimentSpec
+from tbcore.errors import SpecError
 
 
 @dataclass(frozen=True)

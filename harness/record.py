@@ -36,7 +36,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 SCHEMA_VERSION = 1
 """Version of the layout and of the row columns; bump it when either changes."""

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
-from harness.units import parse_count
+from tbcore.errors import SpecError
+from tbcore.units import parse_count
 
 ENV_EXPERIMENTS = "TESTBED_EXPERIMENTS"
 ENV_REPS = "TESTBED_REPS"

@@ -35,7 +35,6 @@ from typing import Any
 
 from harness import acks as ackmod
 from harness import bounds
-from harness.errors import SpecError
 from harness.plan import PlannedRun, plan_for, remaining
 from harness.record import (
     ResultDir,
@@ -45,9 +44,10 @@ from harness.record import (
     write_jsonl,
 )
 from harness.spec import ExperimentSpec, Level, Settings
-from harness.units import format_duration, format_rate
-from harness.workloads import AUDIO_SIZE_BYTES, IMAGE_SIZE_BYTES, RETOUCHED_SIZE_BYTES
 from netem.linkspec import LinkSpec
+from tbcore.errors import SpecError
+from tbcore.units import format_duration, format_rate
+from tbcore.workloads import AUDIO_SIZE_BYTES, IMAGE_SIZE_BYTES, RETOUCHED_SIZE_BYTES
 
 # --- validity thresholds -----------------------------------------------------------------
 

@@ -42,13 +42,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
-from harness.units import (
+from netem.linkspec import PRESETS, LinkSpec, parse_link
+from tbcore.errors import SpecError
+from tbcore.units import (
     parse_duration_s,
     parse_rate_bps,
     parse_size_bytes,
 )
-from netem.linkspec import PRESETS, LinkSpec, parse_link
 
 PROTOCOLS = ("h2", "h3")
 CONNECTIONS = ("new", "reused", "0rtt")

@@ -35,10 +35,10 @@ from dataclasses import asdict, dataclass
 from statistics import NormalDist
 from typing import Any
 
-from harness.errors import SpecError
 from netem import nsexec
 from netem.probe import probe_link, quantile
 from netem.stats import LinkStats
+from tbcore.errors import SpecError
 
 SCHEMA_VERSION = 1
 CONFIDENCE = 0.99

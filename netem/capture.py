@@ -20,8 +20,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import SpecError
 from netem import nsexec
+from tbcore.errors import SpecError
 
 DEFAULT_SNAPLEN_BYTES = 128
 """Enough for IPv4 + TCP with all options (20 + 60) or QUIC's header; keeps files small."""

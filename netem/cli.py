@@ -26,10 +26,10 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from harness.errors import SpecError
 from netem import backends, clean, doctor
 from netem.link import Link, list_links
 from netem.linkspec import PRESETS
+from tbcore.errors import SpecError
 
 EXIT_LEFTOVERS = 1
 """Exit status of ``clean`` when something could not be removed."""

@@ -39,14 +39,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
-from harness.units import parse_count
-from harness.workloads import AUDIO_SIZE_BYTES
 from netem import names
 from netem.link import Link
 from netem.linkspec import LinkSpec, format_link, resolve_link
 from netem.nsexec import in_netns
 from netem.stats import LinkStats, host_cpu_s
+from tbcore.errors import SpecError
+from tbcore.units import parse_count
+from tbcore.workloads import AUDIO_SIZE_BYTES
 
 SCHEMA_VERSION = 1
 """Version of the JSON this module writes (bump on an incompatible change)."""

@@ -31,11 +31,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from harness.errors import SpecError
 from netem import backends, clean, names, sysctl, topology
 from netem.backends import LinkState
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
+from tbcore.errors import SpecError
 
 ENDPOINT_ROLES = ("client", "server")
 

@@ -19,8 +19,8 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from harness.errors import SpecError
-from harness.units import (
+from tbcore.errors import SpecError
+from tbcore.units import (
     format_duration,
     format_percent,
     format_rate,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 PREFIX = "tb-"
 """Prefix of every namespace, device and process title the testbed creates."""

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 NETNS_RUN_DIR = Path("/run/netns")
 """Where iproute2 and pyroute2 bind-mount named network namespaces."""

@@ -40,8 +40,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.errors import SpecError
 from netem.nsexec import in_netns
+from tbcore.errors import SpecError
 
 SO_TIMESTAMPNS = 35
 """asm-generic/socket.h: kernel receive timestamps as a struct timespec (SCM_TIMESTAMPNS)."""

@@ -16,7 +16,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 LATENESS_FINE_STEP_S = 10e-6
 """Width of the fine lateness bins (10 µs), below :data:`LATENESS_FINE_LIMIT_S`."""

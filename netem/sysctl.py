@@ -20,9 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import SpecError
 from netem.linkspec import LinkSpec
 from netem.nsexec import in_netns
+from tbcore.errors import SpecError
 
 PROC_SYS = Path("/proc/sys")
 

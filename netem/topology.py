@@ -33,9 +33,9 @@ from pyroute2 import IPRoute, netns
 from pyroute2.ethtool.ioctl import IoctlEthtool
 from pyroute2.netlink.exceptions import NetlinkError
 
-from harness.errors import SpecError
 from netem import names, sysctl
 from netem.nsexec import NETNS_RUN_DIR, in_netns
+from tbcore.errors import SpecError
 
 ROUTER_DEVICES = {"client": "tb-to-client", "server": "tb-to-server"}
 """Names of the router's interfaces (kernel backend), by the side they face."""

@@ -25,7 +25,7 @@ import json
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from harness import workloads
+from tbcore import workloads
 
 DEFAULT_STREAM_CHUNKS = 50
 MAX_STREAM_CHUNKS = 30_000

@@ -41,10 +41,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from harness import units, workloads
-from harness.errors import SpecError
 from servers.config import DEFAULT_PORT, ServerConfig
 from servers.knobs import add_transport_arguments, transport_fields
+from tbcore import units, workloads
+from tbcore.errors import SpecError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

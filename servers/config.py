@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.errors import SpecError
 from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
+from tbcore.errors import SpecError
 
 DEFAULT_H2_WINDOW_BYTES = 16 * 1024 * 1024
 """HTTP/2 stream and connection windows large enough not to be the limit (16 MiB)."""

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from clients.sampler import Sampler
 from servers.app import AppConfig
 from servers.config import ServerConfig
 from servers.events import EventLog
 from servers.knobs import tcp_options_of
 from servers.sockopts import TcpOptions
+from tbcore.sampler import Sampler
 
 
 @dataclass

@@ -20,13 +20,13 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
-from clients.tcpinfo import read_tcp_info
 from servers import app
 from servers.context import ServerContext
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.session import ExchangeStreams, paced_chunks
 from servers.sockopts import apply_tcp_options, rearm_quickack
 from servers.tls import ensure_certificate, server_context
+from tbcore.tcpinfo import read_tcp_info
 
 PROTO = "h2"
 IDLE_CHECK_FRACTION = 4

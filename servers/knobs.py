@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from harness import units
-from harness.errors import SpecError
 from servers.sockopts import TcpOptions
+from tbcore import units
+from tbcore.errors import SpecError
 
 H2_MIN_WINDOW_BYTES = 65_535
 """HTTP/2's initial flow-control window; a smaller one would stall the peer (RFC 9113 6.9.2)."""

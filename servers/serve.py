@@ -13,14 +13,14 @@ from typing import IO, TextIO
 
 import uvloop
 
-from clients.sampler import Sampler
-from clients.tcpinfo import SAMPLE_FIELDS
 from servers.config import ServerConfig
 from servers.context import ServerContext
 from servers.events import EventLog
 from servers.h2server import start_h2
 from servers.h3server import start_h3
 from servers.quic import QUIC_SAMPLE_FIELDS
+from tbcore.sampler import Sampler
+from tbcore.tcpinfo import SAMPLE_FIELDS
 
 SERVER_SAMPLE_COLUMNS = (
     "proto",

@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from harness.workloads import stream_chunk
 from servers import app
 from servers.context import ServerContext
+from tbcore.workloads import stream_chunk
 
 
 class ExchangeStreams:

@@ -11,7 +11,7 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 # <linux/tcp.h>
 TCP_WINDOW_CLAMP = 10

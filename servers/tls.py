@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from harness.workloads import cache_dir
+from tbcore.workloads import cache_dir
 
 CERT_NAME = "testbed.local"
 """The certificate's subject; also valid for localhost, 127.0.0.1 and the 198.18 server."""

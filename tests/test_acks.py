@@ -17,7 +17,7 @@ from harness.acks import (
     tcp_acks,
     write_acks_csv,
 )
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 CLIENT = "198.18.1.2"
 SERVER = "198.18.2.2"

@@ -6,8 +6,8 @@ import argparse
 
 import pytest
 
-from harness.errors import SpecError
 from netem.bench import BenchConfig, register, run_bench, wilson_interval
+from tbcore.errors import SpecError
 
 
 def test_wilson_interval_known_values() -> None:

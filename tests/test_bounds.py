@@ -33,7 +33,7 @@ from harness.bounds import (
     window_throughput_bps,
     wire_bytes,
 )
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 pytestmark = pytest.mark.timeout(120)
 

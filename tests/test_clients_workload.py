@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from clients.workload import ResponseCollector, request_spec
-from harness import workloads
+from tbcore import workloads
 
 
 def test_tts_ok_and_short_and_corrupt() -> None:

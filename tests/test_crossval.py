@@ -15,7 +15,6 @@ import pytest
 from pyroute2 import IPRoute, NetNS, netns
 
 from harness import cli
-from harness.errors import SpecError
 from netem import crossval, names
 from netem.crossval import (
     TCP_INFO_BYTES,
@@ -32,6 +31,7 @@ from netem.crossval import (
     summary_rows,
 )
 from netem.linkspec import format_link, parse_link
+from tbcore.errors import SpecError
 
 
 def _upload(backend: str, cc: str, run: int, upload_s: float, retrans: int = 0) -> Upload:

@@ -67,7 +67,7 @@ def test_format_report_marks_failures() -> None:
 
 
 def test_choose_validates_names(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.errors import SpecError
+    from tbcore.errors import SpecError
 
     with pytest.raises(SpecError):
         backends.choose("fast")

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from harness.errors import SpecError
 from netem.emulator.control import ControlError, EmulatorClient, start_server
 from netem.linkspec import parse_link
+from tbcore.errors import SpecError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -142,7 +142,7 @@ def test_capture_and_log_through_engine_commands(wire: Wire, tmp_path: Path) -> 
 
 
 def test_set_spec_and_errors(wire: Wire, tmp_path: Path) -> None:
-    from harness.errors import SpecError
+    from tbcore.errors import SpecError
 
     engine = make_engine(parse_link("delay=5ms"), wire)
     new = parse_link("delay=1ms,loss=10%,seed=4")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import SpecError
 from netem.emulator.loss import (
     Bernoulli,
     GilbertElliottLoss,
@@ -14,6 +13,7 @@ from netem.emulator.loss import (
     make_loss,
 )
 from netem.linkspec import DirectionSpec, GilbertElliott
+from tbcore.errors import SpecError
 
 
 def test_make_loss_picks_the_model() -> None:

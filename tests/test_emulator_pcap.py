@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import SpecError
 from netem.emulator.pcap import (
     LINKTYPE_RAW,
     PCAP_MAGIC_NS,
@@ -16,6 +15,7 @@ from netem.emulator.pcap import (
     read_pcap,
     write_merged,
 )
+from tbcore.errors import SpecError
 
 
 def udp_packet(payload: bytes = b"hello") -> bytes:

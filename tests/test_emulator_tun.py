@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.errors import SpecError
 from netem import names, topology
 from netem.emulator.tun import open_tun, read_batch, wait_running
 from netem.nsexec import in_netns
+from tbcore.errors import SpecError
 
 pytestmark = [pytest.mark.root, pytest.mark.timeout(60)]
 

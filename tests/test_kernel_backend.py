@@ -13,11 +13,11 @@ import pytest
 from pyroute2.netlink.rtnl.tcmsg import sched_netem, sched_tbf, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
-from harness.errors import SpecError
 from netem import names, topology
 from netem.backends import kernel
 from netem.linkspec import parse_link
 from netem.stats import DirectionStats
+from tbcore.errors import SpecError
 
 FRAME = 1500 + kernel.ETH_HEADER_BYTES
 

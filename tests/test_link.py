@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import SpecError
 from netem import backends, clean, names, topology
 from netem.backends.kernel import probe_netem
 from netem.link import Link, list_links
 from netem.nsexec import in_netns
 from netem.probe import probe_link
+from tbcore.errors import SpecError
 
 IS_ROOT = os.geteuid() == 0
 AUDIO_BYTES = 354_640

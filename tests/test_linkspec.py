@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.errors import SpecError
 from netem.linkspec import (
     ETHERNET_MTU_BYTES,
     MIN_DEFAULT_QUEUE_BYTES,
@@ -21,6 +20,7 @@ from netem.linkspec import (
     parse_link,
     resolve_link,
 )
+from tbcore.errors import SpecError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,9 +17,9 @@ import pytest
 
 from clients.api import run_requests
 from clients.config import ClientConfig
-from harness import workloads
 from servers.process import ServerProcess
 from servers.tls import ensure_certificate
+from tbcore import workloads
 
 pytestmark = pytest.mark.timeout(120)
 PEER_TIMEOUT_S = 60

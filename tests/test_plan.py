@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.errors import SpecError
 from harness.plan import Progress, plan_runs, remaining
+from tbcore.errors import SpecError
 
 
 def _levels(plan):

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.errors import SpecError
 from netem.probe import Echo, ProbeResult, probe_link, quantile, run_probe
+from tbcore.errors import SpecError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.errors import SpecError
 from harness.record import (
     RUN_COLUMNS,
     ResultDir,
@@ -17,6 +16,7 @@ from harness.record import (
     utc_stamp,
     write_jsonl,
 )
+from tbcore.errors import SpecError
 
 
 def test_create_makes_experiment_and_stamp_directories(tmp_path: Path) -> None:

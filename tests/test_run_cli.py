@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from harness.cli import EXIT_USAGE, main
-from harness.errors import SpecError
 from harness.run_cli import env_bool, env_int
+from tbcore.errors import SpecError
 
 TINY = """
 name = "tiny"

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness import workloads
 from servers.app import AppConfig, Exchange, RequestHead
+from tbcore import workloads
 
 CONFIG = AppConfig(processing_audio_s=0.03, processing_image_s=0.3, max_body_bytes=1_000_000)
 

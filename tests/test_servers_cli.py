@@ -7,9 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import workloads
 from servers.events import read_events
 from servers.process import LISTEN_LINE, ServerProcess
+from tbcore import workloads
 
 
 def test_serve_prints_one_line_per_listener_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from harness.errors import SpecError
 from servers.cli import add_arguments, config_from_args
 from servers.config import ServerConfig
+from tbcore.errors import SpecError
 
 
 def parse(*argv: str) -> ServerConfig:

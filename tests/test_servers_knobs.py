@@ -9,7 +9,6 @@ import pytest
 
 from clients import cli as client_cli
 from clients.config import ClientConfig
-from harness.errors import SpecError
 from servers import cli as server_cli
 from servers.config import ServerConfig
 from servers.knobs import (
@@ -21,6 +20,7 @@ from servers.knobs import (
     transport_fields,
 )
 from servers.sockopts import TcpOptions
+from tbcore.errors import SpecError
 
 KNOBS = [
     "--cc", "bbr", "--window-clamp", "64kb", "--sndbuf", "1MiB", "--rcvbuf", "2MiB",

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from harness import workloads
 from servers import app
 from servers.config import ServerConfig
 from servers.context import ServerContext
 from servers.events import EventLog, read_events
 from servers.session import ExchangeStreams, paced_chunks
+from tbcore import workloads
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -6,7 +6,6 @@ import socket
 
 import pytest
 
-from harness.errors import SpecError
 from servers.sockopts import (
     TCP_NOTSENT_LOWAT,
     TCP_WINDOW_CLAMP,
@@ -15,6 +14,7 @@ from servers.sockopts import (
     get_congestion_control,
     set_udp_buffers,
 )
+from tbcore.errors import SpecError
 
 
 def available_ccs() -> set[str]:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import SpecError
 from harness.spec import load, loads, merge_link, parse_experiment
+from tbcore.errors import SpecError
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 

@@ -6,7 +6,6 @@ import math
 
 import pytest
 
-from harness.errors import SpecError
 from netem.stats import (
     CLOCK_TICKS_PER_S,
     LATENESS_BINS,
@@ -18,6 +17,7 @@ from netem.stats import (
     lateness_bin,
     lateness_bin_upper_s,
 )
+from tbcore.errors import SpecError
 
 
 def direction(**kw: object) -> DirectionStats:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import SpecError
 from netem import sysctl, topology
 from netem.linkspec import parse_link
+from tbcore.errors import SpecError
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import struct
 
-from clients.tcpinfo import FIELDS, parse_tcp_info, read_tcp_info
+from tbcore.tcpinfo import FIELDS, parse_tcp_info, read_tcp_info
 
 
 def test_short_buffer_yields_only_covered_fields() -> None:

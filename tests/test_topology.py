@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from harness.errors import SpecError
 from netem import names, sysctl, topology
 from netem.clean import clean
 from netem.nsexec import in_netns
+from tbcore.errors import SpecError
 
 pytestmark = pytest.mark.timeout(60)
 

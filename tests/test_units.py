@@ -1,4 +1,4 @@
-"""harness.units: human quantities into SI numbers, and back; every bad input names its field."""
+"""tbcore.units: human quantities into SI numbers, and back; every bad input names its field."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from harness.errors import SpecError
-from harness.units import (
+from tbcore.errors import SpecError
+from tbcore.units import (
     format_duration,
     format_percent,
     format_rate,

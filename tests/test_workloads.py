@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import workloads
-from harness.errors import SpecError
+from tbcore import workloads
+from tbcore.errors import SpecError
 
 
 @pytest.fixture

@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.errors import SpecError
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
+from tbcore.errors import SpecError
 
 STATE_SCHEMA_VERSION = 1
 """Version of the link state file's layout."""

@@ -49,11 +49,11 @@ from pyroute2.netlink.rtnl import RTM_NEWQDISC
 from pyroute2.netlink.rtnl.tcmsg import sched_netem, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
-from harness.errors import SpecError
 from netem import capture, names, topology
 from netem.backends import Backend, LinkState, register_backend
 from netem.linkspec import LinkSpec
 from netem.stats import CpuStats, DirectionStats, LinkStats, host_cpu_s
+from tbcore.errors import SpecError
 
 ETH_HEADER_BYTES = 14
 """Ethernet II header (IEEE 802.3): counted by qdiscs on a veth, not by LinkSpec rates."""

@@ -21,12 +21,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
 from netem import names, topology
 from netem.backends import Backend, LinkState, register_backend
 from netem.emulator.control import ControlError, EmulatorClient
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
+from tbcore.errors import SpecError
 
 READY_TIMEOUT_S = 90.0
 """How long the emulator may take to attach and answer (the VM guest runs Python ~17x slower:

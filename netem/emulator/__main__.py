@@ -110,7 +110,6 @@ from typing import Any
 
 import uvloop
 
-from harness.errors import SpecError
 from netem.emulator import control
 from netem.emulator.clock import set_thread_name, set_timer_slack_ns
 from netem.emulator.core import LinkDirection
@@ -120,6 +119,7 @@ from netem.emulator.tun import open_tun, wait_running
 from netem.linkspec import LinkSpec
 from netem.names import DEVICE_IN_NS, check_link_name
 from netem.stats import CpuStats, DirectionStats, LinkStats
+from tbcore.errors import SpecError
 
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
+from tbcore.errors import SpecError
 
 MAX_LINE_BYTES = 16 * 2**20
 """Longest request or answer line (a stats answer with two histograms is about 20 KB)."""

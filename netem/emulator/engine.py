@@ -27,7 +27,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SpecError
 from netem.emulator.clock import Timerfd
 from netem.emulator.core import LinkDirection
 from netem.emulator.packetlog import PacketLog
@@ -35,6 +34,7 @@ from netem.emulator.pcap import DEFAULT_SNAPLEN_BYTES, PcapBuffer, check_snaplen
 from netem.emulator.stats import cpu_snapshot, directions_snapshot
 from netem.emulator.tun import read_batch
 from netem.linkspec import LinkSpec
+from tbcore.errors import SpecError
 
 DEFAULT_EARLY_S = 80e-6
 """How long before a departure the timerfd fires on sparse traffic; the rest is spun.

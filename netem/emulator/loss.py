@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import random
 
-from harness.errors import SpecError
 from netem.linkspec import DirectionSpec, GilbertElliott
+from tbcore.errors import SpecError
 
 DIRECTIONS = ("up", "down")
 

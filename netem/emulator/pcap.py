@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 PCAP_MAGIC_NS = 0xA1B23C4D
 """Nanosecond-resolution pcap (libpcap's PCAP_NSEC_MAGIC)."""

@@ -16,8 +16,8 @@ import socket
 import struct
 import time
 
-from harness.errors import SpecError
 from netem.nsexec import in_netns
+from tbcore.errors import SpecError
 
 TUN_PATH = "/dev/net/tun"
 TUNSETIFF = 0x400454CA

@@ -12,7 +12,7 @@ import socket
 import struct
 from typing import Any
 
-from servers.sockopts import TCP_INFO
+TCP_INFO = socket.TCP_INFO  # linux/tcp.h; 11
 
 TCP_INFO_MAX_BYTES = 512
 """Buffer offered to getsockopt; the kernel here fills 256 (NOTES-machine.md)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 AUDIO_SIZE_BYTES = 354_640
 """The seed's ASR upload: 177,320 samples of 16-bit mono PCM."""

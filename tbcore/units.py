@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 
-from harness.errors import SpecError
+from tbcore.errors import SpecError
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ%/]*)\s*$")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.sampler import Sampler
+from tbcore.sampler import Sampler
 
 
 def test_samples_at_the_requested_period(tmp_path: Path) -> None:
