@@ -381,5 +381,71 @@ def median_run(frame: pd.DataFrame, level: str) -> pd.Series | None:
     return runs.loc[index]
 
 
+@dataclass(frozen=True)
+class LevelAttempts:
+    """What it took to get a level's valid runs, and the disturbance its runs carried."""
+
+    level: str
+    planned: int
+    """Measured runs in the plan."""
+    attempts: int
+    """Measured attempts made (planned runs and their re-runs)."""
+    valid: int
+    most_attempts: int
+    """The most attempts one planned run needed (or used up)."""
+    disturbance_median_s: float
+    disturbance_max_s: float
+    """Over every measured attempt, valid or not (NaN where not estimated)."""
+    disturbance_valid_max_s: float
+    """The largest disturbance a valid run of the level kept."""
+    fraction_median: float
+    """Median disturbance / measured time."""
+    limit_median_s: float
+
+    @property
+    def invalid_fraction(self) -> float:
+        return math.nan if self.attempts == 0 else 1.0 - self.valid / self.attempts
+
+
+def level_attempts(frame: pd.DataFrame, levels: Sequence[str] | None = None) -> list[LevelAttempts]:
+    """Per level: planned runs, attempts, valid runs and the disturbance estimates."""
+    if frame.empty:
+        return []
+    measured = frame[~frame["warmup"].fillna(False).astype(bool)]
+    order = list(levels) if levels is not None else list(dict.fromkeys(frame["level"]))
+    out = []
+    for level in order:
+        runs = measured[measured["level"] == level]
+        attempt = _num(runs["attempt"]).fillna(1) if "attempt" in runs else pd.Series(1.0)
+        valid = runs["valid"].fillna(False).astype(bool)
+        disturbance = _num(runs.get("disturbance_s", pd.Series(dtype=float))).dropna()
+        kept = _num(runs.loc[valid, "disturbance_s"]).dropna() if "disturbance_s" in runs else []
+        out.append(
+            LevelAttempts(
+                level=level,
+                planned=int((attempt == 1).sum()),
+                attempts=len(runs),
+                valid=int(valid.sum()),
+                most_attempts=int(attempt.max()) if len(runs) else 0,
+                disturbance_median_s=float(disturbance.median()) if len(disturbance) else math.nan,
+                disturbance_max_s=float(disturbance.max()) if len(disturbance) else math.nan,
+                disturbance_valid_max_s=float(max(kept)) if len(kept) else math.nan,
+                fraction_median=_median(runs.get("disturbance_fraction", pd.Series(dtype=float))),
+                limit_median_s=_median(runs.get("disturbance_limit_s", pd.Series(dtype=float))),
+            )
+        )
+    return out
+
+
+def levels_without_valid(frame: pd.DataFrame, levels: Sequence[str] | None = None) -> list[str]:
+    """The levels (of ``levels``, default every level in the frame) that have no valid
+    measured run: the experiment answers nothing about them."""
+    if levels is None:
+        levels = list(dict.fromkeys(frame["level"])) if not frame.empty else []
+    good = analysable(frame)
+    have = set(good["level"]) if not good.empty else set()
+    return [lv for lv in levels if lv not in have]
+
+
 def summary_frame(summaries: Sequence[LevelSummary]) -> pd.DataFrame:
     return pd.DataFrame([s.to_dict() for s in summaries])

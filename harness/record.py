@@ -38,7 +38,7 @@ import pandas as pd
 
 from tbcore.errors import SpecError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the layout and of the row columns; bump it when either changes."""
 
 RUN_COLUMNS: tuple[str, ...] = (
@@ -49,6 +49,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "level",
     "rep",
     "warmup",
+    "attempt",
     "protocol",
     "connection",
     "workload",
@@ -84,6 +85,12 @@ RUN_COLUMNS: tuple[str, ...] = (
     "cpu_server",
     "cpu_emulator",
     "steal",
+    "disturbance_s",
+    "disturbance_fraction",
+    "disturbance_limit_s",
+    "disturbance_lateness_s",
+    "disturbance_wait_s",
+    "disturbance_steal_s",
     "sha256_ok",
     "valid",
     "invalid_reason",
