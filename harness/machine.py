@@ -33,9 +33,10 @@ def proc_cpu_s(pid: int) -> float | None:
     return procfs.process_cpu_s(pid)
 
 
-def proc_runqueue_waits_s(pid: int) -> dict[int, float] | None:
-    """Per thread of ``pid``, seconds spent runnable without a CPU; None when it is gone."""
-    return procfs.thread_runqueue_waits_s(pid)
+def proc_runqueue_waits_s(pid: int) -> dict[int, tuple[float, int]] | None:
+    """Per thread of ``pid``: (seconds spent runnable without a CPU, times scheduled in);
+    None when it is gone."""
+    return procfs.thread_schedstats(pid)
 
 
 def cpu_pressure_s() -> float | None:
@@ -57,7 +58,7 @@ class CpuWatch:
         self.clock = clock
         self.pids: dict[str, list[int]] = {}
         self.samples: list[tuple[float, dict[str, float | None], tuple[float, float]]] = []
-        self._thread_waits: dict[tuple[str, int, int], float] = {}
+        self._thread_waits: dict[tuple[str, int, int], tuple[float, int]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -78,14 +79,12 @@ class CpuWatch:
                     alive = True
                 # a thread that exits takes its counter with it: keep each thread's last
                 # value so that the sum never goes down
-                for tid, wait in (proc_runqueue_waits_s(pid) or {}).items():
-                    self._thread_waits[(name, pid, tid)] = wait
+                for tid, stat in (proc_runqueue_waits_s(pid) or {}).items():
+                    self._thread_waits[(name, pid, tid)] = stat
             values[name] = total if alive else None
-            values[f"wait:{name}"] = (
-                sum(w for (n, _, _), w in self._thread_waits.items() if n == name)
-                if alive
-                else None
-            )
+            mine = [w for (n, _, _), w in self._thread_waits.items() if n == name]
+            values[f"wait:{name}"] = sum(w for w, _ in mine) if alive else None
+            values[f"slices:{name}"] = float(sum(c for _, c in mine)) if alive else None
         values["host:pressure"] = cpu_pressure_s()
         self.samples.append((self.clock(), values, host_steal()))
 
@@ -99,9 +98,11 @@ class CpuWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global _last_watch
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        _last_watch = self
 
     def fraction(self, name: str, t0: float, t1: float) -> float | None:
         """CPU seconds per wall second of ``name`` over [t0, t1], widened to the nearest
@@ -117,6 +118,21 @@ class CpuWatch:
         ]
         span = _bracket(series, t0, t1)
         return None if span is None else span[1] - span[0]
+
+    def wait_per_wakeup_s(self, name: str, t0: float, t1: float) -> float | None:
+        """Mean seconds one scheduling of ``name``'s threads waited on a run queue over
+        [t0, t1] (widened as in :meth:`fraction`): run-queue wait over times scheduled in.
+        None when unknown or when the threads were never scheduled in."""
+        waits = self.wait_s(name, t0, t1)
+        series = [
+            (t, v[f"slices:{name}"])
+            for t, v, _ in self.samples
+            if v.get(f"slices:{name}") is not None
+        ]
+        span = _bracket(series, t0, t1)
+        if waits is None or span is None or span[1] - span[0] <= 0:
+            return None
+        return waits / (span[1] - span[0])
 
     def pressure(self, t0: float, t1: float) -> float | None:
         """Host CPU pressure (PSI 'some'): the fraction of [t0, t1] in which at least one
@@ -135,6 +151,16 @@ class CpuWatch:
         if a is None or b is None or b[1] - b[0] <= 0:
             return None
         return (a[1] - a[0]) / (b[1] - b[0])
+
+
+_last_watch: CpuWatch | None = None
+
+
+def last_watch() -> CpuWatch | None:
+    """The watch of the run made last in this process (set when a watch's block ends): the
+    judgement of a run reads its wake-up waits, which its row does not carry. (When
+    execution hands its watch to the caller, this goes.)"""
+    return _last_watch
 
 
 def _bracket_points(

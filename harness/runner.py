@@ -987,22 +987,32 @@ def _float(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def judge_run(row: dict[str, Any], run_dir: Path, effect_s: float | None) -> dict[str, Any]:
+def judge_run(
+    row: dict[str, Any],
+    run_dir: Path,
+    effect_s: float | None,
+    watch: machine.CpuWatch | None = None,
+) -> dict[str, Any]:
     """The row with its disturbance estimate (harness.validity) and the verdict of both
-    the run's own checks (already in the row) and the disturbance's impact."""
+    the run's own checks (already in the row) and the disturbance's impact. ``watch``: the
+    run's CPU samples (for the endpoints' wait per wake-up)."""
     total_s = _float(row.get("total_s"))
     window = request_window(run_dir) if total_s is not None else None
-    lateness_s = None
+    path = None
     if window is not None:
         series = machine.emulator_lateness(run_dir)
         if series is not None:
-            lateness_s = judge.critical_lateness_s(series, *window, rtt_s=float(row["rtt_s"]))
+            path = judge.critical_path(series, *window, rtt_s=float(row["rtt_s"]))
     waits = [_float(row.get(f"runqueue_wait_{n}_s")) for n in ("client", "server")]
+    known = [w for w in waits if w is not None]
+    wait_s = math.fsum(known) if known else None  # all of it, without the flights
+    if path is not None and watch is not None and window is not None:
+        per_wakeup = {n: watch.wait_per_wakeup_s(n, *window) for n in ("client", "server")}
+        on_path = judge.endpoint_wait_s(path.flights, per_wakeup)
+        wait_s = wait_s if on_path is None else on_path
     disturbance = judge.Disturbance(
-        lateness_s=lateness_s,
-        endpoint_wait_s=math.fsum(w for w in waits if w is not None)
-        if any(w is not None for w in waits)
-        else None,
+        lateness_s=None if path is None else path.lateness_s,
+        endpoint_wait_s=wait_s,
         endpoint_steal_s=judge.endpoint_steal_s(
             [_float(row.get("cpu_client")), _float(row.get("cpu_server"))],
             max(total_s or 0.0, machine.MIN_CPU_WINDOW_S),
@@ -1017,6 +1027,8 @@ def judge_run(row: dict[str, Any], run_dir: Path, effect_s: float | None) -> dic
     return {
         **row,
         **judge.disturbance_columns(disturbance, total_s, effect_s),
+        "flights_up": None if path is None else path.flights.get("up"),
+        "flights_down": None if path is None else path.flights.get("down"),
         "disturbance_limit_s": limit,
         "valid": valid,
         "invalid_reason": reasons,
@@ -1027,7 +1039,7 @@ def _make(env: RunEnvironment, run: PlannedRun, effect_s: float | None) -> dict[
     """One attempt: execute, judge, save the judged row."""
     row = execute_run(env, run)
     try:
-        row = judge_run(row, env.result.run_dir(run.run_id), effect_s)
+        row = judge_run(row, env.result.run_dir(run.run_id), effect_s, machine.last_watch())
     except Exception as err:  # a row is never lost to its judgement
         row.update(
             valid=False,

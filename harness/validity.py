@@ -104,8 +104,9 @@ class Disturbance:
     A packet released late delays its flight's successors (its ACK, the next round) by at
     most that much; packets of one flight are late in parallel, not in series."""
     endpoint_wait_s: float | None
-    """Client and server threads runnable but without a CPU during the request (schedstat):
-    the time another task on the host took from the stacks."""
+    """Run-queue wait of the client and server on the critical path (:func:`endpoint_wait_s`):
+    the time other tasks on the host took from the stacks when a flight needed them. Without
+    the emulator's packet log, all their run-queue wait during the request (schedstat)."""
     endpoint_steal_s: float | None
     """CPU the hypervisor took from the endpoints: their CPU time during the request times
     steal / (1 - steal) (steal is invisible to the guest's scheduler)."""
@@ -117,36 +118,75 @@ class Disturbance:
         return math.fsum(parts) if parts else None
 
 
+def flights(departures_s: Sequence[float], gap_s: float) -> np.ndarray:
+    """Index of the first packet of each flight (a run of departures separated by less than
+    ``gap_s``) in ``departures_s`` sorted ascending."""
+    t = np.asarray(departures_s, dtype=float)
+    if t.size == 0:
+        return np.zeros(0, dtype=int)
+    return np.concatenate(([0], np.nonzero(np.diff(t) >= gap_s)[0] + 1))
+
+
 def flight_lateness_s(
     departures_s: Sequence[float], lateness_s: Sequence[float], gap_s: float
 ) -> float:
-    """Sum over flights (runs of departures separated by less than ``gap_s``) of the largest
-    lateness in the flight; early releases count as 0."""
+    """Sum over flights of the largest lateness in the flight; early releases count as 0."""
     if len(departures_s) == 0:
         return 0.0
     t = np.asarray(departures_s, dtype=float)
     late = np.clip(np.asarray(lateness_s, dtype=float), 0.0, None)
     order = np.argsort(t, kind="stable")
     t, late = t[order], late[order]
-    starts = np.concatenate(([0], np.nonzero(np.diff(t) >= gap_s)[0] + 1))
-    return float(np.maximum.reduceat(late, starts).sum())
+    return float(np.maximum.reduceat(late, flights(t, gap_s)).sum())
 
 
-def critical_lateness_s(
+@dataclass(frozen=True)
+class CriticalPath:
+    """The emulator's packets of one request, as flights on its critical path."""
+
+    lateness_s: float
+    """:attr:`Disturbance.lateness_s`."""
+    flights: dict[str, int]
+    """Flights per direction (``up`` are received by the server, ``down`` by the client)."""
+
+
+def critical_path(
     directions: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     start_s: float,
     end_s: float,
     rtt_s: float,
-) -> float:
-    """:attr:`Disturbance.lateness_s` from each direction's (departure times, lateness) of
-    the emulator's packets, counting the packets released within [start_s, end_s]."""
+) -> CriticalPath:
+    """The flights and their lateness from each direction's (departure times, lateness)
+    of the emulator's packets, counting the packets released within [start_s, end_s]."""
     gap = max(FLIGHT_GAP_FRACTION * rtt_s, 1e-3)
     total = 0.0
-    for departures, lateness in directions.values():
+    counts: dict[str, int] = {}
+    for name, (departures, lateness) in directions.items():
         t = np.asarray(departures, dtype=float)
         late = np.asarray(lateness, dtype=float)
         inside = (t >= start_s) & (t <= end_s)
         total += flight_lateness_s(t[inside], late[inside], gap)
+        counts[name] = len(flights(np.sort(t[inside]), gap))
+    return CriticalPath(lateness_s=total, flights=counts)
+
+
+def endpoint_wait_s(
+    flights: Mapping[str, int], wait_per_wakeup_s: Mapping[str, float | None]
+) -> float | None:
+    """:attr:`Disturbance.endpoint_wait_s`: each flight wakes its receiving end (``up`` the
+    server, ``down`` the client), which may first wait on a run queue for as long as its
+    wake-ups waited on average during the request. An upper estimate for kernel TCP (the
+    kernel, not the process, answers most flights), about right for QUIC in user space.
+    None when a needed mean wait is unknown."""
+    receiver = {"up": "server", "down": "client"}
+    total = 0.0
+    for direction, count in flights.items():
+        if count == 0:
+            continue
+        wait = wait_per_wakeup_s.get(receiver[direction])
+        if wait is None:
+            return None
+        total += count * wait
     return total
 
 

@@ -125,18 +125,29 @@ def cpu_pressure_s(path: str = "/proc/pressure/cpu") -> float | None:
         return None
 
 
-def thread_runqueue_waits_s(pid: int) -> dict[int, float] | None:
-    """Per thread, the seconds it spent runnable but waiting for a CPU (the second field of
-    /proc/PID/task/TID/schedstat, nanoseconds). None when the process is gone."""
+def parse_schedstat(text: str) -> tuple[float, float, int]:
+    """(on-CPU seconds, run-queue wait seconds, timeslices) from a schedstat file's text
+    (``/proc/PID/task/TID/schedstat``: nanoseconds, nanoseconds, count)."""
+    try:
+        run_ns, wait_ns, slices = (int(v) for v in text.split()[:3])
+    except ValueError:
+        raise SpecError("schedstat", f"not three integers: {text.strip()!r}") from None
+    return run_ns / 1e9, wait_ns / 1e9, slices
+
+
+def thread_schedstats(pid: int) -> dict[int, tuple[float, int]] | None:
+    """Per thread of ``pid``: (seconds it spent runnable but waiting for a CPU, times it was
+    scheduled onto a CPU). None when the process is gone."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    out: dict[int, float] = {}
+    out: dict[int, tuple[float, int]] = {}
     for tid in tasks:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
-                out[int(tid)] = int(handle.read().split()[1]) / 1e9
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+                _run_s, wait_s, slices = parse_schedstat(handle.read())
+        except (FileNotFoundError, ProcessLookupError, SpecError):
             continue
+        out[int(tid)] = (wait_s, slices)
     return out
