@@ -434,7 +434,7 @@ def answer_text(
         if math.isfinite(e.arm_ci_low_s):
             text += f"(95 % CI {_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)} ms)"
         else:
-            text += "(one run per arm: no interval; run more repetitions)"
+            text += "(fewer than two pairs: no interval; run more repetitions)"
         if math.isfinite(e.order_s):
             text += f"; order effect (second minus first) {_ms(e.order_s)} ms"
         parts.append(text + ".")
@@ -561,12 +561,14 @@ def build_report(path: Path) -> Path:
         *_loss_bounds(summaries),
         "## Arm effect next to the order effect",
         "",
-        "Arm: median of the level minus median of its baseline, with a bootstrap 95 % "
-        "interval. Order: the second-position minus first-position effect estimated from the "
-        "counterbalanced blocks (– when every block had the same order).",
+        "Arm: the level minus its baseline in the blocks where both have a valid run "
+        "(positive: the level is slower), balanced over both orders, with a paired bootstrap "
+        "95 % interval (whole pairs resampled). Order: the second-position minus "
+        "first-position effect estimated from the counterbalanced blocks (– when every "
+        "block had the same order).",
         "",
         _table(
-            ["level", "baseline", "pairs", "arm", "95 % CI", "paired arm", "order"],
+            ["level", "baseline", "pairs", "arm", "95 % CI", "order"],
             [
                 [
                     e.level,
@@ -574,7 +576,6 @@ def build_report(path: Path) -> Path:
                     str(e.pairs),
                     _ms(e.arm_s),
                     f"{_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)}",
-                    _ms(e.paired_arm_s),
                     _ms(e.order_s),
                 ]
                 for e in effects
