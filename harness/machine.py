@@ -83,7 +83,9 @@ class CpuWatch:
                     self._thread_waits[(name, pid, tid)] = stat
             values[name] = total if alive else None
             mine = [w for (n, _, _), w in self._thread_waits.items() if n == name]
+            main = [w for (n, p, t), (w, _) in self._thread_waits.items() if n == name and p == t]
             values[f"wait:{name}"] = sum(w for w, _ in mine) if alive else None
+            values[f"mainwait:{name}"] = sum(main) if alive and main else None
             values[f"slices:{name}"] = float(sum(c for _, c in mine)) if alive else None
         values["host:pressure"] = cpu_pressure_s()
         self.samples.append((self.clock(), values, host_steal()))
@@ -115,6 +117,18 @@ class CpuWatch:
         in :meth:`fraction`): the time they were runnable but another task had the CPU."""
         series = [
             (t, v[f"wait:{name}"]) for t, v, _ in self.samples if v.get(f"wait:{name}") is not None
+        ]
+        span = _bracket(series, t0, t1)
+        return None if span is None else span[1] - span[0]
+
+    def main_wait_s(self, name: str, t0: float, t1: float) -> float | None:
+        """Seconds the main thread of ``name`` (its event loop: the stack's protocol work)
+        waited on a run queue over [t0, t1] (widened as in :meth:`fraction`); the other
+        threads (the in-flight sampler) are instrumentation, not the request's path."""
+        series = [
+            (t, v[f"mainwait:{name}"])
+            for t, v, _ in self.samples
+            if v.get(f"mainwait:{name}") is not None
         ]
         span = _bracket(series, t0, t1)
         return None if span is None else span[1] - span[0]

@@ -28,9 +28,7 @@ EQUIVALENCE_ALPHA = 0.05
 
 def finite(values: Sequence[float | None]) -> np.ndarray:
     """The finite numbers of ``values`` as a float array (None and NaN dropped)."""
-    return np.asarray(
-        [v for v in values if v is not None and math.isfinite(float(v))], dtype=float
-    )
+    return np.asarray([v for v in values if v is not None and math.isfinite(float(v))], dtype=float)
 
 
 def quantile(values: Sequence[float], q: float) -> float:
