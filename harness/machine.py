@@ -83,10 +83,11 @@ class CpuWatch:
                     self._thread_waits[(name, pid, tid)] = stat
             values[name] = total if alive else None
             mine = [w for (n, _, _), w in self._thread_waits.items() if n == name]
-            main = [w for (n, p, t), (w, _) in self._thread_waits.items() if n == name and p == t]
+            main = [w for (n, p, t), w in self._thread_waits.items() if n == name and p == t]
             values[f"wait:{name}"] = sum(w for w, _ in mine) if alive else None
-            values[f"mainwait:{name}"] = sum(main) if alive and main else None
-            values[f"slices:{name}"] = float(sum(c for _, c in mine)) if alive else None
+            known = alive and bool(main)
+            values[f"mainwait:{name}"] = sum(w for w, _ in main) if known else None
+            values[f"mainslices:{name}"] = float(sum(c for _, c in main)) if known else None
         values["host:pressure"] = cpu_pressure_s()
         self.samples.append((self.clock(), values, host_steal()))
 
@@ -134,14 +135,14 @@ class CpuWatch:
         return None if span is None else span[1] - span[0]
 
     def wait_per_wakeup_s(self, name: str, t0: float, t1: float) -> float | None:
-        """Mean seconds one scheduling of ``name``'s threads waited on a run queue over
-        [t0, t1] (widened as in :meth:`fraction`): run-queue wait over times scheduled in.
-        None when unknown or when the threads were never scheduled in."""
-        waits = self.wait_s(name, t0, t1)
+        """Mean seconds one wake-up of ``name``'s main thread waited on a run queue over
+        [t0, t1] (widened as in :meth:`fraction`): its run-queue wait over the times it was
+        scheduled in. None when unknown or when it was never scheduled in."""
+        waits = self.main_wait_s(name, t0, t1)
         series = [
-            (t, v[f"slices:{name}"])
+            (t, v[f"mainslices:{name}"])
             for t, v, _ in self.samples
-            if v.get(f"slices:{name}") is not None
+            if v.get(f"mainslices:{name}") is not None
         ]
         span = _bracket(series, t0, t1)
         if waits is None or span is None or span[1] - span[0] <= 0:

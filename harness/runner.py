@@ -1004,10 +1004,16 @@ def judge_run(
         if series is not None:
             path = judge.critical_path(series, *window, rtt_s=float(row["rtt_s"]))
     waits = [_float(row.get(f"runqueue_wait_{n}_s")) for n in ("client", "server")]
+    main: dict[str, float | None] = {}
     if watch is not None and window is not None:
-        waits = [watch.main_wait_s(n, *window) for n in ("client", "server")]
+        main = {n: watch.main_wait_s(n, *window) for n in ("client", "server")}
+        waits = list(main.values())
     known = [w for w in waits if w is not None]
-    wait_s = math.fsum(known) if known else None
+    wait_s = math.fsum(known) if known else None  # all of it: without the flights
+    if path is not None and watch is not None and window is not None:
+        per_wakeup = {n: watch.wait_per_wakeup_s(n, *window) for n in ("client", "server")}
+        on_path = judge.endpoint_wait_s(path.flights, per_wakeup)
+        wait_s = wait_s if on_path is None else on_path
     disturbance = judge.Disturbance(
         lateness_s=None if path is None else path.lateness_s,
         endpoint_wait_s=wait_s,
@@ -1025,6 +1031,8 @@ def judge_run(
     return {
         **row,
         **judge.disturbance_columns(disturbance, total_s, effect_s),
+        "main_wait_client_s": main.get("client"),
+        "main_wait_server_s": main.get("server"),
         "flights_up": None if path is None else path.flights.get("up"),
         "flights_down": None if path is None else path.flights.get("down"),
         "disturbance_limit_s": limit,

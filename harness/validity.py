@@ -104,9 +104,10 @@ class Disturbance:
     A packet released late delays its flight's successors (its ACK, the next round) by at
     most that much; packets of one flight are late in parallel, not in series."""
     endpoint_wait_s: float | None
-    """Run-queue wait of the client and server on the critical path (:func:`endpoint_wait_s`):
-    the time other tasks on the host took from the stacks when a flight needed them. Without
-    the emulator's packet log, all their run-queue wait during the request (schedstat)."""
+    """Run-queue wait of the client and server on the critical path (:func:`endpoint_wait_s`:
+    each flight times its receiver's mean wait per wake-up): the time other tasks on the
+    host took from the stacks when a flight needed them. Without the emulator's packet log,
+    all the run-queue wait of their main threads during the request (schedstat)."""
     endpoint_steal_s: float | None
     """CPU the hypervisor took from the endpoints: their CPU time during the request times
     steal / (1 - steal) (steal is invisible to the guest's scheduler)."""
