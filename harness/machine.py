@@ -87,7 +87,6 @@ class CpuWatch:
             values[f"wait:{name}"] = sum(w for w, _ in mine) if alive else None
             known = alive and bool(main)
             values[f"mainwait:{name}"] = sum(w for w, _ in main) if known else None
-            values[f"mainslices:{name}"] = float(sum(c for _, c in main)) if known else None
         values["host:pressure"] = cpu_pressure_s()
         self.samples.append((self.clock(), values, host_steal()))
 
@@ -134,21 +133,6 @@ class CpuWatch:
         span = _bracket(series, t0, t1)
         return None if span is None else span[1] - span[0]
 
-    def wait_per_wakeup_s(self, name: str, t0: float, t1: float) -> float | None:
-        """Mean seconds one wake-up of ``name``'s main thread waited on a run queue over
-        [t0, t1] (widened as in :meth:`fraction`): its run-queue wait over the times it was
-        scheduled in. None when unknown or when it was never scheduled in."""
-        waits = self.main_wait_s(name, t0, t1)
-        series = [
-            (t, v[f"mainslices:{name}"])
-            for t, v, _ in self.samples
-            if v.get(f"mainslices:{name}") is not None
-        ]
-        span = _bracket(series, t0, t1)
-        if waits is None or span is None or span[1] - span[0] <= 0:
-            return None
-        return waits / (span[1] - span[0])
-
     def pressure(self, t0: float, t1: float) -> float | None:
         """Host CPU pressure (PSI 'some'): the fraction of [t0, t1] in which at least one
         runnable task on the host waited for a CPU."""
@@ -173,7 +157,7 @@ _last_watch: CpuWatch | None = None
 
 def last_watch() -> CpuWatch | None:
     """The watch of the run made last in this process (set when a watch's block ends): the
-    judgement of a run reads its wake-up waits, which its row does not carry. (When
+    judgement of a run reads its main threads' waits, which its row does not carry. (When
     execution hands its watch to the caller, this goes.)"""
     return _last_watch
 

@@ -995,7 +995,8 @@ def judge_run(
 ) -> dict[str, Any]:
     """The row with its disturbance estimate (harness.validity) and the verdict of both
     the run's own checks (already in the row) and the disturbance's impact. ``watch``: the
-    run's CPU samples (for the endpoints' wait per wake-up)."""
+    run's CPU samples (for the endpoints' main threads; without it, the recorded waits of all
+    their threads)."""
     total_s = _float(row.get("total_s"))
     window = request_window(run_dir) if total_s is not None else None
     path = None
@@ -1009,11 +1010,7 @@ def judge_run(
         main = {n: watch.main_wait_s(n, *window) for n in ("client", "server")}
         waits = list(main.values())
     known = [w for w in waits if w is not None]
-    wait_s = math.fsum(known) if known else None  # all of it: without the flights
-    if path is not None and watch is not None and window is not None:
-        per_wakeup = {n: watch.wait_per_wakeup_s(n, *window) for n in ("client", "server")}
-        on_path = judge.endpoint_wait_s(path.flights, per_wakeup)
-        wait_s = wait_s if on_path is None else on_path
+    wait_s = math.fsum(known) if known else None
     disturbance = judge.Disturbance(
         lateness_s=None if path is None else path.lateness_s,
         endpoint_wait_s=wait_s,

@@ -11,7 +11,6 @@ import pandas as pd
 import pytest
 
 from harness import spec as specmod
-from harness.machine import CpuWatch
 from harness.runner import (
     bound_for,
     client_argv,
