@@ -47,6 +47,7 @@ def _bootstrap(
     paired: bool,
     seed: int,
     confidence: float,
+    vectorized: bool = False,
 ) -> tuple[float, float]:
     with warnings.catch_warnings():
         # a resample of identical values has no spread: scipy warns and returns NaN
@@ -55,7 +56,7 @@ def _bootstrap(
             data,
             statistic,
             paired=paired,
-            vectorized=False,
+            vectorized=vectorized,
             n_resamples=BOOTSTRAP_RESAMPLES,
             confidence_level=confidence,
             method="percentile",
@@ -75,7 +76,9 @@ def median_ci(
         return (math.nan, math.nan)
     if np.all(data == data[0]):
         return (float(data[0]), float(data[0]))
-    return _bootstrap((data,), np.median, paired=False, seed=seed, confidence=confidence)
+    return _bootstrap(
+        (data,), np.median, paired=False, seed=seed, confidence=confidence, vectorized=True
+    )
 
 
 def median_difference_ci(
@@ -90,10 +93,12 @@ def median_difference_ci(
     if xa.size < 2 or xb.size < 2:
         return (point, math.nan, math.nan)
 
-    def difference(x: np.ndarray, y: np.ndarray) -> float:
-        return float(np.median(y) - np.median(x))
+    def difference(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.median(y, axis=axis) - np.median(x, axis=axis)
 
-    low, high = _bootstrap((xa, xb), difference, paired=False, seed=seed, confidence=confidence)
+    low, high = _bootstrap(
+        (xa, xb), difference, paired=False, seed=seed, confidence=confidence, vectorized=True
+    )
     return (point, low, high)
 
 
