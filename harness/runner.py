@@ -1040,9 +1040,13 @@ def judge_run(
 
 def _make(env: RunEnvironment, run: PlannedRun, effect_s: float | None) -> dict[str, Any]:
     """One attempt: execute, judge, save the judged row."""
+    previous = machine.last_watch()
     row = execute_run(env, run)
+    watch = machine.last_watch()
     try:
-        row = judge_run(row, env.result.run_dir(run.run_id), effect_s, machine.last_watch())
+        row = judge_run(
+            row, env.result.run_dir(run.run_id), effect_s, None if watch is previous else watch
+        )
     except Exception as err:  # a row is never lost to its judgement
         row.update(
             valid=False,
