@@ -180,6 +180,12 @@ def _setup_before_request(runs: pd.DataFrame) -> float:
     return float(values.median()) if len(values) else math.nan
 
 
+def _reason_kind(reason: str) -> str:
+    """A reason as the report counts it: every disturbance above its limit is one kind (the
+    amounts are in runs.csv and the attempts table), any other reason as written."""
+    return "disturbance above its limit" if reason.startswith("disturbance:") else reason
+
+
 def level_summary(
     frame: pd.DataFrame, levels: Sequence[str] | None = None, *, seed: int = 0
 ) -> list[LevelSummary]:
@@ -211,7 +217,10 @@ def level_summary(
             paced=_all_paced(runs),
         )
         reasons = all_runs.loc[~all_runs["valid"].fillna(False).astype(bool), "invalid_reason"]
-        counts = reasons.fillna("unknown").value_counts()
+        counts = pd.Series(
+            [_reason_kind(part) for r in reasons.fillna("unknown") for part in r.split("; ")],
+            dtype=object,
+        ).value_counts()
         out.append(
             LevelSummary(
                 level=level,
