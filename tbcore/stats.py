@@ -1,6 +1,9 @@
 """Statistics every package shares, from scipy: one quantile, bootstrap intervals, an
 equivalence test, the binomial CDF.
 
+scipy is imported where it is used: every ``testbed`` process (servers and clients too)
+imports the bounds, and scipy.stats costs hundreds of milliseconds of start-up.
+
 Sign convention everywhere: a difference is ``b - a`` with ``a`` the baseline (the level's
 baseline, the emulator in a cross-validation), so a positive difference means ``b`` took
 longer.
@@ -14,7 +17,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats as sps
 
 CONFIDENCE = 0.95
 """Confidence level of every interval the testbed prints."""
@@ -49,6 +51,8 @@ def _bootstrap(
     confidence: float,
     vectorized: bool = False,
 ) -> tuple[float, float]:
+    from scipy import stats as sps
+
     with warnings.catch_warnings():
         # a resample of identical values has no spread: scipy warns and returns NaN
         warnings.simplefilter("ignore")
@@ -139,6 +143,8 @@ def tost_shift(
     Mann-Whitney tests (scipy.stats.mannwhitneyu) on shifted samples: H0 ``b - a <=
     -margin`` against ``b + margin`` stochastically larger than ``a``, and H0 ``b - a >=
     margin`` against ``b - margin`` smaller; equivalent when both reject at ``alpha``."""
+    from scipy import stats as sps
+
     xa, xb = finite(a), finite(b)
     if margin <= 0 or not math.isfinite(margin):
         raise ValueError(f"margin must be a positive number, got {margin!r}")
@@ -151,4 +157,6 @@ def tost_shift(
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
     """P(X <= k) for X ~ Binomial(n, p) (scipy.stats.binom)."""
+    from scipy import stats as sps
+
     return float(sps.binom.cdf(k, n, p))
