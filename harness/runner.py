@@ -23,7 +23,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -34,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import acks as ackmod
-from harness import bounds
-from harness.plan import PlannedRun, plan_for, remaining
+from harness import bounds, machine
+from harness import validity as judge
+from harness.machine import CpuWatch
+from harness.plan import DEFAULT_ATTEMPTS, Outcome, PlannedRun, next_attempt, plan_for, remaining
 from harness.record import (
     ResultDir,
     atomic_write_json,
@@ -43,6 +44,7 @@ from harness.record import (
     write_jsonl,
 )
 from harness.spec import ExperimentSpec, Level, link_of
+from harness.validity import run_validity
 from netem.linkspec import LinkSpec
 from tbcore import kinds
 from tbcore.errors import SpecError
@@ -50,54 +52,6 @@ from tbcore.records import RecordError, RequestRecord, ServerEvent
 from tbcore.records import read_jsonl as read_records
 from tbcore.runrow import RunRow
 from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
-
-# --- validity thresholds -----------------------------------------------------------------
-
-CPU_SATURATED_FRACTION = 0.90
-"""A process above 90 % of one core during the request is the bottleneck, not the path:
-the servers and clients are single-threaded asyncio loops (plus a sampler thread), so near
-one core they queue their own work. The margin below 100 % covers tick-based accounting
-(10 ms ticks: +-5 % on a 200 ms window, NOTES-machine.md)."""
-
-STEAL_MAX_FRACTION = 0.10
-"""Host steal above 10 % of all CPU time during the run flags it: the hypervisor then took
-a tenth of both cores, and timers of the emulator and the stacks slip by milliseconds
-(steal from 0 to 78 % was seen on these VMs, NOTES-machine.md)."""
-
-RUNQUEUE_WAIT_MAX_FRACTION: float | None = None
-"""Run-queue wait of the stacks (time runnable but without a CPU) is recorded per run
-(``runqueue_wait_*_s``, with the host's PSI CPU pressure) but flags nothing by default: a
-first campaign on a loaded host (load 5 on 2 cores) saw the server wait 200 ms during a
-1.2 s upload whose time matched the unloaded runs to 0.3 %, because the kernel's TCP, not
-the process, is on the critical path of a transfer. Set a fraction of the request time
-here to flag such runs; emulator delays are caught by its lateness instead."""
-RUNQUEUE_WAIT_MIN_S = 0.002
-
-HOST_PRESSURE_MAX_FRACTION = 0.30
-"""Host CPU pressure (PSI 'some': the share of time at least one runnable task waited for
-a CPU) above 30 % during the request flags the run. In a quick connection campaign on this
-2-core VM with other test suites running, 4 of the 5 runs that were 1 RTT or 40 % slower
-than their level's quiet runs had pressure above 0.3, and every run below 0.15 but one was
-within 1.5 % of the bound: a busy host, not the path, made those runs slow."""
-
-LATENESS_P99_MAX_S = 1e-3
-"""The emulator's p99 release lateness must stay under 1 ms, the p99 RTT-error target of
-the link issue; above it the emulated path is not the configured one."""
-
-RTT_TOLERANCE_S = 2e-3
-RTT_TOLERANCE_FRACTION = 0.02
-"""A measured handshake RTT more than max(2 ms, 2 %) above the configured RTT flags the
-run (the link issue's accuracy targets are 0.3 ms median, 1 ms p99)."""
-
-LOSS_SIGMAS = 4.0
-"""Realised loss further than 4 binomial standard deviations (plus one packet) from the
-configured rate flags the run: the path did not have the configured loss."""
-
-MIN_CPU_WINDOW_S = 0.2
-"""CPU fractions are measured over at least 200 ms around the request (tick accounting)."""
-
-PROC_SAMPLE_PERIOD_S = 0.02
-"""How often the harness reads /proc for CPU during a run (50 Hz; a few µs per read)."""
 
 SERVER_START_TIMEOUT_S = 30.0
 SERVER_STOP_TIMEOUT_S = 10.0
@@ -253,14 +207,6 @@ def mathis_time_s(settings: Settings, link: LinkSpec, bound: bounds.RequestBound
     )
 
 
-def loss_out_of_range(configured: float, dropped: int, trials: int) -> bool:
-    if trials <= 0:
-        return False
-    expected = configured * trials
-    sigma = math.sqrt(trials * configured * (1.0 - configured))
-    return abs(dropped - expected) > LOSS_SIGMAS * sigma + 1.0
-
-
 def validity(
     *,
     error: str | None,
@@ -275,214 +221,18 @@ def validity(
     total_s: float | None = None,
     host_pressure: float | None = None,
 ) -> tuple[bool, str | None]:
-    """(valid, reason): every reason joined with '; ', the most basic first."""
-    reasons: list[str] = []
-    if error:
-        reasons.append(f"error: {error}")
-    if sha256_ok is False:
-        reasons.append("integrity: checksum mismatch")
-    for name, fraction in cpu.items():
-        if fraction is not None and fraction > CPU_SATURATED_FRACTION:
-            reasons.append(f"cpu: {name} {fraction * 100:.0f} % of a core")
-    if runqueue_wait_s and total_s and RUNQUEUE_WAIT_MAX_FRACTION is not None:
-        limit = max(RUNQUEUE_WAIT_MIN_S, RUNQUEUE_WAIT_MAX_FRACTION * total_s)
-        for name, wait in runqueue_wait_s.items():
-            if wait is not None and wait > limit:
-                reasons.append(f"cpu contention: {name} waited {wait * 1e3:.1f} ms for a CPU")
-    if host_pressure is not None and host_pressure > HOST_PRESSURE_MAX_FRACTION:
-        reasons.append(f"host busy: CPU pressure {host_pressure * 100:.0f} %")
-    if steal is not None and steal > STEAL_MAX_FRACTION:
-        reasons.append(f"steal: {steal * 100:.0f} % of host CPU")
-    if lateness_p99_s is not None and lateness_p99_s > LATENESS_P99_MAX_S:
-        reasons.append(f"emulator: p99 lateness {lateness_p99_s * 1e3:.2f} ms")
-    if measured_rtt_s is not None:
-        limit = max(RTT_TOLERANCE_S, RTT_TOLERANCE_FRACTION * configured_rtt_s)
-        if measured_rtt_s - configured_rtt_s > limit:
-            reasons.append(
-                f"link: RTT {measured_rtt_s * 1e3:.1f} ms vs {configured_rtt_s * 1e3:.1f} ms"
-            )
-    for direction, (configured, dropped, trials) in loss.items():
-        if loss_out_of_range(configured, dropped, trials):
-            reasons.append(
-                f"link: {direction} loss {dropped}/{trials} vs {configured * 100:g} % configured"
-            )
-    return (not reasons, "; ".join(reasons) or None)
-
-
-# --- CPU from /proc ----------------------------------------------------------------------
-
-CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process (all its threads), None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            text = handle.read()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    fields_ = text.rpartition(")")[2].split()
-    # after the comm field: state is fields_[0]; utime, stime are fields 14 and 15 (1-based)
-    return (int(fields_[11]) + int(fields_[12])) / CLOCK_TICKS_PER_S
-
-
-def proc_runqueue_waits_s(pid: int) -> dict[int, float] | None:
-    """Per thread, the seconds it spent runnable but waiting for a CPU (the second field of
-    /proc/PID/task/TID/schedstat, nanoseconds). None when the process is gone."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    out: dict[int, float] = {}
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat", encoding="ascii") as handle:
-                out[int(tid)] = int(handle.read().split()[1]) / 1e9
-        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
-            continue
-    return out
-
-
-def cpu_pressure_s() -> float | None:
-    """Cumulative host CPU pressure stall time, 'some' line of /proc/pressure/cpu (PSI)."""
-    try:
-        with open("/proc/pressure/cpu", encoding="ascii") as handle:
-            first = handle.readline().split()
-    except OSError:
-        return None
-    for item in first:
-        if item.startswith("total="):
-            return int(item[6:]) / 1e6
-    return None
-
-
-def host_steal() -> tuple[float, float]:
-    """(steal, total) host CPU seconds from /proc/stat."""
-    with open("/proc/stat", encoding="ascii") as handle:
-        parts = handle.readline().split()
-    ticks = [int(v) for v in parts[1:9]]
-    return (ticks[7] / CLOCK_TICKS_PER_S if len(ticks) > 7 else 0.0, sum(ticks) / CLOCK_TICKS_PER_S)
-
-
-class CpuWatch:
-    """Samples the CPU of named processes and the host's steal in a thread, so that the
-    fraction over the request window (known only afterwards) can be computed."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self.pids: dict[str, list[int]] = {}
-        self.samples: list[tuple[float, dict[str, float | None], tuple[float, float]]] = []
-        self._thread_waits: dict[tuple[str, int, int], float] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def watch(self, name: str, pid: int | None) -> None:
-        if pid:
-            self.pids.setdefault(name, []).append(pid)
-            self.sample()
-
-    def sample(self) -> None:
-        values: dict[str, float | None] = {}
-        for name, pids in list(self.pids.items()):
-            total = 0.0
-            alive = False
-            for pid in pids:
-                value = proc_cpu_s(pid)
-                if value is not None:
-                    total += value
-                    alive = True
-                # a thread that exits takes its counter with it: keep each thread's last
-                # value so that the sum never goes down
-                for tid, wait in (proc_runqueue_waits_s(pid) or {}).items():
-                    self._thread_waits[(name, pid, tid)] = wait
-            values[name] = total if alive else None
-            values[f"wait:{name}"] = (
-                sum(w for (n, _, _), w in self._thread_waits.items() if n == name)
-                if alive
-                else None
-            )
-        values["host:pressure"] = cpu_pressure_s()
-        self.samples.append((self.clock(), values, host_steal()))
-
-    def _run(self) -> None:
-        while not self._stop.wait(PROC_SAMPLE_PERIOD_S):
-            self.sample()
-
-    def __enter__(self) -> CpuWatch:
-        self._thread = threading.Thread(target=self._run, name="tb-cpuwatch", daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)
-
-    def fraction(self, name: str, t0: float, t1: float) -> float | None:
-        """CPU seconds per wall second of ``name`` over [t0, t1], widened to the nearest
-        samples outside it and to at least :data:`MIN_CPU_WINDOW_S`."""
-        series = [(t, v[name]) for t, v, _ in self.samples if v.get(name) is not None]
-        return _window_rate(series, t0, t1)
-
-    def wait_s(self, name: str, t0: float, t1: float) -> float | None:
-        """Seconds the threads of ``name`` waited on a run queue over [t0, t1] (widened as
-        in :meth:`fraction`): the time they were runnable but another task had the CPU."""
-        series = [
-            (t, v[f"wait:{name}"]) for t, v, _ in self.samples if v.get(f"wait:{name}") is not None
-        ]
-        span = _bracket(series, t0, t1)
-        return None if span is None else span[1] - span[0]
-
-    def pressure(self, t0: float, t1: float) -> float | None:
-        """Host CPU pressure (PSI 'some'): the fraction of [t0, t1] in which at least one
-        runnable task on the host waited for a CPU."""
-        series = [
-            (t, v["host:pressure"])
-            for t, v, _ in self.samples
-            if v.get("host:pressure") is not None
-        ]
-        return _window_rate(series, t0, t1)
-
-    def steal(self, t0: float, t1: float) -> float | None:
-        steal = [(t, s[0]) for t, _, s in self.samples]
-        total = [(t, s[1]) for t, _, s in self.samples]
-        a, b = _bracket(steal, t0, t1), _bracket(total, t0, t1)
-        if a is None or b is None or b[1] - b[0] <= 0:
-            return None
-        return (a[1] - a[0]) / (b[1] - b[0])
-
-
-def _bracket_points(
-    series: Sequence[tuple[float, float]], t0: float, t1: float
-) -> tuple[tuple[float, float], tuple[float, float]] | None:
-    """The samples just outside [t0, t1] (widened to MIN_CPU_WINDOW_S), None if too few."""
-    if len(series) < 2:
-        return None
-    if t1 - t0 < MIN_CPU_WINDOW_S:
-        mid = (t0 + t1) / 2.0
-        t0, t1 = mid - MIN_CPU_WINDOW_S / 2.0, mid + MIN_CPU_WINDOW_S / 2.0
-    before = [p for p in series if p[0] <= t0]
-    after = [p for p in series if p[0] >= t1]
-    start = before[-1] if before else series[0]
-    end = after[0] if after else series[-1]
-    if end[0] <= start[0]:
-        return None
-    return start, end
-
-
-def _bracket(
-    series: Sequence[tuple[float, float]], t0: float, t1: float
-) -> tuple[float, float] | None:
-    points = _bracket_points(series, t0, t1)
-    return None if points is None else (points[0][1], points[1][1])
-
-
-def _window_rate(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float | None:
-    points = _bracket_points(series, t0, t1)
-    if points is None:
-        return None
-    (ta, va), (tb, vb) = points
-    return (vb - va) / (tb - ta)
+    """The judgement :func:`_collect` makes: only what the run itself says
+    (:func:`harness.validity.run_validity`). The machine's load it records (``cpu``,
+    ``steal``, ``lateness_p99_s``, ``runqueue_wait_s``, ``host_pressure``) is judged by its
+    impact after collection (:func:`judge_run`), not by fixed thresholds here."""
+    del cpu, steal, lateness_p99_s, runqueue_wait_s, total_s, host_pressure
+    return run_validity(
+        error=error,
+        sha256_ok=sha256_ok,
+        configured_rtt_s=configured_rtt_s,
+        measured_rtt_s=measured_rtt_s,
+        loss=loss,
+    )
 
 
 # --- commands of the stacks --------------------------------------------------------------
@@ -762,12 +512,15 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
             invalid_reason=f"harness: collecting failed: {type(err).__name__}: {err}"[:300],
         )
     row["wall_s"] = time.monotonic() - wall0
+    return typed_row(row).to_dict()
+
+
+def typed_row(row: Mapping[str, Any]) -> RunRow:
+    """The row as the record model's :class:`RunRow`; an undeclared column is a bug."""
     try:
-        typed = RunRow(**row)
+        return RunRow(**row)
     except TypeError as err:  # a column the model does not declare: a bug, said loudly
         raise RecordError("run", str(err)) from None
-    env.result.save_row(typed)
-    return typed.to_dict()
 
 
 def _wait_child(proc: subprocess.Popen, timeout_s: float, watch: CpuWatch) -> int:
@@ -1099,7 +852,124 @@ class ExperimentResult:
 
 
 ProgressHook = Callable[[str, PlannedRun | None, dict[str, Any] | None], None]
-"""Called with ("start", run, None), ("done", run, row) and ("plan", None, {"total", "left"})."""
+"""Called with ("start", run, None), ("retry", run, row) for an invalid attempt that will be
+made again, ("done", run, row) for the last attempt of a planned run, and ("plan", None,
+{"total", "left", "dir"})."""
+
+
+# --- judging a run by its disturbance ------------------------------------------------------
+
+
+def effect_scales(spec: ExperimentSpec) -> dict[str, float | None]:
+    """Per level, the arm effect its comparisons are about, as the bounds predict it: the
+    bound's difference to its baseline, and for a baseline the smallest difference to the
+    levels compared with it; None without a bound or without a difference."""
+    bound_s: dict[str, float | None] = {}
+    for lv in spec.levels:
+        workload = kinds.workload(lv.settings.workload)
+        up, down = workload.up_bytes(lv.settings), workload.down_bytes(lv.settings)
+        bound = bound_for(lv.settings, link_of(lv.settings), up, down)
+        bound_s[lv.name] = None if bound is None else bound.total_s
+    scales: dict[str, list[float]] = {lv.name: [] for lv in spec.levels}
+    for lv in spec.levels:
+        a, b = bound_s[lv.name], bound_s.get(lv.baseline)
+        if lv.baseline == lv.name or a is None or b is None or abs(a - b) <= 0:
+            continue
+        scales[lv.name].append(abs(a - b))
+        scales[lv.baseline].append(abs(a - b))
+    return {name: min(values) if values else None for name, values in scales.items()}
+
+
+def request_window(run_dir: Path) -> tuple[float, float] | None:
+    """CLOCK_MONOTONIC start and end of the run's measured request (the median one, as
+    :func:`_collect` picks it), from the client's records."""
+    records = read_records(run_dir / "records.jsonl", RequestRecord)
+    opened = opened_connections(records)
+    phases = [request_phases(r, o) for r, o in zip(records, opened, strict=True) if not r.warmup]
+    good = sorted((p for p in phases if p is not None), key=lambda p: p.total_s)
+    if not good:
+        return None
+    median = good[len(good) // 2]
+    return (median.start_s, median.start_s + median.total_s)
+
+
+def _float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def judge_run(
+    row: dict[str, Any],
+    run_dir: Path,
+    effect_s: float | None,
+    watch: machine.CpuWatch | None = None,
+) -> dict[str, Any]:
+    """The row with its disturbance estimate (harness.validity) and the verdict of both
+    the run's own checks (already in the row) and the disturbance's impact. ``watch``: the
+    run's CPU samples (for the endpoints' main threads; without it, the recorded waits of all
+    their threads)."""
+    total_s = _float(row.get("total_s"))
+    window = request_window(run_dir) if total_s is not None else None
+    path = None
+    if window is not None:
+        series = machine.emulator_lateness(run_dir)
+        if series is not None:
+            path = judge.critical_path(series, *window, rtt_s=float(row["rtt_s"]))
+    waits = [_float(row.get(f"runqueue_wait_{n}_s")) for n in ("client", "server")]
+    main: dict[str, float | None] = {}
+    if watch is not None and window is not None:
+        main = {n: watch.main_wait_s(n, *window) for n in ("client", "server")}
+        waits = list(main.values())
+    known = [w for w in waits if w is not None]
+    wait_s = math.fsum(known) if known else None
+    disturbance = judge.Disturbance(
+        lateness_s=None if path is None else path.lateness_s,
+        endpoint_wait_s=wait_s,
+        endpoint_steal_s=judge.endpoint_steal_s(
+            [_float(row.get("cpu_client")), _float(row.get("cpu_server"))],
+            max(total_s or 0.0, machine.MIN_CPU_WINDOW_S),
+            _float(row.get("steal")),
+        )
+        if total_s is not None
+        else None,
+    )
+    ok, reason, limit = judge.judge_disturbance(disturbance, total_s, effect_s)
+    own = (bool(row.get("valid")), row.get("invalid_reason"))
+    valid, reasons = judge.combine(own, (ok, reason))
+    return {
+        **row,
+        **judge.disturbance_columns(disturbance, total_s, effect_s),
+        "main_wait_client_s": main.get("client"),
+        "main_wait_server_s": main.get("server"),
+        "flights_up": None if path is None else path.flights.get("up"),
+        "flights_down": None if path is None else path.flights.get("down"),
+        "disturbance_limit_s": limit,
+        "valid": valid,
+        "invalid_reason": reasons,
+    }
+
+
+def _make(env: RunEnvironment, run: PlannedRun, effect_s: float | None) -> dict[str, Any]:
+    """One attempt: execute, judge, save the judged row."""
+    previous = machine.last_watch()
+    row = execute_run(env, run)
+    watch = machine.last_watch()
+    try:
+        row = judge_run(
+            row, env.result.run_dir(run.run_id), effect_s, None if watch is previous else watch
+        )
+    except Exception as err:  # a row is never lost to its judgement
+        row.update(
+            valid=False,
+            invalid_reason=f"harness: judging failed: {type(err).__name__}: {err}"[:300],
+        )
+    env.result.save_row(typed_row(row))
+    if not row.get("valid"):
+        env.log(f"{run.run_id}: attempt {run.attempt} invalid: {row.get('invalid_reason')}")
+    return row
 
 
 def _link_up(name: str, spec: LinkSpec, backend: str) -> Any:
@@ -1121,8 +991,10 @@ def run_experiment(
     log: Callable[[str], None] = lambda _msg: None,
     argv: Sequence[str] | None = None,
     report: bool = True,
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> ExperimentResult:
-    """Plan, run every run not yet finished, write the tables and the report."""
+    """Plan, run every run not yet finished (an invalid measured run again, up to
+    ``attempts`` attempts in all), write the tables and the report."""
     plan = plan_for(spec)
     if resume is not None:
         result = ResultDir.open(resume)
@@ -1155,7 +1027,9 @@ def run_experiment(
                 "backend_requested": backend,
             }
         )
-    left = remaining(plan, result.finished())
+    by_id = {run.run_id: run for run in plan}
+    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+    left = remaining(plan, outcomes, attempts)
     if progress:
         progress("plan", None, {"total": len(plan), "left": len(left), "dir": str(result.path)})
     rows: list[dict[str, Any]] = []
@@ -1182,15 +1056,27 @@ def run_experiment(
             envs = manifest.get("environments", [])
             envs.append({"at_utc": utc_stamp(), **environment(link)})
             result.update_manifest(environments=envs, environment=envs[0])
-            for planned in left:
-                if progress:
-                    progress("start", planned, None)
-                row = execute_run(env, planned)
-                rows.append(row)
-                if progress:
-                    progress("done", planned, row)
+            scales = effect_scales(spec)
+            for first in left:
+                run: PlannedRun | None = first
+                while run is not None:
+                    if progress:
+                        progress("start", run, None)
+                    row = _make(env, run, scales.get(run.level))
+                    rows.append(row)
+                    outcomes[run.run_id] = Outcome.of_row(row)
+                    made = run
+                    run = next_attempt(by_id[made.planned_id], outcomes.values(), attempts)
+                    if progress:
+                        progress("done" if run is None else "retry", made, row)
     result.write_tables()
-    result.update_manifest(finished_utc=utc_stamp(), finished=len(result.finished()) == len(plan))
+    result.update_manifest(
+        finished_utc=utc_stamp(),
+        finished=not remaining(
+            plan, {r["run_id"]: Outcome.of_row(r) for r in result.rows()}, attempts
+        ),
+        attempts=attempts,
+    )
     if report:
         from harness.report import build_report
 

@@ -26,6 +26,7 @@ class RunRow(Record):
     rep: int = col(REQUIRED, doc="Repetition within its level; warm-up runs count below 0.")
     warmup: bool = col(REQUIRED, doc="A warm-up run (not analysed).")
     link_seed: int = col(REQUIRED, doc="Seed of the link's loss generators (same per block).")
+    attempt: int = col(1, doc="Attempt of its planned run, from 1; an invalid run is re-run.")
     # --- what ran
     protocol: str | None = col(doc="h2 or h3 (settings.protocol).")
     connection: str | None = col(doc="new, reused or 0rtt.")
@@ -123,6 +124,35 @@ class RunRow(Record):
     runqueue_wait_emulator_s: float | None = col(
         doc="Emulator threads runnable but waiting for a CPU.", unit="s"
     )
+    # --- the disturbance's possible effect on the measurement (harness.validity)
+    disturbance_s: float | None = col(
+        doc="Estimated time the host's disturbance could have added: lateness + wait + steal.",
+        unit="s",
+    )
+    disturbance_fraction: float | None = col(doc="disturbance_s / total_s.")
+    disturbance_limit_s: float | None = col(
+        doc="The largest disturbance a valid run may carry (harness.validity).", unit="s"
+    )
+    disturbance_lateness_s: float | None = col(
+        doc="Emulator release lateness on the request's critical path.", unit="s"
+    )
+    disturbance_wait_s: float | None = col(
+        doc="Run-queue wait of the endpoints' main threads during the request.", unit="s"
+    )
+    disturbance_steal_s: float | None = col(
+        doc="CPU steal taken from the endpoints during the request.", unit="s"
+    )
+    effect_scale_s: float | None = col(
+        doc="The arm effect the bounds predict for the level's comparison.", unit="s"
+    )
+    main_wait_client_s: float | None = col(
+        doc="Client main thread runnable but waiting, during the request.", unit="s"
+    )
+    main_wait_server_s: float | None = col(
+        doc="Server main thread runnable but waiting, during the request.", unit="s"
+    )
+    flights_up: int | None = col(doc="Round trips of the request's critical path, up.")
+    flights_down: int | None = col(doc="Round trips of the request's critical path, down.")
     # --- the verdict
     valid: bool | None = col(doc="The run measured what it was meant to (see invalid_reason).")
     invalid_reason: str | None = col(doc="Every reason the run is invalid, joined by '; '.")
