@@ -379,7 +379,3 @@ def median_run(frame: pd.DataFrame, level: str) -> pd.Series | None:
     totals = _num(runs["total_s"])
     index = (totals - totals.median()).abs().idxmin()
     return runs.loc[index]
-
-
-def summary_frame(summaries: Sequence[LevelSummary]) -> pd.DataFrame:
-    return pd.DataFrame([s.to_dict() for s in summaries])

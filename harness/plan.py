@@ -126,26 +126,3 @@ def remaining(plan: Sequence[PlannedRun], finished: Collection[str]) -> list[Pla
             "resume", f"run {sorted(stray)[0]!r} is not in this plan (another experiment?)"
         )
     return [run for run in plan if run.run_id not in finished]
-
-
-@dataclass
-class Progress:
-    """ETA from the durations of finished runs; the clock is the caller's."""
-
-    total: int
-    done: int = 0
-    started_s: float | None = None
-    elapsed_s: float = 0.0
-
-    def start(self, now_s: float) -> None:
-        self.started_s = now_s
-
-    def finish_one(self, now_s: float) -> None:
-        self.done += 1
-        if self.started_s is not None:
-            self.elapsed_s = now_s - self.started_s
-
-    def eta_s(self) -> float | None:
-        if self.done == 0:
-            return None
-        return self.elapsed_s / self.done * (self.total - self.done)

@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 LISTEN_LINE = re.compile(
@@ -112,7 +111,3 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def log_path_arg(path: Path) -> list[str]:
-    return ["--log", str(path)]

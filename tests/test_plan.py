@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plan import Progress, plan_runs, remaining
+from harness.plan import plan_runs, remaining
 from tbcore.errors import SpecError
 
 
@@ -73,13 +73,3 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(SpecError) as info:
         plan_runs(["a", "b"], 1, order="random")
     assert info.value.field == "order"
-
-
-def test_progress_eta_from_a_fake_clock() -> None:
-    progress = Progress(total=4)
-    assert progress.eta_s() is None
-    progress.start(100.0)
-    progress.finish_one(102.0)
-    assert progress.eta_s() == pytest.approx(6.0)
-    progress.finish_one(110.0)
-    assert progress.eta_s() == pytest.approx(10.0)
