@@ -21,11 +21,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.collect import LINK_STATS_FILE, RUN_FILE
+from harness.collect import LINK_STATS_FILE, QLOG_DIR, RUN_FILE
 from harness.plan import PlannedRun
 from harness.record import ResultDir, atomic_write_json
 from harness.spec import ExperimentSpec
 from netem.linkspec import LinkSpec
+from tbcore import kinds
 from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
 
 SERVER_START_TIMEOUT_S = 30.0
@@ -39,8 +40,6 @@ PORT_SPAN = 20000
 """Each run listens on PORT_BASE + seq mod PORT_SPAN: a fresh port, no TIME_WAIT clash."""
 ERROR_CHARS = 300
 """A run's error is one line of at most this many characters."""
-SERVER_SETTINGS_FILE = "server-settings.json"
-CLIENT_SETTINGS_FILE = "client-settings.json"
 ROLES = ("client", "server")
 
 
@@ -63,52 +62,33 @@ def server_argv(
     settings: Settings, link: LinkSpec, *, bind: str, port: int, run_dir: Path
 ) -> list[str]:
     """``testbed serve`` of a run: its addresses and files; the knobs in one document."""
-    document = write_settings(run_dir, SERVER_SETTINGS_FILE, settings.for_end(link.down.rate_bps))
-    argv = [
-        *testbed_argv(),
-        "serve",
-        "--bind",
-        bind,
-        "--h2-port",
-        str(port),
-        "--h3-port",
-        str(port),
-        "--no-h3" if settings.protocol == "h2" else "--no-h2",
-        "--log",
-        str(run_dir / "server.jsonl"),
-        "--keylog",
-        str(run_dir / "keys.log"),
-        "--settings",
-        str(document),
-    ]
-    if settings.protocol == "h3" and settings.qlog:
-        argv += ["--qlog-dir", str(run_dir / "qlog" / "server")]
-    return argv
+    ports = ["--h2-port", str(port), "--h3-port", str(port)]
+    only = "--no-h3" if kinds.protocol(settings.protocol).transport == "tcp" else "--no-h2"
+    own = ["--bind", bind, *ports, only, "--log", str(run_dir / "server.jsonl")]
+    return _stack_argv("serve", "server", settings.for_end(link.down.rate_bps), run_dir, own)
 
 
 def client_argv(
     settings: Settings, link: LinkSpec, *, host: str, port: int, run_dir: Path
 ) -> list[str]:
     """``testbed client`` of a run: its peer and files; the knobs in one document."""
-    document = write_settings(run_dir, CLIENT_SETTINGS_FILE, settings.for_end(link.up.rate_bps))
-    argv = [
-        *testbed_argv(),
-        "client",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--records",
-        str(run_dir / "records.jsonl"),
-        "--samples",
-        str(run_dir / "samples.csv"),
-        "--keylog",
-        str(run_dir / "keys.log"),
-        "--settings",
-        str(document),
-    ]
-    if settings.protocol == "h3" and settings.qlog:
-        argv += ["--qlog-dir", str(run_dir / "qlog" / "client")]
+    files = ["--records", str(run_dir / "records.jsonl"), "--samples", str(run_dir / "samples.csv")]
+    own = ["--host", host, "--port", str(port), *files]
+    return _stack_argv("client", "client", settings.for_end(link.up.rate_bps), run_dir, own)
+
+
+def _stack_argv(
+    command: str, role: str, settings: Settings, run_dir: Path, own: list[str]
+) -> list[str]:
+    """What both ends take: the keylog, the settings document, the qlog directory (made
+    here: aioquic refuses a missing one) for a QUIC run."""
+    document = write_settings(run_dir, f"{role}-settings.json", settings)
+    argv = [*testbed_argv(), command, *own, "--keylog", str(run_dir / "keys.log")]
+    argv += ["--settings", str(document)]
+    if settings.qlog and kinds.protocol(settings.protocol).transport == "udp":
+        qlog = run_dir / QLOG_DIR / role
+        qlog.mkdir(parents=True, exist_ok=True)
+        argv += ["--qlog-dir", str(qlog)]
     return argv
 
 

@@ -73,7 +73,7 @@ class Record:
         return {**asdict(self), SCHEMA_KEY: self.schema_tag()}  # type: ignore[call-overload]
 
     def to_json(self) -> str:
-        return json.dumps(_clean(self.to_dict()), separators=(",", ":"))
+        return json.dumps(clean_json(self.to_dict()), separators=(",", ":"))
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any], where: str = "") -> R:
@@ -337,14 +337,14 @@ SAMPLE_RECORDS: dict[str, Any] = {"h2": TcpSample, "h3": QuicSample}
 # --- files -----------------------------------------------------------------------------------
 
 
-def _clean(value: Any) -> Any:
+def clean_json(value: Any) -> Any:
     """NaN and infinities are not JSON: store them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: clean_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean_json(v) for v in value]
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     return value
@@ -364,7 +364,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def write_jsonl(path: Path, records: Iterable[Record]) -> None:
     """One record per line, atomically (a temporary file renamed over ``path``)."""
-    text = "".join(json.dumps(_clean(r.to_dict()), separators=(",", ":")) + "\n" for r in records)
+    text = "".join(
+        json.dumps(clean_json(r.to_dict()), separators=(",", ":")) + "\n" for r in records
+    )
     _atomic_write_text(Path(path), text)
 
 
@@ -394,7 +396,7 @@ def write_csv(path: Path, cls: type[Record], records: Iterable[Record]) -> None:
     columns = [*cls.field_names(), SCHEMA_KEY]
     rows = []
     for item in records:
-        data = _clean(item.to_dict())
+        data = clean_json(item.to_dict())
         rows.append(["" if data[c] is None else data[c] for c in columns])
     import io
 
