@@ -27,6 +27,7 @@ from harness.record import ResultDir, atomic_write_json
 from harness.spec import ExperimentSpec
 from netem.linkspec import LinkSpec
 from tbcore import kinds
+from tbcore.processes import stop_process
 from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
 
 SERVER_START_TIMEOUT_S = 30.0
@@ -145,20 +146,6 @@ def _wait_listening(proc: subprocess.Popen, expected: int, timeout_s: float) -> 
     return lines
 
 
-def _stop(proc: subprocess.Popen | None, timeout_s: float = SERVER_STOP_TIMEOUT_S) -> int | None:
-    if proc is None:
-        return None
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    return proc.returncode
-
-
 def _tail(path: Path, limit: int = 300) -> str:
     try:
         text = path.read_text(errors="replace").strip().splitlines()
@@ -221,7 +208,7 @@ def run_processes(
         if client is not None and client.poll() is None:  # interrupted while it ran
             client.kill()
             client.wait()
-        code = _stop(server)
+        code = stop_process(server, SERVER_STOP_TIMEOUT_S)
         if code not in (0, None, -signal.SIGTERM) and error is None:
             error = f"server exited {code}: {_tail(run_dir / 'server.stderr')}"
     return error

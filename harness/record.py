@@ -93,21 +93,11 @@ def atomic_write_json(path: Path, data: Any) -> None:
 
 def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
     """CSV or parquet by the suffix, atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        if path.suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    if path.suffix == ".parquet":
+        data = frame.to_parquet(None, index=False)
+    else:
+        data = frame.to_csv(index=False).encode("utf-8")
+    atomic_write_bytes(path, data)
 
 
 @dataclass

@@ -146,21 +146,24 @@ QUIC_SAMPLE_FIELDS = (
 )
 """Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units)."""
 
-TcpInfo: Any = make_dataclass(
-    "TcpInfo",
-    [(name, "int | None", field(default=None)) for name in TCP_SAMPLE_FIELDS],
-    bases=(Snapshot,),
-)
-TcpInfo.__module__ = __name__
-TcpInfo.__doc__ = "TCP_INFO of a socket (tbcore.tcpinfo.SAMPLE_FIELDS; times in µs)."
 
-QuicRecovery: Any = make_dataclass(
-    "QuicRecovery",
-    [(name, "int | None", field(default=None)) for name in QUIC_SAMPLE_FIELDS],
-    bases=(Snapshot,),
+def _snapshot(name: str, doc: str, columns: tuple[str, ...]) -> Any:
+    """A :class:`Snapshot` class of integer counters, each None when not known."""
+    made = make_dataclass(
+        name, [(c, "int | None", field(default=None)) for c in columns], bases=(Snapshot,)
+    )
+    made.__module__, made.__doc__ = __name__, doc
+    return made
+
+
+TcpInfo: Any = _snapshot(
+    "TcpInfo",
+    "TCP_INFO of a socket (tbcore.tcpinfo.SAMPLE_FIELDS; times in µs).",
+    TCP_SAMPLE_FIELDS,
 )
-QuicRecovery.__module__ = __name__
-QuicRecovery.__doc__ = "aioquic's recovery state of a connection (times in µs)."
+QuicRecovery: Any = _snapshot(
+    "QuicRecovery", "aioquic's recovery state of a connection (times in µs).", QUIC_SAMPLE_FIELDS
+)
 
 
 def tcp_info_of(info: Mapping[str, Any]) -> Any:
