@@ -392,6 +392,51 @@ def _link_up(name: str, spec: LinkSpec, backend: str) -> Any:
     return Link.up(name, spec, backend=backend)
 
 
+def _reopen(spec: ExperimentSpec, plan: Sequence[PlannedRun], resume: Path) -> ResultDir:
+    """The result directory of an interrupted campaign of the same experiment and plan."""
+    result = ResultDir.open(resume)
+    manifest = result.read_manifest()
+    if manifest.get("resolved", {}).get("name") != spec.name:
+        raise SpecError(
+            "resume",
+            f"{resume} holds experiment "
+            f"{manifest.get('resolved', {}).get('name')!r}, not {spec.name!r}",
+        )
+    planned_ids = [r["run_id"] for r in manifest.get("plan", [])]
+    if planned_ids and planned_ids != [r.run_id for r in plan]:
+        raise SpecError(
+            "resume",
+            "the plan differs from the one in the manifest "
+            "(changed file or flags?): start a new directory",
+        )
+    return result
+
+
+def _create(
+    spec: ExperimentSpec,
+    plan: Sequence[PlannedRun],
+    output: Path,
+    backend: str,
+    argv: Sequence[str] | None,
+) -> ResultDir:
+    """A new result directory with its manifest (the spec, plan, seeds, versions)."""
+    result = ResultDir.create(Path(output), spec.name)
+    result.write_manifest(
+        {
+            "experiment_file": spec.path,
+            "experiment_source": spec.source,
+            "resolved": spec.resolved(),
+            "plan": [r.to_dict() for r in plan],
+            "seeds": {"plan": spec.seed, "link": sorted({r.link_seed for r in plan})},
+            "versions": versions(),
+            "command": list(argv) if argv is not None else sys.argv,
+            "started_utc": utc_stamp(),
+            "backend_requested": backend,
+        }
+    )
+    return result
+
+
 def run_experiment(
     spec: ExperimentSpec,
     *,
@@ -407,36 +452,9 @@ def run_experiment(
     """Plan, run every run not yet finished, write the tables and the report."""
     plan = plan_for(spec)
     if resume is not None:
-        result = ResultDir.open(resume)
-        manifest = result.read_manifest()
-        if manifest.get("resolved", {}).get("name") != spec.name:
-            raise SpecError(
-                "resume",
-                f"{resume} holds experiment "
-                f"{manifest.get('resolved', {}).get('name')!r}, not {spec.name!r}",
-            )
-        planned_ids = [r["run_id"] for r in manifest.get("plan", [])]
-        if planned_ids and planned_ids != [r.run_id for r in plan]:
-            raise SpecError(
-                "resume",
-                "the plan differs from the one in the manifest "
-                "(changed file or flags?): start a new directory",
-            )
+        result = _reopen(spec, plan, resume)
     else:
-        result = ResultDir.create(Path(output), spec.name)
-        result.write_manifest(
-            {
-                "experiment_file": spec.path,
-                "experiment_source": spec.source,
-                "resolved": spec.resolved(),
-                "plan": [r.to_dict() for r in plan],
-                "seeds": {"plan": spec.seed, "link": sorted({r.link_seed for r in plan})},
-                "versions": versions(),
-                "command": list(argv) if argv is not None else sys.argv,
-                "started_utc": utc_stamp(),
-                "backend_requested": backend,
-            }
-        )
+        result = _create(spec, plan, output, backend, argv)
     left = remaining(plan, result.finished())
     if progress:
         progress("plan", None, {"total": len(plan), "left": len(left), "dir": str(result.path)})
