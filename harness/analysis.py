@@ -396,7 +396,3 @@ def levels_without_valid(frame: pd.DataFrame, levels: Sequence[str] | None = Non
     good = analysable(frame)
     have = set(good["level"]) if not good.empty else set()
     return [lv for lv in levels if lv not in have]
-
-
-def summary_frame(summaries: Sequence[LevelSummary]) -> pd.DataFrame:
-    return pd.DataFrame([s.to_dict() for s in summaries])

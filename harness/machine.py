@@ -100,11 +100,9 @@ class CpuWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        global _last_watch
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
-        _last_watch = self
 
     def fraction(self, name: str, t0: float, t1: float) -> float | None:
         """CPU seconds per wall second of ``name`` over [t0, t1], widened to the nearest
@@ -150,16 +148,6 @@ class CpuWatch:
         if a is None or b is None or b[1] - b[0] <= 0:
             return None
         return (a[1] - a[0]) / (b[1] - b[0])
-
-
-_last_watch: CpuWatch | None = None
-
-
-def last_watch() -> CpuWatch | None:
-    """The watch of the run made last in this process (set when a watch's block ends): the
-    judgement of a run reads its main threads' waits, which its row does not carry. (When
-    execution hands its watch to the caller, this goes.)"""
-    return _last_watch
 
 
 def _bracket_points(

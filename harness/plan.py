@@ -220,26 +220,3 @@ def remaining(
         if nxt is not None:
             out.append(nxt)
     return out
-
-
-@dataclass
-class Progress:
-    """ETA from the durations of finished runs; the clock is the caller's."""
-
-    total: int
-    done: int = 0
-    started_s: float | None = None
-    elapsed_s: float = 0.0
-
-    def start(self, now_s: float) -> None:
-        self.started_s = now_s
-
-    def finish_one(self, now_s: float) -> None:
-        self.done += 1
-        if self.started_s is not None:
-            self.elapsed_s = now_s - self.started_s
-
-    def eta_s(self) -> float | None:
-        if self.done == 0:
-            return None
-        return self.elapsed_s / self.done * (self.total - self.done)

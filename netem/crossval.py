@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,7 @@ from netem.nsexec import in_netns
 from netem.stats import LinkStats, host_cpu_s
 from tbcore.errors import SpecError
 from tbcore.stats import median_difference_ci, quantile, tost_shift
+from tbcore.tcpinfo import parse_tcp_info, read_tcp_info_raw
 from tbcore.units import parse_count
 from tbcore.workloads import AUDIO_SIZE_BYTES
 
@@ -85,7 +86,6 @@ host's newer one) alone may differ by a few percent under 14 % loss."""
 SO_TIMESTAMPNS = 35
 """Kernel receive timestamps as a struct timespec (asm-generic/socket.h); Python lacks it."""
 TCP_CONGESTION = 13
-TCP_INFO = 11
 TCP_INFO_BYTES = 232
 """struct tcp_info up to tcpi_snd_wnd (linux/tcp.h, kernels >= 5.4)."""
 PROBE_REQUEST = struct.Struct("!IQ")
@@ -115,16 +115,12 @@ class TcpInfo:
     def parse(cls, raw: bytes) -> TcpInfo:
         if len(raw) < TCP_INFO_BYTES:
             raise SpecError("tcp_info", f"{len(raw)} bytes, need {TCP_INFO_BYTES} (kernel < 5.4?)")
-        (total_retrans,) = struct.unpack_from("I", raw, 100)
-        (min_rtt_us,) = struct.unpack_from("I", raw, 148)
-        (data_segs_out,) = struct.unpack_from("I", raw, 156)
-        bytes_sent, bytes_retrans = struct.unpack_from("QQ", raw, 200)
-        (snd_cwnd,) = struct.unpack_from("I", raw, 80)
-        return cls(total_retrans, min_rtt_us, data_segs_out, bytes_sent, bytes_retrans, snd_cwnd)
+        info = parse_tcp_info(raw)  # tbcore.tcpinfo: the one decoder of struct tcp_info
+        return cls(**{f.name: info[f.name] for f in fields(cls)})
 
     @classmethod
     def of(cls, sock: socket.socket) -> TcpInfo:
-        return cls.parse(sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_BYTES))
+        return cls.parse(read_tcp_info_raw(sock))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ import pytest
 from harness.plan import (
     DEFAULT_ATTEMPTS,
     Outcome,
-    Progress,
     next_attempt,
     plan_runs,
     planned_id,
@@ -126,13 +125,3 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(SpecError) as info:
         plan_runs(["a", "b"], 1, order="random")
     assert info.value.field == "order"
-
-
-def test_progress_eta_from_a_fake_clock() -> None:
-    progress = Progress(total=4)
-    assert progress.eta_s() is None
-    progress.start(100.0)
-    progress.finish_one(102.0)
-    assert progress.eta_s() == pytest.approx(6.0)
-    progress.finish_one(110.0)
-    assert progress.eta_s() == pytest.approx(10.0)
