@@ -33,6 +33,7 @@ from typing import Any
 
 from netem import backends, clean, names, sysctl, topology
 from netem.backends import LinkState
+from netem.events import LinkEvent, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
@@ -305,6 +306,31 @@ class Link:
             initrwnd=initrwnd,
         )
 
+    # --- scheduled events -----------------------------------------------------------------
+
+    def event(self, event: LinkEvent | str, *, base_s: float | None = None) -> ScheduledEvent:
+        """Schedule an outage or a rate change on this link (:mod:`netem.events`).
+
+        ``event`` is a :class:`LinkEvent` or its string form (``"outage:for=1s"``: an outage
+        now, for one second). It starts ``event.at_s`` after ``base_s`` (CLOCK_MONOTONIC;
+        default: now). Returns it with absolute start and end times.
+        """
+        if isinstance(event, str):
+            event = parse_event(event)
+        if not isinstance(event, LinkEvent):
+            raise SpecError("event", f"expected a LinkEvent or a string, got {event!r}")
+        scheduled = self._backend.schedule_event(self._state, event, base_s)
+        _save(self._state)
+        return scheduled
+
+    def outage(self, duration_s: float, *, in_s: float = 0.0) -> ScheduledEvent:
+        """Both directions carry nothing for ``duration_s``, starting ``in_s`` from now."""
+        return self.event(LinkEvent("outage", at_s=in_s, duration_s=duration_s))
+
+    def events(self) -> list[ScheduledEvent]:
+        """Every event scheduled so far: when each began and ended, and what it dropped."""
+        return self._backend.events(self._state)
+
     # --- measurement ----------------------------------------------------------------------
 
     def stats(self) -> LinkStats:
@@ -351,4 +377,6 @@ class Link:
                 info["routes"][role] = topology.routes(self.ns(role))
         with contextlib.suppress(SpecError, OSError):
             info.update(self._backend.describe(s))
+        with contextlib.suppress(Exception):
+            info["events"] = [e.to_dict() for e in self.events()]
         return info

@@ -426,3 +426,36 @@ def test_tcp_upload_follows_slow_start(backend: str, fresh: str) -> None:
         assert expected40 == 4
         t40 = min(timed_upload(link, AUDIO_BYTES, port) for port in (5003, 5004))
         assert 3 * rtt <= t40 <= t10 - 1.5 * rtt, (t40, t10)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.timeout(120)
+def test_outage_on_demand_cuts_the_path_and_is_recorded(backend: str, fresh: str) -> None:
+    """50 probes over 1 s at 20 ms RTT; an outage from 0.3 s to 0.6 s takes about 15."""
+    with Link.up(fresh, "rtt=20ms", backend=backend) as link:
+        event = link.outage(0.3, in_s=0.3)
+        assert event.end_s - event.start_s == pytest.approx(0.3)
+        result = probe_link(link, count=50, interval_s=0.02, drain_s=0.5)
+        lost = result.sent - result.received
+        assert 10 <= lost <= 20, lost
+        (recorded,) = link.events()
+        assert recorded.kind == "outage"
+        assert recorded.start_s == pytest.approx(event.start_s)
+        assert recorded.end_s == pytest.approx(event.end_s)
+        if backend == "userspace":
+            assert sum(recorded.dropped_packets.values()) == lost
+            assert link.stats().up.dropped_outage == recorded.dropped_packets.get("up", 0)
+        assert link.show()["events"][0]["kind"] == "outage"
+        # after the outage the path carries again
+        assert probe_link(link, count=5, interval_s=0.02, drain_s=0.5).received == 5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.timeout(120)
+def test_rate_event_with_a_string(backend: str, fresh: str) -> None:
+    with Link.up(fresh, "rtt=10ms,rate=100mbit", backend=backend) as link:
+        event = link.event("rate:rate=1mbit,for=0.5s,dir=up")
+        assert event.rate_bps == 1e6 and event.directions == ("up",)
+        assert [e.kind for e in link.events()] == ["rate"]
+        with pytest.raises(SpecError, match="event.kind"):
+            link.event("flood:for=1s")

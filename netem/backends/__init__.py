@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
@@ -114,6 +115,16 @@ class Backend(ABC):
     @abstractmethod
     def capture(self, state: LinkState, directory: Path) -> AbstractContextManager[None]:
         """Write ``directory/client.pcap`` and ``directory/server.pcap`` while in the block."""
+
+    @abstractmethod
+    def schedule_event(
+        self, state: LinkState, event: LinkEvent, base_s: float | None = None
+    ) -> ScheduledEvent:
+        """Schedule an outage or rate change ``event.at_s`` after ``base_s`` (default now)."""
+
+    @abstractmethod
+    def events(self, state: LinkState) -> list[ScheduledEvent]:
+        """Every event scheduled on the link, with its absolute times (and drops, if known)."""
 
     def describe(self, state: LinkState) -> dict[str, Any]:
         """Backend-specific facts for ``link show`` (qdiscs, emulator...)."""

@@ -36,10 +36,11 @@ import errno
 import functools
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from netem import capture, names, topology
 from netem.backends import Backend, LinkState, register_backend
+from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import CpuStats, DirectionStats, LinkStats, host_cpu_s
 from tbcore.errors import SpecError
@@ -263,6 +265,39 @@ def plan_link(spec: LinkSpec) -> dict[str, DirectionPlan]:
     return {d: plan_direction(spec, d) for d in ("up", "down")}
 
 
+OUTAGE_LOSS_PERCENT = 100.0
+"""An outage on netem: every packet enqueued is lost (netem decides loss at enqueue, so
+packets already in its delay line still arrive: unlike the userspace emulator, which also
+drops what would arrive during the outage)."""
+
+
+def plan_at(spec: LinkSpec, events: list[ScheduledEvent], t: float) -> dict[str, DirectionPlan]:
+    """The qdisc plans in force at ``t`` given the scheduled events (sans-I/O)."""
+    plans = {}
+    for direction in ("up", "down"):
+        timeline = DirectionTimeline(direction)
+        for event in events:
+            timeline.add(event)
+        d = spec._direction(direction)
+        rate = timeline.rate_at(t, d.rate_bps)
+        effective = spec
+        if rate != d.rate_bps:
+            effective = replace(spec, **{direction: replace(d, rate_bps=rate)})
+        plan = plan_direction(effective, direction)
+        if timeline.outage_at(t) is not None:
+            plan = replace(
+                plan, netem=replace(plan.netem, loss_percent=OUTAGE_LOSS_PERCENT, gemodel=None)
+            )
+        plans[direction] = plan
+    return plans
+
+
+def event_boundaries(events: list[ScheduledEvent], after_s: float) -> list[float]:
+    """The times after ``after_s`` at which the plan may change (starts and finite ends)."""
+    times = {e.start_s for e in events} | {e.end_s for e in events if math.isfinite(e.end_s)}
+    return sorted(t for t in times if t > after_s)
+
+
 # --- applying a plan ----------------------------------------------------------------------
 
 
@@ -381,6 +416,11 @@ def probe_netem() -> tuple[bool, str]:
 # --- the backend --------------------------------------------------------------------------
 
 
+_EVENT_TIMERS: dict[str, threading.Timer] = {}
+"""Per link, the timer of its next event boundary (in the process that scheduled it)."""
+_EVENT_LOCKS: dict[str, threading.Lock] = {}
+
+
 class KernelBackend(Backend):
     name = "netem"
 
@@ -401,12 +441,18 @@ class KernelBackend(Backend):
         state.extra.setdefault("stats_base", {})
 
     def down(self, state: LinkState) -> None:
+        timer = _EVENT_TIMERS.pop(state.name, None)
+        if timer is not None:
+            timer.cancel()
         topology.remove_path(state.name)
 
     def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
         if spec.mtu_bytes != state.spec.mtu_bytes:
             raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
-        plans = plan_link(spec)
+        self._replace_plans(state, plan_link(spec))
+        state.spec = spec
+
+    def _replace_plans(self, state: LinkState, plans: dict[str, DirectionPlan]) -> None:
         assert state.router_ns is not None
         # The qdiscs are replaced; their counters so far are carried in the state.
         base = self._base(state)
@@ -417,7 +463,40 @@ class KernelBackend(Backend):
             _apply(state.router_ns, plan)
         state.extra["stats_base"] = {d: asdict(s) for d, s in base.items()}
         state.extra["plan"] = {d: asdict(p) for d, p in plans.items()}
-        state.spec = spec
+
+    # --- scheduled events: a timer thread in the calling process applies each boundary ---
+
+    def schedule_event(
+        self, state: LinkState, event: LinkEvent, base_s: float | None = None
+    ) -> ScheduledEvent:
+        events = [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
+        scheduled = event.resolve(time.monotonic() if base_s is None else base_s, len(events))
+        events.append(scheduled)
+        state.extra["events"] = [e.to_dict() for e in events]
+        self.apply_events(state)
+        return scheduled
+
+    def apply_events(self, state: LinkState) -> None:
+        """Put the plans in force now, and arm a timer for the next boundary."""
+        lock = _EVENT_LOCKS.setdefault(state.name, threading.Lock())
+        with lock:
+            old = _EVENT_TIMERS.pop(state.name, None)
+            if old is not None:
+                old.cancel()
+            events = [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
+            now = time.monotonic()
+            wanted = plan_at(state.spec, events, now)
+            current = state.extra.get("plan", {})
+            if any(asdict(wanted[d]) != current.get(d) for d in wanted):
+                self._replace_plans(state, wanted)
+            upcoming = event_boundaries(events, now)
+            if upcoming:
+                timer = threading.Timer(upcoming[0] - now, self.apply_events, args=(state,))
+                _EVENT_TIMERS[state.name] = timer
+                timer.start()
+
+    def events(self, state: LinkState) -> list[ScheduledEvent]:
+        return [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
 
     @staticmethod
     def _base(state: LinkState) -> dict[str, DirectionStats]:

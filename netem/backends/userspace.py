@@ -24,6 +24,7 @@ from typing import Any
 from netem import names, topology
 from netem.backends import Backend, LinkState, register_backend
 from netem.emulator.control import ControlError, EmulatorClient
+from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
@@ -227,6 +228,14 @@ class UserspaceBackend(Backend):
 
     def stats(self, state: LinkState) -> LinkStats:
         return self.client(state).stats()
+
+    def schedule_event(
+        self, state: LinkState, event: LinkEvent, base_s: float | None = None
+    ) -> ScheduledEvent:
+        return self.client(state).event(event, base_s)
+
+    def events(self, state: LinkState) -> list[ScheduledEvent]:
+        return self.client(state).events()
 
     @contextlib.contextmanager
     def _capture(self, state: LinkState, directory: Path) -> Iterator[None]:
