@@ -51,10 +51,18 @@ from pyroute2.netlink.rtnl.tcmsg import sched_netem, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from netem import capture, names, topology
-from netem.backends import Backend, LinkState, register_backend
+from netem.backends import (
+    Backend,
+    LinkState,
+    commit_edge,
+    edge_state,
+    register_backend,
+    topology_of,
+)
 from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import CpuStats, DirectionStats, LinkStats, host_cpu_s
+from netem.topologyspec import Topology
 from tbcore.errors import SpecError
 
 ETH_HEADER_BYTES = 14
@@ -417,7 +425,8 @@ def probe_netem() -> tuple[bool, str]:
 
 
 _EVENT_TIMERS: dict[str, threading.Timer] = {}
-"""Per link, the timer of its next event boundary (in the process that scheduled it)."""
+"""Per router namespace (one per edge), the timer of its next event boundary (in the process
+that scheduled it)."""
 _EVENT_LOCKS: dict[str, threading.Lock] = {}
 
 
@@ -429,6 +438,10 @@ class KernelBackend(Backend):
         return probe_netem()
 
     def up(self, state: LinkState) -> None:
+        topo = topology_of(state)
+        if topo is not None:
+            self._up_topology(state, topo)
+            return
         plans = plan_link(state.spec)  # refuse what netem cannot do before building anything
         ok, reason = probe_netem()
         if not ok:
@@ -439,11 +452,36 @@ class KernelBackend(Backend):
             _apply(state.router_ns, plan)
         state.extra["plan"] = {d: asdict(p) for d, p in plans.items()}
         state.extra.setdefault("stats_base", {})
+        for event in state.extra.get("schedule", []):
+            self.schedule_event(state, LinkEvent.from_dict(event))
+
+    def _up_topology(self, state: LinkState, topo: Topology) -> None:
+        """A router namespace per edge, each with the one-link qdiscs of its edge's spec."""
+        plans = {e.name: plan_link(e.spec) for e in topo.edges}  # refuse before building
+        ok, reason = probe_netem()
+        if not ok:
+            raise SpecError("backend", f"netem: {reason}; use --backend userspace (or auto)")
+        routers = topology.build_topology_routers(state.name, topo, mtu_bytes=state.spec.mtu_bytes)
+        base_s = time.monotonic()
+        for edge in topo.edges:
+            view = edge_state(state, edge.name)
+            view.router_ns = routers[edge.name]
+            for plan in plans[edge.name].values():
+                _apply(view.router_ns, plan)
+            view.extra["plan"] = {d: asdict(p) for d, p in plans[edge.name].items()}
+            view.extra.setdefault("stats_base", {})
+            commit_edge(state, edge.name, view)
+            for event in edge.events:
+                self.schedule_event(view, event, base_s)
+        state.router_ns = routers["link"]
 
     def down(self, state: LinkState) -> None:
-        timer = _EVENT_TIMERS.pop(state.name, None)
-        if timer is not None:
-            timer.cancel()
+        for key in [state.router_ns] + [
+            e.get("router_ns") for e in state.extra.get("edges", {}).values()
+        ]:
+            timer = _EVENT_TIMERS.pop(str(key), None)
+            if timer is not None:
+                timer.cancel()
         topology.remove_path(state.name)
 
     def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
@@ -478,9 +516,10 @@ class KernelBackend(Backend):
 
     def apply_events(self, state: LinkState) -> None:
         """Put the plans in force now, and arm a timer for the next boundary."""
-        lock = _EVENT_LOCKS.setdefault(state.name, threading.Lock())
+        key = str(state.router_ns)
+        lock = _EVENT_LOCKS.setdefault(key, threading.Lock())
         with lock:
-            old = _EVENT_TIMERS.pop(state.name, None)
+            old = _EVENT_TIMERS.pop(key, None)
             if old is not None:
                 old.cancel()
             events = [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
@@ -492,7 +531,7 @@ class KernelBackend(Backend):
             upcoming = event_boundaries(events, now)
             if upcoming:
                 timer = threading.Timer(upcoming[0] - now, self.apply_events, args=(state,))
-                _EVENT_TIMERS[state.name] = timer
+                _EVENT_TIMERS[key] = timer
                 timer.start()
 
     def events(self, state: LinkState) -> list[ScheduledEvent]:

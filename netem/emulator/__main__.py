@@ -14,6 +14,11 @@ the device up. Then it runs::
         --spec-json '<json.dumps(LinkSpec.to_dict())>' \\
         --control /run/testbed/links/NAME.sock \\
         [--pid-file /run/testbed/links/NAME.pid] [--ready-fd FD] [--processes 1|2]
+        [--client-device DEV --server-device DEV] [--events-json '[...]']
+
+A multi-link topology (:mod:`netem.topologyspec`) runs one such process per edge, its
+"client" and "server" being the edge's two ends (``--client-ns tb-NAME-relay
+--client-device tb-link``, say) and its control socket ``/run/testbed/links/NAME.EDGE.sock``.
 
 and waits until it is ready: either ``EmulatorClient(path).wait_ready(timeout_s)``
 (:mod:`netem.emulator.control`) answers, or, with ``--ready-fd FD`` (a pipe's write end,
@@ -145,6 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--client-ns", required=True)
     parser.add_argument("--server-ns", required=True)
     parser.add_argument("--device", default=DEVICE_IN_NS, help="TUN device in both namespaces")
+    parser.add_argument("--client-device", help="TUN device on the up side (default --device)")
+    parser.add_argument("--server-device", help="TUN device on the down side (default --device)")
     parser.add_argument("--spec-json", required=True, help="LinkSpec.to_dict() as JSON")
     parser.add_argument("--control", required=True, type=Path, help="control socket path")
     parser.add_argument("--pid-file", type=Path, help="default: the control path with .pid")
@@ -509,10 +516,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     pid_file = args.pid_file or args.control.with_suffix(".pid")
     try:
-        client_fd = open_tun(args.device, args.client_ns)
-        server_fd = open_tun(args.device, args.server_ns)
-        for netns in (args.client_ns, args.server_ns):
-            wait_running(args.device, netns)
+        client_device = args.client_device or args.device
+        server_device = args.server_device or args.device
+        client_fd = open_tun(client_device, args.client_ns)
+        server_fd = open_tun(server_device, args.server_ns)
+        for device, netns in ((client_device, args.client_ns), (server_device, args.server_ns)):
+            wait_running(device, netns)
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_FAILURE
