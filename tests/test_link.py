@@ -8,6 +8,7 @@ rounds), with tolerances that also fit a slow VM guest: they wait on the network
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -459,3 +460,73 @@ def test_rate_event_with_a_string(backend: str, fresh: str) -> None:
         assert [e.kind for e in link.events()] == ["rate"]
         with pytest.raises(SpecError, match=r"event\.kind"):
             link.event("flood:for=1s")
+
+
+def probe_between(link: Link, src: tuple[str, str], dst: tuple[str, str]) -> list[float]:
+    """RTTs of 10 probes from (node, addr) to (node, addr) of a topology."""
+    from netem.probe import Echo, run_probe
+
+    with Echo(dst[1], netns=link.ns(dst[0])) as echo:
+        result = run_probe(
+            client_ns=link.ns(src[0]),
+            client_addr=src[1],
+            server_addr=dst[1],
+            count=10,
+            interval_s=0.01,
+            drain_s=0.5,
+            echo=echo,
+        )
+    return result.rtt_s
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.timeout(180)
+def test_relay_topology_hops_and_show(backend: str, fresh: str) -> None:
+    spec = "topology=relay;near_link=rtt=4ms;link=rtt=40ms,rate=100mbit"
+    with Link.up(fresh, spec, backend=backend) as link:
+        assert link.nodes == ("client", "relay", "server")
+        relay_near, relay_far = link.addr("relay", "near_link"), link.addr("relay", "link")
+        assert_rtt(probe_between(link, ("client", link.client_addr), ("relay", relay_near)), 0.004)
+        assert_rtt(probe_between(link, ("relay", relay_far), ("server", link.server_addr)), 0.040)
+        # direct traffic is forwarded by the relay node across both edges
+        assert_rtt(
+            probe_between(link, ("client", link.client_addr), ("server", link.server_addr)), 0.044
+        )
+        assert link.stats(edge="near_link").up.packets_in >= 20
+        info = json.loads(json.dumps(link.show(), default=str))
+        assert info["topology"] == "relay"
+        assert set(info["nodes"]) == {"client", "relay", "server"}
+        assert set(info["edges"]) == {"near_link", "link"}
+        routes = {r["dst"] for r in info["nodes"]["client"]["kernel_routes"]}
+        assert "198.18.2.0/24" in routes
+        assert Link.attach(fresh).topology == link.topology
+        # an outage on the long haul only: the near hop still carries
+        link.outage(1.0, edge="link")
+        assert probe_between(link, ("client", link.client_addr), ("server", link.server_addr)) == []
+        assert len(probe_between(link, ("client", link.client_addr), ("relay", relay_near))) == 10
+        assert [e.kind for e in link.events(edge="link")] == ["outage"]
+        assert link.events(edge="near_link") == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("exit_link", [False, True], ids=["no-exit", "exit"])
+@pytest.mark.timeout(180)
+def test_dual_topology_second_address_takes_the_second_path(
+    backend: str, exit_link: bool, fresh: str
+) -> None:
+    spec = "topology=dual;link=rtt=20ms,rate=20mbit;link_b=rtt=60ms,rate=10mbit"
+    if exit_link:
+        spec += ";exit_link=rtt=2ms,rate=24mbit"
+    extra = 0.002 if exit_link else 0.0
+    with Link.up(fresh, spec, backend=backend) as link:
+        server = ("server", link.server_addr)
+        assert_rtt(
+            probe_between(link, ("client", link.addr("client", "link")), server), 0.020 + extra
+        )
+        assert_rtt(
+            probe_between(link, ("client", link.addr("client", "link_b")), server), 0.060 + extra
+        )
+        assert link.stats(edge="link_b").up.packets_in == 10
+        assert link.stats(edge="link").up.packets_in == 10
+        if exit_link:
+            assert link.stats(edge="exit_link").up.packets_in == 20
