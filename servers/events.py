@@ -29,6 +29,17 @@ EVENT_NAMES = frozenset(
         "chunk_sent",
         "stream_reset",
         "error",
+        # the relay (servers/relay.py)
+        "upstream_connected",
+        "warmup_done",
+        "ready",
+        "front_connection_open",
+        "front_request_first_byte",
+        "upstream_request_sent",
+        "front_request_last_byte",
+        "upstream_response_first_byte",
+        "front_response_last_byte",
+        "upstream_lost",
     }
 )
 
