@@ -187,10 +187,13 @@ class Upstream(H2Endpoint):
         self.log = log
         self.streams: dict[int, StreamCallbacks] = {}
 
-    def request(self, headers: list[tuple[bytes, bytes]], callbacks: StreamCallbacks) -> int:
+    def request(
+        self, headers: list[tuple[bytes, bytes]], callbacks: StreamCallbacks, end: bool = False
+    ) -> int:
+        """Open a stream with ``headers`` (ending it at once for a request without a body)."""
         stream_id = self.conn.get_next_available_stream_id()
         self.streams[stream_id] = callbacks
-        self.send_headers(stream_id, headers, end=False)
+        self.send_headers(stream_id, headers, end=end)
         return stream_id
 
     def on_event(self, event: h2.events.Event) -> None:
@@ -257,6 +260,7 @@ class FrontConnection(H2Endpoint):
         self.relay = relay
         self.conn_id = conn_id
         self.to_upstream: dict[int, int] = {}
+        self.request_ended: set[int] = set()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -275,17 +279,23 @@ class FrontConnection(H2Endpoint):
             if upstream is None or upstream.closed.done():
                 self.send_headers(sid, [(b":status", b"502")], end=True)
                 return
-            uid = upstream.request(self.relay.forward_headers(event.headers), self._callbacks(sid))
+            ended = event.stream_ended is not None
+            uid = upstream.request(
+                self.relay.forward_headers(event.headers), self._callbacks(sid), end=ended
+            )
             self.to_upstream[sid] = uid
             log.emit("upstream_request_sent", conn=self.conn_id, stream=sid, upstream=uid)
-            if event.stream_ended is not None:
-                upstream.send_data(uid, b"", end=True)
+            if ended:
+                self.request_ended.add(sid)
                 log.emit("front_request_last_byte", conn=self.conn_id, stream=sid)
         elif isinstance(event, h2.events.DataReceived):
             uid = self.to_upstream.get(event.stream_id)
             if uid is not None and self.relay.upstream is not None:
                 self.relay.upstream.send_data(uid, event.data)
         elif isinstance(event, h2.events.StreamEnded):
+            if event.stream_id in self.request_ended:  # already forwarded with the head
+                return
+            self.request_ended.add(event.stream_id)
             uid = self.to_upstream.get(event.stream_id)
             if uid is not None and self.relay.upstream is not None:
                 self.relay.upstream.send_data(uid, b"", end=True)
