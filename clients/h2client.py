@@ -26,7 +26,7 @@ from clients.records import RequestRecord
 from clients.workload import RequestSpec, ResponseCollector
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.knobs import tcp_options_of
-from servers.sockopts import TcpOptions, apply_tcp_options, rearm_quickack
+from servers.sockopts import TcpOptions, apply_tcp_options, rearm_quickack, tcp_socket
 from servers.tls import ALPN_H2
 from tbcore.tcpinfo import read_tcp_info
 
@@ -242,7 +242,7 @@ async def open_connection(
     """TCP connect, then the TLS 1.3 handshake (resuming ``session`` if given)."""
     loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = tcp_socket(family, tcp_options(config))
     try:
         apply_tcp_options(sock, tcp_options(config))
         sock.setblocking(False)

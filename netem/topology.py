@@ -490,6 +490,78 @@ def rules(ns: str) -> list[dict[str, Any]]:
     return out
 
 
+MPTCP_FLAG_SUBFLOW = 0x2
+"""linux/mptcp.h MPTCP_PM_ADDR_FLAG_SUBFLOW: the in-kernel path manager opens a subflow from
+this endpoint's address to the peer of every MPTCP connection."""
+MPTCP_SUBFLOWS = 2
+"""Limits of the in-kernel path manager: extra subflows per connection, and ADD_ADDRs taken
+(two paths: one extra subflow is enough; 2 leaves room for a re-established one)."""
+
+
+def configure_mptcp(ns: str, subflow_endpoints: list[tuple[str, str]]) -> dict[str, Any]:
+    """Set the path manager's limits in ``ns`` and add a ``subflow`` endpoint for each
+    (address, device); returns what the kernel then reports (``ip mptcp`` via pyroute2)."""
+    from pyroute2 import MPTCP
+
+    with in_netns(ns):
+        mptcp = MPTCP()
+    try:
+        mptcp.limits("set", subflows=MPTCP_SUBFLOWS, add_addr_accepted=MPTCP_SUBFLOWS)
+        for addr, dev in subflow_endpoints:
+            _check_benchmark("mptcp endpoint", addr)
+            with ipr(ns) as ip:
+                _index(ip, dev)  # the device must exist; the source rule routes over it
+            # pyroute2 encodes IF_IDX as a string ('hex' NLA): the subflow's source address
+            # already picks the device through the link_b source rule, so it is left out
+            mptcp.endpoint("add", addr=addr, flags=MPTCP_FLAG_SUBFLOW)
+        return mptcp_state_of(mptcp)
+    finally:
+        mptcp.close()
+
+
+def mptcp_state_of(mptcp: Any) -> dict[str, Any]:
+    limits = mptcp.limits("show")
+    endpoints = mptcp.endpoint("show")
+    out: dict[str, Any] = {"limits": {}, "endpoints": []}
+    for msg in limits:
+        out["limits"] = {
+            "subflows": msg.get_attr("MPTCP_PM_ATTR_SUBFLOWS"),
+            "add_addr_accepted": msg.get_attr("MPTCP_PM_ATTR_RCV_ADD_ADDRS"),
+        }
+    for msg in endpoints:
+        addr = msg.get_attr("MPTCP_PM_ATTR_ADDR")
+        out["endpoints"].append(
+            {
+                "addr": addr.get_attr("MPTCP_PM_ADDR_ATTR_ADDR4"),
+                "id": addr.get_attr("MPTCP_PM_ADDR_ATTR_ID"),
+                "flags": addr.get_attr("MPTCP_PM_ADDR_ATTR_FLAGS"),
+            }
+        )
+    return out
+
+
+def mptcp_state(ns: str) -> dict[str, Any]:
+    from pyroute2 import MPTCP
+
+    with in_netns(ns):
+        mptcp = MPTCP()
+    try:
+        return mptcp_state_of(mptcp)
+    finally:
+        mptcp.close()
+
+
+def configure_topology_mptcp(link: str, topo: Topology) -> None:
+    """Two paths: the client's second address is a subflow endpoint; both ends' limits."""
+    if topo.kind != "dual":
+        return
+    for node in ("client", "server"):
+        endpoints = (
+            [(i.addr, i.device) for i in topo.source_rules(node)] if node == "client" else []
+        )
+        configure_mptcp(node_namespace(link, node), endpoints)
+
+
 def build_topology_tun(link: str, topo: Topology, *, mtu_bytes: int) -> None:
     """Userspace backend: a namespace per node, a TUN device per interface, routes and source
     rules; one emulator per edge then joins the two TUNs of its ends."""
@@ -505,6 +577,7 @@ def build_topology_tun(link: str, topo: Topology, *, mtu_bytes: int) -> None:
             set_route(ns, route.dst, dev=route.device)
         for iface in topo.source_rules(node):
             add_source_rule(ns, iface.addr, dev=iface.device)
+    configure_topology_mptcp(link, topo)
 
 
 def build_topology_routers(link: str, topo: Topology, *, mtu_bytes: int) -> dict[str, str]:
@@ -543,6 +616,7 @@ def build_topology_routers(link: str, topo: Topology, *, mtu_bytes: int) -> dict
             set_route(ns, route.dst, dev=route.device, gateway=gateway)
         for iface in topo.source_rules(node):
             add_source_rule(ns, iface.addr, dev=iface.device, gateway=iface.router_addr)
+    configure_topology_mptcp(link, topo)
     return routers
 
 

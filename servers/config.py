@@ -42,6 +42,8 @@ class ServerConfig:
     on the pacer (see ``quic_pacing``)."""
     notsent_lowat_bytes: int | None = None
     quickack: bool = False
+    mptcp: bool = False
+    """h2 over Multipath TCP (IPPROTO_MPTCP) instead of TCP."""
     quic_cc: str = "reno"
     max_datagram_size: int = QUIC_MIN_DATAGRAM_BYTES
     quic_max_data_bytes: int | None = None

@@ -49,6 +49,7 @@ def add_transport_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-pacing-rate", default=None, help="SO_MAX_PACING_RATE, e.g. 333mbit")
     parser.add_argument("--notsent-lowat", default=None, help="TCP_NOTSENT_LOWAT, bytes")
     parser.add_argument("--quickack", action="store_true", help="TCP_QUICKACK after each read")
+    parser.add_argument("--mptcp", action="store_true", help="Multipath TCP (IPPROTO_MPTCP)")
     parser.add_argument("--quic-cc", choices=QUIC_CONGESTION_CONTROLS, default="reno")
     parser.add_argument("--max-datagram-size", type=int, default=QUIC_MIN_DATAGRAM_BYTES)
     parser.add_argument(
@@ -91,6 +92,7 @@ def transport_fields(args: argparse.Namespace) -> dict[str, Any]:
         ),
         "notsent_lowat_bytes": size(args.notsent_lowat, "notsent-lowat"),
         "quickack": args.quickack,
+        "mptcp": args.mptcp,
         "quic_cc": args.quic_cc,
         "max_datagram_size": args.max_datagram_size,
         "quic_batching": not args.no_batching,
@@ -143,4 +145,5 @@ def tcp_options_of(config: Any) -> TcpOptions:
         max_pacing_rate_bps=config.max_pacing_rate_bps,
         notsent_lowat_bytes=config.notsent_lowat_bytes,
         quickack=config.quickack,
+        mptcp=getattr(config, "mptcp", False),
     )

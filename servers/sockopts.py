@@ -40,6 +40,24 @@ class TcpOptions:
     notsent_lowat_bytes: int | None = None
     quickack: bool = False
     nodelay: bool = True
+    mptcp: bool = False
+    """Multipath TCP (RFC 8684): the socket is made with IPPROTO_MPTCP; the kernel's path
+    manager (endpoints and limits, set by the topology) opens the subflows."""
+
+
+IPPROTO_MPTCP = 262
+"""linux/in.h (Python 3.11's socket module does not name it)."""
+
+
+def tcp_socket(family: int, options: TcpOptions) -> socket.socket:
+    """A stream socket: TCP, or MPTCP when ``options.mptcp`` (the kernel must enable it:
+    ``net.mptcp.enabled``; otherwise a one-line SpecError)."""
+    if not options.mptcp:
+        return socket.socket(family, socket.SOCK_STREAM)
+    try:
+        return socket.socket(family, socket.SOCK_STREAM, IPPROTO_MPTCP)
+    except OSError as err:
+        raise SpecError("mptcp", f"IPPROTO_MPTCP refused: {err.strerror}") from None
 
 
 def _set(sock: Any, level: int, option: int, value: int | bytes, field: str) -> None:

@@ -530,9 +530,19 @@ class KernelBackend(Backend):
                 self._replace_plans(state, wanted)
             upcoming = event_boundaries(events, now)
             if upcoming:
-                timer = threading.Timer(upcoming[0] - now, self.apply_events, args=(state,))
+                timer = threading.Timer(upcoming[0] - now, self._apply_later, args=(state,))
                 _EVENT_TIMERS[key] = timer
                 timer.start()
+
+    def _apply_later(self, state: LinkState) -> None:
+        """The timer's call: a link taken down meanwhile ends the schedule quietly."""
+        if state.router_ns is None or not topology.namespace_exists(state.router_ns):
+            return
+        try:
+            self.apply_events(state)
+        except (SpecError, NetlinkError, OSError):
+            if topology.namespace_exists(state.router_ns):
+                raise
 
     def events(self, state: LinkState) -> list[ScheduledEvent]:
         return [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
