@@ -56,6 +56,9 @@ class ClientConfig:
     timeout_s: float = DEFAULT_TIMEOUT_S
     """Limit on each connect and each request; nothing waits longer."""
     server_name: str = "testbed.local"
+    source_addr: str | None = None
+    """Bind the client's socket to this local address first (one path of a dual topology:
+    its source rule routes it over that path); None: the kernel picks."""
     udp_buffer_bytes: int = 8 * 1024 * 1024
     quic_pacing: str | float = "cwnd"
     """QUIC sender pacing: "cwnd" (aioquic's: cwnd / srtt), "off" (cwnd-limited bursts,

@@ -178,8 +178,11 @@ class H2Client:
     def tcp_info(self) -> dict[str, int]:
         return read_tcp_info(self.protocol.sock)
 
-    async def request(self, spec: RequestSpec, record: RequestRecord, timeout_s: float) -> None:
-        """Run one exchange; fills the record's request/response times, bytes and checks.
+    async def request(
+        self, spec: RequestSpec, record: RequestRecord, timeout_s: float
+    ) -> ResponseCollector:
+        """Run one exchange; fills the record's request/response times, bytes and checks,
+        and returns the response (its body kept up to KEEP_BODY_MAX_BYTES).
         Raises on failure (the caller records the error)."""
         proto = self.protocol
         if proto.transport is None or proto.transport.is_closing():
@@ -203,6 +206,7 @@ class H2Client:
         finally:
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
+        return pending.collector
 
     async def close(self) -> None:
         proto = self.protocol
@@ -245,6 +249,8 @@ async def open_connection(
     sock = tcp_socket(family, tcp_options(config))
     try:
         apply_tcp_options(sock, tcp_options(config))
+        if config.source_addr is not None:
+            sock.bind((config.source_addr, 0))
         sock.setblocking(False)
         connect_start = time.monotonic()
         async with asyncio.timeout(config.timeout_s):
