@@ -304,3 +304,54 @@ async def _duplicate(
 
 def with_mode(config: MultipathConfig, mode: str) -> MultipathConfig:
     return replace(config, mode=mode)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m clients.multipath --mode M --host H --port P --sources A,B [--size 30MB]
+    [--chunk 1MB] [--probe 1MB] [--cc cubic]``: one upload; its result as one JSON line."""
+    import argparse
+    import json
+    import sys
+
+    import uvloop
+
+    from tbcore import units
+
+    parser = argparse.ArgumentParser(prog="python -m clients.multipath")
+    parser.add_argument("--mode", required=True, choices=MULTIPATH_MODES)
+    parser.add_argument("--host", required=True)
+    parser.add_argument("--port", type=int, default=8443)
+    parser.add_argument("--sources", required=True, help="ADDR_LINK,ADDR_LINK_B")
+    parser.add_argument("--size", default="30MB")
+    parser.add_argument("--chunk", default="1MB")
+    parser.add_argument("--probe", default="1MB")
+    parser.add_argument("--cc", default=None)
+    parser.add_argument("--timeout", default="300s")
+    args = parser.parse_args(argv)
+    try:
+        sources = tuple(s.strip() for s in args.sources.split(","))
+        if len(sources) != 2 or not all(sources):
+            raise SpecError("sources", f"{args.sources!r}: two addresses, comma-separated")
+        config = MultipathConfig(
+            mode=args.mode,
+            host=args.host,
+            port=args.port,
+            sources=sources,  # type: ignore[arg-type]
+            size_bytes=units.parse_size_bytes("size", args.size),
+            chunk_bytes=units.parse_size_bytes("chunk", args.chunk),
+            probe_bytes=units.parse_size_bytes("probe", args.probe),
+            cc=args.cc,
+            timeout_s=units.parse_duration_s("timeout", args.timeout),
+        )
+    except SpecError as err:
+        print(f"multipath: error: {err}", file=sys.stderr)
+        return 2
+    # uvloop: asyncio's own sock_connect resolves with the socket's protocol, and
+    # getaddrinfo refuses IPPROTO_MPTCP (EAI_SOCKTYPE)
+    result = uvloop.run(run_multipath(config))
+    print(json.dumps(result.to_dict()), flush=True)
+    return 0 if result.error is None else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
