@@ -432,10 +432,14 @@ def test_tcp_upload_follows_slow_start(backend: str, fresh: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.timeout(120)
 def test_outage_on_demand_cuts_the_path_and_is_recorded(backend: str, fresh: str) -> None:
-    """An outage now for 3 s: 10 probes sent within it are all lost; after it, none."""
+    """An outage now: 10 probes sent within it are all lost; after it, none. The outage
+    lasts three times what a probe run takes here (seconds in the VM guest)."""
     with Link.up(fresh, "rtt=20ms", backend=backend) as link:
-        event = link.outage(3.0)
-        assert event.end_s - event.start_s == pytest.approx(3.0)
+        start = time.monotonic()
+        assert probe_link(link, count=10, interval_s=0.02, drain_s=0.3).received == 10
+        duration_s = 3 * (time.monotonic() - start) + 1.0
+        event = link.outage(duration_s)
+        assert event.end_s - event.start_s == pytest.approx(duration_s)
         result = probe_link(link, count=10, interval_s=0.02, drain_s=0.3)
         assert time.monotonic() < event.end_s, "the probe outlasted the outage: inconclusive"
         lost = result.sent - result.received
@@ -462,6 +466,21 @@ def test_rate_event_with_a_string(backend: str, fresh: str) -> None:
         assert [e.kind for e in link.events()] == ["rate"]
         with pytest.raises(SpecError, match=r"event\.kind"):
             link.event("flood:for=1s")
+
+
+MULTI_HOP_SLACK_S = 0.020
+"""Extra RTT allowed per router hop beyond the first on the kernel backend: in the TCG guest
+each forwarding namespace costs milliseconds of emulated CPU (probes through the two routers
+of a dual path with an exit measured 25-40 ms for 22 ms configured there)."""
+
+
+def assert_topology_rtt(link: Link, rtts: list[float], rtt_s: float, hops: int) -> None:
+    if link.backend == "netem" and hops > 1:
+        assert rtts, "no probe came back"
+        median = statistics.median(rtts)
+        assert rtt_s <= median <= rtt_s + max(0.010, 0.1 * rtt_s) + MULTI_HOP_SLACK_S * (hops - 1)
+    else:
+        assert_rtt(rtts, rtt_s)
 
 
 def probe_between(link: Link, src: tuple[str, str], dst: tuple[str, str]) -> list[float]:
@@ -491,8 +510,11 @@ def test_relay_topology_hops_and_show(backend: str, fresh: str) -> None:
         assert_rtt(probe_between(link, ("client", link.client_addr), ("relay", relay_near)), 0.004)
         assert_rtt(probe_between(link, ("relay", relay_far), ("server", link.server_addr)), 0.040)
         # direct traffic is forwarded by the relay node across both edges
-        assert_rtt(
-            probe_between(link, ("client", link.client_addr), ("server", link.server_addr)), 0.044
+        assert_topology_rtt(
+            link,
+            probe_between(link, ("client", link.client_addr), ("server", link.server_addr)),
+            0.044,
+            hops=2,
         )
         assert link.stats(edge="near_link").up.packets_in >= 20
         info = json.loads(json.dumps(link.show(), default=str))
@@ -522,12 +544,10 @@ def test_dual_topology_second_address_takes_the_second_path(
     extra = 0.002 if exit_link else 0.0
     with Link.up(fresh, spec, backend=backend) as link:
         server = ("server", link.server_addr)
-        assert_rtt(
-            probe_between(link, ("client", link.addr("client", "link")), server), 0.020 + extra
-        )
-        assert_rtt(
-            probe_between(link, ("client", link.addr("client", "link_b")), server), 0.060 + extra
-        )
+        hops = 2 if exit_link else 1
+        for edge, rtt_s in (("link", 0.020), ("link_b", 0.060)):
+            rtts = probe_between(link, ("client", link.addr("client", edge)), server)
+            assert_topology_rtt(link, rtts, rtt_s + extra, hops)
         assert link.stats(edge="link_b").up.packets_in == 10
         assert link.stats(edge="link").up.packets_in == 10
         if exit_link:
