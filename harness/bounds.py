@@ -497,6 +497,45 @@ def duplicate_failure(p1: float, p2: float, shared: float = 0.0) -> float:
     return q + (1.0 - q) * a * b
 
 
+def duplicate_time_s(
+    size_bytes: float, rates_bps: Sequence[float], exit_bps: float | None = None
+) -> float:
+    """Section 12, duplicate: the first complete copy needs ``S / max(B_i)`` on its own path;
+    behind a shared exit both copies cross it, so the exit carries at least ``S`` too."""
+    size = _non_negative("size_bytes", size_bytes)
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    seconds = size * BITS_PER_BYTE / max(rates)
+    if exit_bps is not None:
+        seconds = max(seconds, size * BITS_PER_BYTE / _positive("exit_bps", exit_bps))
+    return seconds
+
+
+def failover_time_s(
+    size_bytes: float,
+    rates_bps: Sequence[float],
+    outage_at_s: float,
+    surviving_bps: float,
+    exit_bps: float | None = None,
+) -> float:
+    """Section 12 with a path lost at ``outage_at_s`` into the transfer: the ideal split
+    carries ``sum(B_i)`` (at most ``E``) until then, the surviving path the rest. The
+    measured time above this is the failover's cost: detection plus re-sending what was
+    in flight on the dead path."""
+    size = _non_negative("size_bytes", size_bytes)
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    at = _non_negative("outage_at_s", outage_at_s)
+    survivor = _positive("surviving_bps", surviving_bps)
+    both = math.fsum(rates)
+    if exit_bps is not None:
+        exit_rate = _positive("exit_bps", exit_bps)
+        both = min(both, exit_rate)
+        survivor = min(survivor, exit_rate)
+    done_bytes = both / BITS_PER_BYTE * at
+    if done_bytes >= size:
+        return size * BITS_PER_BYTE / both
+    return at + (size - done_bytes) * BITS_PER_BYTE / survivor
+
+
 # --- the request bound -----------------------------------------------------------------
 
 

@@ -263,3 +263,18 @@ class DirectionTimeline:
     @property
     def has_rates(self) -> bool:
         return bool(self.rates)
+
+    def refresh(self) -> None:
+        """Recompute what depends on the events' ends (after :func:`end_events`)."""
+        self._horizon_s = max((e.end_s for e in self.outages), default=-math.inf)
+
+
+def end_events(events: list[ScheduledEvent], now: float) -> list[ScheduledEvent]:
+    """End every event still running at ``now`` (one not yet begun is cancelled: it ends
+    where it starts); returns those changed. Callers refresh their timelines."""
+    changed = []
+    for event in events:
+        if event.end_s > now:
+            event.end_s = max(event.start_s, now)
+            changed.append(event)
+    return changed

@@ -412,6 +412,14 @@ class Link:
         starting ``in_s`` from now."""
         return self.event(LinkEvent("outage", at_s=in_s, duration_s=duration_s), edge=edge)
 
+    def end_events(self, edge: str | None = None) -> int:
+        """End every event of ``edge`` still running now, cancel those not begun (an outage
+        "until told": ``link.outage(3600)``, then ``link.end_events()``); returns how many."""
+        view = self._edge(edge)
+        ended = self._backend.end_events(view)
+        self._commit(edge, view)
+        return ended
+
     def events(self, edge: str | None = None) -> list[ScheduledEvent]:
         """Every event scheduled on ``edge`` (default ``link``) so far: when each began and
         ended, and what it dropped."""

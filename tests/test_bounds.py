@@ -650,3 +650,26 @@ def test_relay_bound_pays_only_the_near_hop_set_up() -> None:
             upload_bytes=0,
             download_bytes=0,
         )
+
+
+def test_duplicate_and_failover_bounds() -> None:
+    from harness.bounds import duplicate_time_s, failover_time_s
+
+    mbit = 1e6
+    assert duplicate_time_s(30_000_000, [20 * mbit, 10 * mbit]) == pytest.approx(12.0)
+    assert duplicate_time_s(30_000_000, [20 * mbit, 10 * mbit], exit_bps=24 * mbit) == (
+        pytest.approx(12.0)
+    )
+    assert duplicate_time_s(30_000_000, [20 * mbit, 10 * mbit], exit_bps=15 * mbit) == (
+        pytest.approx(16.0)
+    )
+    # 2 s at 30 Mbit/s (7.5 MB), then 22.5 MB at 10 Mbit/s: 18 s more
+    assert failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 2.0, 10 * mbit) == (
+        pytest.approx(20.0)
+    )
+    # an outage after the end changes nothing
+    assert failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 60.0, 10 * mbit) == (
+        pytest.approx(8.0)
+    )
+    with pytest.raises(SpecError):
+        failover_time_s(30_000_000, [20 * mbit], -1.0, 10 * mbit)

@@ -81,3 +81,19 @@ def test_timeline_outage_and_rate_windows() -> None:
     assert timeline.rate_at(9.0, 20e6) == 2e6  # and stays
     timeline.count_drop(outage)
     assert outage.dropped_packets == {"up": 1}
+
+
+def test_end_events_ends_running_and_cancels_future_ones() -> None:
+    from netem.events import end_events
+
+    running = LinkEvent("outage", at_s=0.0, duration_s=10.0).resolve(0.0)
+    future = LinkEvent("outage", at_s=20.0, duration_s=1.0).resolve(0.0)
+    past = LinkEvent("outage", at_s=0.0, duration_s=1.0).resolve(0.0)
+    timeline = DirectionTimeline("up")
+    for event in (running, future, past):
+        timeline.add(event)
+    assert end_events([running, future, past], 5.0) == [running, future]
+    timeline.refresh()
+    assert (running.end_s, future.end_s, past.end_s) == (5.0, 20.0, 1.0)
+    assert timeline.outage_at(4.9) is running
+    assert timeline.outage_at(5.0) is None and timeline.outage_at(20.0) is None

@@ -444,11 +444,11 @@ def test_outage_on_demand_cuts_the_path_and_is_recorded(backend: str, fresh: str
         assert time.monotonic() < event.end_s, "the probe outlasted the outage: inconclusive"
         lost = result.sent - result.received
         assert lost == 10, lost
-        time.sleep(max(0.0, event.end_s - time.monotonic()))
+        assert link.end_events() == 1  # ended now, before its planned end
         (recorded,) = link.events()
         assert recorded.kind == "outage"
         assert recorded.start_s == pytest.approx(event.start_s)
-        assert recorded.end_s == pytest.approx(event.end_s)
+        assert recorded.start_s < recorded.end_s < event.end_s
         if backend == "userspace":
             assert sum(recorded.dropped_packets.values()) == lost
             assert link.stats().up.dropped_outage == recorded.dropped_packets.get("up", 0)

@@ -182,6 +182,10 @@ class Backend(ABC):
         """Schedule an outage or rate change ``event.at_s`` after ``base_s`` (default now)."""
 
     @abstractmethod
+    def end_events(self, state: LinkState) -> int:
+        """End every event still running (cancel those not begun); returns how many."""
+
+    @abstractmethod
     def events(self, state: LinkState) -> list[ScheduledEvent]:
         """Every event scheduled on the link, with its absolute times (and drops, if known)."""
 

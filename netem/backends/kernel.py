@@ -59,7 +59,7 @@ from netem.backends import (
     register_backend,
     topology_of,
 )
-from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent
+from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent, end_events
 from netem.linkspec import LinkSpec
 from netem.stats import CpuStats, DirectionStats, LinkStats, host_cpu_s
 from netem.topologyspec import Topology
@@ -533,6 +533,13 @@ class KernelBackend(Backend):
                 timer = threading.Timer(upcoming[0] - now, self._apply_later, args=(state,))
                 _EVENT_TIMERS[key] = timer
                 timer.start()
+
+    def end_events(self, state: LinkState) -> int:
+        events = [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
+        changed = end_events(events, time.monotonic())
+        state.extra["events"] = [e.to_dict() for e in events]
+        self.apply_events(state)
+        return len(changed)
 
     def _apply_later(self, state: LinkState) -> None:
         """The timer's call: a link taken down meanwhile ends the schedule quietly."""

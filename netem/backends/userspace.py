@@ -318,6 +318,9 @@ class UserspaceBackend(Backend):
     def events(self, state: LinkState) -> list[ScheduledEvent]:
         return self.client(state).events()
 
+    def end_events(self, state: LinkState) -> int:
+        return self.client(state).end_events()
+
     @contextlib.contextmanager
     def _capture(self, state: LinkState, directory: Path) -> Iterator[None]:
         directory.mkdir(parents=True, exist_ok=True)

@@ -96,6 +96,8 @@ method for each)
     Schedule an outage or a rate change (:mod:`netem.events`) ``event.at_s`` after
     ``base_s`` (CLOCK_MONOTONIC; default: now). Returns the ``ScheduledEvent`` with its
     absolute ``start_s``/``end_s``.
+``{"cmd": "end_events"}``
+    End every event still running now (cancel those not begun): an outage "until told".
 ``{"cmd": "events"}``
     ``{"events": [ScheduledEvent.to_dict(), ...]}``: every event so far, with the packets
     each outage dropped per direction.
@@ -330,6 +332,8 @@ class Emulator:
         cmd = request.get("cmd")
         if cmd == "event":
             request = self.resolve_event(request)
+        if cmd == "end_events" and "at_s" not in request:
+            request = {**request, "at_s": time.monotonic()}
         local = self.engine.handle(request)
         if cmd == "capture_start":  # one clock offset for both processes' records
             request = {**request, "offset_ns": local["offset_ns"]}

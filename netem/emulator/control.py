@@ -165,6 +165,10 @@ class EmulatorClient:
             arguments["base_s"] = base_s
         return ScheduledEvent.from_dict(self.request("event", **arguments))
 
+    def end_events(self) -> int:
+        """End every event still running now (cancel those not begun); returns how many."""
+        return int(self.request("end_events")["ended"])
+
     def events(self) -> list[ScheduledEvent]:
         """Every event given so far, with what each outage dropped."""
         return [ScheduledEvent.from_dict(e) for e in self.request("events")["events"]]

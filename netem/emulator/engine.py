@@ -33,7 +33,7 @@ from netem.emulator.packetlog import PacketLog
 from netem.emulator.pcap import DEFAULT_SNAPLEN_BYTES, PcapBuffer, check_snaplen, clock_offset_ns
 from netem.emulator.stats import cpu_snapshot, directions_snapshot
 from netem.emulator.tun import read_batch
-from netem.events import ScheduledEvent
+from netem.events import ScheduledEvent, end_events
 from netem.linkspec import LinkSpec
 from tbcore.errors import SpecError
 
@@ -258,6 +258,15 @@ class Engine:
             return self.add_event(event).to_dict()
         if cmd == "events":
             return {"events": [e.to_dict() for e in self.events]}
+        if cmd == "end_events":  # the parent gives the time, so both processes agree
+            at_s = request.get("at_s")
+            if isinstance(at_s, bool) or not isinstance(at_s, (int, float)):
+                raise SpecError("at_s", f"must be CLOCK_MONOTONIC seconds, got {at_s!r}")
+            changed = end_events(self.events, float(at_s))
+            for pump in self.pumps.values():
+                if pump.core.timeline is not None:
+                    pump.core.timeline.refresh()
+            return {"ended": len(changed)}
         if cmd in ("ping", "shutdown"):
             return {}
         raise SpecError("cmd", f"unknown command {cmd!r}")
