@@ -372,6 +372,7 @@ def run_experiment(
     *,
     backend: str = "auto",
     progress: Callable[[str], None] = print,
+    link_name: str = LINK_NAME,
 ) -> Path:
     """Run every level ``repetitions`` times; returns the result directory."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
@@ -384,7 +385,7 @@ def run_experiment(
     rows: list[dict[str, Any]] = []
     for group in groups.values():
         topo = topology_of_level(experiment, group[0])
-        rows += _run_group(experiment, topo, group, out, backend, progress)
+        rows += _run_group(experiment, topo, group, out, backend, progress, link_name)
         _write(out, experiment, rows)
     return out
 
@@ -396,11 +397,12 @@ def _run_group(
     out: Path,
     backend: str,
     progress: Callable[[str], None],
+    link_name: str,
 ) -> list[dict[str, Any]]:
-    clean.clean(LINK_NAME)
+    clean.clean(link_name)
     rows = []
     cc = ["--cc", experiment.fixed["cc"]] if experiment.fixed.get("cc") else []
-    with Link.up(LINK_NAME, topo, backend=backend, slow_start_after_idle=False) as link:
+    with Link.up(link_name, topo, backend=backend, slow_start_after_idle=False) as link:
         server_argv = [
             *TB, "serve", "--bind", link.server_addr, "--h2-port", str(SERVER_PORT),
             "--processing-audio", experiment.fixed.get("processing_audio", "30ms"), *cc,
@@ -525,6 +527,16 @@ def _write(out: Path, experiment: TopologyExperiment, rows: list[dict[str, Any]]
     (out / "report.md").write_text("\n".join(lines) + "\n")
 
 
-def run_file(path: Path, *, quick: bool, out_root: Path, backend: str = "auto") -> Path:
+def run_file(
+    path: Path,
+    *,
+    quick: bool,
+    out_root: Path,
+    backend: str = "auto",
+    repetitions: int | None = None,
+    link_name: str = LINK_NAME,
+) -> Path:
     experiment = load(path, quick=quick)
-    return run_experiment(experiment, out_root, backend=backend)
+    if repetitions is not None:
+        experiment.repetitions = repetitions
+    return run_experiment(experiment, out_root, backend=backend, link_name=link_name)
