@@ -54,6 +54,7 @@ from typing import Any
 from clients.multipath import MULTIPATH_MODES
 from harness import bounds
 from netem import clean, nsexec
+from netem.events import LinkEvent
 from netem.link import Link
 from netem.stats import LinkStats
 from netem.topologyspec import Topology
@@ -85,6 +86,8 @@ DUAL_LEVEL_KEYS = {"name", "multipath", "exit_link", "outage_at"}
 QUICK_KEYS = {"repetitions", "levels"}
 TB = [sys.executable, "-m", "harness.cli"]
 CLIENT_TIMEOUT_S = 600.0
+OUTAGE_UNTIL_TOLD_S = 3600.0
+"""A failover's outage lasts until the run ends it (Link.end_events)."""
 LINK_NAME = "tbtopo"
 
 
@@ -309,11 +312,18 @@ def run_dual_once(
         link.client_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     outage = None
-    if "outage_at" in level:
-        # scheduled from the client's start; what counts is its distance from the transfer's
-        # own start (after the connections are up), recorded below
-        outage = link.outage(
-            3600.0, in_s=parse_duration_s("outage_at", level["outage_at"]), edge="link"
+    assert proc.stdout is not None
+    first = proc.stdout.readline()  # {"started_s": T}: the timed transfer begins
+    if "outage_at" in level and first.startswith('{"started_s"'):
+        # an outage of `link` from outage_at after the transfer's start, until told to end
+        outage = link.event(
+            LinkEvent(
+                "outage",
+                at_s=parse_duration_s("outage_at", level["outage_at"]),
+                duration_s=OUTAGE_UNTIL_TOLD_S,
+            ),
+            base_s=json.loads(first)["started_s"],
+            edge="link",
         )
     stdout, stderr = proc.communicate(timeout=CLIENT_TIMEOUT_S)
     delta = _edge_delta(link, before)
