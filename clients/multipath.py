@@ -34,13 +34,13 @@ from typing import Any
 
 from clients.config import ClientConfig
 from clients.h2client import H2Client, open_connection
-from clients.records import RequestRecord
 from clients.workload import RequestSpec
 from servers.tls import client_context
 from tbcore import workloads
 from tbcore.errors import SpecError
+from tbcore.records import RequestRecord
+from tbcore.settings import MULTIPATH_MODES
 
-MULTIPATH_MODES = ("single", "mptcp", "split", "duplicate")
 DEFAULT_CHUNK_BYTES = 1_000_000
 DEFAULT_PROBE_BYTES = 3_000_000
 """The split's rate probe per path: long enough that slow start is a small part of it (a
@@ -117,12 +117,12 @@ def payload(size_bytes: int) -> memoryview:
 
 
 def _client_config(config: MultipathConfig, source: str | None, mptcp: bool) -> ClientConfig:
-    return ClientConfig(
+    return ClientConfig.of(
         protocol="h2",
         host=config.host,
         port=config.port,
-        cc=config.cc,
-        mptcp=mptcp,
+        cc=config.cc or "cubic",
+        multipath="mptcp" if mptcp else "single",
         source_addr=source,
         timeout_s=config.timeout_s,
     )

@@ -60,6 +60,9 @@ from netem.stats import LinkStats
 from netem.topologyspec import Topology
 from tbcore import workloads
 from tbcore.errors import SpecError
+from tbcore.records import write_csv
+from tbcore.runrow import TopologyRunRow
+from tbcore.settings import KNOBS, Settings
 from tbcore.units import parse_duration_s, parse_size_bytes
 
 SERVER_PORT = 8443
@@ -127,6 +130,9 @@ def load(path: Path, *, quick: bool = False) -> TopologyExperiment:
     for key in fixed:
         if key not in FIXED_KEYS:
             raise SpecError(f"fixed.{key}", "unknown key")
+    # the keys that are knobs of the one settings model are checked by it
+    knob_keys = {k: v for k, v in fixed.items() if k in KNOBS}
+    Settings.from_table(knob_keys, "fixed")
     kind = fixed.get("topology")
     if kind not in ("relay", "dual"):
         raise SpecError("fixed.topology", f"{kind!r}: relay or dual here")
@@ -150,13 +156,14 @@ def load(path: Path, *, quick: bool = False) -> TopologyExperiment:
     for key in quick_data:
         if key not in QUICK_KEYS:
             raise SpecError(f"quick.{key}", "unknown key")
+    keep = quick_data.get("levels")
+    if keep is not None:
+        unknown = set(keep) - set(names)
+        if unknown:
+            raise SpecError("quick.levels", f"no level {sorted(unknown)[0]!r}")
     if quick:
         repetitions = quick_data.get("repetitions", repetitions)
-        keep = quick_data.get("levels")
         if keep is not None:
-            unknown = set(keep) - set(names)
-            if unknown:
-                raise SpecError("quick.levels", f"no level {sorted(unknown)[0]!r}")
             levels = [lv for lv in levels if lv["name"] in keep]
     if isinstance(repetitions, bool) or not isinstance(repetitions, int) or repetitions < 1:
         raise SpecError("repetitions", f"must be a whole number >= 1, got {repetitions!r}")
@@ -184,6 +191,7 @@ def _check_level(kind: str, level: dict[str, Any]) -> None:
         if level.get("connection") not in ("new", "reused"):
             raise SpecError("level.connection", f"{level.get('connection')!r}: new or reused")
     else:
+        Settings.from_table({"multipath": level.get("multipath")}, f"level {level['name']}")
         if level.get("multipath") not in MULTIPATH_MODES:
             raise SpecError("level.multipath", f"{level.get('multipath')!r}: {MULTIPATH_MODES}")
         if "outage_at" in level:
@@ -269,7 +277,7 @@ def run_relay_once(
         *TB, "client", "--protocol", protocol, "--host", host, "--port", str(port),
         "--workload", experiment.fixed.get("workload", "asr"), "--requests", "1",
         "--connection", level["connection"], "--records", str(records),
-        "--warmup", str(experiment.fixed.get("warmup_requests", 3) if reused else 0),
+        "--warmup-requests", str(experiment.fixed.get("warmup_requests", 3) if reused else 0),
     ]  # fmt: skip
     if experiment.fixed.get("cc"):
         argv += ["--cc", experiment.fixed["cc"]]
@@ -418,7 +426,7 @@ def _run_group(
             "--processing-audio", experiment.fixed.get("processing_audio", "30ms"), *cc,
         ]  # fmt: skip
         if experiment.kind == "dual":  # MPTCP is TCP: the two-path runs are h2 only
-            server_argv += ["--mptcp", "--no-h3"]
+            server_argv += ["--multipath", "mptcp", "--no-h3"]
         else:
             server_argv += ["--h3-port", str(SERVER_PORT)]
         server = _start(server_argv, link.server_ns, "listening")
@@ -460,22 +468,33 @@ def _run_group(
                     delta = row.pop("delta")
                     valid, reason = _validity(delta, row.get("error"))
                     total = row.get("total_s")
-                    record = {
-                        "run_id": run_id,
-                        "level": level["name"],
-                        "rep": rep,
-                        "total_s": total,
-                        "bound_s": bound,
-                        "ratio": None if total is None else total / bound,
-                        "valid": valid,
-                        "invalid_reason": reason,
+                    outage_at = row.get("outage_after_start_s")
+                    record = TopologyRunRow(
+                        run_id=run_id,
+                        level=level["name"],
+                        rep=rep,
+                        topology=experiment.kind,
+                        total_s=total,
+                        bound_s=bound,
+                        ratio=None if total is None else total / bound,
+                        valid=valid,
+                        invalid_reason=reason or None,
+                        error=row.get("error"),
+                        route=level.get("route"),
+                        protocol=level.get("protocol", "h2"),
+                        connection=level.get("connection"),
+                        multipath=level.get("multipath"),
+                        exit_link=topo.edge("exit_link").spec.__str__()
+                        if "exit_link" in topo.edge_names
+                        else None,
                         **{f"bytes_{e}": d.up.bytes_out for e, d in delta.items()},
-                        **{f"dropped_outage_{e}": d.up.dropped_outage for e, d in delta.items()},
-                        **{k: v for k, v in row.items() if k not in ("total_s",)},
-                        "wall_s": time.monotonic() - started,
-                    }
-                    if "outage_after_start_s" in record and total is not None:
-                        record["recovery_s"] = total - bound
+                        bytes_sent_app=row.get("bytes_sent_app"),
+                        split_fraction_link=row.get("split_fraction_link"),
+                        dropped_outage_link=delta["link"].up.dropped_outage,
+                        outage_after_start_s=outage_at,
+                        recovery_s=None if outage_at is None or total is None else total - bound,
+                        wall_s=time.monotonic() - started,
+                    ).to_dict()
                     (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=str))
                     rows.append(record)
                     shown = "failed" if total is None else f"{total * 1e3:.1f} ms"
@@ -494,8 +513,8 @@ def _run_group(
 def _write(out: Path, experiment: TopologyExperiment, rows: list[dict[str, Any]]) -> None:
     import pandas as pd
 
+    write_csv(out / "runs.csv", TopologyRunRow, [TopologyRunRow.from_dict(r) for r in rows])
     frame = pd.DataFrame(rows)
-    frame.to_csv(out / "runs.csv", index=False)
     lines = [
         f"# {experiment.name}",
         "",

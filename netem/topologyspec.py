@@ -30,8 +30,10 @@ from typing import Any
 from netem.events import LinkEvent
 from netem.linkspec import LinkSpec, resolve_link
 from tbcore.errors import SpecError
+from tbcore.settings import TOPOLOGIES as _SETTINGS_TOPOLOGIES
 
-TOPOLOGIES = ("direct", "relay", "dual")
+TOPOLOGIES = _SETTINGS_TOPOLOGIES
+"""The shapes (defined once, with the settings knob: tbcore.settings.TOPOLOGIES)."""
 EDGE_NAMES = ("near_link", "link", "link_b", "exit_link")
 NODE_NAMES = ("client", "relay", "exit", "server")
 

@@ -60,7 +60,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             apply_tcp_options(self.sock, self.ctx.tcp_options)
         except Exception as err:  # a knob the kernel refuses: say so, keep serving
             self._log("error", reason=f"socket option: {err}")
-        start_connection(self.h2, self.ctx.config.h2_window_bytes)
+        start_connection(self.h2, self.ctx.config.settings.h2_window_bytes)
         self._flush()
         ssl_object = transport.get_extra_info("ssl_object")
         self._log(
@@ -74,7 +74,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         self._last_activity = now
-        if self.ctx.config.quickack and self.sock is not None:
+        if self.ctx.config.settings.quickack and self.sock is not None:
             rearm_quickack(self.sock)
         try:
             events = self.h2.receive_data(data)
@@ -243,7 +243,7 @@ def make_listen_socket(ctx: ServerContext) -> socket.socket:
     """The listening TCP socket with the knobs accepted sockets inherit set before listen()."""
     config = ctx.config
     family = socket.AF_INET6 if ":" in config.bind else socket.AF_INET
-    sock = tcp_socket(family, ctx.tcp_options)
+    sock = tcp_socket(family, ctx.config.settings.multipath == "mptcp")
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         apply_tcp_options(sock, ctx.tcp_options, listening=True)

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import socket
 import ssl
 import time
@@ -51,11 +52,12 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from servers.events import EventLog
 from servers.http2 import start_connection
-from servers.sockopts import TcpOptions, apply_tcp_options
+from servers.sockopts import apply_tcp_options
 from servers.tls import client_context, ensure_certificate, server_context
 from tbcore.errors import SpecError
+from tbcore.records import RelayEvent
+from tbcore.settings import Settings
 from tbcore.tcpinfo import read_tcp_info
 
 DEFAULT_WINDOW_BYTES = 16 * 2**20
@@ -67,6 +69,27 @@ DEFAULT_WARMUP_BYTES = 2_000_000
 CONNECT_TIMEOUT_S = 30.0
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding"})
 """RFC 9113 section 8.2.2: connection-specific fields are not forwarded."""
+
+
+class RelayLog:
+    """The relay's event log: one :class:`tbcore.records.RelayEvent` per JSON line."""
+
+    def __init__(self, path: Any) -> None:
+        self._handle = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a", buffering=1, encoding="utf-8")
+
+    def emit(self, event: str, **details: Any) -> dict[str, Any]:
+        data = RelayEvent(t=time.monotonic(), event=event, **details).to_dict()
+        if self._handle is not None:
+            self._handle.write(json.dumps(data, separators=(",", ":")) + "\n")
+        return data
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
 
 
 class H2Endpoint(asyncio.Protocol):
@@ -177,7 +200,7 @@ class StreamCallbacks:
 class Upstream(H2Endpoint):
     """The one long-haul HTTP/2 connection: client side, requests from many front streams."""
 
-    def __init__(self, window_bytes: int, log: EventLog) -> None:
+    def __init__(self, window_bytes: int, log: RelayLog) -> None:
         super().__init__(
             h2.connection.H2Connection(
                 h2.config.H2Configuration(client_side=True, header_encoding=None)
@@ -284,7 +307,7 @@ class FrontConnection(H2Endpoint):
                 self.relay.forward_headers(event.headers), self._callbacks(sid), end=ended
             )
             self.to_upstream[sid] = uid
-            log.emit("upstream_request_sent", conn=self.conn_id, stream=sid, upstream=uid)
+            log.emit("upstream_request_sent", conn=self.conn_id, stream=sid, upstream_stream=uid)
             if ended:
                 self.request_ended.add(sid)
                 log.emit("front_request_last_byte", conn=self.conn_id, stream=sid)
@@ -340,8 +363,8 @@ class RelayConfig:
     window_bytes: int = DEFAULT_WINDOW_BYTES
     warmup: int = DEFAULT_WARMUP
     warmup_bytes: int = DEFAULT_WARMUP_BYTES
-    tcp_options: TcpOptions = field(default_factory=TcpOptions)
-    """Socket options of the upstream and of accepted front connections (cc, buffers...)."""
+    settings: Any = field(default_factory=Settings)
+    """The TCP knobs (cc, buffers...) of the upstream and of accepted front connections."""
     cert_dir: Any = None
 
     def __post_init__(self) -> None:
@@ -362,7 +385,7 @@ class Relay:
 
     def __init__(self, config: RelayConfig) -> None:
         self.config = config
-        self.log = EventLog(config.log_path)
+        self.log = RelayLog(config.log_path)
         self.upstream: Upstream | None = None
         self._conn_ids = 0
         self.authority = f"{config.upstream_host}:{config.upstream_port}"
@@ -381,7 +404,7 @@ class Relay:
     async def connect_upstream(self) -> Upstream:
         loop = asyncio.get_running_loop()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        apply_tcp_options(sock, self.config.tcp_options)
+        apply_tcp_options(sock, self.config.settings)
         sock.setblocking(False)
         try:
             await asyncio.wait_for(
@@ -400,7 +423,7 @@ class Relay:
             ),
             CONNECT_TIMEOUT_S,
         )
-        self.log.emit("upstream_connected", upstream=self.authority)
+        self.log.emit("upstream_connected", addr=self.authority)
         return upstream
 
     async def warm(self, upstream: Upstream) -> dict[str, Any]:
@@ -410,7 +433,9 @@ class Relay:
             await upstream.fetch("POST", "/sink", self.authority, body)
             await upstream.fetch("GET", "/tts", self.authority)
         info = read_tcp_info(upstream.sock) if upstream.sock is not None else None
-        facts = {} if info is None else {"cwnd": info.get("snd_cwnd"), "rtt_us": info.get("rtt")}
+        facts: dict[str, Any] = {}
+        if info is not None:
+            facts = {"cwnd_segments": info.get("snd_cwnd"), "rtt_s": info.get("rtt", 0) / 1e6}
         self.log.emit("warmup_done", rounds=self.config.warmup, **facts)
         return facts
 
@@ -426,13 +451,13 @@ class Relay:
         tls: ssl.SSLContext = server_context(paths)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        apply_tcp_options(sock, self.config.tcp_options, listening=True)
+        apply_tcp_options(sock, self.config.settings, listening=True)
         sock.bind((self.config.bind, self.config.port))
         sock.listen(128)
         sock.setblocking(False)
         server = await asyncio.get_running_loop().create_server(self._front, sock=sock, ssl=tls)
         host, port = sock.getsockname()[:2]
-        self.log.emit("ready", addr=f"{host}:{port}", monotonic=time.monotonic())
+        self.log.emit("ready", addr=f"{host}:{port}")
         return server, (host, port)
 
 
