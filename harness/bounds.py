@@ -511,6 +511,26 @@ def duplicate_time_s(
     return seconds
 
 
+def duplicate_failover_time_s(
+    size_bytes: float,
+    rates_bps: Sequence[float],
+    outage_at_s: float,
+    failed: int,
+    exit_bps: float | None = None,
+) -> float:
+    """Section 12, duplicate, path ``failed`` lost at ``outage_at_s``: if its copy was not
+    complete by then, the surviving copy (which never shared the work) is the first one."""
+    size = _non_negative("size_bytes", size_bytes)
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    at = _non_negative("outage_at_s", outage_at_s)
+    if not 0 <= failed < len(rates) or len(rates) < 2:
+        raise SpecError("failed", f"must index one of {len(rates)} paths, got {failed!r}")
+    if size * BITS_PER_BYTE / rates[failed] <= at:
+        return duplicate_time_s(size, rates, exit_bps)
+    survivors = [r for i, r in enumerate(rates) if i != failed]
+    return duplicate_time_s(size, survivors, exit_bps)
+
+
 def failover_time_s(
     size_bytes: float,
     rates_bps: Sequence[float],

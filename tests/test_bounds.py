@@ -673,3 +673,18 @@ def test_duplicate_and_failover_bounds() -> None:
     )
     with pytest.raises(SpecError):
         failover_time_s(30_000_000, [20 * mbit], -1.0, 10 * mbit)
+
+
+def test_duplicate_failover_is_the_surviving_copy() -> None:
+    from harness.bounds import duplicate_failover_time_s
+
+    mbit = 1e6
+    assert duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 3.0, 0) == (
+        pytest.approx(24.0)
+    )
+    # the failed path had finished its copy already
+    assert duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 13.0, 0) == (
+        pytest.approx(12.0)
+    )
+    with pytest.raises(SpecError):
+        duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 3.0, 2)
