@@ -361,9 +361,10 @@ def dual_bound_s(
     assert a is not None and b is not None
     mode = level["multipath"]
     if "outage_at" in level and row.get("outage_after_start_s") is not None:
-        return bounds.failover_time_s(
-            size, [a, b], max(0.0, row["outage_after_start_s"]), b, exit_bps
-        )
+        at = max(0.0, row["outage_after_start_s"])
+        if mode == "duplicate":  # the surviving copy never shared the work
+            return bounds.duplicate_failover_time_s(size, [a, b], at, 0, exit_bps)
+        return bounds.failover_time_s(size, [a, b], at, b, exit_bps)
     if mode == "single":
         return bounds.split_time_s(size, [a], exit_bps)
     if mode == "duplicate":
