@@ -25,6 +25,7 @@ cold (initcwnd), except ``split``'s, which its probe has grown. Times are CLOCK_
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import time
@@ -339,7 +340,11 @@ def main(argv: list[str] | None = None) -> int:
     from tbcore import units
 
     parser = argparse.ArgumentParser(prog="python -m clients.multipath")
-    parser.add_argument("--mode", required=True, choices=MULTIPATH_MODES)
+    parser.add_argument(
+        "--mode", required=True, choices=(*MULTIPATH_MODES, "h3-migrate"),
+        help="an arm, or h3-migrate: HTTP/3 from the first address, moving to the second "
+        "when the first path stops answering",
+    )  # fmt: skip
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, default=8443)
     parser.add_argument("--sources", required=True, help="ADDR_LINK,ADDR_LINK_B")
@@ -354,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         if len(sources) != 2 or not all(sources):
             raise SpecError("sources", f"{args.sources!r}: two addresses, comma-separated")
         config = MultipathConfig(
-            mode=args.mode,
+            mode="single" if args.mode == "h3-migrate" else args.mode,
             host=args.host,
             port=args.port,
             sources=sources,  # type: ignore[arg-type]
@@ -373,9 +378,109 @@ def main(argv: list[str] | None = None) -> int:
     def started(t: float) -> None:
         print(json.dumps({"started_s": t}), flush=True)
 
+    if args.mode == "h3-migrate":
+        migrated = uvloop.run(run_quic_migration(config, started))
+        print(json.dumps(migrated.to_dict()), flush=True)
+        return 0 if migrated.error is None else 1
     result = uvloop.run(run_multipath(config, started))
     print(json.dumps(result.to_dict()), flush=True)
     return 0 if result.error is None else 1
+
+
+# --- failover by QUIC connection migration (RFC 9000 section 9) ---------------------------
+
+MIGRATION_WATCH_S = 0.005
+"""How often the migrating client looks at its QUIC sender state."""
+
+
+@dataclass
+class MigrationResult:
+    """An HTTP/3 upload from the first path's address that moves to the second address
+    when the first path stops answering (a probe timeout): what happened when."""
+
+    size_bytes: int
+    start_s: float
+    end_s: float | None = None
+    detected_s: float | None = None
+    """First probe timeout (PTO) seen: the client takes the path for dead."""
+    migrated_s: float | None = None
+    """The connection's packets leave from the second address (new connection ID)."""
+    resumed_s: float | None = None
+    """The first acknowledgement after the migration (PTO count back to 0)."""
+    error: str | None = None
+
+    @property
+    def total_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.start_s
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["total_s"] = self.total_s
+        data["bytes_sent"] = self.size_bytes
+        data["paths"] = []
+        data["fractions"] = None
+        return data
+
+
+async def run_quic_migration(
+    config: MultipathConfig, on_start: Callable[[float], None] | None = None
+) -> MigrationResult:
+    """Upload over HTTP/3 from ``sources[0]``; on the first PTO move the connection to a
+    socket bound to ``sources[1]`` (aioquic: a new UDP endpoint for the same protocol and
+    ``change_connection_id``); the server validates the new path and follows."""
+    from clients import h3client
+    from servers.quic import make_udp_socket, quic_counters
+
+    client_config = ClientConfig.of(
+        protocol="h3",
+        host=config.host,
+        port=config.port,
+        source_addr=config.sources[0],
+        timeout_s=config.timeout_s,
+    )
+    client = await h3client.open_connection(client_config)
+    protocol = client.protocol
+    body = bytes(payload(config.size_bytes))
+    spec = RequestSpec(
+        workload="sink",
+        method="POST",
+        path="/sink",
+        body=body,
+        expect_upload_sha256=hashlib.sha256(body).hexdigest(),
+    )
+    record = RequestRecord(
+        request_id=0, protocol="h3", connection="new", workload="sink", warmup=False
+    )
+    result = MigrationResult(config.size_bytes, time.monotonic())
+    if on_start is not None:
+        on_start(result.start_s)
+    task = asyncio.create_task(client.request(spec, record, config.timeout_s))
+    loop = asyncio.get_running_loop()
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=MIGRATION_WATCH_S)
+            pto = quic_counters(protocol)["pto_count"] or 0
+            now = time.monotonic()
+            if result.migrated_s is None and pto >= 1:
+                result.detected_s = now
+                sock = make_udp_socket(config.sources[1], 0, client_config.udp_buffer_bytes)
+                await loop.create_datagram_endpoint(lambda: protocol, sock=sock)
+                if getattr(protocol, "gso_socket", None) is not None:
+                    protocol.gso_socket = sock  # type: ignore[attr-defined]
+                protocol._quic.change_connection_id()
+                protocol.transmit()
+                result.migrated_s = time.monotonic()
+            elif result.migrated_s is not None and result.resumed_s is None and pto == 0:
+                result.resumed_s = now
+        await task
+        result.end_s = record.response_last_byte
+        result.error = record.error
+    except (ConnectionError, OSError, TimeoutError) as err:
+        result.error = f"{type(err).__name__}: {err}"[:300]
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+    return result
 
 
 if __name__ == "__main__":

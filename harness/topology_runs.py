@@ -85,7 +85,7 @@ FIXED_KEYS = {
     "backend",
 }
 RELAY_LEVEL_KEYS = {"name", "protocol", "route", "connection"}
-DUAL_LEVEL_KEYS = {"name", "multipath", "exit_link", "outage_at"}
+DUAL_LEVEL_KEYS = {"name", "multipath", "exit_link", "outage_at", "protocol"}
 QUICK_KEYS = {"repetitions", "levels"}
 TB = [sys.executable, "-m", "harness.cli"]
 CLIENT_TIMEOUT_S = 600.0
@@ -196,8 +196,16 @@ def _check_level(kind: str, level: dict[str, Any]) -> None:
             raise SpecError("level.multipath", f"{level.get('multipath')!r}: {MULTIPATH_MODES}")
         if "outage_at" in level:
             parse_duration_s("level.outage_at", level["outage_at"])
-            if level["multipath"] not in ("mptcp", "duplicate"):
-                raise SpecError("level.outage_at", "a failover needs mptcp or duplicate")
+            if level["multipath"] not in ("mptcp", "duplicate") and level.get("protocol") != "h3":
+                raise SpecError(
+                    "level.outage_at", "a failover needs mptcp, duplicate or h3 (migration)"
+                )
+        if level.get("protocol", "h2") == "h3" and (
+            level["multipath"] != "single" or "outage_at" not in level
+        ):
+            raise SpecError(
+                "level.protocol", "h3 on two paths: multipath = single with outage_at (migration)"
+            )
 
 
 def topology_of_level(experiment: TopologyExperiment, level: dict[str, Any]) -> Topology:
@@ -307,8 +315,10 @@ def run_dual_once(
     experiment: TopologyExperiment, level: dict[str, Any], link: Link, out: Path
 ) -> dict[str, Any]:
     size = parse_size_bytes("size", experiment.fixed.get("size", "30MB"))
+    migrate = level.get("protocol") == "h3"
     argv = [
-        sys.executable, "-m", "clients.multipath", "--mode", level["multipath"],
+        sys.executable, "-m", "clients.multipath",
+        "--mode", "h3-migrate" if migrate else level["multipath"],
         "--host", link.server_addr, "--port", str(SERVER_PORT),
         "--sources", f"{link.addr('client', 'link')},{link.addr('client', 'link_b')}",
         "--size", str(size), "--timeout", "300s",
@@ -346,6 +356,10 @@ def run_dual_once(
         "bytes_sent_app": result["bytes_sent"],
         "split_fraction_link": (result["fractions"] or [None])[0],
     }
+    if migrate and outage is not None:
+        for key in ("detected_s", "resumed_s"):
+            if result.get(key) is not None:
+                row[key.replace("_s", "_after_outage_s")] = result[key] - outage.start_s
     if outage is not None:
         row["outage_after_start_s"] = outage.start_s - result["start_s"]
         link.end_events(edge="link")  # the link comes back for the next run
@@ -364,6 +378,8 @@ def dual_bound_s(
         at = max(0.0, row["outage_after_start_s"])
         if mode == "duplicate":  # the surviving copy never shared the work
             return bounds.duplicate_failover_time_s(size, [a, b], at, 0, exit_bps)
+        if level.get("protocol") == "h3":  # one path until the outage, then the other
+            return bounds.failover_time_s(size, [a], at, b, exit_bps)
         return bounds.failover_time_s(size, [a, b], at, b, exit_bps)
     if mode == "single":
         return bounds.split_time_s(size, [a], exit_bps)
@@ -426,8 +442,8 @@ def _run_group(
             *TB, "serve", "--bind", link.server_addr, "--h2-port", str(SERVER_PORT),
             "--processing-audio", experiment.fixed.get("processing_audio", "30ms"), *cc,
         ]  # fmt: skip
-        if experiment.kind == "dual":  # MPTCP is TCP: the two-path runs are h2 only
-            server_argv += ["--multipath", "mptcp", "--no-h3"]
+        if experiment.kind == "dual":  # h2 over MPTCP (or TCP), h3 for the migration level
+            server_argv += ["--multipath", "mptcp", "--h3-port", str(SERVER_PORT)]
         else:
             server_argv += ["--h3-port", str(SERVER_PORT)]
         server = _start(server_argv, link.server_ns, "listening")
@@ -494,6 +510,8 @@ def _run_group(
                         dropped_outage_link=delta["link"].up.dropped_outage,
                         outage_after_start_s=outage_at,
                         recovery_s=None if outage_at is None or total is None else total - bound,
+                        detected_after_outage_s=row.get("detected_after_outage_s"),
+                        resumed_after_outage_s=row.get("resumed_after_outage_s"),
                         wall_s=time.monotonic() - started,
                     ).to_dict()
                     (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=str))

@@ -192,4 +192,12 @@ class TopologyRunRow(Record):
     recovery_s: float | None = col(
         doc="failover: total_s minus the ideal continuation (bounds.failover_time_s).", unit="s"
     )
+    detected_after_outage_s: float | None = col(
+        doc="h3 migration: the client's first probe timeout after the outage began.", unit="s"
+    )
+    resumed_after_outage_s: float | None = col(
+        doc="h3 migration: the first acknowledgement on the second path after the outage "
+        "began (the transfer moved on).",
+        unit="s",
+    )
     wall_s: float | None = col(doc="Wall time of the run, processes included.", unit="s")
