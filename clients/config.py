@@ -32,6 +32,9 @@ class ClientConfig(HasSettings):
     qlog_dir: Path | None = None
     keylog_path: Path | None = None
     server_name: str = "testbed.local"
+    source_addr: str | None = None
+    """Bind the client's socket to this local address first (one path of a dual topology:
+    its source rule routes it over that path); None: the kernel picks."""
     udp_buffer_bytes: int = DEFAULT_UDP_BUFFER_BYTES
 
     def __post_init__(self) -> None:

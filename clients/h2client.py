@@ -24,7 +24,7 @@ import h2.settings
 from clients.config import ClientConfig
 from clients.workload import RequestSpec, ResponseCollector
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from servers.sockopts import apply_tcp_options, rearm_quickack
+from servers.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
 from servers.tls import ALPN_H2
 from tbcore.records import RequestRecord
 from tbcore.tcpinfo import read_tcp_info
@@ -177,7 +177,9 @@ class H2Client:
     def tcp_info(self) -> dict[str, int]:
         return read_tcp_info(self.protocol.sock)
 
-    async def request(self, spec: RequestSpec, record: RequestRecord, timeout_s: float) -> None:
+    async def request(
+        self, spec: RequestSpec, record: RequestRecord, timeout_s: float
+    ) -> ResponseCollector:
         """Run one exchange; fills the record's request/response times, bytes and checks.
         Raises on failure (the caller records the error)."""
         proto = self.protocol
@@ -202,6 +204,7 @@ class H2Client:
         finally:
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
+        return pending.collector
 
     async def close(self) -> None:
         proto = self.protocol
@@ -237,9 +240,11 @@ async def open_connection(
     """TCP connect, then the TLS 1.3 handshake (resuming ``session`` if given)."""
     loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = tcp_socket(family, config.settings.multipath == "mptcp")
     try:
         apply_tcp_options(sock, config.settings)
+        if config.source_addr is not None:
+            sock.bind((config.source_addr, 0))
         sock.setblocking(False)
         connect_start = time.monotonic()
         async with asyncio.timeout(config.settings.timeout_s):

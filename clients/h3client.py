@@ -192,6 +192,8 @@ async def open_connection(
         session_ticket_handler=lambda t: protocol_box[0].on_ticket(t) if protocol_box else None,
     )
     bind_host = "::" if ":" in config.host else "0.0.0.0"
+    if config.source_addr is not None:  # one path of a dual topology (its source rule)
+        bind_host = config.source_addr
     sock = make_udp_socket(bind_host, 0, config.udp_buffer_bytes)
     try:
         transport, protocol = await loop.create_datagram_endpoint(

@@ -474,6 +474,65 @@ def duplicate_failure(p1: float, p2: float, shared: float = 0.0) -> float:
     return q + (1.0 - q) * a * b
 
 
+def duplicate_time_s(
+    size_bytes: float, rates_bps: Sequence[float], exit_bps: float | None = None
+) -> float:
+    """Section 12, duplicate: the first complete copy needs ``S / max(B_i)`` on its own path;
+    behind a shared exit both copies cross it, so the exit carries at least ``S`` too."""
+    size = _non_negative("size_bytes", size_bytes)
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    seconds = size * BITS_PER_BYTE / max(rates)
+    if exit_bps is not None:
+        seconds = max(seconds, size * BITS_PER_BYTE / _positive("exit_bps", exit_bps))
+    return seconds
+
+
+def duplicate_failover_time_s(
+    size_bytes: float,
+    rates_bps: Sequence[float],
+    outage_at_s: float,
+    failed: int,
+    exit_bps: float | None = None,
+) -> float:
+    """Section 12, duplicate, path ``failed`` lost at ``outage_at_s``: if its copy was not
+    complete by then, the surviving copy (which never shared the work) is the first one."""
+    size = _non_negative("size_bytes", size_bytes)
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    at = _non_negative("outage_at_s", outage_at_s)
+    if not 0 <= failed < len(rates) or len(rates) < 2:
+        raise SpecError("failed", f"must index one of {len(rates)} paths, got {failed!r}")
+    if size * BITS_PER_BYTE / rates[failed] <= at:
+        return duplicate_time_s(size, rates, exit_bps)
+    survivors = [r for i, r in enumerate(rates) if i != failed]
+    return duplicate_time_s(size, survivors, exit_bps)
+
+
+def failover_time_s(
+    size_bytes: float,
+    rates_bps: Sequence[float],
+    outage_at_s: float,
+    surviving_bps: float,
+    exit_bps: float | None = None,
+) -> float:
+    """Section 12 with a path lost at ``outage_at_s`` into the transfer: the ideal split
+    carries ``sum(B_i)`` (at most ``E``) until then, the surviving path the rest. The
+    measured time above this is the failover's cost: detection plus re-sending what was
+    in flight on the dead path."""
+    size = _non_negative("size_bytes", size_bytes)
+    rates = _sequence("rates_bps", rates_bps, _positive)
+    at = _non_negative("outage_at_s", outage_at_s)
+    survivor = _positive("surviving_bps", surviving_bps)
+    both = math.fsum(rates)
+    if exit_bps is not None:
+        exit_rate = _positive("exit_bps", exit_bps)
+        both = min(both, exit_rate)
+        survivor = min(survivor, exit_rate)
+    done_bytes = both / BITS_PER_BYTE * at
+    if done_bytes >= size:
+        return size * BITS_PER_BYTE / both
+    return at + (size - done_bytes) * BITS_PER_BYTE / survivor
+
+
 # --- the request bound -----------------------------------------------------------------
 
 
@@ -742,6 +801,106 @@ def request_time_for_link(
         window_bytes=window_bytes,
         up_loss=link.up.mean_loss,
         down_loss=link.down.mean_loss,
+    )
+
+
+# --- the relay: a new near hop, a warm long haul (sections 1 and 4) --------------------
+
+
+@dataclass(frozen=True)
+class RelayBound:
+    """A request through a relay that keeps a warm, tuned connection over the long haul.
+
+    The client opens a new connection over the near hop only; the relay forwards the
+    request on its long-haul connection, which is open and its window grown (no set-up, no
+    slow start: section 1's serial time on an established connection). Parts: the near
+    hop's set-up (section 4 on the near round trip) and its slow-start idle time (section 6;
+    the near hop's windows overlap nothing), the propagation of both hops one way and back,
+    the serialisation of all bytes once at the bottleneck rate (the relay streams: the two
+    hops' serialisations overlap), and processing.
+    """
+
+    protocol: str
+    near_rtt_s: float
+    long_rtt_s: float
+    up_bps: float
+    down_bps: float
+    upload_bytes: int
+    download_bytes: int
+    setup_s: float
+    """The near hop's set-up: ``setup_rtts(protocol, 'new') * near_rtt_s``."""
+    feedback_s: float
+    """Slow-start idle time of the new connection on the near hop (both directions)."""
+    propagation_s: float
+    """``near_rtt_s + long_rtt_s``: the one long-haul round trip and the near hop's."""
+    serialisation_s: float
+    """``S_u / B_u + S_d / B_d`` at the bottleneck rates."""
+    processing_s: float
+    total_s: float = field(init=False)
+
+    PARTS = ("setup_s", "feedback_s", "propagation_s", "serialisation_s", "processing_s")
+
+    def __post_init__(self) -> None:
+        total = math.fsum(getattr(self, name) for name in self.PARTS)
+        object.__setattr__(self, "total_s", total)
+
+    def parts(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in self.PARTS}
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def relay_request_time(
+    *,
+    protocol: str,
+    near_rtt_s: float,
+    long_rtt_s: float,
+    up_bps: float,
+    down_bps: float,
+    upload_bytes: int,
+    download_bytes: int,
+    processing_s: float = 0.0,
+    near_up_bps: float | None = None,
+    near_down_bps: float | None = None,
+    initcwnd_segments: int = INITCWND_SEGMENTS,
+    mss_bytes: int | None = None,
+) -> RelayBound:
+    """The lower bound of one request over a new near-hop connection and a warm long haul
+    (:class:`RelayBound`). ``up_bps``/``down_bps`` are the bottleneck rates (the long haul's
+    when the near hop is faster); ``near_*_bps`` the near hop's (None: unlimited)."""
+    rounds_setup = setup_rtts(protocol, "new")
+    near = _non_negative("near_rtt_s", near_rtt_s)
+    far = _non_negative("long_rtt_s", long_rtt_s)
+    up = _positive("up_bps", up_bps)
+    down = _positive("down_bps", down_bps)
+    upload = _count("upload_bytes", upload_bytes)
+    download = _count("download_bytes", download_bytes)
+    processing = _non_negative("processing_s", processing_s)
+    iw = _count("initcwnd_segments", initcwnd_segments, minimum=1)
+    if mss_bytes is None:
+        mss_bytes = TCP_MSS_BYTES if protocol == "h2" else QUIC_MAX_DATAGRAM_BYTES
+    mss = _count("mss_bytes", mss_bytes, minimum=1)
+    feedback = 0.0
+    for size, rate in ((upload, near_up_bps), (download, near_down_bps)):
+        near_rate = math.inf if rate is None else _positive("near rate", rate)
+        rate_bps = near_rate if math.isfinite(near_rate) else 1e18
+        feedback += direction_rounds(
+            size, rate_bps, near, initial_window_bytes=float(iw * mss), mss_bytes=mss
+        ).feedback_s
+    return RelayBound(
+        protocol=protocol,
+        near_rtt_s=near,
+        long_rtt_s=far,
+        up_bps=up,
+        down_bps=down,
+        upload_bytes=upload,
+        download_bytes=download,
+        setup_s=rounds_setup * near,
+        feedback_s=feedback,
+        propagation_s=near + far,
+        serialisation_s=upload * BITS_PER_BYTE / up + download * BITS_PER_BYTE / down,
+        processing_s=processing,
     )
 
 

@@ -164,6 +164,19 @@ def _run(args: argparse.Namespace) -> int:
     from harness.runner import run_experiment
 
     _terminate_cleanly()
+    from harness import topology_runs
+
+    if topology_runs.is_topology_file(Path(args.experiment)):  # relay and two paths (issue 14)
+        out = topology_runs.run_file(
+            Path(args.experiment),
+            quick=args.quick,
+            out_root=Path(args.output or os.environ.get(ENV_OUTPUT) or "results"),
+            backend=args.backend,
+            repetitions=args.reps,
+            link_name=args.link_name or topology_runs.LINK_NAME,
+        )
+        print(out / "report.md")
+        return 0
     spec = specmod.load(args.experiment)
     if args.quick:
         spec = spec.quick_form()

@@ -14,6 +14,7 @@ another test's link); without, everything named ``tb-``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -98,12 +99,18 @@ def is_emulator(pid: int, link: str | None) -> bool:
     if comm in (f"tb-{link}-emu", f"tb-{link}-dn"):
         return True
     argv = _cmdline(pid)
-    return EMULATOR_MODULE in argv and names.namespace(link, "client") in argv
+    if EMULATOR_MODULE not in argv:
+        return False
+    # an edge emulator of a multi-link topology may join two nodes other than the client
+    named = any(a == "--name" and b == link for a, b in itertools.pairwise(argv))
+    return named or names.namespace(link, "client") in argv
 
 
 def _pid_file_pids(link: str | None) -> list[int]:
     directory = names.STATE_DIR / "links"
     stems = [link] if link is not None else [p.stem for p in directory.glob("*")]
+    if link is not None:  # the edge emulators of a multi-link topology: NAME.EDGE.pid
+        stems += [p.name[: -len(".pid")] for p in directory.glob(f"{link}.*.pid")]
     pids: list[int] = []
     for stem in stems:
         with contextlib.suppress(OSError, ValueError):
@@ -201,6 +208,8 @@ def clean(link: str | None = None) -> CleanReport:
         else:
             paths = [directory / f"{link}{suffix}" for suffix in STATE_SUFFIXES]
             paths += list(directory.glob(f"{link}.json.tmp*"))
+            # the per-edge files of a multi-link topology: NAME.EDGE.sock/.pid/.log
+            paths += [p for p in directory.glob(f"{link}.*.*") if p.suffix in STATE_SUFFIXES]
         for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()

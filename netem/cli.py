@@ -6,6 +6,11 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
     testbed doctor [--json]
     testbed link up NAME [LINKSPEC] [--backend auto|netem|userspace]
                         [--slow-start-after-idle 0|1] [--sysctl net.x.y=VALUE ...]
+                        [--topology relay|dual --near-link L --link-b L --exit-link L]
+                        [--event outage:at=2s,for=1s ...]
+    testbed link up NAME "topology=relay;near_link=rtt=2ms;link=dc-longhaul-clean"
+    testbed link event NAME outage:for=1s [--edge link_b]
+    testbed link events NAME [--edge E] [--json]
     testbed link show NAME [--json]
     testbed link down NAME
     testbed link list [--json]
@@ -27,8 +32,10 @@ from dataclasses import asdict
 from typing import Any
 
 from netem import backends, clean, doctor
+from netem.events import parse_event
 from netem.link import Link, list_links
 from netem.linkspec import PRESETS
+from netem.topologyspec import TOPOLOGIES, Topology
 from tbcore.errors import SpecError
 
 EXIT_LEFTOVERS = 1
@@ -58,14 +65,40 @@ def _parse_sysctls(items: list[str] | None) -> dict[str, str]:
     return out
 
 
+def _link_up_spec(args: argparse.Namespace) -> str | Topology:
+    """The link string, or the topology the flags describe (``--topology relay ...``)."""
+    extra = {"near_link": args.near_link, "link_b": args.link_b, "exit_link": args.exit_link}
+    if args.topology is None:
+        given = [k for k, v in extra.items() if v is not None]
+        if given:
+            raise SpecError(given[0], "needs --topology relay or dual")
+        return args.linkspec
+    if "topology=" in args.linkspec:
+        raise SpecError("topology", "give it as --topology or in the link string, not both")
+    events: dict[str, list] = {}
+    for item in args.event or []:
+        edge, sep, text = item.partition("@")
+        if not sep:
+            raise SpecError("event", f"{item!r}: in a topology, give EDGE@EVENT")
+        events.setdefault(edge, []).append(parse_event(text))
+    return Topology.build(
+        args.topology,
+        link=args.linkspec,
+        **{k: v for k, v in extra.items() if v is not None},
+        events=events,
+    )
+
+
 def _cmd_link_up(args: argparse.Namespace) -> int:
     ssai = None if args.slow_start_after_idle is None else args.slow_start_after_idle == "1"
+    spec = _link_up_spec(args)
     link = Link.up(
         args.name,
-        args.linkspec,
+        spec,
         backend=args.backend,
         slow_start_after_idle=ssai,
         sysctls=_parse_sysctls(args.sysctl),
+        events=None if isinstance(spec, Topology) else args.event,
     )
     info = link.show()
     print(
@@ -73,6 +106,9 @@ def _cmd_link_up(args: argparse.Namespace) -> int:
         f"{link.server_ns} {link.server_addr}"
     )
     print(f"  spec: {info['spec']}")
+    if info.get("topology", "direct") != "direct":
+        for edge, e in info["edges"].items():
+            print(f"  edge {edge}: {e['a']} {e['a_addr']} <-> {e['b']} {e['b_addr']}: {e['spec']}")
     if info.get("emulator_pid"):
         print(f"  emulator pid {info['emulator_pid']}, log {info.get('log')}")
     for warning in info["warnings"]:
@@ -107,6 +143,15 @@ def _format_show(info: dict[str, Any]) -> str:
             lines.append(f"route {role} {r['dst']}{via} dev {r['dev']}{metrics}")
     for warning in info.get("warnings", []):
         lines.append(f"warning: {warning}")
+    if info.get("topology", "direct") != "direct":
+        lines.append(f"topology: {info['topology']}")
+        for node, n in info.get("nodes", {}).items():
+            addrs = ", ".join(f"{i['device']} {i['addr']}" for i in n["interfaces"])
+            lines.append(f"node {node} ({n['ns']}): {addrs}")
+        for edge, e in info.get("edges", {}).items():
+            lines.append(f"edge {edge}: {e['a']} <-> {e['b']}: {e['spec']}")
+    for event in info.get("events", []):
+        lines.append(f"event {event['kind']} {event['start_s']:.3f}-{event['end_s']}")
     return "\n".join(lines)
 
 
@@ -131,6 +176,29 @@ def _cmd_link_down(args: argparse.Namespace) -> int:
         return 0 if report.ok else EXIT_LEFTOVERS
     link.down()
     print(f"link {args.name} down")
+    return 0
+
+
+def _cmd_link_event(args: argparse.Namespace) -> int:
+    link = Link.attach(args.name)
+    event = link.event(args.event, edge=args.edge)
+    if args.json:
+        _print_json(event.to_dict())
+    else:
+        end = "for good" if event.to_dict()["end_s"] is None else f"to {event.end_s:.6f}"
+        print(
+            f"link {link.name} {args.edge or 'link'}: {event.kind} from {event.start_s:.6f} {end}"
+        )
+    return 0
+
+
+def _cmd_link_events(args: argparse.Namespace) -> int:
+    events = [e.to_dict() for e in Link.attach(args.name).events(edge=args.edge)]
+    if args.json:
+        _print_json(events)
+    else:
+        for e in events:
+            print(f"{e['kind']}\t{e['start_s']:.6f}\t{e['end_s']}\t{e['dropped_packets']}")
     return 0
 
 
@@ -190,7 +258,29 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     up.add_argument(
         "--sysctl", action="append", metavar="NAME=VALUE", help="a net.* sysctl for both ends"
     )
+    up.add_argument("--topology", choices=TOPOLOGIES, help="the shape (default: one link)")
+    up.add_argument("--near-link", help="relay: the client's hop to the relay (a link string)")
+    up.add_argument("--link-b", help="dual: the second path (a link string)")
+    up.add_argument("--exit-link", help="dual: the shared exit both paths cross")
+    up.add_argument(
+        "--event",
+        action="append",
+        metavar="EVENT",
+        help="scheduled from link up: outage:at=2s,for=1s or rate:at=5s,rate=10mbit "
+        "(in a topology: EDGE@EVENT)",
+    )
     up.set_defaults(handler=_cmd_link_up)
+    ev = sub.add_parser("event", help="an outage or rate change now (or in at=...)")
+    ev.add_argument("name")
+    ev.add_argument("event", help="outage:for=1s, rate:rate=1mbit,for=2s,dir=up ...")
+    ev.add_argument("--edge", help="the edge of a topology (default: link)")
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(handler=_cmd_link_event)
+    evs = sub.add_parser("events", help="the scheduled events of a link and what they did")
+    evs.add_argument("name")
+    evs.add_argument("--edge", help="the edge of a topology (default: link)")
+    evs.add_argument("--json", action="store_true")
+    evs.set_defaults(handler=_cmd_link_events)
     show = sub.add_parser("show", help="namespaces, addresses, backend, spec of a link")
     show.add_argument("name")
     show.add_argument("--json", action="store_true")

@@ -32,9 +32,11 @@ from types import TracebackType
 from typing import Any
 
 from netem import backends, clean, names, sysctl, topology
-from netem.backends import LinkState
+from netem.backends import LinkState, commit_edge, edge_state, topology_of
+from netem.events import LinkEvent, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
+from netem.topologyspec import Topology, parse_topology
 from tbcore.errors import SpecError
 
 ENDPOINT_ROLES = ("client", "server")
@@ -86,6 +88,17 @@ def _to_spec(spec: LinkSpec | str) -> LinkSpec:
     if isinstance(spec, str):
         return resolve_link(spec)
     raise SpecError("spec", f"expected a LinkSpec or a link string, got {type(spec).__name__}")
+
+
+def _to_topology(spec: LinkSpec | str | Topology) -> Topology | None:
+    """A multi-link topology, or None for one direct link (the original shape)."""
+    if isinstance(spec, Topology):
+        topo = spec
+    elif isinstance(spec, str) and "topology=" in spec:
+        topo = parse_topology(spec)
+    else:
+        return None
+    return None if topo.kind == "direct" else topo
 
 
 def list_links() -> list[str]:
@@ -144,8 +157,29 @@ class Link:
     def state(self) -> LinkState:
         return self._state
 
+    @property
+    def topology(self) -> Topology:
+        """The shape: nodes, edges and their specs (a direct link is one edge, ``link``)."""
+        topo = topology_of(self._state)
+        if topo is not None:
+            return topo
+        schedule = tuple(LinkEvent.from_dict(e) for e in self._state.extra.get("schedule", []))
+        return Topology.build("direct", link=self.spec, events={"link": list(schedule)})
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return self.topology.nodes
+
+    def addr(self, node: str, edge: str | None = None) -> str:
+        """``node``'s address on ``edge`` (default: its first interface), e.g. the client's
+        second path: ``link.addr("client", "link_b")`` (198.18.3.2)."""
+        return self.topology.addr(node, edge)
+
     def ns(self, role: str) -> str:
-        """The namespace of ``role`` (``client``, ``server`` or, on netem, ``router``)."""
+        """The namespace of ``role``: a node (``client``, ``server``, ``relay``, ``exit``) or,
+        on netem, ``router`` (the ``link`` edge's router)."""
+        if role in ("relay", "exit") and role in self.nodes:
+            return names.namespace(self.name, role)
         value = {"client": self.client_ns, "server": self.server_ns, "router": self.router_ns}.get(
             role
         )
@@ -162,11 +196,12 @@ class Link:
     def up(
         cls,
         name: str,
-        spec: LinkSpec | str,
+        spec: LinkSpec | str | Topology,
         *,
         backend: str = "auto",
         slow_start_after_idle: bool | None = None,
         sysctls: Mapping[str, str | int] | None = None,
+        events: Sequence[LinkEvent | str] | None = None,
     ) -> Link:
         """Build link ``name`` and return it once packets flow (the emulator is ready).
 
@@ -179,9 +214,24 @@ class Link:
         with ``TCP_CONGESTION``).
         Refused if a link of that name exists. On any failure (or Ctrl-C) everything built
         so far is removed before the exception propagates.
+
+        ``spec`` may also be a :class:`netem.topologyspec.Topology` or its string form
+        (``"topology=relay;near_link=rtt=2ms;link=dc-longhaul-clean"``): every node gets a
+        namespace, every edge its own emulator (userspace) or router (netem). ``events`` are
+        scheduled on the ``link`` edge from link up on (:mod:`netem.events`; a topology
+        carries its edges' events itself).
         """
         names.check_link_name(name)
-        link_spec = _to_spec(spec)
+        topo = _to_topology(spec)
+        if isinstance(spec, Topology) and topo is None:
+            spec = spec.link_spec
+        link_spec = topo.link_spec if topo is not None else _to_spec(spec)  # type: ignore[arg-type]
+        schedule = [parse_event(e) if isinstance(e, str) else e for e in events or ()]
+        for event in schedule:
+            if not isinstance(event, LinkEvent):
+                raise SpecError("events", f"expected LinkEvent or a string, got {event!r}")
+        if topo is not None and schedule:
+            raise SpecError("events", "a topology carries its edges' events: Topology.build")
         chosen = backends.choose(backend)
         extra_sysctls = {k: sysctl.normalise(v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
@@ -208,14 +258,19 @@ class Link:
             slow_start_after_idle=slow_start_after_idle,
             extra={"status": "starting"},
         )
+        if topo is not None:
+            state.extra["topology"] = topo.to_dict()
+        if schedule:
+            state.extra["schedule"] = [e.to_dict() for e in schedule]
         impl = backends.get(chosen)
         _claim(state)  # atomically: of two processes racing for one name, one gets it
         try:
             impl.up(state)
             wanted = sysctl.link_sysctls(link_spec, slow_start_after_idle=slow_start_after_idle)
             wanted.update(extra_sysctls)
-            for role in ENDPOINT_ROLES:
-                applied = sysctl.apply_link_sysctls(getattr(state, f"{role}_ns"), wanted)
+            roles = [*ENDPOINT_ROLES, *(["relay"] if topo and "relay" in topo.nodes else [])]
+            for role in roles:
+                applied = sysctl.apply_link_sysctls(names.namespace(name, role), wanted)
                 state.sysctls[role] = applied.values
                 state.warnings.extend(f"{role}: {w}" for w in applied.warnings)
             state.extra["status"] = "up"
@@ -257,10 +312,19 @@ class Link:
 
     # --- changes between runs -------------------------------------------------------------
 
-    def set_spec(self, spec: LinkSpec | str) -> None:
-        """Change the path in place (between runs: packets in flight may see either)."""
-        self._backend.set_spec(self._state, _to_spec(spec))
+    def _edge(self, edge: str | None) -> LinkState:
+        return edge_state(self._state, edge)
+
+    def _commit(self, edge: str | None, view: LinkState) -> None:
+        commit_edge(self._state, edge or "link", view)
         _save(self._state)
+
+    def set_spec(self, spec: LinkSpec | str, *, edge: str | None = None) -> None:
+        """Change the path (or one ``edge`` of a topology) in place, between runs: packets in
+        flight may see either."""
+        view = self._edge(edge)
+        self._backend.set_spec(view, _to_spec(spec))
+        self._commit(edge, view)
 
     def set_sysctls(
         self, values: Mapping[str, str | int], roles: Sequence[str] = ENDPOINT_ROLES
@@ -295,6 +359,21 @@ class Link:
         """
         if role not in ENDPOINT_ROLES:
             raise SpecError("role", f"must be client or server, got {role!r}")
+        topo = topology_of(self._state)
+        if topo is not None:
+            for route in topo.routes(role):
+                gateway = None
+                if self.backend == "netem":
+                    gateway = topo.interface(role, route.via_edge).router_addr
+                topology.set_route(
+                    self.ns(role),
+                    route.dst,
+                    dev=route.device,
+                    gateway=gateway,
+                    initcwnd=initcwnd,
+                    initrwnd=initrwnd,
+                )
+            return
         ep = topology.endpoints(self.name, self.backend)[role]
         topology.set_route(
             ep.ns,
@@ -305,11 +384,53 @@ class Link:
             initrwnd=initrwnd,
         )
 
+    # --- scheduled events -----------------------------------------------------------------
+
+    def event(
+        self, event: LinkEvent | str, *, base_s: float | None = None, edge: str | None = None
+    ) -> ScheduledEvent:
+        """Schedule an outage or a rate change on this link (:mod:`netem.events`).
+
+        ``event`` is a :class:`LinkEvent` or its string form (``"outage:for=1s"``: an outage
+        now, for one second). It starts ``event.at_s`` after ``base_s`` (CLOCK_MONOTONIC;
+        default: now), on ``edge`` of a topology (default ``link``). Returns it with absolute
+        start and end times.
+        """
+        if isinstance(event, str):
+            event = parse_event(event)
+        if not isinstance(event, LinkEvent):
+            raise SpecError("event", f"expected a LinkEvent or a string, got {event!r}")
+        view = self._edge(edge)
+        scheduled = self._backend.schedule_event(view, event, base_s)
+        self._commit(edge, view)
+        return scheduled
+
+    def outage(
+        self, duration_s: float, *, in_s: float = 0.0, edge: str | None = None
+    ) -> ScheduledEvent:
+        """Both directions of ``edge`` (default ``link``) carry nothing for ``duration_s``,
+        starting ``in_s`` from now."""
+        return self.event(LinkEvent("outage", at_s=in_s, duration_s=duration_s), edge=edge)
+
+    def end_events(self, edge: str | None = None) -> int:
+        """End every event of ``edge`` still running now, cancel those not begun (an outage
+        "until told": ``link.outage(3600)``, then ``link.end_events()``); returns how many."""
+        view = self._edge(edge)
+        ended = self._backend.end_events(view)
+        self._commit(edge, view)
+        return ended
+
+    def events(self, edge: str | None = None) -> list[ScheduledEvent]:
+        """Every event scheduled on ``edge`` (default ``link``) so far: when each began and
+        ended, and what it dropped."""
+        return self._backend.events(self._edge(edge))
+
     # --- measurement ----------------------------------------------------------------------
 
-    def stats(self) -> LinkStats:
-        """Cumulative counters since link up; subtract two snapshots for one run."""
-        return self._backend.stats(self._state)
+    def stats(self, edge: str | None = None) -> LinkStats:
+        """Cumulative counters since link up (of ``edge``, default ``link``); subtract two
+        snapshots for one run."""
+        return self._backend.stats(self._edge(edge))
 
     @contextlib.contextmanager
     def capture(self, directory: str | Path) -> Iterator[Path]:
@@ -353,4 +474,40 @@ class Link:
                 info["routes"][role] = topology.routes(self.ns(role))
         with contextlib.suppress(SpecError, OSError):
             info.update(self._backend.describe(s))
+        with contextlib.suppress(Exception):
+            info["events"] = [e.to_dict() for e in self.events()]
+        info.update(self._show_topology())
         return info
+
+    def _show_topology(self) -> dict[str, Any]:
+        """Every node (namespace, interfaces, routes and rules as the kernel has them) and
+        every edge (spec, emulator or router, events)."""
+        topo = self.topology
+        described = topo.describe()
+        nodes = {}
+        for node, planned in described["nodes"].items():
+            ns = names.namespace(self.name, node)
+            entry: dict[str, Any] = {"ns": ns, **planned}
+            with contextlib.suppress(SpecError, OSError):
+                entry["kernel_routes"] = topology.routes(ns)
+                entry["kernel_rules"] = topology.rules(ns)
+            nodes[node] = entry
+        edges = {}
+        for edge, planned in described["edges"].items():
+            view = self._edge(edge)
+            entry = {
+                **planned,
+                "a_ns": view.client_ns,
+                "b_ns": view.server_ns,
+                "a_addr": view.client_addr,
+                "b_addr": view.server_addr,
+                "router_ns": view.router_ns,
+                "emulator_pid": view.emulator_pid,
+                "control": view.control_path,
+            }
+            with contextlib.suppress(Exception):
+                entry["events"] = [e.to_dict() for e in self._backend.events(view)]
+            with contextlib.suppress(SpecError, OSError):
+                entry.update({f"backend_{k}": v for k, v in self._backend.describe(view).items()})
+            edges[edge] = entry
+        return {"topology": topo.kind, "nodes": nodes, "edges": edges}

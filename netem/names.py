@@ -22,7 +22,10 @@ LINK_NAME_RE = re.compile(r"[a-z0-9]{1,10}")
 """A link name (matched whole: ``$`` would let a trailing newline through): short enough that
 namespace and thread names stay readable."""
 
-ROLES = ("client", "server", "router")
+ROLES = ("client", "server", "router", "relay", "exit", "rnear", "rlink", "rlinkb", "rexit")
+"""Namespaces a link may have: the endpoints, the one-link kernel router, the relay and exit
+nodes of multi-link topologies (:mod:`netem.topologyspec`) and, on the kernel backend, one
+router per edge (``r`` + the edge's short name)."""
 
 CLIENT_ADDR = "198.18.1.2"
 """The client's address, on both backends."""

@@ -85,6 +85,8 @@ class DirectionStats:
     dropped_queue: int = 0
     """Packets the drop-tail queue refused (it was full)."""
     bytes_dropped_queue: int = 0
+    dropped_outage: int = 0
+    """Packets dropped by a scheduled outage (:mod:`netem.events`)."""
     write_errors: int = 0
     """Packets the emulator could not hand to the receiving device (counted, never silent;
     they are included in packets_out, which counts departures from the link)."""
@@ -100,8 +102,9 @@ class DirectionStats:
 
     @property
     def loss_trials(self) -> int:
-        """Packets that reached the loss stage (not refused by the queue)."""
-        return self.packets_in - self.dropped_queue
+        """Packets that reached the loss stage (not refused by the queue, not cut by an
+        outage: a scheduled outage is not the loss model's doing)."""
+        return self.packets_in - self.dropped_queue - self.dropped_outage
 
     @property
     def realised_loss(self) -> float | None:

@@ -34,6 +34,7 @@ from pyroute2.ethtool.ioctl import IoctlEthtool
 
 from netem import names, sysctl
 from netem.nsexec import NETNS_RUN_DIR, in_netns
+from netem.topologyspec import SOURCE_RULE_PRIORITY, SOURCE_RULE_TABLE, Topology
 from tbcore.errors import SpecError
 
 ROUTER_DEVICES = {"client": "tb-to-client", "server": "tb-to-server"}
@@ -428,6 +429,194 @@ def build_tun_path(link: str, *, mtu_bytes: int) -> None:
         create_tun(ep.ns, ep.device, mtu_bytes=mtu_bytes)
         add_address(ep.ns, ep.device, ep.addr)
         set_route(ep.ns, ep.peer_net, dev=ep.device)
+
+
+# --- multi-link topologies (netem.topologyspec) ------------------------------------------
+
+MULTIHOMED_SYSCTLS = {
+    "net.ipv4.conf.all.rp_filter": "0",
+    "net.ipv4.conf.default.rp_filter": "0",
+}
+"""A node with two paths receives on one device what its routes would send on the other
+(MPTCP subflows, replies over the second path): reverse-path filtering would drop them."""
+
+
+def node_namespace(link: str, node: str) -> str:
+    return names.namespace(link, node)
+
+
+def edge_router_namespace(link: str, short: str) -> str:
+    """Kernel backend: the router namespace of one edge (``tb-NAME-rlink``...)."""
+    return names.namespace(link, f"r{short}")
+
+
+def _prepare_node(ns: str, *, forwarding: bool) -> None:
+    create_namespace(ns)
+    for key, value in MULTIHOMED_SYSCTLS.items():
+        sysctl.write(ns, key, value)
+    if forwarding:
+        sysctl.write(ns, "net.ipv4.ip_forward", "1")
+
+
+def add_source_rule(
+    ns: str, src: str, *, dev: str, gateway: str | None = None, dst: str = names.BENCHMARK_NET
+) -> None:
+    """Packets from ``src`` use their own table: ``dst`` over ``dev`` (policy routing)."""
+    _check_benchmark("rule", src)
+    with ipr(ns) as ip:
+        kwargs: dict[str, Any] = {"dst": dst, "table": SOURCE_RULE_TABLE, "oif": _index(ip, dev)}
+        if gateway is not None:
+            kwargs["gateway"] = gateway
+        ip.route("replace", **kwargs)
+        ip.rule("add", table=SOURCE_RULE_TABLE, priority=SOURCE_RULE_PRIORITY, src=src, src_len=32)
+
+
+def rules(ns: str) -> list[dict[str, Any]]:
+    """IPv4 policy rules other than the kernel's three defaults: src, table, priority."""
+    out = []
+    with ipr(ns) as ip:
+        for msg in ip.get_rules(family=2):
+            table = msg.get_attr("FRA_TABLE") or msg["table"]
+            if table in (253, 254, 255):
+                continue
+            out.append(
+                {
+                    "src": msg.get_attr("FRA_SRC"),
+                    "table": table,
+                    "priority": msg.get_attr("FRA_PRIORITY"),
+                }
+            )
+    return out
+
+
+MPTCP_FLAG_SUBFLOW = 0x2
+"""linux/mptcp.h MPTCP_PM_ADDR_FLAG_SUBFLOW: the in-kernel path manager opens a subflow from
+this endpoint's address to the peer of every MPTCP connection."""
+MPTCP_SUBFLOWS = 2
+"""Limits of the in-kernel path manager: extra subflows per connection, and ADD_ADDRs taken
+(two paths: one extra subflow is enough; 2 leaves room for a re-established one)."""
+
+
+def configure_mptcp(ns: str, subflow_endpoints: list[tuple[str, str]]) -> dict[str, Any]:
+    """Set the path manager's limits in ``ns`` and add a ``subflow`` endpoint for each
+    (address, device); returns what the kernel then reports (``ip mptcp`` via pyroute2)."""
+    from pyroute2 import MPTCP
+
+    with in_netns(ns):
+        mptcp = MPTCP()
+    try:
+        mptcp.limits("set", subflows=MPTCP_SUBFLOWS, add_addr_accepted=MPTCP_SUBFLOWS)
+        for addr, dev in subflow_endpoints:
+            _check_benchmark("mptcp endpoint", addr)
+            with ipr(ns) as ip:
+                _index(ip, dev)  # the device must exist; the source rule routes over it
+            # pyroute2 encodes IF_IDX as a string ('hex' NLA): the subflow's source address
+            # already picks the device through the link_b source rule, so it is left out
+            mptcp.endpoint("add", addr=addr, flags=MPTCP_FLAG_SUBFLOW)
+        return mptcp_state_of(mptcp)
+    finally:
+        mptcp.close()
+
+
+def mptcp_state_of(mptcp: Any) -> dict[str, Any]:
+    limits = mptcp.limits("show")
+    endpoints = mptcp.endpoint("show")
+    out: dict[str, Any] = {"limits": {}, "endpoints": []}
+    for msg in limits:
+        out["limits"] = {
+            "subflows": msg.get_attr("MPTCP_PM_ATTR_SUBFLOWS"),
+            "add_addr_accepted": msg.get_attr("MPTCP_PM_ATTR_RCV_ADD_ADDRS"),
+        }
+    for msg in endpoints:
+        addr = msg.get_attr("MPTCP_PM_ATTR_ADDR")
+        out["endpoints"].append(
+            {
+                "addr": addr.get_attr("MPTCP_PM_ADDR_ATTR_ADDR4"),
+                "id": addr.get_attr("MPTCP_PM_ADDR_ATTR_ID"),
+                "flags": addr.get_attr("MPTCP_PM_ADDR_ATTR_FLAGS"),
+            }
+        )
+    return out
+
+
+def mptcp_state(ns: str) -> dict[str, Any]:
+    from pyroute2 import MPTCP
+
+    with in_netns(ns):
+        mptcp = MPTCP()
+    try:
+        return mptcp_state_of(mptcp)
+    finally:
+        mptcp.close()
+
+
+def configure_topology_mptcp(link: str, topo: Topology) -> None:
+    """Two paths: the client's second address is a subflow endpoint; both ends' limits."""
+    if topo.kind != "dual":
+        return
+    for node in ("client", "server"):
+        endpoints = (
+            [(i.addr, i.device) for i in topo.source_rules(node)] if node == "client" else []
+        )
+        configure_mptcp(node_namespace(link, node), endpoints)
+
+
+def build_topology_tun(link: str, topo: Topology, *, mtu_bytes: int) -> None:
+    """Userspace backend: a namespace per node, a TUN device per interface, routes and source
+    rules; one emulator per edge then joins the two TUNs of its ends."""
+    for node in topo.nodes:
+        _prepare_node(node_namespace(link, node), forwarding=topo.forwarding(node))
+    for iface in topo.interfaces():
+        ns = node_namespace(link, iface.node)
+        create_tun(ns, iface.device, mtu_bytes=mtu_bytes)
+        add_address(ns, iface.device, iface.addr)
+    for node in topo.nodes:
+        ns = node_namespace(link, node)
+        for route in topo.routes(node):
+            set_route(ns, route.dst, dev=route.device)
+        for iface in topo.source_rules(node):
+            add_source_rule(ns, iface.addr, dev=iface.device)
+    configure_topology_mptcp(link, topo)
+
+
+def build_topology_routers(link: str, topo: Topology, *, mtu_bytes: int) -> dict[str, str]:
+    """Kernel backend: a namespace per node and a router namespace per edge (its netem
+    qdiscs go on ``tb-to-client``/``tb-to-server`` as on the one-link path). Returns the
+    router namespace of each edge."""
+    for node in topo.nodes:
+        _prepare_node(node_namespace(link, node), forwarding=topo.forwarding(node))
+    routers = {}
+    for edge in topo.edges:
+        router = edge_router_namespace(link, edge.short)
+        _prepare_node(router, forwarding=True)
+        routers[edge.name] = router
+        sides = {"a": edge.a, "b": edge.b}
+        devices = {"a": ROUTER_DEVICES["client"], "b": ROUTER_DEVICES["server"]}
+        for side, node in sides.items():
+            iface = topo.interface(node, edge.name)
+            ns = node_namespace(link, node)
+            create_veth(ns, iface.device, router, devices[side], mtu_bytes=mtu_bytes)
+            add_address(ns, iface.device, iface.addr)
+            add_address(router, devices[side], iface.router_addr)
+            set_permanent_neighbour(
+                ns, iface.device, iface.router_addr, mac_address(router, devices[side])
+            )
+            set_permanent_neighbour(
+                router, devices[side], iface.addr, mac_address(ns, iface.device)
+            )
+        for side, nets in topo.router_routes(edge.name).items():
+            gateway = topo.interface(sides[side], edge.name).addr
+            for net in nets:
+                set_route(router, net, dev=devices[side], gateway=gateway)
+    for node in topo.nodes:
+        ns = node_namespace(link, node)
+        for route in topo.routes(node):
+            gateway = topo.interface(node, route.via_edge).router_addr
+            set_route(ns, route.dst, dev=route.device, gateway=gateway)
+        for iface in topo.source_rules(node):
+            add_source_rule(ns, iface.addr, dev=iface.device, gateway=iface.router_addr)
+    configure_topology_mptcp(link, topo)
+    return routers
 
 
 def link_namespaces(link: str) -> list[str]:

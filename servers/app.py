@@ -12,6 +12,9 @@ Routes:
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
 - ``GET /image`` and ``POST /sink``: 30 MB down, any body up (JSON with its SHA-256 and
   length back), no processing: the transfers of ``testbed bench stacks``.
+- ``POST /chunk?upload=U&id=K&of=N``: one chunk of an upload sent over two paths; the first
+  copy of each id is kept (:mod:`servers.chunks`); JSON ``first``, ``complete``, ``have``,
+  ``of``, ``complete_t`` back.
 
 Unknown paths get 404, wrong methods 405 (with ``allow``), a declared or running body size
 over the limit 413 at once (the edge then stops reading the stream), a body shorter than its
@@ -22,9 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+from servers import chunks
 from tbcore import workloads
 from tbcore.settings import KNOBS
 
@@ -40,6 +45,7 @@ ROUTES: dict[str, frozenset[str]] = {
     "/stream": frozenset({"GET"}),
     "/image": frozenset({"GET"}),
     "/sink": frozenset({"POST"}),
+    "/chunk": frozenset({"POST"}),
 }
 
 UPLOAD_WORKLOAD = {"/asr": "audio", "/retouch": "image"}
@@ -256,6 +262,34 @@ class Exchange:
 
     def _route_sink(self) -> ResponsePlan:
         answer = {"upload_sha256": self.upload_sha256, "upload_length": self.received_bytes}
+        return _json_plan(200, answer, self._upload_headers())
+
+    def _route_chunk(self) -> ResponsePlan:
+        query = parse_qs(urlsplit(self.head.path).query)
+        values = {k: query.get(k, [""])[-1] for k in ("upload", "id", "of")}
+        if not values["upload"] or not values["id"].isdigit() or not values["of"].isdigit():
+            plan = _error(400, "chunk: needs upload=U&id=K&of=N (whole numbers)")
+            plan.stop_reading = False
+            return plan
+        try:
+            verdict = chunks.ASSEMBLER.add(
+                values["upload"],
+                int(values["id"]),
+                int(values["of"]),
+                self.received_bytes,
+                time.monotonic(),
+            )
+        except ValueError as err:
+            plan = _error(400, f"chunk: {err}")
+            plan.stop_reading = False
+            return plan
+        answer = {
+            "first": verdict.first,
+            "complete": verdict.complete,
+            "have": verdict.have,
+            "of": verdict.of,
+            "complete_t": verdict.complete_s,
+        }
         return _json_plan(200, answer, self._upload_headers())
 
     def _route_stream(self) -> ResponsePlan:

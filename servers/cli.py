@@ -93,6 +93,31 @@ def _serve(args: argparse.Namespace) -> int:
     return run(config_from_args(args))
 
 
+def _relay(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from servers.relay import RelayConfig, serve_relay
+    from tbcore.settings import Settings
+
+    host, sep, port = args.upstream.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise SpecError("upstream", f"{args.upstream!r} is not HOST:PORT")
+    config = RelayConfig(
+        bind=args.bind,
+        port=args.port,
+        upstream_host=host,
+        upstream_port=int(port),
+        log_path=args.log,
+        window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
+        warmup=args.warmup,
+        warmup_bytes=units.parse_size_bytes("warmup-bytes", args.warmup_bytes),
+        settings=Settings() if args.cc is None else Settings(cc=args.cc),
+        cert_dir=args.cert_dir,
+    )
+    uvloop.run(serve_relay(config))
+    return 0
+
+
 def _workload(args: argparse.Namespace) -> int:
     if args.what == "path":
         print(workloads.workload_path(args.name))
@@ -104,10 +129,23 @@ def _workload(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add ``serve`` and ``workload`` to ``testbed``."""
+    """Add ``serve``, ``relay`` and ``workload`` to ``testbed``."""
     serve = commands.add_parser("serve", help="run the HTTP/2 and HTTP/3 servers in the foreground")
     add_arguments(serve)
     serve.set_defaults(handler=_serve)
+    relay = commands.add_parser(
+        "relay", help="an HTTP/2 reverse proxy with one warm long-haul connection (issue 14)"
+    )
+    relay.add_argument("--bind", default="127.0.0.1")
+    relay.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: any)")
+    relay.add_argument("--upstream", required=True, help="the server's HOST:PORT (h2)")
+    relay.add_argument("--log", type=Path, default=None, help="JSONL event log")
+    relay.add_argument("--warmup", type=int, default=3, help="warm-up rounds on the upstream")
+    relay.add_argument("--warmup-bytes", default="2MB", help="each warm-up upload")
+    relay.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows of both sides")
+    relay.add_argument("--cc", default=None, help="TCP congestion control of both sides")
+    relay.add_argument("--cert-dir", type=Path, default=None)
+    relay.set_defaults(handler=_relay)
     workload = commands.add_parser("workload", help="path or SHA-256 of a fixed workload")
     workload.add_argument("what", choices=("path", "sha256"))
     workload.add_argument("name", choices=tuple(workloads.WORKLOADS))

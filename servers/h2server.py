@@ -24,7 +24,7 @@ from servers import app
 from servers.context import ServerContext
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.session import ExchangeStreams, paced_chunks
-from servers.sockopts import apply_tcp_options, rearm_quickack
+from servers.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
 from servers.tls import ensure_certificate, server_context
 from tbcore.tcpinfo import read_tcp_info
 
@@ -243,7 +243,7 @@ def make_listen_socket(ctx: ServerContext) -> socket.socket:
     """The listening TCP socket with the knobs accepted sockets inherit set before listen()."""
     config = ctx.config
     family = socket.AF_INET6 if ":" in config.bind else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = tcp_socket(family, ctx.config.settings.multipath == "mptcp")
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         apply_tcp_options(sock, ctx.tcp_options, listening=True)

@@ -27,6 +27,22 @@ SO_MAX_PACING_RATE_MAX = 2**32 - 1
 BITS_PER_BYTE = 8
 
 
+IPPROTO_MPTCP = 262
+"""linux/in.h (Python 3.11's socket module does not name it)."""
+
+
+def tcp_socket(family: int, mptcp: bool = False) -> socket.socket:
+    """A stream socket: TCP, or Multipath TCP (RFC 8684) with ``mptcp`` (the ``mptcp`` arm
+    of ``multipath``: the kernel's path manager, set by the topology, opens the subflows).
+    A kernel without MPTCP gives a one-line SpecError."""
+    if not mptcp:
+        return socket.socket(family, socket.SOCK_STREAM)
+    try:
+        return socket.socket(family, socket.SOCK_STREAM, IPPROTO_MPTCP)
+    except OSError as err:
+        raise SpecError("multipath", f"IPPROTO_MPTCP refused: {err.strerror}") from None
+
+
 def _set(sock: Any, level: int, option: int, value: int | bytes, field: str) -> None:
     try:
         sock.setsockopt(level, option, value)

@@ -441,3 +441,45 @@ def _typed(cls: type[Record], name: str, text: str | None) -> Any:
     if kind.startswith("float"):
         return float(text)
     return text
+
+
+# --- the relay (servers/relay.py, issue 14) ---------------------------------------------------
+
+RELAY_EVENT_NAMES = frozenset(
+    {
+        "upstream_connected",
+        "warmup_done",
+        "ready",
+        "front_connection_open",
+        "front_request_first_byte",
+        "upstream_request_sent",
+        "front_request_last_byte",
+        "upstream_response_first_byte",
+        "front_response_last_byte",
+        "upstream_lost",
+        "error",
+    }
+)
+
+
+@record("relay_event", 1)
+class RelayEvent(Record):
+    """One event of the relay, on CLOCK_MONOTONIC like the client's, the server's and the
+    link's (the relay's clock is the same host's)."""
+
+    t: float = col(REQUIRED, doc="time.monotonic() of the event.", unit="s")
+    event: str = col(REQUIRED, doc="One of RELAY_EVENT_NAMES.")
+    conn: int | None = col(doc="Front connection number within the relay process.")
+    stream: int | None = col(doc="Front stream of the event.")
+    upstream_stream: int | None = col(doc="The stream on the long-haul connection it maps to.")
+    addr: str | None = col(doc="ready: the listening address; upstream_connected: upstream.")
+    peer: str | None = col(doc="front_connection_open: the client's address and port.")
+    where: str | None = col(doc="error: front or upstream.")
+    reason: str | None = col(doc="error, upstream_lost: why.")
+    rounds: int | None = col(doc="warmup_done: warm-up rounds made.")
+    cwnd_segments: int | None = col(doc="warmup_done: the upstream's TCP cwnd.", unit="segments")
+    rtt_s: float | None = col(doc="warmup_done: the upstream's smoothed RTT.", unit="s")
+
+    def __post_init__(self) -> None:
+        if self.event not in RELAY_EVENT_NAMES:
+            raise RecordError("event", f"{self.event!r} is not a relay event")

@@ -196,6 +196,53 @@ def readme_with_columns(text: str) -> str:
     return text.rstrip("\n") + "\n\n" + block
 
 
+@record("topology_run", 1)
+class TopologyRunRow(Record):
+    """One run of a topology experiment (relay or two paths; harness.topology_runs)."""
+
+    run_id: str = col(REQUIRED, doc="Level and repetition.")
+    level: str = col(REQUIRED, doc="The level (arm).")
+    rep: int = col(REQUIRED, doc="Repetition within its level, from 0.")
+    topology: str = col(REQUIRED, doc="relay or dual (settings.topology).")
+    valid: bool = col(REQUIRED, doc="No error and every edge's emulator lateness p99 < 2 ms.")
+    total_s: float | None = col(
+        doc="relay: connect (new) or first request byte (reused) to the last response byte; "
+        "dual: the timed transfer (connections already up).",
+        unit="s",
+    )
+    bound_s: float | None = col(doc="The lower bound of harness.bounds for the run.", unit="s")
+    ratio: float | None = col(doc="total_s / bound_s.")
+    invalid_reason: str | None = col(doc="Why not valid.")
+    error: str | None = col(doc="The client's one-line error, if any.")
+    route: str | None = col(doc="relay experiments: direct or relay.")
+    protocol: str | None = col(doc="h2 or h3.")
+    connection: str | None = col(doc="new or reused.")
+    multipath: str | None = col(doc="dual: single, mptcp, split or duplicate.")
+    exit_link: str | None = col(doc="dual: the shared exit's link string, if any.")
+    bytes_near_link: int | None = col(doc="Bytes the near_link edge delivered up.", unit="bytes")
+    bytes_link: int | None = col(doc="Bytes the link edge delivered up.", unit="bytes")
+    bytes_link_b: int | None = col(doc="Bytes the link_b edge delivered up.", unit="bytes")
+    bytes_exit_link: int | None = col(doc="Bytes the exit_link edge delivered up.", unit="bytes")
+    bytes_sent_app: int | None = col(doc="dual: payload bytes the client sent.", unit="bytes")
+    split_fraction_link: float | None = col(doc="split: share of the payload on link.")
+    dropped_outage_link: int | None = col(doc="Packets the link's outage dropped (up).")
+    outage_after_start_s: float | None = col(
+        doc="failover: the link's outage began this long after the transfer.", unit="s"
+    )
+    recovery_s: float | None = col(
+        doc="failover: total_s minus the ideal continuation (bounds.failover_time_s).", unit="s"
+    )
+    detected_after_outage_s: float | None = col(
+        doc="h3 migration: the client's first probe timeout after the outage began.", unit="s"
+    )
+    resumed_after_outage_s: float | None = col(
+        doc="h3 migration: the first acknowledgement on the second path after the outage "
+        "began (the transfer moved on).",
+        unit="s",
+    )
+    wall_s: float | None = col(doc="Wall time of the run, processes included.", unit="s")
+
+
 if __name__ == "__main__":  # python -m tbcore.runrow [README.md]: print, or update in place
     import sys
     from pathlib import Path

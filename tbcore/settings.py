@@ -41,6 +41,10 @@ QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
 QUIC_PACING_MODES = ("cwnd", "off")
 """``quic_pacing`` words; anything else is a rate."""
 CONNECTION_MODES = ("new", "reused", "0rtt")
+TOPOLOGIES = ("direct", "relay", "dual")
+"""netem.topologyspec.TOPOLOGIES (tbcore imports no other package)."""
+MULTIPATH_MODES = ("single", "mptcp", "split", "duplicate")
+"""The arms of an upload over two paths (clients.multipath)."""
 
 QUIC_MIN_DATAGRAM_BYTES = 1200
 """RFC 9000 section 14: a QUIC endpoint must be able to send 1200-byte datagrams."""
@@ -248,6 +252,22 @@ knob("warmup_requests", kind="int", default=0, unit="count", applies="client",
      doc="Made first in the same client process (reused: on the same connection).")  # fmt: skip
 knob("resume", kind="bool", default=False, unit="", applies="client",
      how="TLS session resumption on a new TCP connection (needs a warm-up request)")  # fmt: skip
+# topologies beyond one link (netem.topologyspec, issue 14)
+knob("topology", kind="choice", default="direct", unit="", applies="link",
+     how="the shape: nodes and edges, a LinkSpec per edge", choices=TOPOLOGIES,
+     doc="direct (client - link - server), relay (client - near_link - relay - link - "
+     "server) or dual (two paths, link and link_b, optionally behind exit_link).")  # fmt: skip
+knob("near_link", kind="text", default=None, unit="", applies="link", optional=True,
+     how="relay: the client's hop to the relay (a preset or link string)")  # fmt: skip
+knob("link_b", kind="text", default=None, unit="", applies="link", optional=True,
+     how="dual: the second path (a preset or link string)")  # fmt: skip
+knob("exit_link", kind="text", default=None, unit="", applies="link", optional=True,
+     how="dual: a shared exit both paths cross (a preset or link string)")  # fmt: skip
+knob("multipath", kind="choice", default="single", unit="", applies="both",
+     how="how an upload uses two paths", choices=MULTIPATH_MODES,
+     doc="single (the first path), mptcp (IPPROTO_MPTCP at both ends; the kernel's "
+     "subflows), split (one connection per path, bytes in proportion to measured rates) "
+     "or duplicate (every chunk on both; the receiver keeps the first copy).")  # fmt: skip
 # congestion control and the namespaces
 knob("cc", kind="choice", default="cubic", unit="", applies="both",
      how="TCP_CONGESTION on every TCP socket", choices=TCP_CONGESTION_CONTROLS)  # fmt: skip

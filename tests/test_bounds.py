@@ -598,3 +598,93 @@ def test_loss_close_to_one_still_answers() -> None:
     r = fec_repair_symbols(245, 0.999999)
     assert fec_success_probability(245, r, 0.999999) >= 0.999
     assert fec_success_probability(245, r - 1, 0.999999) < 0.999
+
+
+def test_relay_bound_pays_only_the_near_hop_set_up() -> None:
+    from harness.bounds import relay_request_time, request_time
+
+    relay = relay_request_time(
+        protocol="h2",
+        near_rtt_s=0.002,
+        long_rtt_s=0.2,
+        up_bps=333e6,
+        down_bps=333e6,
+        upload_bytes=354_640,
+        download_bytes=0,
+        processing_s=0.030,
+    )
+    assert relay.setup_s == pytest.approx(0.004)
+    assert relay.propagation_s == pytest.approx(0.202)
+    assert relay.serialisation_s == pytest.approx(354_640 * 8 / 333e6)
+    # 354,640 bytes need 5 windows of IW 10: 4 idle round trips of the near hop
+    assert relay.feedback_s == pytest.approx(4 * 0.002, rel=0.01)
+    assert relay.total_s == pytest.approx(0.004 + 0.008 + 0.202 + 0.00852 + 0.030, abs=1e-4)
+    direct = request_time(
+        rtt_s=0.202,
+        up_bps=333e6,
+        down_bps=333e6,
+        upload_bytes=354_640,
+        download_bytes=0,
+        protocol="h2",
+        connection="new",
+        processing_s=0.030,
+    )
+    assert direct.total_s > 4 * relay.total_s
+    h3 = relay_request_time(
+        protocol="h3",
+        near_rtt_s=0.002,
+        long_rtt_s=0.2,
+        up_bps=1e9,
+        down_bps=1e9,
+        upload_bytes=0,
+        download_bytes=0,
+    )
+    assert h3.setup_s == pytest.approx(0.002) and h3.total_s == pytest.approx(0.204)
+    with pytest.raises(SpecError):
+        relay_request_time(
+            protocol="h2",
+            near_rtt_s=-1,
+            long_rtt_s=0.2,
+            up_bps=1,
+            down_bps=1,
+            upload_bytes=0,
+            download_bytes=0,
+        )
+
+
+def test_duplicate_and_failover_bounds() -> None:
+    from harness.bounds import duplicate_time_s, failover_time_s
+
+    mbit = 1e6
+    assert duplicate_time_s(30_000_000, [20 * mbit, 10 * mbit]) == pytest.approx(12.0)
+    assert duplicate_time_s(30_000_000, [20 * mbit, 10 * mbit], exit_bps=24 * mbit) == (
+        pytest.approx(12.0)
+    )
+    assert duplicate_time_s(30_000_000, [20 * mbit, 10 * mbit], exit_bps=15 * mbit) == (
+        pytest.approx(16.0)
+    )
+    # 2 s at 30 Mbit/s (7.5 MB), then 22.5 MB at 10 Mbit/s: 18 s more
+    assert failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 2.0, 10 * mbit) == (
+        pytest.approx(20.0)
+    )
+    # an outage after the end changes nothing
+    assert failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 60.0, 10 * mbit) == (
+        pytest.approx(8.0)
+    )
+    with pytest.raises(SpecError):
+        failover_time_s(30_000_000, [20 * mbit], -1.0, 10 * mbit)
+
+
+def test_duplicate_failover_is_the_surviving_copy() -> None:
+    from harness.bounds import duplicate_failover_time_s
+
+    mbit = 1e6
+    assert duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 3.0, 0) == (
+        pytest.approx(24.0)
+    )
+    # the failed path had finished its copy already
+    assert duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 13.0, 0) == (
+        pytest.approx(12.0)
+    )
+    with pytest.raises(SpecError):
+        duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 3.0, 2)

@@ -129,3 +129,40 @@ def test_clean_of_nothing_is_a_no_op(name: str) -> None:
 def test_is_emulator_matches_only_emulators() -> None:
     assert not clean.is_emulator(os.getpid(), None)
     assert not clean.is_emulator(os.getpid(), "tp50")
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("when", ["namespaces", "done"])
+def test_sigkill_of_a_multi_link_run_then_clean(name: str, backend: str, when: str) -> None:
+    """A dual topology with an exit (three nodes, three edges): kill ``link up``
+    while it builds, or every edge emulator once it is up; clean leaves nothing."""
+    spec = "topology=dual;link=rtt=20ms,rate=20mbit;link_b=rtt=40ms;exit_link=rtt=2ms"
+    proc = subprocess.Popen(
+        [*TESTBED, "link", "up", name, spec, "--backend", backend],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        if when == "namespaces":
+            assert _wait_for(lambda: topology.namespace_exists(names.namespace(name, "exit")))
+            proc.kill()
+        else:
+            assert proc.wait(timeout=90) == 0
+            link = Link.attach(name)
+            assert set(link.nodes) == {"client", "exit", "server"}
+            if backend == "userspace":
+                pids = [link.show()["edges"][e]["emulator_pid"] for e in link.topology.edge_names]
+                assert len(set(pids)) == 3 and all(clean.is_emulator(p, name) for p in pids)
+                for pid in pids:
+                    os.kill(pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    result = subprocess.run(
+        [*TESTBED, "clean", "--name", name], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    _nothing_left(name)
+    assert not list((names.STATE_DIR / "links").glob(f"{name}.*"))
+    assert not [ns for ns in topology.list_namespaces() if ns.startswith(f"tb-{name}-")]

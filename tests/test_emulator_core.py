@@ -187,3 +187,62 @@ def test_set_spec_reseeds_and_keeps_packets_in_flight() -> None:
     core.receive(0.0, packet(64))
     # the packet already in flight keeps its 100 ms; the new one cannot overtake it
     assert core.next_deadline() == 0.1
+
+
+# --- scheduled events (netem.events) ----------------------------------------------------
+
+
+def test_outage_drops_offered_and_arriving_packets_then_recovers() -> None:
+    from netem.events import LinkEvent
+
+    core = LinkDirection("up", DirectionSpec(delay_s=0.1), None)
+    outage = LinkEvent("outage", at_s=1.0, duration_s=0.5).resolve(0.0)
+    assert core.add_event(outage)
+    core.receive(0.95, packet(100, 1))  # on the wire when the link goes down: due at 1.05
+    core.receive(1.2, packet(100, 2))  # offered during the outage
+    core.receive(1.45, packet(100, 3))  # offered before the end, due at 1.55: dropped at offer
+    core.receive(1.5, packet(100, 4))  # the link is back
+    out = drain(core)
+    assert [int.from_bytes(p[:4], "big") for _, p in out] == [4]
+    assert [round(t, 9) for t, _ in out] == [1.6]
+    assert core.stats.dropped_outage == 3
+    assert outage.dropped_packets == {"up": 3}
+    assert core.stats.loss_trials == 1
+
+
+def test_outage_keeps_the_loss_draws_aligned_with_offered_packets() -> None:
+    from netem.events import LinkEvent
+
+    spec = DirectionSpec(loss=0.3, seed=5)
+    plain = LinkDirection("up", spec, None)
+    cut = LinkDirection("up", spec, None)
+    cut.add_event(LinkEvent("outage", at_s=10.0, duration_s=10.0).resolve(0.0))
+    fates = {}
+    for name, core in (("plain", plain), ("cut", cut)):
+        for i in range(200):
+            core.receive(float(i), packet(100, i))
+        fates[name] = {int.from_bytes(p[:4], "big") for _, p in drain(core)}
+    # outside the outage (t < 10 and t >= 20) the same packets survive in both
+    outside = {i for i in range(200) if not 10 <= i < 20}
+    assert fates["plain"] & outside == fates["cut"]
+
+
+def test_rate_event_changes_serialisation_then_reverts() -> None:
+    from netem.events import LinkEvent
+
+    core = LinkDirection("up", DirectionSpec(rate_bps=8e6), 10**6)
+    core.add_event(LinkEvent("rate", at_s=1.0, duration_s=1.0, rate_bps=0.8e6).resolve(0.0))
+    core.receive(0.5, packet(1000))  # 1 ms at 8 Mbit/s
+    core.receive(1.5, packet(1000))  # 10 ms at 0.8 Mbit/s
+    core.receive(2.5, packet(1000))  # back to 1 ms
+    assert [round(t, 9) for t, _ in drain(core)] == [0.501, 1.51, 2.501]
+
+
+def test_rate_event_on_an_unlimited_direction_adds_a_bottleneck() -> None:
+    from netem.events import LinkEvent
+
+    core = LinkDirection("down", DirectionSpec(), None)
+    core.add_event(LinkEvent("rate", rate_bps=8e6).resolve(0.0))
+    core.receive(0.0, packet(1000))
+    core.receive(0.0, packet(1000))
+    assert [round(t, 9) for t, _ in drain(core)] == [0.001, 0.002]

@@ -229,3 +229,24 @@ def test_probe_answers_consistently() -> None:
     import os
 
     assert not topology.namespace_exists(f"{names.PREFIX}probe{os.getpid()}")
+
+
+def test_plan_at_an_outage_and_a_rate_change() -> None:
+    from netem.events import LinkEvent
+
+    spec = parse_link("rtt=20ms,loss=1%,rate=20mbit")
+    events = [
+        LinkEvent("outage", at_s=1.0, duration_s=1.0).resolve(0.0),
+        LinkEvent("rate", at_s=3.0, rate_bps=10e6, directions=("up",)).resolve(0.0),
+    ]
+    before = kernel.plan_at(spec, events, 0.5)
+    assert before == kernel.plan_link(spec)
+    during = kernel.plan_at(spec, events, 1.5)
+    assert {d: p.netem.loss_percent for d, p in during.items()} == {"up": 100.0, "down": 100.0}
+    assert during["up"].tbf == before["up"].tbf  # the queue and rate stay
+    after = kernel.plan_at(spec, events, 3.5)
+    assert after["down"] == before["down"]
+    assert after["up"].tbf is not None and before["up"].tbf is not None
+    assert after["up"].tbf.rate_bytes_per_s == math.ceil(1_250_000 * FRAME / 1500)
+    assert kernel.event_boundaries(events, 0.0) == [1.0, 2.0, 3.0]
+    assert kernel.event_boundaries(events, 2.5) == [3.0]

@@ -21,8 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from netem import names
+from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
+from netem.topologyspec import Topology
 from tbcore.errors import SpecError
 
 STATE_SCHEMA_VERSION = 1
@@ -82,6 +85,63 @@ class LinkState:
         return cls(**values)
 
 
+def topology_of(state: LinkState) -> Topology | None:
+    """The multi-link topology of a link (None: one direct link, the original shape)."""
+    data = state.extra.get("topology")
+    return None if data is None else Topology.from_dict(data)
+
+
+def edge_state(state: LinkState, edge: str | None) -> LinkState:
+    """A view of one edge of a multi-link topology as a one-link state: its ends as client
+    and server, its spec, its emulator or router. Its ``extra`` is the edge's own dict inside
+    ``state`` (so what a backend records there persists); :func:`commit_edge` writes the
+    rest back. A direct link is its own (and only) edge, ``link``."""
+    topo = topology_of(state)
+    if topo is None:
+        if edge not in (None, "link"):
+            raise SpecError("edge", f"{edge!r}: a direct link has one edge, 'link'")
+        return state
+    e = topo.edge(edge or "link")
+    runtime = state.extra.setdefault("edges", {}).setdefault(e.name, {})
+    return LinkState(
+        name=state.name,
+        backend=state.backend,
+        spec=e.spec,
+        client_ns=names.namespace(state.name, e.a),
+        server_ns=names.namespace(state.name, e.b),
+        router_ns=runtime.get("router_ns"),
+        client_addr=topo.addr(e.a, e.name),
+        server_addr=topo.addr(e.b, e.name),
+        created_at=state.created_at,
+        owner_pid=state.owner_pid,
+        emulator_pid=runtime.get("emulator_pid"),
+        emulator_start_ticks=runtime.get("emulator_start_ticks"),
+        control_path=runtime.get("control_path"),
+        log_path=runtime.get("log_path"),
+        extra=runtime.setdefault("extra", {}),
+    )
+
+
+def commit_edge(state: LinkState, edge: str, view: LinkState) -> None:
+    """Write an edge view's process, router and spec back into the link's state."""
+    if view is state:
+        return
+    runtime = state.extra.setdefault("edges", {}).setdefault(edge, {})
+    for key in ("router_ns", "emulator_pid", "emulator_start_ticks", "control_path", "log_path"):
+        runtime[key] = getattr(view, key)
+    topo = topology_of(state)
+    assert topo is not None
+    if topo.edge(edge).spec != view.spec:
+        data = topo.to_dict()
+        for item in data["edges"]:
+            if item["name"] == edge:
+                item["spec"] = view.spec.to_dict()
+                item["spec_text"] = str(view.spec)
+        state.extra["topology"] = data
+        if edge == "link":
+            state.spec = view.spec
+
+
 class Backend(ABC):
     """What a link backend does. Every method takes the link's :class:`LinkState`."""
 
@@ -114,6 +174,20 @@ class Backend(ABC):
     @abstractmethod
     def capture(self, state: LinkState, directory: Path) -> AbstractContextManager[None]:
         """Write ``directory/client.pcap`` and ``directory/server.pcap`` while in the block."""
+
+    @abstractmethod
+    def schedule_event(
+        self, state: LinkState, event: LinkEvent, base_s: float | None = None
+    ) -> ScheduledEvent:
+        """Schedule an outage or rate change ``event.at_s`` after ``base_s`` (default now)."""
+
+    @abstractmethod
+    def end_events(self, state: LinkState) -> int:
+        """End every event still running (cancel those not begun); returns how many."""
+
+    @abstractmethod
+    def events(self, state: LinkState) -> list[ScheduledEvent]:
+        """Every event scheduled on the link, with its absolute times (and drops, if known)."""
 
     def describe(self, state: LinkState) -> dict[str, Any]:
         """Backend-specific facts for ``link show`` (qdiscs, emulator...)."""

@@ -36,10 +36,11 @@ import errno
 import functools
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +51,18 @@ from pyroute2.netlink.rtnl.tcmsg import sched_netem, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from netem import capture, names, topology
-from netem.backends import Backend, LinkState, register_backend
+from netem.backends import (
+    Backend,
+    LinkState,
+    commit_edge,
+    edge_state,
+    register_backend,
+    topology_of,
+)
+from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent, end_events
 from netem.linkspec import LinkSpec
 from netem.stats import CpuStats, DirectionStats, LinkStats, host_cpu_s
+from netem.topologyspec import Topology
 from tbcore.errors import SpecError
 
 ETH_HEADER_BYTES = 14
@@ -263,6 +273,39 @@ def plan_link(spec: LinkSpec) -> dict[str, DirectionPlan]:
     return {d: plan_direction(spec, d) for d in ("up", "down")}
 
 
+OUTAGE_LOSS_PERCENT = 100.0
+"""An outage on netem: every packet enqueued is lost (netem decides loss at enqueue, so
+packets already in its delay line still arrive: unlike the userspace emulator, which also
+drops what would arrive during the outage)."""
+
+
+def plan_at(spec: LinkSpec, events: list[ScheduledEvent], t: float) -> dict[str, DirectionPlan]:
+    """The qdisc plans in force at ``t`` given the scheduled events (sans-I/O)."""
+    plans = {}
+    for direction in ("up", "down"):
+        timeline = DirectionTimeline(direction)
+        for event in events:
+            timeline.add(event)
+        d = spec._direction(direction)
+        rate = timeline.rate_at(t, d.rate_bps)
+        effective = spec
+        if rate != d.rate_bps:
+            effective = replace(spec, **{direction: replace(d, rate_bps=rate)})
+        plan = plan_direction(effective, direction)
+        if timeline.outage_at(t) is not None:
+            plan = replace(
+                plan, netem=replace(plan.netem, loss_percent=OUTAGE_LOSS_PERCENT, gemodel=None)
+            )
+        plans[direction] = plan
+    return plans
+
+
+def event_boundaries(events: list[ScheduledEvent], after_s: float) -> list[float]:
+    """The times after ``after_s`` at which the plan may change (starts and finite ends)."""
+    times = {e.start_s for e in events} | {e.end_s for e in events if math.isfinite(e.end_s)}
+    return sorted(t for t in times if t > after_s)
+
+
 # --- applying a plan ----------------------------------------------------------------------
 
 
@@ -381,6 +424,12 @@ def probe_netem() -> tuple[bool, str]:
 # --- the backend --------------------------------------------------------------------------
 
 
+_EVENT_TIMERS: dict[str, threading.Timer] = {}
+"""Per router namespace (one per edge), the timer of its next event boundary (in the process
+that scheduled it)."""
+_EVENT_LOCKS: dict[str, threading.Lock] = {}
+
+
 class KernelBackend(Backend):
     name = "netem"
 
@@ -389,6 +438,10 @@ class KernelBackend(Backend):
         return probe_netem()
 
     def up(self, state: LinkState) -> None:
+        topo = topology_of(state)
+        if topo is not None:
+            self._up_topology(state, topo)
+            return
         plans = plan_link(state.spec)  # refuse what netem cannot do before building anything
         ok, reason = probe_netem()
         if not ok:
@@ -399,14 +452,45 @@ class KernelBackend(Backend):
             _apply(state.router_ns, plan)
         state.extra["plan"] = {d: asdict(p) for d, p in plans.items()}
         state.extra.setdefault("stats_base", {})
+        for event in state.extra.get("schedule", []):
+            self.schedule_event(state, LinkEvent.from_dict(event))
+
+    def _up_topology(self, state: LinkState, topo: Topology) -> None:
+        """A router namespace per edge, each with the one-link qdiscs of its edge's spec."""
+        plans = {e.name: plan_link(e.spec) for e in topo.edges}  # refuse before building
+        ok, reason = probe_netem()
+        if not ok:
+            raise SpecError("backend", f"netem: {reason}; use --backend userspace (or auto)")
+        routers = topology.build_topology_routers(state.name, topo, mtu_bytes=state.spec.mtu_bytes)
+        base_s = time.monotonic()
+        for edge in topo.edges:
+            view = edge_state(state, edge.name)
+            view.router_ns = routers[edge.name]
+            for plan in plans[edge.name].values():
+                _apply(view.router_ns, plan)
+            view.extra["plan"] = {d: asdict(p) for d, p in plans[edge.name].items()}
+            view.extra.setdefault("stats_base", {})
+            commit_edge(state, edge.name, view)
+            for event in edge.events:
+                self.schedule_event(view, event, base_s)
+        state.router_ns = routers["link"]
 
     def down(self, state: LinkState) -> None:
+        for key in [state.router_ns] + [
+            e.get("router_ns") for e in state.extra.get("edges", {}).values()
+        ]:
+            timer = _EVENT_TIMERS.pop(str(key), None)
+            if timer is not None:
+                timer.cancel()
         topology.remove_path(state.name)
 
     def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
         if spec.mtu_bytes != state.spec.mtu_bytes:
             raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
-        plans = plan_link(spec)
+        self._replace_plans(state, plan_link(spec))
+        state.spec = spec
+
+    def _replace_plans(self, state: LinkState, plans: dict[str, DirectionPlan]) -> None:
         assert state.router_ns is not None
         # The qdiscs are replaced; their counters so far are carried in the state.
         base = self._base(state)
@@ -417,7 +501,58 @@ class KernelBackend(Backend):
             _apply(state.router_ns, plan)
         state.extra["stats_base"] = {d: asdict(s) for d, s in base.items()}
         state.extra["plan"] = {d: asdict(p) for d, p in plans.items()}
-        state.spec = spec
+
+    # --- scheduled events: a timer thread in the calling process applies each boundary ---
+
+    def schedule_event(
+        self, state: LinkState, event: LinkEvent, base_s: float | None = None
+    ) -> ScheduledEvent:
+        events = [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
+        scheduled = event.resolve(time.monotonic() if base_s is None else base_s, len(events))
+        events.append(scheduled)
+        state.extra["events"] = [e.to_dict() for e in events]
+        self.apply_events(state)
+        return scheduled
+
+    def apply_events(self, state: LinkState) -> None:
+        """Put the plans in force now, and arm a timer for the next boundary."""
+        key = str(state.router_ns)
+        lock = _EVENT_LOCKS.setdefault(key, threading.Lock())
+        with lock:
+            old = _EVENT_TIMERS.pop(key, None)
+            if old is not None:
+                old.cancel()
+            events = [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
+            now = time.monotonic()
+            wanted = plan_at(state.spec, events, now)
+            current = state.extra.get("plan", {})
+            if any(asdict(wanted[d]) != current.get(d) for d in wanted):
+                self._replace_plans(state, wanted)
+            upcoming = event_boundaries(events, now)
+            if upcoming:
+                timer = threading.Timer(upcoming[0] - now, self._apply_later, args=(state,))
+                _EVENT_TIMERS[key] = timer
+                timer.start()
+
+    def end_events(self, state: LinkState) -> int:
+        events = [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
+        changed = end_events(events, time.monotonic())
+        state.extra["events"] = [e.to_dict() for e in events]
+        self.apply_events(state)
+        return len(changed)
+
+    def _apply_later(self, state: LinkState) -> None:
+        """The timer's call: a link taken down meanwhile ends the schedule quietly."""
+        if state.router_ns is None or not topology.namespace_exists(state.router_ns):
+            return
+        try:
+            self.apply_events(state)
+        except (SpecError, NetlinkError, OSError):
+            if topology.namespace_exists(state.router_ns):
+                raise
+
+    def events(self, state: LinkState) -> list[ScheduledEvent]:
+        return [ScheduledEvent.from_dict(e) for e in state.extra.get("events", [])]
 
     @staticmethod
     def _base(state: LinkState) -> dict[str, DirectionStats]:

@@ -4,7 +4,10 @@ moving packets between them.
 
 The emulator runs as a daemon: its own session (so Ctrl-C at a terminal and the exit of
 ``testbed link up`` leave it alone), stdin from /dev/null, stdout and stderr appended to
-``/run/testbed/links/NAME.log``. Link up waits for the line ``ready`` on a pipe
+``/run/testbed/links/NAME.log``. A multi-link topology (:mod:`netem.topologyspec`) runs one
+emulator per edge (``NAME.EDGE.sock``/``.pid``/``.log``): each edge then has a core of its own
+(a 333 Mbit/s long haul and a near hop do not share one process's CPU) and the one-link
+emulator serves it unchanged. Link up waits for the line ``ready`` on a pipe
 (``--ready-fd``); EOF without it means the emulator failed, and the log's last line says why.
 """
 
@@ -22,8 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from netem import names, topology
-from netem.backends import Backend, LinkState, register_backend
+from netem.backends import (
+    Backend,
+    LinkState,
+    commit_edge,
+    edge_state,
+    register_backend,
+    topology_of,
+)
 from netem.emulator.control import ControlError, EmulatorClient
+from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
@@ -46,20 +57,34 @@ def links_dir() -> Path:
     return names.STATE_DIR / "links"
 
 
-def control_path(link: str) -> Path:
-    return links_dir() / f"{names.check_link_name(link)}.sock"
+def _stem(link: str, edge_short: str | None) -> str:
+    """``NAME``, or ``NAME.EDGE`` for one edge's emulator of a multi-link topology."""
+    name = names.check_link_name(link)
+    return name if edge_short is None else f"{name}.{edge_short}"
 
 
-def pid_path(link: str) -> Path:
-    return links_dir() / f"{names.check_link_name(link)}.pid"
+def control_path(link: str, edge_short: str | None = None) -> Path:
+    return links_dir() / f"{_stem(link, edge_short)}.sock"
 
 
-def log_path(link: str) -> Path:
-    return links_dir() / f"{names.check_link_name(link)}.log"
+def pid_path(link: str, edge_short: str | None = None) -> Path:
+    return links_dir() / f"{_stem(link, edge_short)}.pid"
 
 
-def emulator_argv(state: LinkState, *, ready_fd: int | None = None) -> list[str]:
-    """The emulator's command line (the contract in netem/emulator/__main__.py)."""
+def log_path(link: str, edge_short: str | None = None) -> Path:
+    return links_dir() / f"{_stem(link, edge_short)}.log"
+
+
+def emulator_argv(
+    state: LinkState,
+    *,
+    ready_fd: int | None = None,
+    edge_short: str | None = None,
+    devices: tuple[str, str] | None = None,
+    events: list[LinkEvent] | None = None,
+) -> list[str]:
+    """The emulator's command line (the contract in netem/emulator/__main__.py); with
+    ``edge_short`` and ``devices`` the one of an edge of a multi-link topology."""
     import json
 
     argv = [
@@ -77,10 +102,14 @@ def emulator_argv(state: LinkState, *, ready_fd: int | None = None) -> list[str]
         "--spec-json",
         json.dumps(state.spec.to_dict(), separators=(",", ":")),
         "--control",
-        str(control_path(state.name)),
+        str(control_path(state.name, edge_short)),
         "--pid-file",
-        str(pid_path(state.name)),
+        str(pid_path(state.name, edge_short)),
     ]
+    if devices is not None:
+        argv += ["--client-device", devices[0], "--server-device", devices[1]]
+    if events:
+        argv += ["--events-json", json.dumps([e.to_dict() for e in events])]
     if ready_fd is not None:
         argv += ["--ready-fd", str(ready_fd)]
     return argv
@@ -151,18 +180,55 @@ class UserspaceBackend(Backend):
         return True, "TUN emulator (python -m netem.emulator)"
 
     def up(self, state: LinkState) -> None:
-        topology.build_tun_path(state.name, mtu_bytes=state.spec.mtu_bytes)
+        topo = topology_of(state)
+        if topo is None:
+            topology.build_tun_path(state.name, mtu_bytes=state.spec.mtu_bytes)
+            schedule = [LinkEvent.from_dict(e) for e in state.extra.get("schedule", [])]
+            self._start_emulator(state, events=schedule)
+            return
+        topology.build_topology_tun(state.name, topo, mtu_bytes=state.spec.mtu_bytes)
+        for edge in topo.edges:  # one emulator per edge (see the module docstring)
+            view = edge_state(state, edge.name)
+            try:
+                self._start_emulator(
+                    view,
+                    edge_short=edge.short,
+                    devices=(topo.device(edge.a, edge.name), topo.device(edge.b, edge.name)),
+                    events=list(edge.events),
+                )
+            finally:
+                commit_edge(state, edge.name, view)
+        main = edge_state(state, "link")
+        state.emulator_pid = main.emulator_pid
+        state.emulator_start_ticks = main.emulator_start_ticks
+        state.control_path = main.control_path
+        state.log_path = main.log_path
+
+    def _start_emulator(
+        self,
+        state: LinkState,
+        *,
+        edge_short: str | None = None,
+        devices: tuple[str, str] | None = None,
+        events: list[LinkEvent] | None = None,
+    ) -> None:
         links_dir().mkdir(parents=True, exist_ok=True)
-        log = log_path(state.name)
+        log = log_path(state.name, edge_short)
         state.log_path = str(log)
-        state.control_path = str(control_path(state.name))
+        state.control_path = str(control_path(state.name, edge_short))
         read_end, write_end = os.pipe()
         try:
             with open(log, "ab") as log_file:
                 log_file.write(f"--- link up {state.name} at {state.created_at}\n".encode())
                 log_file.flush()
                 proc = subprocess.Popen(
-                    emulator_argv(state, ready_fd=write_end),
+                    emulator_argv(
+                        state,
+                        ready_fd=write_end,
+                        edge_short=edge_short,
+                        devices=devices,
+                        events=events,
+                    ),
                     stdin=subprocess.DEVNULL,
                     stdout=log_file,
                     stderr=log_file,
@@ -206,6 +272,26 @@ class UserspaceBackend(Backend):
         return EmulatorClient(state.control_path, timeout_s=CONTROL_TIMEOUT_S)
 
     def down(self, state: LinkState) -> None:
+        topo = topology_of(state)
+        if topo is not None:
+            for edge in topo.edges:
+                self._stop_emulator(edge_state(state, edge.name))
+            topology.remove_path(state.name)
+            for edge in topo.edges:
+                for path in (
+                    control_path(state.name, edge.short),
+                    pid_path(state.name, edge.short),
+                ):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+            return
+        self._stop_emulator(state)
+        topology.remove_path(state.name)
+        for path in (control_path(state.name), pid_path(state.name)):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def _stop_emulator(self, state: LinkState) -> None:
         pid = state.emulator_pid
         if pid is not None and process_alive(pid, state.emulator_start_ticks):
             with contextlib.suppress(ControlError, SpecError):
@@ -214,10 +300,6 @@ class UserspaceBackend(Backend):
                 stop_process(pid, state.emulator_start_ticks)
         if pid is not None and (proc := _DAEMONS.pop(pid, None)) is not None:
             proc.poll()  # reaped already (process_alive): poll records it, no warning at exit
-        topology.remove_path(state.name)
-        for path in (control_path(state.name), pid_path(state.name)):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
 
     def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
         if spec.mtu_bytes != state.spec.mtu_bytes:
@@ -227,6 +309,17 @@ class UserspaceBackend(Backend):
 
     def stats(self, state: LinkState) -> LinkStats:
         return self.client(state).stats()
+
+    def schedule_event(
+        self, state: LinkState, event: LinkEvent, base_s: float | None = None
+    ) -> ScheduledEvent:
+        return self.client(state).event(event, base_s)
+
+    def events(self, state: LinkState) -> list[ScheduledEvent]:
+        return self.client(state).events()
+
+    def end_events(self, state: LinkState) -> int:
+        return self.client(state).end_events()
 
     @contextlib.contextmanager
     def _capture(self, state: LinkState, directory: Path) -> Iterator[None]:

@@ -14,6 +14,11 @@ the device up. Then it runs::
         --spec-json '<json.dumps(LinkSpec.to_dict())>' \\
         --control /run/testbed/links/NAME.sock \\
         [--pid-file /run/testbed/links/NAME.pid] [--ready-fd FD] [--processes 1|2]
+        [--client-device DEV --server-device DEV] [--events-json '[...]']
+
+A multi-link topology (:mod:`netem.topologyspec`) runs one such process per edge, its
+"client" and "server" being the edge's two ends (``--client-ns tb-NAME-relay
+--client-device tb-link``, say) and its control socket ``/run/testbed/links/NAME.EDGE.sock``.
 
 and waits until it is ready: either ``EmulatorClient(path).wait_ready(timeout_s)``
 (:mod:`netem.emulator.control`) answers, or, with ``--ready-fd FD`` (a pipe's write end,
@@ -87,8 +92,20 @@ method for each)
 ``{"cmd": "packet_log_start", "dir": PATH}`` / ``{"cmd": "packet_log_stop"}``
     Log every packet (:mod:`netem.emulator.packetlog`): ``PATH/packets-up.csv`` and
     ``PATH/packets-down.csv``, written at stop.
+``{"cmd": "event", "event": LinkEvent.to_dict(), ["base_s": T]}``
+    Schedule an outage or a rate change (:mod:`netem.events`) ``event.at_s`` after
+    ``base_s`` (CLOCK_MONOTONIC; default: now). Returns the ``ScheduledEvent`` with its
+    absolute ``start_s``/``end_s``.
+``{"cmd": "end_events"}``
+    End every event still running now (cancel those not begun): an outage "until told".
+``{"cmd": "events"}``
+    ``{"events": [ScheduledEvent.to_dict(), ...]}``: every event so far, with the packets
+    each outage dropped per direction.
 ``{"cmd": "shutdown"}``
     Clean exit, as on SIGTERM.
+
+``--events-json '[LinkEvent.to_dict(), ...]'`` schedules events relative to the moment the
+emulator is ready (link up).
 """
 
 from __future__ import annotations
@@ -116,6 +133,7 @@ from netem.emulator.core import LinkDirection
 from netem.emulator.engine import DEFAULT_EARLY_S, DirectionPump, Engine
 from netem.emulator.pcap import write_merged
 from netem.emulator.tun import open_tun, wait_running
+from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.names import DEVICE_IN_NS, check_link_name
 from netem.stats import CpuStats, DirectionStats, LinkStats
@@ -134,11 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--client-ns", required=True)
     parser.add_argument("--server-ns", required=True)
     parser.add_argument("--device", default=DEVICE_IN_NS, help="TUN device in both namespaces")
+    parser.add_argument("--client-device", help="TUN device on the up side (default --device)")
+    parser.add_argument("--server-device", help="TUN device on the down side (default --device)")
     parser.add_argument("--spec-json", required=True, help="LinkSpec.to_dict() as JSON")
     parser.add_argument("--control", required=True, type=Path, help="control socket path")
     parser.add_argument("--pid-file", type=Path, help="default: the control path with .pid")
     parser.add_argument("--ready-fd", type=int, help="write 'ready' to this fd when ready")
     parser.add_argument("--processes", type=int, choices=(1, 2), default=1)
+    parser.add_argument("--events-json", help="[LinkEvent.to_dict(), ...], from ready on")
     parser.add_argument(
         "--sched",
         choices=SCHED_POLICIES,
@@ -214,6 +235,29 @@ def collect_after_request() -> None:
     gc.collect(2 if full else 1)
 
 
+def merge_events(mine: list[dict], theirs: list[dict]) -> list[dict]:
+    """The events of both processes (same order, same times): drop counts added up."""
+    out = []
+    for a, b in zip(mine, theirs, strict=False):
+        event = ScheduledEvent.from_dict(a)
+        for direction, count in ScheduledEvent.from_dict(b).dropped_packets.items():
+            event.dropped_packets[direction] = event.dropped_packets.get(direction, 0) + count
+        out.append(event.to_dict())
+    return out
+
+
+def load_events(text: str | None) -> list[LinkEvent]:
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SpecError("events-json", f"not JSON: {err}") from None
+    if not isinstance(data, list):
+        raise SpecError("events-json", "must be a JSON list of events")
+    return [LinkEvent.from_dict(item) for item in data]
+
+
 class ChildLink:
     """The parent's end of the socket pair to the process that runs the other direction."""
 
@@ -271,8 +315,25 @@ class Emulator:
         finally:
             collect_after_request()
 
+    def resolve_event(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Turn an ``event`` request into absolute times, once, for both processes."""
+        if "scheduled" in request:
+            return request
+        event = LinkEvent.from_dict(request.get("event"))
+        base_s = request.get("base_s")
+        if base_s is None:
+            base_s = time.monotonic()
+        elif isinstance(base_s, bool) or not isinstance(base_s, (int, float)):
+            raise SpecError("base_s", f"must be CLOCK_MONOTONIC seconds, got {base_s!r}")
+        scheduled = event.resolve(float(base_s), index=len(self.engine.events))
+        return {"cmd": "event", "scheduled": scheduled.to_dict()}
+
     async def _handle(self, request: dict[str, Any]) -> dict[str, Any]:
         cmd = request.get("cmd")
+        if cmd == "event":
+            request = self.resolve_event(request)
+        if cmd == "end_events" and "at_s" not in request:
+            request = {**request, "at_s": time.monotonic()}
         local = self.engine.handle(request)
         if cmd == "capture_start":  # one clock offset for both processes' records
             request = {**request, "offset_ns": local["offset_ns"]}
@@ -301,6 +362,8 @@ class Emulator:
             return self._merge_capture({**local, **remote})
         if cmd == "packet_log_stop":
             return {**local, **remote}
+        if cmd == "events" and remote:
+            return {"events": merge_events(local["events"], remote["events"])}
         if cmd == "shutdown":
             self.stop.set()
         return local
@@ -345,6 +408,9 @@ async def run_parent(args: argparse.Namespace, engine: Engine, child: ChildLink 
     for pump in engine.pumps.values():
         pump.start(loop)
     server = await control.start_server(emulator.handle, args.control)
+    base_s = time.monotonic()
+    for event in args.events:  # the link's own schedule: from ready on
+        await emulator._handle({"cmd": "event", "event": event.to_dict(), "base_s": base_s})
     if args.ready_fd is not None:
         os.write(args.ready_fd, b"ready\n")
         os.close(args.ready_fd)
@@ -436,6 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         name = check_link_name(args.name)
         spec = load_spec(args.spec_json)
+        args.events = load_events(args.events_json)
         if not math.isfinite(args.early_us) or args.early_us < 0:
             raise SpecError("early-us", f"must be finite and >= 0, got {args.early_us!r}")
     except SpecError as err:
@@ -453,10 +520,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     pid_file = args.pid_file or args.control.with_suffix(".pid")
     try:
-        client_fd = open_tun(args.device, args.client_ns)
-        server_fd = open_tun(args.device, args.server_ns)
-        for netns in (args.client_ns, args.server_ns):
-            wait_running(args.device, netns)
+        client_device = args.client_device or args.device
+        server_device = args.server_device or args.device
+        client_fd = open_tun(client_device, args.client_ns)
+        server_fd = open_tun(server_device, args.server_ns)
+        for device, netns in ((client_device, args.client_ns), (server_device, args.server_ns)):
+            wait_running(device, netns)
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_FAILURE

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
@@ -156,6 +157,21 @@ class EmulatorClient:
 
     def packet_log_stop(self) -> dict[str, Any]:
         return self.request("packet_log_stop")
+
+    def event(self, event: LinkEvent, base_s: float | None = None) -> ScheduledEvent:
+        """Schedule an outage or a rate change ``event.at_s`` after ``base_s`` (default now)."""
+        arguments: dict[str, Any] = {"event": event.to_dict()}
+        if base_s is not None:
+            arguments["base_s"] = base_s
+        return ScheduledEvent.from_dict(self.request("event", **arguments))
+
+    def end_events(self) -> int:
+        """End every event still running now (cancel those not begun); returns how many."""
+        return int(self.request("end_events")["ended"])
+
+    def events(self) -> list[ScheduledEvent]:
+        """Every event given so far, with what each outage dropped."""
+        return [ScheduledEvent.from_dict(e) for e in self.request("events")["events"]]
 
     def shutdown(self) -> None:
         """Ask the emulator to exit cleanly (files flushed, pid and socket removed)."""

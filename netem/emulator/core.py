@@ -30,6 +30,11 @@ The pipeline of one packet of ``size`` bytes arriving at ``t``:
    large against the packet spacing.
 
 Since departures never reorder, one FIFO per direction holds the delay line.
+
+Scheduled events (:mod:`netem.events`, added with :meth:`LinkDirection.add_event`): during an
+outage a packet offered is dropped after its loss draw (so the draws stay aligned with the
+offered packets), and a packet due to depart inside an outage is dropped at departure; a rate
+event changes the serialisation rate of the packets offered while it is in force.
 """
 
 from __future__ import annotations
@@ -38,11 +43,13 @@ from collections import deque
 from typing import Protocol
 
 from netem.emulator.loss import jitter_rng, make_loss
+from netem.events import DirectionTimeline, ScheduledEvent
 from netem.linkspec import DirectionSpec
 from netem.stats import LATENESS_BINS, DirectionStats, lateness_bin
 
 DROP_QUEUE = "queue"
 DROP_LOSS = "loss"
+DROP_OUTAGE = "outage"
 
 
 class PacketRecorder(Protocol):
@@ -68,6 +75,8 @@ class LinkDirection:
         self._last_due = float("-inf")
         self._line: deque[tuple[float, float, bytes]] = deque()
         """(due, arrival, packet) of the packets in flight, in departure order."""
+        self.timeline: DirectionTimeline | None = None
+        """Scheduled outages and rate changes of this direction (None: none ever given)."""
         self.set_spec(spec, queue_limit_bytes)
 
     def set_spec(self, spec: DirectionSpec, queue_limit_bytes: int | None) -> None:
@@ -85,6 +94,12 @@ class LinkDirection:
         self._loss = make_loss(self.direction, spec)
         self._jitter_uniform = jitter_rng(self.direction, spec.seed).uniform
 
+    def add_event(self, event: ScheduledEvent) -> bool:
+        """Take a scheduled outage or rate change (absolute times); False if not ours."""
+        if self.timeline is None:
+            self.timeline = DirectionTimeline(self.direction)
+        return self.timeline.add(event)
+
     # --- input ---------------------------------------------------------------------------
 
     def receive(self, now: float, packet: bytes) -> None:
@@ -95,6 +110,20 @@ class LinkDirection:
         st.bytes_in += size
         lost = self._loss.lost()
         spb = self._seconds_per_byte
+        timeline = self.timeline
+        if timeline is not None:
+            outage = timeline.outage_at(now)
+            if outage is not None:
+                timeline.count_drop(outage)
+                st.dropped_outage += 1
+                if self.recorder is not None:
+                    self.recorder.dropped(now, DROP_OUTAGE, packet)
+                return
+            if timeline.has_rates:
+                rate = timeline.rate_at(now, self.spec.rate_bps)
+                spb = None if rate is None else 8.0 / rate
+                if spb is not None and self.queue_limit_bytes is None:
+                    self.queue_limit_bytes = 2**62
         if spb is None:
             tx_done = now
         else:
@@ -144,8 +173,15 @@ class LinkDirection:
         st = self.stats
         hist = st.lateness_hist
         recorder = self.recorder
+        timeline = self.timeline
         while line and line[0][0] <= now:
             due, arrival, packet = line.popleft()
+            if timeline is not None and (outage := timeline.outage_at(due)) is not None:
+                timeline.count_drop(outage)
+                st.dropped_outage += 1
+                if recorder is not None:
+                    recorder.dropped(arrival, DROP_OUTAGE, packet)
+                continue
             late = now - due
             hist[lateness_bin(late)] += 1
             st.lateness_sum_s += late

@@ -33,6 +33,7 @@ from netem.emulator.packetlog import PacketLog
 from netem.emulator.pcap import DEFAULT_SNAPLEN_BYTES, PcapBuffer, check_snaplen, clock_offset_ns
 from netem.emulator.stats import cpu_snapshot, directions_snapshot
 from netem.emulator.tun import read_batch
+from netem.events import ScheduledEvent, end_events
 from netem.linkspec import LinkSpec
 from tbcore.errors import SpecError
 
@@ -201,6 +202,15 @@ class Engine:
         self.pumps = pumps
         self.capture_dir: Path | None = None
         self.log_dir: Path | None = None
+        self.events: list[ScheduledEvent] = []
+        """Every scheduled event given to this process, in order (see :mod:`netem.events`)."""
+
+    def add_event(self, event: ScheduledEvent) -> ScheduledEvent:
+        """Give a resolved event (absolute times) to every direction it concerns."""
+        for pump in self.pumps.values():
+            pump.core.add_event(event)
+        self.events.append(event)
+        return event
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Answer one control request for this process's directions (see ``__main__``)."""
@@ -243,6 +253,20 @@ class Engine:
                 raise SpecError("cmd", "packet_log_stop without packet_log_start")
             directory, self.log_dir = self.log_dir, None
             return {n: p.log_stop(directory) for n, p in self.pumps.items()}
+        if cmd == "event":  # resolved by the parent, so both processes share the times
+            event = ScheduledEvent.from_dict(request.get("scheduled") or {})
+            return self.add_event(event).to_dict()
+        if cmd == "events":
+            return {"events": [e.to_dict() for e in self.events]}
+        if cmd == "end_events":  # the parent gives the time, so both processes agree
+            at_s = request.get("at_s")
+            if isinstance(at_s, bool) or not isinstance(at_s, (int, float)):
+                raise SpecError("at_s", f"must be CLOCK_MONOTONIC seconds, got {at_s!r}")
+            changed = end_events(self.events, float(at_s))
+            for pump in self.pumps.values():
+                if pump.core.timeline is not None:
+                    pump.core.timeline.refresh()
+            return {"ended": len(changed)}
         if cmd in ("ping", "shutdown"):
             return {}
         raise SpecError("cmd", f"unknown command {cmd!r}")

@@ -8,9 +8,9 @@ the records into CSV. Times are CLOCK_MONOTONIC seconds, the clock every process
 testbed shares.
 
 Columns of the CSV (:data:`CSV_COLUMNS`): ``direction`` (up/down), ``event`` (departed,
-dropped_queue, dropped_loss), ``arrival_s``, ``due_s`` (scheduled departure, empty for a
-drop), ``departure_s`` (actual, empty for a drop), ``size_bytes``, ``ip_proto`` (6 TCP, 17
-UDP, ...), ``src_port``, ``dst_port``, ``tcp_seq``, ``tcp_ack``, ``tcp_flags`` (the byte
+dropped_queue, dropped_loss, dropped_outage), ``arrival_s``, ``due_s`` (scheduled departure,
+empty for a drop), ``departure_s`` (actual, empty for a drop), ``size_bytes``, ``ip_proto``
+(6 TCP, 17 UDP, ...), ``src_port``, ``dst_port``, ``tcp_seq``, ``tcp_ack``, ``tcp_flags`` (the byte
 with FIN=1 SYN=2 RST=4 PSH=8 ACK=16 ...), ``tcp_window`` (unscaled), ``ip_id`` (IPv4).
 """
 
@@ -22,12 +22,12 @@ import struct
 from collections.abc import Iterator
 from pathlib import Path
 
-from netem.emulator.core import DROP_LOSS, DROP_QUEUE
+from netem.emulator.core import DROP_LOSS, DROP_OUTAGE, DROP_QUEUE
 
 IPPROTO_TCP = 6
 IPPROTO_UDP = 17
-EVENTS = ("departed", "dropped_" + DROP_QUEUE, "dropped_" + DROP_LOSS)
-_EVENT_CODE = {DROP_QUEUE: 1, DROP_LOSS: 2}
+EVENTS = ("departed", "dropped_" + DROP_QUEUE, "dropped_" + DROP_LOSS, "dropped_" + DROP_OUTAGE)
+_EVENT_CODE = {DROP_QUEUE: 1, DROP_LOSS: 2, DROP_OUTAGE: 3}
 
 _RECORD = struct.Struct("<BdddIBHHIIBHH")
 """event, arrival, due, departure, size, proto, sport, dport, seq, ack, flags, window, ip id."""

@@ -1,0 +1,490 @@
+"""The relay: an HTTP/2 reverse proxy near the client with one warm, tuned long-haul
+connection to the server (the Queqiao case, chapter 12.3.5).
+
+::
+
+    client --new h2 connection (near hop)--> relay --one h2 connection (long haul)--> server
+
+The relay listens for HTTP/2 over TLS 1.3 (ALPN h2) on the near hop. Each request stream
+that arrives is forwarded at once, as a new stream of the one upstream HTTP/2 connection
+(RFC 9113 multiplexing: a standard reverse proxy, no framing of our own): the request head
+with ``:authority`` rewritten to the upstream, its body as it arrives (the relay streams,
+it does not store the upload first), and the response back the same way. The upstream
+connection is opened and *warmed* before the relay says it is ready: ``warmup`` uploads
+of ``warmup_bytes`` to ``POST /sink`` and as many ``GET /tts`` downloads grow the TCP
+windows of both ends (with ``tcp_slow_start_after_idle = 0`` in the relay's and the server's
+namespaces they stay grown), so a measured request pays the near hop's set-up and one
+long-haul round trip, not the long haul's handshake and slow start (harness.bounds.
+relay_request_time).
+
+Flow control: each endpoint acknowledges received DATA at once and the relay queues what
+the other side's window does not take yet (a memory cost bounded by one request's body);
+both connections advertise ``window_bytes`` (default 16 MiB) so the long haul is never
+window-bound.
+
+Events (JSONL, ``t`` on CLOCK_MONOTONIC like the client's, the server's and the link's):
+``upstream_connected``, ``warmup_done`` (with the upstream socket's cwnd and rtt from
+TCP_INFO), ``ready``, ``front_connection_open``, ``front_request_first_byte`` (the request
+head arrived), ``upstream_request_sent`` (head forwarded), ``front_request_last_byte``,
+``upstream_response_first_byte``, ``front_response_last_byte``, ``upstream_lost``, ``error``.
+
+    testbed relay --bind 198.18.5.2 --port 8443 --upstream 198.18.2.2:8443 --log relay.jsonl
+        [--warmup 3] [--warmup-bytes 2MB] [--h2-window 16MiB] [--cc bbr]
+
+prints ``listening relay h2 tcp ADDR:PORT`` once the upstream is warm, serves until
+SIGINT/SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import socket
+import ssl
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+from servers.http2 import start_connection
+from servers.sockopts import apply_tcp_options
+from servers.tls import client_context, ensure_certificate, server_context
+from tbcore.errors import SpecError
+from tbcore.records import RelayEvent
+from tbcore.settings import Settings
+from tbcore.tcpinfo import read_tcp_info
+
+DEFAULT_WINDOW_BYTES = 16 * 2**20
+"""HTTP/2 stream and connection windows of both connections (as the server's default)."""
+DEFAULT_WARMUP = 3
+DEFAULT_WARMUP_BYTES = 2_000_000
+"""Each warm-up upload: several BDPs of a 20 Mbit/s path, a sixth of one at 333 Mbit/s /
+200 ms; three rounds grow the window past the 354,640-byte audio on either."""
+CONNECT_TIMEOUT_S = 30.0
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding"})
+"""RFC 9113 section 8.2.2: connection-specific fields are not forwarded."""
+
+
+class RelayLog:
+    """The relay's event log: one :class:`tbcore.records.RelayEvent` per JSON line."""
+
+    def __init__(self, path: Any) -> None:
+        self._handle = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = path.open("a", buffering=1, encoding="utf-8")
+
+    def emit(self, event: str, **details: Any) -> dict[str, Any]:
+        data = RelayEvent(t=time.monotonic(), event=event, **details).to_dict()
+        if self._handle is not None:
+            self._handle.write(json.dumps(data, separators=(",", ":")) + "\n")
+        return data
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class H2Endpoint(asyncio.Protocol):
+    """One HTTP/2 connection (either side) with per-stream send queues under flow control."""
+
+    def __init__(self, conn: h2.connection.H2Connection, window_bytes: int) -> None:
+        self.conn = conn
+        self.window_bytes = window_bytes
+        self.transport: asyncio.Transport | None = None
+        self.sock: Any = None
+        self._pending: dict[int, bytearray] = {}
+        self._ending: set[int] = set()
+        self.closed = asyncio.get_event_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.sock = transport.get_extra_info("socket")
+        start_connection(self.conn, self.window_bytes)
+        self.flush()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(exc)
+        self.on_lost(exc)
+
+    def on_lost(self, exc: Exception | None) -> None:
+        """A subclass's clean-up when the connection goes."""
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError as err:
+            self.on_error(f"h2: {err}")
+            self.flush()
+            if self.transport is not None:
+                self.transport.close()
+            return
+        for event in events:
+            if isinstance(event, h2.events.DataReceived):
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+            elif isinstance(event, h2.events.WindowUpdated):
+                self.drain()
+            self.on_event(event)
+        self.drain()
+
+    def on_event(self, event: h2.events.Event) -> None:
+        """A subclass's handling of one h2 event."""
+
+    def on_error(self, reason: str) -> None:
+        """A subclass's report of a protocol error."""
+
+    def send_headers(self, stream_id: int, headers: list[tuple[bytes, bytes]], end: bool) -> None:
+        self.conn.send_headers(stream_id, headers, end_stream=end)
+        self.flush()
+
+    def send_data(self, stream_id: int, data: bytes, end: bool = False) -> None:
+        """Queue body bytes (and the end of the stream); sent as the peer's window allows."""
+        self._pending.setdefault(stream_id, bytearray()).extend(data)
+        if end:
+            self._ending.add(stream_id)
+        self.drain()
+
+    def drain(self) -> None:
+        for stream_id in list(self._pending):
+            buffer = self._pending[stream_id]
+            try:
+                while buffer:
+                    window = self.conn.local_flow_control_window(stream_id)
+                    size = min(window, self.conn.max_outbound_frame_size, len(buffer))
+                    if size <= 0:
+                        break
+                    self.conn.send_data(stream_id, bytes(buffer[:size]))
+                    del buffer[:size]
+                if not buffer and stream_id in self._ending:
+                    self.conn.end_stream(stream_id)
+                    self._ending.discard(stream_id)
+                    del self._pending[stream_id]
+            except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError, KeyError):
+                self._pending.pop(stream_id, None)
+                self._ending.discard(stream_id)
+        self.flush()
+
+    def reset(self, stream_id: int) -> None:
+        self._pending.pop(stream_id, None)
+        self._ending.discard(stream_id)
+        try:
+            self.conn.reset_stream(stream_id)
+        except (h2.exceptions.StreamClosedError, h2.exceptions.ProtocolError, KeyError):
+            pass
+        self.flush()
+
+    def flush(self) -> None:
+        data = self.conn.data_to_send()
+        if data and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+
+@dataclass
+class StreamCallbacks:
+    """Where an upstream stream's response goes."""
+
+    on_headers: Callable[[list[tuple[bytes, bytes]], bool], None]
+    on_data: Callable[[bytes], None]
+    on_end: Callable[[], None]
+    on_reset: Callable[[], None]
+
+
+class Upstream(H2Endpoint):
+    """The one long-haul HTTP/2 connection: client side, requests from many front streams."""
+
+    def __init__(self, window_bytes: int, log: RelayLog) -> None:
+        super().__init__(
+            h2.connection.H2Connection(
+                h2.config.H2Configuration(client_side=True, header_encoding=None)
+            ),
+            window_bytes,
+        )
+        self.log = log
+        self.streams: dict[int, StreamCallbacks] = {}
+
+    def request(
+        self, headers: list[tuple[bytes, bytes]], callbacks: StreamCallbacks, end: bool = False
+    ) -> int:
+        """Open a stream with ``headers`` (ending it at once for a request without a body)."""
+        stream_id = self.conn.get_next_available_stream_id()
+        self.streams[stream_id] = callbacks
+        self.send_headers(stream_id, headers, end=end)
+        return stream_id
+
+    def on_event(self, event: h2.events.Event) -> None:
+        sid = getattr(event, "stream_id", None)
+        callbacks = self.streams.get(sid) if sid is not None else None
+        if callbacks is None:
+            return
+        if isinstance(event, h2.events.ResponseReceived):
+            callbacks.on_headers(list(event.headers), event.stream_ended is not None)
+        elif isinstance(event, h2.events.DataReceived):
+            callbacks.on_data(event.data)
+        elif isinstance(event, h2.events.StreamEnded):
+            self.streams.pop(sid, None)
+            callbacks.on_end()
+        elif isinstance(event, h2.events.StreamReset):
+            self.streams.pop(sid, None)
+            callbacks.on_reset()
+
+    def on_lost(self, exc: Exception | None) -> None:
+        self.log.emit("upstream_lost", reason=repr(exc)[:200])
+        for callbacks in self.streams.values():
+            callbacks.on_reset()
+        self.streams.clear()
+
+    def on_error(self, reason: str) -> None:
+        self.log.emit("error", where="upstream", reason=reason[:300])
+
+    async def fetch(self, method: str, path: str, authority: str, body: bytes = b"") -> bytes:
+        """One request on the warm connection, returning the response body (warm-ups)."""
+        done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        received = bytearray()
+
+        def end() -> None:
+            if not done.done():
+                done.set_result(bytes(received))
+
+        def reset() -> None:
+            if not done.done():
+                done.set_exception(ConnectionError(f"{method} {path}: stream reset"))
+
+        headers = [
+            (b":method", method.encode()),
+            (b":scheme", b"https"),
+            (b":authority", authority.encode()),
+            (b":path", path.encode()),
+        ]
+        if body:
+            headers.append((b"content-length", str(len(body)).encode()))
+        sid = self.request(headers, StreamCallbacks(lambda h, e: None, received.extend, end, reset))
+        self.send_data(sid, body, end=True)
+        return await done
+
+
+class FrontConnection(H2Endpoint):
+    """One client's HTTP/2 connection to the relay: every stream forwarded upstream."""
+
+    def __init__(self, relay: Relay, conn_id: int) -> None:
+        super().__init__(
+            h2.connection.H2Connection(
+                h2.config.H2Configuration(client_side=False, header_encoding=None)
+            ),
+            relay.config.window_bytes,
+        )
+        self.relay = relay
+        self.conn_id = conn_id
+        self.to_upstream: dict[int, int] = {}
+        self.request_ended: set[int] = set()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        peer = transport.get_extra_info("peername")
+        self.relay.log.emit("front_connection_open", conn=self.conn_id, peer=str(peer))
+
+    def on_error(self, reason: str) -> None:
+        self.relay.log.emit("error", where="front", conn=self.conn_id, reason=reason[:300])
+
+    def on_event(self, event: h2.events.Event) -> None:
+        log = self.relay.log
+        if isinstance(event, h2.events.RequestReceived):
+            sid = event.stream_id
+            log.emit("front_request_first_byte", conn=self.conn_id, stream=sid)
+            upstream = self.relay.upstream
+            if upstream is None or upstream.closed.done():
+                self.send_headers(sid, [(b":status", b"502")], end=True)
+                return
+            ended = event.stream_ended is not None
+            uid = upstream.request(
+                self.relay.forward_headers(event.headers), self._callbacks(sid), end=ended
+            )
+            self.to_upstream[sid] = uid
+            log.emit("upstream_request_sent", conn=self.conn_id, stream=sid, upstream_stream=uid)
+            if ended:
+                self.request_ended.add(sid)
+                log.emit("front_request_last_byte", conn=self.conn_id, stream=sid)
+        elif isinstance(event, h2.events.DataReceived):
+            uid = self.to_upstream.get(event.stream_id)
+            if uid is not None and self.relay.upstream is not None:
+                self.relay.upstream.send_data(uid, event.data)
+        elif isinstance(event, h2.events.StreamEnded):
+            if event.stream_id in self.request_ended:  # already forwarded with the head
+                return
+            self.request_ended.add(event.stream_id)
+            uid = self.to_upstream.get(event.stream_id)
+            if uid is not None and self.relay.upstream is not None:
+                self.relay.upstream.send_data(uid, b"", end=True)
+                log.emit("front_request_last_byte", conn=self.conn_id, stream=event.stream_id)
+        elif isinstance(event, h2.events.StreamReset):
+            uid = self.to_upstream.pop(event.stream_id, None)
+            if uid is not None and self.relay.upstream is not None:
+                self.relay.upstream.reset(uid)
+
+    def _callbacks(self, sid: int) -> StreamCallbacks:
+        log = self.relay.log
+
+        def on_headers(headers: list[tuple[bytes, bytes]], ended: bool) -> None:
+            log.emit("upstream_response_first_byte", conn=self.conn_id, stream=sid)
+            kept = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
+            self.send_headers(sid, kept, end=ended)
+
+        def on_data(data: bytes) -> None:
+            self.send_data(sid, data)
+
+        def on_end() -> None:
+            self.send_data(sid, b"", end=True)
+            self.to_upstream.pop(sid, None)
+            log.emit("front_response_last_byte", conn=self.conn_id, stream=sid)
+
+        def on_reset() -> None:
+            self.to_upstream.pop(sid, None)
+            self.reset(sid)
+
+        return StreamCallbacks(on_headers, on_data, on_end, on_reset)
+
+
+@dataclass
+class RelayConfig:
+    """The relay's listener, its upstream and the warm-up, each with its unit."""
+
+    bind: str
+    port: int
+    upstream_host: str
+    upstream_port: int
+    log_path: Any = None
+    window_bytes: int = DEFAULT_WINDOW_BYTES
+    warmup: int = DEFAULT_WARMUP
+    warmup_bytes: int = DEFAULT_WARMUP_BYTES
+    settings: Any = field(default_factory=Settings)
+    """The TCP knobs (cc, buffers...) of the upstream and of accepted front connections."""
+    cert_dir: Any = None
+
+    def __post_init__(self) -> None:
+        for name in ("port", "upstream_port"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+                raise SpecError(name, f"must be a port in [0, 65535], got {value!r}")
+        for name in ("warmup", "warmup_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise SpecError(name, f"must be a whole number >= 0, got {value!r}")
+        if self.window_bytes < 65_535 or self.window_bytes > 2**31 - 1:
+            raise SpecError("window_bytes", f"must lie in [65535, 2^31-1], got {self.window_bytes}")
+
+
+class Relay:
+    """The listener, the upstream connection and the event log of one relay process."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        self.config = config
+        self.log = RelayLog(config.log_path)
+        self.upstream: Upstream | None = None
+        self._conn_ids = 0
+        self.authority = f"{config.upstream_host}:{config.upstream_port}"
+
+    def forward_headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        out = []
+        for name, value in headers:
+            key = name.lower()
+            if key in HOP_BY_HOP:
+                continue
+            if key == b":authority":
+                value = self.authority.encode()
+            out.append((name, value))
+        return out
+
+    async def connect_upstream(self) -> Upstream:
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        apply_tcp_options(sock, self.config.settings)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(
+                loop.sock_connect(sock, (self.config.upstream_host, self.config.upstream_port)),
+                CONNECT_TIMEOUT_S,
+            )
+        except BaseException:
+            sock.close()
+            raise
+        _, upstream = await asyncio.wait_for(
+            loop.create_connection(
+                lambda: Upstream(self.config.window_bytes, self.log),
+                sock=sock,
+                ssl=client_context(),
+                server_hostname="testbed",
+            ),
+            CONNECT_TIMEOUT_S,
+        )
+        self.log.emit("upstream_connected", addr=self.authority)
+        return upstream
+
+    async def warm(self, upstream: Upstream) -> dict[str, Any]:
+        """Grow both ends' windows: uploads to /sink, downloads from /tts."""
+        body = hashlib.shake_256(b"testbed relay warm-up").digest(self.config.warmup_bytes)
+        for _ in range(self.config.warmup):
+            await upstream.fetch("POST", "/sink", self.authority, body)
+            await upstream.fetch("GET", "/tts", self.authority)
+        info = read_tcp_info(upstream.sock) if upstream.sock is not None else None
+        facts: dict[str, Any] = {}
+        if info is not None:
+            facts = {"cwnd_segments": info.get("snd_cwnd"), "rtt_s": info.get("rtt", 0) / 1e6}
+        self.log.emit("warmup_done", rounds=self.config.warmup, **facts)
+        return facts
+
+    def _front(self) -> FrontConnection:
+        self._conn_ids += 1
+        return FrontConnection(self, self._conn_ids)
+
+    async def start(self) -> tuple[asyncio.AbstractServer, tuple[str, int]]:
+        """Open and warm the upstream, then listen; returns the server and its address."""
+        self.upstream = await self.connect_upstream()
+        await self.warm(self.upstream)
+        paths = ensure_certificate(self.config.cert_dir)
+        tls: ssl.SSLContext = server_context(paths)
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        apply_tcp_options(sock, self.config.settings, listening=True)
+        sock.bind((self.config.bind, self.config.port))
+        sock.listen(128)
+        sock.setblocking(False)
+        server = await asyncio.get_running_loop().create_server(self._front, sock=sock, ssl=tls)
+        host, port = sock.getsockname()[:2]
+        self.log.emit("ready", addr=f"{host}:{port}")
+        return server, (host, port)
+
+
+async def serve_relay(
+    config: RelayConfig, out: Any = None, stop: asyncio.Event | None = None
+) -> None:
+    """Warm the upstream, listen, print the listening line, serve until ``stop`` (or a
+    signal when ``stop`` is None)."""
+    import signal
+    import sys
+
+    out = sys.stdout if out is None else out
+    loop = asyncio.get_running_loop()
+    if stop is None:
+        stop = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    relay = Relay(config)
+    server = None
+    try:
+        server, (host, port) = await relay.start()
+        print(f"listening relay h2 tcp {host}:{port}", file=out, flush=True)
+        await stop.wait()
+    finally:
+        if server is not None:
+            server.close()
+        if relay.upstream is not None and relay.upstream.transport is not None:
+            relay.upstream.transport.close()
+        await asyncio.sleep(0.05)
+        relay.log.close()
