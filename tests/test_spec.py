@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from harness import topology_runs
 from harness.spec import link_of, load, loads, merge_link, parse_experiment
 from tbcore.errors import SpecError
 
@@ -180,6 +181,11 @@ def test_every_shipped_experiment_loads_and_has_a_quick_form() -> None:
     names = {f.stem for f in files}
     assert {"connection", "window", "initcwnd", "congestion", "ack", "pacing", "loss"} <= names
     for path in files:
+        if topology_runs.is_topology_file(path):  # relay and two paths: their own runner
+            full, quick = topology_runs.load(path), topology_runs.load(path, quick=True)
+            assert full.name == path.stem and len(quick.levels) >= 2
+            assert quick.repetitions <= full.repetitions
+            continue
         spec = load(path)
         assert spec.name == path.stem
         quick = spec.quick_form()
