@@ -42,6 +42,14 @@ import argparse
 from pathlib import Path
 
 from servers.config import DEFAULT_PORT, ServerConfig
+from servers.guard import (
+    DEFAULT_HEAD_TIMEOUT_S,
+    DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+    DEFAULT_RETRY_THRESHOLD,
+    RETRY_MODES,
+)
 from servers.knobs import add_transport_arguments, transport_fields
 from tbcore import units, workloads
 from tbcore.errors import SpecError
@@ -66,6 +74,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
     parser.add_argument("--idle-timeout", default="60s", help="close idle connections after")
+    parser.add_argument(
+        "--head-timeout",
+        default=f"{DEFAULT_HEAD_TIMEOUT_S:g}s",
+        help="HTTP/2 request head deadline",
+    )
+    parser.add_argument(
+        "--quic-retry",
+        choices=RETRY_MODES,
+        default="auto",
+        help="QUIC Retry (address validation): under load, always or never",
+    )
+    parser.add_argument("--retry-threshold", default=str(DEFAULT_RETRY_THRESHOLD))
+    parser.add_argument("--max-connections", default=str(DEFAULT_MAX_CONNECTIONS))
+    parser.add_argument(
+        "--max-connections-per-source", default=str(DEFAULT_MAX_CONNECTIONS_PER_SOURCE)
+    )
+    parser.add_argument("--listen-backlog", default=str(DEFAULT_LISTEN_BACKLOG))
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -84,6 +109,14 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         keylog_path=args.keylog,
         cert_dir=args.cert_dir,
         idle_timeout_s=units.parse_duration_s("idle-timeout", args.idle_timeout),
+        head_timeout_s=units.parse_duration_s("head-timeout", args.head_timeout),
+        quic_retry=args.quic_retry,
+        quic_retry_threshold=units.parse_count("retry-threshold", args.retry_threshold),
+        max_connections=units.parse_count("max-connections", args.max_connections),
+        max_connections_per_source=units.parse_count(
+            "max-connections-per-source", args.max_connections_per_source
+        ),
+        listen_backlog=units.parse_count("listen-backlog", args.listen_backlog),
     )
 
 

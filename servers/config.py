@@ -5,6 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from servers.guard import (
+    DEFAULT_HEAD_TIMEOUT_S,
+    DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+    DEFAULT_RETRY_THRESHOLD,
+    RETRY_MODES,
+)
 from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
 from tbcore.errors import SpecError
 
@@ -19,6 +27,10 @@ DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
 """UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (NOTES-machine.md)."""
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
+MAX_TIMEOUT_S = 86_400.0
+"""Timeouts above a day are a typo (and ``1e300s`` would overflow the event loop's timers)."""
+MAX_CONNECTION_COUNT = 1_000_000
+"""Connection caps and backlogs above a million exceed any file descriptor limit here."""
 
 
 @dataclass
@@ -66,6 +78,19 @@ class ServerConfig:
     transmit once per batch of datagrams read, not once per datagram."""
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
+    """HTTP/2: a request head (or the preface) must be complete this long after its first
+    byte; a QUIC handshake must complete within ``handshake_timeout_s``."""
+    quic_retry: str = "auto"
+    """QUIC address validation with Retry: "auto" (under load), "always" or "off"."""
+    quic_retry_threshold: int = DEFAULT_RETRY_THRESHOLD
+    """Connections in handshake (or attempts per second) above which "auto" sends Retry."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Concurrent connections per protocol; beyond it new ones are refused."""
+    max_connections_per_source: int = DEFAULT_MAX_CONNECTIONS_PER_SOURCE
+    """Concurrent connections per protocol from one source address."""
+    listen_backlog: int = DEFAULT_LISTEN_BACKLOG
+    """TCP listen() backlog (the kernel caps it at net.core.somaxconn)."""
 
     def __post_init__(self) -> None:
         check_quic_pacing(self.quic_pacing)
@@ -81,3 +106,22 @@ class ServerConfig:
                 raise SpecError(name.removesuffix("_s").replace("_", "-"), "must be >= 0")
         if self.max_body_bytes < 0:
             raise SpecError("max-body", "must be >= 0 bytes")
+        for name in ("idle_timeout_s", "head_timeout_s", "handshake_timeout_s"):
+            if not 0 < getattr(self, name) <= MAX_TIMEOUT_S:
+                raise SpecError(
+                    name.removesuffix("_s").replace("_", "-"),
+                    f"must be > 0 s and at most {MAX_TIMEOUT_S:g} s",
+                )
+        if self.quic_retry not in RETRY_MODES:
+            raise SpecError("quic-retry", f"{self.quic_retry!r} is not one of auto, always, off")
+        for name in (
+            "quic_retry_threshold",
+            "max_connections",
+            "max_connections_per_source",
+            "listen_backlog",
+        ):
+            value = getattr(self, name)
+            if not 1 <= value <= MAX_CONNECTION_COUNT:
+                raise SpecError(
+                    name.replace("_", "-"), f"{value} is not in 1..{MAX_CONNECTION_COUNT}"
+                )

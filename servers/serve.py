@@ -74,7 +74,6 @@ async def serve(
             h3_listener.close()
         if h2_server is not None:
             h2_server.close()
-            h2_server.close_clients() if hasattr(h2_server, "close_clients") else None
         await asyncio.sleep(0.05)
         if sampler is not None and config.samples_path is not None:
             sampler.stop()
