@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "servers.cli",  # serve, workload
     "clients.cli",  # client, bench stacks
     "harness.run_cli",  # run, campaign, report
+    "harness.abuse",  # abuse (attacks on loopback, a benchmark)
     "netem.crossval",  # bench crossval (kernel netem in a VM vs the userspace emulator)
 )
 

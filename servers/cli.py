@@ -31,7 +31,7 @@ The event log (``--log``) is JSONL, one object per line: ``t`` (``time.monotonic
 seconds, CLOCK_MONOTONIC), ``event`` (listening, connection_open, connection_closed,
 request_first_byte, request_body_first_byte, request_last_byte, upload_truncated,
 processing_start, processing_end, response_first_byte, response_last_byte, chunk_sent,
-stream_reset, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details.
+stream_reset, abuse, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details.
 
 ``testbed workload path NAME`` / ``testbed workload sha256 NAME`` (audio, image, retouched).
 """

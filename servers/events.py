@@ -28,6 +28,7 @@ EVENT_NAMES = frozenset(
         "response_last_byte",
         "chunk_sent",
         "stream_reset",
+        "abuse",
         "error",
     }
 )

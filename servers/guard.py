@@ -44,6 +44,15 @@ refused most of a 2,000-connection burst."""
 DEFAULT_RETRY_THRESHOLD = 64
 """QUIC: connections in handshake (or new connection attempts per second) above which every
 new Initial without a valid token gets a Retry (RFC 9000 section 8.1.2)."""
+MAX_INITIALS_PER_SOURCE_PER_S = 100.0
+"""QUIC Initials for new connections one source address may send per second (burst: twice
+that); beyond it they are dropped before any cryptography. A client sends one or two per
+connection; this is a hundred new connections a second from one address. A flood from one
+source then costs a dictionary lookup per datagram, little enough for the socket to keep up
+(at ~35 us of Retry work per datagram a 50,000-datagram/s flood overflows the receive buffer
+and the normal clients' Initials are lost with it)."""
+RATE_LIMITED_SOURCES = 4_096
+"""Source addresses whose Initial rate is tracked (least recently seen ones drop out)."""
 RETRY_MODES = ("auto", "always", "off")
 """QUIC address validation: Retry under load (``auto``), for every connection, or never."""
 
@@ -212,3 +221,33 @@ class RetryPolicy:
         if self.mode == "off":
             return False
         return handshaking >= self.threshold or self._attempts.over(now)
+
+
+class SourceRateLimiter:
+    """A token bucket per source address, for at most ``max_sources`` addresses (the least
+    recently seen are forgotten, so memory is bounded under spoofing)."""
+
+    def __init__(
+        self,
+        rate_per_s: float = MAX_INITIALS_PER_SOURCE_PER_S,
+        burst: float | None = None,
+        max_sources: int = RATE_LIMITED_SOURCES,
+    ) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = 2 * rate_per_s if burst is None else burst
+        self.max_sources = max_sources
+        self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()
+        self.dropped = 0
+
+    def allow(self, source: str, now: float) -> bool:
+        tokens, last = self._buckets.pop(source, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate_per_s)
+        allowed = tokens >= 1.0
+        if allowed:
+            tokens -= 1.0
+        else:
+            self.dropped += 1
+        self._buckets[source] = (tokens, now)
+        if len(self._buckets) > self.max_sources:
+            self._buckets.popitem(last=False)
+        return allowed

@@ -34,6 +34,8 @@ IDLE_CHECK_FRACTION = 4
 FEED_SLICE_BYTES = 16 * 1024
 """Bytes handed to h2 at once: the abuse verdicts are checked between slices, so a 64 KB
 read of 2,000 HEADERS+RST_STREAM pairs is not all parsed after the connection is condemned."""
+ABUSE_LINGER_S = 0.5
+"""After GOAWAY(ENHANCE_YOUR_CALM), the connection is aborted this much later."""
 ACCEPTS_PER_WAKEUP = 64
 """Connections accepted per readiness event of the listening socket (then other work runs)."""
 
@@ -173,6 +175,11 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self._truncate_open(now, f"abuse: {reason}")
         self._flush()
         self._close()
+        transport = self.transport
+        if transport is not None:
+            # a TLS close waits for the peer's close_notify, which a paused reader never
+            # reads: give the GOAWAY a moment to leave, then drop the connection
+            asyncio.get_running_loop().call_later(ABUSE_LINGER_S, transport.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True

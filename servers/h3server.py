@@ -31,7 +31,7 @@ from aioquic.quic.retry import QuicRetryTokenHandler
 
 from servers import app
 from servers.context import ServerContext
-from servers.guard import Admission, RetryPolicy
+from servers.guard import Admission, RetryPolicy, SourceRateLimiter
 from servers.quic import (
     WatchedProtocol,
     make_udp_socket,
@@ -204,6 +204,7 @@ class H3Listener(asyncio.DatagramProtocol):
         self.admission = Admission(config.max_connections, config.max_connections_per_source)
         self.retry_policy = RetryPolicy(config.quic_retry, config.quic_retry_threshold)
         self.retry_tokens = QuicRetryTokenHandler()
+        self.initial_limiter = SourceRateLimiter()
         self.handshaking: set[H3ServerProtocol] = set()
         self.retries_sent = 0
         self.refused = 0
@@ -252,6 +253,9 @@ class H3Listener(asyncio.DatagramProtocol):
     def _initial(self, data: bytes, addr: Any, header: Any) -> None:
         """An Initial for no known connection: validate, admit, then try to decrypt it."""
         now = time.monotonic()
+        if not self.initial_limiter.allow(addr[0], now):
+            self.garbage_datagrams += 1  # no log line: this is the cheap path of a flood
+            return
         self.retry_policy.note_attempt(now)
         original_dcid = header.destination_cid
         retry_scid: bytes | None = None
