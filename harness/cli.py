@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 
 from harness import __version__
-from tbcore.errors import SpecError
+from tbcore.errors import LinkLost, SpecError
 
 COMMAND_MODULES = (
     "netem.cli",  # doctor, link, clean, bench link
@@ -28,6 +28,8 @@ COMMAND_MODULES = (
 
 EXIT_USAGE = 2
 """Exit status of bad input, as argparse uses it."""
+EXIT_LINK_LOST = 3
+"""Exit status when the emulated path was taken down under a run."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +57,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as err:
         print(f"testbed {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except LinkLost as err:
+        print(f"testbed {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_LINK_LOST
     except KeyboardInterrupt:
         print(f"testbed {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -45,7 +45,7 @@ from harness.record import (
 )
 from harness.spec import ExperimentSpec, Level, Settings
 from netem.linkspec import LinkSpec
-from tbcore.errors import SpecError
+from tbcore.errors import LinkLost, SpecError
 from tbcore.units import format_duration, format_rate
 from tbcore.workloads import AUDIO_SIZE_BYTES, IMAGE_SIZE_BYTES, RETOUCHED_SIZE_BYTES
 
@@ -1198,6 +1198,20 @@ def _link_up(name: str, spec: LinkSpec, backend: str) -> Any:
     return Link.up(name, spec, backend=backend)
 
 
+def _check_link(link: Any, result: ResultDir, run_id: str, *, before: bool) -> None:
+    """Stop (LinkLost) if the link was taken down under the run; a run made on a vanishing
+    link is discarded, not recorded as invalid, so that ``--resume`` makes it again."""
+    lost = link.lost()
+    if lost is None:
+        return
+    if not before:
+        result.discard_run(run_id)
+    raise LinkLost(
+        f"link {link.name} was taken down under the run ({lost}); stopped at run {run_id}, "
+        f"results so far in {result.path} (testbed run --resume {result.path} goes on)"
+    )
+
+
 def run_experiment(
     spec: ExperimentSpec,
     *,
@@ -1271,9 +1285,11 @@ def run_experiment(
             envs.append({"at_utc": utc_stamp(), **environment(link)})
             result.update_manifest(environments=envs, environment=envs[0])
             for planned in left:
+                _check_link(link, result, planned.run_id, before=True)
                 if progress:
                     progress("start", planned, None)
                 row = execute_run(env, planned)
+                _check_link(link, result, planned.run_id, before=False)
                 rows.append(row)
                 if progress:
                     progress("done", planned, row)

@@ -9,7 +9,7 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
     testbed link show NAME [--json]
     testbed link down NAME
     testbed link list [--json]
-    testbed clean [--name NAME] [--json]
+    testbed clean [--name NAME] [--force] [--json]
 
 ``link up`` returns once packets flow and leaves the link running (the userspace emulator is
 a daemon logging to /run/testbed/links/NAME.log); any program can then use it, e.g.
@@ -66,6 +66,7 @@ def _cmd_link_up(args: argparse.Namespace) -> int:
         backend=args.backend,
         slow_start_after_idle=ssai,
         sysctls=_parse_sysctls(args.sysctl),
+        persistent=True,
     )
     info = link.show()
     print(
@@ -126,7 +127,7 @@ def _cmd_link_down(args: argparse.Namespace) -> int:
         leftovers = clean.leftovers(args.name)
         if not leftovers:
             raise
-        report = clean.clean(args.name)
+        report = clean.clean(args.name, force=True)
         print(f"link {args.name}: no state file; removed what was left ({len(leftovers)} items)")
         return 0 if report.ok else EXIT_LEFTOVERS
     link.down()
@@ -151,7 +152,7 @@ def _cmd_link_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
-    report = clean.clean(args.name)
+    report = clean.clean(args.name, force=args.force)
     if args.json:
         _print_json(asdict(report))
     else:
@@ -160,6 +161,8 @@ def _cmd_clean(args: argparse.Namespace) -> int:
             f"clean {what}: {len(report.killed)} processes, {len(report.namespaces)} namespaces, "
             f"{len(report.devices)} devices, {len(report.files)} files removed"
         )
+        for item in report.skipped:
+            print(f"  skipped (in use; --force removes it): {item}")
         for item in report.remaining:
             print(f"  still there: {item}", file=sys.stderr)
     return 0 if report.ok else EXIT_LEFTOVERS
@@ -203,9 +206,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     ls.set_defaults(handler=_cmd_link_list)
 
     c = commands.add_parser(
-        "clean", help="remove every tb- namespace, device and emulator process (or one link's)"
+        "clean",
+        help="remove every tb- namespace, device and emulator process that no living process "
+        "owns (or one link's)",
     )
     c.add_argument("--name", help="only this link's (what tests use)")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="also links in use (a live testbed run's, or testbed link up's with its emulator)",
+    )
     c.add_argument("--json", action="store_true")
     c.set_defaults(handler=_cmd_clean)
 

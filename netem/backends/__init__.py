@@ -48,6 +48,11 @@ class LinkState:
     """UTC time of link up, ISO 8601."""
     owner_pid: int
     """The process that ran link up."""
+    owner_start_ticks: int | None = None
+    """Its start time (/proc/PID/stat field 22): a recycled pid is no owner."""
+    persistent: bool = False
+    """Left up on purpose (``testbed link up``): in use while its emulator runs, even after
+    the owner exited."""
     emulator_pid: int | None = None
     """The userspace emulator's pid (None on the kernel backend)."""
     emulator_start_ticks: int | None = None
