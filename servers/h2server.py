@@ -22,7 +22,14 @@ import h2.settings
 
 from servers import app
 from servers.context import ServerContext
-from servers.guard import Admission, H2AbuseGuard, H2Limits, HeadDeadline
+from servers.guard import (
+    RATE_LIMITED_SOURCES,
+    Admission,
+    H2AbuseGuard,
+    H2Limits,
+    HeadDeadline,
+    SourceRateLimiter,
+)
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.session import ExchangeStreams, paced_chunks
 from servers.sockopts import apply_tcp_options, rearm_quickack
@@ -36,6 +43,10 @@ FEED_SLICE_BYTES = 16 * 1024
 read of 2,000 HEADERS+RST_STREAM pairs is not all parsed after the connection is condemned."""
 ABUSE_LINGER_S = 0.5
 """After GOAWAY(ENHANCE_YOUR_CALM), the connection is aborted this much later."""
+ABUSE_PENALTY_S = 10.0
+"""After a connection is closed for abuse, its source's next connection is refused (before
+TLS) for this long: the reconnect loop of a rapid-reset attacker costs an accept, not a
+handshake. One window of the reset counters (guard.RESET_WINDOW_S)."""
 ACCEPTS_PER_WAKEUP = 64
 """Connections accepted per readiness event of the listening socket (then other work runs)."""
 
@@ -66,6 +77,8 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self._head_handle: asyncio.TimerHandle | None = None
         self._abuse: str | None = None
         self._on_lost = on_lost
+        self.on_abuse: Any = None
+        """Called once when the connection is condemned (the listener penalises its source)."""
         self.transport: asyncio.Transport | None = None
         self.sock: Any = None
         self._window_changed = asyncio.Event()
@@ -162,6 +175,8 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             return
         self._abuse = reason
         self._goaway = f"abuse: {reason}"
+        if self.on_abuse is not None:
+            self.on_abuse()
         self._log("abuse", now=now, reason=reason)
         if self.transport is not None and not self.transport.is_closing():
             try:
@@ -380,6 +395,12 @@ class H2Listener:
         self._loop = asyncio.get_running_loop()
         self._loop.add_reader(sock.fileno(), self._accept)
         self._refusals_logged = 0
+        self.penalised_sources: set[str] = set()
+        self.penalty = SourceRateLimiter(
+            rate_per_s=1.0 / ABUSE_PENALTY_S, burst=1.0, max_sources=RATE_LIMITED_SOURCES
+        )
+        """A source whose connection was closed for abuse waits ABUSE_PENALTY_S before the
+        next is accepted (else each reconnect buys another TLS handshake and 200 resets)."""
 
     def _accept(self) -> None:
         for _ in range(ACCEPTS_PER_WAKEUP):
@@ -391,7 +412,7 @@ class H2Listener:
                 self.ctx.log.emit("error", proto=PROTO, reason=f"accept: {err}")
                 return
             source = str(addr[0])
-            refused = self.admission.admit(source)
+            refused = self._penalised(source) or self.admission.admit(source)
             if refused is not None:
                 conn.close()
                 if self._refusals_logged < MAX_REFUSAL_LOG_LINES:
@@ -405,6 +426,20 @@ class H2Listener:
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
 
+    def _penalised(self, source: str) -> str | None:
+        if source not in self.penalised_sources:
+            return None
+        if self.penalty.allow(source, time.monotonic()):
+            self.penalised_sources.discard(source)
+            return None
+        return f"{source} closed for abuse less than {ABUSE_PENALTY_S:g} s ago"
+
+    def _abused(self, source: str) -> None:
+        self.penalised_sources.add(source)
+        self.penalty.allow(source, time.monotonic())  # take the token: the wait starts now
+        while len(self.penalised_sources) > RATE_LIMITED_SOURCES:
+            self.penalised_sources.pop()
+
     async def _start(self, conn: socket.socket, source: str) -> None:
         released = False
 
@@ -415,6 +450,7 @@ class H2Listener:
                 self.admission.release(source)
 
         protocol = H2ServerProtocol(self.ctx, on_lost=release)
+        protocol.on_abuse = lambda: self._abused(source)
         try:
             await self._loop.connect_accepted_socket(
                 lambda: protocol,
