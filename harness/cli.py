@@ -12,9 +12,10 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from harness import __version__
-from tbcore.errors import LinkLost, SpecError
+from tbcore.errors import LinkLost, SpecError, clip
 
 COMMAND_MODULES = (
     "netem.cli",  # doctor, link, clean, bench link
@@ -32,8 +33,16 @@ EXIT_LINK_LOST = 3
 """Exit status when the emulated path was taken down under a run."""
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (``testbed run: error: ...``), as
+    every other bad input is; ``--help`` still prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {clip(message)}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="testbed",
         description="Where the time of one interactive request goes on a long, lossy path.",
     )

@@ -36,6 +36,7 @@ that do not differ, impossible values.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -43,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from netem.linkspec import PRESETS, LinkSpec, parse_link
+from servers.knobs import H2_MAX_WINDOW_BYTES, SOCKOPT_MAX_BYTES
 from tbcore.errors import SpecError
 from tbcore.units import (
     parse_duration_s,
@@ -240,13 +242,15 @@ def _optional(parse: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
     return wrapped
 
 
-def _size(minimum: int) -> Callable[[str, Any], int]:
+def _size(minimum: int, maximum: int | None = None) -> Callable[[str, Any], int]:
     def parse(name: str, value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             raise SpecError(name, f"must be a size such as 64kb or 65536, got {value!r}")
         size = parse_size_bytes(name, value)
         if size < minimum:
             raise SpecError(name, f"must be at least {minimum} bytes, got {size}")
+        if maximum is not None and size > maximum:
+            raise SpecError(name, f"must be at most {maximum} bytes, got {size}")
         return size
 
     return parse
@@ -288,12 +292,17 @@ def _link(name: str, value: Any) -> str:
     return value
 
 
+SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_-]+)+\Z", re.ASCII)
+"""A sysctl name as /proc/sys spells it (dots between words): no spaces, checked at load so
+that a bad name fails before a result directory or a link exists."""
+
+
 def _sysctls(name: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise SpecError(name, "must be a table of sysctl = value")
     out = {}
     for key, val in value.items():
-        if not key.startswith("net.") or "/" in key or ".." in key:
+        if not key.startswith("net.") or "/" in key or ".." in key or not SYSCTL_NAME.match(key):
             raise SpecError(f"{name}.{key}", "only net.* sysctls of the namespaces may be set")
         if isinstance(val, bool) or not isinstance(val, (int, str)):
             raise SpecError(f"{name}.{key}", f"must be a number or string, got {val!r}")
@@ -315,17 +324,17 @@ SETTING_PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "slow_start_after_idle": ("slow_start_after_idle", _bool),
     "initcwnd": ("initcwnd", _optional(_int_range(1, MAX_INITCWND_SEGMENTS))),
     "initrwnd": ("initrwnd", _optional(_int_range(1, MAX_INITCWND_SEGMENTS))),
-    "window_clamp": ("window_clamp_bytes", _optional(_size(1024))),
-    "sndbuf": ("sndbuf_bytes", _optional(_size(4096))),
-    "rcvbuf": ("rcvbuf_bytes", _optional(_size(4096))),
+    "window_clamp": ("window_clamp_bytes", _optional(_size(1024, SOCKOPT_MAX_BYTES))),
+    "sndbuf": ("sndbuf_bytes", _optional(_size(4096, SOCKOPT_MAX_BYTES))),
+    "rcvbuf": ("rcvbuf_bytes", _optional(_size(4096, SOCKOPT_MAX_BYTES))),
     "max_pacing_rate": ("max_pacing_rate_bps", _optional(_rate)),
     "pace_at_path_rate": ("pace_at_path_rate", _bool),
-    "notsent_lowat": ("notsent_lowat_bytes", _optional(_size(1))),
+    "notsent_lowat": ("notsent_lowat_bytes", _optional(_size(1, SOCKOPT_MAX_BYTES))),
     "quickack": ("quickack", _bool),
     "max_datagram_size": ("max_datagram_size_bytes", _optional(_size(QUIC_MIN_DATAGRAM_BYTES))),
     "quic_max_data": ("quic_max_data_bytes", _optional(_size(1024))),
     "quic_pacing": ("quic_pacing", _quic_pacing),
-    "h2_window": ("h2_window_bytes", _optional(_size(65535))),
+    "h2_window": ("h2_window_bytes", _optional(_size(65535, H2_MAX_WINDOW_BYTES))),
     "processing_audio": ("processing_audio_s", _duration),
     "processing_image": ("processing_image_s", _duration),
     "timeout": ("timeout_s", _positive_duration),
@@ -602,6 +611,8 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
             )
         seen_settings[key] = level_name
         baseline = raw.get("baseline", levels[0].name if levels else level_name)
+        if "baseline" in raw and baseline == level_name:
+            raise SpecError(f"{where}.baseline", "a level cannot be its own baseline")
         if not isinstance(baseline, str) or (
             baseline != level_name and baseline not in {lv.name for lv in levels}
         ):
@@ -667,15 +678,28 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
 def loads(text: str, path: str = "") -> ExperimentSpec:
     try:
         data = tomllib.loads(text)
+        return parse_experiment(data, source=text, path=path)
     except tomllib.TOMLDecodeError as err:
         raise SpecError(path or "experiment", f"not valid TOML: {err}") from None
-    return parse_experiment(data, source=text, path=path)
+    except RecursionError:
+        raise SpecError(path or "experiment", "nested too deeply to be an experiment") from None
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+"""Byte order marks of UTF-16 (TOML files are UTF-8, TOML 1.0 section 1)."""
 
 
 def load(path: str | Path) -> ExperimentSpec:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as err:
         raise SpecError("experiment", f"{path}: {err.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        what = "UTF-16 (byte order mark)" if raw.startswith(UTF16_BOMS) else "not UTF-8"
+        raise SpecError(
+            "experiment", f"{path}: {what} at byte {err.start}; TOML files are UTF-8"
+        ) from None
     return loads(text, str(path))

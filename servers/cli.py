@@ -39,6 +39,8 @@ stream_reset, abuse, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import socket
 from pathlib import Path
 
 from servers.config import DEFAULT_PORT, ServerConfig
@@ -51,7 +53,7 @@ from servers.guard import (
     RETRY_MODES,
 )
 from servers.knobs import add_transport_arguments, transport_fields
-from tbcore import units, workloads
+from tbcore import paths, units, workloads
 from tbcore.errors import SpecError
 
 
@@ -93,7 +95,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen-backlog", default=str(DEFAULT_LISTEN_BACKLOG))
 
 
+def check_bindable(bind: str) -> None:
+    """``--bind`` is an address of this host (not a name, not someone else's address)."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(bind).version == 6 else socket.AF_INET
+    except ValueError:
+        raise SpecError("bind", f"{bind!r} is not an IP address") from None
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((bind, 0))
+        except OSError as err:
+            raise SpecError(
+                "bind", f"{bind}: {err.strerror} (not an address of this host)"
+            ) from None
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Every file and directory the server would write, before it writes any."""
+    for flag, value in (("log", args.log), ("samples", args.samples), ("keylog", args.keylog)):
+        if value is not None:
+            paths.check_writable_file(flag, value)
+    for flag, value in (("qlog-dir", args.qlog_dir), ("cert-dir", args.cert_dir)):
+        if value is not None:
+            paths.check_writable_dir(flag, value)
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    check_bindable(args.bind)
+    check_paths(args)
     return ServerConfig(
         bind=args.bind,
         h2_port=None if args.no_h2 else args.h2_port,

@@ -30,6 +30,9 @@ QUIC_MAX_DATAGRAM_BYTES = 65_527
 """Largest UDP payload (RFC 9000 max_udp_payload_size upper bound is 65527)."""
 QUIC_PACING_MODES = ("cwnd", "off")
 """``--quic-pacing`` words; anything else is a rate."""
+SOCKOPT_MAX_BYTES = 2**31 - 1
+"""setsockopt() takes a C int: SO_SNDBUF, SO_RCVBUF, TCP_WINDOW_CLAMP, TCP_NOTSENT_LOWAT."""
+SOCKOPT_SIZE_FIELDS = ("window_clamp_bytes", "sndbuf_bytes", "rcvbuf_bytes", "notsent_lowat_bytes")
 OPTIONAL_SIZE_FIELDS = (
     "window_clamp_bytes",
     "sndbuf_bytes",
@@ -123,8 +126,11 @@ def check_transport_fields(config: Any) -> None:
         )
     for name in OPTIONAL_SIZE_FIELDS:
         value = getattr(config, name)
+        flag = name.removesuffix("_bytes").replace("_", "-")
         if value is not None and value <= 0:
-            raise SpecError(name.removesuffix("_bytes").replace("_", "-"), "must be > 0 bytes")
+            raise SpecError(flag, "must be > 0 bytes")
+        if value is not None and name in SOCKOPT_SIZE_FIELDS and value > SOCKOPT_MAX_BYTES:
+            raise SpecError(flag, f"{value} bytes is more than setsockopt takes (2^31-1)")
     if config.max_pacing_rate_bps is not None and config.max_pacing_rate_bps <= 0:
         raise SpecError("max-pacing-rate", "must be > 0 bit/s")
     if not H2_MIN_WINDOW_BYTES <= config.h2_window_bytes <= H2_MAX_WINDOW_BYTES:

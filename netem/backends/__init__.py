@@ -158,6 +158,16 @@ def probe(name: str) -> tuple[bool, str]:
     return type(get(name)).probe()
 
 
+def check_choice(name: str = "auto") -> None:
+    """Refuse a bad backend name, or a bad ``TESTBED_BACKEND`` behind ``auto``, without
+    probing anything: what a command checks before it creates a directory or a link."""
+    if name not in BACKEND_CHOICES:
+        raise SpecError("backend", f"{name!r}: must be one of {', '.join(BACKEND_CHOICES)}")
+    forced = os.environ.get(BACKEND_ENV, "").strip()
+    if name == "auto" and forced and forced not in ("netem", "userspace"):
+        raise SpecError(BACKEND_ENV, f"{forced!r}: must be netem or userspace")
+
+
 def choose(name: str = "auto") -> str:
     """Resolve ``auto`` to ``netem`` if the kernel has it, else ``userspace``; check others.
 
