@@ -36,7 +36,21 @@ def _can_create_in(field: str, directory: Path, shown: Path) -> None:
 
 def check_writable_dir(field: str, path: Path | str) -> None:
     """``path`` is, or can be made as, a directory this process may write in."""
-    path = Path(path)
+    try:
+        _check_dir(field, Path(path))
+    except OSError as err:  # a name too long, a loop of links...
+        raise SpecError(field, f"{path}: {err.strerror or err}") from None
+
+
+def check_writable_file(field: str, path: Path | str) -> None:
+    """``path`` is a file (or device) this process may write, or one it can create."""
+    try:
+        _check_file(field, Path(path))
+    except OSError as err:
+        raise SpecError(field, f"{path}: {err.strerror or err}") from None
+
+
+def _check_dir(field: str, path: Path) -> None:
     if path.exists():
         if not path.is_dir():
             raise SpecError(field, f"{path} exists and is not a directory")
@@ -45,9 +59,7 @@ def check_writable_dir(field: str, path: Path | str) -> None:
     _can_create_in(field, _nearest_existing(path.parent), path)
 
 
-def check_writable_file(field: str, path: Path | str) -> None:
-    """``path`` is a file (or device) this process may write, or one it can create."""
-    path = Path(path)
+def _check_file(field: str, path: Path) -> None:
     if path.exists():
         if path.is_dir():
             raise SpecError(field, f"{path} is a directory")
