@@ -72,7 +72,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             h2.config.H2Configuration(client_side=False, header_encoding=None)
         )
         self.h2.on_closed_stream_data = self._on_closed_stream_data
-        self.guard = H2AbuseGuard(H2Limits(), ctx.config.h2_window_bytes)
+        self.guard = H2AbuseGuard(H2Limits(), ctx.config.settings.h2_window_bytes)
         self.head_deadline = HeadDeadline(ctx.config.head_timeout_s)
         self._head_handle: asyncio.TimerHandle | None = None
         self._abuse: str | None = None
@@ -99,7 +99,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             apply_tcp_options(self.sock, self.ctx.tcp_options)
         except Exception as err:  # a knob the kernel refuses: say so, keep serving
             self._log("error", reason=f"socket option: {err}")
-        start_connection(self.h2, self.ctx.config.h2_window_bytes)
+        start_connection(self.h2, self.ctx.config.settings.h2_window_bytes)
         self._flush()
         ssl_object = transport.get_extra_info("ssl_object")
         self._log(
@@ -113,7 +113,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         self._last_activity = now
-        if self.ctx.config.quickack and self.sock is not None:
+        if self.ctx.config.settings.quickack and self.sock is not None:
             rearm_quickack(self.sock)
         view = memoryview(data)
         for offset in range(0, len(view), FEED_SLICE_BYTES):
