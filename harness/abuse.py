@@ -171,7 +171,7 @@ async def probe(proto: str, port: int) -> float | None:
     from clients.api import run_requests
     from clients.config import ClientConfig
 
-    config = ClientConfig(
+    config = ClientConfig.of(
         protocol=proto,
         host="127.0.0.1",
         port=port,
