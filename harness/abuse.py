@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import abuse_attacks as attacks
+from tbcore import paths
 from tbcore.errors import SpecError
 
 PROBE_TIMEOUT_S = 5.0
@@ -46,6 +47,8 @@ RECOVERED_FACTOR = 2.0
 """A request is "back to normal" within this factor of its quiet latency (issue 17)."""
 ATTACK_GRACE_S = 10.0
 """An attack process still running this long after its duration is killed."""
+TABLE_WIDTH_CHARS = 200
+"""The rich table is printed at least this wide (narrower terminals wrap every cell)."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
@@ -377,7 +380,7 @@ def render(results: list[AttackResult]) -> Any:
             _ms(r.quiet_s.get("h3")),
             _series(r.during_s.get("h3", [])),
             _series(r.after_s.get("h3", [])),
-            "not in 6 s" if r.recovered_s is None else f"{r.recovered_s:.1f}",
+            f"not in {AFTER_S:g} s" if r.recovered_s is None else f"{r.recovered_s:.1f}",
             "-" if r.cpu_during_pct is None else f"{r.cpu_during_pct:.0f} %",
             "/".join(
                 "-" if v is None else f"{v:.0f}"
@@ -386,6 +389,35 @@ def render(results: list[AttackResult]) -> Any:
             r.outcome,
         )
     return table
+
+
+def markdown(results: list[AttackResult]) -> str:
+    """The table as Markdown (for the README)."""
+    head = (
+        "| attack | server | h2 quiet | h2 during | h2 after | h3 quiet | h3 during | "
+        "h3 after | normal after (s) | server CPU during | RSS MB base/peak/end | outcome |"
+    )
+    lines = [head, "|" + " --- |" * 12]
+    for r in results:
+        cells = [
+            r.attack,
+            r.server,
+            _ms(r.quiet_s.get("h2")),
+            _series(r.during_s.get("h2", [])),
+            _series(r.after_s.get("h2", [])),
+            _ms(r.quiet_s.get("h3")),
+            _series(r.during_s.get("h3", [])),
+            _series(r.after_s.get("h3", [])),
+            f"not in {AFTER_S:g} s" if r.recovered_s is None else f"{r.recovered_s:.1f}",
+            "-" if r.cpu_during_pct is None else f"{r.cpu_during_pct:.0f} %",
+            "/".join(
+                "-" if v is None else f"{v:.0f}"
+                for v in (r.rss_base_mb, r.rss_peak_mb, r.rss_end_mb)
+            ),
+            r.outcome,
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def parse_attacks(text: str) -> list[Attack]:
@@ -404,6 +436,9 @@ def _abuse(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     chosen = parse_attacks(args.attacks)
+    for flag, value in (("json", args.json), ("markdown", args.markdown)):
+        if value is not None:
+            paths.check_writable_file(flag, value)
     servers: list[tuple[str, Path | None]] = []
     if args.before is not None:
         if not (args.before / "servers" / "serve.py").is_file():
@@ -411,7 +446,7 @@ def _abuse(args: argparse.Namespace) -> int:
         servers.append(("before", args.before))
     servers.append(("this", None))
     results: list[AttackResult] = []
-    console = Console()
+    console = Console(width=max(Console().width, TABLE_WIDTH_CHARS))
     for attack in chosen:
         for label, src in servers:
             console.print(f"[dim]{attack.name} vs {label}: {attack.what}[/dim]")
@@ -437,4 +472,5 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="also run each attack against the server of this source tree (git archive)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the results as JSON")
+    parser.add_argument("--markdown", type=Path, default=None, help="write the table as Markdown")
     parser.set_defaults(handler=_abuse)
