@@ -4,7 +4,7 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
 ::
 
     testbed doctor [--json]
-    testbed link up NAME [LINKSPEC] [--backend auto|netem|userspace]
+    testbed link up NAME LINKSPEC [--backend auto|netem|userspace]
                         [--slow-start-after-idle 0|1] [--sysctl net.x.y=VALUE ...]
     testbed link show NAME [--json]
     testbed link down NAME
@@ -14,7 +14,13 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
 ``link up`` returns once packets flow and leaves the link running (the userspace emulator is
 a daemon logging to /run/testbed/links/NAME.log); any program can then use it, e.g.
 ``ip netns exec tb-NAME-server iperf3 -s`` and ``ip netns exec tb-NAME-client iperf3 -c
-198.18.2.2``.
+198.18.2.2``. An empty LINKSPEC is refused (an unshaped link by accident): write
+``rtt=0ms`` for one without delay.
+
+``clean`` removes what no living process owns: a link whose owner (the ``testbed run`` or
+test that made it) is alive, or one that ``link up`` left whose emulator runs, is skipped
+and named (``--force`` removes it too); ``--name`` limits it to one link. ``link down``
+always removes its link.
 """
 
 from __future__ import annotations
@@ -180,8 +186,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     up.add_argument("name", help="link name: 1-10 lowercase letters or digits")
     up.add_argument(
         "linkspec",
-        nargs="?",
-        default="",
         help=f"e.g. rtt=200ms,loss=14%%,rate=333mbit, or a preset: {', '.join(PRESETS)}",
     )
     up.add_argument("--backend", choices=backends.BACKEND_CHOICES, default="auto")

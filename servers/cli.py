@@ -11,6 +11,8 @@ Interface for the harness (issue 5)::
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
         [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-quic-batching]
         [--samples FILE.csv] [--sample-hz 1000] [--idle-timeout 60s]
+        [--head-timeout 10s] [--quic-retry auto|always|off] [--retry-threshold 64]
+        [--max-connections 2048] [--max-connections-per-source 256] [--listen-backlog 4096]
 
 prints exactly one line per listener once it listens, and flushes stdout::
 
@@ -33,6 +35,18 @@ seconds, CLOCK_MONOTONIC), ``event`` (listening, connection_open, connection_clo
 request_first_byte, request_body_first_byte, request_last_byte, upload_truncated,
 processing_start, processing_end, response_first_byte, response_last_byte, chunk_sent,
 stream_reset, abuse, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details.
+
+Abuse limits (issue 17; reasons in servers/guard.py): an HTTP/2 connection is closed with
+GOAWAY(ENHANCE_YOUR_CALM) after more than 200 RST_STREAM or 2,000 new streams in 10 s, more
+than a window + 1 MiB of DATA on a closed stream, or a request head (or the preface) not
+complete ``--head-timeout`` after its first byte (an ``abuse`` event says which); its source
+then waits 10 s for its next connection. Connections are capped per source address and in
+total before the TLS handshake. QUIC: an Initial that does not decrypt leaves nothing behind;
+``--quic-retry auto`` sends a Retry (address validation) once more than
+``--retry-threshold`` connections are in handshake or were attempted in the last second;
+Initials beyond 100/s from one address are dropped unread; a handshake must finish in 10 s.
+Unusable values (``--bind`` not an address of this host, an unwritable ``--log`` or
+``--cert-dir``, socket sizes beyond a C int) are refused before anything is created.
 
 ``--settings`` takes the run's settings document (tbcore.settings, what the harness
 passes); each knob flag (one per knob the server applies) overrides it.
