@@ -45,8 +45,13 @@ SAMPLE_INTERVAL_S = 0.2
 """CPU and RSS of the server are read from /proc this often."""
 RECOVERED_FACTOR = 2.0
 """A request is "back to normal" within this factor of its quiet latency (issue 17)."""
-ATTACK_GRACE_S = 10.0
-"""An attack process still running this long after its duration is killed."""
+ATTACK_GRACE_S = 30.0
+"""An attack process still running this long after its duration is killed (setting up 200
+TLS connections takes 5 s or more on a loaded 2-core host)."""
+RECOVERY_RUN_PROBES = 4
+"""Back to normal: the first of this many consecutive probes (two of each protocol) all
+within RECOVERED_FACTOR of their quiet latency. One late probe on a shared host is noise,
+not a server that has not recovered."""
 TABLE_WIDTH_CHARS = 200
 """The rich table is printed at least this wide (narrower terminals wrap every cell)."""
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -81,8 +86,8 @@ ATTACKS: dict[str, Attack] = {
         ),
         Attack(
             "slowloris",
-            "200 TLS connections sending a request head one byte per second",
-            14.0,
+            "200 TLS connections sending a request head one byte per second for 12 s",
+            12.0,
             attacks.slowloris,
             {"connections": 200, "byte_interval_s": 1.0},
         ),
@@ -313,26 +318,26 @@ async def _phases(
 def recovery_s(
     probes: list[Probe], quiet_s: dict[str, float | None], attack_end: float
 ) -> float | None:
-    """Seconds after ``attack_end`` from which every probe was within RECOVERED_FACTOR of
-    its quiet latency (0 if they all were right away); None if the last one was not."""
+    """Seconds after ``attack_end`` until the first run of RECOVERY_RUN_PROBES consecutive
+    probes all within RECOVERED_FACTOR of their quiet latency (0 if it starts at once);
+    None if no such run came (or fewer probes were made than a run)."""
     later = [p for p in probes if p.t >= attack_end]
-    if not later:
-        return None
-    recovered_at: float | None = None
+    run_start: float | None = None
+    run = 0
     for p in later:
         quiet = quiet_s.get(p.proto)
-        fine = (
-            p.latency_s is not None
-            and quiet is not None
-            and p.latency_s <= RECOVERED_FACTOR * quiet
-        )
+        fine = p.latency_s is not None and quiet is not None
+        fine = fine and p.latency_s <= RECOVERED_FACTOR * quiet  # type: ignore[operator]
         if not fine:
-            recovered_at = None
-        elif recovered_at is None:
-            recovered_at = p.t
-    if recovered_at is None:
-        return None
-    return max(0.0, recovered_at - attack_end) if recovered_at > later[0].t else 0.0
+            run, run_start = 0, None
+            continue
+        if run == 0:
+            run_start = p.t
+        run += 1
+        if run >= RECOVERY_RUN_PROBES:
+            assert run_start is not None
+            return 0.0 if run_start == later[0].t else max(0.0, run_start - attack_end)
+    return None
 
 
 def _ms(value: float | None) -> str:
@@ -420,6 +425,17 @@ def markdown(results: list[AttackResult]) -> str:
     return "\n".join(lines)
 
 
+def load_results(path: Path) -> list[AttackResult]:
+    """Results written with ``--json``."""
+    import json
+
+    results = []
+    for data in json.loads(path.read_text()):
+        probes = [Probe(**p) for p in data.pop("probes")]
+        results.append(AttackResult(**data, probes=probes))
+    return results
+
+
 def parse_attacks(text: str) -> list[Attack]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
@@ -454,6 +470,8 @@ def _abuse(args: argparse.Namespace) -> int:
     console.print(render(results))
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=1, default=str) + "\n")
+    if args.markdown is not None:
+        args.markdown.write_text(markdown(results) + "\n")
     return 0
 
 

@@ -47,8 +47,13 @@ ABUSE_PENALTY_S = 10.0
 """After a connection is closed for abuse, its source's next connection is refused (before
 TLS) for this long: the reconnect loop of a rapid-reset attacker costs an accept, not a
 handshake. One window of the reset counters (guard.RESET_WINDOW_S)."""
-ACCEPTS_PER_WAKEUP = 64
-"""Connections accepted per readiness event of the listening socket (then other work runs)."""
+ADMITS_PER_WAKEUP = 64
+"""Connections admitted (TLS started) per readiness event of the listening socket; then
+other work runs."""
+MAX_ACCEPTS_PER_WAKEUP = 2_048
+"""Connections accepted per readiness event, refused ones included: a refusal is an accept
+and a close (~10 us), so a flood of refused connections is drained at once instead of
+standing in the accept queue in front of a normal client's."""
 
 
 class GuardedH2Connection(h2.connection.H2Connection):
@@ -403,7 +408,10 @@ class H2Listener:
         next is accepted (else each reconnect buys another TLS handshake and 200 resets)."""
 
     def _accept(self) -> None:
-        for _ in range(ACCEPTS_PER_WAKEUP):
+        admitted = 0
+        for _ in range(MAX_ACCEPTS_PER_WAKEUP):
+            if admitted >= ADMITS_PER_WAKEUP:
+                return
             try:
                 conn, addr = self.sock.accept()
             except (BlockingIOError, InterruptedError):
@@ -421,6 +429,7 @@ class H2Listener:
                         "error", proto=PROTO, peer=f"{addr[0]}:{addr[1]}", reason=refused
                     )
                 continue
+            admitted += 1
             conn.setblocking(False)
             task = self._loop.create_task(self._start(conn, source))
             self._pending.add(task)

@@ -36,17 +36,14 @@ def test_every_attack_is_bounded_in_time() -> None:
     assert all(0 < a.duration_s <= 30 for a in ATTACKS.values())
 
 
-def test_recovery_is_the_start_of_the_last_good_run_of_probes() -> None:
-    probes = [
-        Probe(1.0, "h2", None),  # during the attack (ends at 5 s)
-        Probe(5.5, "h2", 0.5),  # still slow after it
-        Probe(6.0, "h3", 0.07),
-        Probe(6.5, "h2", 0.05),
-        Probe(7.0, "h3", 0.06),
-    ]
-    assert recovery_s(probes, QUIET, attack_end=5.0) == pytest.approx(1.0)
-    assert recovery_s(probes[:2], QUIET, attack_end=5.0) is None  # never back
-    assert recovery_s(probes[2:], QUIET, attack_end=5.0) == 0.0  # back at once
+def test_recovery_is_the_start_of_the_first_run_of_good_probes() -> None:
+    slow = [Probe(1.0, "h2", None), Probe(5.5, "h2", 0.5)]  # during, then still slow
+    good = [Probe(6.0 + i / 2, "h3" if i % 2 else "h2", 0.05) for i in range(4)]
+    assert recovery_s(slow + good, QUIET, attack_end=5.0) == pytest.approx(1.0)
+    assert recovery_s(good, QUIET, attack_end=5.0) == 0.0  # back at once
+    assert recovery_s(slow + good[:3], QUIET, attack_end=5.0) is None  # no full run yet
+    noisy = good[:2] + [Probe(7.0, "h2", 1.0)] + [Probe(7.5 + i, "h2", 0.05) for i in range(4)]
+    assert recovery_s(noisy, QUIET, attack_end=5.0) == pytest.approx(2.5)
 
 
 def test_the_table_has_one_row_per_result() -> None:
