@@ -340,3 +340,9 @@ def test_bad_count_names_the_field(text: object) -> None:
 def test_out_of_range_and_non_ascii_quantities_are_refused(parse, text: str) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(SpecError):
         parse("field", text)
+
+
+def test_errors_are_one_line_and_cut_to_a_readable_length() -> None:
+    err = SpecError("k" * 100_000, "bad value " + "v" * 100_000 + "\nsecond line")
+    text = str(err)
+    assert "\n" not in text and len(text) < 1000 and "100000 characters" in text
