@@ -41,6 +41,9 @@ IDLE_CHECK_FRACTION = 4
 FEED_SLICE_BYTES = 16 * 1024
 """Bytes handed to h2 at once: the abuse verdicts are checked between slices, so a 64 KB
 read of 2,000 HEADERS+RST_STREAM pairs is not all parsed after the connection is condemned."""
+H2_FRAME_TYPE_OFFSET = 3
+"""RFC 9113 section 4.1: the frame type follows the 24-bit length."""
+H2_DATA_FRAME = 0x0
 ABUSE_LINGER_S = 0.5
 """After GOAWAY(ENHANCE_YOUR_CALM), the connection is aborted this much later."""
 ABUSE_PENALTY_S = 10.0
@@ -138,9 +141,15 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
 
     # -- abuse -----------------------------------------------------------------------------
     def _partial_head(self) -> bool:
-        """An incomplete frame, header block or connection preface is buffered."""
+        """An incomplete connection preface, header block or non-DATA frame is buffered.
+        A partial DATA frame is not a head: a 1 MiB frame takes 8 s at 1 Mbit/s."""
         buf = self.h2.incoming_buffer
-        return bool(buf._data or buf._headers_buffer or buf._preamble_len)
+        if buf._preamble_len or buf._headers_buffer:
+            return True
+        data = buf._data
+        if not data:
+            return False
+        return len(data) <= H2_FRAME_TYPE_OFFSET or data[H2_FRAME_TYPE_OFFSET] != H2_DATA_FRAME
 
     def _update_head_deadline(self, now: float) -> None:
         deadline = self.head_deadline

@@ -105,3 +105,28 @@ def test_a_client_passes_address_validation_with_retry(
 ) -> None:
     proc, _ = server
     assert asyncio.run(probe("h3", proc.ports["h3"])) is not None
+
+
+@pytest.mark.parametrize("server", [["--head-timeout", "1s"]], indirect=True)
+def test_a_slow_data_frame_is_not_a_slow_head(server: tuple[ServerProcess, Path]) -> None:
+    """The head deadline is for heads: a large DATA frame on a slow path may take longer."""
+    import time
+
+    import hpack
+
+    proc, log = server
+    sock = attacks._tls(_target(proc))
+    body = b"x" * 20_000
+    headers = [(":method", "POST"), (":path", "/sink"), (":scheme", "https"),
+               (":authority", "x"), ("content-length", str(len(body)))]  # fmt: skip
+    block = hpack.Encoder().encode(headers)
+    data = attacks._frame(attacks.H2_DATA, attacks.H2_FLAG_END_STREAM, 1, body[:16_000])
+    try:
+        sock.sendall(attacks.H2_PREFACE + attacks._frame(attacks.H2_SETTINGS, 0, 0))
+        sock.sendall(attacks._frame(attacks.H2_HEADERS, attacks.H2_FLAG_END_HEADERS, 1, block))
+        sock.sendall(data[:5_000])
+        time.sleep(2.0)  # twice the head deadline, mid-frame
+        assert attacks._drain(sock) is not None  # still open
+    finally:
+        sock.close()
+    assert not any(e["event"] == "abuse" for e in _events(log))
