@@ -12,9 +12,10 @@ import importlib
 import os
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from harness import __version__
-from tbcore.errors import SpecError
+from tbcore.errors import LinkLost, SpecError, clip
 
 COMMAND_MODULES = (
     "netem.cli",  # doctor, link, clean, bench link
@@ -22,15 +23,26 @@ COMMAND_MODULES = (
     "servers.cli",  # serve, workload
     "clients.cli",  # client, bench stacks
     "harness.run_cli",  # run, campaign, report
+    "harness.abuse",  # abuse (attacks on loopback, a benchmark)
     "netem.crossval",  # bench crossval (kernel netem in a VM vs the userspace emulator)
 )
 
 EXIT_USAGE = 2
 """Exit status of bad input, as argparse uses it."""
+EXIT_LINK_LOST = 3
+"""Exit status when the emulated path was taken down under a run."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (``testbed run: error: ...``), as
+    every other bad input is; ``--help`` still prints the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {clip(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="testbed",
         description="Where the time of one interactive request goes on a long, lossy path.",
     )
@@ -54,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SpecError as err:
         print(f"testbed {args.command}: error: {err}", file=sys.stderr)
         return EXIT_USAGE
+    except LinkLost as err:
+        print(f"testbed {args.command}: error: {err}", file=sys.stderr)
+        return EXIT_LINK_LOST
     except KeyboardInterrupt:
         print(f"testbed {args.command}: interrupted", file=sys.stderr)
         return 130

@@ -35,7 +35,7 @@ from typing import Any
 
 import pandas as pd
 
-from tbcore.errors import SpecError
+from tbcore.errors import SpecError, clip
 from tbcore.records import clean_json
 from tbcore.runrow import RunRow, run_columns
 
@@ -100,6 +100,14 @@ def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
     atomic_write_bytes(path, data)
 
 
+MAX_SAME_STAMP = 1000
+"""Result directories one experiment may start within one second (stamp-2 ... stamp-1000)."""
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or type(err).__name__
+
+
 @dataclass
 class ResultDir:
     """One experiment's result directory."""
@@ -108,14 +116,30 @@ class ResultDir:
 
     @classmethod
     def create(cls, root: Path, experiment: str, stamp: str | None = None) -> ResultDir:
+        """A new directory ``root/experiment/stamp`` (``stamp-2``, ``-3``... when taken),
+        claimed with one ``mkdir``: of two runs started in the same second each gets its own
+        (no check-then-create race). An unwritable ``root`` is a SpecError naming ``output``."""
         stamp = stamp or utc_stamp()
-        path = Path(root) / experiment / stamp
-        suffix = 1
-        while path.exists():  # two runs in one second: never share a directory
-            suffix += 1
-            path = Path(root) / experiment / f"{stamp}-{suffix}"
-        (path / "runs").mkdir(parents=True)
-        return cls(path)
+        parent = Path(root) / experiment
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise SpecError(
+                "output", f"{clip(str(root))}: cannot create a result directory ({_reason(err)})"
+            ) from None
+        for suffix in range(1, MAX_SAME_STAMP + 1):
+            path = parent / (stamp if suffix == 1 else f"{stamp}-{suffix}")
+            try:
+                path.mkdir()
+            except FileExistsError:
+                continue
+            except OSError as err:
+                raise SpecError(
+                    "output", f"{clip(str(path))}: cannot create ({_reason(err)})"
+                ) from None
+            (path / "runs").mkdir()
+            return cls(path)
+        raise SpecError("output", f"{MAX_SAME_STAMP} result directories for stamp {stamp} exist")
 
     @classmethod
     def open(cls, path: Path) -> ResultDir:
@@ -160,6 +184,11 @@ class ResultDir:
             shutil.rmtree(path)
         path.mkdir(parents=True)
         return path
+
+    def discard_run(self, run_id: str) -> None:
+        """Forget a run (its directory goes), so that ``--resume`` makes it again."""
+        shutil.rmtree(self.run_dir(run_id), ignore_errors=True)
+        self.write_tables()
 
     def finished(self) -> set[str]:
         runs = self.path / "runs"

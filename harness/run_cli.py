@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tbcore import paths
 from tbcore.errors import SpecError
 from tbcore.units import parse_count
 
@@ -159,11 +160,23 @@ def _terminate_cleanly() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _check_early(backend: str, link_name: str | None) -> None:
+    """What can be refused before anything exists: the backend (and TESTBED_BACKEND), the
+    link name."""
+    from netem import backends, names
+
+    backends.check_choice(backend)
+    if link_name is not None:
+        names.check_link_name(link_name)
+
+
 def _run(args: argparse.Namespace) -> int:
     from harness import spec as specmod
     from harness.runner import run_experiment
 
     _terminate_cleanly()
+    _check_early(args.backend, args.link_name)
+
     from harness import topology_runs
 
     if topology_runs.is_topology_file(Path(args.experiment)):  # relay and two paths (issue 14)
@@ -184,6 +197,10 @@ def _run(args: argparse.Namespace) -> int:
         spec = spec.with_repetitions(args.reps)
     if args.resume is not None and args.output is not None:
         raise SpecError("resume", "give --resume DIR or --output DIR, not both")
+    if args.resume is None:
+        paths.check_writable_dir(
+            "output", Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+        )
     progress = RichProgress(spec.name)
     try:
         result = run_experiment(
@@ -240,8 +257,11 @@ def _campaign(args: argparse.Namespace) -> int:
         names = os.environ.get(ENV_EXPERIMENTS) or None
     reps = args.reps if args.reps is not None else env_int(ENV_REPS)
     backend = args.backend or os.environ.get(ENV_BACKEND) or "auto"
+    _check_early(backend, args.link_name)
     quick = args.quick or env_bool(ENV_QUICK)
     output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+    if args.resume is None:
+        paths.check_writable_dir("output", output)
     started = time.monotonic()
     summary = run_campaign(
         experiments_dir=Path(args.experiments_dir),

@@ -35,7 +35,7 @@ from harness.record import ResultDir, utc_stamp
 from harness.spec import ExperimentSpec, link_of
 from netem.linkspec import LinkSpec
 from tbcore import kinds
-from tbcore.errors import SpecError
+from tbcore.errors import LinkLost, SpecError
 from tbcore.runrow import RunRow
 
 WATCHED = ("client", "server", "emulator")
@@ -177,6 +177,20 @@ def _link_up(name: str, spec: LinkSpec, backend: str) -> Any:
     return Link.up(name, spec, backend=backend)
 
 
+def _check_link(link: Any, result: ResultDir, run_id: str, *, before: bool) -> None:
+    """Stop (LinkLost) if the link was taken down under the run; a run made on a vanishing
+    link is discarded, not recorded as invalid, so that ``--resume`` makes it again."""
+    lost = link.lost()
+    if lost is None:
+        return
+    if not before:
+        result.discard_run(run_id)
+    raise LinkLost(
+        f"link {link.name} was taken down under the run ({lost}); stopped at run {run_id}, "
+        f"results so far in {result.path} (testbed run --resume {result.path} goes on)"
+    )
+
+
 def _reopen(spec: ExperimentSpec, plan: Sequence[PlannedRun], resume: Path) -> ResultDir:
     """The result directory of an interrupted campaign of the same experiment and plan."""
     result = ResultDir.open(resume)
@@ -275,9 +289,11 @@ def run_experiment(
             for first_attempt in left:
                 run: PlannedRun | None = first_attempt
                 while run is not None:
+                    _check_link(link, result, run.run_id, before=True)
                     if progress:
                         progress("start", run, None)
                     row = execute_run(env, run, scales.get(run.level))
+                    _check_link(link, result, run.run_id, before=False)
                     rows.append(row)
                     outcomes[run.run_id] = Outcome.of_row(row)
                     made = run

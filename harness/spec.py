@@ -449,6 +449,8 @@ def _parse_level(
         settings, _ = parse_settings(table, where, fixed)
     check_consistent(settings, where)
     baseline = raw.get("baseline", earlier[0].name if earlier else level_name)
+    if "baseline" in raw and baseline == level_name:
+        raise SpecError(f"{where}.baseline", "a level cannot be its own baseline")
     if not isinstance(baseline, str) or (baseline != level_name and baseline not in names):
         raise SpecError(f"{where}.baseline", f"{baseline!r} is not an earlier level")
     return Level(level_name, dict(table), settings, baseline)
@@ -503,15 +505,28 @@ def _parse_quick(
 def loads(text: str, path: str = "") -> ExperimentSpec:
     try:
         data = tomllib.loads(text)
+        return parse_experiment(data, source=text, path=path)
     except tomllib.TOMLDecodeError as err:
         raise SpecError(path or "experiment", f"not valid TOML: {err}") from None
-    return parse_experiment(data, source=text, path=path)
+    except RecursionError:
+        raise SpecError(path or "experiment", "nested too deeply to be an experiment") from None
+
+
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+"""Byte order marks of UTF-16 (TOML files are UTF-8, TOML 1.0 section 1)."""
 
 
 def load(path: str | Path) -> ExperimentSpec:
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as err:
         raise SpecError("experiment", f"{path}: {err.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        what = "UTF-16 (byte order mark)" if raw.startswith(UTF16_BOMS) else "not UTF-8"
+        raise SpecError(
+            "experiment", f"{path}: {what} at byte {err.start}; TOML files are UTF-8"
+        ) from None
     return loads(text, str(path))

@@ -8,7 +8,13 @@ the namespace, and its devices, alive after the unmount), then the namespaces th
 ``tb-`` devices in the host namespace, and the files in ``/run/testbed/links``.
 
 With a name, only that link's traces are touched (tests use this so that they never touch
-another test's link); without, everything named ``tb-``.
+another test's link); without, everything named ``tb-`` that no living process owns.
+
+Ownership (issue 17): a link whose state file names a live owner (the ``testbed run`` or
+test that brought it up, checked by pid and start time), or a link left up on purpose by
+``testbed link up`` whose emulator still runs, is in use: ``clean`` skips it and says why,
+unless ``force``. What a SIGKILLed run left (owner gone) is removed as before, and so is a
+kernel-backend link (no process of its own). ``link down`` always removes its link.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ class CleanReport:
     files: list[str] = field(default_factory=list)
     remaining: list[str] = field(default_factory=list)
     """Anything still there afterwards (namespaces, live processes), one description each."""
+    skipped: list[str] = field(default_factory=list)
+    """Links left alone because a living process owns them (``link NAME: reason``)."""
+
+    def merge(self, other: CleanReport) -> None:
+        for name in ("killed", "processes", "namespaces", "devices", "files", "remaining"):
+            getattr(self, name).extend(getattr(other, name))
 
     @property
     def ok(self) -> bool:
@@ -183,11 +195,85 @@ def _delete_host_device(device: str) -> bool:
     return True
 
 
-def clean(link: str | None = None) -> CleanReport:
-    """Remove the traces of ``link`` (or of every ``tb-`` thing when None)."""
-    report = CleanReport()
+def start_ticks(pid: int) -> int | None:
+    """A process's start time (/proc/PID/stat field 22), to tell it from a recycled pid."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(text.rpartition(")")[2].split()[19])
+
+
+def link_in_use(link: str) -> str | None:
+    """Why ``link`` belongs to a living process (one line), or None when nothing living
+    owns it. The calling process's own links are never "in use" (it may clean them)."""
+    try:
+        data = json.loads(names.state_file(link).read_text())
+    except (OSError, ValueError):
+        return None  # no state file, or unreadable: nothing can claim the link
+    if not isinstance(data, dict):
+        return None
+    pid = data.get("owner_pid")
+    if isinstance(pid, int) and pid > 0 and pid != os.getpid():
+        ticks = data.get("owner_start_ticks")
+        if process_alive(pid, ticks if isinstance(ticks, int) else None):
+            return f"owned by live process {describe(pid)}"
+    # state files written before the flag existed count as persistent: the safe side
+    if not data.get("persistent", True):
+        return None
+    emulator = data.get("emulator_pid")
+    if isinstance(emulator, int) and emulator > 0:
+        ticks = data.get("emulator_start_ticks")
+        if process_alive(emulator, ticks if isinstance(ticks, int) else None):
+            return f"left up by testbed link up; its emulator {emulator} runs"
+    # a kernel-backend link left up belongs to no process: what no living process owns goes
+    return None
+
+
+LINK_OF_NAME = re.compile(r"tb-([a-z0-9]{1,10})-")
+"""The link a namespace, device or thread name belongs to (``tb-NAME-...``)."""
+
+
+def known_links() -> set[str]:
+    """Every link name with a trace: state files, namespaces, emulator threads, devices."""
+    found: set[str] = set()
+    directory = names.STATE_DIR / "links"
+    if directory.is_dir():
+        for path in directory.iterdir():
+            stem = path.name.split(".", 1)[0]
+            if names.LINK_NAME_RE.fullmatch(stem):
+                found.add(stem)
+    traces = list(topology.list_namespaces())
+    traces += [_comm(pid) for pid in _pids() if is_emulator(pid, None)]
+    with contextlib.suppress(OSError):
+        traces += _host_devices(names.PREFIX)
+    for trace in traces:
+        match = LINK_OF_NAME.match(trace)
+        if match:
+            found.add(match.group(1))
+    return found
+
+
+def clean(link: str | None = None, *, force: bool = False) -> CleanReport:
+    """Remove the traces of ``link`` (or of every ``tb-`` thing when None) that no living
+    process owns; with ``force``, in use or not. Skipped links are listed in the report."""
     if link is not None:
         names.check_link_name(link)
+        reason = None if force else link_in_use(link)
+        if reason is not None:
+            return CleanReport(skipped=[f"link {link}: {reason}"])
+        return _clean(link)
+    in_use = {} if force else {n: r for n in sorted(known_links()) if (r := link_in_use(n))}
+    if not in_use:
+        return _clean(None)
+    report = CleanReport(skipped=[f"link {n}: {r}" for n, r in in_use.items()])
+    for name in sorted(known_links() - in_use.keys()):
+        report.merge(_clean(name))
+    return report
+
+
+def _clean(link: str | None) -> CleanReport:
+    report = CleanReport()
     found = find_processes(link)
     report.processes = [describe(pid) for pid in found]
     report.killed = kill_processes(found)

@@ -4,7 +4,7 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
 ::
 
     testbed doctor [--json]
-    testbed link up NAME [LINKSPEC] [--backend auto|netem|userspace]
+    testbed link up NAME LINKSPEC [--backend auto|netem|userspace]
                         [--slow-start-after-idle 0|1] [--sysctl net.x.y=VALUE ...]
                         [--topology relay|dual --near-link L --link-b L --exit-link L]
                         [--event outage:at=2s,for=1s ...]
@@ -14,12 +14,18 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
     testbed link show NAME [--json]
     testbed link down NAME
     testbed link list [--json]
-    testbed clean [--name NAME] [--json]
+    testbed clean [--name NAME] [--force] [--json]
 
 ``link up`` returns once packets flow and leaves the link running (the userspace emulator is
 a daemon logging to /run/testbed/links/NAME.log); any program can then use it, e.g.
 ``ip netns exec tb-NAME-server iperf3 -s`` and ``ip netns exec tb-NAME-client iperf3 -c
-198.18.2.2``.
+198.18.2.2``. An empty LINKSPEC is refused (an unshaped link by accident): write
+``rtt=0ms`` for one without delay.
+
+``clean`` removes what no living process owns: a link whose owner (the ``testbed run`` or
+test that made it) is alive, or one that ``link up`` left whose emulator runs, is skipped
+and named (``--force`` removes it too); ``--name`` limits it to one link. ``link down``
+always removes its link.
 """
 
 from __future__ import annotations
@@ -99,6 +105,7 @@ def _cmd_link_up(args: argparse.Namespace) -> int:
         slow_start_after_idle=ssai,
         sysctls=_parse_sysctls(args.sysctl),
         events=None if isinstance(spec, Topology) else args.event,
+        persistent=True,
     )
     info = link.show()
     print(
@@ -171,7 +178,7 @@ def _cmd_link_down(args: argparse.Namespace) -> int:
         leftovers = clean.leftovers(args.name)
         if not leftovers:
             raise
-        report = clean.clean(args.name)
+        report = clean.clean(args.name, force=True)
         print(f"link {args.name}: no state file; removed what was left ({len(leftovers)} items)")
         return 0 if report.ok else EXIT_LEFTOVERS
     link.down()
@@ -219,7 +226,7 @@ def _cmd_link_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_clean(args: argparse.Namespace) -> int:
-    report = clean.clean(args.name)
+    report = clean.clean(args.name, force=args.force)
     if args.json:
         _print_json(asdict(report))
     else:
@@ -228,6 +235,8 @@ def _cmd_clean(args: argparse.Namespace) -> int:
             f"clean {what}: {len(report.killed)} processes, {len(report.namespaces)} namespaces, "
             f"{len(report.devices)} devices, {len(report.files)} files removed"
         )
+        for item in report.skipped:
+            print(f"  skipped (in use; --force removes it): {item}")
         for item in report.remaining:
             print(f"  still there: {item}", file=sys.stderr)
     return 0 if report.ok else EXIT_LEFTOVERS
@@ -245,8 +254,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     up.add_argument("name", help="link name: 1-10 lowercase letters or digits")
     up.add_argument(
         "linkspec",
-        nargs="?",
-        default="",
         help=f"e.g. rtt=200ms,loss=14%%,rate=333mbit, or a preset: {', '.join(PRESETS)}",
     )
     up.add_argument("--backend", choices=backends.BACKEND_CHOICES, default="auto")
@@ -293,9 +300,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     ls.set_defaults(handler=_cmd_link_list)
 
     c = commands.add_parser(
-        "clean", help="remove every tb- namespace, device and emulator process (or one link's)"
+        "clean",
+        help="remove every tb- namespace, device and emulator process that no living process "
+        "owns (or one link's)",
     )
     c.add_argument("--name", help="only this link's (what tests use)")
+    c.add_argument(
+        "--force",
+        action="store_true",
+        help="also links in use (a live testbed run's, or testbed link up's with its emulator)",
+    )
     c.add_argument("--json", action="store_true")
     c.set_defaults(handler=_cmd_clean)
 

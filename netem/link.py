@@ -33,6 +33,7 @@ from typing import Any
 
 from netem import backends, clean, names, sysctl, topology
 from netem.backends import LinkState, commit_edge, edge_state, topology_of
+from netem.backends.userspace import process_alive
 from netem.events import LinkEvent, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
@@ -202,8 +203,12 @@ class Link:
         slow_start_after_idle: bool | None = None,
         sysctls: Mapping[str, str | int] | None = None,
         events: Sequence[LinkEvent | str] | None = None,
+        persistent: bool = False,
     ) -> Link:
         """Build link ``name`` and return it once packets flow (the emulator is ready).
+
+        ``persistent``: left up on purpose after this process exits (``testbed link up``);
+        ``testbed clean`` then leaves it alone while its emulator runs.
 
         ``spec`` is a :class:`LinkSpec` or a string for :func:`netem.linkspec.resolve_link`
         (a preset name and/or ``key=value`` pairs). ``slow_start_after_idle`` sets
@@ -255,6 +260,8 @@ class Link:
             server_addr=names.SERVER_ADDR,
             created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
             owner_pid=os.getpid(),
+            owner_start_ticks=clean.start_ticks(os.getpid()),
+            persistent=persistent,
             slow_start_after_idle=slow_start_after_idle,
             extra={"status": "starting"},
         )
@@ -278,7 +285,7 @@ class Link:
         except BaseException:
             with contextlib.suppress(Exception):
                 impl.down(state)
-            clean.clean(name)
+            clean.clean(name, force=True)
             raise
         return cls(state)
 
@@ -287,6 +294,20 @@ class Link:
         """The link ``name`` made by another process (``testbed link up``)."""
         names.check_link_name(name)
         return cls(_load(name))
+
+    def lost(self) -> str | None:
+        """Why this link no longer works (taken down under its user: state file, namespace
+        or emulator gone), or None while it is whole."""
+        state = self._state
+        if not _state_path(state.name).exists():
+            return "its state file is gone (removed by testbed clean or link down?)"
+        for ns in (state.client_ns, state.server_ns, state.router_ns):
+            if ns is not None and not topology.namespace_exists(ns):
+                return f"namespace {ns} is gone"
+        pid = state.emulator_pid
+        if pid is not None and not process_alive(pid, state.emulator_start_ticks):
+            return f"its emulator (pid {pid}) exited"
+        return None
 
     def down(self) -> None:
         """Remove the link: the emulator stops (flushing a capture), namespaces go, state goes.
@@ -297,7 +318,7 @@ class Link:
         try:
             self._backend.down(self._state)
         finally:
-            clean.clean(self.name)
+            clean.clean(self.name, force=True)  # taking it down is the owner's request
 
     def __enter__(self) -> Link:
         return self

@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from tbcore import units
 from tbcore.errors import SpecError
 from tbcore.units import (
     format_duration,
@@ -39,6 +40,18 @@ MIN_MTU_BYTES = 1280
 
 MIN_DEFAULT_QUEUE_BYTES = 64 * ETHERNET_MTU_BYTES
 """Floor of the default queue: a short path still gets a few dozen packets of buffer."""
+
+MAX_RTT_S = 10.0
+"""Longest round trip of a link (both one-way delays plus jitter): a geostationary hop is
+0.6 s and the worst bufferbloat measured a few seconds; ``rtt=1e12s`` is a typo."""
+MIN_RATE_BPS = units.MIN_RATE_BPS
+"""1 kbit/s (tbcore.units: one packet would take longer than any timeout below it)."""
+MAX_RATE_BPS = units.MAX_RATE_BPS
+"""100 Gbit/s (tbcore.units: beyond any interface or emulator on one host)."""
+MAX_QUEUE_BYTES = 2**30
+"""1 GiB of drop-tail queue: 86 s of queueing at 100 Mbit/s, beyond any buffer measured."""
+MAX_QUEUE_PACKETS = 1_000_000
+"""A million packets (1.5 GB of full-size ones): the same bound, counted in packets."""
 
 LOSS_MODELS = ("bernoulli", "gemodel")
 
@@ -109,6 +122,10 @@ class DirectionSpec:
     def __post_init__(self) -> None:
         _check_number("delay_s", self.delay_s, minimum=0.0)
         _check_number("jitter_s", self.jitter_s, minimum=0.0)
+        if self.delay_s + self.jitter_s > MAX_RTT_S:
+            raise SpecError(
+                "delay_s", f"{self.delay_s!r} s is longer than a link allows ({MAX_RTT_S:g} s RTT)"
+            )
         if self.jitter_s > self.delay_s:
             raise SpecError("jitter_s", f"{self.jitter_s!r} exceeds delay_s {self.delay_s!r}")
         _check_number("loss", self.loss, minimum=0.0)
@@ -120,6 +137,8 @@ class DirectionSpec:
             _check_number("rate_bps", self.rate_bps, minimum=0.0)
             if self.rate_bps <= 0:
                 raise SpecError("rate_bps", "must be > 0 bit/s (omit it for an unlimited link)")
+            if not MIN_RATE_BPS <= self.rate_bps <= MAX_RATE_BPS:
+                raise SpecError("rate_bps", f"{self.rate_bps!r} is outside 1 kbit/s .. 100 Gbit/s")
         if self.queue_bytes is not None and self.queue_packets is not None:
             raise SpecError("queue", "give the limit in bytes or in packets, not both")
         if self.queue_bytes is not None and (
@@ -135,6 +154,10 @@ class DirectionSpec:
             raise SpecError(
                 "queue_packets", f"must be a whole number >= 1, got {self.queue_packets!r}"
             )
+        if self.queue_bytes is not None and self.queue_bytes > MAX_QUEUE_BYTES:
+            raise SpecError("queue_bytes", f"{self.queue_bytes!r} is more than 1 GiB")
+        if self.queue_packets is not None and self.queue_packets > MAX_QUEUE_PACKETS:
+            raise SpecError("queue_packets", f"{self.queue_packets!r} is more than a million")
         if not _is_whole(self.seed) or self.seed < 0:
             raise SpecError("seed", f"must be a whole number >= 0, got {self.seed!r}")
 
@@ -167,6 +190,9 @@ class LinkSpec:
         for name in ("up", "down"):
             if not isinstance(getattr(self, name), DirectionSpec):
                 raise SpecError(name, "must be a DirectionSpec")
+        rtt_s = self.up.delay_s + self.down.delay_s + self.up.jitter_s + self.down.jitter_s
+        if rtt_s > MAX_RTT_S:
+            raise SpecError("rtt", f"{rtt_s:g} s is longer than the {MAX_RTT_S:g} s a link allows")
 
     @property
     def rtt_s(self) -> float:
@@ -285,6 +311,10 @@ def parse_link(text: str) -> LinkSpec:
     per: dict[str, dict[str, str]] = {"up": {}, "down": {}}
     mtu: str | None = None
     seen: set[str] = set()
+    if not text.strip(" ,\t"):
+        raise SpecError(
+            "link", f"{text!r} is empty: give at least one key (e.g. rtt=200ms) or a preset"
+        )
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue

@@ -11,6 +11,8 @@ Interface for the harness (issue 5)::
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
         [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-quic-batching]
         [--samples FILE.csv] [--sample-hz 1000] [--idle-timeout 60s]
+        [--head-timeout 10s] [--quic-retry auto|always|off] [--retry-threshold 64]
+        [--max-connections 2048] [--max-connections-per-source 256] [--listen-backlog 4096]
 
 prints exactly one line per listener once it listens, and flushes stdout::
 
@@ -32,7 +34,19 @@ The event log (``--log``) is JSONL, one object per line: ``t`` (``time.monotonic
 seconds, CLOCK_MONOTONIC), ``event`` (listening, connection_open, connection_closed,
 request_first_byte, request_body_first_byte, request_last_byte, upload_truncated,
 processing_start, processing_end, response_first_byte, response_last_byte, chunk_sent,
-stream_reset, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details.
+stream_reset, abuse, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details.
+
+Abuse limits (issue 17; reasons in servers/guard.py): an HTTP/2 connection is closed with
+GOAWAY(ENHANCE_YOUR_CALM) after more than 200 RST_STREAM or 2,000 new streams in 10 s, more
+than a window + 1 MiB of DATA on a closed stream, or a request head (or the preface) not
+complete ``--head-timeout`` after its first byte (an ``abuse`` event says which); its source
+then waits 10 s for its next connection. Connections are capped per source address and in
+total before the TLS handshake. QUIC: an Initial that does not decrypt leaves nothing behind;
+``--quic-retry auto`` sends a Retry (address validation) once more than
+``--retry-threshold`` connections are in handshake or were attempted in the last second;
+Initials beyond 100/s from one address are dropped unread; a handshake must finish in 10 s.
+Unusable values (``--bind`` not an address of this host, an unwritable ``--log`` or
+``--cert-dir``, socket sizes beyond a C int) are refused before anything is created.
 
 ``--settings`` takes the run's settings document (tbcore.settings, what the harness
 passes); each knob flag (one per knob the server applies) overrides it.
@@ -43,10 +57,20 @@ passes); each knob flag (one per knob the server applies) overrides it.
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import socket
 from pathlib import Path
 
 from servers.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ServerConfig
-from tbcore import units, workloads
+from servers.guard import (
+    DEFAULT_HEAD_TIMEOUT_S,
+    DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+    DEFAULT_RETRY_THRESHOLD,
+    RETRY_MODES,
+)
+from tbcore import paths, units, workloads
 from tbcore.errors import SpecError
 from tbcore.settings import add_flags, settings_from_flags
 
@@ -68,9 +92,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
     parser.add_argument("--idle-timeout", default="60s", help="close idle connections after")
+    parser.add_argument(
+        "--head-timeout",
+        default=f"{DEFAULT_HEAD_TIMEOUT_S:g}s",
+        help="HTTP/2 request head deadline",
+    )
+    parser.add_argument(
+        "--quic-retry",
+        choices=RETRY_MODES,
+        default="auto",
+        help="QUIC Retry (address validation): under load, always or never",
+    )
+    parser.add_argument("--retry-threshold", default=str(DEFAULT_RETRY_THRESHOLD))
+    parser.add_argument("--max-connections", default=str(DEFAULT_MAX_CONNECTIONS))
+    parser.add_argument(
+        "--max-connections-per-source", default=str(DEFAULT_MAX_CONNECTIONS_PER_SOURCE)
+    )
+    parser.add_argument("--listen-backlog", default=str(DEFAULT_LISTEN_BACKLOG))
+
+
+def check_bindable(bind: str) -> None:
+    """``--bind`` is an address of this host (not a name, not someone else's address)."""
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(bind).version == 6 else socket.AF_INET
+    except ValueError:
+        raise SpecError("bind", f"{bind!r} is not an IP address") from None
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.bind((bind, 0))
+        except OSError as err:
+            raise SpecError(
+                "bind", f"{bind}: {err.strerror} (not an address of this host)"
+            ) from None
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Every file and directory the server would write, before it writes any."""
+    for flag, value in (("log", args.log), ("samples", args.samples), ("keylog", args.keylog)):
+        if value is not None:
+            paths.check_writable_file(flag, value)
+    for flag, value in (("qlog-dir", args.qlog_dir), ("cert-dir", args.cert_dir)):
+        if value is not None:
+            paths.check_writable_dir(flag, value)
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    check_bindable(args.bind)
+    check_paths(args)
     return ServerConfig(
         bind=args.bind,
         h2_port=None if args.no_h2 else args.h2_port,
@@ -84,6 +152,14 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         keylog_path=args.keylog,
         cert_dir=args.cert_dir,
         idle_timeout_s=units.parse_duration_s("idle-timeout", args.idle_timeout),
+        head_timeout_s=units.parse_duration_s("head-timeout", args.head_timeout),
+        quic_retry=args.quic_retry,
+        quic_retry_threshold=units.parse_count("retry-threshold", args.retry_threshold),
+        max_connections=units.parse_count("max-connections", args.max_connections),
+        max_connections_per_source=units.parse_count(
+            "max-connections-per-source", args.max_connections_per_source
+        ),
+        listen_backlog=units.parse_count("listen-backlog", args.listen_backlog),
     )
 
 

@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servers.guard import (
+    DEFAULT_HEAD_TIMEOUT_S,
+    DEFAULT_LISTEN_BACKLOG,
+    DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
+    DEFAULT_RETRY_THRESHOLD,
+    RETRY_MODES,
+)
 from tbcore.errors import SpecError
 from tbcore.settings import HasSettings, Settings
 
@@ -18,6 +26,10 @@ DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_SAMPLE_HZ = 1000.0
+MAX_TIMEOUT_S = 86_400.0
+"""Timeouts above a day are a typo (and ``1e300s`` would overflow the event loop's timers)."""
+MAX_CONNECTION_COUNT = 1_000_000
+"""Connection caps and backlogs above a million exceed any file descriptor limit here."""
 
 
 @dataclass
@@ -44,6 +56,19 @@ class ServerConfig(HasSettings):
     udp_buffer_bytes: int = DEFAULT_UDP_BUFFER_BYTES
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
+    head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S
+    """HTTP/2: a request head (or the preface) must be complete this long after its first
+    byte; a QUIC handshake must complete within ``handshake_timeout_s``."""
+    quic_retry: str = "auto"
+    """QUIC address validation with Retry: "auto" (under load), "always" or "off"."""
+    quic_retry_threshold: int = DEFAULT_RETRY_THRESHOLD
+    """Connections in handshake (or attempts per second) above which "auto" sends Retry."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Concurrent connections per protocol; beyond it new ones are refused."""
+    max_connections_per_source: int = DEFAULT_MAX_CONNECTIONS_PER_SOURCE
+    """Concurrent connections per protocol from one source address."""
+    listen_backlog: int = DEFAULT_LISTEN_BACKLOG
+    """TCP listen() backlog (the kernel caps it at net.core.somaxconn)."""
 
     def __post_init__(self) -> None:
         self.check_settings()
@@ -55,3 +80,22 @@ class ServerConfig(HasSettings):
             raise SpecError("h2-port", "at least one of h2 and h3 must listen")
         if self.max_body_bytes < 0:
             raise SpecError("max-body", "must be >= 0 bytes")
+        for name in ("idle_timeout_s", "head_timeout_s", "handshake_timeout_s"):
+            if not 0 < getattr(self, name) <= MAX_TIMEOUT_S:
+                raise SpecError(
+                    name.removesuffix("_s").replace("_", "-"),
+                    f"must be > 0 s and at most {MAX_TIMEOUT_S:g} s",
+                )
+        if self.quic_retry not in RETRY_MODES:
+            raise SpecError("quic-retry", f"{self.quic_retry!r} is not one of auto, always, off")
+        for name in (
+            "quic_retry_threshold",
+            "max_connections",
+            "max_connections_per_source",
+            "listen_backlog",
+        ):
+            value = getattr(self, name)
+            if not 1 <= value <= MAX_CONNECTION_COUNT:
+                raise SpecError(
+                    name.replace("_", "-"), f"{value} is not in 1..{MAX_CONNECTION_COUNT}"
+                )

@@ -22,6 +22,14 @@ import h2.settings
 
 from servers import app
 from servers.context import ServerContext
+from servers.guard import (
+    RATE_LIMITED_SOURCES,
+    Admission,
+    H2AbuseGuard,
+    H2Limits,
+    HeadDeadline,
+    SourceRateLimiter,
+)
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from servers.session import ExchangeStreams, paced_chunks
 from servers.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
@@ -30,16 +38,55 @@ from tbcore.tcpinfo import read_tcp_info
 
 PROTO = "h2"
 IDLE_CHECK_FRACTION = 4
+FEED_SLICE_BYTES = 16 * 1024
+"""Bytes handed to h2 at once: the abuse verdicts are checked between slices, so a 64 KB
+read of 2,000 HEADERS+RST_STREAM pairs is not all parsed after the connection is condemned."""
+H2_FRAME_TYPE_OFFSET = 3
+"""RFC 9113 section 4.1: the frame type follows the 24-bit length."""
+H2_DATA_FRAME = 0x0
+ABUSE_LINGER_S = 0.5
+"""After GOAWAY(ENHANCE_YOUR_CALM), the connection is aborted this much later."""
+ABUSE_PENALTY_S = 10.0
+"""After a connection is closed for abuse, its source's next connection is refused (before
+TLS) for this long: the reconnect loop of a rapid-reset attacker costs an accept, not a
+handshake. One window of the reset counters (guard.RESET_WINDOW_S)."""
+ADMITS_PER_WAKEUP = 64
+"""Connections admitted (TLS started) per readiness event of the listening socket; then
+other work runs."""
+MAX_ACCEPTS_PER_WAKEUP = 2_048
+"""Connections accepted per readiness event, refused ones included: a refusal is an accept
+and a close (~10 us), so a flood of refused connections is drained at once instead of
+standing in the accept queue in front of a normal client's."""
+
+
+class GuardedH2Connection(h2.connection.H2Connection):
+    """``H2Connection`` that reports DATA on closed streams (h2 answers it with RST_STREAM
+    and credits the connection window, so a peer may go on sending for ever)."""
+
+    on_closed_stream_data: Any = None
+
+    def _handle_data_on_closed_stream(self, events: Any, exc: Any, frame: Any) -> Any:
+        if self.on_closed_stream_data is not None:
+            self.on_closed_stream_data(frame.stream_id, frame.flow_controlled_length)
+        return super()._handle_data_on_closed_stream(events, exc, frame)
 
 
 class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     proto = PROTO
 
-    def __init__(self, ctx: ServerContext) -> None:
+    def __init__(self, ctx: ServerContext, on_lost: Any = None) -> None:
         self._init_streams(ctx, ctx.next_conn_id())
-        self.h2 = h2.connection.H2Connection(
+        self.h2 = GuardedH2Connection(
             h2.config.H2Configuration(client_side=False, header_encoding=None)
         )
+        self.h2.on_closed_stream_data = self._on_closed_stream_data
+        self.guard = H2AbuseGuard(H2Limits(), ctx.config.settings.h2_window_bytes)
+        self.head_deadline = HeadDeadline(ctx.config.head_timeout_s)
+        self._head_handle: asyncio.TimerHandle | None = None
+        self._abuse: str | None = None
+        self._on_lost = on_lost
+        self.on_abuse: Any = None
+        """Called once when the connection is condemned (the listener penalises its source)."""
         self.transport: asyncio.Transport | None = None
         self.sock: Any = None
         self._window_changed = asyncio.Event()
@@ -76,14 +123,92 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self._last_activity = now
         if self.ctx.config.settings.quickack and self.sock is not None:
             rearm_quickack(self.sock)
-        try:
-            events = self.h2.receive_data(data)
-        except h2.exceptions.ProtocolError as err:
-            self._protocol_error(now, err)
+        view = memoryview(data)
+        for offset in range(0, len(view), FEED_SLICE_BYTES):
+            if self._abuse is not None or self._closed:
+                return  # condemned: the rest is not even parsed
+            try:
+                events = self.h2.receive_data(view[offset : offset + FEED_SLICE_BYTES])
+            except h2.exceptions.ProtocolError as err:
+                self._protocol_error(now, err)
+                return
+            for event in events:
+                if self._abuse is not None:
+                    return
+                self._handle_event(event, now)
+            self._flush()
+        self._update_head_deadline(now)
+
+    # -- abuse -----------------------------------------------------------------------------
+    def _partial_head(self) -> bool:
+        """An incomplete connection preface, header block or non-DATA frame is buffered.
+        A partial DATA frame is not a head: a 1 MiB frame takes 8 s at 1 Mbit/s."""
+        buf = self.h2.incoming_buffer
+        if buf._preamble_len or buf._headers_buffer:
+            return True
+        data = buf._data
+        if not data:
+            return False
+        return len(data) <= H2_FRAME_TYPE_OFFSET or data[H2_FRAME_TYPE_OFFSET] != H2_DATA_FRAME
+
+    def _update_head_deadline(self, now: float) -> None:
+        deadline = self.head_deadline
+        deadline.update(self._partial_head(), now)
+        due = deadline.due_at()
+        if due is None or self._head_handle is not None:
             return
-        for event in events:
-            self._handle_event(event, now)
+        loop = asyncio.get_running_loop()
+        self._head_handle = loop.call_at(
+            loop.time() + (due - now) + 0.001, self._check_head_deadline
+        )
+
+    def _check_head_deadline(self) -> None:
+        self._head_handle = None
+        if self._closed:
+            return
+        now = time.monotonic()
+        if self.head_deadline.expired(now):
+            self._condemn(
+                f"request head not complete {self.head_deadline.timeout_s:g} s after its "
+                "first byte (slowloris)",
+                now,
+            )
+        else:
+            self._update_head_deadline(now)
+
+    def _on_closed_stream_data(self, stream_id: int, size_bytes: int) -> None:
+        if self._abuse is None:
+            reason = self.guard.on_data_after_reset(stream_id, size_bytes)
+            if reason is not None:
+                self._condemn(reason, time.monotonic())
+
+    def _condemn(self, reason: str, now: float) -> None:
+        """GOAWAY(ENHANCE_YOUR_CALM), stop reading, close (as the h2 servers answered
+        CVE-2023-44487): nothing more from this peer is parsed or answered."""
+        if self._abuse is not None:
+            return
+        self._abuse = reason
+        self._goaway = f"abuse: {reason}"
+        if self.on_abuse is not None:
+            self.on_abuse()
+        self._log("abuse", now=now, reason=reason)
+        if self.transport is not None and not self.transport.is_closing():
+            try:
+                self.transport.pause_reading()
+            except (RuntimeError, AttributeError):
+                pass
+        try:
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+        except h2.exceptions.ProtocolError:
+            pass
+        self._truncate_open(now, f"abuse: {reason}")
         self._flush()
+        self._close()
+        transport = self.transport
+        if transport is not None:
+            # a TLS close waits for the peer's close_notify, which a paused reader never
+            # reads: give the GOAWAY a moment to leave, then drop the connection
+            asyncio.get_running_loop().call_later(ABUSE_LINGER_S, transport.abort)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
@@ -91,6 +216,11 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self._close_streams(now)
         if self._idle_handle is not None:
             self._idle_handle.cancel()
+        if self._head_handle is not None:
+            self._head_handle.cancel()
+        if self._on_lost is not None:
+            self._on_lost()
+            self._on_lost = None
         self._window_changed.set()
         self._writable.set()
         self._log("connection_closed", now=now, reason=str(exc) if exc else self._goaway)
@@ -104,6 +234,9 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     # -- h2 events -----------------------------------------------------------------------
     def _handle_event(self, event: h2.events.Event, now: float) -> None:
         if isinstance(event, h2.events.RequestReceived):
+            reason = self.guard.on_stream_opened(now)
+            if reason is not None:
+                return self._condemn(reason, now)
             self._on_request(event, now)
         elif isinstance(event, h2.events.DataReceived):
             self.h2.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
@@ -113,6 +246,10 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         elif isinstance(event, h2.events.StreamEnded):
             self._on_end(event.stream_id, now)
         elif isinstance(event, h2.events.StreamReset):
+            if event.remote_reset:
+                reason = self.guard.on_peer_reset(now)
+                if reason is not None:
+                    return self._condemn(reason, now)
             self._on_reset(event.stream_id, event.error_code, now)
         elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
             self._window_changed.set()
@@ -248,7 +385,7 @@ def make_listen_socket(ctx: ServerContext) -> socket.socket:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         apply_tcp_options(sock, ctx.tcp_options, listening=True)
         sock.bind((config.bind, config.h2_port or 0))
-        sock.listen(128)
+        sock.listen(config.listen_backlog)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -256,17 +393,129 @@ def make_listen_socket(ctx: ServerContext) -> socket.socket:
     return sock
 
 
-async def start_h2(ctx: ServerContext) -> tuple[asyncio.AbstractServer, tuple[str, int]]:
-    """Listen for HTTP/2 over TLS 1.3; returns the server and the bound address."""
+class H2Listener:
+    """Accepts TCP connections itself so that the connection caps apply before the TLS
+    handshake (a refused connection costs an accept and a close, not a key exchange)."""
+
+    def __init__(self, ctx: ServerContext, sock: socket.socket, tls: ssl.SSLContext) -> None:
+        self.ctx = ctx
+        self.sock = sock
+        self.tls = tls
+        self.admission = Admission(
+            ctx.config.max_connections, ctx.config.max_connections_per_source
+        )
+        self.protocols: set[H2ServerProtocol] = set()
+        self._pending: set[asyncio.Task[Any]] = set()
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(sock.fileno(), self._accept)
+        self._refusals_logged = 0
+        self.penalised_sources: set[str] = set()
+        self.penalty = SourceRateLimiter(
+            rate_per_s=1.0 / ABUSE_PENALTY_S, burst=1.0, max_sources=RATE_LIMITED_SOURCES
+        )
+        """A source whose connection was closed for abuse waits ABUSE_PENALTY_S before the
+        next is accepted (else each reconnect buys another TLS handshake and 200 resets)."""
+
+    def _accept(self) -> None:
+        admitted = 0
+        for _ in range(MAX_ACCEPTS_PER_WAKEUP):
+            if admitted >= ADMITS_PER_WAKEUP:
+                return
+            try:
+                conn, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as err:  # EMFILE and the like: log, keep serving
+                self.ctx.log.emit("error", proto=PROTO, reason=f"accept: {err}")
+                return
+            source = str(addr[0])
+            refused = self._penalised(source) or self.admission.admit(source)
+            if refused is not None:
+                conn.close()
+                if self._refusals_logged < MAX_REFUSAL_LOG_LINES:
+                    self._refusals_logged += 1
+                    self.ctx.log.emit(
+                        "error", proto=PROTO, peer=f"{addr[0]}:{addr[1]}", reason=refused
+                    )
+                continue
+            admitted += 1
+            conn.setblocking(False)
+            task = self._loop.create_task(self._start(conn, source))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+
+    def _penalised(self, source: str) -> str | None:
+        if source not in self.penalised_sources:
+            return None
+        if self.penalty.allow(source, time.monotonic()):
+            self.penalised_sources.discard(source)
+            return None
+        return f"{source} closed for abuse less than {ABUSE_PENALTY_S:g} s ago"
+
+    def _abused(self, source: str) -> None:
+        self.penalised_sources.add(source)
+        self.penalty.allow(source, time.monotonic())  # take the token: the wait starts now
+        while len(self.penalised_sources) > RATE_LIMITED_SOURCES:
+            self.penalised_sources.pop()
+
+    async def _start(self, conn: socket.socket, source: str) -> None:
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.admission.release(source)
+
+        protocol = H2ServerProtocol(self.ctx, on_lost=release)
+        protocol.on_abuse = lambda: self._abused(source)
+        try:
+            await self._loop.connect_accepted_socket(
+                lambda: protocol,
+                conn,
+                ssl=self.tls,
+                ssl_handshake_timeout=self.ctx.config.handshake_timeout_s,
+            )
+        except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as err:
+            release()
+            conn.close()
+            self.ctx.log.emit("error", proto=PROTO, reason=f"TLS handshake: {err!r}"[:300])
+            return
+        except BaseException:
+            release()
+            conn.close()
+            raise
+        if protocol._closed:
+            return  # lost already (connection_lost released the slot)
+
+        def lost() -> None:
+            release()
+            self.protocols.discard(protocol)
+
+        self.protocols.add(protocol)
+        protocol._on_lost = lost
+
+    def close(self) -> None:
+        self._loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+        for task in list(self._pending):
+            task.cancel()
+        for protocol in list(self.protocols):
+            protocol._close()
+
+    def close_clients(self) -> None:
+        for protocol in list(self.protocols):
+            protocol._close()
+
+
+MAX_REFUSAL_LOG_LINES = 100
+"""Refused connections are counted; only the first ones get a log line each."""
+
+
+async def start_h2(ctx: ServerContext) -> tuple[H2Listener, tuple[str, int]]:
+    """Listen for HTTP/2 over TLS 1.3; returns the listener and the bound address."""
     paths = ensure_certificate(ctx.config.cert_dir)
     tls: ssl.SSLContext = server_context(paths, ctx.config.keylog_path)
     sock = make_listen_socket(ctx)
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(
-        lambda: H2ServerProtocol(ctx),
-        sock=sock,
-        ssl=tls,
-        ssl_handshake_timeout=ctx.config.handshake_timeout_s,
-    )
     host, port = sock.getsockname()[:2]
-    return server, (host, port)
+    return H2Listener(ctx, sock, tls), (host, port)

@@ -9,6 +9,7 @@ buffers, use ``time.monotonic()`` as aioquic's clock and log garbage datagrams.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import IO, Any
 
@@ -18,14 +19,19 @@ from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic import events as qevents
 from aioquic.quic.configuration import SMALLEST_MAX_DATAGRAM_SIZE, QuicConfiguration
+from aioquic.quic.connection import QuicConnectionState
 from aioquic.quic.packet import (
+    QuicErrorCode,
     QuicPacketType,
+    encode_quic_retry,
     encode_quic_version_negotiation,
     pull_quic_header,
 )
+from aioquic.quic.retry import QuicRetryTokenHandler
 
 from servers import app
 from servers.context import ServerContext
+from servers.guard import Admission, RetryPolicy, SourceRateLimiter
 from servers.quic import (
     WatchedProtocol,
     make_udp_socket,
@@ -42,6 +48,8 @@ QUIC_LONG_HEADER_BIT = 0x80
 """RFC 9000 section 17.2: the first bit of a long-header packet."""
 MAX_GARBAGE_LOG_LINES = 100
 """Garbage datagrams are counted; only the first ones get a log line each."""
+RETRY_CID_BYTES = 8
+"""The Retry's source connection ID (aioquic's own length for the IDs it chooses)."""
 
 
 class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
@@ -54,10 +62,16 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         self._init_streams(ctx, conn_id)
         self.h3 = H3Connection(quic)
         self.terminated = False
+        self.admitted_source: str | None = None
+        """The source address whose admission slot this connection holds."""
+        self.handshake_deadline: asyncio.TimerHandle | None = None
+        self.on_handshake_done: Any = None
 
     def quic_event_received(self, event: qevents.QuicEvent) -> None:
         now = time.monotonic()
         if isinstance(event, qevents.HandshakeCompleted):
+            if self.on_handshake_done is not None:
+                self.on_handshake_done()
             self._log(
                 "connection_open",
                 now=now,
@@ -166,12 +180,20 @@ def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
 
 class H3Listener(asyncio.DatagramProtocol):
     """The UDP socket: routes datagrams by destination connection ID (as aioquic's
-    ``QuicServer`` does, without Retry), creates connections on Initial packets, and
-    counts and drops what is not QUIC."""
+    ``QuicServer`` does), creates connections on Initial packets, and counts and drops what
+    is not QUIC.
+
+    Under abuse (issue 17): a new connection is kept only once its first Initial decrypts
+    (a forged one costs one decryption, nothing stays); under load or always (``quic_retry``)
+    a client must first echo a Retry token (RFC 9000 section 8.1.2: address validation,
+    stateless, with aioquic's ``QuicRetryTokenHandler``); connections are capped per source
+    address and in total; a handshake must finish within ``handshake_timeout_s``; and a
+    connection's teardown removes only its own connection IDs (no scan of the table)."""
 
     def __init__(self, ctx: ServerContext, configuration: QuicConfiguration) -> None:
         self.ctx = ctx
         self.configuration = configuration
+        config = ctx.config
         self.protocols: dict[bytes, H3ServerProtocol] = {}
         self.transport: asyncio.DatagramTransport | None = None
         self.sock: Any = None
@@ -179,6 +201,13 @@ class H3Listener(asyncio.DatagramProtocol):
         self.tickets: dict[bytes, Any] = {}
         """Session tickets issued (single use, as in aioquic's example server): resumption
         and 0-RTT for clients that come back."""
+        self.admission = Admission(config.max_connections, config.max_connections_per_source)
+        self.retry_policy = RetryPolicy(config.quic_retry, config.quic_retry_threshold)
+        self.retry_tokens = QuicRetryTokenHandler()
+        self.initial_limiter = SourceRateLimiter()
+        self.handshaking: set[H3ServerProtocol] = set()
+        self.retries_sent = 0
+        self.refused = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -213,43 +242,153 @@ class H3Listener(asyncio.DatagramProtocol):
             )
             return
         protocol = self.protocols.get(header.destination_cid)
-        if protocol is None:
-            if (
-                len(data) < SMALLEST_MAX_DATAGRAM_SIZE
-                or header.packet_type != QuicPacketType.INITIAL
-            ):
-                self._garbage(addr, "unknown connection ID")
-                return
-            protocol = self._new_connection(header.destination_cid)
-        protocol.datagram_received(data, addr)
+        if protocol is not None:
+            protocol.datagram_received(data, addr)
+            return
+        if len(data) < SMALLEST_MAX_DATAGRAM_SIZE or header.packet_type != QuicPacketType.INITIAL:
+            self._garbage(addr, "unknown connection ID")
+            return
+        self._initial(data, addr, header)
 
-    def _new_connection(self, original_dcid: bytes) -> H3ServerProtocol:
+    def _initial(self, data: bytes, addr: Any, header: Any) -> None:
+        """An Initial for no known connection: validate, admit, then try to decrypt it."""
+        now = time.monotonic()
+        if not self.initial_limiter.allow(addr[0], now):
+            self.garbage_datagrams += 1  # no log line: this is the cheap path of a flood
+            return
+        self.retry_policy.note_attempt(now)
+        original_dcid = header.destination_cid
+        retry_scid: bytes | None = None
+        if header.token:
+            try:
+                original_dcid = self.retry_tokens.validate_token(
+                    address=addr,
+                    destination_cid=header.destination_cid,
+                    token=header.token,
+                    now=now,
+                )
+            except ValueError as err:
+                # RFC 9000 section 8.1.3 allows dropping it; a reply would be amplification
+                self._garbage(addr, f"invalid Retry token: {err}")
+                return
+            retry_scid = header.destination_cid
+        elif self.retry_policy.required(len(self.handshaking), now):
+            self._send_retry(addr, header, now)
+            return
+        source = str(addr[0])
+        refused = self.admission.admit(source)
+        if refused is not None:
+            self.refused += 1
+            self._garbage(addr, refused)
+            return
+        try:
+            protocol = self._new_connection(original_dcid, retry_scid, data, addr, now, source)
+        except BaseException:
+            self.admission.release(source)
+            raise
+        if protocol is None:
+            self.admission.release(source)
+
+    def _send_retry(self, addr: Any, header: Any, now: float) -> None:
+        assert self.transport is not None
+        source_cid = os.urandom(RETRY_CID_BYTES)
+        token = self.retry_tokens.create_token(
+            address=addr,
+            original_destination_connection_id=header.destination_cid,
+            retry_source_connection_id=source_cid,
+            now=now,
+        )
+        self.transport.sendto(
+            encode_quic_retry(
+                version=header.version,
+                source_cid=source_cid,
+                destination_cid=header.source_cid,
+                original_destination_cid=header.destination_cid,
+                retry_token=token,
+            ),
+            addr,
+        )
+        self.retries_sent += 1
+
+    def _new_connection(
+        self,
+        original_dcid: bytes,
+        retry_scid: bytes | None,
+        data: bytes,
+        addr: Any,
+        now: float,
+        source: str,
+    ) -> H3ServerProtocol | None:
+        """A connection for a first Initial, kept only if that Initial decrypts."""
         quic = quic_connection_of(
             self.configuration,
             self.ctx.config,
             original_destination_connection_id=original_dcid,
+            retry_source_connection_id=retry_scid,
             session_ticket_fetcher=self.tickets.pop,
             session_ticket_handler=lambda ticket: self.tickets.__setitem__(ticket.ticket, ticket),
         )
+        quic.receive_datagram(data, addr, now=now)
+        if quic._state == QuicConnectionState.FIRSTFLIGHT:
+            # nothing decrypted: a forged or corrupt Initial; nothing of it is kept
+            self._garbage(addr, "Initial did not decrypt")
+            return None
         conn_id = self.ctx.next_conn_id()
         protocol = H3ServerProtocol(quic, ctx=self.ctx, conn_id=conn_id)
         protocol.connection_made(self.transport)  # type: ignore[arg-type]
         protocol.gso_socket = self.sock
         protocol.coalesce_transmit = self.sock is not None
-        protocol._connection_id_issued_handler = lambda cid: self.protocols.__setitem__(
-            cid, protocol
-        )
-        protocol._connection_id_retired_handler = lambda cid: self.protocols.pop(cid, None)
+        cids: set[bytes] = set()
+
+        def issued(cid: bytes) -> None:
+            cids.add(cid)
+            self.protocols[cid] = protocol
+
+        def retired(cid: bytes) -> None:
+            cids.discard(cid)
+            self.protocols.pop(cid, None)
 
         def terminated() -> None:
-            for cid, value in list(self.protocols.items()):
-                if value is protocol:
+            # O(own connection IDs), not a scan of every connection's
+            for cid in cids:
+                if self.protocols.get(cid) is protocol:
                     del self.protocols[cid]
+            cids.clear()
+            self.handshaking.discard(protocol)
+            if protocol.admitted_source is not None:
+                self.admission.release(protocol.admitted_source)
+                protocol.admitted_source = None
+            if protocol.handshake_deadline is not None:
+                protocol.handshake_deadline.cancel()
 
+        protocol._connection_id_issued_handler = issued
+        protocol._connection_id_retired_handler = retired
         protocol._connection_terminated_handler = terminated
-        self.protocols[original_dcid] = protocol
-        self.protocols[quic.host_cid] = protocol
+        protocol.admitted_source = source
+        protocol.on_handshake_done = lambda: self._handshake_done(protocol)
+        issued(header_cid_of(original_dcid, retry_scid))
+        issued(quic.host_cid)
+        self.handshaking.add(protocol)
+        loop = asyncio.get_running_loop()
+        protocol.handshake_deadline = loop.call_later(
+            self.ctx.config.handshake_timeout_s, self._handshake_timeout, protocol
+        )
+        protocol._process_events()
+        protocol.transmit()
         return protocol
+
+    def _handshake_done(self, protocol: H3ServerProtocol) -> None:
+        self.handshaking.discard(protocol)
+        if protocol.handshake_deadline is not None:
+            protocol.handshake_deadline.cancel()
+            protocol.handshake_deadline = None
+
+    def _handshake_timeout(self, protocol: H3ServerProtocol) -> None:
+        protocol.handshake_deadline = None
+        if protocol in self.handshaking and not protocol.terminated:
+            protocol._log("error", reason="handshake not complete in time, closing")
+            protocol._quic.close(error_code=QuicErrorCode.CONNECTION_REFUSED)
+            protocol.transmit()
 
     def _garbage(self, addr: Any, reason: str) -> None:
         self.garbage_datagrams += 1
@@ -268,6 +407,12 @@ class H3Listener(asyncio.DatagramProtocol):
         self.protocols.clear()
         if self.transport is not None:
             self.transport.close()
+
+
+def header_cid_of(original_dcid: bytes, retry_scid: bytes | None) -> bytes:
+    """The connection ID the client's Initials carry: the one it chose, or after a Retry
+    the Retry's source connection ID."""
+    return original_dcid if retry_scid is None else retry_scid
 
 
 async def start_h3(

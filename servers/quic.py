@@ -390,6 +390,8 @@ class WatchedProtocol(QuicConnectionProtocol):
         if self._transmit_task is not None:
             self._transmit_task.cancel()
             self._transmit_task = None
+        if self._transport is None or self._transport.is_closing():
+            return  # closed under us (a client abandoned by its caller): nothing to send on
         now = time.monotonic()
         datagrams = self._quic.datagrams_to_send(now=now)
         if self.gso_socket is not None and len(datagrams) > 1:

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+MAX_FIELD_CHARS = 80
+"""A field name echoed in an error (a bogus 100 kB key is cut to this)."""
+MAX_REASON_CHARS = 400
+"""The reason part of an error: one readable line, whatever value it quotes."""
+
+
+def clip(text: str, limit: int = MAX_REASON_CHARS) -> str:
+    """``text`` on one line and at most about ``limit`` characters (the cut is marked with
+    the full length, so a reader knows it was cut)."""
+    one_line = " ".join(str(text).split())
+    if len(one_line) <= limit:
+        return one_line
+    return f"{one_line[:limit]}... ({len(one_line)} characters)"
+
 
 class SpecError(ValueError):
     """Bad input: a spec key, a flag, a link string or a request field.
 
-    ``str(err)`` is one line, ``"<field>: <reason>"``, fit to print as is.
-    """
+    ``str(err)`` is one line, ``"<field>: <reason>"``, fit to print as is: both parts are
+    put on one line and cut to a readable length (:func:`clip`)."""
 
     def __init__(self, field: str, reason: str) -> None:
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{field}: {reason}")
+        self.field = clip(field, MAX_FIELD_CHARS)
+        self.reason = clip(reason, MAX_REASON_CHARS)
+        super().__init__(f"{self.field}: {self.reason}")
+
+
+class LinkLost(RuntimeError):
+    """The emulated path went away under a run (another process took it down): the run
+    stops rather than record runs that measured nothing. ``str(err)`` is one line."""

@@ -255,6 +255,7 @@ SERVER_EVENT_NAMES = frozenset(
         "response_last_byte",
         "chunk_sent",
         "stream_reset",
+        "abuse",
         "error",
     }
 )

@@ -15,6 +15,7 @@ construction (:meth:`Knob.check`) and writes to the JSON document.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
@@ -66,6 +67,12 @@ TCP_MIN_MSS_BYTES = 536
 """RFC 9293 section 3.7.1: the default send MSS every host accepts."""
 TCP_MAX_MSS_BYTES = 65_495
 """The loopback MTU (65536) less 40 header bytes: no path has a larger segment."""
+SOCKOPT_MAX_BYTES = 2**31 - 1
+"""setsockopt() takes a C int: the ceiling of SO_SNDBUF, SO_RCVBUF, TCP_WINDOW_CLAMP and
+TCP_NOTSENT_LOWAT (a larger value was a TypeError in the server, every run invalid)."""
+SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_-]+)+", re.ASCII)
+"""A namespaced sysctl as /proc/sys spells it, dots between words (no spaces): checked when
+the experiment is read, before a result directory or a link exists."""
 MAX_REQUESTS = 10_000
 MAX_STREAM_CHUNKS = 30_000
 
@@ -122,7 +129,7 @@ def _table(name: str, value: Any) -> dict[str, str]:
         raise SpecError(name, "must be a table of sysctl = value")
     out = {}
     for key, val in value.items():
-        if not key.startswith("net.") or "/" in key or ".." in key:
+        if not isinstance(key, str) or not SYSCTL_NAME.fullmatch(key):
             raise SpecError(f"{name}.{key}", "only net.* sysctls of the namespaces may be set")
         if isinstance(val, bool) or not isinstance(val, (int, str)):
             raise SpecError(f"{name}.{key}", f"must be a number or string, got {val!r}")
@@ -286,19 +293,20 @@ knob("sysctls", kind="table", default={}, unit="", applies="link",
      doc='e.g. {"net.ipv4.tcp_sack" = "1"}')  # fmt: skip
 # sockets (both ends alike)
 knob("window_clamp", "window_clamp_bytes", kind="size", default=None, unit="bytes",
-     applies="both", how="TCP_WINDOW_CLAMP", low=1024, optional=True,
+     applies="both", how="TCP_WINDOW_CLAMP", low=1024, high=SOCKOPT_MAX_BYTES, optional=True,
      doc="A fixed TCP window; None for autotuning.")  # fmt: skip
 knob("sndbuf", "sndbuf_bytes", kind="size", default=None, unit="bytes", applies="both",
-     how="SO_SNDBUF", low=4096, optional=True)  # fmt: skip
+     how="SO_SNDBUF", low=4096, high=SOCKOPT_MAX_BYTES, optional=True)  # fmt: skip
 knob("rcvbuf", "rcvbuf_bytes", kind="size", default=None, unit="bytes", applies="both",
-     how="SO_RCVBUF", low=4096, optional=True)  # fmt: skip
+     how="SO_RCVBUF", low=4096, high=SOCKOPT_MAX_BYTES, optional=True)  # fmt: skip
 knob("max_pacing_rate", "max_pacing_rate_bps", kind="rate", default=None, unit="bit/s",
      applies="both", how="SO_MAX_PACING_RATE (bytes/s to the kernel); caps QUIC's pacer too",
      low=1, optional=True)  # fmt: skip
 knob("pace_at_path_rate", kind="bool", default=False, unit="", applies="harness",
      how="each end's max_pacing_rate set to the rate of the direction it sends on")  # fmt: skip
 knob("notsent_lowat", "notsent_lowat_bytes", kind="size", default=None, unit="bytes",
-     applies="both", how="TCP_NOTSENT_LOWAT", low=1, optional=True)  # fmt: skip
+     applies="both", how="TCP_NOTSENT_LOWAT", low=1, high=SOCKOPT_MAX_BYTES,
+     optional=True)  # fmt: skip
 knob("quickack", kind="bool", default=False, unit="", applies="both",
      how="TCP_QUICKACK after each read: an ACK per segment instead of delayed ACKs")  # fmt: skip
 # QUIC and HTTP/2

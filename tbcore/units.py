@@ -15,7 +15,22 @@ import re
 from tbcore.errors import SpecError
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
-_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ%/]*)\s*$")
+_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ%/]*)\s*$", re.ASCII)
+"""ASCII digits only (``re.ASCII``): ``\\d`` would take full-width ``２００`` for 200."""
+_WHOLE = re.compile(r"^\s*[+-]?[0-9]+\s*$", re.ASCII)
+
+MIN_RATE_BPS = 1e3
+"""1 kbit/s: below it one 1500-byte packet takes 12 s to serialise, longer than any RTT
+or timeout the testbed allows; ``0.5bit`` or ``1e-30bit`` is a typo, not a path."""
+MAX_RATE_BPS = 100e9
+"""100 Gbit/s: beyond any interface, emulator or stack on one host (the userspace emulator
+tops out near 0.35 Gbit/s, kernel TCP on loopback near 50 Gbit/s)."""
+MAX_DURATION_S = 86_400.0
+"""A day: no delay, processing time, timeout or interval the testbed runs is longer (the
+link's own RTT is bounded tighter in netem.linkspec); ``1e300s`` would overflow timers."""
+MAX_SIZE_BYTES = 2**40
+"""1 TiB: larger than any body, window, buffer or queue on one host; ``1e30b`` is a typo
+(and would overflow the C ints of setsockopt)."""
 
 DURATION_UNITS_S: dict[str, float] = {
     "s": 1.0,
@@ -77,7 +92,7 @@ def parse_duration_s(field: str, text: str | float | int) -> float:
         value = float(text)
         if not math.isfinite(value) or value < 0:
             raise SpecError(field, f"{text!r} must be a finite duration >= 0")
-        return value
+        return _check_duration(field, text, value)
     value, unit = _split(field, text)
     if unit == "":
         raise SpecError(field, f"{text!r} needs a unit (s, ms, us, ns)")
@@ -86,7 +101,13 @@ def parse_duration_s(field: str, text: str | float | int) -> float:
         raise SpecError(field, f"unknown duration unit {unit!r} (use s, ms, us, ns)")
     if value < 0:
         raise SpecError(field, f"{text!r} is negative")
-    return value * scale
+    return _check_duration(field, text, value * scale)
+
+
+def _check_duration(field: str, text: object, seconds: float) -> float:
+    if seconds > MAX_DURATION_S:
+        raise SpecError(field, f"{text!r} is longer than a day (at most {MAX_DURATION_S:g} s)")
+    return seconds
 
 
 def parse_rate_bps(field: str, text: str | float | int) -> float:
@@ -110,6 +131,10 @@ def parse_rate_bps(field: str, text: str | float | int) -> float:
         value *= scale
     if not math.isfinite(value) or value <= 0:
         raise SpecError(field, f"rate must be > 0 bit/s, got {text!r}")
+    if not MIN_RATE_BPS <= value <= MAX_RATE_BPS:
+        raise SpecError(
+            field, f"{text!r} is outside 1 kbit/s .. 100 Gbit/s (physically sensible rates)"
+        )
     return value
 
 
@@ -125,6 +150,8 @@ def parse_size_bytes(field: str, text: str | int) -> int:
         value *= scale
     if value < 0:
         raise SpecError(field, f"size must be >= 0 bytes, got {text!r}")
+    if value > MAX_SIZE_BYTES:
+        raise SpecError(field, f"{text!r} is larger than 1 TiB (at most 2^40 bytes)")
     if value != int(value):
         raise SpecError(field, f"{text!r} is not a whole number of bytes")
     return int(value)
@@ -132,7 +159,7 @@ def parse_size_bytes(field: str, text: str | int) -> int:
 
 def parse_count(field: str, text: str | int) -> int:
     """A whole number >= 1 (repetitions, runs, segments): ``"10"`` -> 10."""
-    if isinstance(text, bool):
+    if isinstance(text, bool) or (isinstance(text, str) and not _WHOLE.match(text)):
         raise SpecError(field, f"{text!r} is not a whole number")
     try:
         value = int(text)

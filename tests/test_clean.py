@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from test_link import BACKENDS, assert_rtt, probe_rtts
@@ -22,7 +24,7 @@ TESTBED = [sys.executable, "-m", "harness.cli"]
 
 @pytest.fixture
 def name() -> Iterator[str]:
-    link = "tp50"
+    link = "ab50"
     clean.clean(link)
     yield link
     clean.clean(link)
@@ -106,7 +108,7 @@ def test_processes_inside_the_namespaces_are_ended(name: str) -> None:
 
 @pytest.mark.root
 def test_clean_by_name_leaves_other_links_alone(name: str) -> None:
-    other = "tp51"
+    other = "ab51"
     clean.clean(other)
     try:
         with Link.up(other, "rtt=20ms", backend="userspace") as survivor:
@@ -166,3 +168,94 @@ def test_sigkill_of_a_multi_link_run_then_clean(name: str, backend: str, when: s
     _nothing_left(name)
     assert not list((names.STATE_DIR / "links").glob(f"{name}.*"))
     assert not [ns for ns in topology.list_namespaces() if ns.startswith(f"tb-{name}-")]
+
+    assert not clean.is_emulator(os.getpid(), "ab50")
+
+
+def _sleeper() -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "60"])
+
+
+@pytest.fixture
+def fake_state() -> Iterator[Path]:
+    """A state file of link ab62 (no namespaces: ownership is read from the file alone)."""
+    path = names.state_file("ab62")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    yield path
+    path.unlink(missing_ok=True)
+
+
+@pytest.mark.root
+def test_a_live_owner_keeps_its_link_and_a_dead_one_does_not(fake_state: Path) -> None:
+    owner = _sleeper()
+    try:
+        fake_state.write_text(
+            json.dumps(
+                {
+                    "owner_pid": owner.pid,
+                    "owner_start_ticks": clean.start_ticks(owner.pid),
+                    "persistent": False,
+                }
+            )
+        )
+        reason = clean.link_in_use("ab62")
+        assert reason is not None and str(owner.pid) in reason
+        report = clean.clean("ab62")
+        assert report.skipped and "ab62" in report.skipped[0] and fake_state.exists()
+        # a recycled pid (another start time) is no owner
+        fake_state.write_text(
+            json.dumps({"owner_pid": owner.pid, "owner_start_ticks": 1, "persistent": False})
+        )
+        assert clean.link_in_use("ab62") is None
+    finally:
+        owner.kill()
+        owner.wait()
+    fake_state.write_text(json.dumps({"owner_pid": owner.pid, "persistent": False}))
+    assert clean.link_in_use("ab62") is None
+    assert clean.clean("ab62").skipped == [] and not fake_state.exists()
+
+
+@pytest.mark.root
+def test_link_up_is_left_alone_while_its_emulator_runs() -> None:
+    link = "ab61"
+    clean.clean(link)
+    up = subprocess.run(
+        [*TESTBED, "link", "up", link, "rtt=10ms", "--backend", "userspace"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    try:
+        assert up.returncode == 0, up.stderr
+        result = subprocess.run(
+            [*TESTBED, "clean", "--name", link], capture_output=True, text=True, timeout=60
+        )
+        assert result.returncode == 0, result.stderr
+        assert "skipped" in result.stdout and "emulator" in result.stdout
+        assert link in list_links() and Link.attach(link).lost() is None
+    finally:
+        down = subprocess.run(
+            [*TESTBED, "link", "down", link], capture_output=True, text=True, timeout=60
+        )
+    assert down.returncode == 0, down.stderr
+    _nothing_left(link)
+
+
+@pytest.mark.root
+def test_a_link_taken_down_under_its_user_is_reported_lost() -> None:
+    name = "ab63"
+    clean.clean(name)
+    with Link.up(name, "rtt=10ms", backend="userspace") as link:
+        assert link.lost() is None
+        # another process, as a careless clean would
+        result = subprocess.run(
+            [*TESTBED, "clean", "--name", name], capture_output=True, text=True, timeout=60
+        )
+        assert "skipped" in result.stdout and link.lost() is None  # its owner lives: kept
+        pid = link.state.emulator_pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the path goes away under the link's user
+        assert _wait_for(lambda: link.lost() is not None)
+        reason = link.lost()
+        assert reason is not None and ("gone" in reason or "exited" in reason)
+    _nothing_left(name)

@@ -88,9 +88,37 @@ def test_gemodel_defaults_follow_netem() -> None:
     assert two is not None and two.r == pytest.approx(0.3)
 
 
-def test_empty_string_is_an_unshaped_link() -> None:
-    assert parse_link("") == LinkSpec()
-    assert parse_link(" , ,") == LinkSpec()
+@pytest.mark.parametrize("text", ["", ",,,,", " , ,"])
+def test_an_empty_link_string_is_refused(text: str) -> None:
+    """An unshaped link by accident is worse than an error (issue 17)."""
+    with pytest.raises(SpecError, match="empty"):
+        parse_link(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("rtt=２００ms", "rtt"),
+        ("rate=1e-30bit", "rate"),
+        ("rate=0.5bit", "rate"),
+        ("rate=1e30bit", "rate"),
+        ("queue=1e30b", "queue"),
+        ("queue=2000000p", "queue_packets"),
+        ("rtt=1e12s", "rtt"),
+        ("rtt=11s", "rtt"),
+        ("up.delay=6s,down.delay=5s", "rtt"),
+    ],
+)
+def test_magnitudes_outside_sensible_ranges_are_refused(text: str, field: str) -> None:
+    with pytest.raises(SpecError) as err:
+        parse_link(text)
+    assert field in str(err.value)
+
+
+def test_the_edges_of_the_ranges_are_accepted() -> None:
+    assert parse_link("rate=1kbit").up.rate_bps == 1e3
+    assert parse_link("rate=100gbit").up.rate_bps == 100e9
+    assert parse_link("rtt=10s").rtt_s == 10.0
 
 
 @pytest.mark.parametrize(

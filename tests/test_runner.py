@@ -208,3 +208,42 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     again = run_experiment(spec, resume=path, link_name="hn7", report=False, attempts=1)
     assert again.rows == [] and again.skipped == 3
     assert len(pd.read_csv(path / "runs.csv")) == len(frame)
+
+
+class _VanishingLink:
+    """A link whose path is gone (what ``lost()`` reports after a careless clean)."""
+
+    name = "ab70"
+
+    def __init__(self, reason: str | None) -> None:
+        self.reason = reason
+
+    def lost(self) -> str | None:
+        return self.reason
+
+
+def test_a_link_taken_down_under_a_run_stops_it_and_discards_the_run(tmp_path: Path) -> None:
+    from harness.record import ResultDir
+    from harness.runner import _check_link
+    from tbcore.errors import LinkLost
+
+    result = ResultDir.create(tmp_path, "exp")
+    run_dir = result.fresh_run_dir("0001-a-r0")
+    (run_dir / "row.json").write_text("{}")
+    _check_link(_VanishingLink(None), result, "0001-a-r0", before=False)  # whole: nothing
+    assert run_dir.exists()
+    with pytest.raises(LinkLost, match="namespace tb-ab70-client is gone"):
+        _check_link(_VanishingLink("namespace tb-ab70-client is gone"), result, "0001-a-r0",
+                    before=False)  # fmt: skip
+    assert not run_dir.exists()  # not recorded as an invalid run: --resume makes it again
+
+
+def test_result_directories_of_the_same_second_are_distinct(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from harness.record import ResultDir
+
+    with ThreadPoolExecutor(8) as pool:
+        made = list(pool.map(lambda _: ResultDir.create(tmp_path, "exp", "20261203T000000Z"),
+                             range(16)))  # fmt: skip
+    assert len({d.path for d in made}) == 16

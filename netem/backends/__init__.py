@@ -51,6 +51,11 @@ class LinkState:
     """UTC time of link up, ISO 8601."""
     owner_pid: int
     """The process that ran link up."""
+    owner_start_ticks: int | None = None
+    """Its start time (/proc/PID/stat field 22): a recycled pid is no owner."""
+    persistent: bool = False
+    """Left up on purpose (``testbed link up``): in use while its emulator runs, even after
+    the owner exited."""
     emulator_pid: int | None = None
     """The userspace emulator's pid (None on the kernel backend)."""
     emulator_start_ticks: int | None = None
@@ -225,6 +230,16 @@ def get(name: str) -> Backend:
 
 def probe(name: str) -> tuple[bool, str]:
     return type(get(name)).probe()
+
+
+def check_choice(name: str = "auto") -> None:
+    """Refuse a bad backend name, or a bad ``TESTBED_BACKEND`` behind ``auto``, without
+    probing anything: what a command checks before it creates a directory or a link."""
+    if name not in BACKEND_CHOICES:
+        raise SpecError("backend", f"{name!r}: must be one of {', '.join(BACKEND_CHOICES)}")
+    forced = os.environ.get(BACKEND_ENV, "").strip()
+    if name == "auto" and forced and forced not in ("netem", "userspace"):
+        raise SpecError(BACKEND_ENV, f"{forced!r}: must be netem or userspace")
 
 
 def choose(name: str = "auto") -> str:

@@ -1,0 +1,132 @@
+"""Each attack of ``testbed abuse`` against a real ``testbed serve`` on loopback, small and
+short, and what the server's guards answer (its event log), and a normal request after."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aioquic.buffer import Buffer
+from aioquic.quic.packet import QuicPacketType, pull_quic_header
+
+from harness import abuse_attacks as attacks
+from harness.abuse import probe
+from servers.process import ServerProcess
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _events(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[ServerProcess, Path]]:
+    log = tmp_path / "events.jsonl"
+    extra = getattr(request, "param", [])
+    with ServerProcess(["--processing-audio", "0ms", "--log", str(log), *extra]) as proc:
+        yield proc, log
+
+
+def _target(proc: ServerProcess) -> attacks.Target:
+    return attacks.Target("127.0.0.1", proc.ports["h2"], proc.ports["h3"])
+
+
+def test_a_forged_initial_parses_as_an_initial() -> None:
+    packet = attacks.forged_initial()
+    assert len(packet) == attacks.QUIC_INITIAL_BYTES
+    header = pull_quic_header(Buffer(data=packet), host_cid_length=8)
+    assert header.packet_type == QuicPacketType.INITIAL and header.token == b""
+
+
+def test_attacks_refuse_targets_off_loopback() -> None:
+    attacks.check_loopback("127.0.0.1")
+    with pytest.raises(ValueError):
+        attacks.check_loopback("198.51.100.1")
+
+
+def test_rapid_reset_gets_goaway_enhance_your_calm(server: tuple[ServerProcess, Path]) -> None:
+    proc, log = server
+    outcome = attacks.rapid_reset(_target(proc), duration_s=3.0, streams=5_000)
+    assert "GOAWAY" in outcome and not outcome.endswith(" 0 GOAWAY"), outcome
+    abuse = [e for e in _events(log) if e["event"] == "abuse"]
+    assert abuse and "CVE-2023-44487" in abuse[0]["reason"]
+    requests = sum(e["event"] == "request_first_byte" for e in _events(log))
+    assert requests <= 2 * 201  # one connection's allowance, not 5,000
+    assert asyncio.run(probe("h2", proc.ports["h2"])) is not None  # 127.0.0.1 is still served
+
+
+def test_sending_after_a_reset_is_cut_off(server: tuple[ServerProcess, Path]) -> None:
+    proc, log = server
+    outcome = attacks.send_after_reset(_target(proc), duration_s=10.0, max_bytes=200_000_000)
+    assert "server closed" in outcome, outcome
+    sent_mb = float(outcome.split(" MB")[0])
+    assert sent_mb < 40  # window (16 MiB) + grace (1 MiB) + what was in flight
+    assert any("closed stream" in (e.get("reason") or "") for e in _events(log))
+
+
+@pytest.mark.parametrize("server", [["--head-timeout", "1s"]], indirect=True)
+def test_slowloris_connections_are_closed_at_the_head_deadline(
+    server: tuple[ServerProcess, Path],
+) -> None:
+    proc, log = server
+    outcome = attacks.slowloris(_target(proc), duration_s=4.0, connections=5, byte_interval_s=0.2)
+    assert outcome.startswith("0 of 5"), outcome
+    assert sum(e["event"] == "abuse" for e in _events(log)) == 5
+
+
+@pytest.mark.parametrize("server", [["--max-connections-per-source", "10"]], indirect=True)
+def test_idle_connections_beyond_the_source_cap_are_refused(
+    server: tuple[ServerProcess, Path],
+) -> None:
+    proc, _ = server
+    outcome = attacks.idle_flood(_target(proc), duration_s=2.0, connections=50)
+    held = int(outcome.split(", ")[1].split(" still open")[0])
+    assert held <= 10, outcome
+    assert asyncio.run(probe("h2", proc.ports["h2"])) is not None
+
+
+def test_an_initial_flood_keeps_nothing_and_h3_still_serves(
+    server: tuple[ServerProcess, Path],
+) -> None:
+    proc, log = server
+    attacks.initial_flood(_target(proc), duration_s=1.0, burst=2_000, rate_per_s=1_000)
+    assert asyncio.run(probe("h3", proc.ports["h3"])) is not None
+    opened = sum(e["event"] == "connection_open" for e in _events(log))
+    assert opened == 1  # only the probe's: no forged Initial became a connection
+
+
+@pytest.mark.parametrize("server", [["--quic-retry", "always"]], indirect=True)
+def test_a_client_passes_address_validation_with_retry(
+    server: tuple[ServerProcess, Path],
+) -> None:
+    proc, _ = server
+    assert asyncio.run(probe("h3", proc.ports["h3"])) is not None
+
+
+@pytest.mark.parametrize("server", [["--head-timeout", "1s"]], indirect=True)
+def test_a_slow_data_frame_is_not_a_slow_head(server: tuple[ServerProcess, Path]) -> None:
+    """The head deadline is for heads: a large DATA frame on a slow path may take longer."""
+    import time
+
+    import hpack
+
+    proc, log = server
+    sock = attacks._tls(_target(proc))
+    body = b"x" * 20_000
+    headers = [(":method", "POST"), (":path", "/sink"), (":scheme", "https"),
+               (":authority", "x"), ("content-length", str(len(body)))]  # fmt: skip
+    block = hpack.Encoder().encode(headers)
+    data = attacks._frame(attacks.H2_DATA, attacks.H2_FLAG_END_STREAM, 1, body[:16_000])
+    try:
+        sock.sendall(attacks.H2_PREFACE + attacks._frame(attacks.H2_SETTINGS, 0, 0))
+        sock.sendall(attacks._frame(attacks.H2_HEADERS, attacks.H2_FLAG_END_HEADERS, 1, block))
+        sock.sendall(data[:5_000])
+        time.sleep(2.0)  # twice the head deadline, mid-frame
+        assert attacks._drain(sock) is not None  # still open
+    finally:
+        sock.close()
+    assert not any(e["event"] == "abuse" for e in _events(log))
