@@ -111,9 +111,9 @@ class TopologyExperiment:
 def is_topology_file(path: Path) -> bool:
     """Whether ``path`` declares a relay or dual topology (then it runs here)."""
     try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return False
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, RecursionError, tomllib.TOMLDecodeError):
+        return False  # harness.spec.load names what is wrong with such a file
     return data.get("fixed", {}).get("topology") in ("relay", "dual")
 
 
