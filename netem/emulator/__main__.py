@@ -114,11 +114,12 @@ from netem.emulator import control
 from netem.emulator.clock import set_thread_name, set_timer_slack_ns
 from netem.emulator.core import LinkDirection
 from netem.emulator.engine import DEFAULT_EARLY_S, DirectionPump, Engine
+from netem.emulator.medium import make_cores
 from netem.emulator.pcap import write_merged
 from netem.emulator.tun import open_tun, wait_running
 from netem.linkspec import LinkSpec
 from netem.names import DEVICE_IN_NS, check_link_name
-from netem.stats import CpuStats, DirectionStats, LinkStats
+from netem.stats import AirStats, CpuStats, DirectionStats, LinkStats
 from tbcore.errors import SpecError
 
 EXIT_BAD_INPUT = 2
@@ -290,6 +291,7 @@ class Emulator:
                 cpu=CpuStats(**cpu),
                 measured=MEASURED,
                 processes=1 if self.child is None else 2,
+                air=None if local.get("air") is None else AirStats.from_dict(local["air"]),
             )
             return stats.to_dict()
         if cmd == "capture_start":
@@ -438,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(args.spec_json)
         if not math.isfinite(args.early_us) or args.early_us < 0:
             raise SpecError("early-us", f"must be finite and >= 0, got {args.early_us!r}")
+        if spec.air is not None and args.processes != 1:
+            raise SpecError("processes", "an air= link shares one medium: it runs in one process")
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -469,9 +473,10 @@ def main(argv: list[str] | None = None) -> int:
             child, _ = fork_child(args, spec, client_fd, server_fd, early_s)
             pumps = {"up": make_pump(spec, "up", client_fd, server_fd, early_s)}
         else:
+            cores = make_cores(spec)
             pumps = {
-                "up": make_pump(spec, "up", client_fd, server_fd, early_s),
-                "down": make_pump(spec, "down", server_fd, client_fd, early_s),
+                "up": DirectionPump(cores["up"], client_fd, server_fd, early_s=early_s),
+                "down": DirectionPump(cores["down"], server_fd, client_fd, early_s=early_s),
             }
         engine = Engine(spec, pumps)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
