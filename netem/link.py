@@ -182,7 +182,8 @@ class Link:
         """
         names.check_link_name(name)
         link_spec = _to_spec(spec)
-        chosen = backends.choose(backend)
+        # only the userspace emulator has a shared medium: auto picks it for an air= link
+        chosen = "userspace" if backend == "auto" and link_spec.air else backends.choose(backend)
         extra_sysctls = {k: sysctl.normalise(v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
             sysctl._path(key)  # refuse a bad name before building anything
