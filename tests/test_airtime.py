@@ -1,0 +1,67 @@
+"""A run's medium accounts as runs.csv columns and air.json (harness.airtime)."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.airtime import AIR_COLUMNS, air_record
+from netem.air import AirSpec
+from netem.stats import AirStats
+
+
+def stats() -> AirStats:
+    air = AirSpec()
+    s = AirStats()
+    # 1,000 full segments up, 500 pure ACKs down, 2 small data frames down (182 µs each)
+    s.frames.update({"up.data": 1000, "down.ack": 500, "down.data": 2})
+    s.ip_bytes.update({"up.data": 1_500_000, "down.ack": 500 * 52, "down.data": 2 * 400})
+    s.busy_ns.update(
+        {
+            "up.data": 1000 * air.exchange_ns(1500),
+            "down.ack": 500 * air.exchange_ns(52),
+            "down.data": 2 * air.exchange_ns(400),
+        }
+    )
+    s.exchanges.update({"up": 1000, "down": 502})
+    s.wait_ns.update({"up": 5_000_000, "down": 1_000_000})
+    return s
+
+
+def test_columns_split_by_kind_and_direction() -> None:
+    row, doc = air_record(stats(), AirSpec(), processing_s=0.3, rtt_s=0.01)
+    assert set(row) == set(AIR_COLUMNS)
+    assert row["air_frames"] == 1502
+    assert (row["air_frames_data"], row["air_frames_ack"]) == (1002, 500)
+    assert (row["air_frames_up"], row["air_frames_down"]) == (1000, 502)
+    assert row["air_busy_ack_s"] == pytest.approx(500 * 130e-6)
+    assert row["air_busy_data_s"] == pytest.approx(1000 * 342e-6 + 2 * 182e-6)
+    assert row["air_busy_s"] == pytest.approx(row["air_busy_data_s"] + row["air_busy_ack_s"])
+    assert doc["by_kind"]["down.ack"]["frames"] == 500
+    assert doc["wait_s"] == {"up": 0.005, "down": 0.001}
+
+
+def test_model_matches_the_medium_when_sizes_are_uniform() -> None:
+    row, doc = air_record(stats(), AirSpec(), processing_s=0.3, rtt_s=0.01)
+    assert row["air_model_error"] == pytest.approx(0.0, abs=1e-12)
+    assert row["air_bound_busy_s"] == pytest.approx(row["air_busy_s"])
+    # processing and RTT cannot overlap the data exchanges
+    assert row["air_bound_s"] == pytest.approx(row["air_busy_data_s"] + 0.31)
+    assert doc["bound"]["total_s"] == row["air_bound_s"]
+
+
+def test_mixed_sizes_show_as_a_model_error() -> None:
+    s = AirStats()
+    air = AirSpec()
+    # one full and one tiny data frame: the model takes both at the mean size (776 bytes)
+    s.frames["up.data"] = 2
+    s.ip_bytes["up.data"] = 1500 + 52
+    s.busy_ns["up.data"] = air.exchange_ns(1500) + air.exchange_ns(52)
+    row, _ = air_record(s, air, processing_s=0.0, rtt_s=0.0)
+    assert row["air_model_error"] != 0.0
+    assert abs(row["air_model_error"]) < 0.05
+
+
+def test_no_frames_no_error_ratio() -> None:
+    row, _ = air_record(AirStats(), AirSpec(), processing_s=0.3, rtt_s=0.01)
+    assert row["air_frames"] == 0 and row["air_model_error"] is None
+    assert row["air_bound_s"] == pytest.approx(0.31)
