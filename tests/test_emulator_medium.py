@@ -293,3 +293,9 @@ def test_air_direction_keeps_the_wired_recorder() -> None:
     air.recorder = marker  # type: ignore[assignment]
     assert wired.recorder is marker
     assert LinkSpec().air is None
+
+
+def test_other_attributes_are_the_wired_stages() -> None:
+    cores = make_cores(parse_link("delay=3ms,air=54mbit/6mbit"))
+    assert cores["up"].queue_limit_bytes is cores["up"].wired.queue_limit_bytes
+    assert cores["up"].spec.delay_s == 0.003

@@ -212,6 +212,12 @@ class AirDirection:
         self.direction = wired.direction
         medium.attach(self.direction, wired.receive)
 
+    def __getattr__(self, name: str) -> Any:
+        """Everything else (scheduled events, say) is the wired stage's."""
+        if name == "wired":  # not set yet: no recursion
+            raise AttributeError(name)
+        return getattr(self.wired, name)
+
     @property
     def stats(self) -> DirectionStats:
         """The direction's counters; a frame the medium queue refused is a queue drop."""
