@@ -26,6 +26,7 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 from aioquic.quic.recovery import QuicPacketPacer
 
 from servers.sockopts import set_udp_buffers
+from tbcore.errors import SpecError
 
 H3_ALPN = ["h3"]
 UDP_SEGMENT = 103
@@ -35,6 +36,9 @@ UDP_GSO_MAX_SEGMENTS = 64
 UDP_GSO_MAX_BYTES = 65_000
 """A GSO send is one UDP datagram to the kernel: its payload stays under 64 KiB."""
 QUIC_IDLE_TIMEOUT_S = 60.0
+AIOQUIC_MAX_ACK_DELAY_S = 0.025
+"""The max_ack_delay aioquic advertises (25 ms, its transport parameters): a receiver must
+not delay an ACK longer than it (RFC 9000 section 13.2.1), so a longer ACK delay is refused."""
 MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
 """Frame type + stream id + limit, as varints (aioquic's own constant is private)."""
 
@@ -239,8 +243,25 @@ def make_quic_connection(
     fixed_window_bytes: int | None,
     pacing: str | float = PACING_CWND,
     max_pacing_rate_bps: float | None = None,
+    ack_delay_s: float | None = None,
     **kwargs: Any,
 ) -> QuicConnection:
+    """A QuicConnection with the testbed's window, pacing and ACK delay.
+
+    ``ack_delay_s``: how long the receiver waits after an ack-eliciting packet before it
+    sends an ACK on its own (aioquic's ``_ack_delay``, 1 ms by default; it has no packet
+    threshold, so this is its only ACK-frequency knob); None keeps aioquic's.
+    """
+    if ack_delay_s is not None and (
+        isinstance(ack_delay_s, bool)
+        or not isinstance(ack_delay_s, (int, float))
+        or not 0 <= ack_delay_s <= AIOQUIC_MAX_ACK_DELAY_S
+    ):
+        raise SpecError(
+            "quic-ack-delay",
+            f"must lie in [0, {AIOQUIC_MAX_ACK_DELAY_S * 1e3:g} ms] (max_ack_delay), "
+            f"got {ack_delay_s!r}",
+        )
     if fixed_window_bytes is None:
         quic = QuicConnection(configuration=configuration, **kwargs)
     else:
@@ -248,6 +269,8 @@ def make_quic_connection(
             configuration=configuration, window_bytes=fixed_window_bytes, **kwargs
         )
     set_pacing(quic, pacing, max_pacing_rate_bps)
+    if ack_delay_s is not None:
+        quic._ack_delay = float(ack_delay_s)
     return quic
 
 
