@@ -72,7 +72,10 @@ method for each)
     histogram (fixed bins, so two snapshots subtract and quantiles of the difference are
     computable), maximum backlog in bytes and packets; the emulator's CPU seconds (user,
     system, summed over its processes) and the host's busy/steal/total seconds from
-    /proc/stat; ``time_s`` on CLOCK_MONOTONIC.
+    /proc/stat; ``time_s`` on CLOCK_MONOTONIC; on an ``air=`` link, ``air``: the shared
+    medium's frames, IP bytes and busy nanoseconds per direction and frame kind, exchanges,
+    waiting time and refused frames (:class:`netem.stats.AirStats`). An ``air=`` link runs
+    in one process (its medium is shared by both directions): ``--processes 2`` is refused.
 ``{"cmd": "set_spec", "spec": LinkSpec.to_dict()}``
     Change the link live (between runs): rate, queue limit, delay, jitter, loss; the
     loss and jitter generators restart from the new seeds. Packets already in flight keep
