@@ -14,7 +14,10 @@ backoff, when it is on, which the model leaves out).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
+
+import pandas as pd
 
 from harness.bounds import airtime_bound
 from netem.air import AirSpec
@@ -87,3 +90,65 @@ def air_record(
         },
     }
     return row, doc
+
+
+REPORT_COLUMNS = (
+    ("data frames", "air_frames_data", 1.0, "{:.0f}"),
+    ("ACK-only frames", "air_frames_ack", 1.0, "{:.0f}"),
+    ("ACKs per data frame", "air_acks_per_data", 1.0, "{:.3f}"),
+    ("medium, data (s)", "air_busy_data_s", 1.0, "{:.3f}"),
+    ("medium, ACK-only (s)", "air_busy_ack_s", 1.0, "{:.3f}"),
+    ("medium busy (s)", "air_busy_s", 1.0, "{:.3f}"),
+    ("model on frames (s)", "air_bound_busy_s", 1.0, "{:.3f}"),
+    ("busy vs model (%)", "air_model_error", 100.0, "{:+.2f}"),
+    ("completion (s)", "total_s", 1.0, "{:.3f}"),
+    ("bound (s)", "air_bound_s", 1.0, "{:.3f}"),
+)
+"""The report's medium table: (header, runs.csv column, scale, format)."""
+
+
+def air_report_lines(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
+    """``## Shared medium``: per level, medians of the medium's accounts next to the
+    completion time and the exchange-model bound; empty when no run had a medium."""
+    if frame.empty or "air_busy_s" not in frame.columns:
+        return []
+    measured = frame[~frame["warmup"].fillna(False).astype(bool)].copy()
+    measured = measured[pd.to_numeric(measured["air_busy_s"], errors="coerce").notna()]
+    if measured.empty:
+        return []
+    data = pd.to_numeric(measured["air_frames_data"], errors="coerce")
+    acks = pd.to_numeric(measured["air_frames_ack"], errors="coerce")
+    measured["air_acks_per_data"] = acks / data.where(data > 0)
+    valid = measured["valid"].astype(str).str.lower() == "true"
+    rows = []
+    for level in levels:
+        runs = measured[measured["level"] == level]
+        if runs.empty:
+            continue
+        good = runs[valid[runs.index]]
+        used = good if not good.empty else runs
+        cells = [level, f"{len(good)}/{len(runs)}"]
+        for _, column, scale, fmt in REPORT_COLUMNS:
+            values = pd.to_numeric(used.get(column, pd.Series(dtype=float)), errors="coerce")
+            values = values.dropna()
+            cells.append(fmt.format(values.median() * scale) if len(values) else "–")
+        rows.append(cells)
+    headers = ["level", "valid/runs", *(name for name, _, _, _ in REPORT_COLUMNS)]
+    table = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    table += ["| " + " | ".join(row) + " |" for row in rows]
+    return [
+        "## Shared medium",
+        "",
+        "Medians per level over the valid measured runs (over all measured runs where a "
+        "level has none valid: the medium's accounts are the emulator's scheduled times, "
+        "exact under host load; the completion time is not). Medium time is what the "
+        "emulator's medium was occupied while the client ran, by frame kind (ACK-only: a "
+        "TCP segment without payload, or a non-TCP packet of at most 128 IP bytes); the "
+        "model is harness.bounds.airtime_bound applied to the frames carried (802.11a "
+        "exchanges at each kind's mean size); the bound is the completion time no request "
+        "carrying those frames can beat (all exchanges one at a time, and no data exchange "
+        "during the processing or the wired round trip).",
+        "",
+        *table,
+        "",
+    ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
-from harness.airtime import AIR_COLUMNS, air_record
+from harness.airtime import AIR_COLUMNS, air_record, air_report_lines
 from netem.air import AirSpec
 from netem.stats import AirStats
 
@@ -65,3 +66,27 @@ def test_no_frames_no_error_ratio() -> None:
     row, _ = air_record(AirStats(), AirSpec(), processing_s=0.3, rtt_s=0.01)
     assert row["air_frames"] == 0 and row["air_model_error"] is None
     assert row["air_bound_s"] == pytest.approx(0.31)
+
+
+def test_report_table_per_level() -> None:
+    rows = []
+    for level, acks, total, valid in (
+        ("delayed", 500, 10.0, True),
+        ("delayed", 520, 10.2, False),
+        ("quick", 1000, 10.5, False),
+    ):
+        row, _ = air_record(stats(), AirSpec(), processing_s=0.3, rtt_s=0.01)
+        row.update(air_frames_ack=acks, level=level, total_s=total, valid=valid, warmup=False)
+        rows.append(row)
+    lines = air_report_lines(pd.DataFrame(rows), ["delayed", "quick"])
+    assert lines[0] == "## Shared medium"
+    table = [line for line in lines if line.startswith("| delayed") or line.startswith("| quick")]
+    # delayed: only its valid run; quick: none valid, so its (one) run
+    assert table[0].split(" | ")[1:4] == ["1/2", "1002", "500"]
+    assert table[1].split(" | ")[1:4] == ["0/1", "1002", "1000"]
+    assert " 10.000 " in table[0] and " 10.500 " in table[1]
+
+
+def test_no_medium_no_section() -> None:
+    frame = pd.DataFrame([{"level": "a", "total_s": 1.0, "valid": True, "warmup": False}])
+    assert air_report_lines(frame, ["a"]) == []
