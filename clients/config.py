@@ -45,6 +45,8 @@ class ClientConfig:
     quic_cc: str = "reno"
     max_datagram_size: int = QUIC_MIN_DATAGRAM_BYTES
     quic_max_data_bytes: int | None = None
+    quic_ack_delay_s: float | None = None
+    """The QUIC receiver's ACK delay (servers.quic.make_quic_connection); None: aioquic's."""
     h2_window_bytes: int = 16 * 1024 * 1024
     records_path: Path | None = None
     samples_path: Path | None = None

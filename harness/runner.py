@@ -35,6 +35,7 @@ from typing import Any
 
 from harness import acks as ackmod
 from harness import bounds
+from harness.airtime import air_record
 from harness.plan import PlannedRun, plan_for, remaining
 from harness.record import (
     ResultDir,
@@ -598,6 +599,9 @@ def socket_flags(settings: Settings, path_rate_bps: float | None) -> list[str]:
         "--max-datagram-size": settings.max_datagram_size_bytes,
         "--quic-max-data": settings.quic_max_data_bytes,
         "--h2-window": settings.h2_window_bytes,
+        "--quic-ack-delay": (
+            None if settings.quic_ack_delay_s is None else f"{settings.quic_ack_delay_s * 1e3:g}ms"
+        ),
     }
     for flag, value in optional.items():
         if value is not None:
@@ -760,6 +764,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
                     role,
                     initcwnd=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
                     initrwnd=settings.initrwnd,
+                    quickack=settings.route_quickack,
                 )
         port = env.port_base + planned.seq % 20000
         if settings.protocol == "h3" and settings.qlog:
@@ -979,6 +984,15 @@ def _collect(
         out["lateness_p99_s"] = lateness
         emulator_cpu = diff.emulator_cpu_fraction
         out["cpu_emulator_run"] = emulator_cpu
+        if diff.air is not None and link_spec.air is not None:
+            air_row, air_doc = air_record(
+                diff.air,
+                link_spec.air,
+                processing_s=processing_for(settings),
+                rtt_s=link_spec.rtt_s,
+            )
+            out.update(air_row)
+            atomic_write_json(run_dir / "air.json", air_doc)
     cpu: dict[str, float | None] = {}
     waits: dict[str, float | None] = {}
     if start_s is not None and end_s is not None:
@@ -1251,7 +1265,9 @@ def run_experiment(
         name = link_name or f"r{os.getpid() % 100000}"
         first = spec.level(left[0].level).settings.link_spec
         set_metrics = any(
-            lv.settings.initcwnd is not None or lv.settings.initrwnd is not None
+            lv.settings.initcwnd is not None
+            or lv.settings.initrwnd is not None
+            or lv.settings.route_quickack
             for lv in spec.levels
         )
         with _link_up(name, first, backend) as link:

@@ -115,6 +115,12 @@ class Settings:
     notsent_lowat_bytes: int | None = None
     quickack: bool = False
     """TCP_QUICKACK on the receivers: an ACK for every segment instead of delayed ACKs."""
+    route_quickack: bool = False
+    """The ``quickack`` route metric (RTAX_QUICKACK) on both endpoints' routes: no delayed
+    ACKs at all, one ACK per segment (TCP_QUICKACK lapses after each read; this does not)."""
+    quic_ack_delay_s: float | None = None
+    """How long an aioquic receiver waits before an ACK of its own (its only ACK-frequency
+    knob; at most its 25 ms max_ack_delay); None for aioquic's 1 ms."""
     max_datagram_size_bytes: int | None = None
     """QUIC max_datagram_size, None for aioquic's 1200."""
     quic_pacing: str = "cwnd"
@@ -166,6 +172,11 @@ def _link_items(text: str) -> list[tuple[str, str]]:
     return items
 
 
+def _key_name(key: str) -> str:
+    """The key without its direction; ``air`` and ``air.*`` keys (one medium) are whole."""
+    return key if key == "air" or key.startswith("air.") else key.rpartition(".")[2]
+
+
 def merge_link(base: str, overrides: str) -> str:
     """``base`` with the keys of ``overrides`` replacing its own.
 
@@ -174,11 +185,11 @@ def merge_link(base: str, overrides: str) -> str:
     """
     over = _link_items(overrides) if overrides.strip() else []
     over_keys = {k for k, _ in over}
-    over_names = {k.rpartition(".")[2] for k, _ in over}
+    over_names = {_key_name(k) for k, _ in over}
     kept = []
     for key, value in _link_items(base) if base.strip() else []:
-        name = key.rpartition(".")[2]
-        prefixed = "." in key
+        name = _key_name(key)
+        prefixed = key.startswith(("up.", "down."))
         if key in over_keys:
             continue
         if prefixed and name in over_keys:
@@ -322,6 +333,8 @@ SETTING_PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "pace_at_path_rate": ("pace_at_path_rate", _bool),
     "notsent_lowat": ("notsent_lowat_bytes", _optional(_size(1))),
     "quickack": ("quickack", _bool),
+    "route_quickack": ("route_quickack", _bool),
+    "quic_ack_delay": ("quic_ack_delay_s", _optional(_duration)),
     "max_datagram_size": ("max_datagram_size_bytes", _optional(_size(QUIC_MIN_DATAGRAM_BYTES))),
     "quic_max_data": ("quic_max_data_bytes", _optional(_size(1024))),
     "quic_pacing": ("quic_pacing", _quic_pacing),

@@ -46,6 +46,8 @@ class ServerConfig:
     max_datagram_size: int = QUIC_MIN_DATAGRAM_BYTES
     quic_max_data_bytes: int | None = None
     """Fixed QUIC flow-control windows (connection and stream); None: aioquic's growing ones."""
+    quic_ack_delay_s: float | None = None
+    """The QUIC receiver's ACK delay (servers.quic.make_quic_connection); None: aioquic's."""
     h2_window_bytes: int = DEFAULT_H2_WINDOW_BYTES
     processing_audio_s: float = DEFAULT_PROCESSING_AUDIO_S
     processing_image_s: float = DEFAULT_PROCESSING_IMAGE_S

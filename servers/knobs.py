@@ -28,6 +28,9 @@ QUIC_MIN_DATAGRAM_BYTES = 1200
 """RFC 9000 section 14: the smallest maximum datagram size a QUIC endpoint may use."""
 QUIC_MAX_DATAGRAM_BYTES = 65_527
 """Largest UDP payload (RFC 9000 max_udp_payload_size upper bound is 65527)."""
+AIOQUIC_MAX_ACK_DELAY_S = 0.025
+"""The max_ack_delay aioquic advertises (25 ms, its transport parameters): a receiver must
+not delay an ACK longer than it (RFC 9000 section 13.2.1), so a longer ACK delay is refused."""
 QUIC_PACING_MODES = ("cwnd", "off")
 """``--quic-pacing`` words; anything else is a rate."""
 OPTIONAL_SIZE_FIELDS = (
@@ -62,6 +65,9 @@ def add_transport_arguments(parser: argparse.ArgumentParser) -> None:
         help="QUIC: one sendto per datagram, one transmit per datagram read (aioquic's way)",
     )
     parser.add_argument("--quic-max-data", default=None, help="fixed QUIC windows, bytes")
+    parser.add_argument(
+        "--quic-ack-delay", default=None, help="QUIC receiver's ACK delay, e.g. 5ms (aioquic: 1ms)"
+    )
     parser.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows, bytes")
 
 
@@ -96,6 +102,11 @@ def transport_fields(args: argparse.Namespace) -> dict[str, Any]:
         "quic_batching": not args.no_batching,
         "quic_pacing": parse_pacing(args.quic_pacing),
         "quic_max_data_bytes": size(args.quic_max_data, "quic-max-data"),
+        "quic_ack_delay_s": (
+            None
+            if args.quic_ack_delay is None
+            else units.parse_duration_s("quic-ack-delay", args.quic_ack_delay)
+        ),
         "h2_window_bytes": units.parse_size_bytes("h2-window", args.h2_window),
     }
 
@@ -125,6 +136,9 @@ def check_transport_fields(config: Any) -> None:
         value = getattr(config, name)
         if value is not None and value <= 0:
             raise SpecError(name.removesuffix("_bytes").replace("_", "-"), "must be > 0 bytes")
+    delay = config.quic_ack_delay_s
+    if delay is not None and not 0 <= delay <= AIOQUIC_MAX_ACK_DELAY_S:
+        raise SpecError("quic-ack-delay", f"must lie in [0, 25 ms] (max_ack_delay), got {delay!r}")
     if config.max_pacing_rate_bps is not None and config.max_pacing_rate_bps <= 0:
         raise SpecError("max-pacing-rate", "must be > 0 bit/s")
     if not H2_MIN_WINDOW_BYTES <= config.h2_window_bytes <= H2_MAX_WINDOW_BYTES:

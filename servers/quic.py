@@ -25,6 +25,7 @@ from aioquic.quic.packet import QuicFrameType
 from aioquic.quic.packet_builder import QuicPacketBuilder
 from aioquic.quic.recovery import QuicPacketPacer
 
+from servers.knobs import AIOQUIC_MAX_ACK_DELAY_S
 from servers.sockopts import set_udp_buffers
 from tbcore.errors import SpecError
 
@@ -36,9 +37,6 @@ UDP_GSO_MAX_SEGMENTS = 64
 UDP_GSO_MAX_BYTES = 65_000
 """A GSO send is one UDP datagram to the kernel: its payload stays under 64 KiB."""
 QUIC_IDLE_TIMEOUT_S = 60.0
-AIOQUIC_MAX_ACK_DELAY_S = 0.025
-"""The max_ack_delay aioquic advertises (25 ms, its transport parameters): a receiver must
-not delay an ACK longer than it (RFC 9000 section 13.2.1), so a longer ACK delay is refused."""
 MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
 """Frame type + stream id + limit, as varints (aioquic's own constant is private)."""
 
@@ -299,6 +297,7 @@ def quic_connection_of(
         config.quic_max_data_bytes,
         pacing=config.quic_pacing,
         max_pacing_rate_bps=config.max_pacing_rate_bps,
+        ack_delay_s=config.quic_ack_delay_s,
         **kwargs,
     )
 

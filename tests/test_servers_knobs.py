@@ -27,6 +27,7 @@ KNOBS = [
     "--max-pacing-rate", "333mbit", "--notsent-lowat", "16kb", "--quickack",
     "--quic-cc", "cubic", "--max-datagram-size", "1452", "--quic-pacing", "100mbit",
     "--no-batching", "--quic-max-data", "1MiB", "--h2-window", "65535",
+    "--quic-ack-delay", "5ms",
 ]  # fmt: skip
 
 
@@ -50,6 +51,7 @@ def test_both_ends_take_the_same_knobs() -> None:
         "quic_batching": False,
         "quic_pacing": 100e6,
         "quic_max_data_bytes": 1024 * 1024,
+        "quic_ack_delay_s": 0.005,
         "h2_window_bytes": 65_535,
     }
     assert transport_fields(parsed(add_transport_arguments, KNOBS)) == expected
