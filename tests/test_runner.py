@@ -261,3 +261,20 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     again = run_experiment(spec, resume=path, link_name="hn7", report=False)
     assert again.rows == [] and again.skipped == 3
     assert len(pd.read_csv(path / "runs.csv")) == 3
+
+
+def test_airtime_arms_carry_their_ack_knobs(tmp_path: Path) -> None:
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/airtime.toml")
+    fewer = spec.level("quic-5ms").settings
+    for argv in (
+        server_argv(fewer, fewer.link_spec, bind="198.18.2.2", port=20001, run_dir=tmp_path),
+        client_argv(fewer, fewer.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path),
+    ):
+        assert argv[argv.index("--quic-ack-delay") + 1] == "5ms"
+    default = spec.level("quic-1ms").settings
+    assert "--quic-ack-delay" not in client_argv(
+        default, default.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path
+    )
+    assert spec.level("tcp-quick").settings.route_quickack
+    assert not spec.level("tcp-delayed").settings.route_quickack
+    assert fewer.link_spec.air is not None and fewer.link_spec.air.order == "alternate"
