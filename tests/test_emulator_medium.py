@@ -299,3 +299,37 @@ def test_other_attributes_are_the_wired_stages() -> None:
     cores = make_cores(parse_link("delay=3ms,air=54mbit/6mbit"))
     assert cores["up"].queue_limit_bytes is cores["up"].wired.queue_limit_bytes
     assert cores["up"].spec.delay_s == 0.003
+
+
+@pytest.mark.root
+@pytest.mark.timeout(120)
+def test_a_real_air_link_accounts_every_probe_and_adds_its_exchanges() -> None:
+    import statistics
+
+    from netem import clean, topology
+    from netem.link import Link
+    from netem.probe import probe_link
+
+    name = "aitest"
+    clean.clean(name)
+    try:
+        with Link.up(name, "rtt=20ms,air=54mbit/6mbit", backend="userspace") as link:
+            before = link.stats()
+            result = probe_link(link, count=30, interval_s=0.01, drain_s=0.5)
+            delta = link.stats() - before
+            air = delta.air
+            assert air is not None
+            # 92-byte IP probes (64-byte datagrams), small: ACK-only by size, both ways
+            assert air.frames["up.ack"] >= 30 and air.frames["down.ack"] >= 30
+            exchange_ns = AirSpec().exchange_ns(92)
+            assert air.busy_ns["up.ack"] == air.frames["up.ack"] * exchange_ns
+            # each way: 34 µs DIFS + 40 µs PPDU before the wired 10 ms
+            assert min(result.rtt_s) >= 0.020 + 2 * 74e-6
+            assert statistics.median(result.rtt_s) < 0.030
+            link.set_route_metrics("server", initcwnd=10, quickack=True)
+            routes = [r for r in topology.routes(link.server_ns) if r.get("metrics")]
+            assert routes and routes[0]["metrics"]["quickack"] == 1
+            with pytest.raises(SpecError):
+                link.set_spec("rtt=20ms")  # a medium cannot go while the link is up
+    finally:
+        assert not clean.clean(name).remaining
