@@ -25,9 +25,9 @@ from aioquic.quic.packet import QuicFrameType
 from aioquic.quic.packet_builder import QuicPacketBuilder
 from aioquic.quic.recovery import QuicPacketPacer
 
-from servers.knobs import AIOQUIC_MAX_ACK_DELAY_S
 from servers.sockopts import set_udp_buffers
 from tbcore.errors import SpecError
+from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
 
 H3_ALPN = ["h3"]
 UDP_SEGMENT = 103
@@ -279,9 +279,9 @@ def quic_configuration_of(
     :class:`~servers.config.ServerConfig` and a :class:`~clients.config.ClientConfig` share."""
     return make_quic_configuration(
         is_client=is_client,
-        cc=config.quic_cc,
-        max_datagram_size=config.max_datagram_size,
-        fixed_window_bytes=config.quic_max_data_bytes,
+        cc=config.settings.quic_cc,
+        max_datagram_size=config.settings.max_datagram_size_bytes,
+        fixed_window_bytes=config.settings.quic_max_data_bytes,
         qlog_dir=config.qlog_dir,
         keylog=keylog,
         **kwargs,
@@ -294,10 +294,10 @@ def quic_connection_of(
     """:func:`make_quic_connection` with a server or client config's window and pacing."""
     return make_quic_connection(
         configuration,
-        config.quic_max_data_bytes,
-        pacing=config.quic_pacing,
-        max_pacing_rate_bps=config.max_pacing_rate_bps,
-        ack_delay_s=config.quic_ack_delay_s,
+        config.settings.quic_max_data_bytes,
+        pacing=config.settings.quic_pacing,
+        max_pacing_rate_bps=config.settings.max_pacing_rate_bps,
+        ack_delay_s=config.settings.quic_ack_delay_s,
         **kwargs,
     )
 
@@ -449,20 +449,6 @@ def make_udp_socket(host: str, port: int, buffer_bytes: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-QUIC_SAMPLE_FIELDS = (
-    "bytes_in_flight",
-    "cwnd",
-    "ssthresh",
-    "smoothed_rtt_us",
-    "latest_rtt_us",
-    "min_rtt_us",
-    "packets_sent",
-    "packets_lost",
-    "pto_count",
-)
-"""Columns of a QUIC in-flight sample (aioquic's recovery state)."""
 
 
 def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
