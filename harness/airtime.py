@@ -22,6 +22,7 @@ import pandas as pd
 from harness.bounds import airtime_bound
 from netem.air import AirSpec
 from netem.stats import AIR_KEYS, AirStats
+from tbcore.records import REQUIRED, Record, col, record
 
 AIR_COLUMNS = (
     "air_busy_s",
@@ -39,10 +40,30 @@ AIR_COLUMNS = (
 """runs.csv columns of an air= run (absent on other links)."""
 
 
+@record("air", 1)
+class AirRecord(Record):
+    """A run's ``air.json``: the shared medium's accounts over the run and the model's."""
+
+    air: dict = col(REQUIRED, doc="The medium's parameters (netem.air.AirSpec.to_dict()).")
+    by_kind: dict = col(
+        REQUIRED,
+        doc="Per direction.kind (up.data, up.ack, down.data, down.ack): frames, ip_bytes, "
+        "busy_s (the medium's own), model_s (the exchange model at the kind's mean size).",
+    )
+    exchanges: dict = col(REQUIRED, doc="Medium exchanges per direction.")
+    wait_s: dict = col(REQUIRED, doc="Summed wait for the medium per direction.", unit="s")
+    dropped: dict = col(REQUIRED, doc="Frames the medium queue refused, per direction.")
+    busy_s: float = col(REQUIRED, doc="Medium occupied, both directions.", unit="s")
+    bound: dict = col(
+        REQUIRED,
+        doc="harness.bounds.airtime_bound: busy_s, data_s, ack_s, processing_s, rtt_s, total_s.",
+    )
+
+
 def air_record(
     air_stats: AirStats, air: AirSpec, *, processing_s: float, rtt_s: float
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(row columns, the ``air.json`` document) of one run's medium accounts."""
+) -> tuple[dict[str, Any], AirRecord]:
+    """(row columns, the ``air.json`` record) of one run's medium accounts."""
     bound = airtime_bound(
         air_stats.frames, air_stats.ip_bytes, processing_s=processing_s, rtt_s=rtt_s, air=air
     )
@@ -65,9 +86,9 @@ def air_record(
         "air_model_error": (air_stats.busy_s / bound.busy_s - 1.0 if bound.busy_s > 0 else None),
         "air_bound_s": bound.total_s,
     }
-    doc = {
-        "air": air.to_dict(),
-        "by_kind": {
+    doc = AirRecord(
+        air=air.to_dict(),
+        by_kind={
             key: {
                 "frames": frames.get(key, 0),
                 "ip_bytes": air_stats.ip_bytes.get(key, 0),
@@ -76,11 +97,11 @@ def air_record(
             }
             for key in AIR_KEYS
         },
-        "exchanges": dict(air_stats.exchanges),
-        "wait_s": {k: v / 1e9 for k, v in air_stats.wait_ns.items()},
-        "dropped": dict(air_stats.dropped),
-        "busy_s": air_stats.busy_s,
-        "bound": {
+        exchanges=dict(air_stats.exchanges),
+        wait_s={k: v / 1e9 for k, v in air_stats.wait_ns.items()},
+        dropped=dict(air_stats.dropped),
+        busy_s=air_stats.busy_s,
+        bound={
             "busy_s": bound.busy_s,
             "data_s": bound.data_s,
             "ack_s": bound.ack_s,
@@ -88,7 +109,7 @@ def air_record(
             "rtt_s": bound.rtt_s,
             "total_s": bound.total_s,
         },
-    }
+    )
     return row, doc
 
 

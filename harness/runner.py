@@ -905,7 +905,7 @@ def _collect(
                 rtt_s=link_spec.rtt_s,
             )
             out.update(air_row)
-            atomic_write_json(run_dir / "air.json", air_doc)
+            atomic_write_json(run_dir / "air.json", air_doc.to_dict())
     cpu: dict[str, float | None] = {}
     waits: dict[str, float | None] = {}
     if start_s is not None and end_s is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.airtime import AIR_COLUMNS, air_record, air_report_lines
+from harness.airtime import AIR_COLUMNS, AirRecord, air_record, air_report_lines
 from netem.air import AirSpec
 from netem.stats import AirStats
 
@@ -37,8 +37,10 @@ def test_columns_split_by_kind_and_direction() -> None:
     assert row["air_busy_ack_s"] == pytest.approx(500 * 130e-6)
     assert row["air_busy_data_s"] == pytest.approx(1000 * 342e-6 + 2 * 182e-6)
     assert row["air_busy_s"] == pytest.approx(row["air_busy_data_s"] + row["air_busy_ack_s"])
-    assert doc["by_kind"]["down.ack"]["frames"] == 500
-    assert doc["wait_s"] == {"up": 0.005, "down": 0.001}
+    assert doc.by_kind["down.ack"]["frames"] == 500
+    assert doc.wait_s == {"up": 0.005, "down": 0.001}
+    assert AirRecord.from_dict(doc.to_dict()) == doc
+    assert doc.to_dict()["schema"] == "air/1"
 
 
 def test_model_matches_the_medium_when_sizes_are_uniform() -> None:
@@ -47,7 +49,7 @@ def test_model_matches_the_medium_when_sizes_are_uniform() -> None:
     assert row["air_bound_busy_s"] == pytest.approx(row["air_busy_s"])
     # processing and RTT cannot overlap the data exchanges
     assert row["air_bound_s"] == pytest.approx(row["air_busy_data_s"] + 0.31)
-    assert doc["bound"]["total_s"] == row["air_bound_s"]
+    assert doc.bound["total_s"] == row["air_bound_s"]
 
 
 def test_mixed_sizes_show_as_a_model_error() -> None:
