@@ -14,14 +14,19 @@ backoff, when it is on, which the model leaves out).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from harness.bounds import airtime_bound
+from harness.record import atomic_write_json
 from netem.air import AirSpec
-from netem.stats import AIR_KEYS, AirStats
+from netem.linkspec import LinkSpec
+from netem.stats import AIR_KEYS, AirStats, LinkStats
+from tbcore import kinds
 from tbcore.records import REQUIRED, Record, col, record
 
 AIR_COLUMNS = (
@@ -111,6 +116,27 @@ def air_record(
         },
     )
     return row, doc
+
+
+AIR_FILE = "air.json"
+
+
+def air_columns(stats_path: Path, out_path: Path, settings: Any, link: LinkSpec) -> dict[str, Any]:
+    """The row's air columns of a run on an ``air=`` link, from its ``link_stats.json``
+    (``stats_path``); writes the run's :class:`AirRecord` to ``out_path``. Empty otherwise."""
+    if link.air is None or not stats_path.exists():
+        return {}
+    diff = LinkStats.from_dict(json.loads(stats_path.read_text(encoding="utf-8")))
+    if diff.air is None:
+        return {}
+    row, doc = air_record(
+        diff.air,
+        link.air,
+        processing_s=kinds.workload(settings.workload).processing_s(settings),
+        rtt_s=link.rtt_s,
+    )
+    atomic_write_json(out_path, doc.to_dict())
+    return row
 
 
 REPORT_COLUMNS = (

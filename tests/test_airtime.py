@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
-from harness.airtime import AIR_COLUMNS, AirRecord, air_record, air_report_lines
+from harness.airtime import AIR_COLUMNS, AirRecord, air_columns, air_record, air_report_lines
 from netem.air import AirSpec
-from netem.stats import AirStats
+from netem.linkspec import parse_link
+from netem.stats import AirStats, LinkStats
+from tbcore.settings import Settings
 
 
 def stats() -> AirStats:
@@ -92,3 +97,18 @@ def test_report_table_per_level() -> None:
 def test_no_medium_no_section() -> None:
     frame = pd.DataFrame([{"level": "a", "total_s": 1.0, "valid": True, "warmup": False}])
     assert air_report_lines(frame, ["a"]) == []
+
+
+def test_air_columns_from_the_runs_link_stats(tmp_path: Path) -> None:
+    link = parse_link("rtt=10ms,air=54mbit/6mbit")
+    stats_path = tmp_path / "link_stats.json"
+    stats_path.write_text(json.dumps(LinkStats(backend="userspace", air=stats()).to_dict()))
+    settings = Settings(workload="retouch")
+    row = air_columns(stats_path, tmp_path / "air.json", settings, link)
+    assert row["air_frames"] == 1502
+    assert row["air_bound_s"] == pytest.approx(row["air_busy_data_s"] + 0.3 + 0.01)
+    doc = AirRecord.from_dict(json.loads((tmp_path / "air.json").read_text()))
+    assert doc.busy_s == row["air_busy_s"]
+    # a link without a medium: nothing, no file
+    assert air_columns(stats_path, tmp_path / "none.json", settings, parse_link("rtt=10ms")) == {}
+    assert not (tmp_path / "none.json").exists()
