@@ -19,6 +19,7 @@ from typing import Any
 
 from harness import acks as ackmod
 from harness import bounds
+from harness.airtime import AIR_FILE, air_columns
 from harness.record import write_jsonl
 from netem.linkspec import LinkSpec, parse_link
 from netem.stats import LinkStats
@@ -288,6 +289,9 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     values.update(packet_columns(files, upload, *window))
     link_values, loss_checks = link_columns(run_dir / LINK_STATS_FILE, files.link)
     values.update(link_values)
+    values.update(
+        air_columns(run_dir / LINK_STATS_FILE, run_dir / AIR_FILE, files.settings, files.link)
+    )
     row = RunRow(
         **files.plan,
         **label_columns(files.settings, files.link),

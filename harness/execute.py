@@ -116,7 +116,7 @@ class RunEnvironment:
     result: ResultDir
     spec: ExperimentSpec
     set_route_metrics: bool = False
-    """True when some level sets initcwnd/initrwnd (every run then sets them)."""
+    """True when some level sets initcwnd/initrwnd/route_quickack (every run then sets them)."""
     sysctl_defaults: dict[str, dict[str, str]] = field(default_factory=dict)
     """Per role, the values at link up of every sysctl some level sets: a run of a level
     that does not set one gets this value back, not the previous level's."""
@@ -227,6 +227,7 @@ def prepare_link(env: RunEnvironment, settings: Settings, link_spec: LinkSpec) -
                 role,
                 initcwnd=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
                 initrwnd=settings.initrwnd,
+                quickack=settings.route_quickack,
             )
 
 

@@ -23,6 +23,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness import analysis
+from harness.airtime import air_report_lines
 from harness.record import ResultDir, atomic_write_text
 
 PLOT_DPI = 110
@@ -592,9 +593,9 @@ def build_report(path: Path) -> Path:
             ],
         ),
         "",
-        "## Validity",
-        "",
     ]
+    lines += air_report_lines(frame, levels)
+    lines += ["## Validity", ""]
     lines += _contention(frame, levels)
     lines += _attempts(frame, levels)
     invalid = [s for s in summaries if s.invalid_reasons]

@@ -266,7 +266,9 @@ def run_experiment(
         name = link_name or f"r{os.getpid() % 100000}"
         first = link_of(spec.level(left[0].level).settings)
         set_metrics = any(
-            lv.settings.initcwnd is not None or lv.settings.initrwnd is not None
+            lv.settings.initcwnd is not None
+            or lv.settings.initrwnd is not None
+            or lv.settings.route_quickack
             for lv in spec.levels
         )
         with _link_up(name, first, backend) as link:

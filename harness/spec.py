@@ -90,6 +90,11 @@ def _link_items(text: str) -> list[tuple[str, str]]:
     return items
 
 
+def _key_name(key: str) -> str:
+    """The key without its direction; ``air`` and ``air.*`` keys (one medium) are whole."""
+    return key if key == "air" or key.startswith("air.") else key.rpartition(".")[2]
+
+
 def merge_link(base: str, overrides: str) -> str:
     """``base`` with the keys of ``overrides`` replacing its own.
 
@@ -98,11 +103,11 @@ def merge_link(base: str, overrides: str) -> str:
     """
     over = _link_items(overrides) if overrides.strip() else []
     over_keys = {k for k, _ in over}
-    over_names = {k.rpartition(".")[2] for k, _ in over}
+    over_names = {_key_name(k) for k, _ in over}
     kept = []
     for key, value in _link_items(base) if base.strip() else []:
-        name = key.rpartition(".")[2]
-        prefixed = "." in key
+        name = _key_name(key)
+        prefixed = key.startswith(("up.", "down."))
         if key in over_keys:
             continue
         if prefixed and name in over_keys:

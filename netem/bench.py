@@ -16,6 +16,12 @@ On the backend in use (or a forced one), through the :class:`netem.link.Link` AP
   reported beside it. Beside the receiver's view: the rate the link itself handed to the
   receiver in a steady-state window (its own counters), and the datagrams the receiving
   socket dropped, so that a shortfall is placed at the link or at an endpoint.
+* **Air** (userspace backend only: the kernel has no shared medium): the RTT probe across
+  ``air=54mbit/6mbit`` behind the same 200 ms, whose error should exceed the plain path's
+  by the modelled medium time of one probe each way (access + data PPDU, :mod:`netem.air`),
+  nothing more; and kernel TCP across ``air=54mbit/6mbit`` behind 20 ms, whose iperf3
+  goodput should reach the medium's capacity for the ACK ratio the link carried:
+  ``1448 * 8 / (exchange(1500) + acks/data * exchange(52))`` bits per second.
 * For every measurement: the emulator's lateness p99, its CPU (cores), and the host's busy
   and steal fractions (the load the number was taken under).
 
@@ -36,6 +42,8 @@ from statistics import NormalDist
 from typing import Any
 
 from netem import nsexec
+from netem.air import AirSpec
+from netem.linkspec import parse_link
 from netem.probe import probe_link, quantile
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
@@ -58,6 +66,13 @@ TCP_MSS_BYTES = 1448
 TCP_OVERHEAD_BYTES = 52
 """IPv4 (20) + TCP (20) + timestamp option (12) header bytes per segment."""
 IPERF_PORT = 5201
+AIR = "air=54mbit/6mbit"
+AIR_RTT_LINK = f"rtt=200ms,{AIR}"
+AIR_RATE_LINK = f"rtt={RATE_RTT},{AIR}"
+PROBE_IP_BYTES = 64 + UDP_OVERHEAD_BYTES
+"""The probe's datagrams (64 bytes, :func:`netem.probe.probe_link`'s default) as IP packets."""
+TCP_ACK_IP_BYTES = TCP_OVERHEAD_BYTES
+"""A pure ACK with the timestamp option: 52 IP bytes."""
 TARGETS = {
     "rtt_median_error_s": 0.3e-3,
     "rtt_p99_error_s": 1e-3,
@@ -313,8 +328,61 @@ def run_bench(
                         **load_row(run.window),
                     }
                 )
+        air = doc["backend"] == "userspace"
+    if air:
+        doc["air"] = measure_air(name, config, say)
     doc["host"]["loadavg_end"] = os.getloadavg()
     return doc
+
+
+def air_probe_model_s(air: AirSpec) -> float:
+    """What the medium adds to one probe round trip: access + data PPDU, each way."""
+    return 2 * (air.access_ns + air.data_ppdu_ns(PROBE_IP_BYTES)) / 1e9
+
+
+def air_tcp_model_bps(air: AirSpec, acks_per_data: float) -> float:
+    """TCP goodput the medium allows: full segments, each with its share of pure ACKs."""
+    per_segment_ns = air.exchange_ns(TCP_MSS_BYTES + TCP_OVERHEAD_BYTES) + (
+        acks_per_data * air.exchange_ns(TCP_ACK_IP_BYTES)
+    )
+    return TCP_MSS_BYTES * 8 / (per_segment_ns / 1e9)
+
+
+def measure_air(name: str, config: BenchConfig, say: Callable[[str], None]) -> dict[str, Any]:
+    """The air rows: probe RTT across the medium, and kernel TCP against its capacity."""
+    from netem.link import Link
+
+    air = parse_link(AIR).air
+    assert air is not None
+    out: dict[str, Any] = {"link_rtt": AIR_RTT_LINK, "link_rate": AIR_RATE_LINK}
+    with Link.up(f"{name}a", AIR_RTT_LINK, backend="userspace") as link:
+        say(f"RTT at {AIR_RTT_LINK}")
+        row, _ = measure_probe(link, config.rtt_probes, config.rtt_interval_s)
+        model = air_probe_model_s(air)
+        out["rtt"] = {
+            **row,
+            "air_model_s": model,
+            "median_residual_s": row["median_error_s"] - model,
+            "p99_residual_s": row["p99_error_s"] - model,
+        }
+        link.set_spec(AIR_RATE_LINK)
+        say(f"tcp at {AIR_RATE_LINK}")
+        run = iperf(link, udp=False, rate_bps=air.data_rate_bps, config=config)
+    medium = run.window.air
+    assert medium is not None
+    data = medium.frames["up.data"]
+    acks = medium.frames["down.ack"]
+    ratio = acks / data if data else 0.0
+    model_bps = air_tcp_model_bps(air, ratio)
+    out["tcp"] = {
+        "goodput_bps": run.goodput_bps,
+        "model_bps": model_bps,
+        "error_fraction": run.goodput_bps / model_bps - 1.0,
+        "acks_per_data": ratio,
+        "air_busy_fraction": medium.busy_s / run.window.time_s,
+        **load_row(run.window),
+    }
+    return out
 
 
 def _ms(value: float | None) -> str:
@@ -414,6 +482,56 @@ def print_table(doc: dict[str, Any]) -> None:
             _pct(r["host_steal"]),
         )
     console.print(rate)
+    if doc.get("air"):
+        print_air(console, doc["air"])
+
+
+def print_air(console: Any, air: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(
+        title=f"air=54mbit/6mbit: probe RTT ({air['link_rtt']}), TCP ({air['link_rate']})"
+    )
+    for col in (
+        "measure",
+        "measured",
+        "air model",
+        "residual / error",
+        "p99 residual",
+        "acks/data",
+        "medium busy %",
+        "lateness p99 µs",
+        "emu CPU %",
+        "steal %",
+    ):
+        table.add_column(col, justify="right")
+    r = air["rtt"]
+    table.add_row(
+        "RTT error median ms",
+        _ms(r["median_error_s"]),
+        _ms(r["air_model_s"]),
+        _ms(r["median_residual_s"]),
+        _ms(r["p99_residual_s"]),
+        "-",
+        "-",
+        _us(r["lateness_p99_s"]),
+        _pct(r["emulator_cpu_cores"]),
+        _pct(r["host_steal"]),
+    )
+    t = air["tcp"]
+    table.add_row(
+        "TCP goodput Mbit/s",
+        f"{t['goodput_bps'] / 1e6:.2f}",
+        f"{t['model_bps'] / 1e6:.2f}",
+        f"{t['error_fraction'] * 100:+.2f} %",
+        "-",
+        f"{t['acks_per_data']:.3f}",
+        _pct(t["air_busy_fraction"]),
+        _us(t["lateness_p99_s"]),
+        _pct(t["emulator_cpu_cores"]),
+        _pct(t["host_steal"]),
+    )
+    console.print(table)
 
 
 def cli(args: argparse.Namespace) -> int:

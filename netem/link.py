@@ -237,7 +237,8 @@ class Link:
                 raise SpecError("events", f"expected LinkEvent or a string, got {event!r}")
         if topo is not None and schedule:
             raise SpecError("events", "a topology carries its edges' events: Topology.build")
-        chosen = backends.choose(backend)
+        # only the userspace emulator has a shared medium: auto picks it for an air= link
+        chosen = "userspace" if backend == "auto" and link_spec.air else backends.choose(backend)
         extra_sysctls = {k: sysctl.normalise(v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
             sysctl._path(key)  # refuse a bad name before building anything
@@ -372,11 +373,17 @@ class Link:
         return sysctl.read_many(self.ns(role), names_)
 
     def set_route_metrics(
-        self, role: str, *, initcwnd: int | None = None, initrwnd: int | None = None
+        self,
+        role: str,
+        *,
+        initcwnd: int | None = None,
+        initrwnd: int | None = None,
+        quickack: bool | None = None,
     ) -> None:
         """Set route metrics on ``role``'s route to the peer (None: the kernel's default).
 
-        ``initcwnd``/``initrwnd`` in segments (ip-route(8); RFC 6928 initial windows).
+        ``initcwnd``/``initrwnd`` in segments (ip-route(8); RFC 6928 initial windows);
+        ``quickack`` True: no delayed ACKs on the route (ip-route(8) ``quickack 1``).
         """
         if role not in ENDPOINT_ROLES:
             raise SpecError("role", f"must be client or server, got {role!r}")
@@ -403,6 +410,7 @@ class Link:
             gateway=ep.gateway,
             initcwnd=initcwnd,
             initrwnd=initrwnd,
+            quickack=quickack,
         )
 
     # --- scheduled events -----------------------------------------------------------------

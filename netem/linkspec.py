@@ -19,6 +19,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from netem.air import AirSpec, format_air, parse_air
 from tbcore import units
 from tbcore.errors import SpecError
 from tbcore.units import (
@@ -181,6 +182,9 @@ class LinkSpec:
     """Server -> client."""
     mtu_bytes: int = ETHERNET_MTU_BYTES
     """IP MTU of the emulated interfaces."""
+    air: AirSpec | None = None
+    """A shared-airtime hop both directions contend for (:mod:`netem.air`), or None. Only
+    the userspace emulator runs it (:mod:`netem.emulator.medium`)."""
 
     def __post_init__(self) -> None:
         if not _is_whole(self.mtu_bytes) or not (MIN_MTU_BYTES <= self.mtu_bytes <= 65535):
@@ -193,6 +197,8 @@ class LinkSpec:
         rtt_s = self.up.delay_s + self.down.delay_s + self.up.jitter_s + self.down.jitter_s
         if rtt_s > MAX_RTT_S:
             raise SpecError("rtt", f"{rtt_s:g} s is longer than the {MAX_RTT_S:g} s a link allows")
+        if self.air is not None and not isinstance(self.air, AirSpec):
+            raise SpecError("air", "must be an AirSpec")
 
     @property
     def rtt_s(self) -> float:
@@ -244,13 +250,14 @@ class LinkSpec:
     def from_dict(cls, data: dict[str, Any]) -> LinkSpec:
         if not isinstance(data, dict):
             raise SpecError("link", f"must be a mapping, got {type(data).__name__}")
-        unknown = set(data) - {"up", "down", "mtu_bytes"}
+        unknown = set(data) - {"up", "down", "mtu_bytes", "air"}
         if unknown:
             raise SpecError(sorted(unknown)[0], "unknown link key")
         return cls(
             up=_direction_from_dict("up", data.get("up", {})),
             down=_direction_from_dict("down", data.get("down", {})),
             mtu_bytes=data.get("mtu_bytes", ETHERNET_MTU_BYTES),
+            air=None if data.get("air") is None else AirSpec.from_dict(data["air"]),
         )
 
     def __str__(self) -> str:
@@ -299,8 +306,9 @@ def _gemodel_from_dict(data: object) -> GilbertElliott:
 
 # --- the string form --------------------------------------------------------------------
 
-LINK_KEYS = ("rtt", "delay", "jitter", "loss", "gemodel", "rate", "queue", "seed", "mtu")
-"""Keys of the string form; all but rtt and mtu take an ``up.``/``down.`` prefix."""
+LINK_KEYS = ("rtt", "delay", "jitter", "loss", "gemodel", "rate", "queue", "seed", "mtu", "air")
+"""Keys of the string form; all but rtt, mtu and air take an ``up.``/``down.`` prefix. ``air``
+(one medium for both directions) takes ``air.KEY`` options instead (:data:`netem.air.AIR_KEYS`)."""
 
 
 def parse_link(text: str) -> LinkSpec:
@@ -310,6 +318,8 @@ def parse_link(text: str) -> LinkSpec:
     both: dict[str, str] = {}
     per: dict[str, dict[str, str]] = {"up": {}, "down": {}}
     mtu: str | None = None
+    air: str | None = None
+    air_options: dict[str, str] = {}
     seen: set[str] = set()
     if not text.strip(" ,\t"):
         raise SpecError(
@@ -326,6 +336,12 @@ def parse_link(text: str) -> LinkSpec:
         if key in seen:
             raise SpecError(key, "given twice")
         seen.add(key)
+        if key == "air":
+            air = value
+            continue
+        if key.startswith("air."):
+            air_options[key.removeprefix("air.")] = value
+            continue
         direction, dot, name = key.rpartition(".")
         if not dot:
             direction, name = "", key
@@ -333,6 +349,8 @@ def parse_link(text: str) -> LinkSpec:
             raise SpecError(key, f"unknown link key (known: {', '.join(LINK_KEYS)})")
         if direction and direction not in ("up", "down"):
             raise SpecError(key, "a direction prefix is 'up.' or 'down.'")
+        if name == "air":  # only reached with a direction prefix
+            raise SpecError(key, "the medium is one for both directions: air=..., air.KEY=...")
         if name == "mtu":
             if direction:
                 raise SpecError(key, "the MTU is one for both directions")
@@ -360,7 +378,8 @@ def parse_link(text: str) -> LinkSpec:
             mtu_bytes = int(mtu)
         except ValueError:
             raise SpecError("mtu", f"{mtu!r} is not a whole number of bytes") from None
-    return LinkSpec(up=directions["up"], down=directions["down"], mtu_bytes=mtu_bytes)
+    air_spec = None if air is None and not air_options else parse_air(air, air_options)
+    return LinkSpec(up=directions["up"], down=directions["down"], mtu_bytes=mtu_bytes, air=air_spec)
 
 
 def _parse_direction(direction: str, values: dict[str, str]) -> DirectionSpec:
@@ -430,6 +449,8 @@ def format_link(spec: LinkSpec) -> str:
         parts.append(f"{name}.seed={d.seed}")
     if spec.mtu_bytes != ETHERNET_MTU_BYTES:
         parts.append(f"mtu={spec.mtu_bytes}")
+    if spec.air is not None:
+        parts.append(format_air(spec.air))
     return ",".join(parts)
 
 

@@ -197,6 +197,71 @@ class CpuStats:
         return None if self.host_total_s <= 0 else self.host_steal_s / self.host_total_s
 
 
+AIR_KEYS = ("up.data", "up.ack", "down.data", "down.ack")
+"""Keys of the per-direction, per-kind medium counters (:class:`AirStats`)."""
+
+
+def _zero(keys: tuple[str, ...] = AIR_KEYS) -> dict[str, int]:
+    return dict.fromkeys(keys, 0)
+
+
+@dataclass
+class AirStats:
+    """Cumulative medium accounting of an ``air=`` link (:mod:`netem.emulator.medium`).
+
+    Keys ``direction.kind`` (:data:`AIR_KEYS`); kind ``ack`` is an ACK-only frame (a TCP
+    segment without payload, or a small non-TCP packet, :data:`netem.air.ACK_ONLY_MAX_IP_BYTES`),
+    ``data`` everything else. Times are whole nanoseconds, so that they subtract exactly.
+    """
+
+    frames: dict[str, int] = field(default_factory=_zero)
+    """Frames (IP packets) carried over the medium."""
+    ip_bytes: dict[str, int] = field(default_factory=_zero)
+    """Their IP bytes."""
+    busy_ns: dict[str, int] = field(default_factory=_zero)
+    """Medium time of their exchanges (access, data PPDU, SIFS, MAC ACK); an A-MPDU exchange
+    is shared among its frames in proportion to their bytes."""
+    exchanges: dict[str, int] = field(default_factory=lambda: _zero(("up", "down")))
+    """Medium exchanges per direction (fewer than frames with A-MPDU aggregation)."""
+    dropped: dict[str, int] = field(default_factory=lambda: _zero(("up", "down")))
+    """Frames refused because the direction's medium queue was full."""
+    wait_ns: dict[str, int] = field(default_factory=lambda: _zero(("up", "down")))
+    """Summed time frames waited for the medium (arrival to start of their exchange)."""
+
+    @property
+    def busy_s(self) -> float:
+        """Medium occupied, both directions, all kinds."""
+        return sum(self.busy_ns.values()) / 1e9
+
+    @property
+    def frames_total(self) -> int:
+        return sum(self.frames.values())
+
+    def __sub__(self, other: AirStats) -> AirStats:
+        values = {}
+        for f in fields(self):
+            theirs = getattr(other, f.name)
+            values[f.name] = {k: v - theirs.get(k, 0) for k, v in getattr(self, f.name).items()}
+        return AirStats(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["busy_s"] = self.busy_s
+        data["frames_total"] = self.frames_total
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AirStats:
+        names = {f.name for f in fields(cls)}
+        try:
+            values = {
+                k: {str(a): int(b) for a, b in v.items()} for k, v in data.items() if k in names
+            }
+            return cls(**values)
+        except (AttributeError, TypeError, ValueError) as err:
+            raise SpecError("air", f"not an AirStats record: {err}") from None
+
+
 @dataclass
 class LinkStats:
     """Both directions, the CPU, and when the snapshot was taken."""
@@ -212,6 +277,8 @@ class LinkStats:
     """Which groups this backend measures: of ``counters``, ``lateness``, ``backlog``, ``cpu``."""
     processes: int = 1
     """How many emulator processes served the link (one per direction, or one for both)."""
+    air: AirStats | None = None
+    """The shared medium's accounting, on an ``air=`` link; None otherwise."""
 
     def direction(self, name: str) -> DirectionStats:
         if name not in ("up", "down"):
@@ -225,6 +292,7 @@ class LinkStats:
             up=self.up - other.up,
             down=self.down - other.down,
             cpu=self.cpu - other.cpu,
+            air=None if self.air is None else self.air - (other.air or AirStats()),
         )
 
     @property
@@ -243,6 +311,7 @@ class LinkStats:
             "cpu": asdict(self.cpu),
             "measured": list(self.measured),
             "processes": self.processes,
+            **({} if self.air is None else {"air": self.air.to_dict()}),
         }
 
     @classmethod
@@ -256,6 +325,7 @@ class LinkStats:
                 cpu=CpuStats(**data.get("cpu", {})),
                 measured=tuple(data.get("measured", ())),
                 processes=int(data.get("processes", 1)),
+                air=None if data.get("air") is None else AirStats.from_dict(data["air"]),
             )
         except (KeyError, TypeError, ValueError) as err:
             raise SpecError("stats", f"not a LinkStats record: {err}") from None

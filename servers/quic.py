@@ -26,6 +26,8 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 from aioquic.quic.recovery import QuicPacketPacer
 
 from servers.sockopts import set_udp_buffers
+from tbcore.errors import SpecError
+from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
 
 H3_ALPN = ["h3"]
 UDP_SEGMENT = 103
@@ -239,8 +241,25 @@ def make_quic_connection(
     fixed_window_bytes: int | None,
     pacing: str | float = PACING_CWND,
     max_pacing_rate_bps: float | None = None,
+    ack_delay_s: float | None = None,
     **kwargs: Any,
 ) -> QuicConnection:
+    """A QuicConnection with the testbed's window, pacing and ACK delay.
+
+    ``ack_delay_s``: how long the receiver waits after an ack-eliciting packet before it
+    sends an ACK on its own (aioquic's ``_ack_delay``, 1 ms by default; it has no packet
+    threshold, so this is its only ACK-frequency knob); None keeps aioquic's.
+    """
+    if ack_delay_s is not None and (
+        isinstance(ack_delay_s, bool)
+        or not isinstance(ack_delay_s, (int, float))
+        or not 0 <= ack_delay_s <= AIOQUIC_MAX_ACK_DELAY_S
+    ):
+        raise SpecError(
+            "quic-ack-delay",
+            f"must lie in [0, {AIOQUIC_MAX_ACK_DELAY_S * 1e3:g} ms] (max_ack_delay), "
+            f"got {ack_delay_s!r}",
+        )
     if fixed_window_bytes is None:
         quic = QuicConnection(configuration=configuration, **kwargs)
     else:
@@ -248,6 +267,8 @@ def make_quic_connection(
             configuration=configuration, window_bytes=fixed_window_bytes, **kwargs
         )
     set_pacing(quic, pacing, max_pacing_rate_bps)
+    if ack_delay_s is not None:
+        quic._ack_delay = float(ack_delay_s)
     return quic
 
 
@@ -276,6 +297,7 @@ def quic_connection_of(
         config.settings.quic_max_data_bytes,
         pacing=config.settings.quic_pacing,
         max_pacing_rate_bps=config.settings.max_pacing_rate_bps,
+        ack_delay_s=config.settings.quic_ack_delay_s,
         **kwargs,
     )
 

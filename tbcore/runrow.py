@@ -108,6 +108,30 @@ class RunRow(Record):
     lateness_p99_s: float | None = col(
         doc="Emulator p99 release lateness, the worse direction.", unit="s"
     )
+    # --- the shared medium of an air= link (netem.emulator.medium; harness.airtime)
+    air_busy_s: float | None = col(
+        doc="Medium occupied while the client ran (set-up, request, close), both directions.",
+        unit="s",
+    )
+    air_frames: int | None = col(doc="Frames the medium carried, both directions.")
+    air_busy_data_s: float | None = col(doc="Medium time of data frames.", unit="s")
+    air_busy_ack_s: float | None = col(
+        doc="Medium time of ACK-only frames (TCP without payload; non-TCP <= 128 IP bytes).",
+        unit="s",
+    )
+    air_frames_data: int | None = col(doc="Data frames, both directions.")
+    air_frames_ack: int | None = col(doc="ACK-only frames, both directions.")
+    air_frames_up: int | None = col(doc="Frames client to server.")
+    air_frames_down: int | None = col(doc="Frames server to client.")
+    air_bound_busy_s: float | None = col(
+        doc="The exchange model (harness.bounds.airtime_bound) on the frames carried.", unit="s"
+    )
+    air_model_error: float | None = col(doc="air_busy_s / air_bound_busy_s - 1.")
+    air_bound_s: float | None = col(
+        doc="Completion bound of those frames: max(all exchanges, data exchanges + processing "
+        "+ wired RTT).",
+        unit="s",
+    )
     # --- the machine
     cpu_client: float | None = col(doc="Client CPU per wall second during the request.")
     cpu_server: float | None = col(doc="Server CPU per wall second during the request.")

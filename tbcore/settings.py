@@ -73,6 +73,9 @@ TCP_NOTSENT_LOWAT (a larger value was a TypeError in the server, every run inval
 SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_-]+)+", re.ASCII)
 """A namespaced sysctl as /proc/sys spells it, dots between words (no spaces): checked when
 the experiment is read, before a result directory or a link exists."""
+AIOQUIC_MAX_ACK_DELAY_S = 0.025
+"""The max_ack_delay aioquic advertises (25 ms, its transport parameters): a receiver must
+not delay an ACK longer than it (RFC 9000 section 13.2.1), so a longer ACK delay is refused."""
 MAX_REQUESTS = 10_000
 MAX_STREAM_CHUNKS = 30_000
 
@@ -309,6 +312,10 @@ knob("notsent_lowat", "notsent_lowat_bytes", kind="size", default=None, unit="by
      optional=True)  # fmt: skip
 knob("quickack", kind="bool", default=False, unit="", applies="both",
      how="TCP_QUICKACK after each read: an ACK per segment instead of delayed ACKs")  # fmt: skip
+knob("route_quickack", kind="bool", default=False, unit="", applies="link",
+     how="route metric quickack (RTAX_QUICKACK) in both namespaces: no delayed ACKs",
+     doc="An ACK for every segment on every TCP connection of the route (TCP_QUICKACK "
+     "lapses after each read; this does not).")  # fmt: skip
 # QUIC and HTTP/2
 knob("max_datagram_size", "max_datagram_size_bytes", kind="size",
      default=QUIC_MIN_DATAGRAM_BYTES, unit="bytes", applies="both",
@@ -318,6 +325,11 @@ knob("quic_pacing", kind="pacing", default="cwnd", unit="bit/s", applies="both",
      how="the QUIC sender's pacer", low=1,
      doc="cwnd (aioquic's pacer, cwnd/srtt), off (cwnd-limited bursts, as Linux reno/cubic "
      "without fq) or a rate such as 333mbit.")  # fmt: skip
+knob("quic_ack_delay", "quic_ack_delay_s", kind="duration", default=None, unit="s",
+     applies="both", how="aioquic receiver's ACK delay (its _ack_delay)", low=0,
+     high=AIOQUIC_MAX_ACK_DELAY_S, optional=True,
+     doc="How long a receiver waits after an ack-eliciting packet before an ACK of its "
+     "own: aioquic's only ACK-frequency knob, at most its max_ack_delay. None: 1 ms.")  # fmt: skip
 knob("quic_batching", kind="bool", default=True, unit="", applies="both",
      how="QUIC: runs of datagrams as UDP GSO segments, one transmit per batch read",
      doc="false: aioquic's one sendto and one transmit per datagram (bench stacks).")  # fmt: skip

@@ -6,7 +6,15 @@ import argparse
 
 import pytest
 
-from netem.bench import BenchConfig, register, run_bench, wilson_interval
+from netem.air import AirSpec
+from netem.bench import (
+    BenchConfig,
+    air_probe_model_s,
+    air_tcp_model_bps,
+    register,
+    run_bench,
+    wilson_interval,
+)
 from tbcore.errors import SpecError
 
 
@@ -30,9 +38,22 @@ def test_register_adds_bench_link() -> None:
         parser.parse_args(["link", "--backend", "carrier-pigeon"])
 
 
+def test_air_probe_model_is_one_small_exchange_each_way() -> None:
+    # a 92-byte IP probe: 128-byte frame, 5 symbols at 54 Mbit/s = 40 µs, after DIFS 34 µs
+    assert air_probe_model_s(AirSpec()) == pytest.approx(2 * 74e-6, abs=1e-12)
+
+
+def test_air_tcp_model_counts_acks() -> None:
+    air = AirSpec()
+    # a full segment: 342 µs; a pure ACK: 34 + 36 + 16 + 44 = 130 µs
+    assert air_tcp_model_bps(air, 0.0) == pytest.approx(1448 * 8 / 342e-6)
+    assert air_tcp_model_bps(air, 0.5) == pytest.approx(1448 * 8 / 407e-6)
+    assert air_tcp_model_bps(air, 1.0) < air_tcp_model_bps(air, 0.5)
+
+
 @pytest.mark.root
 @pytest.mark.peers("iperf3")
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_quick_bench_on_the_userspace_backend() -> None:
     doc = run_bench(backend="userspace", name="em10", config=BenchConfig.quick())
     assert doc["backend"] == "userspace" and doc["quick"]
@@ -60,3 +81,9 @@ def test_quick_bench_on_the_userspace_backend() -> None:
         assert 0 < row["delivered_bps"] <= row["configured_bps"] * 1.02
         assert 0 < row["link_out_bps"] <= row["configured_bps"] * 1.02
         assert row["receiver_drops"] >= 0
+    air = doc["air"]
+    # the medium adds its exchanges to the RTT and never takes time away
+    assert air["rtt"]["min_error_s"] >= air["rtt"]["air_model_s"]
+    # TCP never beats the medium's capacity for the ACKs it carried (2 % for counting)
+    assert 0 < air["tcp"]["goodput_bps"] <= air["tcp"]["model_bps"] * 1.02
+    assert 0 < air["tcp"]["air_busy_fraction"] <= 1.0 + 1e-6

@@ -688,3 +688,48 @@ def test_duplicate_failover_is_the_surviving_copy() -> None:
     )
     with pytest.raises(SpecError):
         duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 3.0, 2)
+
+
+# --- shared airtime -------------------------------------------------------------------
+
+
+def test_airtime_of_the_chapters_exchanges() -> None:
+    assert bounds.airtime_s(1, bounds.CHAPTER_DATA_IP_BYTES) == 302e-6
+    assert bounds.airtime_s(1, bounds.CHAPTER_ACK_IP_BYTES) == 134e-6
+    total = bounds.airtime_s(30_800, 1228) + bounds.airtime_s(30_800, 78)
+    assert total == pytest.approx(13.4288, abs=1e-9)
+    assert bounds.airtime_s(15_400, 78) == pytest.approx(2.0636, abs=1e-9)
+
+
+def test_airtime_exchanges_of_the_image() -> None:
+    # 35 MB in 1,136-byte payloads (what a 1,200-byte QUIC datagram carries here): 30,810
+    data, acks = bounds.airtime_exchanges(30_000_000, 5_000_000, 1136, 1)
+    assert (data, acks) == (26_409 + 4_402, 26_409 + 4_402)
+    data, acks = bounds.airtime_exchanges(30_000_000, 5_000_000, 1448, 2)
+    assert (data, acks) == (20_719 + 3_454, math.ceil((20_719 + 3_454) / 2))
+
+
+def test_airtime_bound_applies_the_model_per_kind_at_mean_size() -> None:
+    frames = {"up.data": 10, "up.ack": 0, "down.data": 0, "down.ack": 5}
+    ip_bytes = {"up.data": 15_000, "up.ack": 0, "down.data": 0, "down.ack": 5 * 52}
+    bound = bounds.airtime_bound(frames, ip_bytes, processing_s=0.3, rtt_s=0.01)
+    assert bound.medium_s["up.data"] == pytest.approx(10 * 342e-6)
+    assert bound.medium_s["down.ack"] == pytest.approx(5 * 130e-6)
+    assert bound.busy_s == pytest.approx(10 * 342e-6 + 5 * 130e-6)
+    # processing and propagation cannot overlap the data frames
+    assert bound.total_s == pytest.approx(10 * 342e-6 + 0.31)
+    # a medium busier than processing dominates
+    busy = bounds.airtime_bound(
+        {"up.data": 10_000, "down.ack": 10_000}, {"up.data": 15_000_000, "down.ack": 520_000}
+    )
+    assert busy.total_s == busy.busy_s == pytest.approx(10_000 * (342e-6 + 130e-6))
+
+
+def test_airtime_bound_refuses_bad_keys_and_counts() -> None:
+    with pytest.raises(SpecError) as err:
+        bounds.airtime_bound({"up.video": 1}, {"up.video": 1500})
+    assert err.value.field == "frames"
+    with pytest.raises(SpecError):
+        bounds.airtime_bound({"up.data": -1}, {"up.data": 0})
+    with pytest.raises(SpecError):
+        bounds.airtime_s(1, float("nan"))

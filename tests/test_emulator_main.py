@@ -152,6 +152,14 @@ def test_bad_spec_and_missing_devices_fail_in_one_line(tmp_path: Path) -> None:
         early.stderr.decode().strip()
         == "emulator: error: early-us: must be finite and >= 0, got nan"
     )
+    air = json.dumps(parse_link("air=54mbit/6mbit").to_dict())
+    split = subprocess.run(
+        [*base, "--spec-json", air, "--processes", "2"], capture_output=True, timeout=30
+    )
+    assert split.returncode == 2
+    assert split.stderr.decode().strip() == (
+        "emulator: error: processes: an air= link shares one medium: it runs in one process"
+    )
     missing = subprocess.run([*base, "--spec-json", "{}"], capture_output=True, timeout=30)
     assert missing.returncode == 1
     lines = missing.stderr.decode().strip().splitlines()

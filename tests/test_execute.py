@@ -54,3 +54,20 @@ def test_run_sysctls_carry_slow_start_after_idle_and_the_extras() -> None:
         "net.ipv4.tcp_slow_start_after_idle": "0",
         "net.ipv4.tcp_sack": "0",
     }
+
+
+def test_airtime_arms_carry_their_ack_knobs(tmp_path: Path) -> None:
+    spec = specmod.load(EXPERIMENTS / "airtime.toml")
+    fewer = spec.level("quic-5ms").settings
+    link = specmod.link_of(fewer)
+    for argv in (
+        server_argv(fewer, link, bind="198.18.2.2", port=20001, run_dir=tmp_path),
+        client_argv(fewer, link, host="198.18.2.2", port=20001, run_dir=tmp_path),
+    ):
+        assert settings_passed(argv).quic_ack_delay_s == 0.005
+    default = spec.level("quic-1ms").settings
+    argv = client_argv(default, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
+    assert settings_passed(argv).quic_ack_delay_s is None
+    assert spec.level("tcp-quick").settings.route_quickack
+    assert not spec.level("tcp-delayed").settings.route_quickack
+    assert link.air is not None and link.air.order == "alternate"

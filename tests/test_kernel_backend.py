@@ -130,6 +130,20 @@ def test_rate_beyond_tbf_field_refused() -> None:
     assert err.value.field == "up.rate_bps"
 
 
+def test_air_link_refused_in_one_line_naming_the_userspace_backend() -> None:
+    with pytest.raises(SpecError) as err:
+        kernel.plan_link(parse_link("rtt=4ms,air=54mbit/6mbit"))
+    assert err.value.field == "air"
+    assert "userspace" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_air_link_refused_before_anything_is_built() -> None:
+    state = type("State", (), {"spec": parse_link("air=54mbit/6mbit"), "name": "aix"})()
+    with pytest.raises(SpecError) as err:
+        kernel.KernelBackend().up(state)  # type: ignore[arg-type]
+    assert err.value.field == "air"
+
+
 def _encode_decode(kind: str, options: dict) -> dict:
     msg = tcmsg()
     msg["index"] = 1

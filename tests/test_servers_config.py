@@ -50,6 +50,8 @@ def test_flags_with_units() -> None:
         (["--window-clamp", "-5"], "window-clamp"),
         (["--max-pacing-rate", "10mbps"], "max-pacing-rate"),
         (["--no-h2", "--no-h3"], "h2-port: at least one"),
+        (["--quic-ack-delay", "30ms"], "quic-ack-delay: must be at most 0.025 s"),
+        (["--quic-ack-delay", "5"], "quic-ack-delay: '5' needs a unit"),
     ],
 )
 def test_bad_values(argv: list[str], message: str) -> None:

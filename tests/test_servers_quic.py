@@ -18,6 +18,7 @@ from servers.quic import (
     stream_fully_sent,
 )
 from servers.tls import ensure_certificate
+from tbcore.errors import SpecError
 
 CLIENT_ADDR = ("1.2.3.4", 1234)
 SERVER_ADDR = ("2.3.4.5", 4433)
@@ -219,3 +220,70 @@ def test_max_pacing_rate_caps_aioquic_pacing(tmp_path: Path) -> None:
 def test_max_pacing_rate_paces_an_unpaced_sender(tmp_path: Path) -> None:
     rate = burst_rate_bps(tmp_path, "off", burst_bytes=3_000_000, max_rate_bps=100e6)
     assert rate == pytest.approx(100e6, rel=0.05)
+
+
+def acks_sent_by_the_receiver(tmp_path: Path, ack_delay_s: float | None) -> tuple[int, int]:
+    """(datagrams the client sent, datagrams the server sent) while 1 MB goes client ->
+    server, the client's datagrams arriving one every 0.3 ms (a 54 Mbit/s medium's pace)."""
+    paths = ensure_certificate(tmp_path / "tls")
+    server_configuration = make_quic_configuration(is_client=False)
+    server_configuration.load_cert_chain(paths.cert, paths.key)
+    client_configuration = make_quic_configuration(is_client=True)
+    client_configuration.verify_mode = 0
+    client = make_quic_connection(client_configuration, None)
+    server = make_quic_connection(
+        server_configuration,
+        None,
+        ack_delay_s=ack_delay_s,
+        original_destination_connection_id=client.original_destination_connection_id,
+    )
+    now = 0.0
+    client.connect(SERVER_ADDR, now=now)
+    wire: list[bytes] = []
+    sent = {"client": 0, "server": 0}
+    received = 0
+    stream_id = None
+    for _ in range(100_000):
+        now += 0.0003
+        for data, _addr in client.datagrams_to_send(now=now):
+            wire.append(data)
+        if wire:
+            server.receive_datagram(wire.pop(0), CLIENT_ADDR, now=now)
+            sent["client"] += 1
+        timer = server.get_timer()
+        if timer is not None and timer <= now:
+            server.handle_timer(now=now)
+        for data, _addr in server.datagrams_to_send(now=now):
+            client.receive_datagram(data, SERVER_ADDR, now=now)
+            sent["server"] += 1
+        timer = client.get_timer()
+        if timer is not None and timer <= now:
+            client.handle_timer(now=now)
+        while (event := client.next_event()) is not None:
+            if isinstance(event, events.HandshakeCompleted) and stream_id is None:
+                stream_id = client.get_next_available_stream_id()
+                client.send_stream_data(stream_id, b"x" * 1_000_000, end_stream=True)
+        while (event := server.next_event()) is not None:
+            if isinstance(event, events.StreamDataReceived):
+                received += len(event.data)
+        if received >= 1_000_000:
+            return sent["client"], sent["server"]
+    raise AssertionError("transfer did not finish")
+
+
+def test_a_longer_ack_delay_sends_fewer_acks(tmp_path: Path) -> None:
+    per_packet = acks_sent_by_the_receiver(tmp_path, 0.0)
+    default = acks_sent_by_the_receiver(tmp_path, None)
+    fewer = acks_sent_by_the_receiver(tmp_path, 0.005)
+    ratios = [server / client for client, server in (per_packet, default, fewer)]
+    assert ratios[0] > ratios[1] > ratios[2]
+    assert ratios[0] > 0.8  # about one ACK per packet
+    assert ratios[2] < 0.15  # one per 5 ms: about one per 17 packets, plus the handshake's
+
+
+@pytest.mark.parametrize("bad", [-0.001, 0.026, True, "1ms"])
+def test_ack_delay_beyond_max_ack_delay_is_refused(tmp_path: Path, bad: object) -> None:
+    configuration = make_quic_configuration(is_client=True)
+    with pytest.raises(SpecError) as err:
+        make_quic_connection(configuration, None, ack_delay_s=bad)  # type: ignore[arg-type]
+    assert err.value.field == "quic-ack-delay"

@@ -9,6 +9,7 @@ import pytest
 from harness import topology_runs
 from harness.spec import link_of, load, loads, merge_link, parse_experiment
 from tbcore.errors import SpecError
+from tbcore.settings import Settings
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
@@ -203,3 +204,26 @@ def test_quic_pacing_takes_cwnd_off_or_a_rate() -> None:
     assert loads(GOOD).levels[0].settings.quic_pacing == "cwnd"
     refused = _refused(GOOD.replace('processing_audio = "30ms"', 'quic_pacing = "fast"'))
     assert refused.field == "fixed.quic_pacing"
+
+
+def test_ack_knobs_route_quickack_and_quic_ack_delay() -> None:
+    def settings(line: str) -> Settings:
+        return loads(GOOD.replace('processing_audio = "30ms"', line)).levels[0].settings
+
+    assert settings("route_quickack = true").route_quickack is True
+    assert settings('quic_ack_delay = "5ms"').quic_ack_delay_s == 0.005
+    assert loads(GOOD).levels[0].settings.quic_ack_delay_s is None
+    refused = _refused(GOOD.replace('processing_audio = "30ms"', "route_quickack = 1"))
+    assert refused.field == "fixed.route_quickack"
+    refused = _refused(GOOD.replace('processing_audio = "30ms"', 'quic_ack_delay = "5"'))
+    assert refused.field == "fixed.quic_ack_delay"
+
+
+def test_merge_link_keeps_the_medium_keys_whole() -> None:
+    base = "rtt=10ms,air=54mbit/6mbit,air.order=alternate,air.queue=100p"
+    assert merge_link(base, "air.order=fifo,up.queue=50p") == (
+        "rtt=10ms,air=54mbit/6mbit,air.queue=100p,air.order=fifo,up.queue=50p"
+    )
+    assert merge_link("air=54mbit/6mbit,air.seed=2", "seed=4") == (
+        "air=54mbit/6mbit,air.seed=2,seed=4"
+    )

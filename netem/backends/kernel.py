@@ -270,6 +270,10 @@ def plan_direction(spec: LinkSpec, direction: str) -> DirectionPlan:
 
 
 def plan_link(spec: LinkSpec) -> dict[str, DirectionPlan]:
+    if spec.air is not None:
+        raise SpecError(
+            "air", "the netem backend has no shared medium; run air= links on --backend userspace"
+        )
     return {d: plan_direction(spec, d) for d in ("up", "down")}
 
 

@@ -304,6 +304,8 @@ class UserspaceBackend(Backend):
     def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
         if spec.mtu_bytes != state.spec.mtu_bytes:
             raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
+        if (spec.air is None) != (state.spec.air is None):
+            raise SpecError("air", "a shared medium cannot come or go while the link is up")
         self.client(state).set_spec(spec)
         state.spec = spec
 

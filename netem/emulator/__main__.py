@@ -77,7 +77,10 @@ method for each)
     histogram (fixed bins, so two snapshots subtract and quantiles of the difference are
     computable), maximum backlog in bytes and packets; the emulator's CPU seconds (user,
     system, summed over its processes) and the host's busy/steal/total seconds from
-    /proc/stat; ``time_s`` on CLOCK_MONOTONIC.
+    /proc/stat; ``time_s`` on CLOCK_MONOTONIC; on an ``air=`` link, ``air``: the shared
+    medium's frames, IP bytes and busy nanoseconds per direction and frame kind, exchanges,
+    waiting time and refused frames (:class:`netem.stats.AirStats`). An ``air=`` link runs
+    in one process (its medium is shared by both directions): ``--processes 2`` is refused.
 ``{"cmd": "set_spec", "spec": LinkSpec.to_dict()}``
     Change the link live (between runs): rate, queue limit, delay, jitter, loss; the
     loss and jitter generators restart from the new seeds. Packets already in flight keep
@@ -131,12 +134,13 @@ from netem.emulator import control
 from netem.emulator.clock import set_thread_name, set_timer_slack_ns
 from netem.emulator.core import LinkDirection
 from netem.emulator.engine import DEFAULT_EARLY_S, DirectionPump, Engine
+from netem.emulator.medium import make_cores
 from netem.emulator.pcap import write_merged
 from netem.emulator.tun import open_tun, wait_running
 from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.names import DEVICE_IN_NS, check_link_name
-from netem.stats import CpuStats, DirectionStats, LinkStats
+from netem.stats import AirStats, CpuStats, DirectionStats, LinkStats
 from tbcore.errors import SpecError
 
 EXIT_BAD_INPUT = 2
@@ -351,6 +355,7 @@ class Emulator:
                 cpu=CpuStats(**cpu),
                 measured=MEASURED,
                 processes=1 if self.child is None else 2,
+                air=None if local.get("air") is None else AirStats.from_dict(local["air"]),
             )
             return stats.to_dict()
         if cmd == "capture_start":
@@ -505,6 +510,8 @@ def main(argv: list[str] | None = None) -> int:
         args.events = load_events(args.events_json)
         if not math.isfinite(args.early_us) or args.early_us < 0:
             raise SpecError("early-us", f"must be finite and >= 0, got {args.early_us!r}")
+        if spec.air is not None and args.processes != 1:
+            raise SpecError("processes", "an air= link shares one medium: it runs in one process")
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -538,9 +545,10 @@ def main(argv: list[str] | None = None) -> int:
             child, _ = fork_child(args, spec, client_fd, server_fd, early_s)
             pumps = {"up": make_pump(spec, "up", client_fd, server_fd, early_s)}
         else:
+            cores = make_cores(spec)
             pumps = {
-                "up": make_pump(spec, "up", client_fd, server_fd, early_s),
-                "down": make_pump(spec, "down", server_fd, client_fd, early_s),
+                "up": DirectionPump(cores["up"], client_fd, server_fd, early_s=early_s),
+                "down": DirectionPump(cores["down"], server_fd, client_fd, early_s=early_s),
             }
         engine = Engine(spec, pumps)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -29,6 +29,7 @@ from typing import Any
 
 from netem.emulator.clock import Timerfd
 from netem.emulator.core import LinkDirection
+from netem.emulator.medium import AirDirection, medium_snapshot, set_medium_spec
 from netem.emulator.packetlog import PacketLog
 from netem.emulator.pcap import DEFAULT_SNAPLEN_BYTES, PcapBuffer, check_snaplen, clock_offset_ns
 from netem.emulator.stats import cpu_snapshot, directions_snapshot
@@ -68,7 +69,7 @@ class DirectionPump:
 
     def __init__(
         self,
-        core: LinkDirection,
+        core: LinkDirection | AirDirection,
         in_fd: int,
         out_fd: int,
         *,
@@ -220,9 +221,11 @@ class Engine:
                 "time_s": time.monotonic(),
                 "directions": directions_snapshot({n: p.core for n, p in self.pumps.items()}),
                 "cpu": asdict(cpu_snapshot()),
+                "air": medium_snapshot(p.core for p in self.pumps.values()),
             }
         if cmd == "set_spec":
             spec = LinkSpec.from_dict(request.get("spec") or {})
+            set_medium_spec([p.core for p in self.pumps.values()], spec)
             for name, pump in self.pumps.items():
                 pump.core.set_spec(getattr(spec, name), spec.queue_limit_bytes(name))
             self.spec = spec

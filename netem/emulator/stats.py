@@ -8,9 +8,11 @@ hypervisor took the CPU away while a run was measured.
 from __future__ import annotations
 
 import resource
+from collections.abc import Mapping
 from dataclasses import asdict
 
 from netem.emulator.core import LinkDirection
+from netem.emulator.medium import AirDirection
 from netem.stats import CpuStats, host_cpu_s
 
 
@@ -32,6 +34,6 @@ def cpu_snapshot() -> CpuStats:
     )
 
 
-def directions_snapshot(directions: dict[str, LinkDirection]) -> dict[str, dict]:
+def directions_snapshot(directions: Mapping[str, LinkDirection | AirDirection]) -> dict[str, dict]:
     """The cumulative counters of the given directions, as plain dicts (JSON-ready)."""
     return {name: asdict(core.stats) for name, core in directions.items()}
