@@ -138,7 +138,8 @@ def test_air_link_refused_in_one_line_naming_the_userspace_backend() -> None:
 
 
 def test_air_link_refused_before_anything_is_built() -> None:
-    state = type("State", (), {"spec": parse_link("air=54mbit/6mbit"), "name": "aix"})()
+    fields = {"spec": parse_link("air=54mbit/6mbit"), "name": "aix", "extra": {}}
+    state = type("State", (), fields)()
     with pytest.raises(SpecError) as err:
         kernel.KernelBackend().up(state)  # type: ignore[arg-type]
     assert err.value.field == "air"
