@@ -44,7 +44,7 @@ read of 2,000 HEADERS+RST_STREAM pairs is not all parsed after the connection is
 H2_FRAME_TYPE_OFFSET = 3
 """RFC 9113 section 4.1: the frame type follows the 24-bit length."""
 H2_DATA_FRAME = 0x0
-ABUSE_LINGER_S = 0.5
+ABUSE_LINGER_S = 2.0
 """After GOAWAY(ENHANCE_YOUR_CALM), the connection is aborted this much later."""
 ABUSE_PENALTY_S = 10.0
 """After a connection is closed for abuse, its source's next connection is refused (before
