@@ -14,7 +14,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from clients.config import CONNECTION_MODES, PROTOCOLS, WORKLOAD_NAMES, ClientConfig
+from clients.config import (
+    CONNECTION_MODES,
+    PRIORITY_SIGNALS,
+    PROTOCOLS,
+    WORKLOAD_NAMES,
+    ClientConfig,
+)
 from servers.knobs import add_transport_arguments, transport_fields
 from tbcore import units
 
@@ -39,6 +45,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keylog", type=Path, default=None)
     parser.add_argument("--timeout", default="60s", help="per connect and per request")
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
+    parser.add_argument(
+        "--streams", default="", help="multi: workloads at once on one connection, e.g. result,tts"
+    )
+    parser.add_argument("--priority-signal", choices=PRIORITY_SIGNALS, default="header")
+    parser.add_argument(
+        "--cancel-after", type=int, default=None, help="stream: cancel after N chunks read"
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ClientConfig:
@@ -59,6 +72,9 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
         timeout_s=units.parse_duration_s("timeout", args.timeout),
+        streams=tuple(name for name in args.streams.split(",") if name),
+        priority_signal=args.priority_signal,
+        cancel_after_chunks=args.cancel_after,
     )
 
 
@@ -80,7 +96,8 @@ def _client(args: argparse.Namespace) -> int:
             tag = "warmup" if record.warmup else "measured"
             print(
                 f"{record.request_id} {tag} {record.protocol} {record.connection} "
-                f"{record.workload} status={record.status} total_ms={total:.1f} "
+                f"{record.stream_workload or record.workload} status={record.status} "
+                f"total_ms={total:.1f} "
                 f"sha256_ok={record.sha256_ok} error={record.error}",
                 flush=True,
             )

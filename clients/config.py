@@ -9,8 +9,14 @@ from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_tran
 from tbcore.errors import SpecError
 
 PROTOCOLS = ("h2", "h3")
-WORKLOAD_NAMES = ("asr", "tts", "retouch", "stream", "image", "sink")
-"""The issue's four workloads, then the two 30 MB bench transfers (down, up)."""
+WORKLOAD_NAMES = ("asr", "tts", "retouch", "stream", "image", "sink", "result", "multi")
+"""The issue's four workloads, the two 30 MB bench transfers (down, up), the 5 MB image
+result alone, and ``multi``: several of them at once on one connection (``streams``)."""
+MULTI_STREAM_WORKLOADS = ("tts", "stream", "result")
+"""What ``multi`` may combine: the audio (whole or streamed) and the image result."""
+PRIORITY_SIGNALS = ("header", "update", "none")
+"""How the client signals RFC 9218 priorities: the ``priority`` header (section 5), the
+header and a PRIORITY_UPDATE frame (section 7; HTTP/3), or not at all."""
 CONNECTION_MODES = ("new", "reused", "0rtt")
 DEFAULT_TIMEOUT_S = 60.0
 DEFAULT_CHUNKS = 50
@@ -61,8 +67,37 @@ class ClientConfig:
     quic_batching: bool = True
     """QUIC: send runs of datagrams as UDP GSO segments (one system call per run) and
     transmit once per batch of datagrams read, not once per datagram."""
+    streams: tuple[str, ...] = ()
+    """``multi``: the workloads sent at once on one connection, in request order."""
+    priority_signal: str = "header"
+    """``multi``: how the client signals each stream's RFC 9218 priority."""
+    cancel_after_chunks: int | None = None
+    """``stream`` (alone or in ``multi``): cancel the response after this many chunks."""
 
     def __post_init__(self) -> None:
+        if self.workload == "multi":
+            if len(self.streams) < 1:
+                raise SpecError("streams", "multi needs at least one stream workload")
+            for name in self.streams:
+                if name not in MULTI_STREAM_WORKLOADS:
+                    raise SpecError(
+                        "streams",
+                        f"{name!r} is not one of {', '.join(MULTI_STREAM_WORKLOADS)}",
+                    )
+        elif self.streams:
+            raise SpecError("streams", "only the multi workload takes streams")
+        if self.priority_signal not in PRIORITY_SIGNALS:
+            raise SpecError(
+                "priority-signal",
+                f"{self.priority_signal!r} is not one of {', '.join(PRIORITY_SIGNALS)}",
+            )
+        if self.cancel_after_chunks is not None and not (
+            1 <= self.cancel_after_chunks < self.chunks
+        ):
+            raise SpecError(
+                "cancel-after",
+                f"must be in 1..chunks-1 ({self.chunks - 1}), got {self.cancel_after_chunks}",
+            )
         check_quic_pacing(self.quic_pacing)
         if self.protocol not in PROTOCOLS:
             raise SpecError("protocol", f"{self.protocol!r} is not one of h2, h3")

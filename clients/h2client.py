@@ -17,6 +17,7 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -189,6 +190,18 @@ class H2Client:
         pending = _Pending(ResponseCollector(spec), loop.create_future())
         proto.pending[stream_id] = pending
         record.stream_id = stream_id
+
+        def cancel(_now: float) -> None:
+            # RFC 9113 section 8.7: the client abandons the response with RST_STREAM(CANCEL)
+            try:
+                proto.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+            except h2.exceptions.StreamClosedError:
+                pass
+            proto._flush()
+            if not pending.done.done():
+                pending.done.set_result(None)
+
+        pending.collector.on_cancel = cancel
         try:
             async with asyncio.timeout(timeout_s):
                 proto.h2.send_headers(
@@ -221,6 +234,11 @@ class H2Client:
 
 def _fill(record: RequestRecord, collector: ResponseCollector) -> None:
     record.status = collector.status
+    record.priority = collector.spec.priority
+    record.response_body_first_byte = collector.body_first_byte_at
+    if collector.cancelled_at is not None:
+        record.cancelled_at = collector.cancelled_at
+        record.bytes_at_cancel = collector.bytes_at_cancel
     record.response_first_byte = collector.first_byte_at
     record.response_last_byte = collector.last_byte_at or collector.first_byte_at
     record.down_bytes = collector.down_bytes

@@ -55,6 +55,18 @@ class RequestRecord:
     """aioquic recovery counters at the end of the request (h3)."""
     chunk_times: list[float] | None = None
     """stream workload: arrival time of each complete 960-byte chunk."""
+    stream_workload: str | None = None
+    """multi: which workload this stream of the group carried (tts, stream, result)."""
+    stream_index: int | None = None
+    """multi: position of this stream's request in the group (0 = sent first)."""
+    priority: str | None = None
+    """The RFC 9218 priority the client signalled for this stream, if any."""
+    response_body_first_byte: float | None = None
+    """The first response body byte handed to the application."""
+    cancelled_at: float | None = None
+    """When the client cancelled the response (RST_STREAM / STOP_SENDING + RESET_STREAM)."""
+    bytes_at_cancel: int | None = None
+    """Body bytes the application had read when it cancelled."""
     schema: int = RECORD_SCHEMA_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
 

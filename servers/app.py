@@ -10,6 +10,8 @@ Routes:
 - ``POST /retouch``: upload the image; the retouched image (5,000,000 bytes) back, with the
   upload's SHA-256 and length in ``x-upload-sha256`` / ``x-upload-length``.
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
+- ``GET /result``: the 5,000,000-byte image result (``retouched``) with no processing (it is
+  ready), for several streams on one connection beside the audio.
 - ``GET /image`` and ``POST /sink``: 30 MB down, any body up (JSON with its SHA-256 and
   length back), no processing: the transfers of ``testbed bench stacks``.
 
@@ -38,6 +40,7 @@ ROUTES: dict[str, frozenset[str]] = {
     "/retouch": frozenset({"POST"}),
     "/stream": frozenset({"GET"}),
     "/image": frozenset({"GET"}),
+    "/result": frozenset({"GET"}),
     "/sink": frozenset({"POST"}),
 }
 
@@ -51,6 +54,8 @@ class RequestHead:
     path: str
     """Path with query, as sent in ``:path``."""
     content_length: int | None = None
+    priority: str | None = None
+    """The RFC 9218 ``priority`` header field value, if sent."""
 
     @classmethod
     def from_headers(
@@ -72,7 +77,12 @@ class RequestHead:
             if not length.isdigit():
                 raise ValueError(f"bad content-length {length!r}")
             content_length = int(length)
-        return cls(method=method, path=path, content_length=content_length)
+        return cls(
+            method=method,
+            path=path,
+            content_length=content_length,
+            priority=values.get("priority"),
+        )
 
 
 @dataclass
@@ -252,6 +262,9 @@ class Exchange:
 
     def _route_image(self) -> ResponsePlan:
         return _workload_plan("image", "application/octet-stream")
+
+    def _route_result(self) -> ResponsePlan:
+        return _workload_plan("retouched", "application/octet-stream")
 
     def _route_sink(self) -> ResponsePlan:
         answer = {"upload_sha256": self.upload_sha256, "upload_length": self.received_bytes}

@@ -10,6 +10,7 @@ Interface for the harness (issue 5)::
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
         [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-batching]
         [--samples FILE.csv] [--sample-hz 1000] [--idle-timeout 60s]
+        [--send-policy rr|fifo|rfc9218]
 
 prints exactly one line per listener once it listens, and flushes stdout::
 
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from servers.config import DEFAULT_PORT, ServerConfig
 from servers.knobs import add_transport_arguments, transport_fields
+from servers.priority import POLICIES, POLICY_RR
 from tbcore import units, workloads
 from tbcore.errors import SpecError
 
@@ -66,6 +68,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
     parser.add_argument("--idle-timeout", default="60s", help="close idle connections after")
+    parser.add_argument(
+        "--send-policy",
+        choices=POLICIES,
+        default=POLICY_RR,
+        help="response stream send order: rr, fifo (arrival), rfc9218 (urgency)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -84,6 +92,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         keylog_path=args.keylog,
         cert_dir=args.cert_dir,
         idle_timeout_s=units.parse_duration_s("idle-timeout", args.idle_timeout),
+        send_policy=args.send_policy,
     )
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
+from servers.priority import POLICY_RR, check_policy
 from tbcore.errors import SpecError
 
 DEFAULT_H2_WINDOW_BYTES = 16 * 1024 * 1024
@@ -64,11 +65,16 @@ class ServerConfig:
     quic_batching: bool = True
     """QUIC: send runs of datagrams as UDP GSO segments (one system call per run) and
     transmit once per batch of datagrams read, not once per datagram."""
+    send_policy: str = POLICY_RR
+    """Which response stream of a connection sends next (servers.priority): ``rr`` (round
+    robin, aioquic's own order; HTTP/2 responses write freely), ``fifo`` (request arrival
+    order) or ``rfc9218`` (urgency from the Priority header / PRIORITY_UPDATE)."""
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         check_quic_pacing(self.quic_pacing)
+        check_policy(self.send_policy)
         for name in ("h2_port", "h3_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:

@@ -26,7 +26,12 @@ EVENT_NAMES = frozenset(
         "processing_end",
         "response_first_byte",
         "response_last_byte",
+        "chunk_produced",
         "chunk_sent",
+        "chunk_production_stopped",
+        "response_stopped",
+        "stream_cancelled",
+        "priority_update",
         "stream_reset",
         "error",
     }

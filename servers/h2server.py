@@ -11,6 +11,7 @@ import asyncio
 import socket
 import ssl
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import h2.config
@@ -23,13 +24,47 @@ import h2.settings
 from servers import app
 from servers.context import ServerContext
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from servers.session import ExchangeStreams, paced_chunks
+from servers.priority import POLICY_RR, PRIORITY_UPDATE_H2
+from servers.session import ExchangeStreams
 from servers.sockopts import apply_tcp_options, rearm_quickack
 from servers.tls import ensure_certificate, server_context
 from tbcore.tcpinfo import read_tcp_info
 
 PROTO = "h2"
 IDLE_CHECK_FRACTION = 4
+
+
+SEND_LOWAT_BYTES = 64 * 1024
+"""Under an ordering policy the pump writes while fewer bytes than this are unsent below it
+(asyncio buffer + the kernel's not-sent queue): 5 ms at 100 Mbit/s, the most a newly
+urgent stream waits behind bytes already committed (what TCP_NOTSENT_LOWAT is for)."""
+SLICE_BYTES = 16 * 1024
+"""DATA written per scheduling decision under an ordering policy (RFC 9113's default
+SETTINGS_MAX_FRAME_SIZE)."""
+PUMP_POLL_S = 0.0005
+"""How often a gated pump looks at the unsent bytes again (the kernel gives no wake-up
+when its not-sent queue drains below a level without TCP_NOTSENT_LOWAT and EPOLLOUT)."""
+
+
+@dataclass
+class _Piece:
+    """Body bytes of one stream waiting for the send pump."""
+
+    body: memoryview
+    end_stream: bool
+    done: asyncio.Future[None]
+    offset: int = 0
+    reported: int = 0
+
+
+async def _first(*waits: Any) -> None:
+    """Wait until the first of several awaitables finishes; cancel the rest."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
@@ -49,6 +84,13 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self._goaway: str | None = None
         self._last_activity = time.monotonic()
         self._idle_handle: asyncio.TimerHandle | None = None
+        self.outbox: dict[int, list[_Piece]] = {}
+        """Per stream, the body pieces the send pump has still to queue."""
+        self.rotation: list[int] = []
+        """Streams with something to send, the one served last at the end (round robin)."""
+        self.body_bytes_written: dict[int, int] = {}
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
 
     # -- asyncio edge ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -93,6 +135,9 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             self._idle_handle.cancel()
         self._window_changed.set()
         self._writable.set()
+        self._wake.set()
+        if self._pump is not None:
+            self._pump.cancel()
         self._log("connection_closed", now=now, reason=str(exc) if exc else self._goaway)
 
     def pause_writing(self) -> None:
@@ -113,7 +158,14 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         elif isinstance(event, h2.events.StreamEnded):
             self._on_end(event.stream_id, now)
         elif isinstance(event, h2.events.StreamReset):
+            self._drop_stream(event.stream_id)
             self._on_reset(event.stream_id, event.error_code, now)
+        elif isinstance(event, h2.events.UnknownFrameReceived):
+            frame = event.frame
+            if frame.type == PRIORITY_UPDATE_H2 and len(frame.body) >= 4:
+                # RFC 9218 section 7.1: 31-bit prioritized stream id, then the field value
+                stream_id = int.from_bytes(frame.body[:4], "big") & 0x7FFFFFFF
+                self._on_priority_update(stream_id, bytes(frame.body[4:]), now)
         elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
             self._window_changed.set()
         elif isinstance(event, h2.events.ConnectionTerminated):
@@ -162,32 +214,123 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             self._flush()
 
     async def _send_chunks(self, stream_id: int, plan: app.ResponsePlan) -> None:
-        async for index, chunk, last in paced_chunks(plan):
+        async def send(chunk: bytes, last: bool) -> None:
             await self._send_body(stream_id, chunk, end_stream=last)
-            self._log("chunk_sent", stream=stream_id, index=index)
+
+        await self._stream_chunks(
+            stream_id, plan, send, lambda: self.body_bytes_written.get(stream_id, 0)
+        )
 
     async def _send_body(self, stream_id: int, body: bytes, end_stream: bool = True) -> None:
-        view = memoryview(body)
-        offset = 0
-        total = len(body)
-        while offset < total:
-            if self._closed:
-                raise ConnectionError("connection closed")
-            if not self._writable.is_set():
-                await self._writable.wait()
+        """Hand ``body`` to the connection's send pump; returns once every byte of it is
+        queued in DATA frames (under flow control and the send policy)."""
+        if self._closed:
+            raise ConnectionError("connection closed")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.outbox.setdefault(stream_id, []).append(_Piece(memoryview(body), end_stream, done))
+        if stream_id not in self.rotation:
+            self.rotation.append(stream_id)
+        self._wake.set()
+        if self._pump is None:
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+        try:
+            await done
+        finally:
+            if not done.done():  # cancelled: the piece is withdrawn
+                self._drop_stream(stream_id)
+
+    def _drop_stream(self, stream_id: int) -> None:
+        for piece in self.outbox.pop(stream_id, []):
+            if not piece.done.done():
+                piece.done.cancel()
+        if stream_id in self.rotation:
+            self.rotation.remove(stream_id)
+
+    def _ready_streams(self) -> list[int]:
+        ready = []
+        for stream_id in self.rotation:
+            pieces = self.outbox.get(stream_id)
+            if not pieces:
                 continue
-            window = self.h2.local_flow_control_window(stream_id)
-            if window <= 0:
-                self._window_changed.clear()
-                await self._window_changed.wait()
+            try:
+                window = self.h2.local_flow_control_window(stream_id)
+            except h2.exceptions.StreamClosedError:
+                self._fail_stream(stream_id, ConnectionError("stream closed"))
                 continue
-            offset = queue_data(self.h2, stream_id, view, offset, window, end_stream)
-            self._flush()
-            if offset < total:
+            if window > 0 or len(pieces[0].body) == 0:
+                ready.append(stream_id)
+        return ready
+
+    def _fail_stream(self, stream_id: int, err: Exception) -> None:
+        for piece in self.outbox.pop(stream_id, []):
+            if not piece.done.done():
+                piece.done.set_exception(err)
+
+    def _unsent_bytes(self) -> int:
+        """Bytes written but not yet sent: the transport's buffer and the kernel's
+        not-sent queue (TCP_INFO tcpi_notsent_bytes)."""
+        assert self.transport is not None
+        buffered = self.transport.get_write_buffer_size()
+        try:
+            notsent = read_tcp_info(self.sock).get("notsent_bytes") or 0
+        except OSError:
+            notsent = 0
+        return buffered + int(notsent)
+
+    async def _run_pump(self) -> None:
+        """One writer per connection: each round, the stream the policy picks next gets one
+        slice of DATA. Under ``fifo`` and ``rfc9218`` the pump writes only while less than
+        :data:`SEND_LOWAT_BYTES` are unsent below it, so that the order of what leaves is
+        decided here and not in a socket buffer full of the earlier stream."""
+        gate = self.ctx.config.send_policy != POLICY_RR
+        try:
+            while not self._closed:
+                ready = self._ready_streams()
+                if not ready:
+                    self._wake.clear()
+                    self._window_changed.clear()
+                    await _first(self._wake.wait(), self._window_changed.wait())
+                    continue
+                if not self._writable.is_set():
+                    await self._writable.wait()
+                    continue
+                if gate and self._unsent_bytes() >= SEND_LOWAT_BYTES:
+                    await asyncio.sleep(PUMP_POLL_S)
+                    continue
+                stream_id = self.scheduler.order(ready)[0]
+                self._write_slice(stream_id, gate)
+                self.rotation.remove(stream_id)
+                self.rotation.append(stream_id)
                 await asyncio.sleep(0)
-        if total == 0 and end_stream:
-            self.h2.end_stream(stream_id)
-            self._flush()
+        finally:
+            err = ConnectionError("connection closed")
+            for stream_id in list(self.outbox):
+                self._fail_stream(stream_id, err)
+
+    def _write_slice(self, stream_id: int, gate: bool) -> None:
+        pieces = self.outbox[stream_id]
+        piece = pieces[0]
+        total = len(piece.body)
+        if total == 0:
+            if piece.end_stream:
+                self.h2.end_stream(stream_id)
+        else:
+            window = self.h2.local_flow_control_window(stream_id)
+            limit = min(window, SLICE_BYTES) if gate else window
+            piece.offset = queue_data(
+                self.h2, stream_id, piece.body, piece.offset, limit, piece.end_stream
+            )
+        self._flush()
+        self.body_bytes_written[stream_id] = self.body_bytes_written.get(stream_id, 0) + (
+            piece.offset - piece.reported
+        )
+        piece.reported = piece.offset
+        if piece.offset >= total:
+            pieces.pop(0)
+            if not piece.done.done():
+                piece.done.set_result(None)
+            if not pieces:
+                del self.outbox[stream_id]
 
     # -- helpers ---------------------------------------------------------------------------
     def _protocol_error(self, now: float, err: Exception) -> None:

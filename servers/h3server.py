@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from aioquic.buffer import Buffer
@@ -26,6 +27,7 @@ from aioquic.quic.packet import (
 
 from servers import app
 from servers.context import ServerContext
+from servers.priority import PRIORITY_UPDATE_H3
 from servers.quic import (
     WatchedProtocol,
     make_udp_socket,
@@ -34,7 +36,7 @@ from servers.quic import (
     quic_counters,
     stream_fully_sent,
 )
-from servers.session import ExchangeStreams, paced_chunks
+from servers.session import ExchangeStreams
 from servers.tls import ensure_certificate
 
 PROTO = "h3"
@@ -52,8 +54,12 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
     def __init__(self, quic: Any, *, ctx: ServerContext, conn_id: int) -> None:
         super().__init__(quic)
         self._init_streams(ctx, conn_id)
-        self.h3 = H3Connection(quic)
+        self.h3 = PriorityH3Connection(quic, on_priority_update=self._priority_update)
         self.terminated = False
+        quic.scheduler = self.scheduler
+
+    def _priority_update(self, stream_id: int, value: bytes) -> None:
+        self._on_priority_update(stream_id, value, time.monotonic())
 
     def quic_event_received(self, event: qevents.QuicEvent) -> None:
         now = time.monotonic()
@@ -67,6 +73,10 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             )
         elif isinstance(event, qevents.StreamReset):
             self._on_reset(event.stream_id, event.error_code, now)
+        elif isinstance(event, qevents.StopSendingReceived):
+            # RFC 9000 section 3.5: aioquic has already reset the sending part (no more
+            # STREAM frames, RESET_STREAM queued); the response stops producing too
+            self._on_cancel(event.stream_id, event.error_code, now, "stop_sending")
         elif isinstance(event, qevents.ConnectionTerminated):
             self._on_terminated(event, now)
             return
@@ -132,12 +142,18 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         self.transmit()
         self._log("response_first_byte", stream=stream_id, status=plan.status)
         if plan.stream_chunks:
-            async for index, chunk, last in paced_chunks(plan):
+
+            async def send(chunk: bytes, last: bool) -> None:
                 if self.terminated:
-                    return
+                    raise ConnectionError("connection terminated")
                 self.h3.send_data(stream_id, chunk, end_stream=last)
                 self.transmit()
-                self._log("chunk_sent", stream=stream_id, index=index)
+
+            def sent_bytes() -> int:
+                stream = self._quic._streams.get(stream_id)
+                return stream.sender.highest_offset if stream is not None else 0
+
+            await self._stream_chunks(stream_id, plan, send, sent_bytes)
         elif body_length:
             self.h3.send_data(stream_id, plan.body, end_stream=True)
         if body_length:
@@ -158,6 +174,22 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             except Exception:
                 pass
         self.transmit()
+
+
+class PriorityH3Connection(H3Connection):
+    """aioquic's H3Connection, reading RFC 9218 PRIORITY_UPDATE frames on the peer's control
+    stream (aioquic ignores unknown control frames)."""
+
+    def __init__(self, quic: Any, *, on_priority_update: Callable[[int, bytes], None]) -> None:
+        super().__init__(quic)
+        self._on_priority_update = on_priority_update
+
+    def _handle_control_frame(self, frame_type: int, frame_data: bytes) -> None:
+        super()._handle_control_frame(frame_type, frame_data)
+        if frame_type == PRIORITY_UPDATE_H3:
+            buf = Buffer(data=frame_data)
+            stream_id = buf.pull_uint_var()
+            self._on_priority_update(stream_id, frame_data[buf.tell() :])
 
 
 def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

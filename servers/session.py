@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from servers import app
 from servers.context import ServerContext
+from servers.priority import Priority, Scheduler, parse_priority
 from tbcore.workloads import stream_chunk
 
 
@@ -32,6 +33,10 @@ class ExchangeStreams:
         self.exchanges: dict[int, app.Exchange] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.started: set[int] = set()
+        self.scheduler = Scheduler(ctx.config.send_policy)
+        """Send order of this connection's response streams (servers.priority)."""
+        self.cancelled_at: dict[int, float] = {}
+        """When the peer cancelled a response stream (RST_STREAM / STOP_SENDING)."""
 
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
         raise NotImplementedError
@@ -52,6 +57,8 @@ class ExchangeStreams:
         """A request head arrived: start its exchange; answer at once if it is refused."""
         exchange = app.Exchange(head=head, config=self.ctx.app_config)
         self.exchanges[stream_id] = exchange
+        priority = parse_priority(head.priority) if head.priority is not None else None
+        self.scheduler.add(stream_id, priority)
         self._log(
             "request_first_byte",
             stream=stream_id,
@@ -59,6 +66,7 @@ class ExchangeStreams:
             method=head.method,
             path=head.path,
             content_length=head.content_length,
+            priority=head.priority,
         )
         if exchange.early is not None and not stream_ended:
             self._start_response(stream_id, exchange.early, now)
@@ -89,8 +97,33 @@ class ExchangeStreams:
             self._log_truncated(stream_id, exchange, now, "stream ended early")
         self._start_response(stream_id, plan, now)
 
+    def _on_priority_update(self, stream_id: int, value: bytes | str, now: float) -> None:
+        """RFC 9218 section 7: a PRIORITY_UPDATE for a request stream."""
+        priority: Priority = parse_priority(value)
+        self.scheduler.update(stream_id, priority)
+        self._log(
+            "priority_update",
+            stream=stream_id,
+            now=now,
+            urgency=priority.urgency,
+            incremental=priority.incremental,
+        )
+
+    def _on_cancel(self, stream_id: int, error_code: int, now: float, how: str) -> None:
+        """The peer cancelled a response (HTTP/2 RST_STREAM, HTTP/3 STOP_SENDING): the server
+        learns it now; the response task stops producing and sending."""
+        if stream_id in self.cancelled_at:
+            return
+        self.cancelled_at[stream_id] = now
+        self._log("stream_cancelled", stream=stream_id, now=now, how=how, error_code=error_code)
+        task = self.tasks.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
+
     def _on_reset(self, stream_id: int, error_code: int, now: float) -> None:
         self._log("stream_reset", stream=stream_id, now=now, error_code=int(error_code))
+        if stream_id in self.started and stream_id in self.tasks:
+            self._on_cancel(stream_id, int(error_code), now, "reset")
         exchange = self.exchanges.get(stream_id)
         if exchange is not None and not exchange.finished and exchange.truncated:
             exchange.finished = True
@@ -173,6 +206,28 @@ class ExchangeStreams:
         self, event: str, *, stream: int | None = None, now: float | None = None, **kw: Any
     ) -> None:
         self.ctx.log.emit(event, proto=self.proto, conn=self.conn_id, stream=stream, now=now, **kw)
+
+    async def _stream_chunks(
+        self,
+        stream_id: int,
+        plan: app.ResponsePlan,
+        send: Callable[[bytes, bool], Awaitable[None]],
+        sent_bytes: Callable[[], int],
+    ) -> None:
+        """Produce the plan's chunks on their schedule and hand each to ``send``; logs
+        ``chunk_produced`` and ``chunk_sent`` per chunk, and on a cancel
+        ``chunk_production_stopped`` (the next index, never produced) and
+        ``response_stopped`` (body bytes handed to the transport by then)."""
+        index = -1
+        try:
+            async for index, chunk, last in paced_chunks(plan):
+                self._log("chunk_produced", stream=stream_id, index=index)
+                await send(chunk, last)
+                self._log("chunk_sent", stream=stream_id, index=index)
+        except asyncio.CancelledError:
+            self._log("chunk_production_stopped", stream=stream_id, next_index=index + 1)
+            self._log("response_stopped", stream=stream_id, bytes=sent_bytes())
+            raise
 
 
 async def paced_chunks(plan: app.ResponsePlan) -> AsyncIterator[tuple[int, bytes, bool]]:
