@@ -142,18 +142,16 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         self.transmit()
         self._log("response_first_byte", stream=stream_id, status=plan.status)
         if plan.stream_chunks:
+            handed = [0]
 
             async def send(chunk: bytes, last: bool) -> None:
                 if self.terminated:
                     raise ConnectionError("connection terminated")
                 self.h3.send_data(stream_id, chunk, end_stream=last)
+                handed[0] += len(chunk)
                 self.transmit()
 
-            def sent_bytes() -> int:
-                stream = self._quic._streams.get(stream_id)
-                return stream.sender.highest_offset if stream is not None else 0
-
-            await self._stream_chunks(stream_id, plan, send, sent_bytes)
+            await self._stream_chunks(stream_id, plan, send, lambda: handed[0])
         elif body_length:
             self.h3.send_data(stream_id, plan.body, end_stream=True)
         if body_length:
