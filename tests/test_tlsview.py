@@ -62,7 +62,7 @@ def test_server_application_data_decrypts_to_what_was_written(tmp_path: Path) ->
 
 
 def test_a_wrong_key_is_refused(tmp_path: Path) -> None:
-    up, down, keylog = _session(tmp_path, b"x" * 1000)
+    _up, down, _keylog = _session(tmp_path, b"x" * 1000)
     records = tlsview.split_records(down)
     _, suite = tlsview.hello_random_and_suite(down, records[0])
     with pytest.raises(SpecError, match="does not decrypt"):
