@@ -9,9 +9,20 @@ from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_tran
 from tbcore.errors import SpecError
 
 PROTOCOLS = ("h2", "h3")
-WORKLOAD_NAMES = ("asr", "tts", "retouch", "stream", "image", "sink", "result", "multi")
+WORKLOAD_NAMES = (
+    "asr",
+    "tts",
+    "retouch",
+    "stream",
+    "image",
+    "sink",
+    "result",
+    "multi",
+    "retouch-tiles3",
+)
 """The issue's four workloads, the two 30 MB bench transfers (down, up), the 5 MB image
-result alone, and ``multi``: several of them at once on one connection (``streams``)."""
+result alone, ``multi``: several of them at once on one connection (``streams``), and
+``retouch-tiles3``: the retouch upload as three tiles processed as they arrive."""
 MULTI_STREAM_WORKLOADS = ("tts", "stream", "result")
 """What ``multi`` may combine: the audio (whole or streamed) and the image result."""
 PRIORITY_SIGNALS = ("header", "update", "none")

@@ -95,6 +95,14 @@ def request_spec(
     workload: str, chunks: int = 50, cancel_after_chunks: int | None = None
 ) -> RequestSpec:
     """The request of a workload: asr, tts, retouch, stream, or the bench's image and sink."""
+    if workload.startswith("retouch-tiles"):
+        spec = request_spec("retouch")
+        tiles = workload.removeprefix("retouch-tiles")
+        # the response starts before the upload ends, so its head cannot echo the upload's
+        # checksum: the server checks it at the end and logs an error if it differs
+        return replace(
+            spec, workload=workload, path=f"/retouch?tiles={tiles}", expect_upload_sha256=None
+        )
     if workload == "stream":
         return RequestSpec(
             "stream",

@@ -70,9 +70,7 @@ def predicted_arrivals(
     chunk ``i`` is ready at ``i * tau``, processed in ``processing_s``, sent in
     ``(960 + overhead) * 8 / rate`` and arrives ``down_delay_s`` later (seconds from the
     request start)."""
-    send_s = (
-        (STREAM_CHUNK_BYTES + overhead_bytes) * 8 / down_rate_bps if down_rate_bps else 0.0
-    )
+    send_s = (STREAM_CHUNK_BYTES + overhead_bytes) * 8 / down_rate_bps if down_rate_bps else 0.0
     arrivals = bounds.pipeline(
         [i * chunk_s for i in range(chunks)],
         [processing_s] * chunks,
@@ -128,18 +126,14 @@ def playback_rows(
             {
                 **base,
                 "initial_buffer_s": buffer_s,
-                "start_delay_s": (
-                    reads[0] + (wait.start_delay_s or 0.0) if reads else math.nan
-                ),
+                "start_delay_s": (reads[0] + (wait.start_delay_s or 0.0) if reads else math.nan),
                 "stall_count": wait.stall_count,
                 "stall_s": wait.stall_s,
                 "predicted_start_delay_s": predicted_s[0] + buffer_s if predicted_s else None,
                 "predicted_stall_count": model.stall_count,
                 "predicted_stall_s": model.stall_s,
                 "predicted_depletion_s": depletion,
-                "stall_cause": (
-                    ";".join(f"{k}:{v}" for k, v in sorted(causes.items())) or "none"
-                ),
+                "stall_cause": (";".join(f"{k}:{v}" for k, v in sorted(causes.items())) or "none"),
                 "drop_concealed_count": drop.stall_count,
                 "drop_concealed_s": drop.stall_s,
                 "chunks": len(reads),

@@ -27,6 +27,8 @@ EVENT_NAMES = frozenset(
         "response_first_byte",
         "response_last_byte",
         "chunk_produced",
+        "tile_received",
+        "tile_sent",
         "chunk_sent",
         "chunk_production_stopped",
         "response_stopped",

@@ -200,6 +200,10 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self._log("response_first_byte", stream=stream_id, status=plan.status)
         if plan.stream_chunks:
             await self._send_chunks(stream_id, plan)
+        elif plan.tiles:
+            async for index, part, last in self._tiled_parts(stream_id, plan):
+                await self._send_body(stream_id, part, end_stream=last)
+                self._log("tile_sent", stream=stream_id, index=index)
         elif plan.body:
             await self._send_body(stream_id, plan.body)
         self._log("response_last_byte", stream=stream_id, bytes=plan.body_length)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from aioquic.buffer import Buffer
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.h3.connection import ErrorCode as H3ErrorCode
 from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
@@ -40,6 +40,10 @@ from servers.session import ExchangeStreams
 from servers.tls import ensure_certificate
 
 PROTO = "h3"
+CLIENT_UNI_STREAM = 2
+"""RFC 9000 section 2.1: stream ids with low bits 0b10 are client-initiated unidirectional."""
+H3_CONTROL_STREAM_TYPE = 0x00
+"""RFC 9114 section 6.2.1."""
 QUIC_LONG_HEADER_BIT = 0x80
 """RFC 9000 section 17.2: the first bit of a long-header packet."""
 MAX_GARBAGE_LOG_LINES = 100
@@ -152,6 +156,13 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
                 self.transmit()
 
             await self._stream_chunks(stream_id, plan, send, lambda: handed[0])
+        elif plan.tiles:
+            async for index, part, last in self._tiled_parts(stream_id, plan):
+                if self.terminated:
+                    return
+                self.h3.send_data(stream_id, part, end_stream=last)
+                self.transmit()
+                self._log("tile_sent", stream=stream_id, index=index)
         elif body_length:
             self.h3.send_data(stream_id, plan.body, end_stream=True)
         if body_length:
@@ -175,19 +186,48 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
 
 
 class PriorityH3Connection(H3Connection):
-    """aioquic's H3Connection, reading RFC 9218 PRIORITY_UPDATE frames on the peer's control
-    stream (aioquic ignores unknown control frames)."""
+    """aioquic's H3Connection, also reading RFC 9218 PRIORITY_UPDATE frames from the peer's
+    control stream (aioquic discards control frames other than SETTINGS and MAX_PUSH_ID
+    unseen, so the control stream's bytes are parsed here a second time)."""
 
     def __init__(self, quic: Any, *, on_priority_update: Callable[[int, bytes], None]) -> None:
         super().__init__(quic)
         self._on_priority_update = on_priority_update
+        self._uni_buffers: dict[int, bytearray] = {}
+        self._not_control: set[int] = set()
 
-    def _handle_control_frame(self, frame_type: int, frame_data: bytes) -> None:
-        super()._handle_control_frame(frame_type, frame_data)
-        if frame_type == PRIORITY_UPDATE_H3:
-            buf = Buffer(data=frame_data)
-            stream_id = buf.pull_uint_var()
-            self._on_priority_update(stream_id, frame_data[buf.tell() :])
+    def handle_event(self, event: qevents.QuicEvent) -> list[H3Event]:
+        if (
+            isinstance(event, qevents.StreamDataReceived)
+            and event.stream_id % 4 == CLIENT_UNI_STREAM
+            and event.stream_id not in self._not_control
+        ):
+            self._read_control(event.stream_id, event.data)
+        return super().handle_event(event)
+
+    def _read_control(self, stream_id: int, data: bytes) -> None:
+        buf = self._uni_buffers.setdefault(stream_id, bytearray())
+        buf += data
+        reader = Buffer(data=bytes(buf))
+        try:
+            if reader.pull_uint_var() != H3_CONTROL_STREAM_TYPE:
+                self._not_control.add(stream_id)
+                self._uni_buffers.pop(stream_id, None)
+                return
+            start = reader.tell()
+            while True:
+                frame_type = reader.pull_uint_var()
+                length = reader.pull_uint_var()
+                payload = reader.pull_bytes(length)
+                start = reader.tell()
+                if frame_type == PRIORITY_UPDATE_H3:
+                    inner = Buffer(data=payload)
+                    element = inner.pull_uint_var()
+                    self._on_priority_update(element, payload[inner.tell() :])
+        except BufferReadError:
+            pass
+        # keep the stream type byte and what is not yet a whole frame
+        self._uni_buffers[stream_id] = bytearray(buf[:1] + buf[start:])
 
 
 def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

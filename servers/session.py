@@ -35,6 +35,8 @@ class ExchangeStreams:
         self.started: set[int] = set()
         self.scheduler = Scheduler(ctx.config.send_policy)
         """Send order of this connection's response streams (servers.priority)."""
+        self.tile_events: dict[int, asyncio.Queue[int]] = {}
+        """Tiled uploads: indices of the tiles that have arrived, for the response task."""
         self.cancelled_at: dict[int, float] = {}
         """When the peer cancelled a response stream (RST_STREAM / STOP_SENDING)."""
 
@@ -70,6 +72,9 @@ class ExchangeStreams:
         )
         if exchange.early is not None and not stream_ended:
             self._start_response(stream_id, exchange.early, now)
+        elif exchange.tiles:
+            self.tile_events[stream_id] = asyncio.Queue()
+            self._start_response(stream_id, exchange.tiled_plan(), now)
 
     def _on_data(self, stream_id: int, data: bytes, now: float) -> None:
         exchange = self.exchanges.get(stream_id)
@@ -80,6 +85,10 @@ class ExchangeStreams:
         plan = exchange.feed(data)
         if plan is not None:
             self._start_response(stream_id, plan, now)
+        elif exchange.tiles:
+            for index in exchange.new_tiles():
+                self._log("tile_received", stream=stream_id, now=now, index=index)
+                self.tile_events[stream_id].put_nowait(index)
 
     def _on_end(self, stream_id: int, now: float) -> None:
         exchange = self.exchanges.get(stream_id)
@@ -179,7 +188,7 @@ class ExchangeStreams:
 
     async def _process(self, stream_id: int, plan: app.ResponsePlan) -> None:
         """The route's processing time, before the response starts."""
-        if plan.processing_s > 0:
+        if plan.processing_s > 0 and not plan.tiles:  # tiles: processed one by one
             self._log("processing_start", stream=stream_id)
             await asyncio.sleep(plan.processing_s)
             self._log("processing_end", stream=stream_id)
@@ -228,6 +237,23 @@ class ExchangeStreams:
             self._log("chunk_production_stopped", stream=stream_id, next_index=index + 1)
             self._log("response_stopped", stream=stream_id, bytes=sent_bytes())
             raise
+
+    async def _tiled_parts(
+        self, stream_id: int, plan: app.ResponsePlan
+    ) -> AsyncIterator[tuple[int, bytes, bool]]:
+        """``(index, part, last)`` of a tiled response: part ``i`` once tile ``i`` has
+        arrived and been processed (``processing_s / tiles``, one tile at a time)."""
+        queue = self.tile_events[stream_id]
+        size = len(plan.body)
+        per_tile_s = plan.processing_s / plan.tiles
+        for index in range(plan.tiles):
+            ready = await queue.get()
+            self._log("processing_start", stream=stream_id, tile=ready)
+            await asyncio.sleep(per_tile_s)
+            self._log("processing_end", stream=stream_id, tile=ready)
+            start = size * index // plan.tiles
+            end = size * (index + 1) // plan.tiles
+            yield index, plan.body[start:end], index == plan.tiles - 1
 
 
 async def paced_chunks(plan: app.ResponsePlan) -> AsyncIterator[tuple[int, bytes, bool]]:
