@@ -211,15 +211,17 @@ def workload_bytes(workload: str, chunks: int = 0) -> tuple[int, int]:
         return (AUDIO_SIZE_BYTES, 0)
     if workload == "tts":
         return (0, AUDIO_SIZE_BYTES)
-    if workload == "retouch":
+    if workload.startswith("retouch"):
         return (IMAGE_SIZE_BYTES, RETOUCHED_SIZE_BYTES)
+    if workload == "result":
+        return (0, RETOUCHED_SIZE_BYTES)
     return (0, chunks * 960)
 
 
 def processing_for(settings: Settings) -> float:
     if settings.workload in ("asr", "tts"):
         return settings.processing_audio_s
-    if settings.workload == "retouch":
+    if settings.workload.startswith("retouch"):
         return settings.processing_image_s
     return 0.0
 
@@ -229,7 +231,11 @@ def bound_for(
 ) -> bounds.RequestBound | None:
     """The bound of one request of this level (None for the stream workload, whose bound is
     the chunk pipeline, or a link without rates)."""
-    if settings.workload == "stream" or link.up.rate_bps is None or link.down.rate_bps is None:
+    if (
+        settings.workload in ("stream", "multi", "retouch-tiles3")
+        or link.up.rate_bps is None
+        or link.down.rate_bps is None
+    ):
         return None
     # the tightest cap on bytes in flight: TCP's clamp and HTTP/2's flow-control window (h2),
     # QUIC's flow-control window (h3)
@@ -539,6 +545,8 @@ def server_argv(
         argv.append("--no-h3")
     else:
         argv.append("--no-h2")
+    if settings.send_policy != "none":
+        argv += ["--send-policy", settings.send_policy]
     argv += socket_flags(settings, link.down.rate_bps)
     if settings.protocol == "h3" and settings.qlog:
         argv += ["--qlog-dir", str(run_dir / "qlog" / "server")]
@@ -581,6 +589,12 @@ def client_argv(
     argv += socket_flags(settings, link.up.rate_bps)
     if settings.resume:
         argv.append("--resume")
+    argv += ["--chunks", str(settings.chunks)]
+    if settings.streams:
+        argv += ["--streams", ",".join(settings.streams)]
+        argv += ["--priority-signal", settings.priority_signal]
+    if settings.cancel_after_chunks is not None:
+        argv += ["--cancel-after", str(settings.cancel_after_chunks)]
     if settings.protocol == "h3" and settings.qlog:
         argv += ["--qlog-dir", str(run_dir / "qlog" / "client")]
     return argv
@@ -792,7 +806,11 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
             for extra in _emulator_pids(link)[1:]:
                 watch.watch("emulator", extra)
             stats_before = link.stats()
-            capture = link.capture(run_dir) if settings.capture else contextlib.nullcontext()
+            capture = (
+                link.capture(run_dir, mode=settings.capture)
+                if settings.capture != "off"
+                else contextlib.nullcontext()
+            )
             with capture:
                 with open(run_dir / "client.stderr", "wb") as client_err:
                     client = nsexec.popen(

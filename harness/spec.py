@@ -52,7 +52,15 @@ from tbcore.units import (
 
 PROTOCOLS = ("h2", "h3")
 CONNECTIONS = ("new", "reused", "0rtt")
-WORKLOADS = ("asr", "tts", "retouch", "stream")
+WORKLOADS = ("asr", "tts", "retouch", "stream", "result", "multi", "retouch-tiles3")
+STREAM_WORKLOADS = ("tts", "stream", "result")
+"""What ``multi`` puts on one connection: the audio (whole or streamed), the image result."""
+SEND_POLICIES = ("none", "rr", "fifo", "rfc9218")
+"""servers.priority: none of the server's own, round robin, arrival order, RFC 9218."""
+PRIORITY_SIGNALS = ("header", "update", "none")
+CAPTURE_MODES = ("headers", "full", "off")
+"""``capture``: the first 128 bytes of each packet, whole packets (decryptable with the
+run's key log), or none (true and false mean headers and off)."""
 TCP_CCS = ("reno", "cubic", "bbr")
 QUIC_CCS = ("reno", "cubic")
 ORDERS = ("alternate", "shuffle")
@@ -130,8 +138,19 @@ class Settings:
     """Client timeout for the whole run."""
     mss_bytes: int = 1448
     """Segment payload the bound assumes (1500 MTU - 40 IP/TCP - 12 timestamp option)."""
-    capture: bool = True
-    """Write client.pcap and server.pcap of the link for ACK timestamps."""
+    capture: str = "headers"
+    """client.pcap and server.pcap of the link: ``headers`` (ACK timestamps), ``full``
+    (whole packets: per-stream arrival of HTTP/2, tshark with the key log) or ``off``."""
+    chunks: int = 50
+    """Chunks of the ``stream`` workload (alone or in ``multi``)."""
+    streams: tuple[str, ...] = ()
+    """``multi``: the workloads sent at once on one connection, in request order."""
+    send_policy: str = "none"
+    """Server send order of a connection's streams: none, rr, fifo or rfc9218."""
+    priority_signal: str = "header"
+    """How the client signals RFC 9218 priorities: header, update (+ PRIORITY_UPDATE), none."""
+    cancel_after_chunks: int | None = None
+    """Cancel a streamed response after this many chunks (RST_STREAM / STOP_SENDING)."""
     qlog: bool = True
     """Write QUIC qlog (ACK frames) for h3 runs."""
     sysctls: Mapping[str, str] = field(default_factory=dict)
@@ -258,6 +277,27 @@ def _rate(name: str, value: Any) -> float:
     return parse_rate_bps(name, value)
 
 
+def _capture(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "headers" if value else "off"
+    if value not in CAPTURE_MODES:
+        raise SpecError(name, f"must be true, false or one of {', '.join(CAPTURE_MODES)}")
+    return value
+
+
+def _streams(name: str, value: Any) -> tuple[str, ...]:
+    """``"result,tts"``: workloads in request order (a string: a list would be a factor)."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(
+            name, f"must be workloads in request order such as 'result,tts', not {value!r}"
+        )
+    items = tuple(item.strip() for item in value.split(","))
+    for item in items:
+        if item not in STREAM_WORKLOADS:
+            raise SpecError(name, f"{item!r} is not one of {', '.join(STREAM_WORKLOADS)}")
+    return items
+
+
 def _quic_pacing(name: str, value: Any) -> str:
     if value in ("cwnd", "off"):
         return value
@@ -330,7 +370,12 @@ SETTING_PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "processing_image": ("processing_image_s", _duration),
     "timeout": ("timeout_s", _positive_duration),
     "mss": ("mss_bytes", _int_range(536, 65495)),
-    "capture": ("capture", _bool),
+    "capture": ("capture", _capture),
+    "chunks": ("chunks", _int_range(1, 30_000)),
+    "streams": ("streams", _streams),
+    "send_policy": ("send_policy", _choice(SEND_POLICIES)),
+    "priority_signal": ("priority_signal", _choice(PRIORITY_SIGNALS)),
+    "cancel_after": ("cancel_after_chunks", _optional(_int_range(1, 29_999))),
     "qlog": ("qlog", _bool),
     "sysctls": ("sysctls", _sysctls),
 }
@@ -378,6 +423,12 @@ def check_consistent(settings: Settings, where: str) -> None:
                 f"{where}.max_datagram_size",
                 f"{settings.max_datagram_size_bytes} exceeds the path MTU allows ({largest})",
             )
+    if settings.workload == "multi" and not settings.streams:
+        raise SpecError(f"{where}.streams", "workload multi needs streams = [...]")
+    if settings.workload != "multi" and settings.streams:
+        raise SpecError(f"{where}.streams", "only workload multi takes streams")
+    if settings.cancel_after_chunks is not None and settings.cancel_after_chunks >= settings.chunks:
+        raise SpecError(f"{where}.cancel_after", f"must be below chunks ({settings.chunks})")
     if settings.mss_bytes > spec.mtu_bytes - 40:
         raise SpecError(f"{where}.mss", f"exceeds MTU {spec.mtu_bytes} - 40 header bytes")
 

@@ -10,7 +10,7 @@ Interface for the harness (issue 5)::
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
         [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-batching]
         [--samples FILE.csv] [--sample-hz 1000] [--idle-timeout 60s]
-        [--send-policy rr|fifo|rfc9218]
+        [--send-policy none|rr|fifo|rfc9218]
 
 prints exactly one line per listener once it listens, and flushes stdout::
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from servers.config import DEFAULT_PORT, ServerConfig
 from servers.knobs import add_transport_arguments, transport_fields
-from servers.priority import POLICIES, POLICY_RR
+from servers.priority import POLICIES, POLICY_NONE
 from tbcore import units, workloads
 from tbcore.errors import SpecError
 
@@ -71,8 +71,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--send-policy",
         choices=POLICIES,
-        default=POLICY_RR,
-        help="response stream send order: rr, fifo (arrival), rfc9218 (urgency)",
+        default=POLICY_NONE,
+        help="response stream send order: none, rr, fifo (arrival), rfc9218 (urgency)",
     )
 
 

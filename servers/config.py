@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
-from servers.priority import POLICY_RR, check_policy
+from servers.priority import POLICY_NONE, check_policy
 from tbcore.errors import SpecError
 
 DEFAULT_H2_WINDOW_BYTES = 16 * 1024 * 1024
@@ -65,10 +65,11 @@ class ServerConfig:
     quic_batching: bool = True
     """QUIC: send runs of datagrams as UDP GSO segments (one system call per run) and
     transmit once per batch of datagrams read, not once per datagram."""
-    send_policy: str = POLICY_RR
-    """Which response stream of a connection sends next (servers.priority): ``rr`` (round
-    robin, aioquic's own order; HTTP/2 responses write freely), ``fifo`` (request arrival
-    order) or ``rfc9218`` (urgency from the Priority header / PRIORITY_UPDATE)."""
+    send_policy: str = POLICY_NONE
+    """Which response stream of a connection sends next (servers.priority): ``none`` (no
+    scheduler: aioquic's round robin, HTTP/2 responses write freely), ``rr`` (round robin
+    one slice at a time), ``fifo`` (request arrival order) or ``rfc9218`` (urgency from the
+    Priority header / PRIORITY_UPDATE)."""
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 

@@ -24,7 +24,7 @@ import h2.settings
 from servers import app
 from servers.context import ServerContext
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from servers.priority import POLICY_RR, PRIORITY_UPDATE_H2
+from servers.priority import POLICY_NONE, PRIORITY_UPDATE_H2
 from servers.session import ExchangeStreams
 from servers.sockopts import apply_tcp_options, rearm_quickack
 from servers.tls import ensure_certificate, server_context
@@ -283,10 +283,10 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
 
     async def _run_pump(self) -> None:
         """One writer per connection: each round, the stream the policy picks next gets one
-        slice of DATA. Under ``fifo`` and ``rfc9218`` the pump writes only while less than
+        slice of DATA. Under any policy but ``none`` the pump writes only while less than
         :data:`SEND_LOWAT_BYTES` are unsent below it, so that the order of what leaves is
         decided here and not in a socket buffer full of the earlier stream."""
-        gate = self.ctx.config.send_policy != POLICY_RR
+        gate = self.ctx.config.send_policy != POLICY_NONE
         try:
             while not self._closed:
                 ready = self._ready_streams()

@@ -27,7 +27,7 @@ from aioquic.quic.packet import (
 
 from servers import app
 from servers.context import ServerContext
-from servers.priority import PRIORITY_UPDATE_H3
+from servers.priority import POLICY_NONE, PRIORITY_UPDATE_H3
 from servers.quic import (
     WatchedProtocol,
     make_udp_socket,
@@ -60,7 +60,8 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         self._init_streams(ctx, conn_id)
         self.h3 = PriorityH3Connection(quic, on_priority_update=self._priority_update)
         self.terminated = False
-        quic.scheduler = self.scheduler
+        if ctx.config.send_policy != POLICY_NONE:
+            quic.scheduler = self.scheduler
 
     def _priority_update(self, stream_id: int, value: bytes) -> None:
         self._on_priority_update(stream_id, value, time.monotonic())

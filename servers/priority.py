@@ -15,7 +15,10 @@ Policies (by name):
 - ``rfc9218``: the lowest urgency first (RFC 9218 section 4.1: 0 is the most urgent, 3 the
   default); within one urgency, non-incremental streams one after the other in arrival
   order, incremental ones round robin (section 4.2).
-- ``rr``: round robin whatever the signals (aioquic's own order).
+- ``rr``: round robin whatever the signals (aioquic's own order), one slice at a time.
+- ``none``: no scheduling of the server's own: aioquic's round robin for HTTP/3, and HTTP/2
+  responses write into the socket as fast as it takes them (the order is then whatever the
+  socket buffer holds). The default: single-stream runs keep their full speed.
 """
 
 from __future__ import annotations
@@ -39,7 +42,8 @@ PRIORITY_UPDATE_H2 = 0x10
 POLICY_FIFO = "fifo"
 POLICY_RFC9218 = "rfc9218"
 POLICY_RR = "rr"
-POLICIES = (POLICY_FIFO, POLICY_RFC9218, POLICY_RR)
+POLICY_NONE = "none"
+POLICIES = (POLICY_NONE, POLICY_FIFO, POLICY_RFC9218, POLICY_RR)
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ def order(policy: str, streams: Sequence[StreamState]) -> list[int]:
     the sort is stable, so round robin (``rr``, and incremental streams of one urgency
     under ``rfc9218``) keeps that order."""
     check_policy(policy)
-    if policy == POLICY_RR:
+    if policy in (POLICY_RR, POLICY_NONE):
         return [s.stream_id for s in streams]
     if policy == POLICY_FIFO:
         return [s.stream_id for s in sorted(streams, key=lambda s: s.arrival)]
