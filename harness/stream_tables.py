@@ -421,7 +421,7 @@ def report_sections(result_dir: Path, runs: pd.DataFrame | None = None) -> list[
     out: list[str] = []
     if "streams" in frames:
         out += streams_section(frames["streams"])
-    if "chunks" in frames and "playback" not in frames:
+    if "chunks" in frames:
         out += chunks_section(frames["chunks"])
     if "playback" in frames:
         out += playback_section(frames["playback"])
