@@ -70,9 +70,17 @@ class _Run:
                 config.chunks,
                 signal_priority=config.priority_signal != "none",
                 cancel_after_chunks=config.cancel_after_chunks,
+                player_buffer_s=config.player_buffer_s,
             )
         else:
-            self.specs = [request_spec(config.workload, config.chunks, config.cancel_after_chunks)]
+            self.specs = [
+                request_spec(
+                    config.workload,
+                    config.chunks,
+                    config.cancel_after_chunks,
+                    config.player_buffer_s,
+                )
+            ]
         self.records: list[RequestRecord] = []
         columns = SAMPLE_FIELDS if config.protocol == "h2" else QUIC_SAMPLE_FIELDS
         self.sampler = Sampler(columns, config.sample_hz) if config.samples_path else None

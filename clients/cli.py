@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--cancel-after", type=int, default=None, help="stream: cancel after N chunks read"
     )
+    parser.add_argument(
+        "--player-buffer", default=None, help="stream: real-clock player, initial buffer (40ms)"
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ClientConfig:
@@ -75,6 +78,11 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
         streams=tuple(name for name in args.streams.split(",") if name),
         priority_signal=args.priority_signal,
         cancel_after_chunks=args.cancel_after,
+        player_buffer_s=(
+            None
+            if args.player_buffer is None
+            else units.parse_duration_s("player-buffer", args.player_buffer)
+        ),
     )
 
 

@@ -84,6 +84,9 @@ class ClientConfig:
     """``multi``: how the client signals each stream's RFC 9218 priority."""
     cancel_after_chunks: int | None = None
     """``stream`` (alone or in ``multi``): cancel the response after this many chunks."""
+    player_buffer_s: float | None = None
+    """``stream``: play the chunks on a real-clock player with this initial buffer (its
+    events go into the record's ``extra["player"]``)."""
 
     def __post_init__(self) -> None:
         if self.workload == "multi":
@@ -97,6 +100,8 @@ class ClientConfig:
                     )
         elif self.streams:
             raise SpecError("streams", "only the multi workload takes streams")
+        if self.player_buffer_s is not None and not 0 <= self.player_buffer_s <= 10:
+            raise SpecError("player-buffer", f"must be in 0..10 s, got {self.player_buffer_s}")
         if self.priority_signal not in PRIORITY_SIGNALS:
             raise SpecError(
                 "priority-signal",

@@ -22,6 +22,7 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from clients import player_edge
 from clients.config import ClientConfig
 from clients.records import RequestRecord
 from clients.workload import RequestSpec, ResponseCollector
@@ -202,6 +203,9 @@ class H2Client:
                 pending.done.set_result(None)
 
         pending.collector.on_cancel = cancel
+        player = player_edge.attach(pending.collector)
+        if player is not None:
+            pending.collector.on_cancel = lambda now: (player.flush(now), cancel(now))
         try:
             async with asyncio.timeout(timeout_s):
                 proto.h2.send_headers(
@@ -213,9 +217,13 @@ class H2Client:
                     record.up_bytes = await proto.send_body(stream_id, spec.body, pending)
                 record.request_last_byte = time.monotonic()
                 await pending.done
+                if player is not None:
+                    await player.drain(timeout_s)
         finally:
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
+            if player is not None:
+                record.extra["player"] = player.result()
 
     async def close(self) -> None:
         proto = self.protocol

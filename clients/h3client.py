@@ -21,6 +21,7 @@ from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic import events as qevents
 from aioquic.tls import SessionTicket
 
+from clients import player_edge
 from clients.config import ClientConfig
 from clients.h2client import _fill
 from clients.records import RequestRecord
@@ -159,6 +160,9 @@ class H3Client:
                 pending.done.set_result(None)
 
         pending.collector.on_cancel = cancel
+        player = player_edge.attach(pending.collector)
+        if player is not None:
+            pending.collector.on_cancel = lambda now: (player.flush(now), cancel(now))
         last_sent: asyncio.Future[float] = loop.create_future()
         try:
             async with asyncio.timeout(timeout_s):
@@ -176,6 +180,8 @@ class H3Client:
                 record.request_first_byte = time.monotonic()
                 proto.transmit()
                 await pending.done
+                if player is not None:
+                    await player.drain(timeout_s)
         finally:
             if last_sent.done():
                 record.request_last_byte = last_sent.result()
@@ -187,6 +193,8 @@ class H3Client:
                 record.up_bytes = min(len(spec.body), sent)
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
+            if player is not None:
+                record.extra["player"] = player.result()
 
     async def close(self) -> None:
         proto = self.protocol

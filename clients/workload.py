@@ -29,6 +29,8 @@ class RequestSpec:
     """RFC 9218 Priority field value sent as the ``priority`` header (None: no header)."""
     cancel_after_chunks: int | None = None
     """stream workload: cancel the response once this many chunks have been read."""
+    player_buffer_s: float | None = None
+    """stream workload: play the chunks with a real-clock player (this initial buffer)."""
 
     def headers(self, authority: str) -> list[tuple[str, str]]:
         head = [
@@ -79,11 +81,18 @@ def multi_specs(
     chunks: int = 50,
     signal_priority: bool = True,
     cancel_after_chunks: int | None = None,
+    player_buffer_s: float | None = None,
 ) -> list[RequestSpec]:
     """The requests of several streams on one connection, in the order they are sent."""
     specs = []
     for name in workloads_in_order:
-        spec = request_spec(name, chunks, cancel_after_chunks if name == "stream" else None)
+        streamed = name == "stream"
+        spec = request_spec(
+            name,
+            chunks,
+            cancel_after_chunks if streamed else None,
+            player_buffer_s if streamed else None,
+        )
         label = STREAM_LABELS.get(name)
         if signal_priority and label is not None:
             spec = replace(spec, priority=PRIORITY_SIGNALS[label])
@@ -92,7 +101,10 @@ def multi_specs(
 
 
 def request_spec(
-    workload: str, chunks: int = 50, cancel_after_chunks: int | None = None
+    workload: str,
+    chunks: int = 50,
+    cancel_after_chunks: int | None = None,
+    player_buffer_s: float | None = None,
 ) -> RequestSpec:
     """The request of a workload: asr, tts, retouch, stream, or the bench's image and sink."""
     if workload.startswith("retouch-tiles"):
@@ -112,6 +124,7 @@ def request_spec(
             expect_down_bytes=chunks * workloads.STREAM_CHUNK_BYTES,
             stream_chunks=chunks,
             cancel_after_chunks=cancel_after_chunks,
+            player_buffer_s=player_buffer_s,
         )
     route = WORKLOAD_ROUTES.get(workload)
     if route is None:
@@ -141,6 +154,8 @@ class ResponseCollector:
     chunk_times: list[float] = field(default_factory=list)
     body_first_byte_at: float | None = None
     """The first body byte handed to the application."""
+    on_chunk: Callable[[int, float], None] | None = None
+    """Called as each whole chunk is handed over (index, time): the player's input."""
     on_cancel: Callable[[float], None] | None = None
     """Called once when ``spec.cancel_after_chunks`` chunks have been read."""
     cancelled_at: float | None = None
@@ -183,6 +198,8 @@ class ResponseCollector:
             size = workloads.STREAM_CHUNK_BYTES
             for _ in range(self.down_bytes // size - before // size):
                 self.chunk_times.append(now)
+                if self.on_chunk is not None:
+                    self.on_chunk(len(self.chunk_times) - 1, now)
             if limit is not None and len(self.chunk_times) >= limit:
                 self.cancel(now)
 

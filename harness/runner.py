@@ -595,6 +595,8 @@ def client_argv(
         argv += ["--priority-signal", settings.priority_signal]
     if settings.cancel_after_chunks is not None:
         argv += ["--cancel-after", str(settings.cancel_after_chunks)]
+    if settings.player_buffer_s is not None:
+        argv += ["--player-buffer", format_duration(settings.player_buffer_s)]
     if settings.protocol == "h3" and settings.qlog:
         argv += ["--qlog-dir", str(run_dir / "qlog" / "client")]
     return argv

@@ -151,6 +151,8 @@ class Settings:
     """How the client signals RFC 9218 priorities: header, update (+ PRIORITY_UPDATE), none."""
     cancel_after_chunks: int | None = None
     """Cancel a streamed response after this many chunks (RST_STREAM / STOP_SENDING)."""
+    player_buffer_s: float | None = None
+    """Play a streamed response on the client's real-clock player with this buffer."""
     qlog: bool = True
     """Write QUIC qlog (ACK frames) for h3 runs."""
     sysctls: Mapping[str, str] = field(default_factory=dict)
@@ -376,6 +378,7 @@ SETTING_PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
     "send_policy": ("send_policy", _choice(SEND_POLICIES)),
     "priority_signal": ("priority_signal", _choice(PRIORITY_SIGNALS)),
     "cancel_after": ("cancel_after_chunks", _optional(_int_range(1, 29_999))),
+    "player_buffer": ("player_buffer_s", _optional(_duration)),
     "qlog": ("qlog", _bool),
     "sysctls": ("sysctls", _sysctls),
 }
