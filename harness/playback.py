@@ -108,14 +108,20 @@ def playback_rows(
     initial_buffers_s: Sequence[float] = INITIAL_BUFFERS_S,
     chunk_s: float = STREAM_CHUNK_DURATION_S,
     receive_bps: float | None = None,
+    jitter_s: float = 0.0,
 ) -> list[dict[str, Any]]:
-    """One row per initial buffer: measured (wait and drop rules) next to modelled."""
+    """One row per initial buffer: measured (wait and drop rules) next to modelled.
+
+    The model's arrivals have no jitter; uniform delay jitter of +-``jitter_s`` (never
+    reordering) adds at worst one stall of ``2 * jitter_s - J`` (the first chunk early by
+    ``jitter_s``, a later one late by as much), which the prediction includes."""
     rows = []
     reads = [c.read_s for c in chunks]
     for buffer_s in initial_buffers_s:
         wait = replay(reads, chunk_s, buffer_s, RULE_WAIT).summary()
         drop = replay(reads, chunk_s, buffer_s, RULE_DROP).summary()
         model = bounds.playback(list(predicted_s), chunk_s, buffer_s)
+        jitter_stall = max(0.0, 2 * jitter_s - buffer_s)
         causes = Counter(stall_causes(chunks, chunk_s, buffer_s))
         depletion = None
         if receive_bps is not None and receive_bps < STREAM_PLAY_BPS:
@@ -130,8 +136,8 @@ def playback_rows(
                 "stall_count": wait.stall_count,
                 "stall_s": wait.stall_s,
                 "predicted_start_delay_s": predicted_s[0] + buffer_s if predicted_s else None,
-                "predicted_stall_count": model.stall_count,
-                "predicted_stall_s": model.stall_s,
+                "predicted_stall_count": model.stall_count + (1 if jitter_stall > 0 else 0),
+                "predicted_stall_s": model.stall_s + jitter_stall,
                 "predicted_depletion_s": depletion,
                 "stall_cause": (";".join(f"{k}:{v}" for k, v in sorted(causes.items())) or "none"),
                 "drop_concealed_count": drop.stall_count,

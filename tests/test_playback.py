@@ -45,3 +45,11 @@ def test_stall_causes_name_where_the_chunk_was() -> None:
     chunks[4] = ChunkTimes(0.08, 0.16, 0.9)  # arrived early, read late
     causes = playback.stall_causes(chunks, TAU, 0.040)
     assert causes == ["not_produced", "not_read"]
+
+
+def test_jitter_enters_the_prediction_as_one_worst_case_stall() -> None:
+    chunks = [ChunkTimes(i * TAU, 0.2 + i * TAU, 0.2 + i * TAU) for i in range(10)]
+    rows = playback.playback_rows(chunks, [c.read_s for c in chunks], {}, jitter_s=0.030)
+    by_buffer = {r["initial_buffer_s"]: r["predicted_stall_s"] for r in rows}
+    assert by_buffer[0.040] == pytest.approx(0.020)
+    assert by_buffer[0.060] == 0.0 and by_buffer[0.120] == 0.0
