@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ import pandas as pd
 
 from harness import bounds, overhead, playback, streams, streamview
 from harness.record import atomic_write_frame
+from netem import names
 from netem.linkspec import resolve_link
 from tbcore.workloads import (
     IMAGE_SIZE_BYTES,
@@ -47,8 +49,8 @@ def _json(path: Path) -> dict[str, Any]:
         return {}
 
 
-CLIENT_ADDR = bytes([198, 18, 1, 2])
-"""The client end of every link (netem.names)."""
+CLIENT_ADDR = socket.inet_aton(names.CLIENT_ADDR)
+"""The client end of every link."""
 
 
 def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
