@@ -295,6 +295,7 @@ def cancel_section(frame: pd.DataFrame) -> list[str]:
                 str(level),
                 str(protocol),
                 str(len(group)),
+                _ms(group["playback_stopped_s"].median()),
                 _ms(group["server_learned_s"].median()),
                 _ms(group["production_stopped_s"].median()),
                 _ms(group["sending_stopped_s"].median()),

@@ -214,11 +214,14 @@ def cancel_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]
         response_stopped = first("response_stopped")
         produced, sent = _server_chunk_times(views.events, sid)
         after = [t for t in sent.values() if t > cancelled]
+        player = (record.get("extra") or {}).get("player") or {}
+        flushed = player.get("flushed_at")
         rows.append(
             {
                 **base,
                 "request_id": record["request_id"],
                 "stream_id": sid,
+                "playback_stopped_s": flushed - cancelled if flushed is not None else None,
                 "cancel_after_chunks": (record.get("bytes_at_cancel") or 0) // STREAM_CHUNK_BYTES,
                 "server_learned_s": learned["t"] - cancelled if learned else None,
                 "production_stopped_s": stopped["t"] - cancelled if stopped else None,
