@@ -148,6 +148,11 @@ def write_tables(result_dir: Path) -> dict[str, pd.DataFrame]:
 # --- report sections -------------------------------------------------------------------------
 
 
+def _note(frame: pd.DataFrame) -> list[str]:
+    note = frame.attrs.get("note")
+    return [note, ""] if note else []
+
+
 def _ms(value: Any) -> str:
     try:
         v = float(value)
@@ -166,6 +171,7 @@ def streams_section(frame: pd.DataFrame) -> list[str]:
     out = [
         "## Streams on one connection (MODELS.md section 11)",
         "",
+        *_note(frame),
         "Medians over runs; ms from the request start. *arrived*: every body byte in the "
         "receiver's transport (qlog for HTTP/3, the decrypted capture for HTTP/2); "
         "*delivered*: the last byte handed to the application; *wait* = delivered - arrived.",
@@ -207,6 +213,7 @@ def chunks_section(frame: pd.DataFrame) -> list[str]:
     out = [
         "## Deadline: chunks read before their playout time (0.4 s + i x 20 ms)",
         "",
+        *_note(frame),
     ]
     rows = []
     for (level, protocol), group in frame.groupby(["level", "protocol"]):
@@ -231,6 +238,7 @@ def playback_section(frame: pd.DataFrame) -> list[str]:
     out = [
         "## Playback (MODELS.md sections 2-3)",
         "",
+        *_note(frame),
         "Measured: read times through the player that waits for a missing chunk; stalls are "
         "WebRTC's concealment events, stall time its concealed duration. Predicted: the chunk "
         "pipeline from the link parameters alone, then the playback recurrence. Drop rule: "
@@ -284,6 +292,7 @@ def cancel_section(frame: pd.DataFrame) -> list[str]:
     out = [
         "## Cancel: the sender stops within one one-way delay + one chunk",
         "",
+        *_note(frame),
         "ms after the client's cancel (medians); bytes: body bytes the server handed to its "
         "transport after the client had read its last chunk.",
         "",
@@ -325,6 +334,7 @@ def overhead_section(frame: pd.DataFrame) -> list[str]:
     out = [
         "## Header and ACK overhead (MODELS.md section 7)",
         "",
+        *_note(frame),
         "Per data direction: data packets and the pure ACKs the other end sent for them, from "
         "the capture, next to the model (H = A = 52 bytes; an ACK per packet with quickack, "
         "per two otherwise).",
@@ -431,9 +441,27 @@ def tiles_bound_s(
     return arrivals[-1]
 
 
+def _usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The valid runs' rows, or every row (and a note) when no run of it is valid."""
+    if "valid" not in frame or frame["valid"].astype(bool).all():
+        return frame, ""
+    valid = frame[frame["valid"].astype(bool)]
+    if len(valid):
+        return valid, ""
+    return frame, (
+        "*No run of this table is valid (see Validity): the rows below are from invalid runs, "
+        "kept to show the mechanism, not as results.*"
+    )
+
+
 def report_sections(result_dir: Path, runs: pd.DataFrame | None = None) -> list[str]:
-    """Markdown for every table the result directory has."""
+    """Markdown for every table the result directory has (valid runs only, unless none is)."""
     frames = write_tables(result_dir)
+    for name, frame in list(frames.items()):
+        usable, note = _usable(frame)
+        frames[name] = usable
+        if note:
+            frames[name].attrs["note"] = note
     out: list[str] = []
     if "streams" in frames:
         out += streams_section(frames["streams"])
