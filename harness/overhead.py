@@ -40,7 +40,9 @@ class DirectionCount:
     """Pure ACKs sent in this direction (acknowledging the other direction's data)."""
     payload_bytes: int = 0
     wire_bytes: int = 0
-    """IP bytes of every packet in this direction."""
+    """IP bytes of every packet in this direction (data and pure ACKs)."""
+    data_wire_bytes: int = 0
+    """IP bytes of the data packets alone."""
 
 
 def count(packets: Iterable[tuple[float, bytes]], client_addr: bytes) -> dict[str, DirectionCount]:
@@ -60,6 +62,7 @@ def count(packets: Iterable[tuple[float, bytes]], client_addr: bytes) -> dict[st
         direction = counts["up" if ip[12:16] == client_addr else "down"]
         direction.wire_bytes += total
         if payload > 0:
+            direction.data_wire_bytes += total
             direction.data_packets += 1
             direction.payload_bytes += payload
         elif flags & TCP_ACK and not flags & TCP_FLAGS_NOT_PURE_ACK:

@@ -351,7 +351,7 @@ def overhead_section(frame: pd.DataFrame) -> list[str]:
                 f"{group['model_data_packets'].median():.0f}",
                 f"{group['acks_for_it'].median():.0f}",
                 f"{group['model_ack_packets'].median():.0f}",
-                f"{group['wire_bytes'].median() / 1e6:.3f}",
+                f"{group['data_wire_bytes'].median() / 1e6:.3f}",
                 f"{group['model_wire_bytes'].median() / 1e6:.3f}",
                 f"{group['ack_wire_bytes'].median() / 1e6:.3f}",
                 _ms(group["total_s"].median()),
