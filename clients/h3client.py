@@ -24,7 +24,6 @@ from aioquic.tls import SessionTicket
 from clients import player_edge
 from clients.config import ClientConfig
 from clients.h2client import _fill
-from clients.records import RequestRecord
 from clients.workload import RequestSpec, ResponseCollector
 from servers.priority import PRIORITY_UPDATE_H3
 from servers.quic import (
@@ -35,6 +34,7 @@ from servers.quic import (
     quic_counters,
     stream_fully_sent,
 )
+from tbcore.records import RequestRecord
 
 QLOG_CLOSE_WAIT_S = 5.0
 """With qlog on, wait this long at most for the connection to drain (the trace is written
@@ -194,7 +194,7 @@ class H3Client:
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
             if player is not None:
-                record.extra["player"] = player.result()
+                record.player = player.result()
 
     async def close(self) -> None:
         proto = self.protocol
@@ -235,7 +235,7 @@ async def open_connection(
         sock.close()
         raise
     protocol_box.append(protocol)  # type: ignore[arg-type]
-    if config.quic_batching:
+    if config.settings.quic_batching:
         protocol.gso_socket = sock  # type: ignore[attr-defined]
     else:
         protocol.coalesce_transmit = False  # type: ignore[attr-defined]
@@ -252,7 +252,7 @@ async def open_connection(
     protocol.connect((config.host, config.port), transmit=not early)  # type: ignore[attr-defined]
     if not early:
         try:
-            await client.wait_handshake(config.timeout_s)
+            await client.wait_handshake(config.settings.timeout_s)
         except BaseException:
             transport.close()
             raise

@@ -102,7 +102,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             apply_tcp_options(self.sock, self.ctx.tcp_options)
         except Exception as err:  # a knob the kernel refuses: say so, keep serving
             self._log("error", reason=f"socket option: {err}")
-        start_connection(self.h2, self.ctx.config.h2_window_bytes)
+        start_connection(self.h2, self.ctx.config.settings.h2_window_bytes)
         self._flush()
         ssl_object = transport.get_extra_info("ssl_object")
         self._log(
@@ -116,7 +116,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         self._last_activity = now
-        if self.ctx.config.quickack and self.sock is not None:
+        if self.ctx.config.settings.quickack and self.sock is not None:
             rearm_quickack(self.sock)
         try:
             events = self.h2.receive_data(data)
@@ -286,7 +286,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         slice of DATA. Under any policy but ``none`` the pump writes only while less than
         :data:`SEND_LOWAT_BYTES` are unsent below it, so that the order of what leaves is
         decided here and not in a socket buffer full of the earlier stream."""
-        gate = self.ctx.config.send_policy != POLICY_NONE
+        gate = self.ctx.config.settings.send_policy != POLICY_NONE
         try:
             while not self._closed:
                 ready = self._ready_streams()

@@ -60,7 +60,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         self._init_streams(ctx, conn_id)
         self.h3 = PriorityH3Connection(quic, on_priority_update=self._priority_update)
         self.terminated = False
-        if ctx.config.send_policy != POLICY_NONE:
+        if ctx.config.settings.send_policy != POLICY_NONE:
             quic.scheduler = self.scheduler
 
     def _priority_update(self, stream_id: int, value: bytes) -> None:
@@ -354,7 +354,7 @@ async def start_h3(
     sock = make_udp_socket(config.bind, config.h3_port or 0, config.udp_buffer_bytes)
     loop = asyncio.get_running_loop()
     listener = H3Listener(ctx, configuration)
-    listener.sock = sock if config.quic_batching else None
+    listener.sock = sock if config.settings.quic_batching else None
     await loop.create_datagram_endpoint(lambda: listener, sock=sock)
     host, port = sock.getsockname()[:2]
     return listener, (host, port)

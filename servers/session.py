@@ -33,7 +33,7 @@ class ExchangeStreams:
         self.exchanges: dict[int, app.Exchange] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.started: set[int] = set()
-        self.scheduler = Scheduler(ctx.config.send_policy)
+        self.scheduler = Scheduler(ctx.config.settings.send_policy)
         """Send order of this connection's response streams (servers.priority)."""
         self.tile_events: dict[int, asyncio.Queue[int]] = {}
         """Tiled uploads: indices of the tiles that have arrived, for the response task."""

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _config(server: ServerProcess, protocol: str, **kw: object) -> ClientConfig:
-    return ClientConfig(protocol=protocol, port=server.ports[protocol], timeout_s=60.0, **kw)  # type: ignore[arg-type]
+    return ClientConfig.of(protocol=protocol, port=server.ports[protocol], timeout_s=60.0, **kw)
 
 
 @pytest.mark.parametrize("protocol", ["h2", "h3"])
@@ -27,7 +27,7 @@ async def test_send_policy_orders_the_streams(protocol: str, policy: str, tmp_pa
     args = ["--send-policy", policy, "--processing-audio", "0ms", "--log", str(tmp_path / "s")]
     with ServerProcess(args) as server:
         records = await run_requests(
-            _config(server, protocol, workload="multi", streams=("result", "tts"))
+            _config(server, protocol, workload="multi", streams="result,tts")
         )
     image, audio = records
     assert image.ok and audio.ok, (image.error, audio.error)
@@ -45,7 +45,7 @@ async def test_priority_update_frame_reaches_the_server(protocol: str, tmp_path:
     log = tmp_path / "server.jsonl"
     with ServerProcess(["--send-policy", "rfc9218", "--log", str(log)]) as server:
         records = await run_requests(
-            _config(server, protocol, workload="multi", streams=("tts",), priority_signal="update")
+            _config(server, protocol, workload="multi", streams="tts", priority_signal="update")
         )
     assert records[0].ok
     updates = [e for e in read_events(log) if e["event"] == "priority_update"]
