@@ -41,9 +41,11 @@ urgent stream waits behind bytes already committed (what TCP_NOTSENT_LOWAT is fo
 SLICE_BYTES = 16 * 1024
 """DATA written per scheduling decision under an ordering policy (RFC 9113's default
 SETTINGS_MAX_FRAME_SIZE)."""
-PUMP_POLL_S = 0.0005
-"""How often a gated pump looks at the unsent bytes again (the kernel gives no wake-up
-when its not-sent queue drains below a level without TCP_NOTSENT_LOWAT and EPOLLOUT)."""
+PUMP_POLL_MIN_S = 0.0005
+PUMP_POLL_MAX_S = 0.010
+"""A gated pump looks at the unsent bytes again after the time the excess takes to leave at
+the socket's pacing rate (TCP_INFO), within these limits: the kernel gives no wake-up when
+its not-sent queue drains below a level, and polling faster only burns CPU."""
 
 
 @dataclass
@@ -270,16 +272,22 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             if not piece.done.done():
                 piece.done.set_exception(err)
 
-    def _unsent_bytes(self) -> int:
-        """Bytes written but not yet sent: the transport's buffer and the kernel's
-        not-sent queue (TCP_INFO tcpi_notsent_bytes)."""
+    def _unsent_wait_s(self) -> float:
+        """0 when fewer than :data:`SEND_LOWAT_BYTES` are written but not yet sent (the
+        transport's buffer and the kernel's not-sent queue, TCP_INFO tcpi_notsent_bytes),
+        else how long to wait before looking again."""
         assert self.transport is not None
         buffered = self.transport.get_write_buffer_size()
         try:
-            notsent = read_tcp_info(self.sock).get("notsent_bytes") or 0
+            info = read_tcp_info(self.sock)
         except OSError:
-            notsent = 0
-        return buffered + int(notsent)
+            return 0.0
+        excess = buffered + int(info.get("notsent_bytes") or 0) - SEND_LOWAT_BYTES
+        if excess < 0:
+            return 0.0
+        rate = info.get("pacing_rate") or info.get("delivery_rate") or 0
+        wait = (excess + SLICE_BYTES) / rate if rate else PUMP_POLL_MAX_S
+        return min(PUMP_POLL_MAX_S, max(PUMP_POLL_MIN_S, wait))
 
     async def _run_pump(self) -> None:
         """One writer per connection: each round, the stream the policy picks next gets one
@@ -298,8 +306,9 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
                 if not self._writable.is_set():
                     await self._writable.wait()
                     continue
-                if gate and self._unsent_bytes() >= SEND_LOWAT_BYTES:
-                    await asyncio.sleep(PUMP_POLL_S)
+                wait = self._unsent_wait_s() if gate else 0.0
+                if wait > 0:
+                    await asyncio.sleep(wait)
                     continue
                 stream_id = self.scheduler.order(ready)[0]
                 self._write_slice(stream_id, gate)
