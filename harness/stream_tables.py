@@ -174,7 +174,11 @@ def streams_section(frame: pd.DataFrame) -> list[str]:
         *_note(frame),
         "Medians over runs; ms from the request start. *arrived*: every body byte in the "
         "receiver's transport (qlog for HTTP/3, the decrypted capture for HTTP/2); "
-        "*delivered*: the last byte handed to the application; *wait* = delivered - arrived.",
+        "*in order*: every transport byte up to the stream's last had arrived (one TCP byte "
+        "stream for HTTP/2; the stream's own bytes for QUIC); *HOL* = in order - arrived, the "
+        "head-of-line wait of section 11 free of the receiver's CPU; *delivered*: the last "
+        "byte handed to the application; *wait* = delivered - arrived (HOL + the receiver's "
+        "own reading).",
         "",
     ]
     rows = []
@@ -187,9 +191,11 @@ def streams_section(frame: pd.DataFrame) -> list[str]:
                 str(len(group)),
                 _ms(group["first_byte_delivered_s"].median()),
                 _ms(group["last_byte_arrived_s"].median()),
+                _ms(group["in_order_s"].median()),
+                _ms(group["hol_transport_s"].median()),
+                _ms(group["hol_transport_s"].max()),
                 _ms(group["delivered_s"].median()),
                 _ms(group["hol_wait_s"].median()),
-                _ms(group["hol_wait_s"].max()),
             ]
         )
     out += _table(
@@ -200,9 +206,11 @@ def streams_section(frame: pd.DataFrame) -> list[str]:
             "runs",
             "first byte",
             "arrived",
+            "in order",
+            "HOL",
+            "max HOL",
             "delivered",
             "wait",
-            "max wait",
         ],
         rows,
     )

@@ -53,6 +53,7 @@ def _shift(arrival: streamview.StreamArrival, offset_s: float) -> streamview.Str
         arrival.body_bytes,
         move(arrival.last_byte_arrived_s),
         [move(t) for t in arrival.chunk_arrived_s],
+        move(arrival.in_order_s),
     )
 
 
@@ -111,10 +112,11 @@ def stream_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]
             return None if t is None or start is None else t - start
 
         arrived = rel(arrival.last_byte_arrived_s) if arrival is not None else None
+        in_order = rel(arrival.in_order_s) if arrival is not None else None
         delivered = rel(record.get("response_last_byte"))
         if record.get("cancelled_at") is not None:
             delivered = rel(record["cancelled_at"])
-            arrived = None
+            arrived = in_order = None
         rows.append(
             {
                 **base,
@@ -125,7 +127,11 @@ def stream_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]
                 "bytes": record.get("down_bytes"),
                 "first_byte_delivered_s": rel(record.get("response_body_first_byte")),
                 "last_byte_arrived_s": arrived,
+                "in_order_s": in_order,
                 "delivered_s": delivered,
+                "hol_transport_s": (
+                    in_order - arrived if in_order is not None and arrived is not None else None
+                ),
                 "hol_wait_s": (
                     delivered - arrived if delivered is not None and arrived is not None else None
                 ),

@@ -167,6 +167,20 @@ class StreamArrival:
     """When every body byte had arrived at the transport (capture clock)."""
     chunk_arrived_s: list[float | None]
     """Per ``chunk_bytes`` of body: when all of its bytes had arrived."""
+    in_order_s: float | None = None
+    """When the transport could hand the stream's last byte over in order: every byte up
+    to it had arrived, other streams' included on one TCP byte stream (HTTP/2); the
+    stream's own bytes for QUIC (= ``last_byte_arrived_s``). ``in_order_s -
+    last_byte_arrived_s`` is the head-of-line wait of MODELS.md section 11, free of the
+    receiver's own processing."""
+
+
+def _in_order(body_map: Sequence[tuple[int, int, int]], arrivals: ArrivalMap) -> float | None:
+    """When every transport byte up to the stream's last one had arrived."""
+    if not body_map:
+        return None
+    end = max(wire_at + size for _, wire_at, size in body_map)
+    return arrivals.complete_at(0, end)
 
 
 def _chunks(
@@ -292,7 +306,8 @@ def h2_stream_arrivals(
                     done += run
                 body_at += size
             total, last, chunks = _chunks(body_map, arrivals, chunk_bytes)
-            result[stream_id] = StreamArrival(stream_id, total, last, chunks)
+            in_order = _in_order(body_map, arrivals)
+            result[stream_id] = StreamArrival(stream_id, total, last, chunks, in_order)
     return result
 
 
@@ -356,5 +371,6 @@ def h3_stream_arrivals(
                     body_at += length
                 wire_at += header + length
             total, last, chunks = _chunks(body_map, arrivals[sid], chunk_bytes)
-            result[sid] = StreamArrival(sid, total, last, chunks)
+            # QUIC orders each stream alone: in order = its own bytes in
+            result[sid] = StreamArrival(sid, total, last, chunks, last)
     return result
