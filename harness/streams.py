@@ -220,7 +220,7 @@ def cancel_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]
         response_stopped = first("response_stopped")
         produced, sent = _server_chunk_times(views.events, sid)
         after = [t for t in sent.values() if t > cancelled]
-        player = (record.get("extra") or {}).get("player") or {}
+        player = record.get("player") or {}
         flushed = player.get("flushed_at")
         rows.append(
             {
