@@ -149,7 +149,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         if plan.stream_chunks:
             handed = [0]
 
-            async def send(chunk: bytes, last: bool) -> None:
+            def send(chunk: bytes, last: bool) -> None:
                 if self.terminated:
                     raise ConnectionError("connection terminated")
                 self.h3.send_data(stream_id, chunk, end_stream=last)

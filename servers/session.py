@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from servers import app
@@ -220,19 +220,33 @@ class ExchangeStreams:
         self,
         stream_id: int,
         plan: app.ResponsePlan,
-        send: Callable[[bytes, bool], Awaitable[None]],
+        send: Callable[[bytes, bool], asyncio.Future[None] | None],
         sent_bytes: Callable[[], int],
     ) -> None:
-        """Produce the plan's chunks on their schedule and hand each to ``send``; logs
+        """Produce the plan's chunks on their schedule and hand each to ``send``, which
+        returns at once (production never waits for sending: MODELS.md section 2) with a
+        future done when the chunk is in the transport, or None when it already is; logs
         ``chunk_produced`` and ``chunk_sent`` per chunk, and on a cancel
         ``chunk_production_stopped`` (the next index, never produced) and
         ``response_stopped`` (body bytes handed to the transport by then)."""
         index = -1
+        pending: list[asyncio.Future[None]] = []
+
+        def sent(future: asyncio.Future[None], index: int) -> None:
+            if not future.cancelled() and future.exception() is None:
+                self._log("chunk_sent", stream=stream_id, index=index)
+
         try:
             async for index, chunk, last in paced_chunks(plan):
                 self._log("chunk_produced", stream=stream_id, index=index)
-                await send(chunk, last)
-                self._log("chunk_sent", stream=stream_id, index=index)
+                future = send(chunk, last)
+                if future is None:
+                    self._log("chunk_sent", stream=stream_id, index=index)
+                else:
+                    future.add_done_callback(lambda f, i=index: sent(f, i))
+                    pending.append(future)
+            if pending:
+                await asyncio.gather(*pending)
         except asyncio.CancelledError:
             self._log("chunk_production_stopped", stream=stream_id, next_index=index + 1)
             self._log("response_stopped", stream=stream_id, bytes=sent_bytes())
