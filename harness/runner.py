@@ -694,6 +694,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
                     role,
                     initcwnd=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
                     initrwnd=settings.initrwnd,
+                    quickack=settings.route_quickack,
                 )
         port = env.port_base + planned.seq % 20000
         if settings.protocol == "h3" and settings.qlog:
@@ -1167,7 +1168,9 @@ def run_experiment(
         name = link_name or f"r{os.getpid() % 100000}"
         first = link_of(spec.level(left[0].level).settings)
         set_metrics = any(
-            lv.settings.initcwnd is not None or lv.settings.initrwnd is not None
+            lv.settings.initcwnd is not None
+            or lv.settings.initrwnd is not None
+            or lv.settings.route_quickack
             for lv in spec.levels
         )
         with _link_up(name, first, backend) as link:

@@ -85,9 +85,10 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
         and (run_dir / "client.pcap").exists()
     ):
         counts = overhead.count(streamview.read_pcap(run_dir / "client.pcap"), CLIENT_ADDR)
-        extra = {**base, "total_s": row.get("total_s"), "quickack": bool(settings.get("quickack"))}
+        per_segment = bool(settings.get("route_quickack") or settings.get("quickack"))
+        extra = {**base, "total_s": row.get("total_s"), "ack_per_segment": per_segment}
         out["overhead"] = overhead.overhead_rows(
-            counts, extra, int(settings.get("mss_bytes", 1448)), bool(settings.get("quickack"))
+            counts, extra, int(settings.get("mss_bytes", 1448)), per_segment
         )
     return out
 

@@ -288,11 +288,17 @@ class Link:
         return sysctl.read_many(self.ns(role), names_)
 
     def set_route_metrics(
-        self, role: str, *, initcwnd: int | None = None, initrwnd: int | None = None
+        self,
+        role: str,
+        *,
+        initcwnd: int | None = None,
+        initrwnd: int | None = None,
+        quickack: bool = False,
     ) -> None:
         """Set route metrics on ``role``'s route to the peer (None: the kernel's default).
 
-        ``initcwnd``/``initrwnd`` in segments (ip-route(8); RFC 6928 initial windows).
+        ``initcwnd``/``initrwnd`` in segments (ip-route(8); RFC 6928 initial windows);
+        ``quickack``: an immediate ACK for every segment received (ip-route(8) quickack).
         """
         if role not in ENDPOINT_ROLES:
             raise SpecError("role", f"must be client or server, got {role!r}")
@@ -304,6 +310,7 @@ class Link:
             gateway=ep.gateway,
             initcwnd=initcwnd,
             initrwnd=initrwnd,
+            quickack=quickack,
         )
 
     # --- measurement ----------------------------------------------------------------------

@@ -301,8 +301,13 @@ def addresses(ns: str) -> list[tuple[str, str]]:
     return out
 
 
-ROUTE_METRICS = {"initcwnd": "RTAX_INITCWND", "initrwnd": "RTAX_INITRWND"}
-"""Route metrics the testbed sets (ip-route(8) ``initcwnd``/``initrwnd``, RFC 6928)."""
+ROUTE_METRICS = {
+    "initcwnd": "RTAX_INITCWND",
+    "initrwnd": "RTAX_INITRWND",
+    "quickack": "RTAX_QUICKACK",
+}
+"""Route metrics the testbed sets (ip-route(8) ``initcwnd``/``initrwnd``, RFC 6928, and
+``quickack``: the receiver acknowledges every segment at once, never delaying an ACK)."""
 
 
 def set_route(
@@ -313,6 +318,7 @@ def set_route(
     gateway: str | None = None,
     initcwnd: int | None = None,
     initrwnd: int | None = None,
+    quickack: bool = False,
 ) -> None:
     """Add or replace the route to ``dst`` (a /24 of 198.18.0.0/15), with route metrics."""
     _check_benchmark("route", dst)
@@ -325,6 +331,8 @@ def set_route(
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
             raise SpecError(key, f"must be a whole number of segments in [1, 65535], got {value!r}")
         metrics[key] = value
+    if quickack:
+        metrics["quickack"] = 1
     kwargs: dict[str, Any] = {"dst": dst, "table": RT_TABLE_MAIN}
     with ipr(ns) as ip:
         kwargs["oif"] = _index(ip, dev)

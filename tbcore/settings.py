@@ -307,6 +307,10 @@ knob("initcwnd", kind="int", default=None, unit="segments", applies="link",
 knob("initrwnd", kind="int", default=None, unit="segments", applies="link",
      how="route metric initrwnd in both namespaces", low=1, high=MAX_INITCWND_SEGMENTS,
      optional=True)  # fmt: skip
+knob("route_quickack", kind="bool", default=False, unit="", applies="link",
+     how="route metric quickack in both namespaces: every segment acknowledged at once",
+     doc="An ACK per segment, which TCP_QUICKACK (quickack) alone does not hold: Linux "
+     "falls back to delayed ACKs between reads.")  # fmt: skip
 knob("sysctls", kind="table", default={}, unit="", applies="link",
      how="extra net.* sysctls in both namespaces",
      doc='e.g. {"net.ipv4.tcp_sack" = "1"}')  # fmt: skip
