@@ -43,7 +43,7 @@ import uvloop
 
 from clients import h2client, h3client
 from clients.config import ClientConfig
-from clients.workload import RequestSpec, request_spec
+from clients.workload import RequestSpec, multi_specs, request_spec
 from servers.quic import quic_counters
 from servers.tls import client_context
 from tbcore.records import SAMPLE_RECORDS, QuicRecovery, RequestRecord, tcp_info_of, write_jsonl
@@ -64,7 +64,24 @@ def _one_line(err: BaseException) -> str:
 class _Run:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self.spec: RequestSpec = request_spec(config.settings.workload, config.settings.chunks)
+        settings = config.settings
+        if settings.workload == "multi":
+            self.specs = multi_specs(
+                settings.stream_list,
+                settings.chunks,
+                signal_priority=settings.priority_signal != "none",
+                cancel_after_chunks=settings.cancel_after_chunks,
+                player_buffer_s=settings.player_buffer_s,
+            )
+        else:
+            self.specs = [
+                request_spec(
+                    settings.workload,
+                    settings.chunks,
+                    settings.cancel_after_chunks,
+                    settings.player_buffer_s,
+                )
+            ]
         self.records: list[RequestRecord] = []
         sample = SAMPLE_RECORDS[config.settings.protocol]
         self.sampler = Sampler(sample, config.sample_hz) if config.samples_path else None
@@ -120,19 +137,41 @@ class _Run:
         protocol = conn.protocol
         return lambda: quic_counters(protocol)
 
-    async def exchange(self, conn: Any, record: RequestRecord) -> None:
-        """One request on ``conn``; errors go into the record."""
+    async def exchange(self, conn: Any, record: RequestRecord) -> list[RequestRecord]:
+        """One request on ``conn`` (or, for ``multi``, one group of requests sent at once,
+        each with its own record, ``record`` the first); errors go into the records."""
         if self.sampler is not None:
             self.sampler.start(record.request_id, self.probe(conn))
+        records = [record]
+        for _extra in range(1, len(self.specs)):
+            records.append(self.new_record(record.request_id))
+        if isinstance(conn, h3client.H3Client):
+            conn.priority_update = self.config.settings.priority_signal == "update"
+
+        async def one(spec: RequestSpec, rec: RequestRecord, position: int) -> None:
+            if self.config.settings.workload == "multi":
+                rec.stream_workload = spec.workload
+                rec.stream_index = position
+            try:
+                await conn.request(spec, rec, self.config.settings.timeout_s)
+            except Exception as err:
+                if rec.error is None or not rec.error.startswith(type(err).__name__):
+                    reason = _one_line(err)
+                    rec.error = reason if rec.error is None else f"{reason}; {rec.error}"
+
         try:
-            await conn.request(self.spec, record, self.config.settings.timeout_s)
-        except Exception as err:
-            if record.error is None or not record.error.startswith(type(err).__name__):
-                reason = _one_line(err)
-                record.error = reason if record.error is None else f"{reason}; {record.error}"
+            # each request's HEADERS leave before its first await: the order is the list's
+            await asyncio.gather(
+                *(
+                    one(spec, rec, i)
+                    for i, (spec, rec) in enumerate(zip(self.specs, records, strict=True))
+                )
+            )
         finally:
             if self.sampler is not None:
                 self.sampler.stop()
+        for rec in records[1:]:
+            self.stamp_connection(rec, conn)
         # stamp after the request: h3 0-RTT handshakes finish during it
         self.stamp_connection(record, conn)
         try:
@@ -146,6 +185,7 @@ class _Run:
                     self.ticket = conn.protocol.tickets[-1]
         except OSError:
             pass
+        return records
 
     async def close(self, conn: Any) -> None:
         try:
@@ -180,10 +220,11 @@ class _Run:
             self.records.append(self.failed(index, err))
             return
         record = self.new_record(index)
+        records = [record]
         try:
-            await self.exchange(conn, record)
+            records = await self.exchange(conn, record)
         finally:
-            self.records.append(record)
+            self.records.extend(records)
             await self.close(conn)
 
     async def run_reused(self, total: int) -> None:
@@ -201,8 +242,7 @@ class _Run:
                 record = self.new_record(index)
                 if reconnected:
                     record.extra["reconnected"] = True
-                await self.exchange(conn, record)
-                self.records.append(record)
+                self.records.extend(await self.exchange(conn, record))
                 if record.error is not None and _connection_dead(conn):
                     await self.close(conn)
                     conn = None
@@ -223,8 +263,7 @@ class _Run:
         try:
             for index in range(config.settings.warmup_requests):
                 record = self.new_record(index)
-                await self.exchange(conn, record)
-                self.records.append(record)
+                self.records.extend(await self.exchange(conn, record))
             ticket = await conn.wait_ticket(TICKET_WAIT_S)
             if ticket is not None:
                 self.ticket = ticket
@@ -268,6 +307,6 @@ async def single_request(config: ClientConfig, spec: RequestSpec) -> RequestReco
     """One request of an arbitrary :class:`RequestSpec` on a new connection (for tests and
     probes: any method, path or declared length). Errors go into the record."""
     run = _Run(config)
-    run.spec = spec
+    run.specs = [spec]
     await run.run_on_new(0)
     return run.records[0]

@@ -65,7 +65,8 @@ def _client(args: argparse.Namespace) -> int:
             tag = "warmup" if record.warmup else "measured"
             print(
                 f"{record.request_id} {tag} {record.protocol} {record.connection} "
-                f"{record.workload} status={record.status} total_ms={total:.1f} "
+                f"{record.stream_workload or record.workload} status={record.status} "
+                f"total_ms={total:.1f} "
                 f"sha256_ok={record.sha256_ok} error={record.error}",
                 flush=True,
             )

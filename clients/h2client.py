@@ -17,10 +17,12 @@ from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
 
+from clients import player_edge
 from clients.config import ClientConfig
 from clients.workload import RequestSpec, ResponseCollector
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
@@ -190,6 +192,21 @@ class H2Client:
         pending = _Pending(ResponseCollector(spec), loop.create_future())
         proto.pending[stream_id] = pending
         record.stream_id = stream_id
+
+        def cancel(_now: float) -> None:
+            # RFC 9113 section 8.7: the client abandons the response with RST_STREAM(CANCEL)
+            try:
+                proto.h2.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+            except h2.exceptions.StreamClosedError:
+                pass
+            proto._flush()
+            if not pending.done.done():
+                pending.done.set_result(None)
+
+        pending.collector.on_cancel = cancel
+        player = player_edge.attach(pending.collector)
+        if player is not None:
+            pending.collector.on_cancel = lambda now: (player.flush(now), cancel(now))
         try:
             async with asyncio.timeout(timeout_s):
                 proto.h2.send_headers(
@@ -201,9 +218,13 @@ class H2Client:
                     record.up_bytes = await proto.send_body(stream_id, spec.body, pending)
                 record.request_last_byte = time.monotonic()
                 await pending.done
+                if player is not None:
+                    await player.drain(timeout_s)
         finally:
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
+            if player is not None:
+                record.player = player.result()
         return pending.collector
 
     async def close(self) -> None:
@@ -223,6 +244,11 @@ class H2Client:
 
 def _fill(record: RequestRecord, collector: ResponseCollector) -> None:
     record.status = collector.status
+    record.priority = collector.spec.priority
+    record.response_body_first_byte = collector.body_first_byte_at
+    if collector.cancelled_at is not None:
+        record.cancelled_at = collector.cancelled_at
+        record.bytes_at_cancel = collector.bytes_at_cancel
     record.response_first_byte = collector.first_byte_at
     record.response_last_byte = collector.last_byte_at or collector.first_byte_at
     record.down_bytes = collector.down_bytes

@@ -14,14 +14,18 @@ import time
 from dataclasses import dataclass
 from typing import IO, Any
 
-from aioquic.h3.connection import H3Connection
+from aioquic.buffer import encode_uint_var
+from aioquic.h3.connection import ErrorCode as H3ErrorCode
+from aioquic.h3.connection import H3Connection, encode_frame
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic import events as qevents
 from aioquic.tls import SessionTicket
 
+from clients import player_edge
 from clients.config import ClientConfig
 from clients.h2client import _fill
 from clients.workload import RequestSpec, ResponseCollector
+from servers.priority import PRIORITY_UPDATE_H3
 from servers.quic import (
     WatchedProtocol,
     make_udp_socket,
@@ -98,6 +102,14 @@ class H3ClientProtocol(WatchedProtocol):
                 pending.done.set_result(None)
 
 
+def send_priority_update(h3: H3Connection, stream_id: int, value: str) -> None:
+    """RFC 9218 section 7.2: PRIORITY_UPDATE on the client's control stream."""
+    payload = encode_uint_var(stream_id) + value.encode("ascii")
+    h3._quic.send_stream_data(
+        h3._local_control_stream_id, encode_frame(PRIORITY_UPDATE_H3, payload)
+    )
+
+
 @dataclass
 class H3Client:
     protocol: H3ClientProtocol
@@ -105,6 +117,8 @@ class H3Client:
     connect_start: float
     authority: str
     wait_close: bool
+    priority_update: bool = False
+    """Also signal each request's priority with a PRIORITY_UPDATE frame (RFC 9218 7.2)."""
 
     @property
     def handshake_done(self) -> float | None:
@@ -135,11 +149,27 @@ class H3Client:
         pending = _Pending(ResponseCollector(spec), loop.create_future())
         proto.pending[stream_id] = pending
         record.stream_id = stream_id
+
+        def cancel(_now: float) -> None:
+            # RFC 9114 section 4.1.1: STOP_SENDING (and RESET_STREAM of the request side,
+            # a no-op once its FIN is acknowledged) with H3_REQUEST_CANCELLED
+            quic.stop_stream(stream_id, H3ErrorCode.H3_REQUEST_CANCELLED)
+            quic.reset_stream(stream_id, H3ErrorCode.H3_REQUEST_CANCELLED)
+            proto.transmit()
+            if not pending.done.done():
+                pending.done.set_result(None)
+
+        pending.collector.on_cancel = cancel
+        player = player_edge.attach(pending.collector)
+        if player is not None:
+            pending.collector.on_cancel = lambda now: (player.flush(now), cancel(now))
         last_sent: asyncio.Future[float] = loop.create_future()
         try:
             async with asyncio.timeout(timeout_s):
                 headers = [(k.encode(), v.encode()) for k, v in spec.headers(self.authority)]
                 proto.h3.send_headers(stream_id, headers, end_stream=not spec.body)
+                if self.priority_update and spec.priority is not None:
+                    send_priority_update(proto.h3, stream_id, spec.priority)
                 if spec.body:
                     proto.h3.send_data(stream_id, spec.body, end_stream=True)
                 proto.watch(
@@ -150,6 +180,8 @@ class H3Client:
                 record.request_first_byte = time.monotonic()
                 proto.transmit()
                 await pending.done
+                if player is not None:
+                    await player.drain(timeout_s)
         finally:
             if last_sent.done():
                 record.request_last_byte = last_sent.result()
@@ -161,6 +193,8 @@ class H3Client:
                 record.up_bytes = min(len(spec.body), sent)
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
+            if player is not None:
+                record.player = player.result()
 
     async def close(self) -> None:
         proto = self.protocol

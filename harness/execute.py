@@ -193,7 +193,11 @@ def run_processes(
             for pid in _emulator_pids(link):
                 watch.watch("emulator", pid)
             before = link.stats()
-            capture = link.capture(run_dir) if settings.capture else contextlib.nullcontext()
+            capture = (
+                link.capture(run_dir, mode=settings.capture)
+                if settings.capture != "off"
+                else contextlib.nullcontext()
+            )
             with capture:
                 client = start_client(link, c_argv, run_dir)
                 watch.watch("client", client.pid)

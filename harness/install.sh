@@ -10,7 +10,7 @@ set -eu
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="python3 python3-venv python3-dev gcc iproute2 iptables tcpdump iperf3 ethtool \
-ca-certificates curl nghttp2-client nghttp2-server ngtcp2-client ngtcp2-server"
+ca-certificates curl nghttp2-client nghttp2-server ngtcp2-client ngtcp2-server tshark"
 APT_VM_PACKAGES="qemu-system-x86 busybox-static cpio kmod"
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness import analysis
+from harness import analysis, stream_tables
 from harness.airtime import air_report_lines
 from harness.record import ResultDir, atomic_write_text
 
@@ -557,6 +557,7 @@ def build_report(path: Path) -> Path:
             ],
         ),
         "",
+        *stream_tables.report_sections(result.path, frame),
         *_bound_parts(frame, levels),
         *_stack_phases(frame, levels),
         *_loss_bounds(summaries),

@@ -26,6 +26,19 @@ from tbcore.processes import stop_process
 
 DEFAULT_SNAPLEN_BYTES = 128
 """Enough for IPv4 + TCP with all options (20 + 60) or QUIC's header; keeps files small."""
+FULL_SNAPLEN_BYTES = 65535
+"""Whole packets: payloads that a key log can decrypt (TLS records, QUIC packets)."""
+CAPTURE_MODES: dict[str, int] = {"headers": DEFAULT_SNAPLEN_BYTES, "full": FULL_SNAPLEN_BYTES}
+"""``capture = "headers"`` (the cheap default) or ``"full"``: the snap length of each."""
+
+
+def snaplen_of(mode: str) -> int:
+    """The snap length of a capture mode; SpecError naming ``capture`` otherwise."""
+    try:
+        return CAPTURE_MODES[mode]
+    except KeyError:
+        raise SpecError("capture", f"{mode!r} is not one of {', '.join(CAPTURE_MODES)}") from None
+
 
 START_TIMEOUT_S = 20.0
 """How long tcpdump may take to start listening (a slow VM guest takes seconds)."""

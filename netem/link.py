@@ -34,6 +34,7 @@ from typing import Any
 from netem import backends, clean, names, sysctl, topology
 from netem.backends import LinkState, commit_edge, edge_state, topology_of
 from netem.backends.userspace import process_alive
+from netem.capture import snaplen_of
 from netem.events import LinkEvent, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
@@ -462,17 +463,20 @@ class Link:
         return self._backend.stats(self._edge(edge))
 
     @contextlib.contextmanager
-    def capture(self, directory: str | Path) -> Iterator[Path]:
+    def capture(self, directory: str | Path, mode: str = "headers") -> Iterator[Path]:
         """Write ``directory/client.pcap`` and ``directory/server.pcap`` during the block.
 
         Nanosecond timestamps; the kernel backend runs tcpdump on each end's ``tb-eth``,
         the userspace backend has the emulator record what each TUN sent and received, and
         its packet log (``packets-up.csv``, ``packets-down.csv``: each packet's scheduled
         and actual release, netem.emulator.packetlog).
+        ``mode``: ``"headers"`` (first 128 bytes of each packet, the default) or ``"full"``
+        (whole packets, so that a key log decrypts TLS and QUIC).
         """
+        snaplen = snaplen_of(mode)
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)
-        with self._backend.capture(self._state, path):
+        with self._backend.capture(self._state, path, snaplen):
             yield path
 
     def show(self) -> dict[str, Any]:

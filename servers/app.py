@@ -9,7 +9,12 @@ Routes:
 - ``GET /tts`` (or ``POST /tts`` with a short text): the audio (354,640 bytes).
 - ``POST /retouch``: upload the image; the retouched image (5,000,000 bytes) back, with the
   upload's SHA-256 and length in ``x-upload-sha256`` / ``x-upload-length``.
+  ``POST /retouch?tiles=N``: the image as N equal tiles, each processed as soon as it has
+  arrived (``processing_image_s / N`` each, one after the other) and its share of the result
+  sent at once: the response starts while the upload goes on (MODELS.md section 2).
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
+- ``GET /result``: the 5,000,000-byte image result (``retouched``) with no processing (it is
+  ready), for several streams on one connection beside the audio.
 - ``GET /image`` and ``POST /sink``: 30 MB down, any body up (JSON with its SHA-256 and
   length back), no processing: the transfers of ``testbed bench stacks``.
 - ``POST /chunk?upload=U&id=K&of=N``: one chunk of an upload sent over two paths; the first
@@ -37,6 +42,7 @@ DEFAULT_STREAM_CHUNKS = 50
 MAX_STREAM_CHUNKS = 30_000
 """10 minutes of 20 ms chunks."""
 MAX_TTS_TEXT_BYTES = 4096
+MAX_TILES = 100
 
 ROUTES: dict[str, frozenset[str]] = {
     "/asr": frozenset({"POST"}),
@@ -44,6 +50,7 @@ ROUTES: dict[str, frozenset[str]] = {
     "/retouch": frozenset({"POST"}),
     "/stream": frozenset({"GET"}),
     "/image": frozenset({"GET"}),
+    "/result": frozenset({"GET"}),
     "/sink": frozenset({"POST"}),
     "/chunk": frozenset({"POST"}),
 }
@@ -58,6 +65,8 @@ class RequestHead:
     path: str
     """Path with query, as sent in ``:path``."""
     content_length: int | None = None
+    priority: str | None = None
+    """The RFC 9218 ``priority`` header field value, if sent."""
 
     @classmethod
     def from_headers(
@@ -79,7 +88,12 @@ class RequestHead:
             if not length.isdigit():
                 raise ValueError(f"bad content-length {length!r}")
             content_length = int(length)
-        return cls(method=method, path=path, content_length=content_length)
+        return cls(
+            method=method,
+            path=path,
+            content_length=content_length,
+            priority=values.get("priority"),
+        )
 
 
 @dataclass
@@ -94,6 +108,9 @@ class ResponsePlan:
     """When > 0, ``body`` is empty and the edge streams that many chunks (see workloads)."""
     chunk_interval_s: float = workloads.STREAM_CHUNK_DURATION_S
     chunk_processing_s: float = workloads.STREAM_CHUNK_PROCESSING_S
+    tiles: int = 0
+    """When > 0, ``body`` is sent in that many parts, part ``i`` after upload tile ``i`` has
+    arrived and been processed for ``processing_s / tiles`` (one processor, in order)."""
     stop_reading: bool = False
     """True when the request body must not be read further (413, 404... with a body pending)."""
     error: str | None = None
@@ -137,9 +154,19 @@ class Exchange:
     finished: bool = False
     _digest: hashlib._Hash = field(default_factory=hashlib.sha256)
     _text: bytearray = field(default_factory=bytearray)
+    tiles: int = 0
+    """``/retouch?tiles=N``: how many tiles the upload is cut into (0: whole)."""
+    tiles_ready: int = 0
+    """Tiles whose bytes have all arrived."""
 
     def __post_init__(self) -> None:
         self.route = urlsplit(self.head.path).path
+        if self.route == "/retouch":
+            raw = parse_qs(urlsplit(self.head.path).query).get("tiles", ["0"])[-1]
+            if not raw.isdigit() or int(raw) > MAX_TILES:
+                self.early = _error(400, f"tiles: {raw!r} is not a whole number in 0..{MAX_TILES}")
+                return
+            self.tiles = int(raw) if int(raw) > 1 else 0
         allowed = ROUTES.get(self.route)
         if allowed is None:
             self.early = _error(404, f"no route {self.route}")
@@ -157,6 +184,30 @@ class Exchange:
                 413,
                 f"content-length {self.head.content_length} > limit {self.config.max_body_bytes}",
             )
+
+    def tile_bytes(self, index: int) -> int:
+        """End offset of tile ``index`` in the upload (equal tiles, the last takes the rest)."""
+        size = workloads.get_workload("image").size_bytes
+        return size if index == self.tiles - 1 else size * (index + 1) // self.tiles
+
+    def new_tiles(self) -> list[int]:
+        """Tiles completed by the bytes fed so far and not reported before."""
+        done = []
+        while self.tiles_ready < self.tiles and self.received_bytes >= self.tile_bytes(
+            self.tiles_ready
+        ):
+            done.append(self.tiles_ready)
+            self.tiles_ready += 1
+        return done
+
+    def tiled_plan(self) -> ResponsePlan:
+        """The response of a tiled upload, started at its first body byte: the parts of the
+        result follow the tiles (the upload's checksum is checked when it ends)."""
+        plan = _workload_plan(
+            "retouched", "application/octet-stream", self.config.processing_image_s
+        )
+        plan.tiles = self.tiles
+        return plan
 
     def feed(self, data: bytes) -> ResponsePlan | None:
         """Take body bytes; returns a 413 plan when the body runs over the limit."""
@@ -246,6 +297,12 @@ class Exchange:
 
     def _route_retouch(self) -> ResponsePlan:
         ok, expected = self._upload_check()
+        if self.tiles:
+            # the response went out tile by tile; a bad upload is logged, not answered
+            plan = self.tiled_plan()
+            if not ok:
+                plan.error = f"upload does not match workload {expected}"
+            return plan
         if not ok:
             plan = _error(422, f"upload does not match workload {expected}", self._upload_headers())
             plan.stop_reading = False
@@ -259,6 +316,9 @@ class Exchange:
 
     def _route_image(self) -> ResponsePlan:
         return _workload_plan("image", "application/octet-stream")
+
+    def _route_result(self) -> ResponsePlan:
+        return _workload_plan("retouched", "application/octet-stream")
 
     def _route_sink(self) -> ResponsePlan:
         answer = {"upload_sha256": self.upload_sha256, "upload_length": self.received_bytes}

@@ -13,6 +13,7 @@ Interface for the harness (issue 5)::
         [--samples FILE.csv] [--sample-hz 1000] [--idle-timeout 60s]
         [--head-timeout 10s] [--quic-retry auto|always|off] [--retry-threshold 64]
         [--max-connections 2048] [--max-connections-per-source 256] [--listen-backlog 4096]
+        [--send-policy none|rr|fifo|rfc9218]
 
 prints exactly one line per listener once it listens, and flushes stdout::
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
-from aioquic.buffer import Buffer
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.h3.connection import ErrorCode as H3ErrorCode
 from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
@@ -32,6 +33,7 @@ from aioquic.quic.retry import QuicRetryTokenHandler
 from servers import app
 from servers.context import ServerContext
 from servers.guard import Admission, RetryPolicy, SourceRateLimiter
+from servers.priority import POLICY_NONE, PRIORITY_UPDATE_H3
 from servers.quic import (
     WatchedProtocol,
     make_udp_socket,
@@ -40,10 +42,14 @@ from servers.quic import (
     quic_counters,
     stream_fully_sent,
 )
-from servers.session import ExchangeStreams, paced_chunks
+from servers.session import ExchangeStreams
 from servers.tls import ensure_certificate
 
 PROTO = "h3"
+CLIENT_UNI_STREAM = 2
+"""RFC 9000 section 2.1: stream ids with low bits 0b10 are client-initiated unidirectional."""
+H3_CONTROL_STREAM_TYPE = 0x00
+"""RFC 9114 section 6.2.1."""
 QUIC_LONG_HEADER_BIT = 0x80
 """RFC 9000 section 17.2: the first bit of a long-header packet."""
 MAX_GARBAGE_LOG_LINES = 100
@@ -60,12 +66,17 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
     def __init__(self, quic: Any, *, ctx: ServerContext, conn_id: int) -> None:
         super().__init__(quic)
         self._init_streams(ctx, conn_id)
-        self.h3 = H3Connection(quic)
+        self.h3 = PriorityH3Connection(quic, on_priority_update=self._priority_update)
         self.terminated = False
         self.admitted_source: str | None = None
         """The source address whose admission slot this connection holds."""
         self.handshake_deadline: asyncio.TimerHandle | None = None
         self.on_handshake_done: Any = None
+        if ctx.config.settings.send_policy != POLICY_NONE:
+            quic.scheduler = self.scheduler
+
+    def _priority_update(self, stream_id: int, value: bytes) -> None:
+        self._on_priority_update(stream_id, value, time.monotonic())
 
     def quic_event_received(self, event: qevents.QuicEvent) -> None:
         now = time.monotonic()
@@ -81,6 +92,10 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             )
         elif isinstance(event, qevents.StreamReset):
             self._on_reset(event.stream_id, event.error_code, now)
+        elif isinstance(event, qevents.StopSendingReceived):
+            # RFC 9000 section 3.5: aioquic has already reset the sending part (no more
+            # STREAM frames, RESET_STREAM queued); the response stops producing too
+            self._on_cancel(event.stream_id, event.error_code, now, "stop_sending")
         elif isinstance(event, qevents.ConnectionTerminated):
             self._on_terminated(event, now)
             return
@@ -146,12 +161,23 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         self.transmit()
         self._log("response_first_byte", stream=stream_id, status=plan.status)
         if plan.stream_chunks:
-            async for index, chunk, last in paced_chunks(plan):
+            handed = [0]
+
+            def send(chunk: bytes, last: bool) -> None:
+                if self.terminated:
+                    raise ConnectionError("connection terminated")
+                self.h3.send_data(stream_id, chunk, end_stream=last)
+                handed[0] += len(chunk)
+                self.transmit()
+
+            await self._stream_chunks(stream_id, plan, send, lambda: handed[0])
+        elif plan.tiles:
+            async for index, part, last in self._tiled_parts(stream_id, plan):
                 if self.terminated:
                     return
-                self.h3.send_data(stream_id, chunk, end_stream=last)
+                self.h3.send_data(stream_id, part, end_stream=last)
                 self.transmit()
-                self._log("chunk_sent", stream=stream_id, index=index)
+                self._log("tile_sent", stream=stream_id, index=index)
         elif body_length:
             self.h3.send_data(stream_id, plan.body, end_stream=True)
         if body_length:
@@ -172,6 +198,51 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             except Exception:
                 pass
         self.transmit()
+
+
+class PriorityH3Connection(H3Connection):
+    """aioquic's H3Connection, also reading RFC 9218 PRIORITY_UPDATE frames from the peer's
+    control stream (aioquic discards control frames other than SETTINGS and MAX_PUSH_ID
+    unseen, so the control stream's bytes are parsed here a second time)."""
+
+    def __init__(self, quic: Any, *, on_priority_update: Callable[[int, bytes], None]) -> None:
+        super().__init__(quic)
+        self._on_priority_update = on_priority_update
+        self._uni_buffers: dict[int, bytearray] = {}
+        self._not_control: set[int] = set()
+
+    def handle_event(self, event: qevents.QuicEvent) -> list[H3Event]:
+        if (
+            isinstance(event, qevents.StreamDataReceived)
+            and event.stream_id % 4 == CLIENT_UNI_STREAM
+            and event.stream_id not in self._not_control
+        ):
+            self._read_control(event.stream_id, event.data)
+        return super().handle_event(event)
+
+    def _read_control(self, stream_id: int, data: bytes) -> None:
+        buf = self._uni_buffers.setdefault(stream_id, bytearray())
+        buf += data
+        reader = Buffer(data=bytes(buf))
+        try:
+            if reader.pull_uint_var() != H3_CONTROL_STREAM_TYPE:
+                self._not_control.add(stream_id)
+                self._uni_buffers.pop(stream_id, None)
+                return
+            start = reader.tell()
+            while True:
+                frame_type = reader.pull_uint_var()
+                length = reader.pull_uint_var()
+                payload = reader.pull_bytes(length)
+                start = reader.tell()
+                if frame_type == PRIORITY_UPDATE_H3:
+                    inner = Buffer(data=payload)
+                    element = inner.pull_uint_var()
+                    self._on_priority_update(element, payload[inner.tell() :])
+        except BufferReadError:
+            pass
+        # keep the stream type byte and what is not yet a whole frame
+        self._uni_buffers[stream_id] = bytearray(buf[:1] + buf[start:])
 
 
 def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:

@@ -25,6 +25,7 @@ from aioquic.quic.packet import QuicFrameType
 from aioquic.quic.packet_builder import QuicPacketBuilder
 from aioquic.quic.recovery import QuicPacketPacer
 
+from servers.priority import Scheduler
 from servers.sockopts import set_udp_buffers
 from tbcore.errors import SpecError
 from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
@@ -236,12 +237,63 @@ def set_pacing(
     quic._loss._pacer = pacer
 
 
+class ScheduledList(list):
+    """A list that iterates in a scheduler's order; appends and extends stay plain."""
+
+    scheduler: Scheduler | None = None
+
+    def __iter__(self) -> Any:
+        items = list.__iter__(self)
+        if self.scheduler is None or len(self) < 2:
+            return items
+        by_id = {stream.stream_id: stream for stream in items}
+        return iter([by_id[sid] for sid in self.scheduler.order(list(by_id))])
+
+
+class ScheduledStreamsMixin:
+    """aioquic serves its streams round robin: ``_write_application`` walks
+    ``self._streams_queue`` for every packet and moves the streams that sent to the end.
+    Here that attribute always holds a :class:`ScheduledList`, which iterates in the order
+    of a :class:`servers.priority.Scheduler` (FIFO, RFC 9218 urgency, or round robin), so
+    every packet is filled from the stream the policy picks, retransmissions included."""
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self.__dict__.get("_scheduler")
+
+    @scheduler.setter
+    def scheduler(self, value: Scheduler | None) -> None:
+        self.__dict__["_scheduler"] = value
+        queue = self.__dict__.get("_stored_streams_queue")
+        if queue is not None:
+            queue.scheduler = value
+
+    @property
+    def _streams_queue(self) -> ScheduledList:
+        return self.__dict__["_stored_streams_queue"]
+
+    @_streams_queue.setter
+    def _streams_queue(self, value: list[Any]) -> None:
+        queue = ScheduledList(list.__iter__(value))
+        queue.scheduler = self.__dict__.get("_scheduler")
+        self.__dict__["_stored_streams_queue"] = queue
+
+
+class ScheduledQuicConnection(ScheduledStreamsMixin, QuicConnection):
+    """A QuicConnection whose stream service order follows a scheduler."""
+
+
+class ScheduledFixedWindowQuicConnection(ScheduledStreamsMixin, FixedWindowQuicConnection):
+    """Fixed windows and a scheduled stream order."""
+
+
 def make_quic_connection(
     configuration: QuicConfiguration,
     fixed_window_bytes: int | None,
     pacing: str | float = PACING_CWND,
     max_pacing_rate_bps: float | None = None,
     ack_delay_s: float | None = None,
+    scheduler: Scheduler | None = None,
     **kwargs: Any,
 ) -> QuicConnection:
     """A QuicConnection with the testbed's window, pacing and ACK delay.
@@ -261,11 +313,12 @@ def make_quic_connection(
             f"got {ack_delay_s!r}",
         )
     if fixed_window_bytes is None:
-        quic = QuicConnection(configuration=configuration, **kwargs)
+        quic: QuicConnection = ScheduledQuicConnection(configuration=configuration, **kwargs)
     else:
-        quic = FixedWindowQuicConnection(
+        quic = ScheduledFixedWindowQuicConnection(
             configuration=configuration, window_bytes=fixed_window_bytes, **kwargs
         )
+    quic.scheduler = scheduler  # type: ignore[attr-defined]
     set_pacing(quic, pacing, max_pacing_rate_bps)
     if ack_delay_s is not None:
         quic._ack_delay = float(ack_delay_s)

@@ -16,6 +16,7 @@ from typing import Any
 
 from servers import app
 from servers.context import ServerContext
+from servers.priority import Priority, Scheduler, parse_priority
 from tbcore.workloads import stream_chunk
 
 
@@ -32,6 +33,12 @@ class ExchangeStreams:
         self.exchanges: dict[int, app.Exchange] = {}
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.started: set[int] = set()
+        self.scheduler = Scheduler(ctx.config.settings.send_policy)
+        """Send order of this connection's response streams (servers.priority)."""
+        self.tile_events: dict[int, asyncio.Queue[int]] = {}
+        """Tiled uploads: indices of the tiles that have arrived, for the response task."""
+        self.cancelled_at: dict[int, float] = {}
+        """When the peer cancelled a response stream (RST_STREAM / STOP_SENDING)."""
 
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
         raise NotImplementedError
@@ -52,6 +59,8 @@ class ExchangeStreams:
         """A request head arrived: start its exchange; answer at once if it is refused."""
         exchange = app.Exchange(head=head, config=self.ctx.app_config)
         self.exchanges[stream_id] = exchange
+        priority = parse_priority(head.priority) if head.priority is not None else None
+        self.scheduler.add(stream_id, priority)
         self._log(
             "request_first_byte",
             stream=stream_id,
@@ -59,9 +68,13 @@ class ExchangeStreams:
             method=head.method,
             path=head.path,
             content_length=head.content_length,
+            priority=head.priority,
         )
         if exchange.early is not None and not stream_ended:
             self._start_response(stream_id, exchange.early, now)
+        elif exchange.tiles:
+            self.tile_events[stream_id] = asyncio.Queue()
+            self._start_response(stream_id, exchange.tiled_plan(), now)
 
     def _on_data(self, stream_id: int, data: bytes, now: float) -> None:
         exchange = self.exchanges.get(stream_id)
@@ -72,6 +85,10 @@ class ExchangeStreams:
         plan = exchange.feed(data)
         if plan is not None:
             self._start_response(stream_id, plan, now)
+        elif exchange.tiles:
+            for index in exchange.new_tiles():
+                self._log("tile_received", stream=stream_id, now=now, index=index)
+                self.tile_events[stream_id].put_nowait(index)
 
     def _on_end(self, stream_id: int, now: float) -> None:
         exchange = self.exchanges.get(stream_id)
@@ -89,8 +106,33 @@ class ExchangeStreams:
             self._log_truncated(stream_id, exchange, now, "stream ended early")
         self._start_response(stream_id, plan, now)
 
+    def _on_priority_update(self, stream_id: int, value: bytes | str, now: float) -> None:
+        """RFC 9218 section 7: a PRIORITY_UPDATE for a request stream."""
+        priority: Priority = parse_priority(value)
+        self.scheduler.update(stream_id, priority)
+        self._log(
+            "priority_update",
+            stream=stream_id,
+            now=now,
+            urgency=priority.urgency,
+            incremental=priority.incremental,
+        )
+
+    def _on_cancel(self, stream_id: int, error_code: int, now: float, how: str) -> None:
+        """The peer cancelled a response (HTTP/2 RST_STREAM, HTTP/3 STOP_SENDING): the server
+        learns it now; the response task stops producing and sending."""
+        if stream_id in self.cancelled_at:
+            return
+        self.cancelled_at[stream_id] = now
+        self._log("stream_cancelled", stream=stream_id, now=now, how=how, error_code=error_code)
+        task = self.tasks.pop(stream_id, None)
+        if task is not None:
+            task.cancel()
+
     def _on_reset(self, stream_id: int, error_code: int, now: float) -> None:
         self._log("stream_reset", stream=stream_id, now=now, error_code=int(error_code))
+        if stream_id in self.started and stream_id in self.tasks:
+            self._on_cancel(stream_id, int(error_code), now, "reset")
         exchange = self.exchanges.get(stream_id)
         if exchange is not None and not exchange.finished and exchange.truncated:
             exchange.finished = True
@@ -146,7 +188,7 @@ class ExchangeStreams:
 
     async def _process(self, stream_id: int, plan: app.ResponsePlan) -> None:
         """The route's processing time, before the response starts."""
-        if plan.processing_s > 0:
+        if plan.processing_s > 0 and not plan.tiles:  # tiles: processed one by one
             self._log("processing_start", stream=stream_id)
             await asyncio.sleep(plan.processing_s)
             self._log("processing_end", stream=stream_id)
@@ -173,6 +215,59 @@ class ExchangeStreams:
         self, event: str, *, stream: int | None = None, now: float | None = None, **kw: Any
     ) -> None:
         self.ctx.log.emit(event, proto=self.proto, conn=self.conn_id, stream=stream, now=now, **kw)
+
+    async def _stream_chunks(
+        self,
+        stream_id: int,
+        plan: app.ResponsePlan,
+        send: Callable[[bytes, bool], asyncio.Future[None] | None],
+        sent_bytes: Callable[[], int],
+    ) -> None:
+        """Produce the plan's chunks on their schedule and hand each to ``send``, which
+        returns at once (production never waits for sending: MODELS.md section 2) with a
+        future done when the chunk is in the transport, or None when it already is; logs
+        ``chunk_produced`` and ``chunk_sent`` per chunk, and on a cancel
+        ``chunk_production_stopped`` (the next index, never produced) and
+        ``response_stopped`` (body bytes handed to the transport by then)."""
+        index = -1
+        pending: list[asyncio.Future[None]] = []
+
+        def sent(future: asyncio.Future[None], index: int) -> None:
+            if not future.cancelled() and future.exception() is None:
+                self._log("chunk_sent", stream=stream_id, index=index)
+
+        try:
+            async for index, chunk, last in paced_chunks(plan):
+                self._log("chunk_produced", stream=stream_id, index=index)
+                future = send(chunk, last)
+                if future is None:
+                    self._log("chunk_sent", stream=stream_id, index=index)
+                else:
+                    future.add_done_callback(lambda f, i=index: sent(f, i))
+                    pending.append(future)
+            if pending:
+                await asyncio.gather(*pending)
+        except asyncio.CancelledError:
+            self._log("chunk_production_stopped", stream=stream_id, next_index=index + 1)
+            self._log("response_stopped", stream=stream_id, bytes=sent_bytes())
+            raise
+
+    async def _tiled_parts(
+        self, stream_id: int, plan: app.ResponsePlan
+    ) -> AsyncIterator[tuple[int, bytes, bool]]:
+        """``(index, part, last)`` of a tiled response: part ``i`` once tile ``i`` has
+        arrived and been processed (``processing_s / tiles``, one tile at a time)."""
+        queue = self.tile_events[stream_id]
+        size = len(plan.body)
+        per_tile_s = plan.processing_s / plan.tiles
+        for index in range(plan.tiles):
+            ready = await queue.get()
+            self._log("processing_start", stream=stream_id, tile=ready)
+            await asyncio.sleep(per_tile_s)
+            self._log("processing_end", stream=stream_id, tile=ready)
+            start = size * index // plan.tiles
+            end = size * (index + 1) // plan.tiles
+            yield index, plan.body[start:end], index == plan.tiles - 1
 
 
 async def paced_chunks(plan: app.ResponsePlan) -> AsyncIterator[tuple[int, bytes, bool]]:

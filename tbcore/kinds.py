@@ -134,5 +134,31 @@ register_workload(
     WorkloadKind("image", lambda s: 0, lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0.0)
 )
 register_workload(
+    WorkloadKind("result", lambda s: 0, lambda s: workloads.RETOUCHED_SIZE_BYTES, lambda s: 0.0)
+)
+_STREAM_DOWN: dict[str, Callable[[Any], int]] = {
+    "tts": lambda s: _AUDIO,
+    "stream": lambda s: s.chunks * workloads.STREAM_CHUNK_BYTES,
+    "result": lambda s: workloads.RETOUCHED_SIZE_BYTES,
+}
+register_workload(
+    WorkloadKind(
+        "multi",
+        lambda s: 0,
+        lambda s: sum(_STREAM_DOWN[name](s) for name in s.stream_list),
+        lambda s: 0.0,
+        bounded=False,  # streams share the path: per-stream times in streams.csv
+    )
+)
+register_workload(
+    WorkloadKind(
+        "retouch-tiles3",
+        lambda s: workloads.IMAGE_SIZE_BYTES,
+        lambda s: workloads.RETOUCHED_SIZE_BYTES,
+        lambda s: s.processing_image_s,
+        bounded=False,  # its bound is the tile pipeline (MODELS.md section 2)
+    )
+)
+register_workload(
     WorkloadKind("sink", lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0, lambda s: 0.0)
 )

@@ -174,7 +174,7 @@ def tcp_info_of(info: Mapping[str, Any]) -> Any:
 # --- what the client records -----------------------------------------------------------------
 
 
-@record("request", 2)
+@record("request", 3)
 class RequestRecord(Record):
     """One request as the client saw it. Times are ``time.monotonic()`` seconds
     (CLOCK_MONOTONIC, shared with the server log and the link). For a reused connection
@@ -210,6 +210,23 @@ class RequestRecord(Record):
     quic: Any = col(doc="aioquic recovery state at the end of the request (h3): QuicRecovery.")
     chunk_times: list[float] | None = col(
         doc="stream workload: arrival time of each complete chunk.", unit="s"
+    )
+    stream_workload: str | None = col(
+        doc="multi: the workload this stream of the group carried (tts, stream, result)."
+    )
+    stream_index: int | None = col(doc="multi: position of the stream's request in its group.")
+    priority: str | None = col(doc="The RFC 9218 priority the client signalled, if any.")
+    response_body_first_byte: float | None = col(
+        doc="The first response body byte handed to the application.", unit="s"
+    )
+    cancelled_at: float | None = col(
+        doc="When the client cancelled the response (RST_STREAM / STOP_SENDING).", unit="s"
+    )
+    bytes_at_cancel: int | None = col(
+        doc="Body bytes the application had read when it cancelled.", unit="bytes"
+    )
+    player: Any = col(
+        doc="stream with player_buffer: the real-clock player's summary, events, flush time."
     )
 
     @property
@@ -257,11 +274,18 @@ SERVER_EVENT_NAMES = frozenset(
         "stream_reset",
         "abuse",
         "error",
+        "chunk_produced",
+        "chunk_production_stopped",
+        "response_stopped",
+        "stream_cancelled",
+        "priority_update",
+        "tile_received",
+        "tile_sent",
     }
 )
 
 
-@record("server_event", 2)
+@record("server_event", 3)
 class ServerEvent(Record):
     """One event of a server, on CLOCK_MONOTONIC; the details an event has, None otherwise."""
 
@@ -287,6 +311,12 @@ class ServerEvent(Record):
     content_length: int | None = col(doc="The request's content-length.", unit="bytes")
     resumed: bool | None = col(doc="connection_open: TLS session resumed.")
     early_data_accepted: bool | None = col(doc="connection_open: 0-RTT data accepted.")
+    priority: str | None = col(doc="request_first_byte: the RFC 9218 priority header sent.")
+    urgency: int | None = col(doc="priority_update: the RFC 9218 urgency (0 most urgent).")
+    incremental: bool | None = col(doc="priority_update: the RFC 9218 incremental flag.")
+    how: str | None = col(doc="stream_cancelled: reset (RST_STREAM) or stop_sending.")
+    next_index: int | None = col(doc="chunk_production_stopped: the first chunk not made.")
+    tile: int | None = col(doc="processing_start/end of a tiled upload: the tile.")
 
     def __post_init__(self) -> None:
         if self.event not in SERVER_EVENT_NAMES:

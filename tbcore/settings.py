@@ -78,6 +78,16 @@ AIOQUIC_MAX_ACK_DELAY_S = 0.025
 not delay an ACK longer than it (RFC 9000 section 13.2.1), so a longer ACK delay is refused."""
 MAX_REQUESTS = 10_000
 MAX_STREAM_CHUNKS = 30_000
+STREAM_WORKLOADS = ("tts", "stream", "result")
+"""What ``multi`` puts on one connection: the audio (whole or streamed), the image result."""
+SEND_POLICIES = ("none", "rr", "fifo", "rfc9218")
+"""servers.priority: none of the server's own, round robin, arrival order, RFC 9218."""
+PRIORITY_SIGNALS = ("header", "update", "none")
+"""How the client signals RFC 9218 priorities: the ``priority`` header (section 5), the
+header and a PRIORITY_UPDATE frame (section 7; HTTP/3), or not at all."""
+CAPTURE_MODES = ("headers", "full", "off")
+"""``capture``: the first 128 bytes of each packet, whole packets (decryptable with the run's
+key log), or none; true and false mean headers and off."""
 
 
 # --- how a written value becomes a typed one -------------------------------------------------
@@ -127,6 +137,19 @@ def _pacing(name: str, value: Any) -> str | float:
     return _rate(name, value)
 
 
+def _streams(name: str, value: Any) -> str:
+    """``"result,tts"``: workloads in request order (a string: a list would be a factor)."""
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(name, f"must be workloads in order like 'result,tts', not {value!r}")
+    return value
+
+
+def _capture(name: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "headers" if value else "off"
+    return _text(name, value)
+
+
 def _table(name: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise SpecError(name, "must be a table of sysctl = value")
@@ -151,6 +174,8 @@ KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
     "text": (_text, (str,)),
     "pacing": (_pacing, (str, int, float)),
     "table": (_table, (dict,)),
+    "streams": (_streams, (str,)),
+    "capture": (_capture, (str,)),
 }
 """The kinds of knob value: how each is written and what it is once typed."""
 
@@ -202,6 +227,11 @@ class Knob:
             raise SpecError(name, f"must be {self.kind}, got {value!r}")
         if self.choices and value not in self.choices:
             raise SpecError(name, f"must be one of {', '.join(self.choices)}, got {value!r}")
+        if self.kind == "streams" and value:
+            for item in value.split(","):
+                if item not in STREAM_WORKLOADS:
+                    raise SpecError(name, f"{item!r} is not one of {', '.join(STREAM_WORKLOADS)}")
+            return
         if self.kind == "pacing" and isinstance(value, str):
             if value not in QUIC_PACING_MODES:
                 raise SpecError(name, f"{value!r}: use cwnd, off or a rate")
@@ -255,6 +285,22 @@ knob("workload", kind="choice", default="asr", unit="", applies="client",
 knob("chunks", kind="int", default=50, unit="count", applies="client",
      how="chunks the stream workload asks for", low=1, high=MAX_STREAM_CHUNKS,
      doc="Chunks of the stream workload (20 ms of audio each).")  # fmt: skip
+knob("streams", kind="streams", default="", unit="", applies="client",
+     how="multi: the requests sent at once on one connection, in this order",
+     doc="STREAM_WORKLOADS, comma-separated: 'result,tts'.")  # fmt: skip
+knob("priority_signal", kind="choice", default="header", unit="", applies="client",
+     how="RFC 9218 priority of each stream: header, header + PRIORITY_UPDATE, or none",
+     choices=PRIORITY_SIGNALS)  # fmt: skip
+knob("cancel_after", "cancel_after_chunks", kind="int", default=None, unit="count",
+     applies="client", how="stream: RST_STREAM / STOP_SENDING after this many chunks read",
+     low=1, high=MAX_STREAM_CHUNKS - 1, optional=True)  # fmt: skip
+knob("player_buffer", "player_buffer_s", kind="duration", default=None, unit="s",
+     applies="client", how="stream: a real-clock player with this initial buffer plays it",
+     low=0, high=10, optional=True)  # fmt: skip
+knob("send_policy", kind="choice", default="none", unit="", applies="server",
+     how="which response stream of a connection sends next (servers.priority)",
+     choices=SEND_POLICIES,
+     doc="none (aioquic's round robin, HTTP/2 writes freely), rr, fifo or rfc9218.")  # fmt: skip
 knob("requests", kind="int", default=1, unit="count", applies="client",
      how="measured requests of one client process", low=1, high=MAX_REQUESTS)  # fmt: skip
 knob("warmup_requests", kind="int", default=0, unit="count", applies="client",
@@ -291,6 +337,10 @@ knob("initcwnd", kind="int", default=None, unit="segments", applies="link",
 knob("initrwnd", kind="int", default=None, unit="segments", applies="link",
      how="route metric initrwnd in both namespaces", low=1, high=MAX_INITCWND_SEGMENTS,
      optional=True)  # fmt: skip
+knob("route_quickack", kind="bool", default=False, unit="", applies="link",
+     how="route metric quickack in both namespaces: every segment acknowledged at once",
+     doc="An ACK per segment, which TCP_QUICKACK (quickack) alone does not hold: Linux "
+     "falls back to delayed ACKs between reads.")  # fmt: skip
 knob("sysctls", kind="table", default={}, unit="", applies="link",
      how="extra net.* sysctls in both namespaces",
      doc='e.g. {"net.ipv4.tcp_sack" = "1"}')  # fmt: skip
@@ -312,10 +362,6 @@ knob("notsent_lowat", "notsent_lowat_bytes", kind="size", default=None, unit="by
      optional=True)  # fmt: skip
 knob("quickack", kind="bool", default=False, unit="", applies="both",
      how="TCP_QUICKACK after each read: an ACK per segment instead of delayed ACKs")  # fmt: skip
-knob("route_quickack", kind="bool", default=False, unit="", applies="link",
-     how="route metric quickack (RTAX_QUICKACK) in both namespaces: no delayed ACKs",
-     doc="An ACK for every segment on every TCP connection of the route (TCP_QUICKACK "
-     "lapses after each read; this does not).")  # fmt: skip
 # QUIC and HTTP/2
 knob("max_datagram_size", "max_datagram_size_bytes", kind="size",
      default=QUIC_MIN_DATAGRAM_BYTES, unit="bytes", applies="both",
@@ -350,8 +396,10 @@ knob("timeout", "timeout_s", kind="duration", default=60.0, unit="s", applies="c
 knob("mss", "mss_bytes", kind="int", default=TCP_DEFAULT_MSS_BYTES, unit="bytes",
      applies="harness", how="the segment payload the bound assumes for TCP",
      low=TCP_MIN_MSS_BYTES, high=TCP_MAX_MSS_BYTES)  # fmt: skip
-knob("capture", kind="bool", default=True, unit="", applies="harness",
-     how="client.pcap and server.pcap of the link, for ACK timestamps")  # fmt: skip
+knob("capture", kind="capture", default="headers", unit="", applies="harness",
+     how="client.pcap and server.pcap of the link: headers (ACK timestamps), full "
+     "(whole packets: per-stream arrival, tshark with the key log) or off",
+     choices=CAPTURE_MODES)  # fmt: skip
 knob("qlog", kind="bool", default=True, unit="", applies="harness",
      how="QUIC qlog (ACK frames) of both ends for h3 runs")  # fmt: skip
 
@@ -372,6 +420,19 @@ class _SettingsBase:
                 "connection",
                 "0rtt needs h3: Python's ssl has no TLS 1.3 early data (use resume for h2)",
             )
+        multi = self.workload == "multi"  # type: ignore[attr-defined]
+        if multi and not self.streams:  # type: ignore[attr-defined]
+            raise SpecError("streams", "workload multi needs streams, e.g. 'result,tts'")
+        if not multi and self.streams:  # type: ignore[attr-defined]
+            raise SpecError("streams", "only workload multi takes streams")
+        cancel = self.cancel_after_chunks  # type: ignore[attr-defined]
+        if cancel is not None and cancel >= self.chunks:  # type: ignore[attr-defined]
+            raise SpecError("cancel_after", f"must be below chunks ({self.chunks})")  # type: ignore[attr-defined]
+
+    @property
+    def stream_list(self) -> tuple[str, ...]:
+        """``streams`` as a tuple (empty when not multi)."""
+        return tuple(s for s in self.streams.split(",") if s)  # type: ignore[attr-defined]
 
     def to_dict(self) -> dict[str, Any]:
         """Typed values by attribute (JSON-ready)."""

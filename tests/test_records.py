@@ -42,7 +42,7 @@ def test_jsonl_round_trip_with_nested_snapshots(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     write_jsonl(path, records)
     assert read_jsonl(path, RequestRecord) == records
-    assert json.loads(path.read_text().splitlines()[0])["schema"] == "request/2"
+    assert json.loads(path.read_text().splitlines()[0])["schema"] == "request/3"
 
 
 @pytest.mark.parametrize(

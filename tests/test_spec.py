@@ -227,3 +227,28 @@ def test_merge_link_keeps_the_medium_keys_whole() -> None:
     assert merge_link("air=54mbit/6mbit,air.seed=2", "seed=4") == (
         "air=54mbit/6mbit,air.seed=2,seed=4"
     )
+
+
+def test_stream_settings_parse_and_are_checked() -> None:
+    text = GOOD.replace('workload = "asr"', 'workload = "multi"\nstreams = "result,tts"')
+    text = text.replace('processing_audio = "30ms"', 'capture = "full"\nsend_policy = "fifo"')
+    spec = loads(text)
+    assert spec.fixed.stream_list == ("result", "tts")
+    assert spec.fixed.capture == "full" and spec.fixed.send_policy == "fifo"
+    assert loads(GOOD.replace('processing_audio = "30ms"', "capture = false")).fixed.capture == (
+        "off"
+    )
+    assert _refused(text.replace('"result,tts"', '"result,video"')).field == "fixed.streams"
+    assert _refused(text.replace('"full"', '"payload"')).field == "fixed.capture"
+    assert _refused(text.replace('"fifo"', '"lifo"')).field == "fixed.send_policy"
+    no_streams = GOOD.replace('workload = "asr"', 'workload = "multi"')
+    assert _refused(no_streams).field.endswith("streams")
+    cancel = GOOD.replace('workload = "asr"', 'workload = "stream"\nchunks = 10\ncancel_after = 10')
+    assert _refused(cancel).field.endswith("cancel_after")
+
+
+@pytest.mark.parametrize("name", ["hol", "priority", "playback", "tiles", "overhead", "cancel"])
+def test_stream_experiment_files_parse_with_quick_forms(name: str) -> None:
+    spec = load(EXPERIMENTS / f"{name}.toml")
+    assert spec.name == name
+    assert spec.quick_form().levels

@@ -129,6 +129,9 @@ def test_route_metrics_set_and_reset(router_path: str) -> None:
     route = next(r for r in topology.routes(ep.ns) if r["dst"] == ep.peer_net)
     assert route["metrics"] == {"initcwnd": 40, "initrwnd": 60}
     assert route["gateway"] == ep.gateway
+    topology.set_route(ep.ns, ep.peer_net, dev=ep.device, gateway=ep.gateway, quickack=True)
+    route = next(r for r in topology.routes(ep.ns) if r["dst"] == ep.peer_net)
+    assert route["metrics"] == {"quickack": 1}
     topology.set_route(ep.ns, ep.peer_net, dev=ep.device, gateway=ep.gateway)
     route = next(r for r in topology.routes(ep.ns) if r["dst"] == ep.peer_net)
     assert route["metrics"] == {}

@@ -177,8 +177,11 @@ class Backend(ABC):
         """Cumulative counters since link up."""
 
     @abstractmethod
-    def capture(self, state: LinkState, directory: Path) -> AbstractContextManager[None]:
-        """Write ``directory/client.pcap`` and ``directory/server.pcap`` while in the block."""
+    def capture(
+        self, state: LinkState, directory: Path, snaplen_bytes: int
+    ) -> AbstractContextManager[None]:
+        """Write ``directory/client.pcap`` and ``directory/server.pcap`` while in the block,
+        each packet cut to ``snaplen_bytes``."""
 
     @abstractmethod
     def schedule_event(

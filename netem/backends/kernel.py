@@ -582,16 +582,16 @@ class KernelBackend(Backend):
         )
 
     @contextmanager
-    def _capture(self, state: LinkState, directory: Path) -> Iterator[None]:
+    def _capture(self, state: LinkState, directory: Path, snaplen_bytes: int) -> Iterator[None]:
         points = [
             capture.CapturePoint(state.client_ns, names.DEVICE_IN_NS, directory / "client.pcap"),
             capture.CapturePoint(state.server_ns, names.DEVICE_IN_NS, directory / "server.pcap"),
         ]
-        with capture.tcpdump(points):
+        with capture.tcpdump(points, snaplen_bytes=snaplen_bytes):
             yield
 
-    def capture(self, state: LinkState, directory: Path) -> Any:
-        return self._capture(state, directory)
+    def capture(self, state: LinkState, directory: Path, snaplen_bytes: int) -> Any:
+        return self._capture(state, directory, snaplen_bytes)
 
     def describe(self, state: LinkState) -> dict[str, Any]:
         assert state.router_ns is not None

@@ -324,10 +324,10 @@ class UserspaceBackend(Backend):
         return self.client(state).end_events()
 
     @contextlib.contextmanager
-    def _capture(self, state: LinkState, directory: Path) -> Iterator[None]:
+    def _capture(self, state: LinkState, directory: Path, snaplen_bytes: int) -> Iterator[None]:
         directory.mkdir(parents=True, exist_ok=True)
         client = self.client(state)
-        client.capture_start(directory.resolve())
+        client.capture_start(directory.resolve(), snaplen=snaplen_bytes)
         try:
             # the emulator's own record of each packet (scheduled and actual release): the
             # harness reads the lateness it added on a request's critical path from it
@@ -339,8 +339,8 @@ class UserspaceBackend(Backend):
         finally:
             client.capture_stop()
 
-    def capture(self, state: LinkState, directory: Path) -> Any:
-        return self._capture(state, directory)
+    def capture(self, state: LinkState, directory: Path, snaplen_bytes: int) -> Any:
+        return self._capture(state, directory, snaplen_bytes)
 
     def describe(self, state: LinkState) -> dict[str, Any]:
         alive = state.emulator_pid is not None and process_alive(

@@ -1,0 +1,67 @@
+"""The experiment tables from result directories: names the output contract fixes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from harness import stream_tables
+
+
+def _run(root: Path, run_id: str, level: str, records: list[dict], events: list[dict]) -> None:
+    run = root / "runs" / run_id
+    run.mkdir(parents=True)
+    (run / "row.json").write_text(json.dumps({"run_id": run_id, "level": level, "protocol": "h3"}))
+    settings = {"protocol": "h3", "workload": "stream"}
+    meta = {"settings": settings, "clock_offset_s": 0.0, "link": "rtt=200ms,rate=300kbit"}
+    (run / "run.json").write_text(json.dumps(meta))
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (run / "server.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def test_playback_and_chunk_tables_have_the_contract_columns(tmp_path: Path) -> None:
+    reads = [1.0 + 0.3 + i * 0.026 for i in range(30)]  # a rate shortfall
+    record = {
+        "request_id": 0,
+        "stream_id": 0,
+        "workload": "stream",
+        "request_first_byte": 1.0,
+        "response_last_byte": reads[-1],
+        "down_bytes": 30 * 960,
+        "chunk_times": reads,
+        "sha256_ok": True,
+        "error": None,
+    }
+    events = [
+        {"t": 1.1 + i * 0.02 + 0.012, "event": "chunk_produced", "stream": 0, "index": i}
+        for i in range(30)
+    ]
+    _run(tmp_path, "0000-rate-shortfall-h3-r0", "rate-shortfall-h3", [record], events)
+    frames = stream_tables.write_tables(tmp_path)
+    playback = pd.read_csv(tmp_path / "playback.csv")
+    for column in (
+        "run_id",
+        "level",
+        "initial_buffer_s",
+        "start_delay_s",
+        "stall_count",
+        "stall_s",
+        "predicted_stall_s",
+        "stall_cause",
+    ):
+        assert column in playback.columns
+    assert set(playback["initial_buffer_s"]) == {0.04, 0.045, 0.06, 0.12}
+    assert (playback["stall_count"] > 0).all()  # no buffer hides a shortfall
+    assert (playback["predicted_stall_s"] > 0).all()
+    assert "chunks" in frames and len(frames["chunks"]) == 30
+    lines = stream_tables.report_sections(tmp_path)
+    assert any(line.startswith("## Playback") for line in lines)
+
+
+def test_tiles_bound_is_the_pipeline() -> None:
+    assert stream_tables.tiles_bound_s(1, 20e6, 100e6, 0.1, 0.3) == pytest.approx(12.8)
+    tiled = stream_tables.tiles_bound_s(3, 20e6, 100e6, 0.1, 0.3)
+    assert tiled == pytest.approx(12.05 + 0.1 + 5e6 / 3 * 8 / 100e6 + 0.05)
