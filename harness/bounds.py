@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tbcore import fecmath
 from tbcore.errors import SpecError
 
 if TYPE_CHECKING:
@@ -409,60 +410,19 @@ def fec_success_probability(data_symbols: int, repair_symbols: int, loss: float)
     return _binomial_cdf(r, k + r, p)
 
 
-BINOMIAL_TAIL_SDS = 50.0
-BINOMIAL_TAIL_MARGIN = 100.0
-
-
 def _binomial_cdf(r: int, n: int, p: float) -> float:
-    if p == 0.0 or r >= n:
-        return 1.0
-    log_p = math.log(p)
-    log_q = math.log1p(-p)
-    log_n = math.lgamma(n + 1)
-    # Sum the smaller tail for accuracy, P(X <= r) or 1 - P(X >= r + 1), and only where the
-    # mass is: beyond BINOMIAL_TAIL_SDS standard deviations (plus a margin) a term is below
-    # e^-140 (Chernoff), so the sum costs O(sd) terms, not O(n), whatever the loss.
-    mean = n * p
-    width = BINOMIAL_TAIL_SDS * math.sqrt(mean * (1.0 - p)) + BINOMIAL_TAIL_MARGIN
-    low = max(0, math.floor(mean - width))
-    high = min(n, math.ceil(mean + width))
-    if r < mean:
-        terms = range(low, min(r, high) + 1)
-        complement = False
-    else:
-        terms = range(max(r + 1, low), high + 1)
-        complement = True
-    total = math.fsum(
-        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
-        for i in terms
-    )
-    return min(1.0, max(0.0, 1.0 - total if complement else total))
+    return fecmath.binomial_cdf(r, n, p)
 
 
 def fec_repair_symbols(data_symbols: int, loss: float, target: float = 0.999) -> int:
     """Section 10: the smallest r with ``P(at most r of k + r lost) >= target`` (exact binomial).
 
-    The success probability never falls as r grows (one more symbol and one more allowed
-    loss), so an exponential then binary search finds r in O(log r) binomial sums.
+    The same function the FEC stack sizes its redundancy with (:mod:`tbcore.fecmath`).
     """
     k = _count("data_symbols", data_symbols, minimum=1)
     p = _loss("loss", loss)
     goal = _open_unit("target", target)
-    if p == 0.0:
-        return 0
-    high = 1
-    while _binomial_cdf(high, k + high, p) < goal:
-        high *= 2
-    low = high // 2  # fails (or is 0)
-    if _binomial_cdf(0, k, p) >= goal:
-        return 0
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _binomial_cdf(middle, k + middle, p) >= goal:
-            high = middle
-        else:
-            low = middle
-    return high
+    return fecmath.repair_symbols(k, p, goal)
 
 
 # --- 12. two paths ---------------------------------------------------------------------

@@ -1,0 +1,140 @@
+"""How many repair symbols a block needs (MODELS.md section 10), shared by the stacks and
+the bounds: the FEC stack computes its redundancy with the same functions that
+``harness.bounds`` uses for the bound, so the two can never disagree.
+
+- :func:`binomial_cdf` and :func:`repair_symbols`: independent loss, the exact binomial
+  (``P(at most r of k + r lost) >= target``).
+- :func:`markov_loss_cdf` and :func:`markov_repair_symbols`: losses that come in bursts,
+  modelled as a two-state Markov chain on the packets themselves (lost after received with
+  probability ``a``, lost after lost with ``b``): the simple Gilbert model, which is what a
+  receiver can estimate from a loss trace without knowing the hidden states of a
+  Gilbert-Elliott channel. ``a == b`` is independent loss again.
+
+Arguments are checked by the callers (bounds checks and names them; the stack builds them);
+these functions assume ``0 <= p < 1`` and whole counts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+BINOMIAL_TAIL_SDS = 50.0
+BINOMIAL_TAIL_MARGIN = 100.0
+MARKOV_EXACT_MAX_PACKETS = 4096
+"""Up to this many packets the Markov loss count is summed exactly (O(n^2) dynamic
+programme, ~0.1 s at the limit); beyond it, a normal approximation with the chain's
+variance (the count is a sum of a stationary, geometrically mixing sequence)."""
+
+
+def binomial_cdf(r: int, n: int, p: float) -> float:
+    """``P(X <= r)`` for ``X ~ Binomial(n, p)``, summed only where the mass is."""
+    if p == 0.0 or r >= n:
+        return 1.0
+    if r < 0:
+        return 0.0
+    log_p = math.log(p)
+    log_q = math.log1p(-p)
+    log_n = math.lgamma(n + 1)
+    # Sum the smaller tail for accuracy, P(X <= r) or 1 - P(X >= r + 1), and only where the
+    # mass is: beyond BINOMIAL_TAIL_SDS standard deviations (plus a margin) a term is below
+    # e^-140 (Chernoff), so the sum costs O(sd) terms, not O(n), whatever the loss.
+    mean = n * p
+    width = BINOMIAL_TAIL_SDS * math.sqrt(mean * (1.0 - p)) + BINOMIAL_TAIL_MARGIN
+    low = max(0, math.floor(mean - width))
+    high = min(n, math.ceil(mean + width))
+    if r < mean:
+        terms = range(low, min(r, high) + 1)
+        complement = False
+    else:
+        terms = range(max(r + 1, low), high + 1)
+        complement = True
+    total = math.fsum(
+        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
+        for i in terms
+    )
+    return min(1.0, max(0.0, 1.0 - total if complement else total))
+
+
+def _smallest(ok: Callable[[int], float], goal: float) -> int:
+    """The smallest r >= 0 with ``ok(r) >= goal``; success never falls as r grows (one
+    more symbol and one more allowed loss), so exponential then binary search."""
+    if ok(0) >= goal:
+        return 0
+    high = 1
+    while ok(high) < goal:
+        high *= 2
+    low = high // 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        if ok(middle) >= goal:
+            high = middle
+        else:
+            low = middle
+    return high
+
+
+def repair_symbols(k: int, p: float, target: float) -> int:
+    """Section 10: the smallest r with ``P(at most r of k + r lost) >= target``."""
+    if p == 0.0:
+        return 0
+    return _smallest(lambda r: binomial_cdf(r, k + r, p), target)
+
+
+def extra_symbols(needed: int, p: float, target: float) -> int:
+    """The smallest x with ``P(at least needed of x arrive) >= target``: a repair round for a
+    block that is ``needed`` symbols short."""
+    if needed <= 0:
+        return 0
+    return needed + repair_symbols(needed, p, target)
+
+
+# --- bursts ------------------------------------------------------------------------------
+
+
+def markov_stationary_loss(a: float, b: float) -> float:
+    """Mean loss of the chain: ``a / (1 - b + a)``."""
+    denominator = 1.0 - b + a
+    return 0.0 if denominator <= 0 else a / denominator
+
+
+def markov_loss_cdf(r: int, n: int, a: float, b: float) -> float:
+    """``P(at most r of n packets lost)`` when packet losses follow the two-state chain
+    (``a`` = P(lost | previous received), ``b`` = P(lost | previous lost)), started in its
+    stationary state."""
+    if r >= n:
+        return 1.0
+    if r < 0:
+        return 0.0
+    p = markov_stationary_loss(a, b)
+    if p == 0.0:
+        return 1.0
+    if n > MARKOV_EXACT_MAX_PACKETS:
+        rho = b - a  # lag-1 correlation of the loss indicator
+        rho = min(max(rho, -0.999), 0.999)
+        variance = n * p * (1.0 - p) * (1.0 + rho) / (1.0 - rho)
+        z = (r + 0.5 - n * p) / math.sqrt(max(variance, 1e-300))
+        return 0.5 * math.erfc(-z / math.sqrt(2.0))
+    # dist_good[c] / dist_bad[c]: P(c losses so far and the last packet received / lost)
+    cap = r + 2  # counts above r are lumped (only P(<= r) is wanted)
+    good = np.zeros(cap)
+    bad = np.zeros(cap)
+    good[0] = 1.0 - p
+    bad[1] = p
+    for _ in range(n - 1):
+        new_good = good * (1.0 - a) + bad * (1.0 - b)
+        new_bad = np.zeros(cap)
+        new_bad[1:] = good[:-1] * a + bad[:-1] * b
+        new_bad[-1] += good[-1] * a + bad[-1] * b  # stays "more than r"
+        good, bad = new_good, new_bad
+    return float(min(1.0, good[: r + 1].sum() + bad[: r + 1].sum()))
+
+
+def markov_repair_symbols(k: int, a: float, b: float, target: float) -> int:
+    """The burst-aware redundancy: the smallest r with ``P(at most r of k + r lost) >=
+    target`` under the two-state chain."""
+    if markov_stationary_loss(a, b) == 0.0:
+        return 0
+    return _smallest(lambda r: markov_loss_cdf(r, k + r, a, b), target)
