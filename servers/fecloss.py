@@ -14,6 +14,7 @@ FEEDBACK. :class:`Redundancy` turns the latest estimate into a repair count per 
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -74,8 +75,8 @@ class LossWindow:
         if n == 0:
             return 0.0, 0.0, 0
         lost = n - sum(trace)
-        pairs = sum(1 for x, y in zip(trace, trace[1:], strict=False) if not x)
-        both = sum(1 for x, y in zip(trace, trace[1:], strict=False) if not x and not y)
+        pairs = sum(1 for x, _ in itertools.pairwise(trace) if not x)
+        both = sum(1 for x, y in itertools.pairwise(trace) if not x and not y)
         p = lost / n
         after = both / pairs if pairs else p
         return p, after, n

@@ -26,14 +26,14 @@ Bodies by type (big-endian):
 - ``DATA``: transfer (4) | transfer bytes (4) | block (2) | round (1) | round end (4) |
   loss estimate (2) | RaptorQ packet (PayloadId 4 + one symbol).
 - ``PROBE``: train index (2) | train length (2) | padding to a full datagram.
-- ``REPORT``: probe rate bit/s (8) | probe received (2) | probe train length (2).
+- ``REPORT``: probe rate bit/s (8) | probe received (2) | probe train length (2) | time us (4):
+  the server's hold time of the client's train, or the client's measured round trip.
 - ``FEEDBACK``: transfer (4) | kind (1: done, 2: need) | rate bit/s (8) | loss (4 floats:
   p, P(lost | previous lost), packets in window, rounds asked) | block (2) | needed (4).
 """
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import struct
 from dataclasses import dataclass
@@ -61,7 +61,7 @@ FEEDBACK_NEED = 2
 _COMMON = struct.Struct("!B8sI")
 _DATA = struct.Struct("!IIHBIH")
 _PROBE = struct.Struct("!HH")
-_REPORT = struct.Struct("!QHH")
+_REPORT = struct.Struct("!QHHI")
 _FEEDBACK = struct.Struct("!IBQddddHI")
 RAPTORQ_PAYLOAD_ID_BYTES = 4
 """RFC 6330 section 3.2: source block number (1) + encoding symbol id (3)."""
@@ -71,8 +71,8 @@ DATA_OVERHEAD_BYTES = COMMON_BYTES + _DATA.size + RAPTORQ_PAYLOAD_ID_BYTES + TAG
 SYMBOL_ALIGNMENT_BYTES = 8
 """RaptorQ symbol sizes are a multiple of the alignment Al (RFC 6330 section 4.3; the
 ``raptorq`` package uses 8)."""
-SYMBOL_BYTES = (MAX_DATAGRAM_BYTES - DATA_OVERHEAD_BYTES) // SYMBOL_ALIGNMENT_BYTES * (
-    SYMBOL_ALIGNMENT_BYTES
+SYMBOL_BYTES = (
+    (MAX_DATAGRAM_BYTES - DATA_OVERHEAD_BYTES) // SYMBOL_ALIGNMENT_BYTES * (SYMBOL_ALIGNMENT_BYTES)
 )
 """1416: the largest aligned symbol whose DATA datagram fits one unfragmented packet."""
 DATA_DATAGRAM_BYTES = DATA_OVERHEAD_BYTES + SYMBOL_BYTES
@@ -123,9 +123,7 @@ class DataHeader:
     """The loss rate the sender sized its redundancy with."""
 
 
-def pack_data(
-    key: bytes, session: bytes, seq: int, header: DataHeader, rq_packet: bytes
-) -> bytes:
+def pack_data(key: bytes, session: bytes, seq: int, header: DataHeader, rq_packet: bytes) -> bytes:
     loss = round(min(max(header.loss_estimate, 0.0), 1.0) * LOSS_SCALE)
     head = _COMMON.pack(TYPE_DATA, session, seq) + _DATA.pack(
         header.transfer,
@@ -159,16 +157,33 @@ def unpack_probe(body: bytes) -> tuple[int, int]:
     return _PROBE.unpack_from(body, COMMON_BYTES)
 
 
-def pack_report(key: bytes, session: bytes, seq: int, rate_bps: float, got: int, of: int) -> bytes:
+@dataclass(frozen=True)
+class Report:
+    rate_bps: float
+    """Arrival rate of the probe train (0: could not be measured)."""
+    received: int
+    count: int
+    """Datagrams of the train that arrived, of how many."""
+    time_s: float
+    """Server to client: how long the server held the train before reporting; client to
+    server: the round trip the client measured."""
+
+
+def pack_report(key: bytes, session: bytes, seq: int, report: Report) -> bytes:
     head = _COMMON.pack(TYPE_REPORT, session, seq)
-    return seal(key, head + _REPORT.pack(int(rate_bps), got, of))
+    micros = min(0xFFFFFFFF, max(0, round(report.time_s * 1e6)))
+    return seal(
+        key, head + _REPORT.pack(int(report.rate_bps), report.received, report.count, micros)
+    )
 
 
-def unpack_report(body: bytes) -> tuple[float, int, int]:
+def unpack_report(body: bytes) -> Report:
     if len(body) < COMMON_BYTES + _REPORT.size:
         raise ValueError("REPORT too short")
-    rate, got, of = _REPORT.unpack_from(body, COMMON_BYTES)
-    return float(rate), got, of
+    rate, got, count, micros = _REPORT.unpack_from(body, COMMON_BYTES)
+    if got > count:
+        raise ValueError("REPORT received > count")
+    return Report(float(rate), got, count, micros / 1e6)
 
 
 @dataclass(frozen=True)
