@@ -67,7 +67,7 @@ MAX_ASKS = 64
 """A receiver gives up on a transfer after this many unanswered NEEDs."""
 DONE_COPIES = 2
 """DONE, NEED and REPORT are sent twice: at 14 % independent loss both are lost 2 % of
-the time, and a lost DONE only costs a tail probe (the sender's data is then answered with DONE again)."""
+the time, and a lost DONE only costs a tail probe (answered with DONE again)."""
 TOKEN_SLACK_BYTES = 1e-3
 """Rounding slack of the token bucket (a timer set for the exact refill must send)."""
 RATE_INCREASE = 1.10

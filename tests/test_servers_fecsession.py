@@ -170,9 +170,7 @@ def test_too_many_transfers_and_oversized_transfers_are_refused() -> None:
     sim = Sim()
     server = sim.server
     symbol = bytes(4) + bytes(wire.SYMBOL_BYTES)
-    seq = 0
-    for tid in range(10):
-        seq += 1
+    for seq, tid in enumerate(range(10), start=1):
         datagram = wire.pack_data(
             server.recv_key, SESSION, seq, wire.DataHeader(tid, 354_640, 0, 0, 300, 0), symbol
         )
