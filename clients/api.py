@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import uvloop
 
-from clients import h2client, h3client
+from clients import fecclient, h2client, h3client
 from clients.config import ClientConfig
 from clients.records import RequestRecord, write_records
 from clients.workload import RequestSpec, request_spec
@@ -50,6 +50,7 @@ from servers.tls import client_context
 from tbcore.sampler import Sampler
 from tbcore.tcpinfo import SAMPLE_FIELDS, read_tcp_info
 
+FEC_SAMPLE_FIELDS = ("rate_bps", "rtt_s", "peer_loss", "sent_datagrams", "received_datagrams")
 TICKET_WAIT_S = 2.0
 """How long the 0-RTT priming connection waits for a session ticket."""
 
@@ -66,7 +67,9 @@ class _Run:
         self.config = config
         self.spec: RequestSpec = request_spec(config.workload, config.chunks)
         self.records: list[RequestRecord] = []
-        columns = SAMPLE_FIELDS if config.protocol == "h2" else QUIC_SAMPLE_FIELDS
+        columns = {"h2": SAMPLE_FIELDS, "fec": FEC_SAMPLE_FIELDS}.get(
+            config.protocol, QUIC_SAMPLE_FIELDS
+        )
         self.sampler = Sampler(columns, config.sample_hz) if config.samples_path else None
         self.keylog: IO[str] | None = None
         self.conn_index = -1
@@ -88,6 +91,8 @@ class _Run:
     async def connect(self, early: bool = False) -> Any:
         config = self.config
         self.conn_index += 1
+        if config.protocol == "fec":
+            return await fecclient.open_connection(config)
         if config.protocol == "h2":
             if self.tls is None:
                 self.tls = client_context(config.keylog_path)
@@ -108,12 +113,19 @@ class _Run:
             record.handshake_done = conn.handshake_done
             record.resumed = conn.resumed
             record.early_data_accepted = False
+        elif isinstance(conn, fecclient.FecClient):
+            record.tcp_connected = conn.tcp_connected
+            record.handshake_done = conn.handshake_done
+            record.resumed = False
+            record.early_data_accepted = False
         else:
             record.handshake_done = conn.protocol.handshake_done
             record.resumed = conn.protocol.resumed
             record.early_data_accepted = conn.protocol.early_data_accepted
 
     def probe(self, conn: Any) -> Callable[[], dict[str, Any]]:
+        if isinstance(conn, fecclient.FecClient):
+            return conn.counters
         if isinstance(conn, h2client.H2Client):
             sock = conn.protocol.sock
             return lambda: read_tcp_info(sock)
@@ -136,7 +148,9 @@ class _Run:
         # stamp after the request: h3 0-RTT handshakes finish during it
         self.stamp_connection(record, conn)
         try:
-            if isinstance(conn, h2client.H2Client):
+            if isinstance(conn, fecclient.FecClient):
+                pass  # the request stored its FEC figures in record.extra["fec"]
+            elif isinstance(conn, h2client.H2Client):
                 record.tcp_info = conn.tcp_info()
                 if conn.session is not None:
                     self.session = conn.session
@@ -235,6 +249,8 @@ class _Run:
 
 
 def _connection_dead(conn: Any) -> bool:
+    if isinstance(conn, fecclient.FecClient):
+        return conn.writer.is_closing() or conn.failed is not None
     if isinstance(conn, h2client.H2Client):
         return conn.transport.is_closing()
     return conn.protocol.terminated_reason is not None

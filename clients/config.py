@@ -8,7 +8,7 @@ from pathlib import Path
 from servers.knobs import QUIC_MIN_DATAGRAM_BYTES, check_quic_pacing, check_transport_fields
 from tbcore.errors import SpecError
 
-PROTOCOLS = ("h2", "h3")
+PROTOCOLS = ("h2", "h3", "fec")
 WORKLOAD_NAMES = ("asr", "tts", "retouch", "stream", "image", "sink")
 """The issue's four workloads, then the two 30 MB bench transfers (down, up)."""
 CONNECTION_MODES = ("new", "reused", "0rtt")
@@ -61,6 +61,12 @@ class ClientConfig:
     quic_batching: bool = True
     """QUIC: send runs of datagrams as UDP GSO segments (one system call per run) and
     transmit once per batch of datagrams read, not once per datagram."""
+    fec_rate_bps: float | None = None
+    """FEC: the path's configured rate, a cap the sender never exceeds; required for fec."""
+    fec_redundancy: str = "adaptive"
+    """FEC: "adaptive" (from the receiver's loss estimate) or a fixed percentage ("25.7%")."""
+    fec_target: float = 0.999
+    """FEC: the adaptive redundancy's success probability per transfer (MODELS.md s10)."""
 
     def __post_init__(self) -> None:
         check_quic_pacing(self.quic_pacing)
@@ -72,6 +78,8 @@ class ClientConfig:
             )
         if self.connection not in CONNECTION_MODES:
             raise SpecError("connection", f"{self.connection!r} is not one of new, reused, 0rtt")
+        if self.protocol == "fec" and self.fec_rate_bps is None:
+            raise SpecError("fec-rate", "the FEC client needs the path's rate (e.g. 333mbit)")
         if self.connection == "0rtt" and self.protocol != "h3":
             raise SpecError(
                 "connection",

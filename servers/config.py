@@ -30,6 +30,9 @@ class ServerConfig:
     """TCP port of HTTP/2 over TLS 1.3; None: no h2 listener. 0: any free port."""
     h3_port: int | None = DEFAULT_PORT
     """UDP port of HTTP/3; None: no h3 listener. 0: any free port."""
+    fec_port: int | None = None
+    """UDP port of the FEC datagrams and TCP port of its TLS control channel (the same
+    number); None: no FEC listener. 0: any free port."""
     log_path: Path | None = None
     """JSONL event log (CLOCK_MONOTONIC seconds)."""
     cc: str | None = None
@@ -64,17 +67,25 @@ class ServerConfig:
     quic_batching: bool = True
     """QUIC: send runs of datagrams as UDP GSO segments (one system call per run) and
     transmit once per batch of datagrams read, not once per datagram."""
+    fec_rate_bps: float | None = None
+    """FEC: the path's configured rate, a cap the sender never exceeds; required for fec."""
+    fec_redundancy: str = "adaptive"
+    """FEC: "adaptive" (from the receiver's loss estimate) or a fixed percentage ("25.7%")."""
+    fec_target: float = 0.999
+    """FEC: the adaptive redundancy's success probability per transfer (MODELS.md s10)."""
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         check_quic_pacing(self.quic_pacing)
-        for name in ("h2_port", "h3_port"):
+        for name in ("h2_port", "h3_port", "fec_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
                 raise SpecError(name.replace("_", "-"), f"port {port} is not in 0..65535")
-        if self.h2_port is None and self.h3_port is None:
-            raise SpecError("h2-port", "at least one of h2 and h3 must listen")
+        if self.h2_port is None and self.h3_port is None and self.fec_port is None:
+            raise SpecError("h2-port", "at least one of h2, h3 and fec must listen")
+        if self.fec_port is not None and self.fec_rate_bps is None:
+            raise SpecError("fec-rate", "the FEC server needs the path's rate (e.g. 333mbit)")
         check_transport_fields(self)
         for name in ("processing_audio_s", "processing_image_s"):
             if getattr(self, name) < 0:

@@ -52,6 +52,9 @@ PROBE_TRAIN_PACKETS = 48
 PROBE_STALL_S = 0.010
 """A train is over this long after its last arrival (when its last datagram was lost)."""
 PROBE_RETRIES = 4
+MIN_PROBE_RATE_FRACTION = 0.01
+"""A train measured below 1 % of the cap (or not at all: every datagram timestamped alike, as
+on loopback where GSO segments arrive as one) is no measurement: the cap is used."""
 PACING_BURST_S = 0.002
 """Token bucket depth: 2 ms of the rate (event-loop timers are ~1 ms granular)."""
 INITIAL_RTT_S = 0.333
@@ -78,7 +81,8 @@ MIN_RATE_SAMPLE_S = 0.001
 MAX_INCOMING_TRANSFERS = 4
 """Transfers a receiver assembles at once per session (memory bound with MAX_TRANSFER_BYTES
 and MAX_SYMBOLS_PER_BLOCK_FACTOR: at most 4 x 64 MB x 2 held)."""
-MAX_OUTGOING_TRANSFERS = 8
+MAX_OUTGOING_TRANSFERS = 64
+"""Unacknowledged transfers a sender keeps (a 20 ms chunk stream has ~10 per round trip)."""
 MAX_SYMBOLS_PER_BLOCK_FACTOR = 2
 """A block stores at most 2k + 64 symbols: more than that is refused (over budget)."""
 MAX_ESI_FACTOR = 8
@@ -481,7 +485,7 @@ class FecEndpoint:
         if report.count:
             lost = 1.0 - report.received / report.count
             self.peer_loss = LossReport(lost, lost, report.count)
-        if report.rate_bps > 0 and report.received >= 2:
+        if report.rate_bps >= MIN_PROBE_RATE_FRACTION * self.cap_bps and report.received >= 2:
             self._set_rate(report.rate_bps, "probe", now)
         elif self.rate_bps is None:
             self._set_rate(self.cap_bps, "cap", now)
@@ -505,7 +509,8 @@ class FecEndpoint:
         if len([t for t in self._out.values() if not t.done]) >= MAX_OUTGOING_TRANSFERS:
             raise SpecError("transfer", f"more than {MAX_OUTGOING_TRANSFERS} transfers in flight")
         tid = self._next_transfer if transfer is None else transfer
-        self._next_transfer = max(self._next_transfer, tid + 1)
+        if transfer is None:
+            self._next_transfer += 1
         layout = BlockLayout(len(data))
         report = self.peer_loss
         blocks: list[_OutBlock] = []
@@ -566,7 +571,7 @@ class FecEndpoint:
             return
         if fb.kind == wire.FEEDBACK_DONE:
             if fb.rate_bps > 0 and self.rate_bps is not None:
-                self._follow_rate(fb.rate_bps, now)
+                self._follow_rate(fb.rate_bps, transfer, now)
             if not transfer.done:
                 transfer.done = True
                 transfer.stats.done_at = now
@@ -581,11 +586,23 @@ class FecEndpoint:
         block.answered_ask = fb.ask
         self._send_more(transfer, fb.block, self.redundancy.extra(fb.needed, self.peer_loss))
 
-    def _follow_rate(self, arrival_bps: float, now: float) -> None:
+    def _follow_rate(self, arrival_bps: float, transfer: _Outgoing, now: float) -> None:
+        """Arrivals slower than what actually left (not what the pacer aimed at: a busy
+        sender falls short of its rate by itself) mean a queue: follow them down; arrivals
+        that keep up let the rate grow back towards the cap."""
+        stats = transfer.stats
         current = self.rate_bps or self.cap_bps
-        if arrival_bps < RATE_DECREASE_BELOW * current:
+        if stats.first_at is None or stats.round_sent_at is None:
+            return
+        span = stats.round_sent_at - stats.first_at
+        count = stats.source_symbols + stats.repair_symbols - 1
+        if span < MIN_RATE_SAMPLE_S or count < MIN_RATE_SAMPLE_PACKETS:
+            return
+        wire_bits = (wire.DATA_DATAGRAM_BYTES + wire.IPV4_UDP_HEADER_BYTES) * BITS_PER_BYTE
+        sent_bps = count * wire_bits / span
+        if arrival_bps < RATE_DECREASE_BELOW * min(current, sent_bps):
             self._set_rate(arrival_bps, "feedback", now)
-        else:
+        elif current < self.cap_bps:
             self._set_rate(current * RATE_INCREASE, self.rate_source, now)
 
     # -- receiving ---------------------------------------------------------------------------

@@ -63,6 +63,13 @@ def add_transport_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quic-max-data", default=None, help="fixed QUIC windows, bytes")
     parser.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows, bytes")
+    parser.add_argument(
+        "--fec-rate", default=None, help="FEC: the path's rate, a cap on the sender (333mbit)"
+    )
+    parser.add_argument(
+        "--fec-redundancy", default="adaptive", help="FEC: adaptive or a percentage (25.7%%)"
+    )
+    parser.add_argument("--fec-target", type=float, default=0.999, help="FEC: success target")
 
 
 def parse_pacing(text: str) -> str | float:
@@ -97,6 +104,11 @@ def transport_fields(args: argparse.Namespace) -> dict[str, Any]:
         "quic_pacing": parse_pacing(args.quic_pacing),
         "quic_max_data_bytes": size(args.quic_max_data, "quic-max-data"),
         "h2_window_bytes": units.parse_size_bytes("h2-window", args.h2_window),
+        "fec_rate_bps": (
+            None if args.fec_rate is None else units.parse_rate_bps("fec-rate", args.fec_rate)
+        ),
+        "fec_redundancy": args.fec_redundancy,
+        "fec_target": args.fec_target,
     }
 
 
@@ -127,6 +139,11 @@ def check_transport_fields(config: Any) -> None:
             raise SpecError(name.removesuffix("_bytes").replace("_", "-"), "must be > 0 bytes")
     if config.max_pacing_rate_bps is not None and config.max_pacing_rate_bps <= 0:
         raise SpecError("max-pacing-rate", "must be > 0 bit/s")
+    if config.fec_rate_bps is not None and not config.fec_rate_bps > 0:
+        raise SpecError("fec-rate", "must be > 0 bit/s")
+    from servers.fecloss import Redundancy  # the FEC settings' one parser
+
+    Redundancy.parse(config.fec_redundancy, config.fec_target)
     if not H2_MIN_WINDOW_BYTES <= config.h2_window_bytes <= H2_MAX_WINDOW_BYTES:
         raise SpecError(
             "h2-window", f"{config.h2_window_bytes} is not in 65535..2^31-1 (RFC 9113 6.9.1)"
