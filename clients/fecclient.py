@@ -221,7 +221,12 @@ async def open_connection(config: ClientConfig) -> FecClient:
         bind_host = "::" if ":" in config.host else "0.0.0.0"
         sock = make_fec_socket(bind_host, 0, config.udp_buffer_bytes)
         box: list[FecClient] = []
-        io = DatagramIO(sock, lambda d, t, a: box[0].driver.receive(d, t, a), loop)
+        io = DatagramIO(
+            sock,
+            lambda d, t, a: box[0].driver.receive(d, t, a, service=False),
+            loop,
+            lambda: box[0].driver.service(),
+        )
         driver = EndpointDriver(
             endpoint, io, (config.host, udp_port), lambda e: box[0].on_event(e), loop
         )

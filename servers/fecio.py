@@ -45,10 +45,13 @@ class DatagramIO:
         sock: socket.socket,
         on_datagram: Callable[[bytes, float, Any], None],
         loop: asyncio.AbstractEventLoop,
+        on_batch_end: Callable[[], None] | None = None,
     ) -> None:
         self.sock = sock
         self.loop = loop
         self.on_datagram = on_datagram
+        self.on_batch_end = on_batch_end
+        """Called once after each batch of reads (drivers send and re-arm once per batch)."""
         self._pending: collections.deque[tuple[bytes, Any]] = collections.deque()
         self._gso = True
         self.closed = False
@@ -57,6 +60,13 @@ class DatagramIO:
     def _readable(self) -> None:
         offset = time.time() - time.monotonic()
         ancillary = socket.CMSG_SPACE(_TIMESPEC.size)
+        try:
+            self._read_batch(offset, ancillary)
+        finally:
+            if self.on_batch_end is not None:
+                self.on_batch_end()
+
+    def _read_batch(self, offset: float, ancillary: int) -> None:
         for _ in range(MAX_READS_PER_WAKE):
             try:
                 data, anc, _flags, addr = self.sock.recvmsg(RECV_BUFFER_BYTES, ancillary)
@@ -160,13 +170,16 @@ class EndpointDriver:
         self._watchers: list[tuple[Callable[[], bool], Callable[[float], None]]] = []
         self.closed = False
 
-    def receive(self, data: bytes, arrival: float, addr: Any) -> bool:
+    def receive(self, data: bytes, arrival: float, addr: Any, service: bool = True) -> bool:
+        """Feed one datagram; ``service=False`` leaves sending to a later :meth:`service`
+        (once per batch of reads)."""
         if self.closed:
             return False
         accepted = self.endpoint.receive_datagram(data, arrival)
         if accepted:
             self.addr = addr  # authenticated: the peer is (now) there
-        self.service()
+        if service:
+            self.service()
         return accepted
 
     def watch(self, condition: Callable[[], bool], callback: Callable[[float], None]) -> None:

@@ -14,10 +14,11 @@ FEEDBACK. :class:`Redundancy` turns the latest estimate into a repair count per 
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from dataclasses import dataclass
+
+import numpy as np
 
 from servers.feccode import RAPTORQ_OVERHEAD_SYMBOLS
 from tbcore import fecmath
@@ -63,20 +64,23 @@ class LossWindow:
             return
         self._got[seq % self.size] = 1
 
-    def _trace(self) -> list[int]:
+    def _trace(self) -> np.ndarray:
         """1 for each received, 0 for each lost number in the window, oldest first."""
         start = max(self.first, self.highest - self.size + 1)
-        return [self._got[s % self.size] for s in range(start, self.highest + 1)]
+        ring = np.frombuffer(self._got, dtype=np.uint8)
+        index = np.arange(start, self.highest + 1) % self.size
+        return ring[index]
 
     def estimate(self) -> tuple[float, float, int]:
         """(loss, P(lost | previous lost), packets): (0, 0, 0) before any packet."""
-        trace = self._trace()
-        n = len(trace)
-        if n == 0:
+        if self.highest < 0 or self.highest < self.first:
             return 0.0, 0.0, 0
-        lost = n - sum(trace)
-        pairs = sum(1 for x, _ in itertools.pairwise(trace) if not x)
-        both = sum(1 for x, y in itertools.pairwise(trace) if not x and not y)
+        trace = self._trace()
+        n = int(trace.size)
+        lost_mask = trace == 0
+        lost = int(lost_mask.sum())
+        pairs = int(lost_mask[:-1].sum())
+        both = int((lost_mask[:-1] & lost_mask[1:]).sum())
         p = lost / n
         after = both / pairs if pairs else p
         return p, after, n

@@ -175,7 +175,8 @@ class FecListener:
         self.sessions: dict[bytes, FecServerSession] = {}
         self.dropped: collections.Counter[str] = collections.Counter()
         loop = asyncio.get_running_loop()
-        self.io = DatagramIO(sock, self._datagram, loop)
+        self._touched: set[FecServerSession] = set()
+        self.io = DatagramIO(sock, self._datagram, loop, self._batch_end)
         self.tcp: asyncio.AbstractServer | None = None
 
     def _datagram(self, data: bytes, arrival: float, addr: Any) -> None:
@@ -184,7 +185,14 @@ class FecListener:
         if session is None or session.driver is None:
             self._garbage(addr, "short datagram" if head is None else "unknown session")
             return
-        session.driver.receive(data, arrival, addr)
+        session.driver.receive(data, arrival, addr, service=False)
+        self._touched.add(session)
+
+    def _batch_end(self) -> None:
+        touched, self._touched = self._touched, set()
+        for session in touched:
+            if session.driver is not None:
+                session.driver.service()
 
     def _garbage(self, addr: Any, reason: str) -> None:
         self.dropped[reason] += 1
