@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from clients.api import measured, run_requests
+from clients.api import run_requests
 from clients.config import ClientConfig
 from servers import fecmessage
 from servers import fecwire as wire
@@ -125,3 +125,75 @@ async def test_garbage_forgeries_and_replays_are_dropped_and_counted(
     assert dropped == {"bad_tag": 1, "replay": 1, "duplicate": 1, "oversized": 1, "out_of_range": 1}
     garbage = [e for e in events if e["event"] == "error" and "dropped datagram" in e["reason"]]
     assert len(garbage) == 3  # random, one byte, forged session id
+
+
+# --- across the emulated path -------------------------------------------------------------
+
+LINK = "fct1"
+
+
+@pytest.mark.root
+@pytest.mark.slow
+def test_tts_across_a_lossy_emulated_link_needs_no_repair_round(tmp_path: Path) -> None:
+    """200 ms, 14 % loss, 333 Mbit/s: every response decodes from its first round, with
+    repair near the binomial requirement at the loss the session measured."""
+    import sys
+
+    from netem import clean, nsexec
+    from netem.link import Link
+    from tbcore import fecmath
+
+    clean.clean(LINK)
+    records_path = tmp_path / "records.jsonl"
+    enter = (
+        "import os, sys; from netem import nsexec; nsexec.enter(sys.argv.pop(1)); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'harness.cli', *sys.argv[1:]])"
+    )
+    try:
+        with Link.up(LINK, "rtt=200ms,loss=14%,rate=333mbit", backend="userspace") as link:
+            args = ["--no-h2", "--no-h3", "--fec-port", "0", "--fec-rate", "333mbit"]
+            command = [sys.executable, "-c", enter, link.server_ns]
+            with ServerProcess(args, bind=link.server_addr, command=command) as proc:
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "harness.cli",
+                    "client",
+                    "--protocol",
+                    "fec",
+                    "--host",
+                    link.server_addr,
+                    "--port",
+                    str(proc.ports["fec"]),
+                    "--workload",
+                    "tts",
+                    "--requests",
+                    "6",
+                    "--warmup",
+                    "2",
+                    "--connection",
+                    "reused",
+                    "--fec-rate",
+                    "333mbit",
+                    "--records",
+                    str(records_path),
+                    "--quiet",
+                    "--timeout",
+                    "20s",
+                ]
+                done = nsexec.run(link.client_ns, argv, capture_output=True, text=True, timeout=120)
+                assert done.returncode == 0, done.stderr[-500:]
+    finally:
+        assert not clean.clean(LINK).remaining
+    records = [json.loads(line) for line in records_path.read_text().splitlines()]
+    for record in records:
+        assert record["error"] is None and record["sha256_ok"]
+        response = record["extra"]["fec"]["response"]
+        k, r = response["source_symbols"], response["repair_symbols"]
+        assert response["extra_rounds"] == 0 or record["warmup"]
+        estimate = response["loss_estimate"]
+        if not record["warmup"]:
+            assert 0.10 < estimate < 0.18
+            assert abs(r - fecmath.repair_symbols(k, estimate, 0.999)) <= 3
+            # one way down plus 30 ms processing and the serialisation, at least
+            assert record["response_last_byte"] - record["request_first_byte"] > 0.23
