@@ -163,8 +163,10 @@ class FecClient:
             record.up_bytes = len(spec.body) if stats.round_sent_at is not None else 0
             _fill(record, collector)
             response = pending.response
+            received = collector.headers.get("x-fec-received")
             record.extra["fec"] = {
                 "request": stats.to_dict(),
+                "request_received": None if received is None else json.loads(received),
                 "response": None if response is None else response.to_dict(),
                 "session": self.counters(),
                 "probe_done": self.probe_done,

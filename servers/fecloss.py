@@ -34,8 +34,10 @@ under independence by this many standard deviations."""
 DEFAULT_TARGET = 0.999
 """MODELS.md section 10's success target per transfer."""
 MAX_REDUNDANCY_FRACTION = 4.0
-"""Cap on r / k: a loss estimate near 1 must not make a sender flood (at p = 0.8 the
-binomial asks for ~4x)."""
+MAX_REDUNDANCY_EXTRA_SYMBOLS = 64
+"""Cap on r: ``4 k + 64``. A loss estimate near 1 must not make a sender flood (at p = 0.8
+the binomial asks for ~4x), but a one-symbol request on a bursty path needs tens of copies
+(a burst takes them all): 64 more symbols are 90 KB."""
 
 _PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
@@ -148,7 +150,7 @@ class Redundancy:
         """
         if self.mode == "fixed":
             return math.ceil(k * self.percent / 100.0 - 1e-9), "fixed"
-        cap = math.ceil(k * MAX_REDUNDANCY_FRACTION)
+        cap = math.ceil(k * MAX_REDUNDANCY_FRACTION) + MAX_REDUNDANCY_EXTRA_SYMBOLS
         if report.loss <= 0.0:
             return 0, "none"
         goal = self.target ** (1.0 / blocks)

@@ -33,6 +33,7 @@ from servers.fecsession import (
     TransferDelivered,
     TransferFailed,
     TransferReceived,
+    TransferStats,
 )
 from servers.session import ExchangeStreams, paced_chunks
 from servers.tls import ensure_certificate, server_context
@@ -60,6 +61,8 @@ class FecServerSession(ExchangeStreams):
         self.driver: EndpointDriver | None = None
         self.closed = False
         self.chunk_transfers = 0
+        self.received: dict[int, TransferStats] = {}
+        """Receiver-side figures of each request, told back in ``x-fec-received``."""
 
     def on_event(self, event: Event) -> None:
         now = time.monotonic()
@@ -110,6 +113,7 @@ class FecServerSession(ExchangeStreams):
             upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
             fec=stats.to_dict(),
         )
+        self.received[tid] = stats
         self._start_response(tid, plan, now)
 
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
@@ -118,6 +122,9 @@ class FecServerSession(ExchangeStreams):
         if self.closed or driver is None:
             return
         headers = app.response_head(plan, PROTO)[1:]
+        received = self.received.pop(stream_id, None)
+        if received is not None:
+            headers.append(("x-fec-received", json.dumps(_receiver_summary(received))))
         if plan.stream_chunks:
             headers.append(("x-stream-chunks", str(plan.stream_chunks)))
         message = fecmessage.pack_response(plan.status, headers, plan.body)
@@ -163,6 +170,19 @@ class FecServerSession(ExchangeStreams):
             received_datagrams=self.endpoint.received_datagrams,
             sent_datagrams=self.endpoint.sent_datagrams,
         )
+
+
+def _receiver_summary(stats: TransferStats) -> dict[str, object]:
+    """What the client cannot see of its request: how it arrived and decoded."""
+    return {
+        "received_symbols": stats.received_symbols,
+        "extra_rounds": stats.extra_rounds,
+        "decode_failures": stats.decode_failures,
+        "rate_bps": stats.rate_bps,
+        "decode_s": None
+        if stats.done_at is None or stats.first_at is None
+        else stats.done_at - stats.first_at,
+    }
 
 
 class FecListener:

@@ -60,8 +60,12 @@ PACING_BURST_S = 0.002
 INITIAL_RTT_S = 0.333
 """RFC 9002 section 6.2.2's kInitialRtt, until the probe measures one."""
 STALL_MIN_S = 0.004
-"""A block that received nothing for this long (and at least STALL_GAPS mean gaps) stalls."""
+"""A block whose round's last symbol has been seen and that received nothing for this long
+(and at least STALL_GAPS mean gaps) stalls: it asks for more."""
 STALL_GAPS = 16
+STALL_MID_ROUND_S = 0.025
+"""The same while the round has not reached its last symbol: a busy sender pauses for
+milliseconds (descheduled on a loaded host); asking then would fetch symbols still coming."""
 TAIL_MARGIN_S = 0.050
 TAIL_RTT_FACTOR = 1.5
 """The sender's wait for feedback after a round: 1.5 round trips + 50 ms (+ the peer's
@@ -213,6 +217,7 @@ class _InBlock:
     round_end: int = 0
     max_round: int = 0
     last_at: float = 0.0
+    highest_esi: int = -1
     asks: int = 0
     asked_round: int = 0
     """The highest round seen when the last NEED left: a later round answers it."""
@@ -722,6 +727,7 @@ class FecEndpoint:
             incoming.last_seq, incoming.last_t = seq, now
         block.round_end = max(block.round_end, header.round_end)
         block.max_round = max(block.max_round, header.round)
+        block.highest_esi = max(block.highest_esi, esi)
         if header.round == 0:
             incoming.stats.repair_symbols = sum(
                 b.round_end - b.k for b in incoming.blocks.values() if b.max_round == 0
@@ -799,13 +805,17 @@ class FecEndpoint:
             self._send_control(lambda seq: wire.pack_feedback(self.send_key, self.session, seq, fb))
         block.ask_deadline = now + self.rtt_s + TAIL_MARGIN_S + self._stall_s(incoming)
 
-    def _stall_s(self, incoming: _Incoming) -> float:
-        return max(STALL_MIN_S, STALL_GAPS * incoming.gap_s)
+    def _stall_s(self, incoming: _Incoming, block: _InBlock | None = None) -> float:
+        floor = STALL_MIN_S
+        if block is not None and block.highest_esi < block.round_end - 1:
+            floor = STALL_MID_ROUND_S
+        return max(floor, STALL_GAPS * incoming.gap_s)
 
     def _block_deadline(self, incoming: _Incoming, block: _InBlock) -> float:
+        stall = self._stall_s(incoming, block)
         if block.ask_deadline is not None:
-            return max(block.ask_deadline, block.last_at + self._stall_s(incoming))
-        return max(block.last_at, incoming.last_at) + self._stall_s(incoming)
+            return max(block.ask_deadline, block.last_at + stall)
+        return max(block.last_at, incoming.last_at) + stall
 
     # -- timers ------------------------------------------------------------------------------
     def handle_timer(self, now: float) -> None:
