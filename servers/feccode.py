@@ -79,11 +79,27 @@ class BlockEncoder:
         self.data = data
         self.symbol_bytes = symbol_bytes
         self.k = max(1, math.ceil(len(data) / symbol_bytes))
-        self._encoder = raptorq.Encoder.with_defaults(data, symbol_bytes)
+        self._encoder: raptorq.Encoder | None = None
         self._packets: list[bytes] = []
+
+    def source_packets(self) -> list[bytes]:
+        """The k source packets without running the encoder: RaptorQ is systematic (RFC
+        6330 section 4.2), a source packet is its PayloadId (SBN 0, ESI i) and the i-th
+        symbol of the data, the last one padded with zeros (the package's own packets are
+        byte for byte these, checked in the tests)."""
+        size = self.symbol_bytes
+        data = self.data
+        return [
+            b"\x00"
+            + i.to_bytes(RAPTORQ_PAYLOAD_ID_BYTES - 1, "big")
+            + data[i * size : (i + 1) * size].ljust(size, b"\x00")
+            for i in range(self.k)
+        ]
 
     def packets(self, first_esi: int, count: int) -> list[bytes]:
         """RaptorQ packets with ESIs ``first_esi .. first_esi + count - 1``."""
+        if self._encoder is None:
+            self._encoder = raptorq.Encoder.with_defaults(self.data, self.symbol_bytes)
         end = first_esi + count
         if end > len(self._packets):
             repair = max(0, end - self.k)

@@ -195,6 +195,8 @@ class EndpointDriver:
         if self.addr is not None:
             now = time.monotonic()
             self.io.send(endpoint.datagrams_to_send(now), self.addr)
+            if endpoint.prepare():  # repair symbols of one block, after the send
+                self.loop.call_soon(self.service)
             if self._watchers:
                 keep = []
                 for condition, callback in self._watchers:

@@ -96,6 +96,8 @@ class Sim:
                 at = path.admit(self.now, len(datagram))
                 if at is not None:
                     self.inject(peer, datagram, at)
+            while end.prepare():
+                pass
             while (event := end.next_event()) is not None:
                 self.events[name].append(event)
 

@@ -218,3 +218,16 @@ def test_report_and_feedback_layouts() -> None:
     bad = body[: wire.COMMON_BYTES + 4] + struct.pack("!B", 9) + body[wire.COMMON_BYTES + 5 :]
     with pytest.raises(ValueError):
         wire.unpack_feedback(bad)
+
+
+def test_source_packets_are_the_encoders_own() -> None:
+    import raptorq
+
+    from servers.feccode import BlockEncoder
+
+    for size in (354_640, 5_000, 100):
+        data = os.urandom(size)
+        encoder = BlockEncoder(data)
+        own = raptorq.Encoder.with_defaults(data, wire.SYMBOL_BYTES).get_encoded_packets(2)
+        assert encoder.source_packets() == own[: encoder.k]
+        assert encoder.packets(encoder.k, 2) == own[encoder.k :]
