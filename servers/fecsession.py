@@ -77,6 +77,12 @@ stall). A tail probe only matters when every DONE and NEED was lost (2 % of tran
 14 % loss); firing early instead would send symbols nobody needs."""
 TAIL_PROBE_SYMBOLS = 4
 MAX_TAIL_PROBES = 8
+BURST_MIN_PACKETS = 1000
+"""A peer's loss report over fewer packets cannot show bursts reliably (see sizing_report)."""
+PREMATURE_NEED_RTT_FRACTION = 0.9
+"""A NEED that arrives sooner than 0.9 RTT after the round's last symbol left was sent before
+that symbol could have arrived (a paused emulator or sender looked like a stall): it is not
+answered; the receiver asks again once its ask times out."""
 MAX_ASKS = 64
 """A receiver gives up on a transfer after this many unanswered NEEDs."""
 DONE_COPIES = 2
@@ -532,7 +538,7 @@ class FecEndpoint:
         if transfer is None:
             self._next_transfer += 1
         layout = BlockLayout(len(data))
-        report = self.peer_loss
+        report = self.sizing_report()
         blocks: list[_OutBlock] = []
         model = ""
         for b in range(layout.blocks):
@@ -567,6 +573,20 @@ class FecEndpoint:
         self._repair_pending.extend((tid, index) for index, b in enumerate(blocks) if b.r)
         self._forget_old_outgoing()
         return stats
+
+    def sizing_report(self) -> LossReport:
+        """The loss to size redundancy with: the peer's report of our direction; when that
+        covers too few packets to show bursts (a request direction carries little) but our
+        own receive window shows them, the bursts are taken from ours (same path, the
+        other way): a lone request sent as back-to-back copies would die in one burst."""
+        peer = self.peer_loss
+        if peer.packets >= BURST_MIN_PACKETS or peer.bursty:
+            return peer
+        loss, after, packets = self.loss_window.estimate()
+        local = LossReport(loss, after, packets)
+        if not local.bursty:
+            return peer
+        return LossReport(max(peer.loss, loss), after, packets)
 
     def prepare(self) -> bool:
         """Compute the first-round repair symbols of one queued block (call it after sending
@@ -621,6 +641,9 @@ class FecEndpoint:
         block = transfer.blocks[fb.block]
         if block.queued > 0 or fb.ask <= block.answered_ask:
             return  # the round is still leaving, or this ask was answered already
+        last = transfer.last_sent_at
+        if last is not None and now < last + PREMATURE_NEED_RTT_FRACTION * self.rtt_s:
+            return  # asked before the round's end could have arrived
         block.answered_ask = fb.ask
         self._send_more(transfer, fb.block, self.redundancy.extra(fb.needed, self.peer_loss))
 
