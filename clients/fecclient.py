@@ -21,7 +21,6 @@ from typing import Any
 
 from clients.config import ClientConfig
 from clients.h2client import _fill
-from clients.records import RequestRecord
 from clients.workload import RequestSpec, ResponseCollector
 from servers import fecmessage
 from servers import fecwire as wire
@@ -38,6 +37,7 @@ from servers.fecsession import (
     TransferStats,
 )
 from servers.tls import client_context
+from tbcore.records import FecFigures, RequestRecord
 from tbcore.workloads import STREAM_CHUNK_BYTES
 
 HELLO_MAX_BYTES = 4096
@@ -128,6 +128,17 @@ class FecClient:
             pending.done.set_result(None)
 
     # -- requests ----------------------------------------------------------------------------
+    def sample(self) -> dict[str, Any]:
+        """The sampler's columns (tbcore.records.FEC_SAMPLE_FIELDS), as integers."""
+        endpoint = self.endpoint
+        return {
+            "rate_bps": int(endpoint.rate_bps or 0),
+            "rtt_us": int(endpoint.rtt_s * 1e6),
+            "sent_datagrams": endpoint.sent_datagrams,
+            "received_datagrams": endpoint.received_datagrams,
+            "loss_ppm": int(endpoint.peer_loss.loss * 1e6),
+        }
+
     def counters(self) -> dict[str, Any]:
         endpoint = self.endpoint
         return {
@@ -164,13 +175,13 @@ class FecClient:
             _fill(record, collector)
             response = pending.response
             received = collector.headers.get("x-fec-received")
-            record.extra["fec"] = {
-                "request": stats.to_dict(),
-                "request_received": None if received is None else json.loads(received),
-                "response": None if response is None else response.to_dict(),
-                "session": self.counters(),
-                "probe_done": self.probe_done,
-            }
+            record.fec = FecFigures(
+                request=stats.to_dict(),
+                request_received=None if received is None else json.loads(received),
+                response=None if response is None else response.to_dict(),
+                session=self.counters(),
+                probe_done=self.probe_done,
+            )
 
     async def close(self) -> None:
         self.driver.close()
@@ -191,18 +202,20 @@ async def open_connection(config: ClientConfig) -> FecClient:
     raw = socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET)
     raw.setblocking(False)
     try:
-        await asyncio.wait_for(loop.sock_connect(raw, (config.host, config.port)), config.timeout_s)
+        await asyncio.wait_for(
+            loop.sock_connect(raw, (config.host, config.port)), config.settings.timeout_s
+        )
     except BaseException:
         raw.close()
         raise
     tcp_connected = time.monotonic()
     reader, writer = await asyncio.wait_for(
         asyncio.open_connection(sock=raw, ssl=tls, server_hostname=config.server_name),
-        config.timeout_s,
+        config.settings.timeout_s,
     )
     try:
         handshake_done = time.monotonic()
-        line = await asyncio.wait_for(reader.readline(), config.timeout_s)
+        line = await asyncio.wait_for(reader.readline(), config.settings.timeout_s)
         if not line or len(line) > HELLO_MAX_BYTES:
             raise ConnectionError("FEC server closed the control channel before its hello")
         hello = json.loads(line)
@@ -215,8 +228,8 @@ async def open_connection(config: ClientConfig) -> FecClient:
             is_client=True,
             session=session,
             secret=secret,
-            cap_bps=config.fec_rate_bps,  # type: ignore[arg-type]
-            redundancy=Redundancy.parse(config.fec_redundancy, config.fec_target),
+            cap_bps=config.settings.fec_rate_bps,  # type: ignore[arg-type]
+            redundancy=Redundancy.parse(config.settings.fec_redundancy, config.settings.fec_target),
             now=handshake_done,
         )
         endpoint.set_rtt(tcp_connected - connect_start)
@@ -250,7 +263,7 @@ async def open_connection(config: ClientConfig) -> FecClient:
         endpoint.start_probe(time.monotonic())
         driver.service()
         assert client.probe_event is not None
-        await asyncio.wait_for(client.probe_event, config.timeout_s)
+        await asyncio.wait_for(client.probe_event, config.settings.timeout_s)
     except BaseException:
         await client.close()
         raise

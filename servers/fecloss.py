@@ -15,7 +15,6 @@ FEEDBACK. :class:`Redundancy` turns the latest estimate into a repair count per 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,8 +37,6 @@ MAX_REDUNDANCY_EXTRA_SYMBOLS = 64
 """Cap on r: ``4 k + 64``. A loss estimate near 1 must not make a sender flood (at p = 0.8
 the binomial asks for ~4x), but a one-symbol request on a bursty path needs tens of copies
 (a burst takes them all): 64 more symbols are 90 KB."""
-
-_PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
 
 
 class LossWindow:
@@ -125,19 +122,8 @@ class Redundancy:
             raise SpecError("fec_target", f"must be a number in (0, 1), got {target!r}")
         if not 0.0 < target < 1.0:
             raise SpecError("fec_target", f"must lie in (0, 1), got {target!r}")
-        if text == "adaptive":
-            return cls("adaptive", 0.0, float(target))
-        match = _PERCENT.match(text.strip()) if isinstance(text, str) else None
-        if match is None:
-            raise SpecError(
-                "fec_redundancy", f"must be 'adaptive' or a percentage like '25.7%', got {text!r}"
-            )
-        percent = float(match.group(1))
-        if percent > 100.0 * MAX_REDUNDANCY_FRACTION:
-            raise SpecError(
-                "fec_redundancy", f"{text} is above {100 * MAX_REDUNDANCY_FRACTION:.0f}%"
-            )
-        return cls("fixed", percent, float(target))
+        mode, percent = fecmath.parse_redundancy("fec_redundancy", text)
+        return cls(mode, percent, float(target))
 
     def __str__(self) -> str:
         return "adaptive" if self.mode == "adaptive" else f"{self.percent:g}%"

@@ -75,7 +75,7 @@ class FecServerSession(ExchangeStreams):
                 "response_last_byte",
                 stream=event.stats.transfer,
                 now=now,
-                acknowledged=True,
+                reason="acknowledged",
                 fec=event.stats.to_dict(),
             )
 
@@ -166,9 +166,11 @@ class FecServerSession(ExchangeStreams):
         self._log(
             "connection_closed",
             now=now,
-            dropped=dict(self.endpoint.dropped),
-            received_datagrams=self.endpoint.received_datagrams,
-            sent_datagrams=self.endpoint.sent_datagrams,
+            fec={
+                "dropped": dict(self.endpoint.dropped),
+                "received_datagrams": self.endpoint.received_datagrams,
+                "sent_datagrams": self.endpoint.sent_datagrams,
+            },
         )
 
 
@@ -191,7 +193,9 @@ class FecListener:
     def __init__(self, ctx: ServerContext, sock: Any) -> None:
         self.ctx = ctx
         config = ctx.config
-        self.redundancy = Redundancy.parse(config.fec_redundancy, config.fec_target)
+        self.redundancy = Redundancy.parse(
+            config.settings.fec_redundancy, config.settings.fec_target
+        )
         self.sessions: dict[bytes, FecServerSession] = {}
         self.dropped: collections.Counter[str] = collections.Counter()
         loop = asyncio.get_running_loop()
@@ -242,7 +246,7 @@ class FecListener:
             is_client=False,
             session=session_id,
             secret=secret,
-            cap_bps=self.ctx.config.fec_rate_bps,  # type: ignore[arg-type]
+            cap_bps=self.ctx.config.settings.fec_rate_bps,  # type: ignore[arg-type]
             redundancy=self.redundancy,
             now=now,
         )
@@ -250,7 +254,9 @@ class FecListener:
         loop = asyncio.get_running_loop()
         session.driver = EndpointDriver(endpoint, self.io, None, session.on_event, loop)
         self.sessions[session_id] = session
-        session._log("connection_open", now=now, alpn=ALPN_FEC, redundancy=str(self.redundancy))
+        session._log(
+            "connection_open", now=now, alpn=ALPN_FEC, fec={"redundancy": str(self.redundancy)}
+        )
         try:
             hello = {
                 "session": session_id.hex(),
@@ -282,7 +288,7 @@ class FecListener:
 async def start_fec(ctx: ServerContext) -> tuple[FecListener, tuple[str, int]]:
     """Listen for FEC sessions: TLS control on TCP and datagrams on UDP, the same port."""
     config = ctx.config
-    if not config.fec_rate_bps:
+    if not config.settings.fec_rate_bps:
         raise SpecError("fec-rate", "the FEC server needs the path's rate (e.g. 333mbit)")
     tls = server_context(ensure_certificate(config.cert_dir))
     tls.set_alpn_protocols([ALPN_FEC])

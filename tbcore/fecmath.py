@@ -17,9 +17,33 @@ these functions assume ``0 <= p < 1`` and whole counts.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
 
 import numpy as np
+
+from tbcore.errors import SpecError
+
+FEC_SYMBOL_BYTES = 1416
+"""Payload of one FEC symbol: the largest 8-aligned RaptorQ symbol whose authenticated
+datagram fits a 1500-byte packet (servers.fecwire.SYMBOL_BYTES computes it from the layout;
+a test checks the two agree). The FEC bound counts symbols of this size."""
+MAX_REDUNDANCY_PERCENT = 400.0
+_PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")
+
+
+def parse_redundancy(name: str, text: object) -> tuple[str, float]:
+    """``"adaptive"`` -> ("adaptive", 0); ``"25.7%"`` -> ("fixed", 25.7); SpecError else."""
+    if text == "adaptive":
+        return "adaptive", 0.0
+    match = _PERCENT.match(text.strip()) if isinstance(text, str) else None
+    if match is None:
+        raise SpecError(name, f"must be 'adaptive' or a percentage like '25.7%', got {text!r}")
+    percent = float(match.group(1))
+    if percent > MAX_REDUNDANCY_PERCENT:
+        raise SpecError(name, f"{text} is above {MAX_REDUNDANCY_PERCENT:.0f}%")
+    return "fixed", percent
+
 
 BINOMIAL_TAIL_SDS = 50.0
 BINOMIAL_TAIL_MARGIN = 100.0

@@ -41,7 +41,7 @@ def config(port: int, **kw: object) -> ClientConfig:
         "timeout_s": 20.0,
     }
     base.update(kw)
-    return ClientConfig(**base)  # type: ignore[arg-type]
+    return ClientConfig.of(**base)
 
 
 @pytest.mark.parametrize("workload", ["asr", "tts", "stream"])
@@ -51,7 +51,7 @@ async def test_every_workload_verified(server: ServerProcess, workload: str) -> 
             server.ports["fec"],
             workload=workload,
             requests=2,
-            warmup=1,
+            warmup_requests=1,
             connection="reused",
             chunks=5,
         )
@@ -59,8 +59,8 @@ async def test_every_workload_verified(server: ServerProcess, workload: str) -> 
     assert len(records) == 3
     for record in records:
         assert record.ok, record.error
-        fec = record.extra["fec"]
-        assert fec["request"]["source_symbols"] >= 1 and fec["response"] is not None
+        fec = record.fec
+        assert fec.request["source_symbols"] >= 1 and fec.response is not None
     assert all(r.conn_index == 0 for r in records)
     new = await run_requests(config(server.ports["fec"], workload="tts", connection="new"))
     assert new[0].ok and new[0].handshake_done is not None
@@ -68,7 +68,7 @@ async def test_every_workload_verified(server: ServerProcess, workload: str) -> 
 
 def test_client_refuses_to_start_without_a_rate() -> None:
     with pytest.raises(SpecError, match="fec-rate"):
-        ClientConfig(protocol="fec", port=1)
+        ClientConfig.of(protocol="fec", port=1)
 
 
 async def _open_session(port: int) -> tuple[asyncio.StreamWriter, dict]:
@@ -121,7 +121,7 @@ async def test_garbage_forgeries_and_replays_are_dropped_and_counted(
     events = read_events(server.log)  # type: ignore[attr-defined]
     ours = next(e["conn"] for e in events if e["event"] == "connection_open")
     closed = [e for e in events if e["event"] == "connection_closed" and e["conn"] == ours]
-    dropped = closed[0]["dropped"]
+    dropped = closed[0]["fec"]["dropped"]
     assert dropped == {"bad_tag": 1, "replay": 1, "duplicate": 1, "oversized": 1, "out_of_range": 1}
     garbage = [e for e in events if e["event"] == "error" and "dropped datagram" in e["reason"]]
     assert len(garbage) == 3  # random, one byte, forged session id
@@ -169,7 +169,7 @@ def test_tts_across_a_lossy_emulated_link_needs_no_repair_round(tmp_path: Path) 
                     "tts",
                     "--requests",
                     "6",
-                    "--warmup",
+                    "--warmup-requests",
                     "2",
                     "--connection",
                     "reused",
@@ -188,7 +188,7 @@ def test_tts_across_a_lossy_emulated_link_needs_no_repair_round(tmp_path: Path) 
     records = [json.loads(line) for line in records_path.read_text().splitlines()]
     for record in records:
         assert record["error"] is None and record["sha256_ok"]
-        response = record["extra"]["fec"]["response"]
+        response = record["fec"]["response"]
         k, r = response["source_symbols"], response["repair_symbols"]
         assert response["extra_rounds"] == 0 or record["warmup"]
         estimate = response["loss_estimate"]
