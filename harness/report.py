@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness import analysis
+from harness import analysis, fecreport
 from harness.record import ResultDir, atomic_write_text
 
 PLOT_DPI = 110
@@ -543,6 +543,7 @@ def build_report(path: Path) -> Path:
         "",
         "Invalid runs are kept in runs.csv with their reason and left out of the statistics.",
         "",
+        *fecreport.fec_section(frame, levels, plots),
         "## Plots",
         "",
         "![request time per level](plots/levels.png)",

@@ -44,7 +44,7 @@ from harness.record import (
 )
 from harness.spec import ExperimentSpec, Level, link_of
 from netem.linkspec import LinkSpec
-from tbcore import kinds
+from tbcore import fecmath, kinds
 from tbcore.errors import SpecError
 from tbcore.records import RecordError, RequestRecord, ServerEvent
 from tbcore.records import read_jsonl as read_records
@@ -233,6 +233,64 @@ def bound_for(
         mss_bytes=protocol.mss(settings),
         window_bytes=window,
     )
+
+
+def fec_columns(settings: Settings, link: LinkSpec, record: RequestRecord | None) -> dict[str, Any]:
+    """The fec_* columns and the FEC bound of a run from its median request's figures:
+    the data transfer (the larger one) as its receiver saw it, its repair symbols against
+    the binomial requirement at the loss the emulator realised on that direction (filled
+    in by :func:`fec_required`, which needs the link counters)."""
+    out: dict[str, Any] = {}
+    fec = None if record is None else record.fec
+    if fec is None or link.up.rate_bps is None or link.down.rate_bps is None:
+        return out
+    data, receiver = fec.data()
+    request = fec.request or {}
+    response = fec.response or {}
+    up_symbols = request.get("source_symbols", 0) + request.get("repair_symbols", 0)
+    down_symbols = response.get("source_symbols", 0) + response.get("repair_symbols", 0)
+    workload = kinds.workload(settings.workload)
+    bound = bounds.fec_request_time(
+        rtt_s=link.rtt_s,
+        up_bps=link.up.rate_bps,
+        down_bps=link.down.rate_bps,
+        up_symbols=up_symbols,
+        down_symbols=down_symbols,
+        symbol_bytes=fecmath.FEC_SYMBOL_BYTES,
+        processing_s=workload.processing_s(settings),
+        connection=settings.connection,
+    )
+    out.update(
+        bound_s=bound.total_s,
+        bound_setup_s=bound.setup_s,
+        bound_feedback_s=0.0,
+        bound_window_s=0.0,
+        bound_serialisation_s=bound.serialisation_s,
+        bound_propagation_s=bound.propagation_s,
+        bound_processing_s=bound.processing_s,
+        bound_retransmission_s=0.0,
+        bound_expected_s=bound.total_s,
+    )
+    if data is not None:
+        out.update(
+            fec_source_symbols=data.get("source_symbols"),
+            fec_repair_symbols=data.get("repair_symbols"),
+            fec_extra_rounds=data.get("extra_rounds"),
+            fec_decode_failures=data.get("decode_failures"),
+            fec_loss_estimate=data.get("loss_estimate"),
+            fec_loss_model=data.get("loss_model") or None,
+            fec_data_direction="up" if receiver == "server" else "down",
+        )
+    session = fec.session or {}
+    out["fec_rate_bps"] = session.get("rate_bps")
+    return out
+
+
+def fec_required(k: int | None, realised_loss: float | None, target: float) -> int | None:
+    """MODELS s10's repair symbols for k at the loss the link realised (None: unknown)."""
+    if not k or realised_loss is None or not 0 <= realised_loss < 1:
+        return None
+    return fecmath.repair_symbols(k, realised_loss, target)
 
 
 def mathis_time_s(settings: Settings, link: LinkSpec, bound: bounds.RequestBound) -> float | None:
@@ -509,16 +567,22 @@ def server_argv(
 ) -> list[str]:
     """``testbed serve`` of a run: its addresses and files; the knobs in one document."""
     document = write_settings(run_dir, SERVER_SETTINGS_FILE, settings.for_end(link.down.rate_bps))
+    if settings.protocol == "fec":
+        listeners = ["--no-h2", "--no-h3", "--fec-port", str(port)]
+    else:
+        listeners = [
+            "--h2-port",
+            str(port),
+            "--h3-port",
+            str(port),
+            "--no-h3" if settings.protocol == "h2" else "--no-h2",
+        ]
     argv = [
         *testbed_argv(),
         "serve",
         "--bind",
         bind,
-        "--h2-port",
-        str(port),
-        "--h3-port",
-        str(port),
-        "--no-h3" if settings.protocol == "h2" else "--no-h2",
+        *listeners,
         "--log",
         str(run_dir / "server.jsonl"),
         "--keylog",
@@ -675,6 +739,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
         "down_bps": link_spec.down.rate_bps,
         "link": str(link_spec),
         "started_utc": started_utc,
+        "ignored_settings": ",".join(settings.ignored()) or None,
     }
     error: str | None = None
     server: subprocess.Popen | None = None
@@ -707,6 +772,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
             {
                 "run": planned.to_dict(),
                 "settings": settings.to_dict(),
+                "ignored_settings": settings.ignored(),
                 "link": str(link_spec),
                 "server_argv": s_argv,
                 "client_argv": c_argv,
@@ -836,6 +902,13 @@ def _collect(
     sha256_ok = None if not sha_values else all(v is True for v in sha_values)
     out["sha256_ok"] = sha256_ok
     bound = bound_for(settings, link_spec, int(out["up_bytes"]), int(out["down_bytes"]))
+    if settings.protocol == "fec":
+        # MODELS s10: the serial time of the symbols sent, no retransmission round
+        fec_row = fec_columns(settings, link_spec, good[len(good) // 2][0] if good else None)
+        out.update(fec_row)
+        if "total_s" in out and out.get("bound_s"):
+            out["ratio"] = out["total_s"] / out["bound_s"]
+        bound = None
     if bound is not None:
         out.update(
             bound_s=bound.total_s,
@@ -888,6 +961,13 @@ def _collect(
             configured = getattr(link_spec, name)
             if configured.gemodel is None:
                 loss_checks[name] = (configured.loss, d.dropped_loss, d.loss_trials)
+        direction = out.get("fec_data_direction")
+        if direction is not None:
+            out["fec_repair_required"] = fec_required(
+                out.get("fec_source_symbols"),
+                out.get(f"realised_loss_{direction}"),
+                settings.fec_target,
+            )
         if "lateness" in diff.measured:
             p99 = [diff.direction(n).lateness_quantile_s(0.99) for n in ("up", "down")]
             p99 = [v for v in p99 if v is not None]
@@ -941,6 +1021,8 @@ def _acks(
     out: dict[str, Any] = {}
     zero = start_s or 0.0
     rows: list[ackmod.AckRow] = []
+    if settings.protocol == "fec":
+        return out  # datagrams without ACKs: the FEC figures are in the fec_* columns
     if settings.protocol == "h2":
         pcap = run_dir / ("client.pcap" if upload else "server.pcap")
         segments = ackmod.read_tcp_segments(pcap)
