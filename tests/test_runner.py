@@ -277,3 +277,39 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     again = run_experiment(spec, resume=path, link_name="hn7", report=False)
     assert again.rows == [] and again.skipped == 3
     assert len(pd.read_csv(path / "runs.csv")) == 3
+
+
+def test_fec_arm_runs_the_fec_listener_capped_at_each_directions_rate(tmp_path: Path) -> None:
+    from harness.runner import fec_columns, fec_required
+    from tbcore.records import FecFigures
+
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/fec.toml")
+    settings = spec.level("tts-l14-fecad").settings
+    link = specmod.link_of(settings)
+    argv = server_argv(settings, link, bind="198.18.2.2", port=20001, run_dir=tmp_path)
+    assert argv[argv.index("--fec-port") + 1] == "20001" and "--no-h2" in argv
+    assert settings_passed(argv).fec_rate_bps == link.down.rate_bps
+    client = client_argv(settings, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
+    assert settings_passed(client).fec_rate_bps == link.up.rate_bps
+    # the bbr arm's TCP settings are not refused for fec, they are recorded as ignored
+    assert spec.level("tts-l14-bbr").settings.replace(protocol="fec").ignored() == [
+        "cc",
+        "slow_start_after_idle",
+    ]
+    k, r = 251, 64
+    record = RequestRecord(
+        request_id=0, protocol="fec", connection="reused", workload="tts", warmup=False,
+        fec=FecFigures(
+            request={"transfer_bytes": 40, "source_symbols": 1, "repair_symbols": 5},
+            response={"transfer_bytes": 354_800, "source_symbols": k, "repair_symbols": r,
+                      "extra_rounds": 0, "decode_failures": 0, "loss_estimate": 0.14,
+                      "loss_model": "binomial"},
+            session={"rate_bps": 333e6},
+        ),
+    )  # fmt: skip
+    row = fec_columns(settings, link, record)
+    assert row["fec_source_symbols"] == k and row["fec_repair_symbols"] == r
+    assert row["fec_data_direction"] == "down" and row["bound_retransmission_s"] == 0
+    serial = (1 + 5 + k + r) * 1416 * 8 / 333e6
+    assert row["bound_s"] == pytest.approx(0.2 + 0.030 + serial)
+    assert fec_required(k, 0.14, 0.999) == 64 and fec_required(k, None, 0.999) is None
