@@ -75,8 +75,13 @@ TAIL_RTT_FACTOR = 1.5
 """The sender's wait for feedback after a round: 1.5 round trips + 50 ms (+ the peer's
 stall). A tail probe only matters when every DONE and NEED was lost (2 % of transfers at
 14 % loss); firing early instead would send symbols nobody needs."""
-TAIL_PROBE_SYMBOLS = 4
-MAX_TAIL_PROBES = 8
+TAIL_PROBE_SYMBOLS = 8
+"""Repair symbols of a tail probe. On a Gilbert-Elliott channel whose bad state lasts 5
+packets on average (and a sparse direction crosses a burst only packet by packet), 2-symbol
+probes stayed lost for 6 probes in a row (a request timed out after 30 s); 8 get through."""
+MAX_TAIL_BACKOFF = 4
+"""The tail wait doubles per probe up to 4x (not without end: a lost burst is no overload)."""
+MAX_TAIL_PROBES = 12
 BURST_MIN_PACKETS = 1000
 """A peer's loss report over fewer packets cannot show bursts reliably (see sizing_report)."""
 PREMATURE_NEED_RTT_FRACTION = 0.9
@@ -417,7 +422,7 @@ class FecEndpoint:
         """How long after a round the sender waits for a DONE or NEED: the round trip, the
         peer's stall time and a margin for a busy receiver; doubled per probe."""
         wait = TAIL_RTT_FACTOR * self.rtt_s + TAIL_MARGIN_S + STALL_MIN_S
-        return wait * (2**transfer.tail_probes)
+        return wait * min(MAX_TAIL_BACKOFF, 2**transfer.tail_probes)
 
     def get_timer(self) -> float | None:
         """When :meth:`handle_timer` wants to run next (None: nothing pending)."""
@@ -806,7 +811,9 @@ class FecEndpoint:
         stats.rate_bps = self._arrival_rate(incoming)
         stats.received_symbols = sum(b.decoder.received for b in incoming.blocks.values())
         stats.extra_rounds = max(b.max_round for b in incoming.blocks.values())
-        stats.decode_failures = sum(1 for b in incoming.blocks.values() if b.asks or b.max_round)
+        # a block that decoded only with symbols of a later round (an ask that was not
+        # answered because the round was still arriving is no failure)
+        stats.decode_failures = sum(1 for b in incoming.blocks.values() if b.max_round)
         data = b"".join(
             incoming.blocks[i].decoder.data or b"" for i in range(incoming.layout.blocks)
         )
@@ -899,5 +906,4 @@ class FecEndpoint:
             transfer.tail_probes += 1
             transfer.tail_deadline = None
             for index in range(len(transfer.blocks)):
-                count = min(TAIL_PROBE_SYMBOLS, transfer.blocks[index].k + transfer.blocks[index].r)
-                self._send_more(transfer, index, count)
+                self._send_more(transfer, index, TAIL_PROBE_SYMBOLS)
