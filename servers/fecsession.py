@@ -19,8 +19,9 @@ The edge feeds :meth:`FecEndpoint.receive_datagram` (with the kernel's receive t
   transfer is acknowledged (DONE, twice) with the receiver's loss estimate and arrival rate.
 - **What keeps it from flooding a shared path**: the rate never exceeds the configured cap
   (the link's rate; a session refuses to start without one); it follows the arrival rate
-  the receiver measures per transfer (down at once when arrivals fall behind, up by
-  :data:`RATE_INCREASE` per transfer when they keep up); redundancy is capped at
+  the receiver measures per transfer (down at once when arrivals fall behind what left, not
+  below :data:`RATE_FLOOR_FRACTION` of the cap; up by :data:`RATE_INCREASE` per transfer
+  when they keep up); redundancy is capped at
   ``MAX_REDUNDANCY_FRACTION``; a repair round is sent once per NEED, never while the
   previous round is still queued; a silent peer gets at most :data:`MAX_TAIL_PROBES` small
   probes with doubling intervals, then the transfer fails.
@@ -95,7 +96,10 @@ DONE_COPIES = 2
 the time, and a lost DONE only costs a tail probe (answered with DONE again)."""
 TOKEN_SLACK_BYTES = 1e-3
 """Rounding slack of the token bucket (a timer set for the exact refill must send)."""
-RATE_INCREASE = 1.10
+RATE_INCREASE = 1.25
+RATE_FLOOR_FRACTION = 0.05
+"""The rate never follows arrivals below 5 % of the cap: one transfer slowed by a starved
+receiver or emulator (a busy host) must not leave the session crawling (seen: 3 Mbit/s)."""
 RATE_DECREASE_BELOW = 0.90
 """Arrivals slower than 90 % of the pacing rate mean a queue or a competitor: follow them."""
 MIN_RATE_SAMPLE_PACKETS = 32
@@ -223,6 +227,8 @@ class _Outgoing:
     tail_deadline: float | None = None
     tail_probes: int = 0
     last_sent_at: float | None = None
+    built: int = 0
+    """Data datagrams of the transfer handed out so far."""
 
 
 @dataclass
@@ -412,6 +418,7 @@ class FecEndpoint:
         if stats.first_at is None:
             stats.first_at = now
         transfer.last_sent_at = now
+        transfer.built += 1
         if all(b.queued == 0 for b in transfer.blocks):
             if stats.round_sent_at is None:
                 stats.round_sent_at = now
@@ -658,16 +665,18 @@ class FecEndpoint:
         that keep up let the rate grow back towards the cap."""
         stats = transfer.stats
         current = self.rate_bps or self.cap_bps
-        if stats.first_at is None or stats.round_sent_at is None:
+        # what actually left before the DONE (the rest of a round is dropped on DONE)
+        if stats.first_at is None or transfer.last_sent_at is None:
             return
-        span = stats.round_sent_at - stats.first_at
-        count = stats.source_symbols + stats.repair_symbols - 1
+        span = transfer.last_sent_at - stats.first_at
+        count = transfer.built - 1
         if span < MIN_RATE_SAMPLE_S or count < MIN_RATE_SAMPLE_PACKETS:
             return
         wire_bits = (wire.DATA_DATAGRAM_BYTES + wire.IPV4_UDP_HEADER_BYTES) * BITS_PER_BYTE
         sent_bps = count * wire_bits / span
+        floor = RATE_FLOOR_FRACTION * self.cap_bps
         if arrival_bps < RATE_DECREASE_BELOW * min(current, sent_bps):
-            self._set_rate(arrival_bps, "feedback", now)
+            self._set_rate(max(floor, arrival_bps), "feedback", now)
         elif current < self.cap_bps:
             self._set_rate(current * RATE_INCREASE, self.rate_source, now)
 

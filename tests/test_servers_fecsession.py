@@ -248,3 +248,17 @@ def test_lost_tiny_transfers_are_probed_through_bursts() -> None:
         extra += sent.extra_rounds
         assert seconds < 5.0
     assert extra > 0  # at 50 % bursty loss some single copies were lost and probed for
+
+
+def test_rate_follows_a_slower_bottleneck_and_recovers() -> None:
+    sim = Sim(up=Path(rate_bps=333e6))
+    sim.probe()
+    assert sim.client.rate_bps == pytest.approx(333e6, rel=0.02)
+    sim.up.rate_bps = 50e6  # a competitor takes most of the path
+    for _ in range(2):
+        transfer(sim)
+    assert sim.client.rate_bps < 80e6 and sim.client.rate_source == "feedback"
+    sim.up.rate_bps = 333e6
+    for _ in range(12):
+        transfer(sim)
+    assert sim.client.rate_bps > 300e6
