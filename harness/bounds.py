@@ -21,6 +21,7 @@ import numpy as np
 from tbcore import fecmath
 from tbcore.errors import SpecError
 from tbcore.settings import TCP_DEFAULT_MSS_BYTES
+from tbcore.stats import binomial_cdf
 
 if TYPE_CHECKING:
     from netem.linkspec import LinkSpec
@@ -418,7 +419,8 @@ def fec_success_probability(data_symbols: int, repair_symbols: int, loss: float)
 
 
 def _binomial_cdf(r: int, n: int, p: float) -> float:
-    return fecmath.binomial_cdf(r, n, p)
+    """P(at most r of n lost) under independent loss p (scipy.stats.binom)."""
+    return binomial_cdf(r, n, p)
 
 
 def fec_repair_symbols(data_symbols: int, loss: float, target: float = 0.999) -> int:

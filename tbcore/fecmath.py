@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from tbcore import stats
 from tbcore.errors import SpecError
 
 FEC_SYMBOL_BYTES = 1416
@@ -45,8 +46,6 @@ def parse_redundancy(name: str, text: object) -> tuple[str, float]:
     return "fixed", percent
 
 
-BINOMIAL_TAIL_SDS = 50.0
-BINOMIAL_TAIL_MARGIN = 100.0
 MARKOV_EXACT_MAX_PACKETS = 4096
 """Up to this many packets the Markov loss count is summed exactly (O(n^2) dynamic
 programme, ~0.1 s at the limit); beyond it, a normal approximation with the chain's
@@ -54,32 +53,13 @@ variance (the count is a sum of a stationary, geometrically mixing sequence)."""
 
 
 def binomial_cdf(r: int, n: int, p: float) -> float:
-    """``P(X <= r)`` for ``X ~ Binomial(n, p)``, summed only where the mass is."""
+    """``P(X <= r)`` for ``X ~ Binomial(n, p)``: tbcore.stats' (scipy.stats.binom), the one
+    ``harness.bounds.fec_success_probability`` uses, so both agree to the last symbol."""
     if p == 0.0 or r >= n:
         return 1.0
     if r < 0:
         return 0.0
-    log_p = math.log(p)
-    log_q = math.log1p(-p)
-    log_n = math.lgamma(n + 1)
-    # Sum the smaller tail for accuracy, P(X <= r) or 1 - P(X >= r + 1), and only where the
-    # mass is: beyond BINOMIAL_TAIL_SDS standard deviations (plus a margin) a term is below
-    # e^-140 (Chernoff), so the sum costs O(sd) terms, not O(n), whatever the loss.
-    mean = n * p
-    width = BINOMIAL_TAIL_SDS * math.sqrt(mean * (1.0 - p)) + BINOMIAL_TAIL_MARGIN
-    low = max(0, math.floor(mean - width))
-    high = min(n, math.ceil(mean + width))
-    if r < mean:
-        terms = range(low, min(r, high) + 1)
-        complement = False
-    else:
-        terms = range(max(r + 1, low), high + 1)
-        complement = True
-    total = math.fsum(
-        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
-        for i in terms
-    )
-    return min(1.0, max(0.0, 1.0 - total if complement else total))
+    return stats.binomial_cdf(r, n, p)
 
 
 def _smallest(ok: Callable[[int], float], goal: float) -> int:
