@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import uvloop
 
-from clients import h2client, h3client
+from clients import fecclient, h2client, h3client
 from clients.config import ClientConfig
 from clients.workload import RequestSpec, multi_specs, request_spec
 from servers.quic import quic_counters
@@ -105,6 +105,8 @@ class _Run:
     async def connect(self, early: bool = False) -> Any:
         config = self.config
         self.conn_index += 1
+        if config.settings.protocol == "fec":
+            return await fecclient.open_connection(config)
         if config.settings.protocol == "h2":
             if self.tls is None:
                 self.tls = client_context(config.keylog_path)
@@ -120,10 +122,10 @@ class _Run:
     def stamp_connection(self, record: RequestRecord, conn: Any) -> None:
         record.conn_index = self.conn_index
         record.connect_start = conn.connect_start
-        if isinstance(conn, h2client.H2Client):
+        if isinstance(conn, (h2client.H2Client, fecclient.FecClient)):
             record.tcp_connected = conn.tcp_connected
             record.handshake_done = conn.handshake_done
-            record.resumed = conn.resumed
+            record.resumed = False if isinstance(conn, fecclient.FecClient) else conn.resumed
             record.early_data_accepted = False
         else:
             record.handshake_done = conn.protocol.handshake_done
@@ -131,6 +133,8 @@ class _Run:
             record.early_data_accepted = conn.protocol.early_data_accepted
 
     def probe(self, conn: Any) -> Callable[[], dict[str, Any]]:
+        if isinstance(conn, fecclient.FecClient):
+            return conn.sample
         if isinstance(conn, h2client.H2Client):
             sock = conn.protocol.sock
             return lambda: read_tcp_info(sock)
@@ -175,7 +179,9 @@ class _Run:
         # stamp after the request: h3 0-RTT handshakes finish during it
         self.stamp_connection(record, conn)
         try:
-            if isinstance(conn, h2client.H2Client):
+            if isinstance(conn, fecclient.FecClient):
+                pass  # the request put its figures in record.fec
+            elif isinstance(conn, h2client.H2Client):
                 record.tcp_info = tcp_info_of(conn.tcp_info())
                 if conn.session is not None:
                     self.session = conn.session
@@ -274,6 +280,8 @@ class _Run:
 
 
 def _connection_dead(conn: Any) -> bool:
+    if isinstance(conn, fecclient.FecClient):
+        return conn.writer.is_closing() or conn.failed is not None
     if isinstance(conn, h2client.H2Client):
         return conn.transport.is_closing()
     return conn.protocol.terminated_reason is not None

@@ -39,6 +39,8 @@ class ClientConfig(HasSettings):
 
     def __post_init__(self) -> None:
         self.check_settings()
+        if self.settings.protocol == "fec" and self.settings.fec_rate_bps is None:
+            raise SpecError("fec-rate", "the FEC client needs the path's rate (e.g. 333mbit)")
         if not 0 < self.port <= 65535:
             raise SpecError("port", f"{self.port} is not in 1..65535")
         if not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from netem.air import AirSpec
+from tbcore import fecmath
 from tbcore.errors import SpecError
 from tbcore.settings import TCP_DEFAULT_MSS_BYTES
 from tbcore.stats import binomial_cdf
@@ -46,6 +47,9 @@ QUIC_MAX_DATAGRAM_BYTES = 1200
 request bound counts the whole datagram as payload for QUIC: its frames, packet header and
 AEAD tag make the real payload smaller, so this errs on the low side, as a bound must."""
 
+FEC_NEW_SESSION_RTTS = 3
+"""A new FEC session: TCP and TLS 1.3 for the keys (2 RTT), then the path probe (1 RTT)."""
+
 TLS13_TCP_SETUP_RTTS = 2
 """TCP handshake (1 RTT) then the TLS 1.3 full handshake (1 RTT) before the request: section 4."""
 
@@ -57,10 +61,14 @@ SETUP_RTTS: dict[tuple[str, str], int] = {
     ("h3", "new"): 1,  # QUIC combines transport and TLS 1.3 in one round trip (RFC 9000 s7)
     ("h3", "0rtt"): 0,  # resumed session, accepted 0-RTT data (RFC 9001 section 4.6)
     ("h3", "reused"): 0,
+    # FEC: TCP + TLS 1.3 control channel (2 RTT), then the path probe (1 RTT and a train)
+    ("fec", "new"): FEC_NEW_SESSION_RTTS,
+    ("fec", "reused"): 0,
 }
 """Round trips before the first request byte may leave, by (protocol, connection)."""
 
 PROTOCOLS = ("h2", "h3")
+"""Protocols of :func:`request_time` (the FEC protocol has its own, :func:`fec_request_time`)."""
 CONNECTIONS = ("new", "reused", "0rtt")
 
 MATHIS_C_PERIODIC = math.sqrt(3.0 / 2.0)
@@ -245,12 +253,11 @@ def buffer_depletion_s(buffered_bits: float, play_bps: float, receive_bps: float
 
 def setup_rtts(protocol: str, connection: str) -> int:
     """Section 4: round trips before the request may leave (see :data:`SETUP_RTTS`)."""
-    if protocol not in PROTOCOLS:
-        raise SpecError("protocol", f"must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
-    if connection not in CONNECTIONS:
-        raise SpecError(
-            "connection", f"must be one of {', '.join(CONNECTIONS)}, got {connection!r}"
-        )
+    if protocol not in (*PROTOCOLS, "fec"):
+        raise SpecError("protocol", f"must be one of {', '.join(PROTOCOLS)}, fec, got {protocol!r}")
+    if (protocol, connection) not in SETUP_RTTS:
+        known = sorted(c for p, c in SETUP_RTTS if p == protocol)
+        raise SpecError("connection", f"must be one of {', '.join(known)}, got {connection!r}")
     return SETUP_RTTS[(protocol, connection)]
 
 
@@ -420,27 +427,58 @@ def _binomial_cdf(r: int, n: int, p: float) -> float:
 def fec_repair_symbols(data_symbols: int, loss: float, target: float = 0.999) -> int:
     """Section 10: the smallest r with ``P(at most r of k + r lost) >= target`` (exact binomial).
 
-    The success probability never falls as r grows (one more symbol and one more allowed
-    loss), so an exponential then binary search finds r in O(log r) binomial sums.
+    The same function the FEC stack sizes its redundancy with (:mod:`tbcore.fecmath`).
     """
     k = _count("data_symbols", data_symbols, minimum=1)
     p = _loss("loss", loss)
     goal = _open_unit("target", target)
-    if p == 0.0:
-        return 0
-    high = 1
-    while _binomial_cdf(high, k + high, p) < goal:
-        high *= 2
-    low = high // 2  # fails (or is 0)
-    if _binomial_cdf(0, k, p) >= goal:
-        return 0
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _binomial_cdf(middle, k + middle, p) >= goal:
-            high = middle
-        else:
-            low = middle
-    return high
+    return fecmath.repair_symbols(k, p, goal)
+
+
+@dataclass(frozen=True)
+class FecBound:
+    """Section 10: a FEC request's bound, by part: set-up, then every source and repair
+    symbol of both directions at the path rate, one round trip of propagation and the
+    processing; no retransmission round."""
+
+    setup_s: float
+    serialisation_s: float
+    """``(k_up + r_up) * T / B_up + (k_down + r_down) * T / B_down``."""
+    propagation_s: float
+    processing_s: float
+    total_s: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        total = math.fsum((self.setup_s, self.serialisation_s, self.propagation_s))
+        object.__setattr__(self, "total_s", total + self.processing_s)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def fec_request_time(
+    *,
+    rtt_s: float,
+    up_bps: float,
+    down_bps: float,
+    up_symbols: int,
+    down_symbols: int,
+    symbol_bytes: int,
+    processing_s: float = 0.0,
+    connection: str = "reused",
+) -> FecBound:
+    """Section 10: the bound of a FEC request whose transfers carried ``up_symbols`` and
+    ``down_symbols`` symbols (source + repair) of ``symbol_bytes`` payload each (headers
+    left out, as the section's worked example counts 1448-byte payloads)."""
+    rtt = _non_negative("rtt_s", rtt_s)
+    up = _positive("up_bps", up_bps)
+    down = _positive("down_bps", down_bps)
+    n_up = _count("up_symbols", up_symbols)
+    n_down = _count("down_symbols", down_symbols)
+    size = _count("symbol_bytes", symbol_bytes, minimum=1)
+    processing = _non_negative("processing_s", processing_s)
+    serial = n_up * size * BITS_PER_BYTE / up + n_down * size * BITS_PER_BYTE / down
+    return FecBound(setup_rtts("fec", connection) * rtt, serial, rtt, processing)
 
 
 # --- 12. two paths ---------------------------------------------------------------------

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "harness.bounds_cli",  # bounds
     "servers.cli",  # serve, workload
     "clients.cli",  # client, bench stacks
+    "servers.fecbench",  # bench fec
     "harness.run_cli",  # run, campaign, report
     "harness.abuse",  # abuse (attacks on loopback, a benchmark)
     "netem.crossval",  # bench crossval (kernel netem in a VM vs the userspace emulator)

@@ -23,7 +23,7 @@ from harness.airtime import AIR_FILE, air_columns
 from harness.record import write_jsonl
 from netem.linkspec import LinkSpec, parse_link
 from netem.stats import LinkStats
-from tbcore import kinds
+from tbcore import fecmath, kinds
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
 from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
@@ -233,7 +233,84 @@ def label_columns(settings: Settings, link: LinkSpec) -> dict[str, Any]:
         "up_bps": link.up.rate_bps,
         "down_bps": link.down.rate_bps,
         "link": str(link),
+        "ignored_settings": ",".join(settings.ignored()) or None,
     }
+
+
+def median_record(records: Sequence[RequestRecord]) -> RequestRecord | None:
+    """The run's request as :func:`request_columns` picks it: the median measured one."""
+    opened = opened_connections(records)
+    good = [
+        (r, p)
+        for r, o in zip(records, opened, strict=True)
+        if not r.warmup and (p := request_phases(r, o)) is not None
+    ]
+    if not good:
+        return None
+    good.sort(key=lambda rp: rp[1].total_s)
+    return good[len(good) // 2][0]
+
+
+def fec_columns(
+    settings: Settings,
+    link: LinkSpec,
+    record: RequestRecord | None,
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The fec_* columns, the FEC bound (MODELS s10) and the ratio of a run, from its
+    median request's figures: the data transfer (the larger one) as its receiver saw it."""
+    out: dict[str, Any] = {}
+    fec = None if record is None else record.fec
+    if fec is None or link.up.rate_bps is None or link.down.rate_bps is None:
+        return out
+    data, receiver = fec.data()
+    request = fec.request or {}
+    response = fec.response or {}
+    up_symbols = request.get("source_symbols", 0) + request.get("repair_symbols", 0)
+    down_symbols = response.get("source_symbols", 0) + response.get("repair_symbols", 0)
+    bound = bounds.fec_request_time(
+        rtt_s=link.rtt_s,
+        up_bps=link.up.rate_bps,
+        down_bps=link.down.rate_bps,
+        up_symbols=up_symbols,
+        down_symbols=down_symbols,
+        symbol_bytes=fecmath.FEC_SYMBOL_BYTES,
+        processing_s=kinds.workload(settings.workload).processing_s(settings),
+        connection=settings.connection,
+    )
+    out.update(
+        bound_s=bound.total_s,
+        bound_setup_s=bound.setup_s,
+        bound_feedback_s=0.0,
+        bound_window_s=0.0,
+        bound_serialisation_s=bound.serialisation_s,
+        bound_propagation_s=bound.propagation_s,
+        bound_processing_s=bound.processing_s,
+        bound_retransmission_s=0.0,
+        bound_expected_s=bound.total_s,
+    )
+    total = (values or {}).get("total_s")
+    if total is not None and bound.total_s > 0:
+        out["ratio"] = total / bound.total_s
+    if data is not None:
+        out.update(
+            fec_source_symbols=data.get("source_symbols"),
+            fec_repair_symbols=data.get("repair_symbols"),
+            fec_extra_rounds=data.get("extra_rounds"),
+            fec_decode_failures=data.get("decode_failures"),
+            fec_loss_estimate=data.get("loss_estimate"),
+            fec_loss_model=data.get("loss_model") or None,
+            fec_data_direction="up" if receiver == "server" else "down",
+        )
+    out["fec_rate_bps"] = (fec.session or {}).get("rate_bps")
+    return out
+
+
+def fec_required(k: int | None, realised_loss: float | None, target: float) -> int | None:
+    """MODELS s10's repair symbols for k at the loss the link realised (None: unknown)."""
+    if not k or realised_loss is None or not 0 <= realised_loss < 1:
+        return None
+    return fecmath.repair_symbols(k, realised_loss, target)
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -283,7 +360,11 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     records = read_jsonl(run_dir / RECORDS_FILE, RequestRecord)
     events = read_jsonl(run_dir / SERVER_LOG_FILE, ServerEvent)
     values, error, window = request_columns(files.settings, records, events, error)
-    values.update(bound_columns(files.settings, files.link, values))
+    if files.settings.protocol == "fec":
+        # MODELS s10: the serial time of the symbols sent, no retransmission round
+        values.update(fec_columns(files.settings, files.link, median_record(records), values))
+    else:
+        values.update(bound_columns(files.settings, files.link, values))
     write_events(run_dir / EVENTS_FILE, records, events)
     upload = int(values["up_bytes"]) >= int(values["down_bytes"])
     values.update(packet_columns(files, upload, *window))
@@ -292,6 +373,13 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     values.update(
         air_columns(run_dir / LINK_STATS_FILE, run_dir / AIR_FILE, files.settings, files.link)
     )
+    direction = values.get("fec_data_direction")
+    if direction is not None:
+        values["fec_repair_required"] = fec_required(
+            values.get("fec_source_symbols"),
+            values.get(f"realised_loss_{direction}"),
+            files.settings.fec_target,
+        )
     row = RunRow(
         **files.plan,
         **label_columns(files.settings, files.link),
@@ -403,6 +491,8 @@ def packet_columns(
 ) -> dict[str, Any]:
     """acks.csv and inflight.csv of the data sender; counts within the request window."""
     transport = kinds.protocol(files.settings.protocol).transport
+    if files.settings.protocol == "fec":
+        return {}  # datagrams without ACKs: the FEC figures are in the fec_* columns
     if transport == "tcp":
         return _tcp_packets(files, upload, start_s, end_s)
     out = _quic_packets(files, upload, start_s, end_s)

@@ -63,9 +63,12 @@ def server_argv(
     settings: Settings, link: LinkSpec, *, bind: str, port: int, run_dir: Path
 ) -> list[str]:
     """``testbed serve`` of a run: its addresses and files; the knobs in one document."""
-    ports = ["--h2-port", str(port), "--h3-port", str(port)]
-    only = "--no-h3" if kinds.protocol(settings.protocol).transport == "tcp" else "--no-h2"
-    own = ["--bind", bind, *ports, only, "--log", str(run_dir / "server.jsonl")]
+    if settings.protocol == "fec":
+        listeners = ["--no-h2", "--no-h3", "--fec-port", str(port)]
+    else:
+        only = "--no-h3" if kinds.protocol(settings.protocol).transport == "tcp" else "--no-h2"
+        listeners = ["--h2-port", str(port), "--h3-port", str(port), only]
+    own = ["--bind", bind, *listeners, "--log", str(run_dir / "server.jsonl")]
     return _stack_argv("serve", "server", settings.for_end(link.down.rate_bps), run_dir, own)
 
 
@@ -86,7 +89,7 @@ def _stack_argv(
     document = write_settings(run_dir, f"{role}-settings.json", settings)
     argv = [*testbed_argv(), command, *own, "--keylog", str(run_dir / "keys.log")]
     argv += ["--settings", str(document)]
-    if settings.qlog and kinds.protocol(settings.protocol).transport == "udp":
+    if settings.qlog and settings.protocol == "h3":
         qlog = run_dir / QLOG_DIR / role
         qlog.mkdir(parents=True, exist_ok=True)
         argv += ["--qlog-dir", str(qlog)]
@@ -250,6 +253,7 @@ def write_run_file(
         {
             "run": planned.to_dict(),
             "settings": settings.to_dict(),
+            "ignored_settings": settings.ignored(),
             "link": str(link_spec),
             "server_argv": argvs[0],
             "client_argv": argvs[1],

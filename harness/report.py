@@ -22,7 +22,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness import analysis, stream_tables
+from harness import analysis, fecreport, stream_tables
 from harness.airtime import air_report_lines
 from harness.record import ResultDir, atomic_write_text
 
@@ -609,6 +609,7 @@ def build_report(path: Path) -> Path:
         "Invalid runs (and attempts) are kept in runs.csv with their reason and left out of "
         "the statistics.",
         "",
+        *fecreport.fec_section(frame, levels, plots),
         "## Plots",
         "",
         "![request time per level](plots/levels.png)",

@@ -182,6 +182,14 @@ def check_consistent(settings: Settings, where: str) -> None:
         raise SpecError(
             f"{where}.warmup_requests", "0rtt needs >= 1 warm-up request for a session ticket"
         )
+    if settings.protocol == "fec" and settings.fec_rate_bps is None:
+        for name in ("up", "down"):
+            if getattr(spec, name).rate_bps is None:
+                raise SpecError(
+                    f"{where}.fec_rate",
+                    f"fec paces at a measured rate capped by the path's: the link has no "
+                    f"{name} rate (set one, or fec_rate)",
+                )
     if settings.resume and settings.warmup_requests < 1:
         raise SpecError(f"{where}.warmup_requests", "resume needs >= 1 warm-up request")
     if settings.pace_at_path_rate and settings.max_pacing_rate_bps is not None:

@@ -82,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--h3-port", type=int, default=DEFAULT_PORT, help="UDP port (0: any)")
     parser.add_argument("--no-h2", action="store_true", help="no HTTP/2 listener")
     parser.add_argument("--no-h3", action="store_true", help="no HTTP/3 listener")
+    parser.add_argument(
+        "--fec-port", type=int, default=None, help="FEC listener, UDP + TLS control (0: any)"
+    )
     parser.add_argument("--log", type=Path, default=None, help="JSONL event log")
     add_flags(parser, "server")
     parser.add_argument("--max-body", default="64mb", help="413 above this body size")
@@ -144,6 +147,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         bind=args.bind,
         h2_port=None if args.no_h2 else args.h2_port,
         h3_port=None if args.no_h3 else args.h3_port,
+        fec_port=args.fec_port,
         settings=settings_from_flags(args),
         log_path=args.log,
         max_body_bytes=units.parse_size_bytes("max-body", args.max_body),

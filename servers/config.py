@@ -41,6 +41,9 @@ class ServerConfig(HasSettings):
     """TCP port of HTTP/2 over TLS 1.3; None: no h2 listener. 0: any free port."""
     h3_port: int | None = DEFAULT_PORT
     """UDP port of HTTP/3; None: no h3 listener. 0: any free port."""
+    fec_port: int | None = None
+    """UDP port of the FEC datagrams and TCP port of its TLS control channel (the same
+    number); None: no FEC listener. 0: any free port."""
     settings: Any = field(default_factory=Settings)
     """The run's :class:`tbcore.settings.Settings` (socket, QUIC, HTTP/2, processing)."""
     log_path: Path | None = None
@@ -72,12 +75,14 @@ class ServerConfig(HasSettings):
 
     def __post_init__(self) -> None:
         self.check_settings()
-        for name in ("h2_port", "h3_port"):
+        for name in ("h2_port", "h3_port", "fec_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:
                 raise SpecError(name.replace("_", "-"), f"port {port} is not in 0..65535")
-        if self.h2_port is None and self.h3_port is None:
-            raise SpecError("h2-port", "at least one of h2 and h3 must listen")
+        if self.h2_port is None and self.h3_port is None and self.fec_port is None:
+            raise SpecError("h2-port", "at least one of h2, h3 and fec must listen")
+        if self.fec_port is not None and self.settings.fec_rate_bps is None:
+            raise SpecError("fec-rate", "the FEC server needs the path's rate (e.g. 333mbit)")
         if self.max_body_bytes < 0:
             raise SpecError("max-body", "must be >= 0 bytes")
         for name in ("idle_timeout_s", "head_timeout_s", "handshake_timeout_s"):

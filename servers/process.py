@@ -16,7 +16,7 @@ from typing import Any
 from tbcore.processes import stop_process
 
 LISTEN_LINE = re.compile(
-    r"^listening (?P<proto>h2|h3) (?P<transport>tcp|udp) (?P<addr>\S+):(?P<port>\d+)$"
+    r"^listening (?P<proto>h2|h3|fec) (?P<transport>tcp|udp) (?P<addr>\S+):(?P<port>\d+)$"
 )
 START_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 5.0
@@ -43,6 +43,7 @@ class ServerProcess:
         if "--h3-port" not in self.args and "--no-h3" not in self.args:
             argv += ["--h3-port", "0"]
         expected = sum(flag not in self.args for flag in ("--no-h2", "--no-h3"))
+        expected += "--fec-port" in self.args
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             argv,

@@ -18,6 +18,7 @@ import uvloop
 from servers.config import ServerConfig
 from servers.context import ServerContext
 from servers.events import EventLog
+from servers.fecserver import start_fec
 from servers.h2server import start_h2
 from servers.h3server import start_h3
 from tbcore import workloads
@@ -72,7 +73,7 @@ async def serve(
 
     loop.set_exception_handler(on_exception)
     warm_workloads()
-    h2_server = h3_listener = None
+    h2_server = h3_listener = fec_listener = None
     try:
         if config.h2_port is not None:
             h2_server, (host, port) = await start_h2(ctx)
@@ -82,12 +83,18 @@ async def serve(
             h3_listener, (host, port) = await start_h3(ctx, keylog)
             log.emit("listening", proto="h3", addr=f"{host}:{port}")
             print(f"listening h3 udp {host}:{port}", file=out, flush=True)
+        if config.fec_port is not None:
+            fec_listener, (host, port) = await start_fec(ctx)
+            log.emit("listening", proto="fec", addr=f"{host}:{port}")
+            print(f"listening fec udp {host}:{port}", file=out, flush=True)
         trimmer = loop.create_task(trim_memory_periodically())
         try:
             await stop.wait()
         finally:
             trimmer.cancel()
     finally:
+        if fec_listener is not None:
+            fec_listener.close()
         if h3_listener is not None:
             h3_listener.close()
         if h2_server is not None:

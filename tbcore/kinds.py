@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tbcore import workloads
+from tbcore import fecmath, workloads
 from tbcore.errors import SpecError
 
 
@@ -103,6 +103,18 @@ register_protocol(
         window_caps=lambda s: [s.quic_max_data_bytes],
         # aioquic paces unless told off (rate = cwnd / srtt)
         paces=lambda s: s.quic_pacing != "off",
+    )
+)
+
+register_protocol(
+    ProtocolKind(
+        name="fec",
+        transport="udp",
+        cc_attr="fec_redundancy",  # no congestion control: the redundancy is its choice
+        mss=lambda s: fecmath.FEC_SYMBOL_BYTES,
+        window_caps=lambda s: [],
+        # paced at min(cap, measured rate) by a token bucket (servers/fecsession.py)
+        paces=lambda s: True,
     )
 )
 

@@ -166,6 +166,32 @@ QuicRecovery: Any = _snapshot(
 )
 
 
+@dataclass
+class FecFigures(Snapshot):
+    """One FEC request's figures (servers.fecsession.TransferStats as dicts)."""
+
+    request: dict[str, Any] | None = None
+    """The request transfer as its sender (the client) saw it."""
+    request_received: dict[str, Any] | None = None
+    """The request as the server received it (told back in the response)."""
+    response: dict[str, Any] | None = None
+    """The response transfer as its receiver (the client) saw it."""
+    session: dict[str, Any] | None = None
+    """The session: pacing rate and its source, RTT, datagram and drop counters."""
+    probe_done: float | None = None
+    """When the path probe of the session finished (CLOCK_MONOTONIC s)."""
+
+    def data(self) -> tuple[dict[str, Any] | None, str]:
+        """The larger transfer of the exchange (the one the workload is about) and who
+        received it: ('server' for the request, 'client' for the response)."""
+        request = self.request or {}
+        response = self.response or {}
+        if request.get("transfer_bytes", 0) >= response.get("transfer_bytes", 0):
+            merged = {**request, **{k: v for k, v in (self.request_received or {}).items()}}
+            return (merged if self.request else None), "server"
+        return (self.response, "client")
+
+
 def tcp_info_of(info: Mapping[str, Any]) -> Any:
     """The :class:`TcpInfo` of a parsed TCP_INFO (fields beyond the sample's are dropped)."""
     return TcpInfo(**{name: info.get(name) for name in TCP_SAMPLE_FIELDS})
@@ -228,6 +254,10 @@ class RequestRecord(Record):
     player: Any = col(
         doc="stream with player_buffer: the real-clock player's summary, events, flush time."
     )
+    fec: Any = col(
+        doc="fec: the request transfer (sender's view and receiver's), the response transfer "
+        "(receiver's view) and the session: FecFigures."
+    )
 
     @property
     def ok(self) -> bool:
@@ -251,6 +281,7 @@ class RequestRecord(Record):
 NESTED: dict[tuple[type, str], Any] = {
     (RequestRecord, "tcp_info"): TcpInfo,
     (RequestRecord, "quic"): QuicRecovery,
+    (RequestRecord, "fec"): FecFigures,
 }
 """Fields holding a :class:`Snapshot`: read back into their class."""
 
@@ -317,6 +348,10 @@ class ServerEvent(Record):
     how: str | None = col(doc="stream_cancelled: reset (RST_STREAM) or stop_sending.")
     next_index: int | None = col(doc="chunk_production_stopped: the first chunk not made.")
     tile: int | None = col(doc="processing_start/end of a tiled upload: the tile.")
+    fec: dict[str, Any] | None = col(
+        doc="fec: a transfer's figures (request_last_byte, response_last_byte) or the "
+        "session's redundancy and datagram counters (connection_open, connection_closed)."
+    )
 
     def __post_init__(self) -> None:
         if self.event not in SERVER_EVENT_NAMES:
@@ -364,7 +399,14 @@ ServerSample: Any = record("server_sample", 1)(
         [("proto", str, col(REQUIRED, doc="h2 or h3."))],
     )
 )
-SAMPLE_RECORDS: dict[str, Any] = {"h2": TcpSample, "h3": QuicSample}
+FEC_SAMPLE_FIELDS = ("rate_bps", "rtt_us", "sent_datagrams", "received_datagrams", "loss_ppm")
+"""Columns of a FEC sender sample (servers.fecsession.FecEndpoint)."""
+FecSample: Any = record("fec_sample", 1)(
+    _sample_record(
+        "FecSample", "FEC session state of the client (samples.csv, fec).", FEC_SAMPLE_FIELDS, []
+    )
+)
+SAMPLE_RECORDS: dict[str, Any] = {"h2": TcpSample, "h3": QuicSample, "fec": FecSample}
 """The client's sample record by protocol."""
 
 

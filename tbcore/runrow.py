@@ -178,6 +178,24 @@ class RunRow(Record):
     flights_up: int | None = col(doc="Round trips of the request's critical path, up.")
     flights_down: int | None = col(doc="Round trips of the request's critical path, down.")
     # --- the verdict
+    ignored_settings: str | None = col(
+        doc="Settings the run's protocol does not use that the level set (fec: TCP/QUIC knobs)."
+    )
+    fec_source_symbols: int | None = col(doc="fec: source symbols k of the data transfer.")
+    fec_repair_symbols: int | None = col(doc="fec: repair symbols r of its first round.")
+    fec_repair_required: int | None = col(
+        doc="fec: MODELS s10's r for k at the loss the link realised on that direction."
+    )
+    fec_extra_rounds: int | None = col(
+        doc="fec: repair rounds the receiver needed after the first."
+    )
+    fec_decode_failures: int | None = col(doc="fec: blocks that did not decode from round one.")
+    fec_loss_estimate: float | None = col(doc="fec: the loss rate the sender sized r with.")
+    fec_loss_model: str | None = col(doc="fec: none, binomial, markov (bursts) or fixed.")
+    fec_data_direction: str | None = col(doc="fec: up (asr) or down (tts): the data transfer.")
+    fec_rate_bps: float | None = col(
+        doc="fec: the client's pacing rate (probe/feedback).", unit="bit/s"
+    )
     valid: bool | None = col(doc="The run measured what it was meant to (see invalid_reason).")
     invalid_reason: str | None = col(doc="Every reason the run is invalid, joined by '; '.")
     wall_s: float | None = col(doc="Wall time the harness spent on the run.", unit="s")

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, fields, make_dataclass, replac
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tbcore import kinds, units
+from tbcore import fecmath, kinds, units
 from tbcore.errors import SpecError
 
 SETTINGS_SCHEMA = "testbed.settings"
@@ -131,6 +131,22 @@ def _text(name: str, value: Any) -> str:
     return value
 
 
+def _number(name: str, value: Any) -> float:
+    if isinstance(value, str):
+        try:
+            value = float(value)
+        except ValueError:
+            raise SpecError(name, f"must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(name, f"must be a number, got {value!r}")
+    return float(value)
+
+
+def _redundancy(name: str, value: Any) -> str:
+    fecmath.parse_redundancy(name, value)
+    return value
+
+
 def _pacing(name: str, value: Any) -> str | float:
     if value in QUIC_PACING_MODES:
         return value
@@ -173,6 +189,8 @@ KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
     "choice": (_text, (str,)),
     "text": (_text, (str,)),
     "pacing": (_pacing, (str, int, float)),
+    "number": (_number, (int, float)),
+    "redundancy": (_redundancy, (str,)),
     "table": (_table, (dict,)),
     "streams": (_streams, (str,)),
     "capture": (_capture, (str,)),
@@ -231,6 +249,8 @@ class Knob:
             for item in value.split(","):
                 if item not in STREAM_WORKLOADS:
                     raise SpecError(name, f"{item!r} is not one of {', '.join(STREAM_WORKLOADS)}")
+        if self.kind == "redundancy":
+            fecmath.parse_redundancy(name, value)
             return
         if self.kind == "pacing" and isinstance(value, str):
             if value not in QUIC_PACING_MODES:
@@ -385,6 +405,24 @@ knob("quic_max_data", "quic_max_data_bytes", kind="size", default=None, unit="by
 knob("h2_window", "h2_window_bytes", kind="size", default=H2_DEFAULT_WINDOW_BYTES,
      unit="bytes", applies="both", how="HTTP/2 stream and connection flow-control windows",
      low=H2_MIN_WINDOW_BYTES, high=H2_MAX_WINDOW_BYTES)  # fmt: skip
+# the FEC protocol (servers/fec*.py; ignored by h2 and h3)
+knob("fec_rate", "fec_rate_bps", kind="rate", default=None, unit="bit/s", applies="both",
+     how="FEC: the cap on the sender's rate; the harness sets each end's to the configured "
+     "rate of the direction it sends on", low=1, optional=True,
+     doc="The stacks refuse to start fec without it.")  # fmt: skip
+knob("fec_redundancy", kind="redundancy", default="adaptive", unit="", applies="both",
+     how="FEC: repair symbols from the receiver's loss estimate, or a fixed percentage",
+     doc="'adaptive' (binomial at fec_target; Markov when the loss comes in bursts) or "
+     "'25.7%'.")  # fmt: skip
+knob("fec_target", kind="number", default=0.999, unit="", applies="both",
+     how="FEC: the adaptive redundancy's success probability per transfer (MODELS.md s10)",
+     low=0.5, high=0.999999)  # fmt: skip
+FEC_IGNORED = ("cc", "quic_cc", "initcwnd", "initrwnd", "window_clamp_bytes",
+               "notsent_lowat_bytes", "quickack", "max_pacing_rate_bps", "pace_at_path_rate",
+               "max_datagram_size_bytes", "quic_pacing", "quic_batching", "quic_max_data_bytes",
+               "h2_window_bytes", "resume", "slow_start_after_idle")  # fmt: skip
+"""Settings a fec run ignores (recorded as ignored, not refused: one file holds every arm)."""
+
 # the server's work, the client's patience
 knob("processing_audio", "processing_audio_s", kind="duration", default=0.030, unit="s",
      applies="server", how="asyncio.sleep per audio request (asr, tts)", low=0)  # fmt: skip
@@ -415,6 +453,8 @@ class _SettingsBase:
     def __post_init__(self) -> None:
         for item in KNOBS.values():
             item.check(item.key, getattr(self, item.attr))
+        if self.protocol == "fec" and self.connection == "0rtt":  # type: ignore[attr-defined]
+            raise SpecError("connection", "fec has new and reused sessions, no 0rtt")
         if self.connection == "0rtt" and self.protocol != "h3":  # type: ignore[attr-defined]
             raise SpecError(
                 "connection",
@@ -523,10 +563,21 @@ class _SettingsBase:
         return cls.from_document(doc)
 
     def for_end(self, path_rate_bps: float | None) -> Settings:
-        """What one end applies: ``pace_at_path_rate`` resolved to that end's sending rate."""
-        if not self.pace_at_path_rate:  # type: ignore[attr-defined]
-            return self  # type: ignore[return-value]
-        return replace(self, max_pacing_rate_bps=path_rate_bps, pace_at_path_rate=False)  # type: ignore[type-var]
+        """What one end applies: ``pace_at_path_rate`` resolved to that end's sending rate;
+        for fec, the configured rate of that end's direction as the cap (unless given)."""
+        current: Any = self
+        if current.protocol == "fec" and current.fec_rate_bps is None and path_rate_bps:
+            current = replace(current, fec_rate_bps=path_rate_bps)
+        if not current.pace_at_path_rate:
+            return current  # type: ignore[no-any-return]
+        return replace(current, max_pacing_rate_bps=path_rate_bps, pace_at_path_rate=False)  # type: ignore[no-any-return]
+
+    def ignored(self) -> list[str]:
+        """Settings this run's protocol does not use that differ from their default."""
+        if self.protocol != "fec":  # type: ignore[attr-defined]
+            return []
+        defaults = Settings()
+        return [a for a in FEC_IGNORED if getattr(self, a) != getattr(defaults, a)]
 
 
 def _field_of(item: Knob) -> tuple[str, Any, Any]:

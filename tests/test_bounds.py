@@ -733,3 +733,33 @@ def test_airtime_bound_refuses_bad_keys_and_counts() -> None:
         bounds.airtime_bound({"up.data": -1}, {"up.data": 0})
     with pytest.raises(SpecError):
         bounds.airtime_s(1, float("nan"))
+
+
+def test_fec_bound_is_the_serial_time_of_every_symbol() -> None:
+    from harness.bounds import fec_request_time
+
+    # MODELS section 10: k + r = 245 + 63 packets of 1448 B at 333 Mbit/s, R 0.2, Tc 30 ms
+    bound = fec_request_time(
+        rtt_s=0.2,
+        up_bps=333e6,
+        down_bps=333e6,
+        up_symbols=308,
+        down_symbols=0,
+        symbol_bytes=1448,
+        processing_s=0.030,
+    )
+    assert f"{bound.total_s:.3f}" == "0.241" and bound.setup_s == 0
+    new = fec_request_time(
+        rtt_s=0.2,
+        up_bps=333e6,
+        down_bps=333e6,
+        up_symbols=308,
+        down_symbols=4,
+        symbol_bytes=1448,
+        connection="new",
+    )
+    assert new.setup_s == pytest.approx(0.6)
+    with pytest.raises(SpecError, match="up_symbols"):
+        fec_request_time(
+            rtt_s=0.2, up_bps=1, down_bps=1, up_symbols=-1, down_symbols=0, symbol_bytes=1
+        )

@@ -134,3 +134,30 @@ def test_a_run_without_its_records_is_an_error_not_a_crash(tmp_path: Path) -> No
     collected = collect_run(run_dir, error=None)
     assert collected.error == "no measured request completed"
     assert collected.row.total_s is None and collected.row.requests == 0
+
+
+def test_fec_columns_bound_and_requirement() -> None:
+    from harness.collect import fec_columns, fec_required
+    from tbcore.records import FecFigures
+
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/fec.toml")
+    settings = spec.level("tts-l14-fecad").settings
+    link = specmod.link_of(settings)
+    k, r = 251, 64
+    record = RequestRecord(
+        request_id=0, protocol="fec", connection="reused", workload="tts", warmup=False,
+        fec=FecFigures(
+            request={"transfer_bytes": 40, "source_symbols": 1, "repair_symbols": 5},
+            response={"transfer_bytes": 354_800, "source_symbols": k, "repair_symbols": r,
+                      "extra_rounds": 0, "decode_failures": 0, "loss_estimate": 0.14,
+                      "loss_model": "binomial"},
+            session={"rate_bps": 333e6},
+        ),
+    )  # fmt: skip
+    row = fec_columns(settings, link, record, {"total_s": 0.26})
+    assert row["fec_source_symbols"] == k and row["fec_repair_symbols"] == r
+    assert row["fec_data_direction"] == "down" and row["bound_retransmission_s"] == 0
+    serial = (1 + 5 + k + r) * 1416 * 8 / 333e6
+    assert row["bound_s"] == pytest.approx(0.2 + 0.030 + serial)
+    assert row["ratio"] == pytest.approx(0.26 / row["bound_s"])
+    assert fec_required(k, 0.14, 0.999) == 64 and fec_required(k, None, 0.999) is None

@@ -71,3 +71,18 @@ def test_airtime_arms_carry_their_ack_knobs(tmp_path: Path) -> None:
     assert spec.level("tcp-quick").settings.route_quickack
     assert not spec.level("tcp-delayed").settings.route_quickack
     assert link.air is not None and link.air.order == "alternate"
+
+
+def test_fec_arm_runs_the_fec_listener_capped_at_each_directions_rate(tmp_path: Path) -> None:
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/fec.toml")
+    settings = spec.level("tts-l14-fecad").settings
+    link = specmod.link_of(settings)
+    argv = server_argv(settings, link, bind="198.18.2.2", port=20001, run_dir=tmp_path)
+    assert argv[argv.index("--fec-port") + 1] == "20001" and "--no-h2" in argv
+    assert "--qlog-dir" not in argv
+    assert settings_passed(argv).fec_rate_bps == link.down.rate_bps
+    client = client_argv(settings, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
+    assert settings_passed(client).fec_rate_bps == link.up.rate_bps
+    # the bbr arm's TCP settings are not refused for fec: recorded as ignored
+    bbr = spec.level("tts-l14-bbr").settings
+    assert bbr.replace(protocol="fec").ignored() == ["cc", "slow_start_after_idle"]
