@@ -24,6 +24,9 @@ ENV_BACKEND = "TESTBED_BACKEND"
 ENV_QUICK = "TESTBED_QUICK"
 ENV_OUTPUT = "TESTBED_OUTPUT"
 
+EXIT_MISSING = 2
+"""Exit status when the host or container lacks a privilege the testbed needs."""
+
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("", "0", "false", "no", "off")
 
@@ -133,11 +136,23 @@ def _terminate_cleanly() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def _preflight(command: str, backend: str) -> bool:
+    """Before anything is created: one line per piece this host or container lacks."""
+    from netem import doctor
+
+    lines = doctor.missing(doctor.report(backend))
+    for line in lines:
+        print(f"testbed {command}: error: {line}", file=sys.stderr)
+    return not lines
+
+
 def _run(args: argparse.Namespace) -> int:
     from harness import spec as specmod
     from harness.runner import run_experiment
 
     _terminate_cleanly()
+    if not _preflight("run", args.backend):
+        return EXIT_MISSING
     spec = specmod.load(args.experiment)
     if args.quick:
         spec = spec.quick_form()
@@ -186,6 +201,8 @@ def _campaign(args: argparse.Namespace) -> int:
     backend = args.backend or os.environ.get(ENV_BACKEND) or "auto"
     quick = args.quick or env_bool(ENV_QUICK)
     output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+    if not _preflight("campaign", backend):
+        return EXIT_MISSING
     started = time.monotonic()
     summary = run_campaign(
         experiments_dir=Path(args.experiments_dir),
