@@ -70,8 +70,10 @@ def test_with_and_without_change_one_value(project: dict) -> None:
     assert "NET_ADMIN" not in less["cap_add"] and "SYS_ADMIN" in less["cap_add"]
     no_tun = cp.change_list(service, "devices", "/dev/net/tun", add=False)
     assert no_tun["devices"] == []
-    more = cp.change_list(service, "cap_add", "SYS_NICE", add=True)
-    assert more["cap_add"][-1] == "SYS_NICE"
+    more = cp.change_list(service, "cap_add", "SYS_PTRACE", add=True)
+    assert more["cap_add"][-1] == "SYS_PTRACE"
+    with pytest.raises(cp.Untranslatable, match="already"):
+        cp.change_list(service, "cap_add", "NET_ADMIN", add=True)
     with pytest.raises(cp.Untranslatable):
         cp.change_list(service, "cap_add", "NET_RAW", add=False)
     with pytest.raises(cp.Untranslatable):

@@ -14,8 +14,9 @@ compose file later cannot be dropped silently (podman's own Docker API drops
     compose_podman.py --print up|build|run  print the podman command instead of running it
 
 ``--without KEY=VALUE`` leaves one value of a list setting out (``cap_add=NET_ADMIN``,
-``devices=/dev/net/tun``, ``security_opt=systempaths=unconfined``) and ``--with KEY=VALUE``
-adds one (``cap_add=SYS_NICE``): the container stage's checks of a container that lacks a
+``devices=/dev/net/tun``, ``cap_add=SYS_NICE``) and ``--with KEY=VALUE``
+adds one (``cap_add=SYS_PTRACE``), ``--set cpu_rt_runtime=US`` gives a scalar one: the
+container stage's checks of a container that lacks a
 permission, and the SCHED_FIFO measurement, start from the file's settings and change one.
 Exit status: podman's; 2 for a compose setting that cannot be translated.
 """
@@ -170,6 +171,10 @@ def _volumes(run: PodmanRun, value: Any) -> None:
         run.options += ["--volume", f"{volume['source']}:{volume['target']}{mode}"]
 
 
+def _cpu_rt_runtime(run: PodmanRun, value: Any) -> None:
+    run.options += ["--cpu-rt-runtime", str(int(value))]
+
+
 def _ignored(_run: PodmanRun, _value: Any) -> None:
     """Used by the build step (build) or already taken (image)."""
 
@@ -180,6 +185,7 @@ TRANSLATORS: dict[str, Callable[[PodmanRun, Any], None]] = {
     "cap_add": _cap_add,
     "cap_drop": _cap_drop,
     "command": _command,
+    "cpu_rt_runtime": _cpu_rt_runtime,
     "entrypoint": _entrypoint,
     "devices": _devices,
     "environment": _environment,
@@ -195,6 +201,8 @@ TRANSLATORS: dict[str, Callable[[PodmanRun, Any], None]] = {
 
 LIST_KEYS = ("cap_add", "cap_drop", "security_opt", "devices")
 """Settings ``--with`` / ``--without`` may change by one value."""
+SCALAR_KEYS = ("cpu_rt_runtime",)
+"""Settings ``--set`` may give (the SCHED_FIFO measurement's real-time budget)."""
 
 
 def compose_binary() -> Path:
@@ -299,6 +307,10 @@ def plan(args: argparse.Namespace) -> tuple[list[str], PodmanRun | None]:
         service = change_list(service, key, value, add=False)
     for key, value in args.adding:
         service = change_list(service, key, value, add=True)
+    for key, value in args.set:
+        if key not in SCALAR_KEYS:
+            raise Untranslatable(f"--set: {key!r} is not one of {', '.join(SCALAR_KEYS)}")
+        service = {**service, key: value}
     if args.action == "run":
         if not args.command:
             raise Untranslatable("run: give the command after --")
@@ -314,6 +326,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-f", "--file", default=str(COMPOSE_FILE))
     parser.add_argument("--with", dest="adding", type=_pair, action="append", default=[])
     parser.add_argument("--without", type=_pair, action="append", default=[])
+    parser.add_argument("--set", type=_pair, action="append", default=[])
     parser.add_argument("--print", action="store_true", help="print the podman command only")
     parser.add_argument("action", choices=("build", "up", "run"))
     parser.add_argument("command", nargs="*")
@@ -328,7 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for directory in run.host_dirs if run else []:
         directory.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(command, check=False, env=os.environ).returncode
+    sys.stdout.flush()
+    # podman in this process's place: a signal (Ctrl-C, the stage's timeout) reaches it, and
+    # through it the container's init, as `docker compose up` passes it on
+    os.execvp(command[0], command)
+    return 0  # not reached
 
 
 if __name__ == "__main__":
