@@ -151,9 +151,9 @@ def _run(args: argparse.Namespace) -> int:
     from harness.runner import run_experiment
 
     _terminate_cleanly()
+    spec = specmod.load(args.experiment)
     if not _preflight("run", args.backend):
         return EXIT_MISSING
-    spec = specmod.load(args.experiment)
     if args.quick:
         spec = spec.quick_form()
     if args.reps is not None:
