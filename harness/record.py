@@ -102,10 +102,25 @@ def utc_stamp(now: datetime | None = None) -> str:
     return now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
+def _mode_of_new_files() -> int:
+    """0o666 less the umask: what ``open()`` gives a new file (0o644 under umask 022).
+    mkstemp makes 0o600, which a lab user could not read in ./results written by the
+    container's root."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def _mkstemp_readable(path: Path) -> tuple[int, str]:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, _mode_of_new_files())
+    return fd, tmp
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _mkstemp_readable(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -152,7 +167,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
 def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
     """CSV or parquet by the suffix, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _mkstemp_readable(path)
     os.close(fd)
     try:
         if path.suffix == ".parquet":
