@@ -2,8 +2,8 @@
 
 ``async def run_requests(config: ClientConfig) -> list[RequestRecord]``
 
-runs ``config.warmup`` warm-up requests then ``config.requests`` measured ones of
-``config.workload`` (asr, tts, retouch, stream) over ``config.protocol`` (h2, h3):
+runs ``settings.warmup_requests`` warm-up requests then ``settings.requests`` measured ones
+of ``settings.workload`` (asr, tts, retouch, stream) over ``settings.protocol`` (h2, h3):
 
 - ``connection="new"``: a fresh connection per request (warm-ups too). With
   ``resume=True`` (h2) each connection resumes the TLS session of the previous one;
@@ -17,7 +17,7 @@ runs ``config.warmup`` warm-up requests then ``config.requests`` measured ones o
   the server took it).
 
 Every request gets a record, failed ones too (``error`` is a one-line reason). Nothing waits
-longer than ``config.timeout_s`` per connect or request. With ``samples_path`` the sender
+longer than ``settings.timeout_s`` per connect or request. With ``samples_path`` the sender
 state is sampled at ``sample_hz`` while each request is in flight (TCP_INFO for h2, aioquic
 recovery state for h3) and written as CSV (``t,request_id,<fields>``); with
 ``records_path`` the records are written as JSONL (always, even when requests failed).
@@ -43,12 +43,12 @@ import uvloop
 
 from clients import h2client, h3client
 from clients.config import ClientConfig
-from clients.records import RequestRecord, write_records
 from clients.workload import RequestSpec, request_spec
-from servers.quic import QUIC_SAMPLE_FIELDS, quic_counters
+from servers.quic import quic_counters
 from servers.tls import client_context
+from tbcore.records import SAMPLE_RECORDS, QuicRecovery, RequestRecord, tcp_info_of, write_jsonl
 from tbcore.sampler import Sampler
-from tbcore.tcpinfo import SAMPLE_FIELDS, read_tcp_info
+from tbcore.tcpinfo import read_tcp_info
 
 TICKET_WAIT_S = 2.0
 """How long the 0-RTT priming connection waits for a session ticket."""
@@ -64,10 +64,10 @@ def _one_line(err: BaseException) -> str:
 class _Run:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self.spec: RequestSpec = request_spec(config.workload, config.chunks)
+        self.spec: RequestSpec = request_spec(config.settings.workload, config.settings.chunks)
         self.records: list[RequestRecord] = []
-        columns = SAMPLE_FIELDS if config.protocol == "h2" else QUIC_SAMPLE_FIELDS
-        self.sampler = Sampler(columns, config.sample_hz) if config.samples_path else None
+        sample = SAMPLE_RECORDS[config.settings.protocol]
+        self.sampler = Sampler(sample, config.sample_hz) if config.samples_path else None
         self.keylog: IO[str] | None = None
         self.conn_index = -1
         self.tls = None
@@ -78,25 +78,25 @@ class _Run:
         config = self.config
         return RequestRecord(
             request_id=index,
-            protocol=config.protocol,
-            connection=config.connection,
-            workload=config.workload,
-            warmup=index < config.warmup,
+            protocol=config.settings.protocol,
+            connection=config.settings.connection,
+            workload=config.settings.workload,
+            warmup=index < config.settings.warmup_requests,
         )
 
     # -- connections -----------------------------------------------------------------------
     async def connect(self, early: bool = False) -> Any:
         config = self.config
         self.conn_index += 1
-        if config.protocol == "h2":
+        if config.settings.protocol == "h2":
             if self.tls is None:
                 self.tls = client_context(config.keylog_path)
-            session = self.session if config.resume else None
+            session = self.session if config.settings.resume else None
             return await h2client.open_connection(config, self.tls, session)
         if self.keylog is None and config.keylog_path is not None:
             config.keylog_path.parent.mkdir(parents=True, exist_ok=True)
             self.keylog = config.keylog_path.open("a", buffering=1)
-        use_ticket = config.resume or config.connection == "0rtt"
+        use_ticket = config.settings.resume or config.settings.connection == "0rtt"
         ticket = self.ticket if use_ticket else None
         return await h3client.open_connection(config, ticket, early=early, keylog=self.keylog)
 
@@ -125,7 +125,7 @@ class _Run:
         if self.sampler is not None:
             self.sampler.start(record.request_id, self.probe(conn))
         try:
-            await conn.request(self.spec, record, self.config.timeout_s)
+            await conn.request(self.spec, record, self.config.settings.timeout_s)
         except Exception as err:
             if record.error is None or not record.error.startswith(type(err).__name__):
                 reason = _one_line(err)
@@ -137,11 +137,11 @@ class _Run:
         self.stamp_connection(record, conn)
         try:
             if isinstance(conn, h2client.H2Client):
-                record.tcp_info = conn.tcp_info()
+                record.tcp_info = tcp_info_of(conn.tcp_info())
                 if conn.session is not None:
                     self.session = conn.session
             else:
-                record.quic = conn.counters()
+                record.quic = QuicRecovery(**conn.counters())
                 if conn.protocol.tickets:
                     self.ticket = conn.protocol.tickets[-1]
         except OSError:
@@ -149,7 +149,7 @@ class _Run:
 
     async def close(self, conn: Any) -> None:
         try:
-            await asyncio.wait_for(conn.close(), self.config.timeout_s)
+            await asyncio.wait_for(conn.close(), self.config.settings.timeout_s)
         except Exception:
             pass
 
@@ -163,10 +163,10 @@ class _Run:
     # -- modes -------------------------------------------------------------------------------
     async def run(self) -> list[RequestRecord]:
         config = self.config
-        total = config.warmup + config.requests
-        if config.connection == "reused":
+        total = config.settings.warmup_requests + config.settings.requests
+        if config.settings.connection == "reused":
             await self.run_reused(total)
-        elif config.connection == "new":
+        elif config.settings.connection == "new":
             for index in range(total):
                 await self.run_on_new(index)
         else:
@@ -221,7 +221,7 @@ class _Run:
                 self.records.append(self.failed(index, err))
             return
         try:
-            for index in range(config.warmup):
+            for index in range(config.settings.warmup_requests):
                 record = self.new_record(index)
                 await self.exchange(conn, record)
                 self.records.append(record)
@@ -230,7 +230,7 @@ class _Run:
                 self.ticket = ticket
         finally:
             await self.close(conn)
-        for index in range(config.warmup, total):
+        for index in range(config.settings.warmup_requests, total):
             await self.run_on_new(index, early=True)
 
 
@@ -248,7 +248,7 @@ async def run_requests(config: ClientConfig) -> list[RequestRecord]:
         return await run.run()
     finally:
         if config.records_path is not None:
-            write_records(config.records_path, run.records)
+            write_jsonl(config.records_path, run.records)
         if run.sampler is not None and config.samples_path is not None:
             run.sampler.write_csv(config.samples_path)
         if run.keylog is not None:

@@ -23,10 +23,14 @@ import uvloop
 
 from clients.api import run_requests
 from clients.config import ClientConfig
-from clients.records import RequestRecord
 from servers.process import ServerProcess
+from tbcore.records import RequestRecord
+from tbcore.settings import Settings
+from tbcore.workloads import AUDIO_SIZE_BYTES
 
 MB = 1_000_000
+BENCH_TIMEOUT_S = 120.0
+"""A 30 MB transfer at the slowest stack measured (~20 Mbit/s) takes ~12 s; ten times that."""
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
@@ -89,7 +93,7 @@ def bench_protocol(
     args = ["--max-datagram-size", str(max_datagram_size), "--max-body", "40mb"]
     args += ["--no-h3"] if protocol == "h2" else ["--no-h2"]
     if not batching:
-        args.append("--no-batching")
+        args.append("--no-quic-batching")
     args += ["--quic-pacing", pacing]
     with ServerProcess(args) as server:
         assert server.proc is not None
@@ -97,16 +101,18 @@ def bench_protocol(
         port = server.ports[protocol]
         for workload, direction in (("image", "down"), ("sink", "up")):
             config = ClientConfig(
-                protocol=protocol,
                 port=port,
-                workload=workload,
-                requests=reps,
-                warmup=1,
-                connection="reused",
-                max_datagram_size=max_datagram_size,
-                quic_batching=batching,
-                quic_pacing=pacing,
-                timeout_s=120.0,
+                settings=Settings(
+                    protocol=protocol,
+                    workload=workload,
+                    requests=reps,
+                    warmup_requests=1,
+                    connection="reused",
+                    max_datagram_size_bytes=max_datagram_size,
+                    quic_batching=batching,
+                    quic_pacing=pacing,
+                    timeout_s=BENCH_TIMEOUT_S,
+                ),
             )
             records, before, after = uvloop.run(_measure(config, pid))
             measured = [r for r in records if not r.warmup]
@@ -125,15 +131,17 @@ def bench_protocol(
                 }
             )
         asr = ClientConfig(
-            protocol=protocol,
             port=port,
-            workload="asr",
-            requests=max(reps, 5),
-            warmup=1,
-            connection="reused",
-            max_datagram_size=max_datagram_size,
-            quic_batching=batching,
-            quic_pacing=pacing,
+            settings=Settings(
+                protocol=protocol,
+                workload="asr",
+                requests=max(reps, 5),
+                warmup_requests=1,
+                connection="reused",
+                max_datagram_size_bytes=max_datagram_size,
+                quic_batching=batching,
+                quic_pacing=pacing,
+            ),
         )
         records, _, _ = uvloop.run(_measure(asr, pid))
         measured = [r for r in records if not r.warmup and r.ok]
@@ -143,7 +151,7 @@ def bench_protocol(
                 "transfer": "ASR reused (ms)",
                 "asr_ms": statistics.median(_duration_s(r) for r in measured) * 1e3,
                 "upload_mbit_s": statistics.median(
-                    354_640 * 8 / 1e6 / (r.request_last_byte - r.request_first_byte)
+                    AUDIO_SIZE_BYTES * 8 / 1e6 / (r.request_last_byte - r.request_first_byte)
                     for r in measured
                     if r.request_last_byte
                 ),

@@ -1,9 +1,11 @@
 """``testbed client`` and ``testbed bench stacks``.
 
-``testbed client --protocol h2|h3 --host ADDR --port P --workload asr|tts|retouch|stream
-[--chunks N] --requests N [--warmup K] --connection new|reused|0rtt [--resume] [--cc ...]
-[--quic-cc ...] [--max-datagram-size N] [--records FILE.jsonl] [--samples FILE.csv]
-[--sample-hz 1000] [--qlog-dir DIR] [--keylog FILE] [--timeout 60s]`` runs the requests
+``testbed client --host ADDR --port P [--settings JSON|FILE] [--protocol h2|h3]
+[--workload asr|tts|retouch|stream] [--chunks N] [--requests N] [--warmup-requests K]
+[--connection new|reused|0rtt] [--resume] [--cc ...] [--quic-cc ...] [--max-datagram-size N]
+[--records FILE.jsonl] [--samples FILE.csv] [--sample-hz 1000] [--qlog-dir DIR]
+[--keylog FILE] [--timeout 60s]`` (one flag per knob of tbcore.settings the client applies,
+each overriding the settings document) runs the requests
 (see :mod:`clients.api`), prints one summary line per request, writes the records, and exits
 1 if any measured request failed (0 otherwise; 2 on bad input).
 """
@@ -14,51 +16,34 @@ import argparse
 import sys
 from pathlib import Path
 
-from clients.config import CONNECTION_MODES, PROTOCOLS, WORKLOAD_NAMES, ClientConfig
-from servers.knobs import add_transport_arguments, transport_fields
-from tbcore import units
+from clients.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ClientConfig
+from tbcore.settings import add_flags, settings_from_flags
 
 EXIT_FAILED_REQUEST = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--protocol", choices=PROTOCOLS, default="h2")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8443)
-    parser.add_argument("--workload", choices=WORKLOAD_NAMES, default="asr")
-    parser.add_argument("--chunks", type=int, default=50, help="chunks of the stream workload")
-    parser.add_argument("--requests", type=int, default=1, help="measured requests")
-    parser.add_argument("--warmup", type=int, default=0, help="warm-up requests first")
-    parser.add_argument("--connection", choices=CONNECTION_MODES, default="new")
-    parser.add_argument("--resume", action="store_true", help="TLS session resumption")
-    add_transport_arguments(parser)
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    add_flags(parser, "client")
     parser.add_argument("--records", type=Path, default=None, help="JSONL records")
     parser.add_argument("--samples", type=Path, default=None, help="in-flight samples CSV")
-    parser.add_argument("--sample-hz", type=float, default=1000.0)
+    parser.add_argument("--sample-hz", type=float, default=DEFAULT_SAMPLE_HZ)
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None)
-    parser.add_argument("--timeout", default="60s", help="per connect and per request")
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
 
 
 def config_from_args(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(
-        protocol=args.protocol,
         host=args.host,
         port=args.port,
-        workload=args.workload,
-        chunks=args.chunks,
-        requests=args.requests,
-        warmup=args.warmup,
-        connection=args.connection,
-        resume=args.resume,
-        **transport_fields(args),
+        settings=settings_from_flags(args),
         records_path=args.records,
         samples_path=args.samples,
         sample_hz=args.sample_hz,
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
-        timeout_s=units.parse_duration_s("timeout", args.timeout),
     )
 
 

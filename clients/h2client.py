@@ -22,12 +22,11 @@ import h2.exceptions
 import h2.settings
 
 from clients.config import ClientConfig
-from clients.records import RequestRecord
 from clients.workload import RequestSpec, ResponseCollector
 from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from servers.knobs import tcp_options_of
-from servers.sockopts import TcpOptions, apply_tcp_options, rearm_quickack
+from servers.sockopts import apply_tcp_options, rearm_quickack
 from servers.tls import ALPN_H2
+from tbcore.records import RequestRecord
 from tbcore.tcpinfo import read_tcp_info
 
 
@@ -232,10 +231,6 @@ def _fill(record: RequestRecord, collector: ResponseCollector) -> None:
         record.error = error
 
 
-def tcp_options(config: ClientConfig) -> TcpOptions:
-    return tcp_options_of(config)
-
-
 async def open_connection(
     config: ClientConfig, tls: ssl.SSLContext, session: ssl.SSLSession | None = None
 ) -> H2Client:
@@ -244,19 +239,19 @@ async def open_connection(
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        apply_tcp_options(sock, tcp_options(config))
+        apply_tcp_options(sock, config.settings)
         sock.setblocking(False)
         connect_start = time.monotonic()
-        async with asyncio.timeout(config.timeout_s):
+        async with asyncio.timeout(config.settings.timeout_s):
             await loop.sock_connect(sock, (config.host, config.port))
             tcp_connected = time.monotonic()
             tls.session = session  # type: ignore[attr-defined]
             transport, protocol = await loop.create_connection(
-                lambda: H2ClientProtocol(config.h2_window_bytes, config.quickack),
+                lambda: H2ClientProtocol(config.settings.h2_window_bytes, config.settings.quickack),
                 sock=sock,
                 ssl=tls,
                 server_hostname=config.server_name,
-                ssl_handshake_timeout=config.timeout_s,
+                ssl_handshake_timeout=config.settings.timeout_s,
             )
         handshake_done = time.monotonic()
     except BaseException:

@@ -21,7 +21,6 @@ from aioquic.tls import SessionTicket
 
 from clients.config import ClientConfig
 from clients.h2client import _fill
-from clients.records import RequestRecord
 from clients.workload import RequestSpec, ResponseCollector
 from servers.quic import (
     WatchedProtocol,
@@ -31,6 +30,7 @@ from servers.quic import (
     quic_counters,
     stream_fully_sent,
 )
+from tbcore.records import RequestRecord
 
 QLOG_CLOSE_WAIT_S = 5.0
 """With qlog on, wait this long at most for the connection to drain (the trace is written
@@ -201,7 +201,7 @@ async def open_connection(
         sock.close()
         raise
     protocol_box.append(protocol)  # type: ignore[arg-type]
-    if config.quic_batching:
+    if config.settings.quic_batching:
         protocol.gso_socket = sock  # type: ignore[attr-defined]
     else:
         protocol.coalesce_transmit = False  # type: ignore[attr-defined]
@@ -218,7 +218,7 @@ async def open_connection(
     protocol.connect((config.host, config.port), transmit=not early)  # type: ignore[attr-defined]
     if not early:
         try:
-            await client.wait_handshake(config.timeout_s)
+            await client.wait_handshake(config.settings.timeout_s)
         except BaseException:
             transport.close()
             raise

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tbcore.errors import SpecError
+from tbcore.settings import TCP_DEFAULT_MSS_BYTES
 
 if TYPE_CHECKING:
     from netem.linkspec import LinkSpec
@@ -30,7 +31,7 @@ INITCWND_SEGMENTS = 10
 min(10 * max_datagram_size, max(14720, 2 * max_datagram_size)), the same 10 segments for
 datagrams up to 1472 bytes."""
 
-TCP_MSS_BYTES = 1448
+TCP_MSS_BYTES = TCP_DEFAULT_MSS_BYTES
 """TCP payload per segment on a 1500-byte Ethernet MTU with IPv4 and the timestamp option:
 1500 - 20 (IPv4) - 20 (TCP) - 12 (RFC 7323 timestamps). Linux enables timestamps by default."""
 

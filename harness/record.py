@@ -37,60 +37,13 @@ from typing import Any
 import pandas as pd
 
 from tbcore.errors import SpecError
+from tbcore.runrow import RunRow, run_columns
 
-SCHEMA_VERSION = 1
-"""Version of the layout and of the row columns; bump it when either changes."""
+SCHEMA_VERSION = 2
+"""Version of the directory layout (the rows carry their own: tbcore.runrow.RunRow)."""
 
-RUN_COLUMNS: tuple[str, ...] = (
-    "run_id",
-    "seq",
-    "block",
-    "position",
-    "level",
-    "rep",
-    "warmup",
-    "protocol",
-    "connection",
-    "workload",
-    "cc",
-    "up_bytes",
-    "down_bytes",
-    "rtt_s",
-    "loss",
-    "up_bps",
-    "down_bps",
-    "handshake_s",
-    "ttfb_s",
-    "total_s",
-    "bound_s",
-    "ratio",
-    "bound_setup_s",
-    "bound_feedback_s",
-    "bound_window_s",
-    "bound_serialisation_s",
-    "bound_propagation_s",
-    "bound_processing_s",
-    "bound_retransmission_s",
-    "bound_expected_s",
-    "processing_s",
-    "retransmits",
-    "acks",
-    "requests",
-    "measured_rtt_s",
-    "realised_loss_up",
-    "realised_loss_down",
-    "lateness_p99_s",
-    "cpu_client",
-    "cpu_server",
-    "cpu_emulator",
-    "steal",
-    "sha256_ok",
-    "valid",
-    "invalid_reason",
-    "started_utc",
-    "wall_s",
-)
-"""Columns of runs.csv, in order. Rows may carry more (appended after these)."""
+RUN_COLUMNS: tuple[str, ...] = run_columns()
+"""Columns of runs.csv, in order: the fields of :class:`tbcore.runrow.RunRow`."""
 
 ROW_FILE = "row.json"
 MANIFEST = "manifest.json"
@@ -250,17 +203,19 @@ class ResultDir:
             return set()
         return {p.name for p in runs.iterdir() if (p / ROW_FILE).is_file()}
 
-    def save_row(self, row: Mapping[str, Any]) -> None:
+    def save_row(self, row: RunRow) -> None:
         """Mark a run finished with its row, then rebuild the tables."""
-        run_id = str(row["run_id"])
-        atomic_write_json(self.run_dir(run_id) / ROW_FILE, dict(row))
+        atomic_write_json(self.run_dir(row.run_id) / ROW_FILE, row.to_dict())
         self.write_tables()
 
     def rows(self) -> list[dict[str, Any]]:
+        """Every finished run's row (checked against :class:`RunRow`), in plan order."""
         out = []
         for run_id in sorted(self.finished()):
-            with open(self.run_dir(run_id) / ROW_FILE, encoding="utf-8") as handle:
-                out.append(json.load(handle))
+            path = self.run_dir(run_id) / ROW_FILE
+            with open(path, encoding="utf-8") as handle:
+                data = json.load(handle)
+            out.append(RunRow.from_dict(data, f"{run_id}/{ROW_FILE}").to_dict())
         out.sort(key=lambda r: (r.get("seq", 0), r["run_id"]))
         return out
 

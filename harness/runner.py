@@ -39,15 +39,17 @@ from harness.plan import PlannedRun, plan_for, remaining
 from harness.record import (
     ResultDir,
     atomic_write_json,
-    read_jsonl,
     utc_stamp,
     write_jsonl,
 )
-from harness.spec import ExperimentSpec, Level, Settings
+from harness.spec import ExperimentSpec, Level, link_of
 from netem.linkspec import LinkSpec
+from tbcore import kinds
 from tbcore.errors import SpecError
-from tbcore.units import format_duration, format_rate
-from tbcore.workloads import AUDIO_SIZE_BYTES, IMAGE_SIZE_BYTES, RETOUCHED_SIZE_BYTES
+from tbcore.records import RecordError, RequestRecord, ServerEvent
+from tbcore.records import read_jsonl as read_records
+from tbcore.runrow import RunRow
+from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
 
 # --- validity thresholds -----------------------------------------------------------------
 
@@ -102,9 +104,6 @@ SERVER_STOP_TIMEOUT_S = 10.0
 CLIENT_TIMEOUT_MARGIN_S = 30.0
 """Added to the run's timeout before the harness kills a client (startup, warm-up)."""
 
-DEFAULT_INITCWND_SEGMENTS = 10
-"""Linux's TCP_INIT_CWND (RFC 6928), what a route without the metric gets."""
-
 KEEP_QLOG_BYTES = 64 * 2**20
 
 # --- the pure part -----------------------------------------------------------------------
@@ -125,76 +124,84 @@ class Phases:
     """t_connect_s, t_handshake_s, t_request_first_s, ... relative to the start."""
 
 
-def request_phases(record: Mapping[str, Any], opened_connection: bool) -> Phases | None:
+PHASE_TIMES = (
+    ("t_connect_s", "connect_start"),
+    ("t_handshake_s", "handshake_done"),
+    ("t_request_first_s", "request_first_byte"),
+    ("t_request_last_s", "request_last_byte"),
+    ("t_response_first_s", "response_first_byte"),
+    ("t_response_last_s", "response_last_byte"),
+)
+"""Row column and RequestRecord time of each phase boundary."""
+CONNECTION_TIMES = ("connect_start", "handshake_done")
+CLIENT_EVENT_TIMES = (
+    "connect_start",
+    "tcp_connected",
+    "handshake_done",
+    "request_first_byte",
+    "request_last_byte",
+    "response_first_byte",
+    "response_last_byte",
+)
+"""The RequestRecord times that go to events.jsonl."""
+
+
+def request_phases(record: RequestRecord, opened_connection: bool) -> Phases | None:
     """Times of one client record; None when it has no complete response."""
-    first = record.get("request_first_byte")
-    last = record.get("response_last_byte")
+    first, last = record.request_first_byte, record.response_last_byte
     if first is None or last is None:
         return None
-    connect = record.get("connect_start")
+    connect = record.connect_start
     new = opened_connection and connect is not None
-    start = float(connect) if new else float(first)
-    handshake = (
-        float(record["handshake_done"]) - float(connect)
-        if new and record.get("handshake_done") is not None
-        else 0.0
-    )
-    response_first = record.get("response_first_byte")
+    start = float(connect) if new else float(first)  # type: ignore[arg-type]
+    handshake = 0.0
+    if new and record.handshake_done is not None:
+        handshake = record.handshake_done - start
     rel = {}
-    for name, key in (
-        ("t_connect_s", "connect_start"),
-        ("t_handshake_s", "handshake_done"),
-        ("t_request_first_s", "request_first_byte"),
-        ("t_request_last_s", "request_last_byte"),
-        ("t_response_first_s", "response_first_byte"),
-        ("t_response_last_s", "response_last_byte"),
-    ):
-        value = record.get(key)
-        if value is not None and (new or key not in ("connect_start", "handshake_done")):
+    for name, key in PHASE_TIMES:
+        value = getattr(record, key)
+        if value is not None and (new or key not in CONNECTION_TIMES):
             rel[name] = float(value) - start
+    response_first = record.response_first_byte
     return Phases(
         start_s=start,
         new_connection=new,
         handshake_s=handshake,
-        ttfb_s=(float(response_first) - start) if response_first is not None else math.nan,
+        ttfb_s=(response_first - start) if response_first is not None else math.nan,
         total_s=float(last) - start,
         rel=rel,
     )
 
 
-def opened_connections(records: Sequence[Mapping[str, Any]]) -> list[bool]:
+def opened_connections(records: Sequence[RequestRecord]) -> list[bool]:
     """For each record, whether it was the first request on its connection."""
-    seen: set[Any] = set()
+    seen: set[int] = set()
     out = []
     for record in records:
-        key = record.get("conn_index", 0)
-        out.append(key not in seen)
-        seen.add(key)
+        out.append(record.conn_index not in seen)
+        seen.add(record.conn_index)
     return out
 
 
-def server_phases(
-    events: Sequence[Mapping[str, Any]], start_s: float, end_s: float
-) -> dict[str, float]:
+def server_phases(events: Sequence[ServerEvent], start_s: float, end_s: float) -> dict[str, float]:
     """The server's view of one request, from its events inside [start_s, end_s]:
     ``server_receive_s`` (first to last request byte read), ``server_turnaround_s``
     (processing end to first response byte written), ``server_send_s`` (first to last
-    response byte written). Stack overheads the bound does not count show up here."""
+    response byte written), ``processing_s`` (first processing start to last processing end).
+    Stack overheads the bound does not count show up here."""
+
+    def times(name: str) -> list[float]:
+        return [e.t for e in events if e.event == name and start_s <= e.t <= end_s]
 
     def first(name: str) -> float | None:
-        times = [
-            float(e["t"]) for e in events if e.get("event") == name and start_s <= e["t"] <= end_s
-        ]
-        return min(times) if times else None
+        return min(times(name), default=None)
 
     def last(name: str) -> float | None:
-        times = [
-            float(e["t"]) for e in events if e.get("event") == name and start_s <= e["t"] <= end_s
-        ]
-        return max(times) if times else None
+        return max(times(name), default=None)
 
     out: dict[str, float] = {}
     pairs = {
+        "processing_s": (first("processing_start"), last("processing_end")),
         "server_receive_s": (first("request_first_byte"), last("request_last_byte")),
         "server_turnaround_s": (last("processing_end"), first("response_first_byte")),
         "server_send_s": (first("response_first_byte"), last("response_last_byte")),
@@ -205,49 +212,25 @@ def server_phases(
     return out
 
 
-def workload_bytes(workload: str, chunks: int = 0) -> tuple[int, int]:
-    """(upload, download) body bytes of a workload (the transcript of ASR is tiny: 0)."""
-    if workload == "asr":
-        return (AUDIO_SIZE_BYTES, 0)
-    if workload == "tts":
-        return (0, AUDIO_SIZE_BYTES)
-    if workload == "retouch":
-        return (IMAGE_SIZE_BYTES, RETOUCHED_SIZE_BYTES)
-    return (0, chunks * 960)
-
-
-def processing_for(settings: Settings) -> float:
-    if settings.workload in ("asr", "tts"):
-        return settings.processing_audio_s
-    if settings.workload == "retouch":
-        return settings.processing_image_s
-    return 0.0
-
-
 def bound_for(
     settings: Settings, link: LinkSpec, up_bytes: int, down_bytes: int
 ) -> bounds.RequestBound | None:
-    """The bound of one request of this level (None for the stream workload, whose bound is
-    the chunk pipeline, or a link without rates)."""
-    if settings.workload == "stream" or link.up.rate_bps is None or link.down.rate_bps is None:
+    """The bound of one request of this level (None for a workload the request bound does
+    not cover, such as the stream, or a link without rates)."""
+    workload = kinds.workload(settings.workload)
+    if not workload.bounded or link.up.rate_bps is None or link.down.rate_bps is None:
         return None
-    # the tightest cap on bytes in flight: TCP's clamp and HTTP/2's flow-control window (h2),
-    # QUIC's flow-control window (h3)
-    if settings.protocol == "h2":
-        caps = [settings.window_clamp_bytes, settings.h2_window_bytes]
-    else:
-        caps = [settings.quic_max_data_bytes]
-    window = min((cap for cap in caps if cap is not None), default=None)
-    mss = settings.mss_bytes if settings.protocol == "h2" else settings.max_datagram_size_bytes
+    protocol = kinds.protocol(settings.protocol)
+    window = min((c for c in protocol.window_caps(settings) if c is not None), default=None)
     return bounds.request_time_for_link(
         link,
         upload_bytes=up_bytes,
         download_bytes=down_bytes,
         protocol=settings.protocol,
         connection=settings.connection,
-        processing_s=processing_for(settings),
+        processing_s=workload.processing_s(settings),
         initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
-        mss_bytes=mss,
+        mss_bytes=protocol.mss(settings),
         window_bytes=window,
     )
 
@@ -510,9 +493,22 @@ def testbed_argv() -> list[str]:
     return [sys.executable, "-m", "harness.cli"]
 
 
+SERVER_SETTINGS_FILE = "server-settings.json"
+CLIENT_SETTINGS_FILE = "client-settings.json"
+
+
+def write_settings(run_dir: Path, name: str, settings: Settings) -> Path:
+    """The settings document one end reads (``--settings FILE``), kept with the run."""
+    path = run_dir / name
+    atomic_write_json(path, settings.document())
+    return path
+
+
 def server_argv(
     settings: Settings, link: LinkSpec, *, bind: str, port: int, run_dir: Path
 ) -> list[str]:
+    """``testbed serve`` of a run: its addresses and files; the knobs in one document."""
+    document = write_settings(run_dir, SERVER_SETTINGS_FILE, settings.for_end(link.down.rate_bps))
     argv = [
         *testbed_argv(),
         "serve",
@@ -522,24 +518,14 @@ def server_argv(
         str(port),
         "--h3-port",
         str(port),
+        "--no-h3" if settings.protocol == "h2" else "--no-h2",
         "--log",
         str(run_dir / "server.jsonl"),
-        "--cc",
-        settings.cc,
-        "--quic-cc",
-        settings.quic_cc,
-        "--processing-audio",
-        format_duration(settings.processing_audio_s),
-        "--processing-image",
-        format_duration(settings.processing_image_s),
         "--keylog",
         str(run_dir / "keys.log"),
+        "--settings",
+        str(document),
     ]
-    if settings.protocol == "h2":
-        argv.append("--no-h3")
-    else:
-        argv.append("--no-h2")
-    argv += socket_flags(settings, link.down.rate_bps)
     if settings.protocol == "h3" and settings.qlog:
         argv += ["--qlog-dir", str(run_dir / "qlog" / "server")]
     return argv
@@ -548,86 +534,34 @@ def server_argv(
 def client_argv(
     settings: Settings, link: LinkSpec, *, host: str, port: int, run_dir: Path
 ) -> list[str]:
+    """``testbed client`` of a run: its peer and files; the knobs in one document."""
+    document = write_settings(run_dir, CLIENT_SETTINGS_FILE, settings.for_end(link.up.rate_bps))
     argv = [
         *testbed_argv(),
         "client",
-        "--protocol",
-        settings.protocol,
         "--host",
         host,
         "--port",
         str(port),
-        "--workload",
-        settings.workload,
-        "--requests",
-        str(settings.requests),
-        "--warmup",
-        str(settings.warmup_requests),
-        "--connection",
-        settings.connection,
         "--records",
         str(run_dir / "records.jsonl"),
         "--samples",
         str(run_dir / "samples.csv"),
         "--keylog",
         str(run_dir / "keys.log"),
-        "--timeout",
-        format_duration(settings.timeout_s),
+        "--settings",
+        str(document),
     ]
-    if settings.protocol == "h2":
-        argv += ["--cc", settings.cc]
-    else:
-        argv += ["--quic-cc", settings.quic_cc]
-    argv += socket_flags(settings, link.up.rate_bps)
-    if settings.resume:
-        argv.append("--resume")
     if settings.protocol == "h3" and settings.qlog:
         argv += ["--qlog-dir", str(run_dir / "qlog" / "client")]
     return argv
 
 
-def socket_flags(settings: Settings, path_rate_bps: float | None) -> list[str]:
-    """Socket and stack knobs, the same on both ends (``path_rate_bps``: the rate of the
-    direction this end sends on, for ``pace_at_path_rate``)."""
-    argv: list[str] = []
-    optional = {
-        "--window-clamp": settings.window_clamp_bytes,
-        "--sndbuf": settings.sndbuf_bytes,
-        "--rcvbuf": settings.rcvbuf_bytes,
-        "--notsent-lowat": settings.notsent_lowat_bytes,
-        "--max-datagram-size": settings.max_datagram_size_bytes,
-        "--quic-max-data": settings.quic_max_data_bytes,
-        "--h2-window": settings.h2_window_bytes,
-    }
-    for flag, value in optional.items():
-        if value is not None:
-            argv += [flag, str(value)]
-    pacing = settings.max_pacing_rate_bps
-    if settings.pace_at_path_rate:
-        pacing = path_rate_bps
-    if pacing is not None:
-        argv += ["--max-pacing-rate", format_rate(pacing)]
-    if settings.quickack:
-        argv.append("--quickack")
-    if settings.quic_pacing != "cwnd":
-        argv += ["--quic-pacing", settings.quic_pacing]
-    return argv
-
-
 def sender_paces(settings: Settings) -> bool:
-    """Whether the sender spreads a window over time instead of sending it at line rate.
-
-    aioquic paces unless told ``off`` (rate = cwnd / srtt); Linux TCP paces with bbr (its
-    pacing_gain, RFC 9406 draft section 4.6) or when SO_MAX_PACING_RATE is set. The bound
-    assumes line-rate windows, so a paced sender's gap is named for its pacer.
-    """
-    if settings.protocol == "h3":
-        return settings.quic_pacing != "off"
-    return (
-        settings.cc == "bbr"
-        or settings.pace_at_path_rate
-        or settings.max_pacing_rate_bps is not None
-    )
+    """Whether the sender spreads a window over time instead of sending it at line rate
+    (tbcore.kinds: the protocol's pacer). The bound assumes line-rate windows, so a paced
+    sender's gap is named for its pacer."""
+    return kinds.protocol(settings.protocol).paces(settings)
 
 
 def run_sysctls(settings: Settings) -> dict[str, str]:
@@ -724,7 +658,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
 
     level: Level = env.spec.level(planned.level)
     settings = level.settings
-    link_spec = settings.link_spec.with_seed(planned.link_seed)
+    link_spec = link_of(settings).with_seed(planned.link_seed)
     run_dir = env.result.fresh_run_dir(planned.run_id)
     started_utc = datetime.now(UTC).isoformat(timespec="seconds")
     wall0 = time.monotonic()
@@ -733,7 +667,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
         "protocol": settings.protocol,
         "connection": settings.connection,
         "workload": settings.workload,
-        "cc": settings.cc if settings.protocol == "h2" else settings.quic_cc,
+        "cc": getattr(settings, kinds.protocol(settings.protocol).cc_attr),
         "paced": sender_paces(settings),
         "rtt_s": link_spec.rtt_s,
         "loss": max(link_spec.up.mean_loss, link_spec.down.mean_loss),
@@ -828,8 +762,12 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
             invalid_reason=f"harness: collecting failed: {type(err).__name__}: {err}"[:300],
         )
     row["wall_s"] = time.monotonic() - wall0
-    env.result.save_row(row)
-    return row
+    try:
+        typed = RunRow(**row)
+    except TypeError as err:  # a column the model does not declare: a bug, said loudly
+        raise RecordError("run", str(err)) from None
+    env.result.save_row(typed)
+    return typed.to_dict()
 
 
 def _wait_child(proc: subprocess.Popen, timeout_s: float, watch: CpuWatch) -> int:
@@ -859,19 +797,20 @@ def _collect(
     error: str | None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    records = read_jsonl(run_dir / "records.jsonl")
-    server_events = read_jsonl(run_dir / "server.jsonl")
+    records = read_records(run_dir / "records.jsonl", RequestRecord)
+    server_events = read_records(run_dir / "server.jsonl", ServerEvent)
     opened = opened_connections(records)
-    measured = [(r, o) for r, o in zip(records, opened, strict=True) if not r.get("warmup")]
+    measured = [(r, o) for r, o in zip(records, opened, strict=True) if not r.warmup]
     phases = [request_phases(r, o) for r, o in measured]
     good = [(r, p) for (r, _), p in zip(measured, phases, strict=True) if p is not None]
-    errors = [r.get("error") for r in records if r.get("error")]
+    errors = [r.error for r in records if r.error]
     if error is None and errors:
         error = str(errors[0])
     if error is None and not good:
         error = "no measured request completed"
     # the run's request: the median of its measured requests
-    up_default, down_default = workload_bytes(settings.workload)
+    workload = kinds.workload(settings.workload)
+    up_default, down_default = workload.up_bytes(settings), workload.down_bytes(settings)
     start_s = end_s = None
     if good:
         good.sort(key=lambda rp: rp[1].total_s)
@@ -882,33 +821,18 @@ def _collect(
             ttfb_s=ph.ttfb_s,
             total_s=ph.total_s,
             requests=len(good),
-            up_bytes=record.get("up_bytes") or up_default,
-            down_bytes=record.get("down_bytes") or down_default,
-            resumed=record.get("resumed"),
-            early_data_accepted=record.get("early_data_accepted"),
+            up_bytes=record.up_bytes or up_default,
+            down_bytes=record.down_bytes or down_default,
+            resumed=record.resumed,
+            early_data_accepted=record.early_data_accepted,
+            client_retransmits=record.retransmits,
+            client_min_rtt_s=record.min_rtt_s,
             **ph.rel,
         )
-        info = record.get("tcp_info") or {}
-        quic = record.get("quic") or {}
-        out["client_retransmits"] = info.get("total_retrans", info.get("retrans"))
-        out["client_min_rtt_s"] = _us_to_s(info.get("min_rtt")) or quic.get("min_rtt_s")
-        # server processing of this request: the processing events inside its window
-        proc_start = [
-            e["t"]
-            for e in server_events
-            if e.get("event") == "processing_start" and start_s <= e["t"] <= end_s
-        ]
-        proc_end = [
-            e["t"]
-            for e in server_events
-            if e.get("event") == "processing_end" and start_s <= e["t"] <= end_s
-        ]
-        if proc_start and proc_end:
-            out["processing_s"] = max(proc_end) - min(proc_start)
         out.update(server_phases(server_events, start_s, end_s))
     else:
         out.update(up_bytes=up_default, down_bytes=down_default, requests=0)
-    sha_values = [r.get("sha256_ok") for r, _ in measured]
+    sha_values = [r.sha256_ok for r, _ in measured]
     sha256_ok = None if not sha_values else all(v is True for v in sha_values)
     out["sha256_ok"] = sha256_ok
     bound = bound_for(settings, link_spec, int(out["up_bytes"]), int(out["down_bytes"]))
@@ -930,28 +854,20 @@ def _collect(
     # events.jsonl: client and server on one clock
     events = []
     for index, record in enumerate(records):
-        for key in (
-            "connect_start",
-            "tcp_connected",
-            "handshake_done",
-            "request_first_byte",
-            "request_last_byte",
-            "response_first_byte",
-            "response_last_byte",
-        ):
-            if record.get(key) is not None:
+        for key in CLIENT_EVENT_TIMES:
+            if getattr(record, key) is not None:
                 events.append(
                     {
-                        "t": record[key],
+                        "t": getattr(record, key),
                         "source": "client",
                         "event": key,
                         "request": index,
-                        "warmup": record.get("warmup", False),
-                        "conn": record.get("conn_index"),
+                        "warmup": record.warmup,
+                        "conn": record.conn_index,
                     }
                 )
     for event in server_events:
-        events.append({**event, "source": "server"})
+        events.append({**event.to_dict(), "source": "server"})
     events.sort(key=lambda e: e.get("t", 0.0))
     write_jsonl(run_dir / "events.jsonl", events)
     # ACKs and in-flight from the packets
@@ -1011,10 +927,6 @@ def _collect(
     if reason:
         env.log(f"{run_dir.name}: invalid: {reason}")
     return out
-
-
-def _us_to_s(value: Any) -> float | None:
-    return None if value in (None, 0) else float(value) / 1e6
 
 
 def _acks(
@@ -1249,7 +1161,7 @@ def run_experiment(
     rows: list[dict[str, Any]] = []
     if left:
         name = link_name or f"r{os.getpid() % 100000}"
-        first = spec.level(left[0].level).settings.link_spec
+        first = link_of(spec.level(left[0].level).settings)
         set_metrics = any(
             lv.settings.initcwnd is not None or lv.settings.initrwnd is not None
             for lv in spec.levels

@@ -38,113 +38,37 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from netem.linkspec import PRESETS, LinkSpec, parse_link
 from tbcore.errors import SpecError
-from tbcore.units import (
-    parse_duration_s,
-    parse_rate_bps,
-    parse_size_bytes,
-)
+from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, Settings
+from tbcore.units import parse_duration_s
 
-PROTOCOLS = ("h2", "h3")
-CONNECTIONS = ("new", "reused", "0rtt")
-WORKLOADS = ("asr", "tts", "retouch", "stream")
-TCP_CCS = ("reno", "cubic", "bbr")
-QUIC_CCS = ("reno", "cubic")
+CONNECTIONS = CONNECTION_MODES
+
 ORDERS = ("alternate", "shuffle")
 
 MAX_REPETITIONS = 10_000
 """A sanity cap: more runs than this in one file is a typo, not an experiment."""
 
-MAX_INITCWND_SEGMENTS = 1024
-"""Upper end of ``ip route ... initcwnd`` values that make sense (the kernel takes 32 bits)."""
-
-QUIC_MIN_DATAGRAM_BYTES = 1200
-"""RFC 9000 section 14: a QUIC endpoint must be able to send 1200-byte datagrams."""
-
 IPV4_UDP_HEADER_BYTES = 28
 """IPv4 (20) + UDP (8) headers: the largest datagram payload is MTU minus this."""
+
+IPV4_TCP_HEADER_BYTES = 40
+"""IPv4 (20) + TCP (20) headers: the largest segment payload is MTU minus this."""
 
 LEVEL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 
-# --- settings: every knob a run can turn ---------------------------------------------------
+# --- settings: tbcore.settings defines every knob; the link needs netem ------------------------
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Everything one run needs besides its level name. Units in the names."""
-
-    link: str = "dc-longhaul-clean"
-    """The emulated path: a preset name or link string (netem.linkspec)."""
-    protocol: str = "h2"
-    """``h2`` (TLS 1.3 over TCP) or ``h3`` (QUIC)."""
-    connection: str = "new"
-    """``new`` connection per request, one ``reused`` connection, or QUIC ``0rtt``."""
-    workload: str = "asr"
-    """``asr`` (354,640 B up), ``tts`` (354,640 B down), ``retouch`` (30 MB up, 5 MB down),
-    ``stream`` (20 ms chunks)."""
-    requests: int = 1
-    """Measured requests per run (one client process)."""
-    warmup_requests: int = 0
-    """Requests made first in the same client process and flagged warm-up (reused arm)."""
-    resume: bool = False
-    """TLS session resumption on a new TCP connection (needs a warm-up request)."""
-    cc: str = "cubic"
-    """TCP congestion control of both ends."""
-    quic_cc: str = "reno"
-    """QUIC congestion control of both ends (aioquic: reno or cubic)."""
-    slow_start_after_idle: bool = True
-    """net.ipv4.tcp_slow_start_after_idle in both namespaces."""
-    initcwnd: int | None = None
-    """Initial congestion window in segments (route metric), None for the kernel's 10."""
-    initrwnd: int | None = None
-    """Initial receive window in segments (route metric), None for the kernel's default."""
-    window_clamp_bytes: int | None = None
-    """TCP_WINDOW_CLAMP on both ends (a fixed window), None for autotuning."""
-    sndbuf_bytes: int | None = None
-    rcvbuf_bytes: int | None = None
-    max_pacing_rate_bps: float | None = None
-    """SO_MAX_PACING_RATE on the server; see ``pace_at_path_rate``."""
-    pace_at_path_rate: bool = False
-    """Set the server's pacing rate to the rate of the path's down direction."""
-    notsent_lowat_bytes: int | None = None
-    quickack: bool = False
-    """TCP_QUICKACK on the receivers: an ACK for every segment instead of delayed ACKs."""
-    max_datagram_size_bytes: int | None = None
-    """QUIC max_datagram_size, None for aioquic's 1200."""
-    quic_pacing: str = "cwnd"
-    """QUIC sender pacing on both ends: ``cwnd`` (aioquic's pacer, cwnd/srtt), ``off``
-    (cwnd-limited bursts, as Linux reno/cubic without fq) or a rate such as ``333mbit``."""
-    quic_max_data_bytes: int | None = None
-    """A fixed QUIC flow-control window, None for aioquic's self-growing windows."""
-    h2_window_bytes: int | None = None
-    """HTTP/2 flow-control window, None for the server's large default."""
-    processing_audio_s: float = 0.030
-    processing_image_s: float = 0.300
-    timeout_s: float = 60.0
-    """Client timeout for the whole run."""
-    mss_bytes: int = 1448
-    """Segment payload the bound assumes (1500 MTU - 40 IP/TCP - 12 timestamp option)."""
-    capture: bool = True
-    """Write client.pcap and server.pcap of the link for ACK timestamps."""
-    qlog: bool = True
-    """Write QUIC qlog (ACK frames) for h3 runs."""
-    sysctls: Mapping[str, str] = field(default_factory=dict)
-    """Extra sysctls for both namespaces, e.g. ``{"net.ipv4.tcp_sack" = "1"}``."""
-
-    @property
-    def link_spec(self) -> LinkSpec:
-        return _resolve(self.link)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["sysctls"] = dict(self.sysctls)
-        return data
+def link_of(settings: Settings) -> LinkSpec:
+    """The emulated path of ``settings.link`` (a preset, maybe with overriding keys)."""
+    return _resolve(settings.link)
 
 
 def _resolve(text: str) -> LinkSpec:
@@ -231,136 +155,24 @@ def _int_range(low: int, high: int) -> Callable[[str, Any], int]:
     return parse
 
 
-def _optional(parse: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
-    def wrapped(name: str, value: Any) -> Any:
-        if value in ("none", "auto", "off"):
-            return None
-        return parse(name, value)
-
-    return wrapped
-
-
-def _size(minimum: int) -> Callable[[str, Any], int]:
-    def parse(name: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise SpecError(name, f"must be a size such as 64kb or 65536, got {value!r}")
-        size = parse_size_bytes(name, value)
-        if size < minimum:
-            raise SpecError(name, f"must be at least {minimum} bytes, got {size}")
-        return size
-
-    return parse
-
-
-def _rate(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, str):
-        raise SpecError(name, f"must be a rate such as '333mbit', got {value!r}")
-    return parse_rate_bps(name, value)
-
-
-def _quic_pacing(name: str, value: Any) -> str:
-    if value in ("cwnd", "off"):
-        return value
-    _rate(name, value)
-    return value
-
-
-def _duration(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, str):
-        raise SpecError(name, f"must be a duration such as '30ms', got {value!r}")
-    return parse_duration_s(name, value)
-
-
-def _positive_duration(name: str, value: Any) -> float:
-    seconds = _duration(name, value)
-    if seconds <= 0:
-        raise SpecError(name, "must be > 0")
-    return seconds
-
-
-def _link(name: str, value: Any) -> str:
-    if not isinstance(value, str):
-        raise SpecError(name, f"must be a link string or preset, got {value!r}")
-    try:
-        _resolve(value)
-    except SpecError as err:
-        raise SpecError(f"{name}.{err.field}", err.reason) from None
-    return value
-
-
-def _sysctls(name: str, value: Any) -> dict[str, str]:
-    if not isinstance(value, dict):
-        raise SpecError(name, "must be a table of sysctl = value")
-    out = {}
-    for key, val in value.items():
-        if not key.startswith("net.") or "/" in key or ".." in key:
-            raise SpecError(f"{name}.{key}", "only net.* sysctls of the namespaces may be set")
-        if isinstance(val, bool) or not isinstance(val, (int, str)):
-            raise SpecError(f"{name}.{key}", f"must be a number or string, got {val!r}")
-        out[key] = str(val)
-    return out
-
-
-SETTING_PARSERS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
-    # file key: (Settings field, parser)
-    "link": ("link", _link),
-    "protocol": ("protocol", _choice(PROTOCOLS)),
-    "connection": ("connection", _choice(CONNECTIONS)),
-    "workload": ("workload", _choice(WORKLOADS)),
-    "requests": ("requests", _int_range(1, 10_000)),
-    "warmup_requests": ("warmup_requests", _int_range(0, 10_000)),
-    "resume": ("resume", _bool),
-    "cc": ("cc", _choice(TCP_CCS)),
-    "quic_cc": ("quic_cc", _choice(QUIC_CCS)),
-    "slow_start_after_idle": ("slow_start_after_idle", _bool),
-    "initcwnd": ("initcwnd", _optional(_int_range(1, MAX_INITCWND_SEGMENTS))),
-    "initrwnd": ("initrwnd", _optional(_int_range(1, MAX_INITCWND_SEGMENTS))),
-    "window_clamp": ("window_clamp_bytes", _optional(_size(1024))),
-    "sndbuf": ("sndbuf_bytes", _optional(_size(4096))),
-    "rcvbuf": ("rcvbuf_bytes", _optional(_size(4096))),
-    "max_pacing_rate": ("max_pacing_rate_bps", _optional(_rate)),
-    "pace_at_path_rate": ("pace_at_path_rate", _bool),
-    "notsent_lowat": ("notsent_lowat_bytes", _optional(_size(1))),
-    "quickack": ("quickack", _bool),
-    "max_datagram_size": ("max_datagram_size_bytes", _optional(_size(QUIC_MIN_DATAGRAM_BYTES))),
-    "quic_max_data": ("quic_max_data_bytes", _optional(_size(1024))),
-    "quic_pacing": ("quic_pacing", _quic_pacing),
-    "h2_window": ("h2_window_bytes", _optional(_size(65535))),
-    "processing_audio": ("processing_audio_s", _duration),
-    "processing_image": ("processing_image_s", _duration),
-    "timeout": ("timeout_s", _positive_duration),
-    "mss": ("mss_bytes", _int_range(536, 65495)),
-    "capture": ("capture", _bool),
-    "qlog": ("qlog", _bool),
-    "sysctls": ("sysctls", _sysctls),
-}
-"""The keys of ``[fixed]`` and of a level, with their parsers."""
-
-
 def parse_settings(
     table: Mapping[str, Any], where: str, base: Settings | None = None
 ) -> tuple[Settings, set[str]]:
     """Apply ``table``'s keys to ``base``; returns the settings and the keys given."""
-    base = base or Settings()
-    changes: dict[str, Any] = {}
-    for key, value in table.items():
-        if key not in SETTING_PARSERS:
-            raise SpecError(f"{where}.{key}", "unknown setting")
-        attr, parse = SETTING_PARSERS[key]
-        if isinstance(value, list) and key != "sysctls":
-            raise SpecError(
-                f"{where}.{key}",
-                "a list of values varies this setting: make it the [factor] (one per file)",
-            )
-        changes[attr] = parse(f"{where}.{key}", value)
-    return replace(base, **changes), set(table)
+    if "link" in table:
+        value = table["link"]
+        if not isinstance(value, str):
+            raise SpecError(f"{where}.link", f"must be a link string or preset, got {value!r}")
+        try:
+            _resolve(value)
+        except SpecError as err:
+            raise SpecError(f"{where}.link.{err.field}", err.reason) from None
+    return Settings.from_table(table, where, base), set(table)
 
 
 def check_consistent(settings: Settings, where: str) -> None:
     """Combinations that cannot be run, named by the key that makes them impossible."""
-    spec = settings.link_spec
-    if settings.connection == "0rtt" and settings.protocol != "h3":
-        raise SpecError(f"{where}.connection", "0rtt needs protocol h3 (TLS over TCP has none)")
+    spec = link_of(settings)
     if settings.connection == "0rtt" and settings.warmup_requests < 1:
         raise SpecError(
             f"{where}.warmup_requests", "0rtt needs >= 1 warm-up request for a session ticket"
@@ -378,8 +190,10 @@ def check_consistent(settings: Settings, where: str) -> None:
                 f"{where}.max_datagram_size",
                 f"{settings.max_datagram_size_bytes} exceeds the path MTU allows ({largest})",
             )
-    if settings.mss_bytes > spec.mtu_bytes - 40:
-        raise SpecError(f"{where}.mss", f"exceeds MTU {spec.mtu_bytes} - 40 header bytes")
+    if settings.mss_bytes > spec.mtu_bytes - IPV4_TCP_HEADER_BYTES:
+        raise SpecError(
+            f"{where}.mss", f"exceeds MTU {spec.mtu_bytes} - {IPV4_TCP_HEADER_BYTES} header bytes"
+        )
 
 
 # --- the experiment --------------------------------------------------------------------------
@@ -489,7 +303,7 @@ class ExperimentSpec:
                     "baseline": lv.baseline,
                     "overrides": dict(lv.overrides),
                     "settings": lv.settings.to_dict(),
-                    "link_resolved": str(lv.settings.link_spec),
+                    "link_resolved": str(link_of(lv.settings)),
                 }
                 for lv in self.levels
             ],
@@ -556,7 +370,7 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
     ):
         raise SpecError("factor.settings", "must be a non-empty list of distinct setting names")
     for key in own:
-        if key not in SETTING_PARSERS:
+        if key not in KNOBS:
             raise SpecError(f"factor.settings.{key}", "unknown setting")
     raw_levels = factor.get("levels")
     if not isinstance(raw_levels, list) or len(raw_levels) < 2:
@@ -579,7 +393,7 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
         where = f"factor.levels.{level_name}"
         table = {k: v for k, v in raw.items() if k not in ("name", "baseline")}
         for key in table:
-            if key not in SETTING_PARSERS:
+            if key not in KNOBS:
                 raise SpecError(f"{where}.{key}", "unknown setting")
             if key not in own:
                 raise SpecError(
@@ -625,7 +439,7 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
         quick_levels = tuple(quick_levels)
     quick_requests = quick_table.get("requests")
     if quick_requests is not None:
-        quick_requests = _int_range(1, 10_000)("quick.requests", quick_requests)
+        quick_requests = _int_range(1, MAX_REQUESTS)("quick.requests", quick_requests)
     quick_fixed = quick_table.get("fixed", {})
     if not isinstance(quick_fixed, dict):
         raise SpecError("quick.fixed", "must be a table of settings")

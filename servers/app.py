@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 from tbcore import workloads
+from tbcore.settings import KNOBS
 
 DEFAULT_STREAM_CHUNKS = 50
 MAX_STREAM_CHUNKS = 30_000
@@ -113,8 +114,8 @@ def _error(status: int, reason: str, extra: list[tuple[str, str]] | None = None)
 
 @dataclass
 class AppConfig:
-    processing_audio_s: float = 0.030
-    processing_image_s: float = 0.300
+    processing_audio_s: float = KNOBS["processing_audio"].default
+    processing_image_s: float = KNOBS["processing_image"].default
     max_body_bytes: int = 64_000_000
 
 

@@ -3,12 +3,13 @@
 Interface for the harness (issue 5)::
 
     testbed serve --bind ADDR --h2-port P --h3-port P --log FILE
+        [--settings JSON|FILE]
         [--cc reno|cubic|bbr] [--window-clamp BYTES] [--sndbuf BYTES] [--rcvbuf BYTES]
         [--max-pacing-rate RATE] [--notsent-lowat BYTES] [--quickack]
         [--quic-cc reno|cubic] [--max-datagram-size N] [--quic-max-data BYTES]
         [--h2-window BYTES] [--processing-audio 30ms] [--processing-image 300ms]
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
-        [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-batching]
+        [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-quic-batching]
         [--samples FILE.csv] [--sample-hz 1000] [--idle-timeout 60s]
 
 prints exactly one line per listener once it listens, and flushes stdout::
@@ -23,7 +24,7 @@ from the line). Sizes take units (``64kb``, ``16MiB``), rates ``333mbit``, durat
 ``--quic-pacing``: ``cwnd`` is aioquic's pacer (rate cwnd/srtt, at most 16 datagrams per
 timer wake-up, i.e. ~186 Mbit/s at 1452 bytes), ``off`` sends cwnd-limited bursts (as Linux
 reno/cubic without fq), a rate paces at that rate; ``--max-pacing-rate`` caps QUIC's pacer
-too. ``--no-batching`` restores aioquic's one sendto and one transmit per datagram (for
+too. ``--no-quic-batching`` restores aioquic's one sendto and one transmit per datagram (for
 ``bench stacks`` comparisons). ``--samples`` writes the server's sender-side in-flight
 samples (TCP_INFO / aioquic recovery; ``request_id`` = ``proto:conn:stream``) when it stops.
 
@@ -33,6 +34,9 @@ request_first_byte, request_body_first_byte, request_last_byte, upload_truncated
 processing_start, processing_end, response_first_byte, response_last_byte, chunk_sent,
 stream_reset, error), ``proto`` (h2/h3), ``conn``, ``stream`` and details.
 
+``--settings`` takes the run's settings document (tbcore.settings, what the harness
+passes); each knob flag (one per knob the server applies) overrides it.
+
 ``testbed workload path NAME`` / ``testbed workload sha256 NAME`` (audio, image, retouched).
 """
 
@@ -41,10 +45,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from servers.config import DEFAULT_PORT, ServerConfig
-from servers.knobs import add_transport_arguments, transport_fields
+from servers.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ServerConfig
 from tbcore import units, workloads
 from tbcore.errors import SpecError
+from tbcore.settings import add_flags, settings_from_flags
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -54,14 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-h2", action="store_true", help="no HTTP/2 listener")
     parser.add_argument("--no-h3", action="store_true", help="no HTTP/3 listener")
     parser.add_argument("--log", type=Path, default=None, help="JSONL event log")
-    add_transport_arguments(parser)
-    parser.add_argument("--processing-audio", default="30ms")
-    parser.add_argument("--processing-image", default="300ms")
+    add_flags(parser, "server")
     parser.add_argument("--max-body", default="64mb", help="413 above this body size")
     parser.add_argument(
         "--samples", type=Path, default=None, help="sender-side in-flight samples (CSV)"
     )
-    parser.add_argument("--sample-hz", type=float, default=1000.0)
+    parser.add_argument("--sample-hz", type=float, default=DEFAULT_SAMPLE_HZ)
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
@@ -73,10 +75,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         bind=args.bind,
         h2_port=None if args.no_h2 else args.h2_port,
         h3_port=None if args.no_h3 else args.h3_port,
+        settings=settings_from_flags(args),
         log_path=args.log,
-        **transport_fields(args),
-        processing_audio_s=units.parse_duration_s("processing-audio", args.processing_audio),
-        processing_image_s=units.parse_duration_s("processing-image", args.processing_image),
         max_body_bytes=units.parse_size_bytes("max-body", args.max_body),
         samples_path=args.samples,
         sample_hz=args.sample_hz,

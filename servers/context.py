@@ -10,8 +10,6 @@ from typing import Any
 from servers.app import AppConfig
 from servers.config import ServerConfig
 from servers.events import EventLog
-from servers.knobs import tcp_options_of
-from servers.sockopts import TcpOptions
 from tbcore.sampler import Sampler
 
 
@@ -42,11 +40,12 @@ class ServerContext:
     @property
     def app_config(self) -> AppConfig:
         return AppConfig(
-            processing_audio_s=self.config.processing_audio_s,
-            processing_image_s=self.config.processing_image_s,
+            processing_audio_s=self.config.settings.processing_audio_s,
+            processing_image_s=self.config.settings.processing_image_s,
             max_body_bytes=self.config.max_body_bytes,
         )
 
     @property
-    def tcp_options(self) -> TcpOptions:
-        return tcp_options_of(self.config)
+    def tcp_options(self) -> Any:
+        """The settings whose TCP knobs every socket of this server gets."""
+        return self.config.settings

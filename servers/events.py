@@ -1,9 +1,10 @@
-"""Server-side event log: one JSON object per line, times on ``time.monotonic()``.
+"""Server-side event log: one :class:`tbcore.records.ServerEvent` per JSON line, times on
+``time.monotonic()``.
 
 ``time.monotonic()`` is CLOCK_MONOTONIC on Linux, shared by every process on the host, so
 client, server and link timestamps line up. Each line has ``t`` (seconds), ``event``,
-``proto`` (``h2``/``h3``), ``conn`` (a per-process connection number), ``stream`` (or None)
-and event-specific details.
+``proto`` (``h2``/``h3``), ``conn`` (a per-process connection number), ``stream`` (or None),
+the event's details (the other fields of ServerEvent) and the schema tag.
 """
 
 from __future__ import annotations
@@ -13,28 +14,13 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-EVENT_NAMES = frozenset(
-    {
-        "listening",
-        "connection_open",
-        "connection_closed",
-        "request_first_byte",
-        "request_body_first_byte",
-        "request_last_byte",
-        "upload_truncated",
-        "processing_start",
-        "processing_end",
-        "response_first_byte",
-        "response_last_byte",
-        "chunk_sent",
-        "stream_reset",
-        "error",
-    }
-)
+from tbcore.records import SERVER_EVENT_NAMES, ServerEvent
+
+EVENT_NAMES = SERVER_EVENT_NAMES
 
 
 class EventLog:
-    """Append-only JSONL writer. ``path=None`` keeps nothing (but still validates names)."""
+    """Append-only JSONL writer. ``path=None`` keeps nothing (but still validates events)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -53,20 +39,25 @@ class EventLog:
         now: float | None = None,
         **details: Any,
     ) -> dict[str, Any]:
-        """Write one event; ``now`` defaults to ``time.monotonic()``. Returns the record."""
+        """Write one event; ``now`` defaults to ``time.monotonic()``. Returns the record as
+        written. An unknown event name or detail raises ValueError."""
         if event not in EVENT_NAMES:
             raise ValueError(f"unknown event name {event!r}")
-        record: dict[str, Any] = {
-            "t": time.monotonic() if now is None else now,
-            "event": event,
-            "proto": proto,
-            "conn": conn,
-            "stream": stream,
-        }
-        record.update(details)
+        try:
+            record = ServerEvent(
+                t=time.monotonic() if now is None else now,
+                event=event,
+                proto=proto,
+                conn=conn,
+                stream=stream,
+                **details,
+            )
+        except TypeError as err:
+            raise ValueError(f"event {event!r}: {err}") from None
+        data = record.to_dict()
         if self._handle is not None:
-            self._handle.write(json.dumps(record, separators=(",", ":")) + "\n")
-        return record
+            self._handle.write(json.dumps(data, separators=(",", ":")) + "\n")
+        return data
 
     def close(self) -> None:
         if self._handle is not None:
@@ -75,7 +66,7 @@ class EventLog:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """All events of a log file (a torn last line is skipped)."""
+    """All events of a log file as dicts (a torn line is skipped)."""
     records = []
     with path.open(encoding="utf-8") as handle:
         for line in handle:

@@ -60,7 +60,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             apply_tcp_options(self.sock, self.ctx.tcp_options)
         except Exception as err:  # a knob the kernel refuses: say so, keep serving
             self._log("error", reason=f"socket option: {err}")
-        start_connection(self.h2, self.ctx.config.h2_window_bytes)
+        start_connection(self.h2, self.ctx.config.settings.h2_window_bytes)
         self._flush()
         ssl_object = transport.get_extra_info("ssl_object")
         self._log(
@@ -74,7 +74,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         self._last_activity = now
-        if self.ctx.config.quickack and self.sock is not None:
+        if self.ctx.config.settings.quickack and self.sock is not None:
             rearm_quickack(self.sock)
         try:
             events = self.h2.receive_data(data)

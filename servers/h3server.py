@@ -283,7 +283,7 @@ async def start_h3(
     sock = make_udp_socket(config.bind, config.h3_port or 0, config.udp_buffer_bytes)
     loop = asyncio.get_running_loop()
     listener = H3Listener(ctx, configuration)
-    listener.sock = sock if config.quic_batching else None
+    listener.sock = sock if config.settings.quic_batching else None
     await loop.create_datagram_endpoint(lambda: listener, sock=sock)
     host, port = sock.getsockname()[:2]
     return listener, (host, port)

@@ -258,9 +258,9 @@ def quic_configuration_of(
     :class:`~servers.config.ServerConfig` and a :class:`~clients.config.ClientConfig` share."""
     return make_quic_configuration(
         is_client=is_client,
-        cc=config.quic_cc,
-        max_datagram_size=config.max_datagram_size,
-        fixed_window_bytes=config.quic_max_data_bytes,
+        cc=config.settings.quic_cc,
+        max_datagram_size=config.settings.max_datagram_size_bytes,
+        fixed_window_bytes=config.settings.quic_max_data_bytes,
         qlog_dir=config.qlog_dir,
         keylog=keylog,
         **kwargs,
@@ -273,9 +273,9 @@ def quic_connection_of(
     """:func:`make_quic_connection` with a server or client config's window and pacing."""
     return make_quic_connection(
         configuration,
-        config.quic_max_data_bytes,
-        pacing=config.quic_pacing,
-        max_pacing_rate_bps=config.max_pacing_rate_bps,
+        config.settings.quic_max_data_bytes,
+        pacing=config.settings.quic_pacing,
+        max_pacing_rate_bps=config.settings.max_pacing_rate_bps,
         **kwargs,
     )
 
@@ -427,20 +427,6 @@ def make_udp_socket(host: str, port: int, buffer_bytes: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-QUIC_SAMPLE_FIELDS = (
-    "bytes_in_flight",
-    "cwnd",
-    "ssthresh",
-    "smoothed_rtt_us",
-    "latest_rtt_us",
-    "min_rtt_us",
-    "packets_sent",
-    "packets_lost",
-    "pto_count",
-)
-"""Columns of a QUIC in-flight sample (aioquic's recovery state)."""
 
 
 def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:

@@ -18,16 +18,8 @@ from servers.context import ServerContext
 from servers.events import EventLog
 from servers.h2server import start_h2
 from servers.h3server import start_h3
-from servers.quic import QUIC_SAMPLE_FIELDS
+from tbcore.records import ServerSample
 from tbcore.sampler import Sampler
-from tbcore.tcpinfo import SAMPLE_FIELDS
-
-SERVER_SAMPLE_COLUMNS = (
-    "proto",
-    *SAMPLE_FIELDS,
-    *(f for f in QUIC_SAMPLE_FIELDS if f not in SAMPLE_FIELDS),
-)
-"""h2 rows fill the TCP_INFO columns, h3 rows the QUIC ones; request_id is proto:conn:stream."""
 
 
 async def serve(
@@ -36,11 +28,7 @@ async def serve(
     """Start the listeners in ``config``, announce them on ``out``, serve until ``stop`` is
     set (or SIGINT/SIGTERM when ``stop`` is None)."""
     log = EventLog(config.log_path)
-    sampler = (
-        Sampler(SERVER_SAMPLE_COLUMNS, config.sample_hz)
-        if config.samples_path is not None
-        else None
-    )
+    sampler = Sampler(ServerSample, config.sample_hz) if config.samples_path is not None else None
     ctx = ServerContext(config=config, log=log, sampler=sampler)
     loop = asyncio.get_running_loop()
     keylog: IO[str] | None = None

@@ -8,7 +8,6 @@ to each accepted or connecting socket.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 from typing import Any
 
 from tbcore.errors import SpecError
@@ -28,20 +27,6 @@ SO_MAX_PACING_RATE_MAX = 2**32 - 1
 BITS_PER_BYTE = 8
 
 
-@dataclass(frozen=True)
-class TcpOptions:
-    """TCP knobs; None leaves the kernel default."""
-
-    cc: str | None = None
-    window_clamp_bytes: int | None = None
-    sndbuf_bytes: int | None = None
-    rcvbuf_bytes: int | None = None
-    max_pacing_rate_bps: float | None = None
-    notsent_lowat_bytes: int | None = None
-    quickack: bool = False
-    nodelay: bool = True
-
-
 def _set(sock: Any, level: int, option: int, value: int | bytes, field: str) -> None:
     try:
         sock.setsockopt(level, option, value)
@@ -49,8 +34,9 @@ def _set(sock: Any, level: int, option: int, value: int | bytes, field: str) -> 
         raise SpecError(field, f"setsockopt refused {value!r}: {err.strerror}") from None
 
 
-def apply_tcp_options(sock: Any, options: TcpOptions, *, listening: bool = False) -> None:
-    """Set every knob that is not None on ``sock`` (a socket or uvloop's pseudo-socket)."""
+def apply_tcp_options(sock: Any, options: Any, *, listening: bool = False) -> None:
+    """Set every TCP knob of ``options`` (a :class:`tbcore.settings.Settings`) that is not
+    None on ``sock`` (a socket or uvloop's pseudo-socket); TCP_NODELAY always."""
     if options.sndbuf_bytes is not None:
         _set(sock, socket.SOL_SOCKET, socket.SO_SNDBUF, options.sndbuf_bytes, "sndbuf")
     if options.rcvbuf_bytes is not None:
@@ -61,8 +47,7 @@ def apply_tcp_options(sock: Any, options: TcpOptions, *, listening: bool = False
         _set(sock, socket.IPPROTO_TCP, TCP_WINDOW_CLAMP, options.window_clamp_bytes, "window-clamp")
     if listening:
         return
-    if options.nodelay:
-        _set(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1, "nodelay")
+    _set(sock, socket.IPPROTO_TCP, socket.TCP_NODELAY, 1, "nodelay")
     if options.max_pacing_rate_bps is not None:
         rate_bytes = min(int(options.max_pacing_rate_bps / BITS_PER_BYTE), SO_MAX_PACING_RATE_MAX)
         _set(sock, socket.SOL_SOCKET, SO_MAX_PACING_RATE, rate_bytes, "max-pacing-rate")

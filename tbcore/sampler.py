@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tbcore.records import SCHEMA_KEY, Record
+
 DEFAULT_SAMPLE_HZ = 1000.0
 MIN_SAMPLE_HZ = 1.0
 
@@ -22,9 +24,17 @@ MIN_SAMPLE_HZ = 1.0
 class Sampler:
     """Collects ``(t, request_id, *probe())`` rows while :meth:`start`-ed."""
 
-    def __init__(self, columns: Sequence[str], hz: float = DEFAULT_SAMPLE_HZ) -> None:
+    def __init__(
+        self, columns: Sequence[str] | type[Record], hz: float = DEFAULT_SAMPLE_HZ
+    ) -> None:
+        """``columns``: the probe's keys, or a sample record class (tbcore.records) whose
+        fields after ``t`` and ``request_id`` they are; its schema tag then ends each row."""
         if hz < MIN_SAMPLE_HZ:
             raise ValueError(f"sample rate {hz} Hz is below {MIN_SAMPLE_HZ} Hz")
+        self.record: type[Record] | None = None
+        if isinstance(columns, type) and issubclass(columns, Record):
+            self.record = columns
+            columns = [c for c in columns.field_names() if c not in ("t", "request_id")]
         self.columns = tuple(columns)
         self.period_s = 1.0 / hz
         self.rows: list[tuple[Any, ...]] = []
@@ -83,5 +93,10 @@ class Sampler:
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", newline="") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["t", "request_id", *self.columns])
-            writer.writerows(self.rows)
+            if self.record is None:
+                writer.writerow(["t", "request_id", *self.columns])
+                writer.writerows(self.rows)
+            else:
+                tag = self.record.schema_tag()
+                writer.writerow(["t", "request_id", *self.columns, SCHEMA_KEY])
+                writer.writerows((*row, tag) for row in self.rows)

@@ -13,8 +13,8 @@ import pytest
 
 from clients.api import run_requests
 from clients.config import ClientConfig
-from clients.records import read_records
 from servers.process import ServerProcess
+from tbcore.records import RequestRecord, read_jsonl
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -26,12 +26,14 @@ def server():  # type: ignore[no-untyped-def]
 
 
 def config(server: ServerProcess, protocol: str, **kw: object) -> ClientConfig:
-    return ClientConfig(protocol=protocol, port=server.ports[protocol], timeout_s=20.0, **kw)  # type: ignore[arg-type]
+    return ClientConfig.of(protocol=protocol, port=server.ports[protocol], timeout_s=20.0, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("protocol", ["h2", "h3"])
 async def test_new_connection_per_request(server: ServerProcess, protocol: str) -> None:
-    records = await run_requests(config(server, protocol, requests=3, warmup=1, connection="new"))
+    records = await run_requests(
+        config(server, protocol, requests=3, warmup_requests=1, connection="new")
+    )
     assert [r.conn_index for r in records] == [0, 1, 2, 3]
     assert [r.warmup for r in records] == [True, False, False, False]
     assert all(r.ok for r in records)
@@ -42,7 +44,7 @@ async def test_new_connection_per_request(server: ServerProcess, protocol: str) 
 @pytest.mark.parametrize("protocol", ["h2", "h3"])
 async def test_reused_connection(server: ServerProcess, protocol: str) -> None:
     records = await run_requests(
-        config(server, protocol, requests=2, warmup=2, connection="reused")
+        config(server, protocol, requests=2, warmup_requests=2, connection="reused")
     )
     assert {r.conn_index for r in records} == {0}
     assert all(r.ok for r in records)
@@ -81,7 +83,7 @@ async def test_records_and_samples_written(
             samples_path=samples_path,
         )
     )
-    assert read_records(records_path) == records
+    assert read_jsonl(records_path, RequestRecord) == records
     with samples_path.open() as handle:
         rows = list(csv.DictReader(handle))
     assert rows, "no samples"
@@ -98,11 +100,13 @@ async def test_failed_requests_are_recorded_not_raised(tmp_path: Path) -> None:
         port = probe.getsockname()[1]  # nothing listens here once closed
     records_path = tmp_path / "r.jsonl"
     records = await run_requests(
-        ClientConfig(protocol="h2", port=port, requests=2, timeout_s=2.0, records_path=records_path)
+        ClientConfig.of(
+            protocol="h2", port=port, requests=2, timeout_s=2.0, records_path=records_path
+        )
     )
     assert len(records) == 2
     assert all(r.error and "ConnectionRefused" in r.error for r in records)
-    assert len(read_records(records_path)) == 2
+    assert len(read_jsonl(records_path, RequestRecord)) == 2
 
 
 def test_cli_exit_status_and_records(server: ServerProcess, tmp_path: Path) -> None:
@@ -129,7 +133,7 @@ def test_cli_exit_status_and_records(server: ServerProcess, tmp_path: Path) -> N
         timeout=60,
     )
     assert ok.returncode == 0, ok.stderr
-    assert read_records(records_path)[0].ok
+    assert read_jsonl(records_path, RequestRecord)[0].ok
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -155,7 +159,7 @@ def test_cli_exit_status_and_records(server: ServerProcess, tmp_path: Path) -> N
     )
     assert bad.returncode == 1
     assert "1 of 1 measured requests failed" in bad.stderr
-    assert read_records(bad_path)[0].error is not None
+    assert read_jsonl(bad_path, RequestRecord)[0].error is not None
 
 
 def test_cli_refuses_0rtt_over_h2() -> None:

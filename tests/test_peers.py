@@ -168,7 +168,7 @@ async def test_our_client_against_real_server(
     try:
         time.sleep(settle_s)
         for workload in ("tts", "stream"):
-            config = ClientConfig(
+            config = ClientConfig.of(
                 protocol=protocol,
                 port=port,
                 workload=workload,

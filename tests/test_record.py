@@ -20,6 +20,8 @@ from harness.record import (
     write_jsonl,
 )
 from tbcore.errors import SpecError
+from tbcore.records import RecordError
+from tbcore.runrow import RunRow
 
 
 def test_create_makes_experiment_and_stamp_directories(tmp_path: Path) -> None:
@@ -43,6 +45,27 @@ def test_manifest_round_trip_and_open(tmp_path: Path) -> None:
     assert info.value.field == "resume"
 
 
+def row(**values: object) -> RunRow:
+    plan = dict(run_id="0000-a-r0", seq=0, block=0, position=0, level="a", rep=0)
+    return RunRow(**{**plan, "warmup": False, "link_seed": 1, **values})
+
+
+def test_a_row_with_an_undeclared_or_missing_column_fails_loudly(tmp_path: Path) -> None:
+    result = ResultDir.create(tmp_path, "x")
+    result.write_manifest({})
+    result.fresh_run_dir("0000-a-r0")
+    result.save_row(row(total_s=0.25))
+    path = result.run_dir("0000-a-r0") / "row.json"
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({**data, "extra_column": 1}))
+    with pytest.raises(RecordError, match="extra_column: unknown field"):
+        result.rows()
+    del data["total_s"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError, match="total_s: missing"):
+        result.rows()
+
+
 def test_a_run_is_finished_only_when_its_row_is_saved(tmp_path: Path) -> None:
     result = ResultDir.create(tmp_path, "x")
     result.write_manifest({})
@@ -52,7 +75,7 @@ def test_a_run_is_finished_only_when_its_row_is_saved(tmp_path: Path) -> None:
     # an unfinished attempt is cleared when the run is made again
     run = result.fresh_run_dir("0000-a-r0")
     assert not (run / "partial.bin").exists()
-    result.save_row({"run_id": "0000-a-r0", "seq": 0, "level": "a", "total_s": 0.25})
+    result.save_row(row(run_id="0000-a-r0", seq=0, level="a", total_s=0.25))
     assert result.finished() == {"0000-a-r0"}
     with pytest.raises(SpecError):
         result.fresh_run_dir("0000-a-r0")
@@ -64,20 +87,19 @@ def test_tables_have_the_issue_columns_first_and_agree(tmp_path: Path) -> None:
     for seq, level in enumerate(["a", "b"]):
         result.fresh_run_dir(f"000{seq}-{level}-r0")
         result.save_row(
-            {
-                "run_id": f"000{seq}-{level}-r0",
-                "seq": seq,
-                "level": level,
-                "total_s": 0.2 + seq,
-                "valid": seq == 0,
-                "invalid_reason": None if seq == 0 else "cpu: server 97 %",
-                "extra_column": "x",
-            }
+            row(
+                run_id=f"000{seq}-{level}-r0",
+                seq=seq,
+                level=level,
+                total_s=0.2 + seq,
+                valid=seq == 0,
+                invalid_reason=None if seq == 0 else "cpu: server 97 %",
+            )
         )
     csv = pd.read_csv(result.path / "runs.csv")
     parquet = pd.read_parquet(result.path / "runs.parquet")
-    assert list(csv.columns[: len(RUN_COLUMNS)]) == list(RUN_COLUMNS)
-    assert "extra_column" in csv.columns
+    assert list(csv.columns) == list(RUN_COLUMNS)
+    assert set(csv["schema"]) == {RunRow.schema_tag()}
     assert list(csv["level"]) == ["a", "b"] == list(parquet["level"])
     assert list(parquet["invalid_reason"])[1] == "cpu: server 97 %"
     for column in (

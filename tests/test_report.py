@@ -9,6 +9,7 @@ import pandas as pd
 from harness.plan import plan_runs
 from harness.record import ResultDir
 from harness.report import build_report
+from tbcore.runrow import RunRow
 
 
 def _result(tmp_path: Path) -> ResultDir:
@@ -43,28 +44,30 @@ def _result(tmp_path: Path) -> ResultDir:
         )
         valid = run.rep != 2 or new
         result.save_row(
-            {
-                **run.to_dict(),
-                "protocol": "h2",
-                "connection": "new" if new else "reused",
-                "total_s": total,
-                "handshake_s": 0.4 if new else 0.0,
-                "ttfb_s": total - 0.001,
-                "bound_s": 0.9385 if new else 0.2385,
-                "ratio": total / (0.9385 if new else 0.2385),
-                "bound_setup_s": 0.4 if new else 0.0,
-                "bound_processing_s": 0.03,
-                "processing_s": 0.031,
-                "retransmits": 0,
-                "t_connect_s": 0.0,
-                "t_handshake_s": 0.4 if new else 0.0,
-                "t_request_first_s": 0.4 if new else 0.0,
-                "t_request_last_s": total - 0.13,
-                "t_response_first_s": total - 0.001,
-                "t_response_last_s": total,
-                "valid": valid,
-                "invalid_reason": None if valid else "cpu: client 97 % of a core",
-            }
+            RunRow(
+                **{
+                    **run.to_dict(),
+                    "protocol": "h2",
+                    "connection": "new" if new else "reused",
+                    "total_s": total,
+                    "handshake_s": 0.4 if new else 0.0,
+                    "ttfb_s": total - 0.001,
+                    "bound_s": 0.9385 if new else 0.2385,
+                    "ratio": total / (0.9385 if new else 0.2385),
+                    "bound_setup_s": 0.4 if new else 0.0,
+                    "bound_processing_s": 0.03,
+                    "processing_s": 0.031,
+                    "retransmits": 0,
+                    "t_connect_s": 0.0,
+                    "t_handshake_s": 0.4 if new else 0.0,
+                    "t_request_first_s": 0.4 if new else 0.0,
+                    "t_request_last_s": total - 0.13,
+                    "t_response_first_s": total - 0.001,
+                    "t_response_last_s": total,
+                    "valid": valid,
+                    "invalid_reason": None if valid else "cpu: client 97 % of a core",
+                }
+            )
         )
     return result
 

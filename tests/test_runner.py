@@ -23,15 +23,23 @@ from harness.runner import (
     server_phases,
     validity,
 )
+from tbcore.records import RequestRecord, ServerEvent
+from tbcore.settings import Settings
 
-RECORD = {
-    "connect_start": 10.0,
-    "handshake_done": 10.4,
-    "request_first_byte": 10.401,
-    "request_last_byte": 10.9,
-    "response_first_byte": 11.4,
-    "response_last_byte": 11.45,
-}
+
+def request(**values: object) -> RequestRecord:
+    head = dict(request_id=0, protocol="h2", connection="new", workload="asr", warmup=False)
+    return RequestRecord(**{**head, **values})
+
+
+RECORD = request(
+    connect_start=10.0,
+    handshake_done=10.4,
+    request_first_byte=10.401,
+    request_last_byte=10.9,
+    response_first_byte=11.4,
+    response_last_byte=11.45,
+)
 
 
 def test_request_phases_of_a_new_and_a_reused_connection() -> None:
@@ -45,27 +53,28 @@ def test_request_phases_of_a_new_and_a_reused_connection() -> None:
     assert reused is not None and not reused.new_connection
     assert reused.total_s == pytest.approx(1.049)
     assert "t_handshake_s" not in reused.rel
-    assert request_phases({**RECORD, "response_last_byte": None}, True) is None
+    assert request_phases(replace(RECORD, response_last_byte=None), True) is None
 
 
 def test_server_phases_from_its_events() -> None:
     events = [
-        {"t": 5.0, "event": "request_first_byte"},  # another request, outside the window
-        {"t": 10.100, "event": "request_first_byte"},
-        {"t": 10.113, "event": "request_last_byte"},
-        {"t": 10.1135, "event": "processing_start"},
-        {"t": 10.1435, "event": "processing_end"},
-        {"t": 10.148, "event": "response_first_byte"},
-        {"t": 10.149, "event": "response_last_byte"},
+        ServerEvent(t=5.0, event="request_first_byte"),  # another request, outside the window
+        ServerEvent(t=10.100, event="request_first_byte"),
+        ServerEvent(t=10.113, event="request_last_byte"),
+        ServerEvent(t=10.1135, event="processing_start"),
+        ServerEvent(t=10.1435, event="processing_end"),
+        ServerEvent(t=10.148, event="response_first_byte"),
+        ServerEvent(t=10.149, event="response_last_byte"),
     ]
     phases = server_phases(events, 10.0, 10.25)
+    assert phases["processing_s"] == pytest.approx(0.030)
     assert phases["server_receive_s"] == pytest.approx(0.013)
     assert phases["server_turnaround_s"] == pytest.approx(0.0045)
     assert phases["server_send_s"] == pytest.approx(0.001)
 
 
 def test_opened_connections_marks_the_first_request_of_each_connection() -> None:
-    records = [{"conn_index": 0}, {"conn_index": 0}, {"conn_index": 1}]
+    records = [request(conn_index=0), request(conn_index=0), request(conn_index=1)]
     assert opened_connections(records) == [True, False, True]
 
 
@@ -105,7 +114,7 @@ def test_bound_for_uses_the_level_settings() -> None:
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
     new = spec.level("h2-new").settings
     reused = spec.level("h2-reused").settings
-    link = new.link_spec
+    link = specmod.link_of(new)
     b_new = bound_for(new, link, 354_640, 0)
     b_reused = bound_for(reused, link, 354_640, 0)
     assert b_reused is not None and b_new is not None
@@ -117,7 +126,7 @@ def test_bound_for_uses_the_level_settings() -> None:
 
 def test_bound_for_caps_the_window_each_protocol_honours() -> None:
     base = specmod.Settings(link="rtt=100ms,rate=20mbit", workload="retouch")
-    link = base.link_spec
+    link = specmod.link_of(base)
     up, down = 30_000_000, 5_000_000
 
     def window(**changes: object) -> int | None:
@@ -134,33 +143,40 @@ def test_bound_for_caps_the_window_each_protocol_honours() -> None:
     assert window(protocol="h3", window_clamp_bytes=64_000, quic_max_data_bytes=100_000) == 100_000
 
 
+def settings_passed(argv: list[str]) -> Settings:
+    """The settings an end reads from the document its command line names."""
+    return Settings.load(argv[argv.index("--settings") + 1])
+
+
 def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
     text = (Path(__file__).resolve().parent.parent / "experiments/pacing.toml").read_text()
     spec = specmod.loads(text)
     paced = spec.level("paced").settings
-    argv = server_argv(paced, paced.link_spec, bind="198.18.2.2", port=20001, run_dir=tmp_path)
-    assert argv[argv.index("--max-pacing-rate") + 1] == "333mbit"
-    assert "--no-h3" in argv and argv[argv.index("--cc") + 1] == "cubic"
-    client = client_argv(paced, paced.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path)
-    assert client[client.index("--connection") + 1] == "new"
+    link = specmod.link_of(paced)
+    argv = server_argv(paced, link, bind="198.18.2.2", port=20001, run_dir=tmp_path)
+    server = settings_passed(argv)
+    assert server.max_pacing_rate_bps == link.down.rate_bps == 333e6
+    assert "--no-h3" in argv and server.cc == "cubic"
+    client = client_argv(paced, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
+    assert settings_passed(client).connection == "new"
     assert client[client.index("--records") + 1] == str(tmp_path / "records.jsonl")
+    # everything but the resolved pacing rate is the level's settings as they are
+    assert settings_passed(client) == paced.for_end(link.up.rate_bps)
 
 
 def test_tuned_quic_arm_sends_unpaced_full_size_datagrams(tmp_path: Path) -> None:
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
     tuned = spec.level("h3-reused").settings
+    link = specmod.link_of(tuned)
     for argv in (
-        server_argv(tuned, tuned.link_spec, bind="198.18.2.2", port=20001, run_dir=tmp_path),
-        client_argv(tuned, tuned.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path),
+        server_argv(tuned, link, bind="198.18.2.2", port=20001, run_dir=tmp_path),
+        client_argv(tuned, link, host="198.18.2.2", port=20001, run_dir=tmp_path),
     ):
-        assert argv[argv.index("--quic-pacing") + 1] == "off"
-        assert argv[argv.index("--max-datagram-size") + 1] == "1452"
+        passed = settings_passed(argv)
+        assert passed.quic_pacing == "off" and passed.max_datagram_size_bytes == 1452
     new = spec.level("h3-new").settings
     assert sender_paces(new) and not sender_paces(tuned)
     assert not sender_paces(spec.level("h2-reused").settings)
-    assert "--quic-pacing" not in client_argv(
-        new, new.link_spec, host="198.18.2.2", port=20001, run_dir=tmp_path
-    )
 
 
 def test_cpu_fraction_over_a_window_with_a_fake_clock() -> None:

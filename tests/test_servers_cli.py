@@ -68,7 +68,7 @@ def test_serve_writes_sender_samples_on_stop(tmp_path: Path) -> None:
     server = ServerProcess(["--samples", str(samples), "--processing-audio", "1ms"]).start()
     try:
         for protocol in ("h3", "h2"):
-            config = ClientConfig(protocol=protocol, port=server.ports[protocol], workload="tts")
+            config = ClientConfig.of(protocol=protocol, port=server.ports[protocol], workload="tts")
             (record,) = asyncio.run(run_requests(config))
             assert record.ok
         time.sleep(1.0)

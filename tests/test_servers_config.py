@@ -33,18 +33,18 @@ def test_flags_with_units() -> None:
         "cubic",
         "--quickack",
     )
-    assert config.window_clamp_bytes == 64_000
-    assert config.max_pacing_rate_bps == 333e6
-    assert config.quic_max_data_bytes == 1024 * 1024
-    assert config.processing_audio_s == pytest.approx(0.045)
-    assert config.h2_window_bytes == 65_535
-    assert config.cc == "cubic" and config.quickack
+    assert config.settings.window_clamp_bytes == 64_000
+    assert config.settings.max_pacing_rate_bps == 333e6
+    assert config.settings.quic_max_data_bytes == 1024 * 1024
+    assert config.settings.processing_audio_s == pytest.approx(0.045)
+    assert config.settings.h2_window_bytes == 65_535
+    assert config.settings.cc == "cubic" and config.settings.quickack
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--max-datagram-size", "1000"], "max-datagram-size: 1000 is not in 1200"),
+        (["--max-datagram-size", "1000"], "max-datagram-size: must be at least 1200"),
         (["--h2-window", "100"], "h2-window"),
         (["--processing-audio", "30"], "processing-audio: '30' needs a unit"),
         (["--window-clamp", "-5"], "window-clamp"),
@@ -61,4 +61,15 @@ def test_bad_values(argv: list[str], message: str) -> None:
 
 def test_port_range() -> None:
     with pytest.raises(SpecError, match="h2-port"):
-        ServerConfig(h2_port=70000)
+        ServerConfig.of(h2_port=70000)
+
+
+def test_the_settings_document_and_flags_build_one_settings(tmp_path) -> None:
+    from tbcore.settings import Settings
+
+    document = tmp_path / "settings.json"
+    document.write_text(Settings(cc="bbr", processing_audio_s=0.01).to_json())
+    config = parse("--settings", str(document), "--quickack")
+    assert config.settings == Settings(cc="bbr", processing_audio_s=0.01, quickack=True)
+    with pytest.raises(SpecError, match=r"^settings: .*No such file"):
+        parse("--settings", str(tmp_path / "missing.json"))

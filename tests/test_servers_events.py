@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from servers.events import EventLog, read_events
+from tbcore.records import ServerEvent
 
 
 def test_lines_are_json_on_the_monotonic_clock(tmp_path: Path) -> None:
@@ -19,15 +20,20 @@ def test_lines_are_json_on_the_monotonic_clock(tmp_path: Path) -> None:
     log.close()
     first, second = read_events(path)
     assert before <= first["t"] <= time.monotonic()
-    assert first == {
-        "t": first["t"],
-        "event": "request_first_byte",
-        "proto": "h2",
-        "conn": 1,
-        "stream": 3,
-        "path": "/asr",
-    }
+    assert (
+        first
+        == ServerEvent(
+            t=first["t"], event="request_first_byte", proto="h2", conn=1, stream=3, path="/asr"
+        ).to_dict()
+    )
+    assert first["schema"] == ServerEvent.schema_tag()
+    assert ServerEvent.from_dict(first).path == "/asr"
     assert second["t"] == 12.5 and second["conn"] is None
+
+
+def test_an_undeclared_detail_is_refused() -> None:
+    with pytest.raises(ValueError, match="colour"):
+        EventLog(None).emit("error", colour="red")
 
 
 def test_unknown_event_name_refused(tmp_path: Path) -> None:

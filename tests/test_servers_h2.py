@@ -39,7 +39,7 @@ def small_server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-u
 
 
 def config(port: int, **kw: object) -> ClientConfig:
-    return ClientConfig(protocol="h2", port=port, timeout_s=20.0, **kw)  # type: ignore[arg-type]
+    return ClientConfig.of(protocol="h2", port=port, timeout_s=20.0, **kw)  # type: ignore[arg-type]
 
 
 def events_for(log: Path, conn: int | None = None) -> list[dict]:
@@ -73,7 +73,8 @@ async def test_every_workload_verified(server: ServerProcess, workload: str) -> 
         <= record.response_first_byte
         <= record.response_last_byte
     )
-    assert record.tcp_info is not None and "snd_cwnd" in record.tcp_info
+    assert record.tcp_info is not None and record.tcp_info.snd_cwnd > 0
+    assert record.min_rtt_s is not None and 0 < record.min_rtt_s < 1.0
     if workload == "stream":
         assert record.chunk_times is not None and len(record.chunk_times) == 5
         # chunk i is produced 20 ms * i + 12 ms after the request at the earliest: paced
@@ -133,9 +134,9 @@ async def test_lying_content_length_is_recorded_as_truncated(small_server: Serve
 
 async def test_connection_dropped_mid_upload_is_truncated(server: ServerProcess) -> None:
     from clients import h2client
-    from clients.records import RequestRecord
     from clients.workload import request_spec
     from servers.tls import client_context
+    from tbcore.records import RequestRecord
 
     conn = await h2client.open_connection(config(server.ports["h2"]), client_context())
     record = RequestRecord(0, "h2", "new", "retouch", False)
@@ -234,7 +235,7 @@ async def test_timeout_is_enforced_against_a_silent_server() -> None:
     try:
         started = time.monotonic()
         (record,) = await run_requests(
-            ClientConfig(protocol="h2", port=listener.getsockname()[1], timeout_s=1.0)
+            ClientConfig.of(protocol="h2", port=listener.getsockname()[1], timeout_s=1.0)
         )
         assert time.monotonic() - started < 5.0
         assert record.error is not None and "Timeout" in record.error

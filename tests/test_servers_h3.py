@@ -43,13 +43,19 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
 
 
 def config(port: int, **kw: object) -> ClientConfig:
-    return ClientConfig(protocol="h3", port=port, timeout_s=30.0, **kw)  # type: ignore[arg-type]
+    return ClientConfig.of(protocol="h3", port=port, timeout_s=30.0, **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("workload", ["asr", "tts", "retouch", "stream"])
 async def test_every_workload_verified(server: ServerProcess, workload: str) -> None:
     records = await run_requests(
-        config(server.ports["h3"], workload=workload, requests=1, chunks=5, max_datagram_size=1452)
+        config(
+            server.ports["h3"],
+            workload=workload,
+            requests=1,
+            chunks=5,
+            max_datagram_size_bytes=1452,
+        )
     )
     (record,) = records
     assert record.error is None, record.error
@@ -63,7 +69,8 @@ async def test_every_workload_verified(server: ServerProcess, workload: str) -> 
         <= record.response_last_byte
     )
     assert record.request_last_byte is not None
-    assert record.quic is not None and record.quic["packets_sent"] > 0
+    assert record.quic is not None and record.quic.packets_sent > 0
+    assert record.min_rtt_s is not None and 0 < record.min_rtt_s < 1.0
     if workload == "stream":
         assert record.chunk_times is not None and len(record.chunk_times) == 5
         for index, arrived in enumerate(record.chunk_times):
@@ -72,7 +79,9 @@ async def test_every_workload_verified(server: ServerProcess, workload: str) -> 
 
 async def test_reused_connection_with_warmups(server: ServerProcess) -> None:
     records = await run_requests(
-        config(server.ports["h3"], workload="asr", requests=3, warmup=2, connection="reused")
+        config(
+            server.ports["h3"], workload="asr", requests=3, warmup_requests=2, connection="reused"
+        )
     )
     assert [r.warmup for r in records] == [True, True, False, False, False]
     assert len({r.conn_index for r in records}) == 1
@@ -85,10 +94,10 @@ async def test_unpaced_burst_times_are_ordered(server: ServerProcess) -> None:
             server.ports["h3"],
             workload="asr",
             requests=2,
-            warmup=1,
+            warmup_requests=1,
             connection="reused",
             quic_pacing="off",
-            max_datagram_size=1452,
+            max_datagram_size_bytes=1452,
         )
     )
     for record in records:
@@ -166,8 +175,8 @@ async def test_stream_reset_mid_upload_is_truncated(server: ServerProcess) -> No
 
 async def test_garbage_datagrams_are_dropped_and_service_goes_on(server: ServerProcess) -> None:
     from clients import h3client
-    from clients.records import RequestRecord
     from clients.workload import request_spec
+    from tbcore.records import RequestRecord
 
     port = server.ports["h3"]
     conn = await h3client.open_connection(config(port))

@@ -36,7 +36,7 @@ class RecordingEdge(ExchangeStreams):
 
 def make_edge(tmp_path: Path, **config: Any) -> tuple[RecordingEdge, Path]:
     path = tmp_path / "events.jsonl"
-    ctx = ServerContext(ServerConfig(processing_audio_s=0.0, **config), EventLog(path))
+    ctx = ServerContext(ServerConfig.of(processing_audio_s=0.0, **config), EventLog(path))
     return RecordingEdge(ctx), path
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.spec import load, loads, merge_link, parse_experiment
+from harness.spec import link_of, load, loads, merge_link, parse_experiment
 from tbcore.errors import SpecError
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
@@ -41,7 +41,7 @@ def test_good_file_parses_into_typed_settings() -> None:
     assert spec.level_names == ("iw10", "iw40")
     assert spec.levels[1].settings.initcwnd == 40
     assert spec.levels[0].settings.processing_audio_s == pytest.approx(0.030)
-    assert spec.levels[0].settings.link_spec.rtt_s == pytest.approx(0.2)
+    assert link_of(spec.levels[0].settings).rtt_s == pytest.approx(0.2)
     assert spec.levels[1].baseline == "iw10"
     assert spec.fixed.initcwnd is None
     assert spec.quick_form().repetitions == 1
@@ -148,7 +148,7 @@ def test_level_link_overrides_merge_onto_the_fixed_link() -> None:
         '{ name = "lossy", link = "down.loss=14%" } ]',
     )
     spec = loads(text)
-    lossy = spec.level("lossy").settings.link_spec
+    lossy = link_of(spec.level("lossy").settings)
     assert lossy.down.loss == pytest.approx(0.14)
     assert lossy.up.loss == 0.0
     assert lossy.rtt_s == pytest.approx(0.2)
@@ -188,12 +188,12 @@ def test_every_shipped_experiment_loads_and_has_a_quick_form() -> None:
 
 
 def test_quic_pacing_takes_cwnd_off_or_a_rate() -> None:
-    def pacing(value: str) -> str:
+    def pacing(value: str) -> str | float:
         text = GOOD.replace('processing_audio = "30ms"', f'quic_pacing = "{value}"')
         return loads(text).levels[0].settings.quic_pacing
 
     assert pacing("off") == "off"
-    assert pacing("333mbit") == "333mbit"
+    assert pacing("333mbit") == 333e6
     assert loads(GOOD).levels[0].settings.quic_pacing == "cwnd"
     refused = _refused(GOOD.replace('processing_audio = "30ms"', 'quic_pacing = "fast"'))
     assert refused.field == "fixed.quic_pacing"

@@ -1,0 +1,138 @@
+"""Protocols and workloads by name: what the harness needs to know of each (the bound's
+inputs, the row's labels), registered once, looked up by ``settings.protocol`` and
+``settings.workload`` instead of ``if`` ladders.
+
+A new protocol or workload is one :func:`register_protocol` / :func:`register_workload`
+call (here or in the module that implements it, imported by the harness); the settings
+knobs ``protocol`` and ``workload`` accept every registered name. The stacks keep their
+own registries of implementations (clients.api, servers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tbcore import workloads
+from tbcore.errors import SpecError
+
+
+@dataclass(frozen=True)
+class ProtocolKind:
+    """One application protocol over one transport."""
+
+    name: str
+    transport: str
+    """``tcp`` or ``udp``: how the harness reads ACKs (pcap of TCP, qlog of QUIC)."""
+    cc_attr: str
+    """The settings field naming its congestion control (``cc`` or ``quic_cc``)."""
+    mss: Callable[[Any], int]
+    """The payload of one full-sized packet for the bound, from the settings."""
+    window_caps: Callable[[Any], list[int | None]]
+    """Caps on the bytes in flight from the settings (None: no cap)."""
+    paces: Callable[[Any], bool]
+    """Whether the sender spreads a window over time instead of sending it at line rate."""
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One request kind, as the harness and the bound see it."""
+
+    name: str
+    up_bytes: Callable[[Any], int]
+    """Request body bytes, from the settings."""
+    down_bytes: Callable[[Any], int]
+    """Response body bytes the bound counts (ASR's short transcript: 0)."""
+    processing_s: Callable[[Any], float]
+    """Server processing per request, from the settings."""
+    bounded: bool = True
+    """False when the request bound does not apply (the stream's bound is the pipeline)."""
+
+
+PROTOCOLS: dict[str, ProtocolKind] = {}
+WORKLOADS: dict[str, WorkloadKind] = {}
+
+
+def register_protocol(kind: ProtocolKind) -> ProtocolKind:
+    if kind.name in PROTOCOLS:
+        raise ValueError(f"protocol {kind.name!r} registered twice")
+    PROTOCOLS[kind.name] = kind
+    return kind
+
+
+def register_workload(kind: WorkloadKind) -> WorkloadKind:
+    if kind.name in WORKLOADS:
+        raise ValueError(f"workload {kind.name!r} registered twice")
+    WORKLOADS[kind.name] = kind
+    return kind
+
+
+def protocol(name: str) -> ProtocolKind:
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise SpecError("protocol", f"{name!r} is not one of {', '.join(PROTOCOLS)}") from None
+
+
+def workload(name: str) -> WorkloadKind:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise SpecError("workload", f"{name!r} is not one of {', '.join(WORKLOADS)}") from None
+
+
+register_protocol(
+    ProtocolKind(
+        name="h2",
+        transport="tcp",
+        cc_attr="cc",
+        mss=lambda s: s.mss_bytes,
+        # TCP's clamp and HTTP/2's flow-control window
+        window_caps=lambda s: [s.window_clamp_bytes, s.h2_window_bytes],
+        # Linux TCP paces with bbr (its pacing_gain) or when SO_MAX_PACING_RATE is set
+        paces=lambda s: s.cc == "bbr" or s.pace_at_path_rate or s.max_pacing_rate_bps is not None,
+    )
+)
+register_protocol(
+    ProtocolKind(
+        name="h3",
+        transport="udp",
+        cc_attr="quic_cc",
+        mss=lambda s: s.max_datagram_size_bytes,
+        window_caps=lambda s: [s.quic_max_data_bytes],
+        # aioquic paces unless told off (rate = cwnd / srtt)
+        paces=lambda s: s.quic_pacing != "off",
+    )
+)
+
+_AUDIO = workloads.AUDIO_SIZE_BYTES
+register_workload(
+    WorkloadKind("asr", lambda s: _AUDIO, lambda s: 0, lambda s: s.processing_audio_s)
+)
+register_workload(
+    WorkloadKind("tts", lambda s: 0, lambda s: _AUDIO, lambda s: s.processing_audio_s)
+)
+register_workload(
+    WorkloadKind(
+        "retouch",
+        lambda s: workloads.IMAGE_SIZE_BYTES,
+        lambda s: workloads.RETOUCHED_SIZE_BYTES,
+        lambda s: s.processing_image_s,
+    )
+)
+register_workload(
+    WorkloadKind(
+        "stream",
+        lambda s: 0,
+        lambda s: s.chunks * workloads.STREAM_CHUNK_BYTES,
+        lambda s: 0.0,
+        bounded=False,
+    )
+)
+register_workload(
+    WorkloadKind("image", lambda s: 0, lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0.0)
+)
+register_workload(
+    WorkloadKind("sink", lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0, lambda s: 0.0)
+)

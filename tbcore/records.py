@@ -1,0 +1,438 @@
+"""The record model: every record the stacks emit and the harness reads, as typed classes.
+
+One class per kind of record, written and read by the same class. Each is a dataclass
+subclass of :class:`Record` registered with :func:`record` under a schema name and version;
+every field has a docstring (``col(doc=...)``) and, where it has one, a unit in its name.
+A serialised record carries ``schema = "<name>/<version>"``; reading checks it, and a
+missing or unknown field fails with a :class:`RecordError` naming the field.
+
+Files: JSONL (:func:`write_jsonl` / :func:`read_jsonl`) and CSV (:func:`write_csv` /
+:func:`read_csv`). Adding a record type: declare a dataclass with ``@record("name", 1)``
+and write it with these functions; adding a column: one ``col(...)`` field (and bump the
+version when an existing field changes meaning).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from tbcore.errors import SpecError
+from tbcore.tcpinfo import SAMPLE_FIELDS as TCP_SAMPLE_FIELDS
+
+SCHEMA_KEY = "schema"
+US_PER_S = 1e6
+
+R = TypeVar("R", bound="Record")
+
+
+class RecordError(SpecError):
+    """A record that does not match its class: the field and what is wrong."""
+
+
+def col(default: Any = None, *, doc: str, unit: str = "", factory: Any = None) -> Any:
+    """A field of a record with its documentation (used by the results README)."""
+    meta = {"doc": doc, "unit": unit}
+    if factory is not None:
+        return field(default_factory=factory, metadata=meta)
+    if default is MISSING:
+        return field(metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+REQUIRED: Any = MISSING
+"""``col(REQUIRED, doc=...)``: a field without a default."""
+
+RECORD_TYPES: dict[str, type[Record]] = {}
+"""Every record class by its schema name."""
+
+
+class Record:
+    """Base of the record classes (dataclasses registered with :func:`record`)."""
+
+    SCHEMA: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 0
+
+    @classmethod
+    def schema_tag(cls) -> str:
+        return f"{cls.SCHEMA}/{cls.VERSION}"
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (nested records as dicts), then the schema tag."""
+        return {**asdict(self), SCHEMA_KEY: self.schema_tag()}  # type: ignore[call-overload]
+
+    def to_json(self) -> str:
+        return json.dumps(_clean(self.to_dict()), separators=(",", ":"))
+
+    @classmethod
+    def from_dict(cls: type[R], data: Mapping[str, Any], where: str = "") -> R:
+        """The record of ``data``: its schema tag must match; no field missing, none unknown."""
+        where = where or cls.SCHEMA
+        tag = data.get(SCHEMA_KEY)
+        if tag != cls.schema_tag():
+            raise RecordError(f"{where}.{SCHEMA_KEY}", f"{tag!r}, expected {cls.schema_tag()!r}")
+        names = cls.field_names()
+        for key in data:
+            if key != SCHEMA_KEY and key not in names:
+                raise RecordError(f"{where}.{key}", "unknown field")
+        for name in names:
+            if name not in data:
+                raise RecordError(f"{where}.{name}", "missing")
+        values = {}
+        for item in fields(cls):  # type: ignore[arg-type]
+            value = data[item.name]
+            nested = NESTED.get((cls, item.name))
+            if nested is not None and value is not None:
+                value = nested.from_plain(value, f"{where}.{item.name}")
+            values[item.name] = value
+        return cls(**values)
+
+
+def record(name: str, version: int) -> Any:
+    """Class decorator: make a :class:`Record` dataclass and register its schema."""
+
+    def wrap(cls: type[R]) -> type[R]:
+        if name in RECORD_TYPES:
+            raise ValueError(f"record schema {name!r} defined twice")
+        cls.SCHEMA, cls.VERSION = name, version
+        made = cls if "__dataclass_fields__" in cls.__dict__ else dataclass(cls)
+        RECORD_TYPES[name] = made
+        return made
+
+    return wrap
+
+
+# --- nested values: the sender state at the end of a request ----------------------------------
+
+
+class Snapshot:
+    """A flat record of counters nested in another record (no schema tag of its own)."""
+
+    @classmethod
+    def from_plain(cls, data: Any, where: str) -> Any:
+        if not isinstance(data, dict):
+            raise RecordError(where, "must be an object")
+        names = {f.name for f in fields(cls)}  # type: ignore[arg-type]
+        for key in data:
+            if key not in names:
+                raise RecordError(f"{where}.{key}", "unknown field")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
+QUIC_SAMPLE_FIELDS = (
+    "bytes_in_flight",
+    "cwnd",
+    "ssthresh",
+    "smoothed_rtt_us",
+    "latest_rtt_us",
+    "min_rtt_us",
+    "packets_sent",
+    "packets_lost",
+    "pto_count",
+)
+"""Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units)."""
+
+TcpInfo: Any = make_dataclass(
+    "TcpInfo",
+    [(name, "int | None", field(default=None)) for name in TCP_SAMPLE_FIELDS],
+    bases=(Snapshot,),
+)
+TcpInfo.__module__ = __name__
+TcpInfo.__doc__ = "TCP_INFO of a socket (tbcore.tcpinfo.SAMPLE_FIELDS; times in µs)."
+
+QuicRecovery: Any = make_dataclass(
+    "QuicRecovery",
+    [(name, "int | None", field(default=None)) for name in QUIC_SAMPLE_FIELDS],
+    bases=(Snapshot,),
+)
+QuicRecovery.__module__ = __name__
+QuicRecovery.__doc__ = "aioquic's recovery state of a connection (times in µs)."
+
+
+def tcp_info_of(info: Mapping[str, Any]) -> Any:
+    """The :class:`TcpInfo` of a parsed TCP_INFO (fields beyond the sample's are dropped)."""
+    return TcpInfo(**{name: info.get(name) for name in TCP_SAMPLE_FIELDS})
+
+
+# --- what the client records -----------------------------------------------------------------
+
+
+@record("request", 2)
+class RequestRecord(Record):
+    """One request as the client saw it. Times are ``time.monotonic()`` seconds
+    (CLOCK_MONOTONIC, shared with the server log and the link). For a reused connection
+    ``connect_start``/``tcp_connected``/``handshake_done`` are those of the connection the
+    request ran on (so they precede the request by a lot)."""
+
+    request_id: int = col(REQUIRED, doc="Index of the request in its client process, from 0.")
+    protocol: str = col(REQUIRED, doc="h2 or h3.")
+    connection: str = col(REQUIRED, doc="new, reused or 0rtt.")
+    workload: str = col(REQUIRED, doc="The workload's name (tbcore.workloads).")
+    warmup: bool = col(REQUIRED, doc="A warm-up request (not measured).")
+    conn_index: int = col(0, doc="Which connection of this run carried the request (0-based).")
+    stream_id: int | None = col(doc="HTTP/2 or QUIC stream of the request.")
+    connect_start: float | None = col(doc="Connection attempt started.", unit="s")
+    tcp_connected: float | None = col(doc="TCP handshake done (None for h3).", unit="s")
+    handshake_done: float | None = col(doc="TLS (or QUIC) handshake done.", unit="s")
+    request_first_byte: float | None = col(doc="HEADERS handed to the transport.", unit="s")
+    request_last_byte: float | None = col(
+        doc="The last body byte handed to the kernel (h2) or put in a packet (h3).", unit="s"
+    )
+    response_first_byte: float | None = col(doc="Response HEADERS received.", unit="s")
+    response_last_byte: float | None = col(doc="Last response byte received.", unit="s")
+    resumed: bool | None = col(doc="TLS session resumed.")
+    early_data_accepted: bool | None = col(doc="QUIC 0-RTT data accepted.")
+    up_bytes: int = col(0, doc="Request body bytes sent.", unit="bytes")
+    down_bytes: int = col(0, doc="Response body bytes received.", unit="bytes")
+    status: int | None = col(doc="HTTP status.")
+    sha256_ok: bool | None = col(
+        doc="Every checksum of the exchange matched (upload as echoed, download)."
+    )
+    error: str | None = col(doc="None, or a one-line reason the request failed.")
+    tcp_info: Any = col(doc="TCP_INFO at the end of the request (h2): TcpInfo.")
+    quic: Any = col(doc="aioquic recovery state at the end of the request (h3): QuicRecovery.")
+    chunk_times: list[float] | None = col(
+        doc="stream workload: arrival time of each complete chunk.", unit="s"
+    )
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.status == 200 and bool(self.sha256_ok)
+
+    @property
+    def min_rtt_s(self) -> float | None:
+        """The sender's own RTT floor at the end of the request (TCP_INFO or aioquic)."""
+        snapshot = self.tcp_info if self.tcp_info is not None else self.quic
+        value = None if snapshot is None else snapshot.min_rtt_us
+        return None if not value else value / US_PER_S
+
+    @property
+    def retransmits(self) -> int | None:
+        """Segments (h2) or packets (h3) the client retransmitted or declared lost."""
+        if self.tcp_info is not None:
+            return self.tcp_info.total_retrans
+        return None if self.quic is None else self.quic.packets_lost
+
+
+NESTED: dict[tuple[type, str], Any] = {
+    (RequestRecord, "tcp_info"): TcpInfo,
+    (RequestRecord, "quic"): QuicRecovery,
+}
+"""Fields holding a :class:`Snapshot`: read back into their class."""
+
+
+# --- what the server logs --------------------------------------------------------------------
+
+SERVER_EVENT_NAMES = frozenset(
+    {
+        "listening",
+        "connection_open",
+        "connection_closed",
+        "request_first_byte",
+        "request_body_first_byte",
+        "request_last_byte",
+        "upload_truncated",
+        "processing_start",
+        "processing_end",
+        "response_first_byte",
+        "response_last_byte",
+        "chunk_sent",
+        "stream_reset",
+        "error",
+    }
+)
+
+
+@record("server_event", 2)
+class ServerEvent(Record):
+    """One event of a server, on CLOCK_MONOTONIC; the details an event has, None otherwise."""
+
+    t: float = col(REQUIRED, doc="time.monotonic() of the event.", unit="s")
+    event: str = col(REQUIRED, doc="One of SERVER_EVENT_NAMES.")
+    proto: str | None = col(doc="h2 or h3.")
+    conn: int | None = col(doc="Connection number within the server process.")
+    stream: int | None = col(doc="Stream of the event.")
+    addr: str | None = col(doc="listening: the address and port.")
+    peer: str | None = col(doc="The peer's address and port.")
+    reason: str | None = col(doc="Why (error, reset, close, truncation).")
+    count: int | None = col(doc="error: how many such errors so far.")
+    alpn: str | None = col(doc="connection_open: the negotiated ALPN.")
+    tls_version: str | None = col(doc="connection_open: the TLS version.")
+    bytes: int | None = col(doc="Bytes of the event (body, chunk).", unit="bytes")
+    received_bytes: int | None = col(doc="Bytes received before it.", unit="bytes")
+    error_code: int | None = col(doc="HTTP/2 or HTTP/3 error code.")
+    status: int | None = col(doc="Response status.")
+    index: int | None = col(doc="chunk_sent: the chunk's index.")
+    upload_sha256: str | None = col(doc="request_last_byte: SHA-256 of the body received.")
+    method: str | None = col(doc="request_first_byte: the HTTP method.")
+    path: str | None = col(doc="request_first_byte: the request path.")
+    content_length: int | None = col(doc="The request's content-length.", unit="bytes")
+    resumed: bool | None = col(doc="connection_open: TLS session resumed.")
+    early_data_accepted: bool | None = col(doc="connection_open: 0-RTT data accepted.")
+
+    def __post_init__(self) -> None:
+        if self.event not in SERVER_EVENT_NAMES:
+            raise RecordError("event", f"unknown event name {self.event!r}")
+
+
+# --- in-flight samples -----------------------------------------------------------------------
+
+
+def _sample_record(name: str, doc: str, columns: tuple[str, ...], lead: list[Any]) -> Any:
+    made = make_dataclass(
+        name,
+        [
+            ("t", float, col(REQUIRED, doc="time.monotonic() of the sample.", unit="s")),
+            ("request_id", str, col(REQUIRED, doc="The request sampled.")),
+            *lead,
+            *[(c, "int | None", col(doc=f"{c} of the sender's state.")) for c in columns],
+        ],
+        bases=(Record,),
+    )
+    made.__module__ = __name__
+    made.__doc__ = doc
+    return made
+
+
+TcpSample: Any = record("tcp_sample", 1)(
+    _sample_record(
+        "TcpSample", "TCP_INFO of the data sender (samples.csv, h2).", TCP_SAMPLE_FIELDS, []
+    )
+)
+QuicSample: Any = record("quic_sample", 1)(
+    _sample_record(
+        "QuicSample",
+        "aioquic recovery state of the data sender (samples.csv, h3).",
+        QUIC_SAMPLE_FIELDS,
+        [],
+    )
+)
+ServerSample: Any = record("server_sample", 1)(
+    _sample_record(
+        "ServerSample",
+        "The server's sender state (its samples.csv): h2 rows fill the TCP_INFO columns, h3 "
+        "rows the QUIC ones; request_id is proto:conn:stream.",
+        (*TCP_SAMPLE_FIELDS, *(f for f in QUIC_SAMPLE_FIELDS if f not in TCP_SAMPLE_FIELDS)),
+        [("proto", str, col(REQUIRED, doc="h2 or h3."))],
+    )
+)
+SAMPLE_RECORDS: dict[str, Any] = {"h2": TcpSample, "h3": QuicSample}
+"""The client's sample record by protocol."""
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+def _clean(value: Any) -> Any:
+    """NaN and infinities are not JSON: store them as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item"):  # numpy scalars
+        return value.item()
+    return value
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_jsonl(path: Path, records: Iterable[Record]) -> None:
+    """One record per line, atomically (a temporary file renamed over ``path``)."""
+    text = "".join(json.dumps(_clean(r.to_dict()), separators=(",", ":")) + "\n" for r in records)
+    _atomic_write_text(Path(path), text)
+
+
+def read_jsonl(path: Path, cls: type[R]) -> list[R]:
+    """The records of a JSONL file; a torn last line (a killed writer) is skipped, any other
+    bad line fails naming the file and line."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    out = []
+    for index, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+        except json.JSONDecodeError:
+            if index == len(lines) - 1:
+                continue
+            raise RecordError(f"{path.name}:{index + 1}", "not a JSON line") from None
+        out.append(cls.from_dict(data, f"{path.name}:{index + 1}"))
+    return out
+
+
+def write_csv(path: Path, cls: type[Record], records: Iterable[Record]) -> None:
+    """A CSV with the class's fields as columns and the schema tag in a last column."""
+    columns = [*cls.field_names(), SCHEMA_KEY]
+    rows = []
+    for item in records:
+        data = _clean(item.to_dict())
+        rows.append(["" if data[c] is None else data[c] for c in columns])
+    import io
+
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(rows)
+    _atomic_write_text(Path(path), buffer.getvalue())
+
+
+def read_csv(path: Path, cls: type[R]) -> list[R]:
+    """The records of a CSV written by :func:`write_csv` (or a sampler): every column of the
+    class, the schema tag in each row; empty cells are None, numbers typed by the field."""
+    path = Path(path)
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        header = reader.fieldnames or []
+        for name in header:
+            if name != SCHEMA_KEY and name not in cls.field_names():
+                raise RecordError(f"{path.name}.{name}", "unknown column")
+        out = []
+        for index, raw in enumerate(reader):
+            data: dict[str, Any] = {k: _typed(cls, k, v) for k, v in raw.items()}
+            out.append(cls.from_dict(data, f"{path.name}:{index + 2}"))
+    return out
+
+
+def _typed(cls: type[Record], name: str, text: str | None) -> Any:
+    if name == SCHEMA_KEY or text is None:
+        return text
+    if text == "":
+        return None
+    declared = next(f.type for f in fields(cls) if f.name == name)  # type: ignore[arg-type]
+    kind = declared if isinstance(declared, str) else declared.__name__
+    if kind.startswith("bool"):
+        return text == "True"
+    if kind.startswith("int"):
+        return int(float(text))
+    if kind.startswith("float"):
+        return float(text)
+    return text

@@ -1,0 +1,156 @@
+"""The run row: one line of runs.csv (and each run's row.json), as one typed record.
+
+Every column is a field here, with its unit in the name and its meaning in ``doc``;
+results/README.md is generated from this class (:func:`columns_markdown`). A new column is
+one ``col(...)`` field plus the code that fills it; renaming or changing the meaning of one
+bumps the version in ``@record``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tbcore.records import REQUIRED, Record, col, record
+
+
+@record("run", 2)
+class RunRow(Record):
+    """One run (one client process) of an experiment, valid or not."""
+
+    # --- the plan
+    run_id: str = col(REQUIRED, doc="Stable name of the run: sequence, level, repetition.")
+    seq: int = col(REQUIRED, doc="Position in the whole plan, from 0.")
+    block: int = col(REQUIRED, doc="Block (one run per level), warm-up blocks included.")
+    position: int = col(REQUIRED, doc="Position of the run inside its block, from 0.")
+    level: str = col(REQUIRED, doc="The level (arm) of the factor.")
+    rep: int = col(REQUIRED, doc="Repetition within its level; warm-up runs count below 0.")
+    warmup: bool = col(REQUIRED, doc="A warm-up run (not analysed).")
+    link_seed: int = col(REQUIRED, doc="Seed of the link's loss generators (same per block).")
+    # --- what ran
+    protocol: str | None = col(doc="h2 or h3 (settings.protocol).")
+    connection: str | None = col(doc="new, reused or 0rtt.")
+    workload: str | None = col(doc="asr, tts, retouch, stream...")
+    cc: str | None = col(doc="Congestion control of the protocol's transport.")
+    paced: bool | None = col(doc="The data sender paces (bbr, a pacing rate, aioquic's pacer).")
+    link: str | None = col(doc="The link as configured (netem.linkspec string).")
+    rtt_s: float | None = col(doc="Configured round trip.", unit="s")
+    loss: float | None = col(doc="Configured mean loss of the lossier direction.")
+    up_bps: float | None = col(doc="Configured rate client to server.", unit="bit/s")
+    down_bps: float | None = col(doc="Configured rate server to client.", unit="bit/s")
+    started_utc: str | None = col(doc="When the run started (ISO 8601, UTC).")
+    # --- the measured request (the median of the run's measured requests)
+    up_bytes: int | None = col(doc="Request body bytes.", unit="bytes")
+    down_bytes: int | None = col(doc="Response body bytes.", unit="bytes")
+    requests: int | None = col(doc="Measured requests that completed.")
+    handshake_s: float | None = col(doc="Connect start to handshake done (0 if reused).", unit="s")
+    ttfb_s: float | None = col(doc="Start to the first response byte.", unit="s")
+    total_s: float | None = col(
+        doc="Start (connect, or first request byte on a warm connection) to the last "
+        "response byte.",
+        unit="s",
+    )
+    t_connect_s: float | None = col(doc="Connect start, from the start.", unit="s")
+    t_handshake_s: float | None = col(doc="Handshake done, from the start.", unit="s")
+    t_request_first_s: float | None = col(doc="First request byte, from the start.", unit="s")
+    t_request_last_s: float | None = col(doc="Last request byte, from the start.", unit="s")
+    t_response_first_s: float | None = col(doc="First response byte, from the start.", unit="s")
+    t_response_last_s: float | None = col(doc="Last response byte, from the start.", unit="s")
+    resumed: bool | None = col(doc="TLS session resumed.")
+    early_data_accepted: bool | None = col(doc="QUIC 0-RTT data accepted.")
+    sha256_ok: bool | None = col(doc="Every checksum of every measured request matched.")
+    client_retransmits: int | None = col(
+        doc="The client's own count at the end of the request: TCP_INFO total_retrans (h2), "
+        "aioquic packets lost (h3)."
+    )
+    client_min_rtt_s: float | None = col(
+        doc="The client's RTT floor at the end of the request (TCP_INFO min_rtt, aioquic min_rtt).",
+        unit="s",
+    )
+    # --- the server's view
+    processing_s: float | None = col(doc="Server processing_start to processing_end.", unit="s")
+    server_receive_s: float | None = col(doc="Server: first to last request byte read.", unit="s")
+    server_turnaround_s: float | None = col(
+        doc="Server: processing end to first response byte written.", unit="s"
+    )
+    server_send_s: float | None = col(doc="Server: first to last response byte written.", unit="s")
+    # --- the bound (harness/bounds.py, MODELS.md)
+    bound_s: float | None = col(doc="Analytic lower bound of the request.", unit="s")
+    ratio: float | None = col(doc="total_s / bound_s.")
+    bound_setup_s: float | None = col(doc="Bound: connection set-up.", unit="s")
+    bound_feedback_s: float | None = col(doc="Bound: ACK feedback of window growth.", unit="s")
+    bound_window_s: float | None = col(doc="Bound: waits for a capped window.", unit="s")
+    bound_serialisation_s: float | None = col(doc="Bound: bytes at the path rate.", unit="s")
+    bound_propagation_s: float | None = col(doc="Bound: one-way delays.", unit="s")
+    bound_processing_s: float | None = col(doc="Bound: server processing.", unit="s")
+    bound_retransmission_s: float | None = col(doc="Bound: expected retransmission time.", unit="s")
+    bound_expected_s: float | None = col(doc="Bound plus expected loss recovery.", unit="s")
+    bound_mathis_s: float | None = col(
+        doc="The data direction at min(path, Mathis rate) (MODELS.md section 8).", unit="s"
+    )
+    # --- packets (pcap for h2, qlog for h3), within the request
+    acks: int | None = col(doc="ACKs the data sender got during the request.")
+    min_rwnd_bytes: int | None = col(doc="Smallest receive window advertised (h2).", unit="bytes")
+    retransmits: int | None = col(
+        doc="Data segments sent again (h2, by time of sending) or packets declared lost "
+        "(h3) during the request."
+    )
+    measured_rtt_s: float | None = col(
+        doc="Handshake RTT from the capture (h2) or qlog min_rtt (h3).", unit="s"
+    )
+    # --- the link over the run
+    realised_loss_up: float | None = col(doc="Packets the emulator dropped for loss, up.")
+    realised_loss_down: float | None = col(doc="Packets the emulator dropped for loss, down.")
+    queue_drops_up: int | None = col(doc="Packets dropped by a full queue, up.")
+    queue_drops_down: int | None = col(doc="Packets dropped by a full queue, down.")
+    dropped_loss_up: int | None = col(doc="Packets dropped by the loss model, up.")
+    dropped_loss_down: int | None = col(doc="Packets dropped by the loss model, down.")
+    lateness_p99_s: float | None = col(
+        doc="Emulator p99 release lateness, the worse direction.", unit="s"
+    )
+    # --- the machine
+    cpu_client: float | None = col(doc="Client CPU per wall second during the request.")
+    cpu_server: float | None = col(doc="Server CPU per wall second during the request.")
+    cpu_emulator: float | None = col(doc="Emulator CPU per wall second during the request.")
+    cpu_emulator_run: float | None = col(doc="Emulator CPU per wall second over the run.")
+    steal: float | None = col(doc="Host steal time over all CPU time during the request.")
+    cpu_pressure: float | None = col(doc="Host PSI CPU pressure ('some') during the request.")
+    runqueue_wait_client_s: float | None = col(
+        doc="Client threads runnable but waiting for a CPU.", unit="s"
+    )
+    runqueue_wait_server_s: float | None = col(
+        doc="Server threads runnable but waiting for a CPU.", unit="s"
+    )
+    runqueue_wait_emulator_s: float | None = col(
+        doc="Emulator threads runnable but waiting for a CPU.", unit="s"
+    )
+    # --- the verdict
+    valid: bool | None = col(doc="The run measured what it was meant to (see invalid_reason).")
+    invalid_reason: str | None = col(doc="Every reason the run is invalid, joined by '; '.")
+    wall_s: float | None = col(doc="Wall time the harness spent on the run.", unit="s")
+
+
+def run_columns() -> tuple[str, ...]:
+    """The columns of runs.csv, in order (the schema tag last)."""
+    return (*RunRow.field_names(), "schema")
+
+
+def columns_markdown() -> str:
+    """The table of runs.csv columns for results/README.md, from :class:`RunRow`."""
+    from dataclasses import fields
+
+    lines = [
+        f"runs.csv schema `{RunRow.schema_tag()}` (generated by "
+        "`python -m tbcore.runrow`; tests/test_runrow.py keeps it in sync).",
+        "",
+        "| column | unit | meaning |",
+        "|---|---|---|",
+    ]
+    for item in fields(RunRow):
+        meta: Any = item.metadata
+        lines.append(f"| `{item.name}` | {meta.get('unit', '')} | {meta.get('doc', '')} |")
+    lines.append("| `schema` |  | The schema tag of the row (`run/<version>`). |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(columns_markdown(), end="")

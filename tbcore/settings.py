@@ -1,0 +1,497 @@
+"""Every knob a run can turn, defined once: name, type, unit, default, validation, which end
+applies it and how.
+
+The experiment files (``[fixed]`` and a level's keys), the ``testbed serve``/``client``
+flags, the JSON document the harness hands to both stacks, the bound and the report all read
+:data:`KNOBS`. :class:`Settings` is generated from it, so adding a knob is one
+:func:`knob` call here plus the code that uses ``settings.<attr>``.
+
+A knob has two forms of its value: the *written* form (TOML or a flag: ``"64kb"``,
+``"333mbit"``, ``"30ms"``, ``"none"``) that :meth:`Knob.parse` turns into the *typed* form
+(bytes, bit/s, seconds, None), and the typed form that :class:`Settings` holds, checks on
+construction (:meth:`Knob.check`) and writes to the JSON document.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from tbcore import kinds, units
+from tbcore.errors import SpecError
+
+SETTINGS_SCHEMA = "testbed.settings"
+SETTINGS_SCHEMA_VERSION = 1
+"""Version of the settings document; bump it when a knob is renamed or changes meaning."""
+
+ENDS = ("server", "client", "both", "link", "harness")
+"""Who applies a knob: a stack (server, client or both, through the settings document), the
+harness on the namespaces and routes (link), or the harness alone (bound, capture)."""
+
+NONE_WORDS = ("none", "auto", "off")
+"""How a file or flag says "leave the kernel or library default" for an optional knob."""
+
+TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
+QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
+"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``)."""
+QUIC_PACING_MODES = ("cwnd", "off")
+"""``quic_pacing`` words; anything else is a rate."""
+CONNECTION_MODES = ("new", "reused", "0rtt")
+
+QUIC_MIN_DATAGRAM_BYTES = 1200
+"""RFC 9000 section 14: a QUIC endpoint must be able to send 1200-byte datagrams."""
+QUIC_MAX_DATAGRAM_BYTES = 65_527
+"""Largest UDP payload (RFC 9000 max_udp_payload_size upper bound is 65527)."""
+H2_MIN_WINDOW_BYTES = 65_535
+"""HTTP/2's initial flow-control window; a smaller one would stall the peer (RFC 9113 6.9.2)."""
+H2_MAX_WINDOW_BYTES = 2**31 - 1
+"""The largest HTTP/2 flow-control window (RFC 9113 section 6.9.1)."""
+H2_DEFAULT_WINDOW_BYTES = 16 * 2**20
+"""HTTP/2 stream and connection windows large enough not to be the limit (16 MiB)."""
+MAX_INITCWND_SEGMENTS = 1024
+"""Upper end of ``ip route ... initcwnd`` values that make sense (the kernel takes 32 bits)."""
+DEFAULT_INITCWND_SEGMENTS = 10
+"""Linux's TCP_INIT_CWND (RFC 6928), what a route without the metric gets."""
+TCP_DEFAULT_MSS_BYTES = 1448
+"""1500 MTU - 40 IP/TCP header bytes - 12 bytes of timestamp option."""
+TCP_MIN_MSS_BYTES = 536
+"""RFC 9293 section 3.7.1: the default send MSS every host accepts."""
+TCP_MAX_MSS_BYTES = 65_495
+"""The loopback MTU (65536) less 40 header bytes: no path has a larger segment."""
+MAX_REQUESTS = 10_000
+MAX_STREAM_CHUNKS = 30_000
+
+
+# --- how a written value becomes a typed one -------------------------------------------------
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(name, f"must be true or false, got {value!r}")
+    return value
+
+
+def _whole(name: str, value: Any) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(name, f"must be a whole number, got {value!r}")
+    return value
+
+
+def _size(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SpecError(name, f"must be a size such as 64kb or 65536, got {value!r}")
+    return units.parse_size_bytes(name, value)
+
+
+def _rate(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise SpecError(name, f"must be a rate such as '333mbit', got {value!r}")
+    return units.parse_rate_bps(name, value)
+
+
+def _duration(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, str):
+        raise SpecError(name, f"must be a duration such as '30ms', got {value!r}")
+    return units.parse_duration_s(name, value)
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise SpecError(name, f"must be a non-empty string, got {value!r}")
+    return value
+
+
+def _pacing(name: str, value: Any) -> str | float:
+    if value in QUIC_PACING_MODES:
+        return value
+    return _rate(name, value)
+
+
+def _table(name: str, value: Any) -> dict[str, str]:
+    if not isinstance(value, dict):
+        raise SpecError(name, "must be a table of sysctl = value")
+    out = {}
+    for key, val in value.items():
+        if not key.startswith("net.") or "/" in key or ".." in key:
+            raise SpecError(f"{name}.{key}", "only net.* sysctls of the namespaces may be set")
+        if isinstance(val, bool) or not isinstance(val, (int, str)):
+            raise SpecError(f"{name}.{key}", f"must be a number or string, got {val!r}")
+        out[key] = str(val)
+    return out
+
+
+KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
+    # kind: (written form -> typed, the typed form's Python types)
+    "bool": (_bool, (bool,)),
+    "int": (_whole, (int,)),
+    "size": (_size, (int,)),
+    "rate": (_rate, (int, float)),
+    "duration": (_duration, (int, float)),
+    "choice": (_text, (str,)),
+    "text": (_text, (str,)),
+    "pacing": (_pacing, (str, int, float)),
+    "table": (_table, (dict,)),
+}
+"""The kinds of knob value: how each is written and what it is once typed."""
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting of a run."""
+
+    key: str
+    """The name in experiment files and flags (``--key-with-dashes``)."""
+    attr: str
+    """The :class:`Settings` field, with its unit (``window_clamp_bytes``)."""
+    kind: str
+    """One of :data:`KINDS`."""
+    default: Any
+    unit: str
+    """``bytes``, ``bit/s``, ``s``, ``segments``, ``count`` or empty."""
+    applies: str
+    """One of :data:`ENDS`."""
+    how: str
+    """What applying it does (socket option, route metric, library setting...)."""
+    doc: str = ""
+    choices: Collection[str] = ()
+    """The allowed words of a ``choice``; a registry (tbcore.kinds) stays live: a name
+    registered later is accepted."""
+    low: float | None = None
+    high: float | None = None
+    optional: bool = False
+    """None is a value: the kernel's or library's default."""
+
+    def parse(self, name: str, value: Any) -> Any:
+        """The written form (TOML value or flag text) -> the typed form, checked."""
+        if self.optional and value in NONE_WORDS:
+            return None
+        if self.kind == "bool" and isinstance(value, str) and value in ("true", "false"):
+            value = value == "true"
+        typed = KINDS[self.kind][0](name, value)
+        self.check(name, typed)
+        return typed
+
+    def check(self, name: str, value: Any) -> None:
+        """A typed value: its type, its range, its choices (SpecError naming ``name``)."""
+        if value is None:
+            if not self.optional:
+                raise SpecError(name, "must be given (it has no 'none' form)")
+            return
+        types = KINDS[self.kind][1]
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise SpecError(name, f"must be {self.kind}, got {value!r}")
+        if self.choices and value not in self.choices:
+            raise SpecError(name, f"must be one of {', '.join(self.choices)}, got {value!r}")
+        if self.kind == "pacing" and isinstance(value, str):
+            if value not in QUIC_PACING_MODES:
+                raise SpecError(name, f"{value!r}: use cwnd, off or a rate")
+            return
+        if self.low is not None and value < self.low:
+            raise SpecError(name, f"must be at least {self.low:g} {self.unit}".rstrip())
+        if self.high is not None and value > self.high:
+            raise SpecError(name, f"must be at most {self.high:g} {self.unit}".rstrip())
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.key.replace("_", "-")
+
+
+KNOBS: dict[str, Knob] = {}
+"""Every knob by its key, in definition order."""
+
+
+def knob(key: str, attr: str | None = None, **spec: Any) -> Knob:
+    """Define a knob (once). ``attr`` defaults to ``key``."""
+    if key in KNOBS:
+        raise ValueError(f"knob {key!r} defined twice")
+    made = Knob(key=key, attr=attr or key, **spec)
+    if made.kind not in KINDS or made.applies not in ENDS:
+        raise ValueError(f"knob {key!r}: unknown kind {made.kind!r} or end {made.applies!r}")
+    made.check(key, made.default)
+    KNOBS[key] = made
+    return made
+
+
+def by_attr() -> dict[str, Knob]:
+    return {k.attr: k for k in KNOBS.values()}
+
+
+# --- the knobs -------------------------------------------------------------------------------
+
+# what runs
+knob("link", kind="text", default="dc-longhaul-clean", unit="", applies="link",
+     how="the emulated path of both directions", doc="A preset name or link string "
+     "(netem.linkspec), a level's value overriding keys of the fixed one.")  # fmt: skip
+knob("protocol", kind="choice", default="h2", unit="", applies="client",
+     how="which stack serves and requests", choices=kinds.PROTOCOLS,
+     doc="h2 (TLS 1.3 over TCP), h3 (QUIC), or another of tbcore.kinds.PROTOCOLS.")  # fmt: skip
+knob("connection", kind="choice", default="new", unit="", applies="client",
+     how="connection per request", choices=CONNECTION_MODES,
+     doc="new connection per request, one reused connection, or QUIC 0rtt.")  # fmt: skip
+knob("workload", kind="choice", default="asr", unit="", applies="client",
+     how="the request the client makes and the server answers",
+     choices=kinds.WORKLOADS,
+     doc="One of tbcore.kinds.WORKLOADS (image and sink: the 30 MB bench transfers).")  # fmt: skip
+knob("chunks", kind="int", default=50, unit="count", applies="client",
+     how="chunks the stream workload asks for", low=1, high=MAX_STREAM_CHUNKS,
+     doc="Chunks of the stream workload (20 ms of audio each).")  # fmt: skip
+knob("requests", kind="int", default=1, unit="count", applies="client",
+     how="measured requests of one client process", low=1, high=MAX_REQUESTS)  # fmt: skip
+knob("warmup_requests", kind="int", default=0, unit="count", applies="client",
+     how="requests made first and flagged warm-up", low=0, high=MAX_REQUESTS,
+     doc="Made first in the same client process (reused: on the same connection).")  # fmt: skip
+knob("resume", kind="bool", default=False, unit="", applies="client",
+     how="TLS session resumption on a new TCP connection (needs a warm-up request)")  # fmt: skip
+# congestion control and the namespaces
+knob("cc", kind="choice", default="cubic", unit="", applies="both",
+     how="TCP_CONGESTION on every TCP socket", choices=TCP_CONGESTION_CONTROLS)  # fmt: skip
+knob("quic_cc", kind="choice", default="reno", unit="", applies="both",
+     how="aioquic congestion_control_algorithm", choices=QUIC_CONGESTION_CONTROLS)  # fmt: skip
+knob("slow_start_after_idle", kind="bool", default=True, unit="", applies="link",
+     how="net.ipv4.tcp_slow_start_after_idle in both namespaces")  # fmt: skip
+knob("initcwnd", kind="int", default=None, unit="segments", applies="link",
+     how="route metric initcwnd in both namespaces", low=1, high=MAX_INITCWND_SEGMENTS,
+     optional=True, doc="None: the kernel's 10 (RFC 6928).")  # fmt: skip
+knob("initrwnd", kind="int", default=None, unit="segments", applies="link",
+     how="route metric initrwnd in both namespaces", low=1, high=MAX_INITCWND_SEGMENTS,
+     optional=True)  # fmt: skip
+knob("sysctls", kind="table", default={}, unit="", applies="link",
+     how="extra net.* sysctls in both namespaces",
+     doc='e.g. {"net.ipv4.tcp_sack" = "1"}')  # fmt: skip
+# sockets (both ends alike)
+knob("window_clamp", "window_clamp_bytes", kind="size", default=None, unit="bytes",
+     applies="both", how="TCP_WINDOW_CLAMP", low=1024, optional=True,
+     doc="A fixed TCP window; None for autotuning.")  # fmt: skip
+knob("sndbuf", "sndbuf_bytes", kind="size", default=None, unit="bytes", applies="both",
+     how="SO_SNDBUF", low=4096, optional=True)  # fmt: skip
+knob("rcvbuf", "rcvbuf_bytes", kind="size", default=None, unit="bytes", applies="both",
+     how="SO_RCVBUF", low=4096, optional=True)  # fmt: skip
+knob("max_pacing_rate", "max_pacing_rate_bps", kind="rate", default=None, unit="bit/s",
+     applies="both", how="SO_MAX_PACING_RATE (bytes/s to the kernel); caps QUIC's pacer too",
+     low=1, optional=True)  # fmt: skip
+knob("pace_at_path_rate", kind="bool", default=False, unit="", applies="harness",
+     how="each end's max_pacing_rate set to the rate of the direction it sends on")  # fmt: skip
+knob("notsent_lowat", "notsent_lowat_bytes", kind="size", default=None, unit="bytes",
+     applies="both", how="TCP_NOTSENT_LOWAT", low=1, optional=True)  # fmt: skip
+knob("quickack", kind="bool", default=False, unit="", applies="both",
+     how="TCP_QUICKACK after each read: an ACK per segment instead of delayed ACKs")  # fmt: skip
+# QUIC and HTTP/2
+knob("max_datagram_size", "max_datagram_size_bytes", kind="size",
+     default=QUIC_MIN_DATAGRAM_BYTES, unit="bytes", applies="both",
+     how="aioquic max_datagram_size", low=QUIC_MIN_DATAGRAM_BYTES,
+     high=QUIC_MAX_DATAGRAM_BYTES)  # fmt: skip
+knob("quic_pacing", kind="pacing", default="cwnd", unit="bit/s", applies="both",
+     how="the QUIC sender's pacer", low=1,
+     doc="cwnd (aioquic's pacer, cwnd/srtt), off (cwnd-limited bursts, as Linux reno/cubic "
+     "without fq) or a rate such as 333mbit.")  # fmt: skip
+knob("quic_batching", kind="bool", default=True, unit="", applies="both",
+     how="QUIC: runs of datagrams as UDP GSO segments, one transmit per batch read",
+     doc="false: aioquic's one sendto and one transmit per datagram (bench stacks).")  # fmt: skip
+knob("quic_max_data", "quic_max_data_bytes", kind="size", default=None, unit="bytes",
+     applies="both", how="aioquic max_data and max_stream_data, fixed", low=1024,
+     optional=True, doc="None: aioquic's self-growing windows.")  # fmt: skip
+knob("h2_window", "h2_window_bytes", kind="size", default=H2_DEFAULT_WINDOW_BYTES,
+     unit="bytes", applies="both", how="HTTP/2 stream and connection flow-control windows",
+     low=H2_MIN_WINDOW_BYTES, high=H2_MAX_WINDOW_BYTES)  # fmt: skip
+# the server's work, the client's patience
+knob("processing_audio", "processing_audio_s", kind="duration", default=0.030, unit="s",
+     applies="server", how="asyncio.sleep per audio request (asr, tts)", low=0)  # fmt: skip
+knob("processing_image", "processing_image_s", kind="duration", default=0.300, unit="s",
+     applies="server", how="asyncio.sleep per image request (retouch)", low=0)  # fmt: skip
+knob("timeout", "timeout_s", kind="duration", default=60.0, unit="s", applies="client",
+     how="limit on each connect and each request", low=1e-3)  # fmt: skip
+# the harness alone
+knob("mss", "mss_bytes", kind="int", default=TCP_DEFAULT_MSS_BYTES, unit="bytes",
+     applies="harness", how="the segment payload the bound assumes for TCP",
+     low=TCP_MIN_MSS_BYTES, high=TCP_MAX_MSS_BYTES)  # fmt: skip
+knob("capture", kind="bool", default=True, unit="", applies="harness",
+     how="client.pcap and server.pcap of the link, for ACK timestamps")  # fmt: skip
+knob("qlog", kind="bool", default=True, unit="", applies="harness",
+     how="QUIC qlog (ACK frames) of both ends for h3 runs")  # fmt: skip
+
+
+# --- the settings of one run -----------------------------------------------------------------
+
+
+class _SettingsBase:
+    """Methods of :class:`Settings` (its fields come from :data:`KNOBS`)."""
+
+    KNOBS: ClassVar[dict[str, Knob]] = KNOBS
+
+    def __post_init__(self) -> None:
+        for item in KNOBS.values():
+            item.check(item.key, getattr(self, item.attr))
+        if self.connection == "0rtt" and self.protocol != "h3":  # type: ignore[attr-defined]
+            raise SpecError(
+                "connection",
+                "0rtt needs h3: Python's ssl has no TLS 1.3 early data (use resume for h2)",
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Typed values by attribute (JSON-ready)."""
+        data = asdict(self)  # type: ignore[call-overload]
+        data["sysctls"] = dict(data["sysctls"])
+        return data
+
+    def replace(self, **changes: Any) -> Settings:
+        return replace(self, **changes)  # type: ignore[type-var]
+
+    @classmethod
+    def from_table(
+        cls, table: Mapping[str, Any], where: str, base: Settings | None = None
+    ) -> Settings:
+        """Written values by key (a TOML table) applied to ``base``."""
+        changes: dict[str, Any] = {}
+        for key, value in table.items():
+            if key not in KNOBS:
+                raise SpecError(f"{where}.{key}", "unknown setting")
+            if isinstance(value, list):
+                raise SpecError(
+                    f"{where}.{key}",
+                    "a list of values varies this setting: make it the [factor] (one per file)",
+                )
+            changes[KNOBS[key].attr] = KNOBS[key].parse(f"{where}.{key}", value)
+        base = base if base is not None else cls()  # type: ignore[assignment]
+        try:
+            return replace(base, **changes)  # type: ignore[type-var]
+        except SpecError as err:
+            raise SpecError(f"{where}.{err.field}", err.reason) from None
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "settings") -> Settings:
+        """Typed values by attribute; every field must be there and no other."""
+        known = by_attr()
+        for name in data:
+            if name not in known:
+                raise SpecError(f"{where}.{name}", "unknown setting")
+        missing = [a for a in known if a not in data]
+        if missing:
+            raise SpecError(f"{where}.{missing[0]}", "missing")
+        try:
+            return cls(**{a: (dict(v) if a == "sysctls" else v) for a, v in data.items()})
+        except SpecError as err:
+            raise SpecError(f"{where}.{err.field}", err.reason) from None
+
+    # the document both stacks take
+
+    def document(self) -> dict[str, Any]:
+        return {
+            "schema": SETTINGS_SCHEMA,
+            "schema_version": SETTINGS_SCHEMA_VERSION,
+            "settings": self.to_dict(),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.document(), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_document(cls, doc: Any, where: str = "settings") -> Settings:
+        if not isinstance(doc, dict) or doc.get("schema") != SETTINGS_SCHEMA:
+            raise SpecError(where, f"not a {SETTINGS_SCHEMA} document")
+        if doc.get("schema_version") != SETTINGS_SCHEMA_VERSION:
+            raise SpecError(
+                f"{where}.schema_version",
+                f"{doc.get('schema_version')!r}, this testbed reads {SETTINGS_SCHEMA_VERSION}",
+            )
+        extra = set(doc) - {"schema", "schema_version", "settings"}
+        if extra:
+            raise SpecError(f"{where}.{sorted(extra)[0]}", "unknown key")
+        if not isinstance(doc.get("settings"), dict):
+            raise SpecError(f"{where}.settings", "must be an object")
+        return cls.from_dict(doc["settings"], where)
+
+    @classmethod
+    def load(cls, source: str) -> Settings:
+        """A settings document given as JSON text or as the path of a JSON file."""
+        text = source
+        if not source.lstrip().startswith("{"):
+            try:
+                text = Path(source).read_text(encoding="utf-8")
+            except OSError as err:
+                raise SpecError("settings", f"{source}: {err.strerror}") from None
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError("settings", f"not JSON: {err}") from None
+        return cls.from_document(doc)
+
+    def for_end(self, path_rate_bps: float | None) -> Settings:
+        """What one end applies: ``pace_at_path_rate`` resolved to that end's sending rate."""
+        if not self.pace_at_path_rate:  # type: ignore[attr-defined]
+            return self  # type: ignore[return-value]
+        return replace(self, max_pacing_rate_bps=path_rate_bps, pace_at_path_rate=False)  # type: ignore[type-var]
+
+
+def _field_of(item: Knob) -> tuple[str, Any, Any]:
+    types = KINDS[item.kind][1]
+    annotation: Any = types[0] if len(types) == 1 else types
+    if item.optional:
+        annotation = f"{annotation} | None"
+    if isinstance(item.default, dict):
+        return (item.attr, annotation, field(default_factory=lambda d=item.default: dict(d)))
+    return (item.attr, annotation, field(default=item.default))
+
+
+Settings: Any = make_dataclass(
+    "Settings",
+    [_field_of(item) for item in KNOBS.values()],
+    bases=(_SettingsBase,),
+    frozen=True,
+)
+Settings.__module__ = __name__
+Settings.__doc__ = "Everything one run needs besides its level name: one field per knob."
+
+
+def settings_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(Settings))
+
+
+def split_fields(values: Mapping[str, Any]) -> tuple[Settings, dict[str, Any]]:
+    """``values`` by attribute -> (the Settings of the knob attributes, the rest): what a
+    process config's ``of(**values)`` constructor routes."""
+    names = set(settings_fields())
+    settings = Settings(**{k: v for k, v in values.items() if k in names})
+    return settings, {k: v for k, v in values.items() if k not in names}
+
+
+# --- flags of the standalone stacks ----------------------------------------------------------
+
+
+def add_flags(parser: Any, end: str) -> None:
+    """``--settings JSON|FILE`` and one flag per knob applied by ``end`` (server, client)."""
+    parser.add_argument(
+        "--settings",
+        default=None,
+        help="the settings document (JSON text or file); the flags below override it",
+    )
+    for item in KNOBS.values():
+        if item.applies not in (end, "both"):
+            continue
+        dest = f"knob_{item.attr}"
+        if item.kind == "bool":
+            flag = item.flag if not item.default else f"--no-{item.key.replace('_', '-')}"
+            parser.add_argument(flag, dest=dest, action="store_const", const=not item.default,
+                                default=None, help=item.how)  # fmt: skip
+        else:
+            parser.add_argument(item.flag, dest=dest, default=None,
+                                help=f"{item.how} ({item.unit or item.kind})")  # fmt: skip
+
+
+def settings_from_flags(args: Any) -> Settings:
+    """The settings of :func:`add_flags`' flags: the document, then each flag given."""
+    base = Settings.load(args.settings) if args.settings else Settings()
+    changes = {}
+    for item in KNOBS.values():
+        value = getattr(args, f"knob_{item.attr}", None)
+        if value is not None:
+            changes[item.attr] = value if item.kind == "bool" else item.parse(item.flag[2:], value)
+    try:
+        return replace(base, **changes)
+    except SpecError as err:
+        raise SpecError(err.field.replace("_", "-"), err.reason) from None

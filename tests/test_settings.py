@@ -1,0 +1,103 @@
+"""The settings model: one definition per knob, read by files, flags and the document."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from tbcore import kinds
+from tbcore.errors import SpecError
+from tbcore.settings import KNOBS, Settings, add_flags, settings_from_flags
+
+
+def test_every_knob_has_a_default_that_passes_its_own_check() -> None:
+    settings = Settings()
+    for knob in KNOBS.values():
+        assert getattr(settings, knob.attr) == knob.default
+        assert knob.attr.endswith(("_bytes", "_bps", "_s")) or knob.unit in (
+            "",
+            "count",
+            "segments",
+            "bit/s",
+        )
+
+
+def test_written_forms_become_typed_values() -> None:
+    table = {"window_clamp": "64kb", "max_pacing_rate": "333mbit", "timeout": "2s",
+             "initcwnd": "none", "quic_pacing": "off", "protocol": "h3"}  # fmt: skip
+    settings = Settings.from_table(table, "fixed")
+    assert settings.window_clamp_bytes == 64_000 and settings.max_pacing_rate_bps == 333e6
+    assert settings.timeout_s == 2.0 and settings.initcwnd is None
+    assert settings.quic_pacing == "off" and settings.protocol == "h3"
+
+
+@pytest.mark.parametrize(
+    ("table", "field"),
+    [
+        ({"initcwnd": 0}, "fixed.initcwnd"),
+        ({"initcwnd": True}, "fixed.initcwnd"),
+        ({"h2_window": "1kb"}, "fixed.h2_window"),
+        ({"protocol": "h4"}, "fixed.protocol"),
+        ({"nosuch": 1}, "fixed.nosuch"),
+        ({"cc": ["reno", "bbr"]}, "fixed.cc"),
+        ({"connection": "0rtt"}, "fixed.connection"),  # 0rtt needs h3
+    ],
+)
+def test_bad_values_name_their_key(table: dict, field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        Settings.from_table(table, "fixed")
+    assert info.value.field == field and "\n" not in str(info.value)
+
+
+def test_the_document_round_trips_and_refuses_strangers() -> None:
+    settings = Settings(protocol="h3", quic_pacing=1e8, sysctls={"net.ipv4.tcp_sack": "0"})
+    assert Settings.load(settings.to_json()) == settings
+    doc = settings.document()
+    with pytest.raises(SpecError, match=r"settings.colour: unknown setting"):
+        Settings.from_document({**doc, "settings": {**doc["settings"], "colour": 1}})
+    missing = {k: v for k, v in doc["settings"].items() if k != "cc"}
+    with pytest.raises(SpecError, match=r"settings.cc: missing"):
+        Settings.from_document({**doc, "settings": missing})
+    with pytest.raises(SpecError, match="schema_version"):
+        Settings.from_document({**doc, "schema_version": 99})
+    with pytest.raises(SpecError, match=r"settings.requests"):
+        Settings.load(json.dumps({**doc, "settings": {**doc["settings"], "requests": 0}}))
+
+
+def test_pace_at_path_rate_resolves_per_end() -> None:
+    settings = Settings(pace_at_path_rate=True)
+    end = settings.for_end(20e6)
+    assert end.max_pacing_rate_bps == 20e6 and not end.pace_at_path_rate
+    assert Settings().for_end(20e6).max_pacing_rate_bps is None
+
+
+def test_flags_of_an_end_are_its_knobs_and_override_the_document(tmp_path) -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, "server")
+    flags = {a.option_strings[0] for a in parser._actions if a.option_strings}
+    assert {"--cc", "--processing-audio", "--no-quic-batching"} <= flags
+    assert "--requests" not in flags  # the client's knob
+    document = tmp_path / "s.json"
+    document.write_text(Settings(cc="bbr", sndbuf_bytes=65536).to_json())
+    args = parser.parse_args(["--settings", str(document), "--cc", "reno"])
+    assert settings_from_flags(args) == Settings(cc="reno", sndbuf_bytes=65536)
+    with pytest.raises(SpecError, match=r"^window-clamp: "):
+        settings_from_flags(parser.parse_args(["--window-clamp", "-5"]))
+
+
+def test_a_registered_protocol_becomes_a_valid_choice() -> None:
+    kind = kinds.ProtocolKind(
+        name="e1test", transport="udp", cc_attr="quic_cc", mss=lambda s: 1200,
+        window_caps=lambda s: [], paces=lambda s: False,
+    )  # fmt: skip
+    kinds.register_protocol(kind)
+    try:
+        assert Settings(protocol="e1test").protocol == "e1test"
+        with pytest.raises(ValueError, match="twice"):
+            kinds.register_protocol(kind)
+    finally:
+        del kinds.PROTOCOLS["e1test"]
+    with pytest.raises(SpecError, match="protocol"):
+        Settings(protocol="e1test")
