@@ -296,7 +296,9 @@ def run_checks(backend: str = "auto") -> tuple[list[Check], str | None]:
         checks += probes
     else:
         netem_ok, netem_detail = probe_netem()
-    checks.append(Check("netem", netem_ok, netem_detail, required=False))
+    # required only of a run that asks for the kernel backend (and could have probed it)
+    wanted = resolved == "netem" and not netem_detail.startswith("not probed")
+    checks.append(Check("netem", netem_ok, netem_detail, required=wanted))
     checks.append(_congestion_control())
     tcpdump = shutil.which("tcpdump")
     checks.append(

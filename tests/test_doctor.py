@@ -208,3 +208,12 @@ def test_cap_eff_parsed_from_status() -> None:
     assert not doctor.Privileges(0xA80425FB, None, False, (True, ""), None, None).has(
         doctor.CAP_NET_ADMIN
     )
+
+
+@pytest.mark.root
+def test_netem_required_only_when_asked_for() -> None:
+    netem_ok = probe_netem()[0]
+    asked = doctor.report("netem")
+    assert asked["usable"] == netem_ok
+    assert [line.split(":")[0] for line in doctor.missing(asked)] == ([] if netem_ok else ["netem"])
+    assert doctor.report("userspace")["usable"]
