@@ -27,7 +27,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from typing import Any
 import pandas as pd
 
 from tbcore.errors import SpecError
+from tbcore.records import mkstemp_beside
 from tbcore.runrow import RunRow, run_columns
 
 SCHEMA_VERSION = 2
@@ -55,25 +55,10 @@ def utc_stamp(now: datetime | None = None) -> str:
     return now.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
-def _mode_of_new_files() -> int:
-    """0o666 less the umask: what ``open()`` gives a new file (0o644 under umask 022).
-    mkstemp makes 0o600, which a lab user could not read in ./results written by the
-    container's root."""
-    umask = os.umask(0o022)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def _mkstemp_readable(path: Path) -> tuple[int, str]:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, _mode_of_new_files())
-    return fd, tmp
-
-
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _mkstemp_readable(path)
+    fd, tmp = mkstemp_beside(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -120,7 +105,7 @@ def atomic_write_json(path: Path, data: Any) -> None:
 def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
     """CSV or parquet by the suffix, atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = _mkstemp_readable(path)
+    fd, tmp = mkstemp_beside(path)
     os.close(fd)
     try:
         if path.suffix == ".parquet":
