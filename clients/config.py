@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tbcore.errors import SpecError
-from tbcore.settings import Settings, split_fields
+from tbcore.settings import HasSettings, Settings
 
 DEFAULT_PORT = 8443
 DEFAULT_SAMPLE_HZ = 1000.0
@@ -18,7 +18,7 @@ MAX_SAMPLE_HZ = 100_000.0
 
 
 @dataclass
-class ClientConfig:
+class ClientConfig(HasSettings):
     """Everything ``testbed client`` takes. The knobs of a run are in ``settings``
     (protocol, workload, requests, warmup_requests, connection, resume, sockets...)."""
 
@@ -34,16 +34,8 @@ class ClientConfig:
     server_name: str = "testbed.local"
     udp_buffer_bytes: int = DEFAULT_UDP_BUFFER_BYTES
 
-    @classmethod
-    def of(cls, **values: Any) -> ClientConfig:
-        """A config from flat values: knob attributes (``protocol``, ``cc``...) go to its
-        settings, the rest to the config itself."""
-        settings, rest = split_fields(values)
-        return cls(settings=settings, **rest)
-
     def __post_init__(self) -> None:
-        if not isinstance(self.settings, Settings):
-            raise SpecError("settings", "must be a tbcore.settings.Settings")
+        self.check_settings()
         if not 0 < self.port <= 65535:
             raise SpecError("port", f"{self.port} is not in 1..65535")
         if not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:

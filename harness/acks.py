@@ -220,6 +220,8 @@ class TcpAckResult:
     retransmits: int
     """Data segments sent again (payload ending at or below the highest byte sent)."""
     connections: int
+    retransmit_times_s: list[float] = field(default_factory=list)
+    """When each of those was sent (capture time less ``clock_offset_s``)."""
 
 
 def tcp_acks(
@@ -233,7 +235,7 @@ def tcp_acks(
     senders = data_senders(segments)
     conns: dict[tuple, _Conn] = {}
     rows: list[AckRow] = []
-    retransmits = 0
+    retransmit_times: list[float] = []
     for seg in segments:
         flow = _flow(seg)
         conn = conns.get(flow)
@@ -256,7 +258,7 @@ def tcp_acks(
             end = first + seg.payload_bytes
             if seg.payload_bytes and end <= conn.snd_max:
                 conn.retransmits += 1
-                retransmits += 1
+                retransmit_times.append(seg.time_s - clock_offset_s)
             conn.snd_max = max(conn.snd_max, end)
             continue
         if not seg.flags & TCP_ACK or conn.isn is None or seg.flags & TCP_RST:
@@ -291,7 +293,12 @@ def tcp_acks(
                 rwnd_bytes=rwnd,
             )
         )
-    return TcpAckResult(rows=rows, retransmits=retransmits, connections=len(conns))
+    return TcpAckResult(
+        rows=rows,
+        retransmits=len(retransmit_times),
+        connections=len(conns),
+        retransmit_times_s=retransmit_times,
+    )
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ analysed; invalid runs are counted and shown but left out of the statistics (the
 kept in the table with their reason, never dropped from the record).
 
 - :func:`level_summary`: per level n, median ``total_s`` with a percentile bootstrap 95 %
-  interval, p95, the median bound, the median ratio to the bound, and the part of the bound
-  where the median gap falls (set-up, processing, or transfer: window/feedback rounds or loss
-  recovery), from the measured phases next to the bound's parts.
+  interval (scipy: tbcore.stats.median_ci), p95, the median bound, the median ratio to the
+  bound, and the part of the bound where the median gap falls (set-up, processing, or
+  transfer: window/feedback rounds or loss recovery), from the measured phases next to the
+  bound's parts.
 - :func:`effects`: for each level against its baseline, the arm effect and, from the
   counterbalanced blocks, the order (second-versus-first position) effect next to it, as
   shared DESIGN.md asks: on a real path the order was once worth 158 ms when the change
@@ -20,12 +21,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-import numpy as np
 import pandas as pd
 
-BOOTSTRAP_RESAMPLES = 2000
-"""Resamples of the percentile bootstrap: enough for stable 2.5/97.5 % ends at n <= 100."""
-CONFIDENCE = 0.95
+from harness.stats import paired_effect
+from tbcore.stats import median_ci, quantile
 
 GAP_PARTS = ("setup", "processing", "transfer", "none")
 """Where a measured gap can fall. ``transfer`` is the rest of the request after set-up and
@@ -35,29 +34,6 @@ when there was."""
 NEGLIGIBLE_GAP_S = 0.002
 """A gap below this is measurement noise on this testbed (the emulator's p99 RTT error is
 about 1 ms, NOTES-machine.md), so it is named ``none``."""
-
-
-def bootstrap_ci(
-    values: Sequence[float],
-    statistic: str = "median",
-    *,
-    seed: int = 0,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    confidence: float = CONFIDENCE,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the median (or mean) of ``values``."""
-    data = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    if data.size == 0:
-        return (math.nan, math.nan)
-    if data.size == 1:
-        return (math.nan, math.nan)  # one run has no interval
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, data.size, size=(resamples, data.size))
-    samples = data[picks]
-    stats = np.median(samples, axis=1) if statistic == "median" else samples.mean(axis=1)
-    alpha = (1.0 - confidence) / 2.0
-    low, high = np.quantile(stats, [alpha, 1.0 - alpha])
-    return (float(low), float(high))
 
 
 def analysable(frame: pd.DataFrame) -> pd.DataFrame:
@@ -204,6 +180,12 @@ def _setup_before_request(runs: pd.DataFrame) -> float:
     return float(values.median()) if len(values) else math.nan
 
 
+def _reason_kind(reason: str) -> str:
+    """A reason as the report counts it: every disturbance above its limit is one kind (the
+    amounts are in runs.csv and the attempts table), any other reason as written."""
+    return "disturbance above its limit" if reason.startswith("disturbance:") else reason
+
+
 def level_summary(
     frame: pd.DataFrame, levels: Sequence[str] | None = None, *, seed: int = 0
 ) -> list[LevelSummary]:
@@ -218,9 +200,9 @@ def level_summary(
         all_runs = measured[measured["level"] == level]
         runs = good[good["level"] == level]
         totals = _num(runs["total_s"]).dropna().tolist()
-        low, high = bootstrap_ci(totals, seed=seed + index)
-        median = float(np.median(totals)) if totals else math.nan
-        p95 = float(np.quantile(totals, 0.95)) if totals else math.nan
+        low, high = median_ci(totals, seed=seed + index)
+        median = quantile(totals, 0.5)
+        p95 = quantile(totals, 0.95)
         bound = _median(runs["bound_s"])
         processing = _median(runs["processing_s"]) if "processing_s" in runs.columns else math.nan
         gap = attribute_gap(
@@ -235,7 +217,10 @@ def level_summary(
             paced=_all_paced(runs),
         )
         reasons = all_runs.loc[~all_runs["valid"].fillna(False).astype(bool), "invalid_reason"]
-        counts = reasons.fillna("unknown").value_counts()
+        counts = pd.Series(
+            [_reason_kind(part) for r in reasons.fillna("unknown") for part in r.split("; ")],
+            dtype=object,
+        ).value_counts()
         out.append(
             LevelSummary(
                 level=level,
@@ -277,27 +262,22 @@ class Effect:
     pairs: int
     """Blocks where both levels have a valid measured run."""
     arm_s: float
-    """Median of level minus median of baseline (positive: the level is slower)."""
+    """Level minus baseline from the paired runs, balanced over both orders (positive: the
+    level is slower; harness.stats.paired_effect)."""
     arm_ci_low_s: float
     arm_ci_high_s: float
+    """Paired bootstrap 95 % interval of ``arm_s`` (NaN below two pairs)."""
     order_s: float
     """Second-position minus first-position effect, from the paired differences of blocks
     with each order; NaN when every block has the same order (not separable)."""
-    paired_arm_s: float
-    """Arm effect from the paired differences, balanced over both orders."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
 def effects(frame: pd.DataFrame, baselines: Mapping[str, str], *, seed: int = 0) -> list[Effect]:
-    """Arm and order effects of each level against its baseline.
-
-    In block ``b`` the paired difference ``d_b = x_level - x_baseline`` equals
-    ``arm + order`` when the level ran second and ``arm - order`` when it ran first, so
-    ``order = (mean d | second - mean d | first) / 2`` and the balanced arm effect is
-    ``(mean d | second + mean d | first) / 2``.
-    """
+    """Arm and order effects of each level against its baseline, from the blocks where both
+    have a valid measured run (:func:`harness.stats.paired_effect`)."""
     good = analysable(frame)
     out = []
     for index, (level, baseline) in enumerate(baselines.items()):
@@ -306,53 +286,24 @@ def effects(frame: pd.DataFrame, baselines: Mapping[str, str], *, seed: int = 0)
         a = good[good["level"] == level].set_index("block")
         b = good[good["level"] == baseline].set_index("block")
         blocks = sorted(set(a.index) & set(b.index))
-        diffs_second: list[float] = []
-        diffs_first: list[float] = []
-        for block in blocks:
-            d = float(_num(pd.Series([a.loc[block, "total_s"]])).iloc[0]) - float(
-                _num(pd.Series([b.loc[block, "total_s"]])).iloc[0]
-            )
-            level_second = int(a.loc[block, "position"]) > int(b.loc[block, "position"])
-            (diffs_second if level_second else diffs_first).append(d)
-        arm = _median(a["total_s"]) - _median(b["total_s"])
-        low, high = _diff_ci(
-            _num(a["total_s"]).dropna().tolist(), _num(b["total_s"]).dropna().tolist(), seed + index
+        effect = paired_effect(
+            [float(_num(pd.Series([a.loc[k, "total_s"]])).iloc[0]) for k in blocks],
+            [float(_num(pd.Series([b.loc[k, "total_s"]])).iloc[0]) for k in blocks],
+            [int(a.loc[k, "position"]) > int(b.loc[k, "position"]) for k in blocks],
+            seed=seed + index,
         )
-        if diffs_second and diffs_first:
-            mean_second = float(np.mean(diffs_second))
-            mean_first = float(np.mean(diffs_first))
-            order = (mean_second - mean_first) / 2.0
-            paired = (mean_second + mean_first) / 2.0
-        else:
-            order = math.nan
-            both = diffs_second or diffs_first
-            paired = float(np.mean(both)) if both else math.nan
         out.append(
             Effect(
                 level=level,
                 baseline=baseline,
-                pairs=len(blocks),
-                arm_s=arm,
-                arm_ci_low_s=low,
-                arm_ci_high_s=high,
-                order_s=order,
-                paired_arm_s=paired,
+                pairs=effect.pairs,
+                arm_s=effect.arm_s,
+                arm_ci_low_s=effect.ci_low_s,
+                arm_ci_high_s=effect.ci_high_s,
+                order_s=effect.order_s,
             )
         )
     return out
-
-
-def _diff_ci(a: Sequence[float], b: Sequence[float], seed: int) -> tuple[float, float]:
-    if len(a) < 2 or len(b) < 2:
-        return (math.nan, math.nan)  # a single run on either side has no interval
-    rng = np.random.default_rng(seed)
-    xa = np.asarray(a, dtype=float)
-    xb = np.asarray(b, dtype=float)
-    ma = np.median(xa[rng.integers(0, xa.size, size=(BOOTSTRAP_RESAMPLES, xa.size))], axis=1)
-    mb = np.median(xb[rng.integers(0, xb.size, size=(BOOTSTRAP_RESAMPLES, xb.size))], axis=1)
-    alpha = (1.0 - CONFIDENCE) / 2.0
-    low, high = np.quantile(ma - mb, [alpha, 1.0 - alpha])
-    return (float(low), float(high))
 
 
 def position_effect(frame: pd.DataFrame) -> pd.DataFrame:
@@ -381,5 +332,67 @@ def median_run(frame: pd.DataFrame, level: str) -> pd.Series | None:
     return runs.loc[index]
 
 
-def summary_frame(summaries: Sequence[LevelSummary]) -> pd.DataFrame:
-    return pd.DataFrame([s.to_dict() for s in summaries])
+@dataclass(frozen=True)
+class LevelAttempts:
+    """What it took to get a level's valid runs, and the disturbance its runs carried."""
+
+    level: str
+    planned: int
+    """Measured runs in the plan."""
+    attempts: int
+    """Measured attempts made (planned runs and their re-runs)."""
+    valid: int
+    most_attempts: int
+    """The most attempts one planned run needed (or used up)."""
+    disturbance_median_s: float
+    disturbance_max_s: float
+    """Over every measured attempt, valid or not (NaN where not estimated)."""
+    disturbance_valid_max_s: float
+    """The largest disturbance a valid run of the level kept."""
+    fraction_median: float
+    """Median disturbance / measured time."""
+    limit_median_s: float
+
+    @property
+    def invalid_fraction(self) -> float:
+        return math.nan if self.attempts == 0 else 1.0 - self.valid / self.attempts
+
+
+def level_attempts(frame: pd.DataFrame, levels: Sequence[str] | None = None) -> list[LevelAttempts]:
+    """Per level: planned runs, attempts, valid runs and the disturbance estimates."""
+    if frame.empty:
+        return []
+    measured = frame[~frame["warmup"].fillna(False).astype(bool)]
+    order = list(levels) if levels is not None else list(dict.fromkeys(frame["level"]))
+    out = []
+    for level in order:
+        runs = measured[measured["level"] == level]
+        attempt = _num(runs["attempt"]).fillna(1) if "attempt" in runs else pd.Series(1.0)
+        valid = runs["valid"].fillna(False).astype(bool)
+        disturbance = _num(runs.get("disturbance_s", pd.Series(dtype=float))).dropna()
+        kept = _num(runs.loc[valid, "disturbance_s"]).dropna() if "disturbance_s" in runs else []
+        out.append(
+            LevelAttempts(
+                level=level,
+                planned=int((attempt == 1).sum()),
+                attempts=len(runs),
+                valid=int(valid.sum()),
+                most_attempts=int(attempt.max()) if len(runs) else 0,
+                disturbance_median_s=float(disturbance.median()) if len(disturbance) else math.nan,
+                disturbance_max_s=float(disturbance.max()) if len(disturbance) else math.nan,
+                disturbance_valid_max_s=float(max(kept)) if len(kept) else math.nan,
+                fraction_median=_median(runs.get("disturbance_fraction", pd.Series(dtype=float))),
+                limit_median_s=_median(runs.get("disturbance_limit_s", pd.Series(dtype=float))),
+            )
+        )
+    return out
+
+
+def levels_without_valid(frame: pd.DataFrame, levels: Sequence[str] | None = None) -> list[str]:
+    """The levels (of ``levels``, default every level in the frame) that have no valid
+    measured run: the experiment answers nothing about them."""
+    if levels is None:
+        levels = list(dict.fromkeys(frame["level"])) if not frame.empty else []
+    good = analysable(frame)
+    have = set(good["level"]) if not good.empty else set()
+    return [lv for lv in levels if lv not in have]

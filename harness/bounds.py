@@ -20,6 +20,7 @@ import numpy as np
 
 from tbcore.errors import SpecError
 from tbcore.settings import TCP_DEFAULT_MSS_BYTES
+from tbcore.stats import binomial_cdf
 
 if TYPE_CHECKING:
     from netem.linkspec import LinkSpec
@@ -410,34 +411,9 @@ def fec_success_probability(data_symbols: int, repair_symbols: int, loss: float)
     return _binomial_cdf(r, k + r, p)
 
 
-BINOMIAL_TAIL_SDS = 50.0
-BINOMIAL_TAIL_MARGIN = 100.0
-
-
 def _binomial_cdf(r: int, n: int, p: float) -> float:
-    if p == 0.0 or r >= n:
-        return 1.0
-    log_p = math.log(p)
-    log_q = math.log1p(-p)
-    log_n = math.lgamma(n + 1)
-    # Sum the smaller tail for accuracy, P(X <= r) or 1 - P(X >= r + 1), and only where the
-    # mass is: beyond BINOMIAL_TAIL_SDS standard deviations (plus a margin) a term is below
-    # e^-140 (Chernoff), so the sum costs O(sd) terms, not O(n), whatever the loss.
-    mean = n * p
-    width = BINOMIAL_TAIL_SDS * math.sqrt(mean * (1.0 - p)) + BINOMIAL_TAIL_MARGIN
-    low = max(0, math.floor(mean - width))
-    high = min(n, math.ceil(mean + width))
-    if r < mean:
-        terms = range(low, min(r, high) + 1)
-        complement = False
-    else:
-        terms = range(max(r + 1, low), high + 1)
-        complement = True
-    total = math.fsum(
-        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
-        for i in terms
-    )
-    return min(1.0, max(0.0, 1.0 - total if complement else total))
+    """P(at most r of n lost) under independent loss p (scipy.stats.binom)."""
+    return binomial_cdf(r, n, p)
 
 
 def fec_repair_symbols(data_symbols: int, loss: float, target: float = 0.999) -> int:

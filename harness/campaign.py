@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import analysis
 from harness import spec as specmod
+from harness.plan import DEFAULT_ATTEMPTS, plan_for
 from harness.record import atomic_write_json, utc_stamp
 from tbcore.errors import SpecError
 
@@ -52,15 +54,25 @@ class CampaignSummary:
 
     @property
     def ok(self) -> bool:
-        return all(e.get("status") == "finished" for e in self.entries)
+        """Every experiment finished and every level of each has a valid measured run."""
+        return all(
+            e.get("status") == "finished" and not e.get("levels_without_valid")
+            for e in self.entries
+        )
 
     def lines(self) -> list[str]:
         out = []
         for e in self.entries:
             extra = f" ({e['error']})" if e.get("error") else ""
+            runs, invalid = e.get("runs", 0), e.get("invalid", 0)
+            fraction = f" ({100.0 * invalid / runs:.0f} %)" if runs else ""
+            empty = e.get("levels_without_valid")
+            if empty:
+                extra += f"; no valid run for {', '.join(empty)}"
             out.append(
                 f"{e['name']}: {e.get('status')} -> {e.get('result_dir', '-')}, "
-                f"{e.get('runs', 0)} runs, {e.get('invalid', 0)} invalid{extra}"
+                f"{runs} runs ({e.get('planned', runs)} planned), "
+                f"{invalid} invalid{fraction}{extra}"
             )
         return out
 
@@ -77,6 +89,7 @@ def run_campaign(
     progress_factory: Callable[[str], Any] | None = None,
     runner: Callable[..., Any] | None = None,
     link_name: str | None = None,
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> CampaignSummary:
     """Run the experiments; ``runner`` defaults to :func:`harness.runner.run_experiment`."""
     if runner is None:
@@ -126,13 +139,16 @@ def run_campaign(
                 resume=Path(previous) if previous and Path(previous).is_dir() else None,
                 progress=_recorder(progress, entry, index, index_path),
                 link_name=link_name,
+                attempts=attempts,
             )
             frame = result.result.frame()
             entry.update(
                 status="finished",
                 result_dir=str(result.result.path),
                 runs=len(frame),
+                planned=len(plan_for(spec)),
                 invalid=int((~frame["valid"].fillna(False).astype(bool)).sum()),
+                levels_without_valid=analysis.levels_without_valid(frame, spec.level_names),
                 report=str(result.result.path / "report.md"),
             )
         except KeyboardInterrupt:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import shutil
 from collections.abc import Iterable, Mapping
@@ -36,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from tbcore.errors import SpecError
-from tbcore.records import mkstemp_beside
+from tbcore.records import clean_json, mkstemp_beside
 from tbcore.runrow import RunRow, run_columns
 
 SCHEMA_VERSION = 2
@@ -85,40 +84,19 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
-def _clean(value: Any) -> Any:
-    """NaN and infinities are not JSON: store them as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
-
-
 def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(
-        path, json.dumps(_clean(data), indent=2, sort_keys=False, default=_json_default) + "\n"
+        path, json.dumps(clean_json(data), indent=2, sort_keys=False, default=_json_default) + "\n"
     )
 
 
 def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
     """CSV or parquet by the suffix, atomically."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = mkstemp_beside(path)
-    os.close(fd)
-    try:
-        if path.suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    if path.suffix == ".parquet":
+        data = frame.to_parquet(None, index=False)
+    else:
+        data = frame.to_csv(index=False).encode("utf-8")
+    atomic_write_bytes(path, data)
 
 
 @dataclass
@@ -238,7 +216,7 @@ def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
 
 
 def write_jsonl(path: Path, records: Iterable[Mapping[str, Any]]) -> None:
-    text = "".join(json.dumps(_clean(dict(r)), default=_json_default) + "\n" for r in records)
+    text = "".join(json.dumps(clean_json(dict(r)), default=_json_default) + "\n" for r in records)
     atomic_write_text(path, text)
 
 

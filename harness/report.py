@@ -322,8 +322,69 @@ def _contention(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
         columns,
         "Machine load during the requests (medians per level; CPU in % of one core, waits "
         "on a run queue and emulator lateness in ms, host CPU pressure (PSI) and steal in % "
-        "of the time; pressure above 30 % makes a run invalid):",
+        "of the time; recorded, judged by their impact below):",
     )
+
+
+def _attempts(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
+    """Attempts per level and the disturbance estimate its runs carried."""
+    rows = analysis.level_attempts(frame, levels)
+    if not rows:
+        return []
+    return [
+        "Attempts and disturbance per level. An invalid measured run is made again (same "
+        "settings and seed) up to the attempt limit; every attempt is in runs.csv. The "
+        "disturbance is what the machine could have added to a run's measured time: emulator "
+        "lateness on the request's critical path, plus the endpoints' run-queue wait and the "
+        "CPU steal took from them (ms, an upper estimate); a run is valid while it stays "
+        "under its limit (1 % of its time, a tenth of the predicted arm effect, at least "
+        "1 ms; harness.validity).",
+        "",
+        _table(
+            [
+                "level",
+                "planned",
+                "attempts",
+                "valid",
+                "invalid",
+                "most attempts",
+                "disturbance median",
+                "max",
+                "max kept",
+                "median % of time",
+                "limit",
+            ],
+            [
+                [
+                    a.level,
+                    str(a.planned),
+                    str(a.attempts),
+                    str(a.valid),
+                    "–"
+                    if not math.isfinite(a.invalid_fraction)
+                    else f"{a.invalid_fraction * 100:.0f} %",
+                    str(a.most_attempts),
+                    _ms2(a.disturbance_median_s),
+                    _ms2(a.disturbance_max_s),
+                    _ms2(a.disturbance_valid_max_s),
+                    _pct2(a.fraction_median),
+                    _ms2(a.limit_median_s),
+                ]
+                for a in rows
+            ],
+        ),
+        "",
+    ]
+
+
+def _pct2(fraction: float) -> str:
+    return "–" if not math.isfinite(fraction) else f"{fraction * 100:.2f}"
+
+
+def _ms2(seconds: float) -> str:
+    if seconds is None or not math.isfinite(seconds):
+        return "–"
+    return f"{seconds * 1e3:.2f}"
 
 
 def _loss_bounds(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
@@ -373,7 +434,7 @@ def answer_text(
         if math.isfinite(e.arm_ci_low_s):
             text += f"(95 % CI {_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)} ms)"
         else:
-            text += "(one run per arm: no interval; run more repetitions)"
+            text += "(fewer than two pairs: no interval; run more repetitions)"
         if math.isfinite(e.order_s):
             text += f"; order effect (second minus first) {_ms(e.order_s)} ms"
         parts.append(text + ".")
@@ -500,12 +561,14 @@ def build_report(path: Path) -> Path:
         *_loss_bounds(summaries),
         "## Arm effect next to the order effect",
         "",
-        "Arm: median of the level minus median of its baseline, with a bootstrap 95 % "
-        "interval. Order: the second-position minus first-position effect estimated from the "
-        "counterbalanced blocks (– when every block had the same order).",
+        "Arm: the level minus its baseline in the blocks where both have a valid run "
+        "(positive: the level is slower), balanced over both orders, with a paired bootstrap "
+        "95 % interval (whole pairs resampled). Order: the second-position minus "
+        "first-position effect estimated from the counterbalanced blocks (– when every "
+        "block had the same order).",
         "",
         _table(
-            ["level", "baseline", "pairs", "arm", "95 % CI", "paired arm", "order"],
+            ["level", "baseline", "pairs", "arm", "95 % CI", "order"],
             [
                 [
                     e.level,
@@ -513,7 +576,6 @@ def build_report(path: Path) -> Path:
                     str(e.pairs),
                     _ms(e.arm_s),
                     f"{_ms(e.arm_ci_low_s)} to {_ms(e.arm_ci_high_s)}",
-                    _ms(e.paired_arm_s),
                     _ms(e.order_s),
                 ]
                 for e in effects
@@ -534,6 +596,7 @@ def build_report(path: Path) -> Path:
         "",
     ]
     lines += _contention(frame, levels)
+    lines += _attempts(frame, levels)
     invalid = [s for s in summaries if s.invalid_reasons]
     if invalid:
         lines += [f"- {s.level}: {s.invalid_reasons}" for s in invalid]
@@ -541,7 +604,8 @@ def build_report(path: Path) -> Path:
         lines.append("- Every measured run is valid.")
     lines += [
         "",
-        "Invalid runs are kept in runs.csv with their reason and left out of the statistics.",
+        "Invalid runs (and attempts) are kept in runs.csv with their reason and left out of "
+        "the statistics.",
         "",
         "## Plots",
         "",

@@ -52,6 +52,28 @@ def _reps(text: str) -> int:
         raise argparse.ArgumentTypeError(err.reason) from None
 
 
+def _attempts(text: str) -> int:
+    try:
+        value = parse_count("attempts", text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(err.reason) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _add_attempts(parser: argparse.ArgumentParser) -> None:
+    from harness.plan import DEFAULT_ATTEMPTS
+
+    parser.add_argument(
+        "--attempts",
+        type=_attempts,
+        default=DEFAULT_ATTEMPTS,
+        help=f"attempts per planned run: an invalid run is made again up to this many "
+        f"times in all (default {DEFAULT_ATTEMPTS})",
+    )
+
+
 class RichProgress:
     """The progress bar of a run: run id, level, ETA (rich); plain lines when not a tty."""
 
@@ -99,19 +121,23 @@ class RichProgress:
             self.progress.update(
                 self.task, description=f"{self.label} run {run.run_id} level {run.level}"
             )
-        elif what == "done" and self.progress is not None:
+        elif what in ("done", "retry") and self.progress is not None:
             assert data is not None
             total = data.get("total_s")
             status = "valid" if data.get("valid") else f"INVALID ({data.get('invalid_reason')})"
             ratio = data.get("ratio")
+            disturbance = data.get("disturbance_s")
             self.progress.console.print(
                 f"  {run.run_id}: "
                 + (f"{total * 1e3:.1f} ms" if isinstance(total, float) else "no time")
                 + (f", ratio {ratio:.3f}" if isinstance(ratio, float) else "")
+                + (f", disturbance {disturbance * 1e3:.2f} ms" if disturbance else "")
                 + f", {status}"
+                + (", again" if what == "retry" else "")
             )
             self.invalid += 0 if data.get("valid") else 1
-            self.progress.advance(self.task)
+            if what == "done":
+                self.progress.advance(self.task)
 
     def close(self) -> None:
         if self.progress is not None:
@@ -170,11 +196,28 @@ def _run(args: argparse.Namespace) -> int:
             progress=progress,
             argv=sys.argv,
             link_name=args.link_name,
+            attempts=args.attempts,
         )
     finally:
         progress.close()
     _print_answer(result.result.path)
     print(result.result.path / "report.md")
+    return _no_valid_status(result.result.path)
+
+
+def _no_valid_status(path: Path) -> int:
+    """1 (with a line on stderr) when some level ended without a valid measured run: the
+    experiment then answers nothing for it; 0 otherwise."""
+    from harness import analysis
+    from harness.record import ResultDir
+
+    empty = analysis.levels_without_valid(ResultDir.open(path).frame())
+    if empty:
+        print(
+            f"no valid run for level(s) {', '.join(empty)}: see {path / 'report.md'}",
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -214,6 +257,7 @@ def _campaign(args: argparse.Namespace) -> int:
         resume=Path(args.resume) if args.resume else None,
         progress_factory=RichProgress,
         link_name=args.link_name,
+        attempts=args.attempts,
     )
     for line in summary.lines():
         print(line)
@@ -245,6 +289,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         "--resume", default=None, metavar="DIR", help="continue the result directory DIR"
     )
     run.add_argument("--link-name", default=None, help="name of the link to build (default r<pid>)")
+    _add_attempts(run)
     run.set_defaults(handler=_run)
 
     campaign = commands.add_parser(
@@ -266,6 +311,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         default=str(Path(__file__).resolve().parent.parent / "experiments"),
         help="where the experiment files are",
     )
+    _add_attempts(campaign)
     campaign.set_defaults(handler=_campaign)
 
     report = commands.add_parser("report", help="(re)write report.md and plots of a result dir")

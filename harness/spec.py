@@ -328,11 +328,7 @@ QUICK_KEYS = {"repetitions", "warmup_runs", "levels", "requests", "fixed"}
 
 def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") -> ExperimentSpec:
     """Validate a parsed TOML document. Raises :class:`SpecError` naming the first bad key."""
-    for key in data:
-        if key not in TOP_KEYS:
-            if key in ("factors", "factor2") or (key.startswith("factor") and key != "factor"):
-                raise SpecError(key, "one factor per experiment: split the file")
-            raise SpecError(key, f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+    _check_top_keys(data)
     name = data.get("name")
     if not isinstance(name, str) or not name or not set(name) <= LEVEL_NAME_CHARS:
         raise SpecError("name", f"must be a short lowercase name, got {name!r}")
@@ -340,17 +336,41 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
     if not isinstance(question, str) or not question.strip():
         raise SpecError("question", "every experiment states the question it answers")
     repetitions = _int_range(1, MAX_REPETITIONS)("repetitions", data.get("repetitions", 10))
-    order = _choice(ORDERS)("order", data.get("order", "alternate"))
-    counterbalance = _bool("counterbalance", data.get("counterbalance", True))
-    seed = _int_range(0, 2**63 - 1)("seed", data.get("seed", 1))
-    warmup_runs = _int_range(0, 100)("warmup_runs", data.get("warmup_runs", 0))
-
     fixed_table = data.get("fixed", {})
     if not isinstance(fixed_table, dict):
         raise SpecError("fixed", "must be a table of settings")
     fixed, _ = parse_settings(fixed_table, "fixed")
+    factor_name, own, raw_levels = _parse_factor(data.get("factor"))
+    levels = _parse_levels(raw_levels, own, factor_name, fixed)
+    return ExperimentSpec(
+        name=name,
+        question=question.strip(),
+        factor=factor_name,
+        factor_settings=tuple(own),
+        levels=tuple(levels),
+        fixed=fixed,
+        repetitions=repetitions,
+        order=_choice(ORDERS)("order", data.get("order", "alternate")),
+        counterbalance=_bool("counterbalance", data.get("counterbalance", True)),
+        seed=_int_range(0, 2**63 - 1)("seed", data.get("seed", 1)),
+        warmup_runs=_int_range(0, 100)("warmup_runs", data.get("warmup_runs", 0)),
+        quick=_parse_quick(data.get("quick", {}), levels, own, factor_name, fixed, repetitions),
+        source=source,
+        path=path,
+        raw=dict(data),
+    )
 
-    factor = data.get("factor")
+
+def _check_top_keys(data: Mapping[str, Any]) -> None:
+    for key in data:
+        if key not in TOP_KEYS:
+            if key in ("factors", "factor2") or (key.startswith("factor") and key != "factor"):
+                raise SpecError(key, "one factor per experiment: split the file")
+            raise SpecError(key, f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
+
+
+def _parse_factor(factor: Any) -> tuple[str, list[str], list[Any]]:
+    """The factor's name, the settings its levels may set, and its raw levels."""
     if isinstance(factor, list):
         raise SpecError("factor", "one factor per experiment ([[factor]] gives several)")
     if not isinstance(factor, dict):
@@ -375,54 +395,73 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
     raw_levels = factor.get("levels")
     if not isinstance(raw_levels, list) or len(raw_levels) < 2:
         raise SpecError("factor.levels", "needs at least two levels to compare")
+    return factor_name, own, raw_levels
+
+
+def _parse_levels(
+    raw_levels: list[Any], own: list[str], factor_name: str, fixed: Settings
+) -> list[Level]:
     levels: list[Level] = []
     seen_settings: dict[str, str] = {}
     for index, raw in enumerate(raw_levels):
-        where = f"factor.levels[{index}]"
-        if not isinstance(raw, dict):
-            raise SpecError(where, "must be a table with a name and the factor's settings")
-        level_name = raw.get("name")
-        if (
-            not isinstance(level_name, str)
-            or not level_name
-            or not set(level_name) <= LEVEL_NAME_CHARS
-        ):
-            raise SpecError(f"{where}.name", f"must be a short lowercase name, got {level_name!r}")
-        if level_name in {lv.name for lv in levels}:
-            raise SpecError(f"{where}.name", f"{level_name!r} given twice")
-        where = f"factor.levels.{level_name}"
-        table = {k: v for k, v in raw.items() if k not in ("name", "baseline")}
-        for key in table:
-            if key not in KNOBS:
-                raise SpecError(f"{where}.{key}", "unknown setting")
-            if key not in own:
-                raise SpecError(
-                    f"{where}.{key}",
-                    f"not a setting of factor {factor_name!r} ({', '.join(own)}): "
-                    "a level may change only its factor, so this would vary two things",
-                )
-        if "link" in table:
-            if not isinstance(table["link"], str):
-                raise SpecError(f"{where}.link", "must be a string of overriding link keys")
-            merged = merge_link(fixed.link, table["link"])
-            settings, _ = parse_settings({**table, "link": merged}, where, fixed)
-        else:
-            settings, _ = parse_settings(table, where, fixed)
-        check_consistent(settings, where)
-        key = repr(sorted(settings.to_dict().items()))
+        level = _parse_level(index, raw, levels, own, factor_name, fixed)
+        key = repr(sorted(level.settings.to_dict().items()))
         if key in seen_settings:
             raise SpecError(
-                f"{where}", f"runs exactly like level {seen_settings[key]!r}: nothing varies"
+                f"factor.levels.{level.name}",
+                f"runs exactly like level {seen_settings[key]!r}: nothing varies",
             )
-        seen_settings[key] = level_name
-        baseline = raw.get("baseline", levels[0].name if levels else level_name)
-        if not isinstance(baseline, str) or (
-            baseline != level_name and baseline not in {lv.name for lv in levels}
-        ):
-            raise SpecError(f"{where}.baseline", f"{baseline!r} is not an earlier level")
-        levels.append(Level(level_name, dict(table), settings, baseline))
+        seen_settings[key] = level.name
+        levels.append(level)
+    return levels
 
-    quick_table = data.get("quick", {})
+
+def _parse_level(
+    index: int, raw: Any, earlier: list[Level], own: list[str], factor_name: str, fixed: Settings
+) -> Level:
+    where = f"factor.levels[{index}]"
+    if not isinstance(raw, dict):
+        raise SpecError(where, "must be a table with a name and the factor's settings")
+    level_name = raw.get("name")
+    if not isinstance(level_name, str) or not level_name or not set(level_name) <= LEVEL_NAME_CHARS:
+        raise SpecError(f"{where}.name", f"must be a short lowercase name, got {level_name!r}")
+    names = {lv.name for lv in earlier}
+    if level_name in names:
+        raise SpecError(f"{where}.name", f"{level_name!r} given twice")
+    where = f"factor.levels.{level_name}"
+    table = {k: v for k, v in raw.items() if k not in ("name", "baseline")}
+    for key in table:
+        if key not in KNOBS:
+            raise SpecError(f"{where}.{key}", "unknown setting")
+        if key not in own:
+            raise SpecError(
+                f"{where}.{key}",
+                f"not a setting of factor {factor_name!r} ({', '.join(own)}): "
+                "a level may change only its factor, so this would vary two things",
+            )
+    if "link" in table:
+        if not isinstance(table["link"], str):
+            raise SpecError(f"{where}.link", "must be a string of overriding link keys")
+        settings, _ = parse_settings(
+            {**table, "link": merge_link(fixed.link, table["link"])}, where, fixed
+        )
+    else:
+        settings, _ = parse_settings(table, where, fixed)
+    check_consistent(settings, where)
+    baseline = raw.get("baseline", earlier[0].name if earlier else level_name)
+    if not isinstance(baseline, str) or (baseline != level_name and baseline not in names):
+        raise SpecError(f"{where}.baseline", f"{baseline!r} is not an earlier level")
+    return Level(level_name, dict(table), settings, baseline)
+
+
+def _parse_quick(
+    quick_table: Any,
+    levels: list[Level],
+    own: list[str],
+    factor_name: str,
+    fixed: Settings,
+    repetitions: int,
+) -> Quick:
     if not isinstance(quick_table, dict):
         raise SpecError("quick", "must be a table")
     for key in quick_table:
@@ -450,7 +489,7 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
             )
     quick_settings, _ = parse_settings(quick_fixed, "quick.fixed", fixed)
     check_consistent(quick_settings, "quick.fixed")
-    quick = Quick(
+    return Quick(
         repetitions=_int_range(1, MAX_REPETITIONS)(
             "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))
         ),
@@ -458,23 +497,6 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
         levels=quick_levels,
         requests=quick_requests,
         fixed=dict(quick_fixed),
-    )
-    return ExperimentSpec(
-        name=name,
-        question=question.strip(),
-        factor=factor_name,
-        factor_settings=tuple(own),
-        levels=tuple(levels),
-        fixed=fixed,
-        repetitions=repetitions,
-        order=order,
-        counterbalance=counterbalance,
-        seed=seed,
-        warmup_runs=warmup_runs,
-        quick=quick,
-        source=source,
-        path=path,
-        raw=dict(data),
     )
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from netem import nsexec
 from tbcore.errors import SpecError
+from tbcore.processes import stop_process
 
 DEFAULT_SNAPLEN_BYTES = 128
 """Enough for IPv4 + TCP with all options (20 + 60) or QUIC's header; keeps files small."""
@@ -61,13 +62,7 @@ def _wait_listening(proc: subprocess.Popen, deadline: float) -> None:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, STOP_TIMEOUT_S, signal.SIGINT)  # tcpdump flushes its file on SIGINT
     if proc.stderr is not None:
         proc.stderr.close()
 

@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ from netem.linkspec import LinkSpec, format_link, resolve_link
 from netem.nsexec import in_netns
 from netem.stats import LinkStats, host_cpu_s
 from tbcore.errors import SpecError
+from tbcore.stats import median_difference_ci, quantile, tost_shift
+from tbcore.tcpinfo import parse_tcp_info, read_tcp_info_raw
 from tbcore.units import parse_count
 from tbcore.workloads import AUDIO_SIZE_BYTES
 
@@ -73,13 +75,17 @@ GUEST_JSON = "/run/tb-vm/out/crossval-netem.json"
 """Where the guest part writes its JSON: the VM's writable share (see .ci/vm/init)."""
 GUEST_TIMEOUT_S = 2400.0
 REFERENCE_STEM = Path("results/reference/crossval")
-BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 20261202
+EQUIVALENCE_MARGIN_FRACTION = 0.10
+"""The backends agree on a congestion control when their upload times are equivalent within
+10 % of the emulator's median (TOST, tbcore.stats.tost_shift): the arm effects the testbed
+reports are tens of percent (README, "The main job"), so a backend difference under a tenth
+of the time changes none of them; the two kernels' TCP stacks (6.1 in the guest, the
+host's newer one) alone may differ by a few percent under 14 % loss."""
 
 SO_TIMESTAMPNS = 35
 """Kernel receive timestamps as a struct timespec (asm-generic/socket.h); Python lacks it."""
 TCP_CONGESTION = 13
-TCP_INFO = 11
 TCP_INFO_BYTES = 232
 """struct tcp_info up to tcpi_snd_wnd (linux/tcp.h, kernels >= 5.4)."""
 PROBE_REQUEST = struct.Struct("!IQ")
@@ -109,16 +115,12 @@ class TcpInfo:
     def parse(cls, raw: bytes) -> TcpInfo:
         if len(raw) < TCP_INFO_BYTES:
             raise SpecError("tcp_info", f"{len(raw)} bytes, need {TCP_INFO_BYTES} (kernel < 5.4?)")
-        (total_retrans,) = struct.unpack_from("I", raw, 100)
-        (min_rtt_us,) = struct.unpack_from("I", raw, 148)
-        (data_segs_out,) = struct.unpack_from("I", raw, 156)
-        bytes_sent, bytes_retrans = struct.unpack_from("QQ", raw, 200)
-        (snd_cwnd,) = struct.unpack_from("I", raw, 80)
-        return cls(total_retrans, min_rtt_us, data_segs_out, bytes_sent, bytes_retrans, snd_cwnd)
+        info = parse_tcp_info(raw)  # tbcore.tcpinfo: the one decoder of struct tcp_info
+        return cls(**{f.name: info[f.name] for f in fields(cls)})
 
     @classmethod
     def of(cls, sock: socket.socket) -> TcpInfo:
-        return cls.parse(sock.getsockopt(socket.IPPROTO_TCP, TCP_INFO, TCP_INFO_BYTES))
+        return cls.parse(read_tcp_info_raw(sock))
 
 
 @dataclass(frozen=True)
@@ -211,39 +213,6 @@ class Part:
 # --- the pure core: statistics and the table ---------------------------------------------
 
 
-def quantile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolation quantile (numpy's default, R type 7); NaN when empty."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def bootstrap_median_difference(
-    a: Sequence[float],
-    b: Sequence[float],
-    *,
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-) -> tuple[float, float, float]:
-    """median(b) - median(a), with a 95 % percentile-bootstrap interval (seeded)."""
-    import numpy as np
-
-    if not a or not b:
-        return (math.nan, math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    xa = np.asarray(a, dtype=float)
-    xb = np.asarray(b, dtype=float)
-    ma = np.median(rng.choice(xa, size=(resamples, xa.size), replace=True), axis=1)
-    mb = np.median(rng.choice(xb, size=(resamples, xb.size), replace=True), axis=1)
-    diffs = mb - ma
-    point = float(np.median(xb) - np.median(xa))
-    return point, float(np.quantile(diffs, 0.025)), float(np.quantile(diffs, 0.975))
-
-
 def summary_rows(parts: Sequence[Part]) -> list[dict[str, Any]]:
     """One row per (congestion control, backend): the side-by-side table."""
     rows = []
@@ -291,7 +260,8 @@ def _counter_loss(part: Part, direction: str) -> float:
 
 
 def comparisons(parts: Sequence[Part]) -> list[dict[str, Any]]:
-    """Per congestion control: netem's median minus the emulator's, with a bootstrap CI."""
+    """Per congestion control: netem's median minus the emulator's, with a bootstrap CI, and
+    whether they are equivalent within :data:`EQUIVALENCE_MARGIN_FRACTION` (TOST)."""
     by_backend = {p.backend: p for p in parts}
     if not {"userspace", "netem"} <= set(by_backend):
         return []
@@ -301,7 +271,9 @@ def comparisons(parts: Sequence[Part]) -> list[dict[str, Any]]:
         kern = [u.upload_s for u in by_backend["netem"].uploads if u.cc == cc]
         if not user or not kern:
             continue
-        diff, low, high = bootstrap_median_difference(user, kern)
+        diff, low, high = median_difference_ci(user, kern, seed=BOOTSTRAP_SEED)
+        margin = EQUIVALENCE_MARGIN_FRACTION * statistics.median(user)
+        verdict = tost_shift(user, kern, margin)
         out.append(
             {
                 "cc": cc,
@@ -309,6 +281,9 @@ def comparisons(parts: Sequence[Part]) -> list[dict[str, Any]]:
                 "median_diff_s": diff,
                 "ci95_low_s": low,
                 "ci95_high_s": high,
+                "margin_s": margin,
+                "tost_p": verdict.p_value,
+                "equivalent": verdict.equivalent,
             }
         )
     return out
@@ -345,15 +320,16 @@ def closing_note(parts: Sequence[Part]) -> str:
     for comp in comparisons(parts):
         cc = comp["cc"]
         user, kern = rows[(cc, "userspace")], rows[(cc, "netem")]
-        inside = comp["ci95_low_s"] <= 0.0 <= comp["ci95_high_s"]
         lines.append(
             f"- {cc}: median {kern['median_s']:.2f} s on netem vs {user['median_s']:.2f} s on "
-            f"the emulator (ratio {comp['median_ratio']:.2f}); the 95 % interval of the "
-            f"difference, [{comp['ci95_low_s']:+.2f}, {comp['ci95_high_s']:+.2f}] s, "
+            f"the emulator (ratio {comp['median_ratio']:.2f}; difference "
+            f"[{comp['ci95_low_s']:+.2f}, {comp['ci95_high_s']:+.2f}] s, 95 %); equivalence "
+            f"within ±{comp['margin_s']:.2f} s ({EQUIVALENCE_MARGIN_FRACTION:.0%} of the "
+            f"emulator's median), TOST p = {comp['tost_p']:.3f}: "
             + (
-                "contains 0: no difference shows at this sample size."
-                if inside
-                else "excludes 0: the backends differ for this sender."
+                "the backends agree for this sender."
+                if comp["equivalent"]
+                else "agreement is not shown (they differ, or the sample is too small)."
             )
         )
     by = {p.backend: p for p in parts}
@@ -407,15 +383,17 @@ def render_markdown(parts: Sequence[Part], note: str = "") -> str:
     if comps:
         lines += [
             "",
-            "netem minus userspace, median upload time (95 % bootstrap interval, "
-            f"{BOOTSTRAP_RESAMPLES:,} resamples):",
+            "netem minus userspace, median upload time (95 % bootstrap interval), and the "
+            "equivalence test (TOST, two one-sided Mann-Whitney tests) within "
+            f"{EQUIVALENCE_MARGIN_FRACTION:.0%} of the emulator's median:",
             "",
         ]
         for c in comps:
             lines.append(
                 f"- {c['cc']}: {c['median_diff_s']:+.2f} s "
                 f"[{c['ci95_low_s']:+.2f}, {c['ci95_high_s']:+.2f}], "
-                f"ratio {c['median_ratio']:.2f}"
+                f"ratio {c['median_ratio']:.2f}; TOST p = {c['tost_p']:.3f} "
+                f"({'equivalent' if c['equivalent'] else 'not shown equivalent'})"
             )
     lines += ["", "## Conditions", ""]
     for part in parts:

@@ -316,7 +316,9 @@ class Link:
         """Write ``directory/client.pcap`` and ``directory/server.pcap`` during the block.
 
         Nanosecond timestamps; the kernel backend runs tcpdump on each end's ``tb-eth``,
-        the userspace backend has the emulator record what each TUN sent and received.
+        the userspace backend has the emulator record what each TUN sent and received, and
+        its packet log (``packets-up.csv``, ``packets-down.csv``: each packet's scheduled
+        and actual release, netem.emulator.packetlog).
         """
         path = Path(directory)
         path.mkdir(parents=True, exist_ok=True)

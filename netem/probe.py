@@ -28,7 +28,6 @@ kernel-stamped p99 to 1.8 ms; with it 0.36-0.45 ms and 0.23-0.31 ms.
 
 from __future__ import annotations
 
-import math
 import os
 import select
 import socket
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netem.nsexec import in_netns
+from tbcore import stats
 from tbcore.errors import SpecError
 
 SO_TIMESTAMPNS = 35
@@ -117,14 +117,9 @@ class ProbeResult:
 
 
 def quantile(values: list[float], q: float) -> float | None:
-    """The q-quantile by linear interpolation between order statistics (numpy's default)."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+    """The q-quantile (:func:`tbcore.stats.quantile`, numpy's linear interpolation); None
+    when there are no values (JSON has no NaN)."""
+    return stats.quantile(values, q) if values else None
 
 
 def _kernel_time_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:

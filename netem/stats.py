@@ -12,10 +12,10 @@ A backend that cannot measure a quantity leaves it at its zero value and says so
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from tbcore import procfs
 from tbcore.errors import SpecError
 
 LATENESS_FINE_STEP_S = 10e-6
@@ -258,26 +258,12 @@ class LinkStats:
             raise SpecError("stats", f"not a LinkStats record: {err}") from None
 
 
-CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS_PER_S = procfs.CLOCK_TICKS_PER_S
 """USER_HZ: the unit of /proc/stat and /proc/PID/stat times (100 on every Linux build seen)."""
 
 
 def host_cpu_s(proc_stat: str | None = None) -> tuple[float, float, float]:
-    """(busy, steal, total) CPU seconds of the whole host, from the ``cpu`` line of /proc/stat."""
-    if proc_stat is None:
-        with open("/proc/stat") as f:
-            proc_stat = f.readline()
-    parts = proc_stat.split()
-    if not parts or parts[0] != "cpu":
-        raise SpecError("/proc/stat", "first line is not the aggregate cpu line")
-    ticks = [int(v) for v in parts[1:]]
-    # user nice system idle iowait irq softirq steal guest guest_nice (proc(5));
-    # guest time is already included in user, so it is not added again.
-    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
-    steal = ticks[7] if len(ticks) > 7 else 0
-    total = sum(ticks[:8])
-    return (
-        (total - idle - steal) / CLOCK_TICKS_PER_S,
-        steal / CLOCK_TICKS_PER_S,
-        total / CLOCK_TICKS_PER_S,
-    )
+    """(busy, steal, total) CPU seconds of the whole host, from the ``cpu`` line of /proc/stat
+    (:func:`tbcore.procfs.parse_host_cpu`, which counts guest time once)."""
+    cpu = procfs.host_cpu() if proc_stat is None else procfs.parse_host_cpu(proc_stat)
+    return (cpu.busy_s, cpu.steal_s, cpu.total_s)

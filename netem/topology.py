@@ -31,7 +31,6 @@ from typing import Any
 
 from pyroute2 import IPRoute, netns
 from pyroute2.ethtool.ioctl import IoctlEthtool
-from pyroute2.netlink.exceptions import NetlinkError
 
 from netem import names, sysctl
 from netem.nsexec import NETNS_RUN_DIR, in_netns
@@ -439,7 +438,3 @@ def link_namespaces(link: str) -> list[str]:
 def remove_path(link: str) -> list[str]:
     """Delete the namespaces of ``link``; returns those that existed."""
     return [ns for ns in link_namespaces(link) if delete_namespace(ns)]
-
-
-def is_netlink_error(err: BaseException, code: int) -> bool:
-    return isinstance(err, NetlinkError) and err.code == code

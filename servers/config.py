@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tbcore.errors import SpecError
-from tbcore.settings import Settings, split_fields
+from tbcore.settings import HasSettings, Settings
 
 DEFAULT_MAX_BODY_BYTES = 64_000_000
 """Request bodies above this get 413; the 30 MB image fits."""
@@ -21,7 +21,7 @@ DEFAULT_SAMPLE_HZ = 1000.0
 
 
 @dataclass
-class ServerConfig:
+class ServerConfig(HasSettings):
     """Everything `testbed serve` takes. The knobs of a run are in ``settings``."""
 
     bind: str = "127.0.0.1"
@@ -45,16 +45,8 @@ class ServerConfig:
     handshake_timeout_s: float = DEFAULT_HANDSHAKE_TIMEOUT_S
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S
 
-    @classmethod
-    def of(cls, **values: Any) -> ServerConfig:
-        """A config from flat values: knob attributes (``protocol``, ``cc``...) go to its
-        settings, the rest to the config itself."""
-        settings, rest = split_fields(values)
-        return cls(settings=settings, **rest)
-
     def __post_init__(self) -> None:
-        if not isinstance(self.settings, Settings):
-            raise SpecError("settings", "must be a tbcore.settings.Settings")
+        self.check_settings()
         for name in ("h2_port", "h3_port"):
             port = getattr(self, name)
             if port is not None and not 0 <= port <= 65535:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import os
 import re
 import selectors
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
+
+from tbcore.processes import stop_process
 
 LISTEN_LINE = re.compile(
     r"^listening (?P<proto>h2|h3) (?P<transport>tcp|udp) (?P<addr>\S+):(?P<port>\d+)$"
@@ -86,13 +86,7 @@ class ServerProcess:
         """SIGTERM, then SIGKILL after a grace period; returns the exit status."""
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(STOP_TIMEOUT_S)
+        stop_process(self.proc, STOP_TIMEOUT_S)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         if self._stderr is not None:
@@ -112,7 +106,3 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def log_path_arg(path: Path) -> list[str]:
-    return ["--log", str(path)]

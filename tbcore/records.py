@@ -73,7 +73,7 @@ class Record:
         return {**asdict(self), SCHEMA_KEY: self.schema_tag()}  # type: ignore[call-overload]
 
     def to_json(self) -> str:
-        return json.dumps(_clean(self.to_dict()), separators=(",", ":"))
+        return json.dumps(clean_json(self.to_dict()), separators=(",", ":"))
 
     @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any], where: str = "") -> R:
@@ -146,21 +146,24 @@ QUIC_SAMPLE_FIELDS = (
 )
 """Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units)."""
 
-TcpInfo: Any = make_dataclass(
-    "TcpInfo",
-    [(name, "int | None", field(default=None)) for name in TCP_SAMPLE_FIELDS],
-    bases=(Snapshot,),
-)
-TcpInfo.__module__ = __name__
-TcpInfo.__doc__ = "TCP_INFO of a socket (tbcore.tcpinfo.SAMPLE_FIELDS; times in µs)."
 
-QuicRecovery: Any = make_dataclass(
-    "QuicRecovery",
-    [(name, "int | None", field(default=None)) for name in QUIC_SAMPLE_FIELDS],
-    bases=(Snapshot,),
+def _snapshot(name: str, doc: str, columns: tuple[str, ...]) -> Any:
+    """A :class:`Snapshot` class of integer counters, each None when not known."""
+    made = make_dataclass(
+        name, [(c, "int | None", field(default=None)) for c in columns], bases=(Snapshot,)
+    )
+    made.__module__, made.__doc__ = __name__, doc
+    return made
+
+
+TcpInfo: Any = _snapshot(
+    "TcpInfo",
+    "TCP_INFO of a socket (tbcore.tcpinfo.SAMPLE_FIELDS; times in µs).",
+    TCP_SAMPLE_FIELDS,
 )
-QuicRecovery.__module__ = __name__
-QuicRecovery.__doc__ = "aioquic's recovery state of a connection (times in µs)."
+QuicRecovery: Any = _snapshot(
+    "QuicRecovery", "aioquic's recovery state of a connection (times in µs).", QUIC_SAMPLE_FIELDS
+)
 
 
 def tcp_info_of(info: Mapping[str, Any]) -> Any:
@@ -337,14 +340,14 @@ SAMPLE_RECORDS: dict[str, Any] = {"h2": TcpSample, "h3": QuicSample}
 # --- files -----------------------------------------------------------------------------------
 
 
-def _clean(value: Any) -> Any:
+def clean_json(value: Any) -> Any:
     """NaN and infinities are not JSON: store them as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: clean_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [clean_json(v) for v in value]
     if hasattr(value, "item"):  # numpy scalars
         return value.item()
     return value
@@ -380,7 +383,9 @@ def _atomic_write_text(path: Path, text: str) -> None:
 
 def write_jsonl(path: Path, records: Iterable[Record]) -> None:
     """One record per line, atomically (a temporary file renamed over ``path``)."""
-    text = "".join(json.dumps(_clean(r.to_dict()), separators=(",", ":")) + "\n" for r in records)
+    text = "".join(
+        json.dumps(clean_json(r.to_dict()), separators=(",", ":")) + "\n" for r in records
+    )
     _atomic_write_text(Path(path), text)
 
 
@@ -410,7 +415,7 @@ def write_csv(path: Path, cls: type[Record], records: Iterable[Record]) -> None:
     columns = [*cls.field_names(), SCHEMA_KEY]
     rows = []
     for item in records:
-        data = _clean(item.to_dict())
+        data = clean_json(item.to_dict())
         rows.append(["" if data[c] is None else data[c] for c in columns])
     import io
 

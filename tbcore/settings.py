@@ -452,6 +452,22 @@ def settings_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(Settings))
 
 
+class HasSettings:
+    """Base of a process's config (server, client) that carries the run's settings in a
+    ``settings`` field beside its own (addresses, files)."""
+
+    @classmethod
+    def of(cls, **values: Any) -> Any:
+        """A config from flat values: knob attributes (``protocol``, ``cc``...) go to its
+        settings, the rest to the config itself."""
+        settings, rest = split_fields(values)
+        return cls(settings=settings, **rest)
+
+    def check_settings(self) -> None:
+        if not isinstance(getattr(self, "settings", None), Settings):
+            raise SpecError("settings", "must be a tbcore.settings.Settings")
+
+
 def split_fields(values: Mapping[str, Any]) -> tuple[Settings, dict[str, Any]]:
     """``values`` by attribute -> (the Settings of the knob attributes, the rest): what a
     process config's ``of(**values)`` constructor routes."""

@@ -10,9 +10,10 @@ import pytest
 
 from harness.analysis import (
     attribute_gap,
-    bootstrap_ci,
     effects,
+    level_attempts,
     level_summary,
+    levels_without_valid,
     median_run,
     position_effect,
 )
@@ -52,17 +53,11 @@ def synthetic(arm_s: float, order_s: float, reps: int = 8, noise_s: float = 0.0)
     return pd.DataFrame(rows)
 
 
-def test_bootstrap_interval_contains_the_median_and_narrows_with_n() -> None:
-    rng = np.random.default_rng(0)
-    small = rng.normal(1.0, 0.1, 10).tolist()
-    large = rng.normal(1.0, 0.1, 400).tolist()
-    lo_s, hi_s = bootstrap_ci(small, seed=1)
-    lo_l, hi_l = bootstrap_ci(large, seed=1)
-    assert lo_s <= float(np.median(small)) <= hi_s
-    assert hi_l - lo_l < hi_s - lo_s
-    assert all(math.isnan(v) for v in bootstrap_ci([2.0]))  # one run: no interval
-    assert all(math.isnan(v) for v in bootstrap_ci([]))
-    assert bootstrap_ci(small, seed=3) == bootstrap_ci(small, seed=3)
+def test_level_interval_is_the_bootstrap_of_the_median() -> None:
+    frame = synthetic(arm_s=0.0, order_s=0.0, reps=8, noise_s=0.01)
+    summary = level_summary(frame, ["a", "b"])[0]
+    assert summary.ci_low_s <= summary.median_s <= summary.ci_high_s
+    assert summary.ci_high_s - summary.ci_low_s > 0
 
 
 def test_level_summary_excludes_warmup_and_invalid_but_counts_them() -> None:
@@ -84,7 +79,7 @@ def test_order_effect_is_separated_from_the_arm_effect() -> None:
     (effect,) = effects(frame, {"a": "a", "b": "a"})
     assert effect.pairs == 8
     assert effect.order_s == pytest.approx(0.158, abs=1e-9)
-    assert effect.paired_arm_s == pytest.approx(0.0024, abs=1e-9)
+    assert effect.arm_s == pytest.approx(0.0024, abs=1e-9)
 
 
 def test_without_counterbalance_the_order_is_not_separable() -> None:
@@ -93,7 +88,43 @@ def test_without_counterbalance_the_order_is_not_separable() -> None:
         rows.append({**run.to_dict(), "total_s": 1.0 + 0.1 * run.position, "valid": True})
     (effect,) = effects(pd.DataFrame(rows), {"a": "a", "b": "a"})
     assert math.isnan(effect.order_s)
-    assert effect.paired_arm_s == pytest.approx(0.1)
+    assert effect.arm_s == pytest.approx(0.1)
+
+
+def test_arm_interval_is_paired_level_minus_baseline() -> None:
+    # noise shared by both runs of a block cancels in the pairs: a tight interval around
+    # the effect, which an unpaired interval of the two medians would not give
+    frame = synthetic(arm_s=0.050, order_s=0.0, reps=8)
+    drift = {block: 0.1 * (block % 3) for block in frame["block"].unique()}
+    frame["total_s"] = frame["total_s"] + frame["block"].map(drift)
+    (effect,) = effects(frame, {"a": "a", "b": "a"})
+    assert effect.arm_s == pytest.approx(0.050)
+    assert effect.arm_ci_low_s == pytest.approx(0.050) and effect.arm_ci_high_s == pytest.approx(
+        0.050
+    )
+    (reverse,) = effects(frame, {"b": "b", "a": "b"})
+    assert reverse.arm_s == pytest.approx(-0.050)  # level minus its baseline
+
+
+def test_attempts_and_levels_without_a_valid_run() -> None:
+    frame = synthetic(arm_s=0.0, order_s=0.0, reps=2)
+    frame["attempt"] = 1
+    frame["disturbance_s"] = 0.001
+    frame["disturbance_fraction"] = 0.004
+    frame["disturbance_limit_s"] = 0.0024
+    retry = frame[(frame["level"] == "b") & ~frame["warmup"]].iloc[[0]].copy()
+    frame.loc[retry.index, ["valid", "disturbance_s"]] = [False, 0.005]
+    retry["attempt"], retry["run_id"] = 2, retry["run_id"] + "-a2"
+    frame = pd.concat([frame, retry], ignore_index=True)
+    rows = {a.level: a for a in level_attempts(frame, ["a", "b"])}
+    assert (rows["a"].planned, rows["a"].attempts, rows["a"].valid) == (2, 2, 2)
+    assert (rows["b"].planned, rows["b"].attempts, rows["b"].valid) == (2, 3, 2)
+    assert rows["b"].most_attempts == 2 and rows["b"].invalid_fraction == pytest.approx(1 / 3)
+    assert rows["b"].disturbance_max_s == pytest.approx(0.005)
+    assert rows["b"].disturbance_valid_max_s == pytest.approx(0.001)
+    assert levels_without_valid(frame, ["a", "b"]) == []
+    frame.loc[frame["level"] == "a", "valid"] = False
+    assert levels_without_valid(frame) == ["a"]
 
 
 def test_one_run_per_arm_has_an_effect_but_no_interval() -> None:

@@ -23,7 +23,7 @@ from netem.crossval import (
     Probe,
     TcpInfo,
     Upload,
-    bootstrap_median_difference,
+    closing_note,
     comparisons,
     probe_rtt_s,
     quantile,
@@ -127,16 +127,6 @@ def test_tcp_info_of_a_real_loopback_connection() -> None:
     assert 0 < info.min_rtt_us < 1_000_000
 
 
-def test_bootstrap_interval_contains_the_point_and_is_seeded() -> None:
-    a = [1.0, 1.2, 1.1, 1.3, 0.9, 1.05, 1.15, 1.25]
-    b = [x + 0.5 for x in a]
-    point, low, high = bootstrap_median_difference(a, b)
-    assert point == pytest.approx(0.5)
-    assert low <= point <= high
-    assert (point, low, high) == bootstrap_median_difference(a, b)
-    assert all(math.isnan(v) for v in bootstrap_median_difference([], b))
-
-
 def test_summary_rows_put_backends_side_by_side_per_cc() -> None:
     user = _part("userspace", {"cubic": [10.0, 12.0, 14.0, 16.0], "bbr": [2.0, 3.0]})
     kern = _part("netem", {"cubic": [11.0, 13.0, 15.0, 17.0], "bbr": [2.5, 3.5]})
@@ -159,6 +149,21 @@ def test_summary_rows_put_backends_side_by_side_per_cc() -> None:
     comps = {c["cc"]: c for c in comparisons([user, kern])}
     assert comps["cubic"]["median_diff_s"] == pytest.approx(1.0)
     assert comps["bbr"]["median_ratio"] == pytest.approx(3.0 / 2.5)
+    # 4 runs a side cannot show equivalence within 10 % (1.3 s): TOST p stays above 0.05
+    assert comps["cubic"]["margin_s"] == pytest.approx(1.3)
+    assert not comps["cubic"]["equivalent"] and comps["cubic"]["tost_p"] > 0.05
+
+
+def test_agreement_is_an_equivalence_test_not_an_interval_containing_zero() -> None:
+    times = [20.0 + 0.1 * i for i in range(10)]
+    user = _part("userspace", {"cubic": times})
+    close = _part("netem", {"cubic": [t + 0.2 for t in times]})
+    (comp,) = comparisons([user, close])
+    assert comp["equivalent"] and comp["tost_p"] < 0.05
+    assert "the backends agree for this sender" in closing_note([user, close])
+    far = _part("netem", {"cubic": [t + 5.0 for t in times]})
+    (comp,) = comparisons([user, far])
+    assert not comp["equivalent"]
 
 
 def test_a_corrupt_upload_shows_in_the_table() -> None:
@@ -327,11 +332,11 @@ def test_closing_note_states_closeness_and_reasons() -> None:
     kern = _with_counters(_part("netem", {"cubic": [10.5, 12.5, 14.5, 16.5]}), 0.139)
     note = crossval.closing_note([user, kern])
     assert "- cubic: median 13.50 s on netem vs 13.00 s on the emulator" in note
-    assert "contains 0" in note
+    assert "agreement is not shown" in note  # 4 runs a side: too few for 10 %
     assert "13.9 % vs 14.1 %" in note
     assert "Why the two can differ" in note
     far = _with_counters(_part("netem", {"cubic": [40.0, 41.0, 42.0, 43.0]}), 0.14)
-    assert "excludes 0" in crossval.closing_note([user, far])
+    assert "agreement is not shown" in crossval.closing_note([user, far])
 
 
 def test_join_writes_the_report_from_two_parts(tmp_path: Path) -> None:

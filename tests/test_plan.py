@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plan import Progress, plan_runs, remaining
+from harness.plan import (
+    DEFAULT_ATTEMPTS,
+    Outcome,
+    next_attempt,
+    plan_runs,
+    planned_id,
+    remaining,
+)
 from tbcore.errors import SpecError
 
 
@@ -63,6 +70,51 @@ def test_resume_skips_exactly_the_finished_runs() -> None:
     assert info.value.field == "resume"
 
 
+def test_an_invalid_run_is_made_again_until_valid_or_out_of_attempts() -> None:
+    run = plan_runs(["a", "b"], 2, warmup_runs=1)[2]  # the first measured run of a
+    assert next_attempt(run, []) == run
+    bad = Outcome(run.run_id, 1, valid=False)
+    second = next_attempt(run, [bad])
+    assert second is not None
+    assert (second.run_id, second.attempt) == (f"{run.run_id}-a2", 2)
+    assert (second.level, second.block, second.position, second.link_seed) == (
+        run.level,
+        run.block,
+        run.position,
+        run.link_seed,
+    )
+    assert planned_id(second.run_id) == run.run_id == second.planned_id
+    third = next_attempt(run, [bad, Outcome(second.run_id, 2, valid=False)])
+    assert third is not None and third.run_id.endswith("-a3")
+    outcomes = [bad, Outcome(second.run_id, 2, False), Outcome(third.run_id, 3, False)]
+    assert DEFAULT_ATTEMPTS == 3 and next_attempt(run, outcomes) is None
+    assert next_attempt(run, [bad, Outcome(second.run_id, 2, valid=True)]) is None
+    assert next_attempt(run, [bad], attempts=1) is None
+    warmup = plan_runs(["a"], 1, warmup_runs=1)[0]
+    assert next_attempt(warmup, [Outcome(warmup.run_id, 1, valid=False)]) is None
+
+
+def test_resume_counts_attempts_and_forgives_failures_outside_the_run() -> None:
+    plan = plan_runs(["a", "b"], 1)
+    a, b = plan
+    rows = [
+        {"run_id": a.run_id, "attempt": 1, "valid": False, "invalid_reason": "disturbance: x"},
+        {"run_id": f"{a.run_id}-a2", "attempt": 2, "valid": False, "invalid_reason": "link: y"},
+        {"run_id": b.run_id, "valid": False, "invalid_reason": "error: harness: link gone"},
+    ]
+    outcomes = {r["run_id"]: Outcome.of_row(r) for r in rows}
+    assert outcomes[b.run_id].outside and not outcomes[a.run_id].outside
+    left = remaining(plan, outcomes, attempts=2)
+    # a used its two attempts; b failed outside the run: made again, as attempt 2
+    assert [(r.run_id, r.attempt) for r in left] == [(f"{b.run_id}-a2", 2)]
+    assert [r.run_id for r in remaining(plan, outcomes, attempts=3)] == [
+        f"{a.run_id}-a3",
+        f"{b.run_id}-a2",
+    ]
+    with pytest.raises(SpecError):
+        remaining(plan, {"9999-z-r0-a2": Outcome("9999-z-r0-a2", 2, False)})
+
+
 def test_bad_input_is_named() -> None:
     with pytest.raises(SpecError) as info:
         plan_runs(["a", "b"], 0)
@@ -73,13 +125,3 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(SpecError) as info:
         plan_runs(["a", "b"], 1, order="random")
     assert info.value.field == "order"
-
-
-def test_progress_eta_from_a_fake_clock() -> None:
-    progress = Progress(total=4)
-    assert progress.eta_s() is None
-    progress.start(100.0)
-    progress.finish_one(102.0)
-    assert progress.eta_s() == pytest.approx(6.0)
-    progress.finish_one(110.0)
-    assert progress.eta_s() == pytest.approx(10.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -66,9 +68,19 @@ def _result(tmp_path: Path) -> ResultDir:
                     "t_response_last_s": total,
                     "valid": valid,
                     "invalid_reason": None if valid else "cpu: client 97 % of a core",
+                    "disturbance_s": 0.004 if valid else 0.009,
+                    "disturbance_fraction": (0.004 if valid else 0.009) / total,
+                    "disturbance_limit_s": 0.01 * total,
                 }
             )
         )
+    # the invalid run of h2-reused made again: a second, valid attempt
+    (last,) = [r for r in plan_runs(levels, 3) if r.rep == 2 and r.level == "h2-reused"]
+    again = last.next_attempt()
+    result.fresh_run_dir(again.run_id)
+    row = RunRow.from_dict(json.loads((result.run_dir(last.run_id) / "row.json").read_text()))
+    planned = {k: v for k, v in again.to_dict().items() if k in RunRow.field_names()}
+    result.save_row(replace(row, **planned, valid=True, invalid_reason=None, disturbance_s=0.001))
     return result
 
 
@@ -78,8 +90,14 @@ def test_report_has_question_answer_table_and_plots(tmp_path: Path) -> None:
     text = report.read_text()
     assert "Does a reused, tuned connection reach the bound?" in text
     assert "## Answer" in text and "Fastest level: **h2-reused**" in text
-    assert "| h2-reused | 3 | 2 |" in text
+    assert "| h2-reused | 4 | 3 |" in text  # four attempts, three valid
     assert "cpu: client 97 % of a core (1)" in text
+    # attempts and the disturbance per level: planned, attempts, valid, invalid, most
+    assert "| h2-reused | 3 | 4 | 3 | 25 % | 2 | 4.00 | 9.00 | 4.00 |" in text
+    assert "| h2-new | 3 | 3 | 3 | 0 % | 1 |" in text
+    # one effect: paired, level minus baseline, with its paired interval
+    assert "| h2-reused | h2-new | 3 | -949.0 |" in text
+    assert "paired arm" not in text
     assert "order effect" in text.lower()
     for name in ("levels", "timeline", "inflight", "acks"):
         png = result.path / "plots" / f"{name}.png"

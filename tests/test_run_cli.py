@@ -87,6 +87,25 @@ def test_report_of_a_directory_without_manifest_is_refused(tmp_path: Path) -> No
     assert main(["report", str(tmp_path)]) == EXIT_USAGE
 
 
+def test_attempts_must_be_a_positive_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "tiny.toml").write_text(TINY)
+    for bad in ("0", "x"):
+        with pytest.raises(SystemExit) as info:
+            main(["run", str(tmp_path / "tiny.toml"), "--attempts", bad])
+        assert info.value.code == EXIT_USAGE
+        assert "--attempts" in capsys.readouterr().err
+
+
+def _status(result: Path) -> int:
+    """The exit status a run must give: 1 when some level has no valid measured run (on a
+    busy host every attempt may be invalid), 0 otherwise."""
+    from harness.analysis import levels_without_valid
+
+    return 1 if levels_without_valid(pd.read_csv(result / "runs.csv")) else 0
+
+
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(240)
@@ -108,15 +127,18 @@ def test_quick_campaign_from_the_environment_then_resume(
             str(out),
             "--link-name",
             "hn8",
+            "--attempts",
+            "1",
         ]
     )
-    assert code == 0, capsys.readouterr()
     (index_path,) = out.glob("campaign/*/campaign.json")
     index = json.loads(index_path.read_text())
     assert index["quick"] is True
     (entry,) = index["entries"]
     assert entry["status"] == "finished" and entry["runs"] == 2
     result = Path(entry["result_dir"])
+    assert code == _status(result), capsys.readouterr()
+    assert entry["planned"] == 2 and entry["invalid"] in (0, 1, 2)
     frame = pd.read_csv(result / "runs.csv")
     assert list(frame["level"]) == ["iw10", "iw40"]  # quick: one repetition of each
     assert (result / "report.md").read_text().startswith("# Experiment `tiny`")
@@ -127,20 +149,19 @@ def test_quick_campaign_from_the_environment_then_resume(
     assert (result / "report.md").is_file()
     # resuming a finished campaign makes no run
     before = (result / "runs.csv").read_text()
-    assert (
-        main(
-            [
-                "campaign",
-                "--resume",
-                str(index_path.parent),
-                "--link-name",
-                "hn8",
-                "--experiments-dir",
-                str(experiments),
-            ]
-        )
-        == 0
-    )
+    assert main(
+        [
+            "campaign",
+            "--resume",
+            str(index_path.parent),
+            "--link-name",
+            "hn8",
+            "--experiments-dir",
+            str(experiments),
+            "--attempts",
+            "1",
+        ]
+    ) == _status(result)
     assert (result / "runs.csv").read_text() == before
 
 
@@ -153,19 +174,17 @@ def test_run_resume_continues_a_killed_experiment(tmp_path: Path) -> None:
     experiment = tmp_path / "tiny.toml"
     experiment.write_text(TINY)
     out = tmp_path / "results"
-    assert (
-        main(["run", str(experiment), "--quick", "--output", str(out), "--link-name", "hn9"]) == 0
-    )
+    once = ["--link-name", "hn9", "--attempts", "1"]
+    code = main(["run", str(experiment), "--quick", "--output", str(out), *once])
     (result,) = out.glob("tiny/*")
+    assert code == _status(result)
     first = json.loads((result / "runs" / "0000-iw10-r0" / "row.json").read_text())
     # undo the second run as if the campaign had been killed in the middle of it
     second = result / "runs" / "0001-iw40-r0"
     (second / "row.json").unlink()
     (second / "partial").write_text("half a run")
-    assert (
-        main(["run", str(experiment), "--quick", "--resume", str(result), "--link-name", "hn9"])
-        == 0
-    )
+    code = main(["run", str(experiment), "--quick", "--resume", str(result), *once])
+    assert code == _status(result)
     assert json.loads((result / "runs" / "0000-iw10-r0" / "row.json").read_text()) == first
     assert not (second / "partial").exists()
     frame = pd.read_csv(result / "runs.csv")
@@ -185,26 +204,26 @@ def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Pa
     """The issue's 'done when': each shipped experiment in --quick form, for real. Runs may
     be flagged invalid by the machine (CPU, steal), never by a failure of the harness."""
     path = Path(__file__).resolve().parent.parent / "experiments" / f"{name}.toml"
-    assert (
-        main(
-            [
-                "run",
-                str(path),
-                "--quick",
-                "--output",
-                str(tmp_path),
-                "--link-name",
-                f"hn{SHIPPED.index(name) + 20}",
-            ]
-        )
-        == 0
+    code = main(
+        [
+            "run",
+            str(path),
+            "--quick",
+            "--output",
+            str(tmp_path),
+            "--link-name",
+            f"hn{SHIPPED.index(name) + 20}",
+        ]
     )
     (result,) = tmp_path.glob(f"{name}/*")
+    assert code == _status(result)
     frame = pd.read_csv(result / "runs.csv")
     from harness import spec as specmod
 
     quick = specmod.load(path).quick_form()
-    assert len(frame) == len(quick.levels) * quick.repetitions
+    # every planned run once, and invalid ones again (at most 3 attempts in all)
+    assert (frame["attempt"] == 1).sum() == len(quick.levels) * quick.repetitions
+    assert frame["attempt"].max() <= 3
     for row in frame.itertuples():
         reason = str(row.invalid_reason)
         assert not reason.startswith(("error", "integrity", "harness")), (row.run_id, reason)
@@ -255,6 +274,8 @@ def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) ->
         str(out),
         "--link-name",
         "hn10",
+        "--attempts",
+        "1",
     ]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -279,11 +300,8 @@ def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) ->
     (result,) = out.glob("tiny/*")
     done_before = {p.parent.name for p in result.glob("runs/*/row.json")}
     assert 1 <= len(done_before) < 6
-    assert (
-        main(
-            ["run", str(experiment), "--reps", "3", "--resume", str(result), "--link-name", "hn10"]
-        )
-        == 0
-    )
+    resume = ["--resume", str(result), "--link-name", "hn10", "--attempts", "1"]
+    code = main(["run", str(experiment), "--reps", "3", *resume])
+    assert code == _status(result)
     frame = pd.read_csv(result / "runs.csv")
     assert len(frame) == 6 and frame["run_id"].is_unique

@@ -1,197 +1,123 @@
-"""The runner: its pure parts with plain values, then a real short run end to end (root)."""
+"""The runner: the judgement of a run and the effect scales with plain values, then a
+real short run end to end (root)."""
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from harness import spec as specmod
-from harness.runner import (
-    CPU_SATURATED_FRACTION,
-    CpuWatch,
-    bound_for,
-    client_argv,
-    opened_connections,
-    request_phases,
-    run_experiment,
-    sender_paces,
-    server_argv,
-    server_phases,
-    validity,
-)
-from tbcore.records import RequestRecord, ServerEvent
-from tbcore.settings import Settings
+from harness.collect import Collected, bound_for
+from harness.machine import CpuWatch
+from harness.runner import effect_scales, judge, run_experiment
+from tbcore.runrow import RunRow
 
 
-def request(**values: object) -> RequestRecord:
-    head = dict(request_id=0, protocol="h2", connection="new", workload="asr", warmup=False)
-    return RequestRecord(**{**head, **values})
+def _run_dir(tmp_path: Path, late_up_s: float) -> Path:
+    """A run directory with one client record (request from 10.0 to 10.5 s) and the
+    emulator's packet log: two flights up (one packet ``late_up_s`` late), one down."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    record = {
+        "connect_start": 10.0,
+        "handshake_done": 10.1,
+        "request_first_byte": 10.1,
+        "request_last_byte": 10.2,
+        "response_first_byte": 10.45,
+        "response_last_byte": 10.5,
+        "conn_index": 0,
+    }
+    (run_dir / "records.jsonl").write_text(json.dumps(record) + "\n")
+    header = "direction,event,arrival_s,due_s,departure_s,size_bytes\n"
+    up = [(10.05, 0.0), (10.0502, late_up_s), (10.30, 0.0001), (11.0, 0.5)]  # last: after
+    down = [(10.45, 0.0002)]
+    for name, rows in (("up", up), ("down", down)):
+        lines = [f"{name},departed,{t - 0.1!r},{t - late!r},{t!r},1500\n" for t, late in rows] + [
+            f"{name},dropped_loss,10.2,,,1500\n"
+        ]
+        (run_dir / f"packets-{name}.csv").write_text(header + "".join(lines))
+    return run_dir
 
 
-RECORD = request(
-    connect_start=10.0,
-    handshake_done=10.4,
-    request_first_byte=10.401,
-    request_last_byte=10.9,
-    response_first_byte=11.4,
-    response_last_byte=11.45,
-)
+def _row(**values: object) -> RunRow:
+    head = dict(run_id="r0", seq=0, block=0, position=0, level="a", rep=0, warmup=False)
+    base = dict(link_seed=1, total_s=0.5, rtt_s=0.1, measured_rtt_s=0.1, sha256_ok=True)
+    return RunRow(**{**head, **base, **values})
 
 
-def test_request_phases_of_a_new_and_a_reused_connection() -> None:
-    new = request_phases(RECORD, opened_connection=True)
-    assert new is not None and new.new_connection
-    assert new.handshake_s == pytest.approx(0.4)
-    assert new.total_s == pytest.approx(1.45)
-    assert new.ttfb_s == pytest.approx(1.4)
-    assert new.rel["t_request_first_s"] == pytest.approx(0.401)
-    reused = request_phases(RECORD, opened_connection=False)
-    assert reused is not None and not reused.new_connection
-    assert reused.total_s == pytest.approx(1.049)
-    assert "t_handshake_s" not in reused.rel
-    assert request_phases(replace(RECORD, response_last_byte=None), True) is None
-
-
-def test_server_phases_from_its_events() -> None:
-    events = [
-        ServerEvent(t=5.0, event="request_first_byte"),  # another request, outside the window
-        ServerEvent(t=10.100, event="request_first_byte"),
-        ServerEvent(t=10.113, event="request_last_byte"),
-        ServerEvent(t=10.1135, event="processing_start"),
-        ServerEvent(t=10.1435, event="processing_end"),
-        ServerEvent(t=10.148, event="response_first_byte"),
-        ServerEvent(t=10.149, event="response_last_byte"),
-    ]
-    phases = server_phases(events, 10.0, 10.25)
-    assert phases["processing_s"] == pytest.approx(0.030)
-    assert phases["server_receive_s"] == pytest.approx(0.013)
-    assert phases["server_turnaround_s"] == pytest.approx(0.0045)
-    assert phases["server_send_s"] == pytest.approx(0.001)
-
-
-def test_opened_connections_marks_the_first_request_of_each_connection() -> None:
-    records = [request(conn_index=0), request(conn_index=0), request(conn_index=1)]
-    assert opened_connections(records) == [True, False, True]
-
-
-def _valid(**changes):
-    args = dict(
-        error=None,
-        sha256_ok=True,
-        cpu={"client": 0.2, "server": 0.1, "emulator": 0.3},
-        steal=0.0,
-        lateness_p99_s=1e-4,
-        configured_rtt_s=0.2,
-        measured_rtt_s=0.2004,
-        loss={"down": (0.14, 140, 1000)},
-    )
-    args.update(changes)
-    return validity(**args)
-
-
-def test_validity_names_every_reason() -> None:
-    assert _valid() == (True, None)
-    ok, reason = _valid(cpu={"server": CPU_SATURATED_FRACTION + 0.05})
-    assert not ok and reason.startswith("cpu: server 95 %")
-    assert "steal" in _valid(steal=0.3)[1]
-    assert _valid(host_pressure=0.5)[1] == "host busy: CPU pressure 50 %"
-    assert _valid(host_pressure=0.1)[0]
-    assert "lateness" in _valid(lateness_p99_s=5e-3)[1]
-    assert "RTT" in _valid(measured_rtt_s=0.215)[1]
-    assert "loss" in _valid(loss={"down": (0.14, 20, 1000)})[1]
-    assert "integrity" in _valid(sha256_ok=False)[1]
-    # run-queue wait is recorded, not a reason by default (see RUNQUEUE_WAIT_MAX_FRACTION)
-    assert _valid(runqueue_wait_s={"client": 0.010, "server": 0.0}, total_s=0.24)[0]
-    both = _valid(error="client exited 1", steal=0.5)[1]
-    assert both.startswith("error: client exited 1") and "; steal" in both
-
-
-def test_bound_for_uses_the_level_settings() -> None:
-    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
-    new = spec.level("h2-new").settings
-    reused = spec.level("h2-reused").settings
-    link = specmod.link_of(new)
-    b_new = bound_for(new, link, 354_640, 0)
-    b_reused = bound_for(reused, link, 354_640, 0)
-    assert b_reused is not None and b_new is not None
-    # MODELS.md section 1: 0.2 + 0.030 + 0.00852 = 0.2385 s for the warm connection
-    assert b_reused.total_s == pytest.approx(0.2385, abs=1e-4)
-    assert b_new.setup_s == pytest.approx(0.4)
-    assert b_new.total_s > b_reused.total_s
-
-
-def test_bound_for_caps_the_window_each_protocol_honours() -> None:
-    base = specmod.Settings(link="rtt=100ms,rate=20mbit", workload="retouch")
-    link = specmod.link_of(base)
-    up, down = 30_000_000, 5_000_000
-
-    def window(**changes: object) -> int | None:
-        bound = bound_for(replace(base, **changes), link, up, down)
-        assert bound is not None
-        return bound.window_bytes
-
-    assert window(window_clamp_bytes=64_000) == 64_000
-    # HTTP/2 flow control caps bytes in flight too, whichever is tighter
-    assert window(window_clamp_bytes=640_000, h2_window_bytes=65_535) == 65_535
-    assert window(h2_window_bytes=65_535) == 65_535
-    # TCP_WINDOW_CLAMP does not reach QUIC; only its own flow-control window does
-    assert window(protocol="h3", window_clamp_bytes=64_000) is None
-    assert window(protocol="h3", window_clamp_bytes=64_000, quic_max_data_bytes=100_000) == 100_000
-
-
-def settings_passed(argv: list[str]) -> Settings:
-    """The settings an end reads from the document its command line names."""
-    return Settings.load(argv[argv.index("--settings") + 1])
-
-
-def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
-    text = (Path(__file__).resolve().parent.parent / "experiments/pacing.toml").read_text()
-    spec = specmod.loads(text)
-    paced = spec.level("paced").settings
-    link = specmod.link_of(paced)
-    argv = server_argv(paced, link, bind="198.18.2.2", port=20001, run_dir=tmp_path)
-    server = settings_passed(argv)
-    assert server.max_pacing_rate_bps == link.down.rate_bps == 333e6
-    assert "--no-h3" in argv and server.cc == "cubic"
-    client = client_argv(paced, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
-    assert settings_passed(client).connection == "new"
-    assert client[client.index("--records") + 1] == str(tmp_path / "records.jsonl")
-    # everything but the resolved pacing rate is the level's settings as they are
-    assert settings_passed(client) == paced.for_end(link.up.rate_bps)
-
-
-def test_tuned_quic_arm_sends_unpaced_full_size_datagrams(tmp_path: Path) -> None:
-    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
-    tuned = spec.level("h3-reused").settings
-    link = specmod.link_of(tuned)
-    for argv in (
-        server_argv(tuned, link, bind="198.18.2.2", port=20001, run_dir=tmp_path),
-        client_argv(tuned, link, host="198.18.2.2", port=20001, run_dir=tmp_path),
+def _watch(main_wait_client_s: float) -> CpuWatch:
+    """A watch whose samples say the client's main thread waited ``main_wait_client_s``
+    between 10.0 and 10.5 s, and nothing else did."""
+    watch = CpuWatch(clock=lambda: 0.0)
+    for t, wait in (
+        (9.9, 0.0),
+        (10.0, 0.0),
+        (10.5, main_wait_client_s),
+        (10.6, main_wait_client_s),
     ):
-        passed = settings_passed(argv)
-        assert passed.quic_pacing == "off" and passed.max_datagram_size_bytes == 1452
-    new = spec.level("h3-new").settings
-    assert sender_paces(new) and not sender_paces(tuned)
-    assert not sender_paces(spec.level("h2-reused").settings)
+        values = {"client": 0.1 * t, "server": 0.1 * t, "mainwait:client": wait}
+        values["mainwait:server"] = 0.0
+        watch.samples.append((t, values, (0.0, 2 * t)))
+    return watch
 
 
-def test_cpu_fraction_over_a_window_with_a_fake_clock() -> None:
-    now = [0.0]
-    watch = CpuWatch(clock=lambda: now[0])
-    cpu = {"n": 0.0}
-    watch.pids = {}
-    for step in range(11):  # 0.1 s apart, the process burns half a core
-        now[0] = step * 0.1
-        watch.samples.append((now[0], {"x": cpu["n"]}, (0.0, now[0] * 2)))
-        cpu["n"] += 0.05
-    assert watch.fraction("x", 0.3, 0.7) == pytest.approx(0.5)
-    assert watch.fraction("x", 0.5, 0.5) == pytest.approx(0.5)  # widened to 200 ms
-    assert watch.fraction("missing", 0.0, 1.0) is None
-    assert watch.steal(0.2, 0.8) == pytest.approx(0.0)
+def _collected(row: RunRow, error: str | None = None) -> Collected:
+    return Collected(row=row, error=error, start_s=10.0, end_s=10.5)
+
+
+def test_judge_adds_the_disturbance_and_its_verdict(tmp_path: Path) -> None:
+    run_dir = _run_dir(tmp_path, late_up_s=0.002)
+    judged = judge(_collected(_row()), _watch(0.0005), run_dir, effect_s=None)
+    # flights: up {10.05, 10.0502} max 2 ms, up {10.30} 0.1 ms, down {10.45} 0.2 ms
+    assert judged.disturbance_lateness_s == pytest.approx(0.0023)
+    assert judged.disturbance_wait_s == pytest.approx(0.0005)
+    assert judged.disturbance_steal_s == pytest.approx(0.0)
+    assert judged.disturbance_s == pytest.approx(0.0028)
+    assert judged.disturbance_fraction == pytest.approx(0.0056)
+    assert judged.flights_up == 2 and judged.flights_down == 1
+    assert judged.cpu_client == pytest.approx(0.1)
+    # 2.8 ms on 500 ms is below 1 % (5 ms): valid; a 10 ms arm effect makes 1 ms the limit
+    assert judged.valid and judged.disturbance_limit_s == pytest.approx(0.005)
+    strict = judge(_collected(_row()), _watch(0.0005), run_dir, effect_s=0.010)
+    assert not strict.valid and strict.invalid_reason.startswith("disturbance: 2.80 ms")
+    # the run's own reason comes first, the disturbance's after it
+    own = judge(_collected(_row(), error="x"), _watch(0.0005), run_dir, 0.010)
+    assert own.invalid_reason.startswith("error: x; disturbance:")
+
+
+def test_judge_without_a_time_or_a_packet_log(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    none = Collected(row=_row(total_s=None), error="no", start_s=None, end_s=None)
+    judged = judge(none, _watch(0.0), empty, None)
+    assert judged.disturbance_s is None and judged.invalid_reason == "error: no"
+    run_dir = _run_dir(tmp_path, late_up_s=0.0)
+    for name in ("packets-up.csv", "packets-down.csv"):
+        (run_dir / name).unlink()
+    judged = judge(_collected(_row()), _watch(0.001), run_dir, None)
+    assert judged.disturbance_lateness_s is None
+    assert judged.disturbance_s == pytest.approx(0.001)  # the main thread's wait, all of it
+
+
+def test_effect_scales_come_from_the_bounds_of_level_and_baseline() -> None:
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
+    scales = effect_scales(spec)
+    b = {
+        lv.name: bound_for(lv.settings, specmod.link_of(lv.settings), 354_640, 0).total_s
+        for lv in spec.levels
+    }
+    assert scales["h2-reused"] == pytest.approx(b["h2-new"] - b["h2-reused"])
+    # h3-new's baseline is the first level, h2-new: a baseline takes its smallest effect
+    assert scales["h2-new"] == pytest.approx(
+        min(b["h2-new"] - b["h2-reused"], b["h2-new"] - b["h3-new"])
+    )
+    assert scales["h3-new"] == pytest.approx(
+        min(b["h3-new"] - b["h3-reused"], b["h3-new"] - b["h3-0rtt"], b["h2-new"] - b["h3-new"])
+    )
 
 
 TINY = """
@@ -246,13 +172,18 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     for name in ("manifest.json", "runs.csv", "runs.parquet", "report.md"):
         assert (path / name).is_file(), name
     frame = pd.read_csv(path / "runs.csv")
-    assert list(frame["level"]) == ["h2-new", "h2-reused", "h3-new"]
-    assert [e for e in events if e[0] == "start"] == [
+    assert list(dict.fromkeys(frame["level"])) == ["h2-new", "h2-reused", "h3-new"]
+    assert set(frame.groupby("level")["attempt"].max()) <= {1, 2, 3}
+    # every planned run started once, and again only after an invalid attempt
+    starts = [e for e in events if e[0] == "start"]
+    assert list(dict.fromkeys(starts)) == [
         ("start", "h2-new"),
         ("start", "h2-reused"),
         ("start", "h3-new"),
     ]
+    assert len(starts) == len(frame) == len(events) - 1 - len(starts)
     for row in frame.itertuples():
+        assert row.disturbance_s >= 0 and row.disturbance_lateness_s >= 0
         assert row.sha256_ok, row.invalid_reason
         assert not str(row.invalid_reason).startswith("error"), row.invalid_reason
         assert math.isfinite(row.total_s) and row.total_s > 0.04
@@ -274,6 +205,6 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     reused = frame[frame["level"] == "h2-reused"].iloc[0]
     assert reused.total_s < h2_new.total_s
     # resume on a finished directory makes nothing and loses nothing
-    again = run_experiment(spec, resume=path, link_name="hn7", report=False)
+    again = run_experiment(spec, resume=path, link_name="hn7", report=False, attempts=1)
     assert again.rows == [] and again.skipped == 3
-    assert len(pd.read_csv(path / "runs.csv")) == 3
+    assert len(pd.read_csv(path / "runs.csv")) == len(frame)

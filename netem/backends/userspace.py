@@ -234,7 +234,13 @@ class UserspaceBackend(Backend):
         client = self.client(state)
         client.capture_start(directory.resolve())
         try:
-            yield
+            # the emulator's own record of each packet (scheduled and actual release): the
+            # harness reads the lateness it added on a request's critical path from it
+            client.packet_log_start(directory.resolve())
+            try:
+                yield
+            finally:
+                client.packet_log_stop()
         finally:
             client.capture_stop()
 

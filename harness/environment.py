@@ -1,0 +1,104 @@
+"""Environment capture: what a result needs to say how it was made (tool and library
+versions, kernel, sysctls and qdiscs of the namespaces, the link as built)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from importlib import metadata
+from typing import Any
+
+VERSIONED_PACKAGES = (
+    "aioquic",
+    "h2",
+    "cryptography",
+    "pyroute2",
+    "scapy",
+    "pandas",
+    "numpy",
+    "matplotlib",
+    "uvloop",
+    "pyarrow",
+    "rich",
+)
+"""The libraries whose versions every manifest records."""
+
+TCP_SYSCTLS = (
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_slow_start_after_idle",
+    "net.ipv4.tcp_no_metrics_save",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+    "net.core.rmem_max",
+    "net.core.wmem_max",
+    "net.ipv4.tcp_sack",
+    "net.ipv4.tcp_timestamps",
+    "net.ipv4.tcp_ecn",
+)
+"""The sysctls of the namespaces that shape TCP (recorded, as Flent does)."""
+
+ROLES = ("client", "server")
+
+
+def versions() -> dict[str, str]:
+    out = {"testbed": _version("transport-testbed"), "python": platform.python_version()}
+    for package in VERSIONED_PACKAGES:
+        out[package] = _version(package)
+    return out
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment(link: Any) -> dict[str, Any]:
+    """The host, and the namespaces' sysctls and qdiscs of a link that is up."""
+    info: dict[str, Any] = {
+        "kernel": platform.release(),
+        "machine": platform.machine(),
+        "hostname": platform.node(),
+        "cpus": os.cpu_count(),
+        "backend": getattr(link, "backend", None),
+        "link_name": getattr(link, "name", None),
+    }
+    try:
+        info["sysctls"] = _sysctls(link)
+    except Exception as err:  # recorded, never fatal: the run itself does not need it
+        info["sysctls_error"] = str(err)
+    try:
+        info["qdiscs"] = _qdiscs(link)
+    except Exception as err:
+        info["qdiscs_error"] = str(err)
+    with contextlib.suppress(Exception):
+        info["link"] = link.show()
+    return info
+
+
+def _sysctls(link: Any) -> dict[str, Any]:
+    from netem import sysctl
+
+    return {
+        role: sysctl.read_many(getattr(link, f"{role}_ns"), list(TCP_SYSCTLS)) for role in ROLES
+    }
+
+
+def _qdiscs(link: Any) -> dict[str, Any]:
+    from netem import topology
+
+    qdiscs = {}
+    for role in ROLES:
+        with topology.ipr(getattr(link, f"{role}_ns")) as ip:
+            qdiscs[role] = [
+                {
+                    "ifindex": q["index"],
+                    "kind": q.get_attr("TCA_KIND"),
+                    "handle": q["handle"],
+                    "parent": q["parent"],
+                }
+                for q in ip.get_qdiscs()
+            ]
+    return qdiscs

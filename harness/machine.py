@@ -1,0 +1,207 @@
+"""Sampling the machine during a run: the CPU of the run's processes, their run-queue
+waits, the host's steal and CPU pressure, read from /proc (tbcore.procfs) in a thread.
+
+The fraction over the request window is known only after the run, so :class:`CpuWatch`
+keeps cumulative samples and brackets the window afterwards. The judgement of what the
+samples mean for a run is in :mod:`harness.validity`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tbcore import procfs
+
+MIN_CPU_WINDOW_S = 0.2
+"""CPU fractions are measured over at least 200 ms around the request (tick accounting:
+10 ms ticks give +-5 % on a 200 ms window, NOTES-machine.md)."""
+
+PROC_SAMPLE_PERIOD_S = 0.02
+"""How often the harness reads /proc for CPU during a run (50 Hz; a few µs per read)."""
+
+CLOCK_TICKS_PER_S = procfs.CLOCK_TICKS_PER_S
+
+
+def proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process (all its threads), None when it is gone."""
+    return procfs.process_cpu_s(pid)
+
+
+def proc_runqueue_waits_s(pid: int) -> dict[int, tuple[float, int]] | None:
+    """Per thread of ``pid``: (seconds spent runnable without a CPU, times scheduled in);
+    None when it is gone."""
+    return procfs.thread_schedstats(pid)
+
+
+def cpu_pressure_s() -> float | None:
+    """Cumulative host CPU pressure stall time, 'some' line of /proc/pressure/cpu (PSI)."""
+    return procfs.cpu_pressure_s()
+
+
+def host_steal() -> tuple[float, float]:
+    """(steal, total) host CPU seconds from /proc/stat."""
+    cpu = procfs.host_cpu()
+    return (cpu.steal_s, cpu.total_s)
+
+
+class CpuWatch:
+    """Samples the CPU of named processes and the host's steal in a thread, so that the
+    fraction over the request window (known only afterwards) can be computed."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.pids: dict[str, list[int]] = {}
+        self.samples: list[tuple[float, dict[str, float | None], tuple[float, float]]] = []
+        self._thread_waits: dict[tuple[str, int, int], tuple[float, int]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, name: str, pid: int | None) -> None:
+        if pid:
+            self.pids.setdefault(name, []).append(pid)
+            self.sample()
+
+    def sample(self) -> None:
+        values: dict[str, float | None] = {}
+        for name, pids in list(self.pids.items()):
+            total = 0.0
+            alive = False
+            for pid in pids:
+                value = proc_cpu_s(pid)
+                if value is not None:
+                    total += value
+                    alive = True
+                # a thread that exits takes its counter with it: keep each thread's last
+                # value so that the sum never goes down
+                for tid, stat in (proc_runqueue_waits_s(pid) or {}).items():
+                    self._thread_waits[(name, pid, tid)] = stat
+            values[name] = total if alive else None
+            mine = [w for (n, _, _), w in self._thread_waits.items() if n == name]
+            main = [w for (n, p, t), w in self._thread_waits.items() if n == name and p == t]
+            values[f"wait:{name}"] = sum(w for w, _ in mine) if alive else None
+            known = alive and bool(main)
+            values[f"mainwait:{name}"] = sum(w for w, _ in main) if known else None
+        values["host:pressure"] = cpu_pressure_s()
+        self.samples.append((self.clock(), values, host_steal()))
+
+    def _run(self) -> None:
+        while not self._stop.wait(PROC_SAMPLE_PERIOD_S):
+            self.sample()
+
+    def __enter__(self) -> CpuWatch:
+        self._thread = threading.Thread(target=self._run, name="tb-cpuwatch", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+
+    def fraction(self, name: str, t0: float, t1: float) -> float | None:
+        """CPU seconds per wall second of ``name`` over [t0, t1], widened to the nearest
+        samples outside it and to at least :data:`MIN_CPU_WINDOW_S`."""
+        series = [(t, v[name]) for t, v, _ in self.samples if v.get(name) is not None]
+        return _window_rate(series, t0, t1)
+
+    def wait_s(self, name: str, t0: float, t1: float) -> float | None:
+        """Seconds the threads of ``name`` waited on a run queue over [t0, t1] (widened as
+        in :meth:`fraction`): the time they were runnable but another task had the CPU."""
+        series = [
+            (t, v[f"wait:{name}"]) for t, v, _ in self.samples if v.get(f"wait:{name}") is not None
+        ]
+        span = _bracket(series, t0, t1)
+        return None if span is None else span[1] - span[0]
+
+    def main_wait_s(self, name: str, t0: float, t1: float) -> float | None:
+        """Seconds the main thread of ``name`` (its event loop: the stack's protocol work)
+        waited on a run queue over [t0, t1] (widened as in :meth:`fraction`); the other
+        threads (the in-flight sampler) are instrumentation, not the request's path."""
+        series = [
+            (t, v[f"mainwait:{name}"])
+            for t, v, _ in self.samples
+            if v.get(f"mainwait:{name}") is not None
+        ]
+        span = _bracket(series, t0, t1)
+        return None if span is None else span[1] - span[0]
+
+    def pressure(self, t0: float, t1: float) -> float | None:
+        """Host CPU pressure (PSI 'some'): the fraction of [t0, t1] in which at least one
+        runnable task on the host waited for a CPU."""
+        series = [
+            (t, v["host:pressure"])
+            for t, v, _ in self.samples
+            if v.get("host:pressure") is not None
+        ]
+        return _window_rate(series, t0, t1)
+
+    def steal(self, t0: float, t1: float) -> float | None:
+        steal = [(t, s[0]) for t, _, s in self.samples]
+        total = [(t, s[1]) for t, _, s in self.samples]
+        a, b = _bracket(steal, t0, t1), _bracket(total, t0, t1)
+        if a is None or b is None or b[1] - b[0] <= 0:
+            return None
+        return (a[1] - a[0]) / (b[1] - b[0])
+
+
+def _bracket_points(
+    series: Sequence[tuple[float, float]], t0: float, t1: float
+) -> tuple[tuple[float, float], tuple[float, float]] | None:
+    """The samples just outside [t0, t1] (widened to MIN_CPU_WINDOW_S), None if too few."""
+    if len(series) < 2:
+        return None
+    if t1 - t0 < MIN_CPU_WINDOW_S:
+        mid = (t0 + t1) / 2.0
+        t0, t1 = mid - MIN_CPU_WINDOW_S / 2.0, mid + MIN_CPU_WINDOW_S / 2.0
+    before = [p for p in series if p[0] <= t0]
+    after = [p for p in series if p[0] >= t1]
+    start = before[-1] if before else series[0]
+    end = after[0] if after else series[-1]
+    if end[0] <= start[0]:
+        return None
+    return start, end
+
+
+def _bracket(
+    series: Sequence[tuple[float, float]], t0: float, t1: float
+) -> tuple[float, float] | None:
+    points = _bracket_points(series, t0, t1)
+    return None if points is None else (points[0][1], points[1][1])
+
+
+def _window_rate(series: Sequence[tuple[float, float]], t0: float, t1: float) -> float | None:
+    points = _bracket_points(series, t0, t1)
+    if points is None:
+        return None
+    (ta, va), (tb, vb) = points
+    return (vb - va) / (tb - ta)
+
+
+PACKET_LOGS = {"up": "packets-up.csv", "down": "packets-down.csv"}
+"""The emulator's packet log of a run (netem.emulator.packetlog), one file per direction."""
+
+
+def emulator_lateness(run_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
+    """Per direction, (release time, lateness) of every packet the emulator released during
+    the run, from its packet log; None when the run has no log (kernel netem, no capture)."""
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for direction, name in PACKET_LOGS.items():
+        path = Path(run_dir) / name
+        if not path.is_file():
+            return None
+        try:
+            frame = pd.read_csv(path, usecols=["event", "due_s", "departure_s"])
+        except (pd.errors.EmptyDataError, ValueError):
+            return None
+        departed = frame[frame["event"] == "departed"]
+        due = pd.to_numeric(departed["due_s"], errors="coerce").to_numpy(dtype=float)
+        departure = pd.to_numeric(departed["departure_s"], errors="coerce").to_numpy(dtype=float)
+        keep = np.isfinite(due) & np.isfinite(departure)
+        out[direction] = (departure[keep], departure[keep] - due[keep])
+    return out

@@ -1,0 +1,102 @@
+"""Validity: the run's own checks and the disturbance judged by its impact, on fixture
+numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.validity import (
+    DISTURBANCE_FLOOR_S,
+    DISTURBANCE_MAX_EFFECT_FRACTION,
+    DISTURBANCE_MAX_FRACTION,
+    Disturbance,
+    combine,
+    critical_path,
+    disturbance_columns,
+    disturbance_limit_s,
+    endpoint_steal_s,
+    flight_lateness_s,
+    judge_disturbance,
+    loss_out_of_range,
+    run_validity,
+)
+
+
+def test_run_validity_names_every_reason_of_the_run_itself() -> None:
+    ok = dict(error=None, sha256_ok=True, configured_rtt_s=0.2, measured_rtt_s=0.2004, loss={})
+    assert run_validity(**ok) == (True, None)
+    assert run_validity(**{**ok, "measured_rtt_s": 0.2041})[1] == "link: RTT 204.1 ms vs 200.0 ms"
+    assert run_validity(**{**ok, "measured_rtt_s": 0.2039})[0]  # within max(2 ms, 2 %)
+    bad = run_validity(**{**ok, "error": "boom", "loss": {"down": (0.14, 20, 1000)}})
+    assert bad == (False, "error: boom; link: down loss 20/1000 vs 14 % configured")
+
+
+def test_loss_out_of_range_at_four_sigma() -> None:
+    # 1000 trials at 14 %: sigma 10.97, so 140 +- 44.9 (+1 packet) is in range
+    assert not loss_out_of_range(0.14, 140 + 44, 1000)
+    assert loss_out_of_range(0.14, 140 - 46, 1000)
+    assert not loss_out_of_range(0.14, 5, 0)
+
+
+def test_flights_count_the_latest_packet_of_each_flight() -> None:
+    # three flights 100 ms apart; inside a flight packets are late in parallel
+    t = [1.0, 1.0001, 1.0002, 1.1, 1.1001, 1.2]
+    late = [0.001, 0.003, -0.0005, 0.0, 0.0002, 0.004]
+    assert flight_lateness_s(t, late, gap_s=0.05) == pytest.approx(0.003 + 0.0002 + 0.004)
+    # a gap threshold above 100 ms makes it one flight: the largest lateness only
+    assert flight_lateness_s(t, late, gap_s=0.2) == pytest.approx(0.004)
+    assert flight_lateness_s([], [], gap_s=0.05) == 0.0
+
+
+def test_critical_path_counts_packets_inside_the_request_only() -> None:
+    up = ([0.5, 1.0, 1.0001, 1.2], [0.010, 0.001, 0.002, 0.0003])
+    down = ([1.1, 2.5], [0.0005, 0.5])
+    path = critical_path({"up": up, "down": down}, start_s=0.9, end_s=1.3, rtt_s=0.1)
+    assert path.lateness_s == pytest.approx(0.002 + 0.0003 + 0.0005)
+    assert path.flights == {"up": 2, "down": 1}
+
+
+def test_steal_from_the_endpoints() -> None:
+    # 0.3 + 0.1 of a core for 2 s at 20 % steal: 0.8 s of CPU stretched by 0.2 / 0.8
+    assert endpoint_steal_s([0.3, 0.1], 2.0, 0.2) == pytest.approx(0.2)
+    assert endpoint_steal_s([0.3, None], 2.0, 0.0) == 0.0
+    assert endpoint_steal_s([0.3], 2.0, None) is None
+
+
+def test_limit_is_a_fraction_of_the_time_and_of_the_arm_effect() -> None:
+    assert disturbance_limit_s(1.5) == pytest.approx(DISTURBANCE_MAX_FRACTION * 1.5)
+    assert disturbance_limit_s(1.5, effect_s=0.05) == pytest.approx(
+        DISTURBANCE_MAX_EFFECT_FRACTION * 0.05
+    )
+    assert disturbance_limit_s(1.5, effect_s=10.0) == pytest.approx(0.015)
+    assert disturbance_limit_s(0.01) == DISTURBANCE_FLOOR_S
+    assert disturbance_limit_s(1.5, effect_s=0.0) == pytest.approx(0.015)  # no effect
+
+
+def test_judge_disturbance_by_impact() -> None:
+    # the issue's held-out run: 28.17 s, a few ms of lateness: its answer stands
+    small = Disturbance(lateness_s=0.004, endpoint_wait_s=0.002, endpoint_steal_s=0.0)
+    assert judge_disturbance(small, 28.17) == (True, None, pytest.approx(0.2817))
+    # the same disturbance on a 240 ms request is 2.5 % of it
+    ok, reason, limit = judge_disturbance(small, 0.240)
+    assert not ok and limit == pytest.approx(0.0024)
+    assert reason == (
+        "disturbance: 6.00 ms (emulator lateness 4.00, endpoint run-queue wait 2.00) could "
+        "have moved the 240.0 ms measured by more than 2.40 ms"
+    )
+    # unknown parts are not counted; nothing measured is nothing to judge
+    unknown = Disturbance(lateness_s=None, endpoint_wait_s=None, endpoint_steal_s=None)
+    assert unknown.total_s is None and judge_disturbance(unknown, 0.24)[0]
+    assert judge_disturbance(small, None) == (True, None, None)
+
+
+def test_columns_and_combined_verdicts() -> None:
+    d = Disturbance(lateness_s=0.001, endpoint_wait_s=None, endpoint_steal_s=0.001)
+    cols = disturbance_columns(d, 0.2, 0.5)
+    assert cols["disturbance_s"] == pytest.approx(0.002)
+    assert cols["disturbance_fraction"] == pytest.approx(0.01)
+    assert cols["disturbance_wait_s"] is None and cols["effect_scale_s"] == 0.5
+    assert disturbance_columns(d, None, None)["disturbance_fraction"] is None
+    assert combine((True, None), (True, None)) == (True, None)
+    assert combine((False, "a"), (False, "b")) == (False, "a; b")
+    assert combine((True, None), (False, "b")) == (False, "b")
