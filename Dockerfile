@@ -10,10 +10,18 @@ ENV PYTHONUNBUFFERED=1 \
     PYTHON=/usr/local/bin/python3.11
 
 WORKDIR /testbed
-COPY . .
 # The same script as the README's first command; it also installs Debian's python3 (a
 # dependency of its packages), but the venv is built on this image's Python 3.11 (PYTHON).
-RUN harness/install.sh && rm -rf /var/lib/apt/lists/*
+# First with the install script and pyproject.toml alone (README.md is only read by the
+# metadata: a placeholder), so that the Debian packages and the dependencies are a layer
+# that a change of the sources leaves cached; then with the sources, which installs the
+# project itself (the dependencies are there already).
+COPY harness/install.sh harness/install.sh
+COPY pyproject.toml pyproject.toml
+RUN touch README.md && TESTBED_INSTALL_DEPS_ONLY=1 harness/install.sh \
+    && rm -rf /var/lib/apt/lists/*
+COPY . .
+RUN harness/install.sh
 
 # results/ is a bind mount from the host (docker-compose.yml); runs land there.
 VOLUME ["/testbed/results"]

@@ -6,6 +6,9 @@
 #
 #   TESTBED_INSTALL_VM=1   also install what CI's netem-in-a-VM stage needs (qemu, busybox)
 #   PYTHON=python3.12      the interpreter for the venv (default: python3, >= 3.11)
+#   TESTBED_INSTALL_DEPS_ONLY=1   install everything, but do not mark the project installed:
+#                          the Dockerfile runs this with pyproject.toml alone (a layer that
+#                          source changes leave cached), then again with the sources
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -50,6 +53,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         tail -n 30 .venv/pip-install.log >&2
         echo "harness/install.sh: error: pip install failed (see .venv/pip-install.log)" >&2
         exit 1
+    fi
+    if [ "${TESTBED_INSTALL_DEPS_ONLY:-0}" = "1" ]; then
+        echo "install: dependencies only (the next run installs the project itself)"
+        exit 0
     fi
     echo "$want" > "$stamp"
 fi

@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,7 +35,7 @@ from typing import Any
 import pandas as pd
 
 from tbcore.errors import SpecError, clip
-from tbcore.records import clean_json
+from tbcore.records import clean_json, mkstemp_beside
 from tbcore.runrow import RunRow, run_columns
 
 SCHEMA_VERSION = 2
@@ -58,7 +57,7 @@ def utc_stamp(now: datetime | None = None) -> str:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to ``path`` via a temporary file in the same directory and a rename."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = mkstemp_beside(path)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

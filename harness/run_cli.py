@@ -25,6 +25,9 @@ ENV_BACKEND = "TESTBED_BACKEND"
 ENV_QUICK = "TESTBED_QUICK"
 ENV_OUTPUT = "TESTBED_OUTPUT"
 
+EXIT_MISSING = 2
+"""Exit status when the host or container lacks a privilege the testbed needs."""
+
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("", "0", "false", "no", "off")
 
@@ -170,12 +173,24 @@ def _check_early(backend: str, link_name: str | None) -> None:
         names.check_link_name(link_name)
 
 
+def _preflight(command: str, backend: str) -> bool:
+    """Before anything is created: one line per piece this host or container lacks."""
+    from netem import doctor
+
+    lines = doctor.missing(doctor.report(backend))
+    for line in lines:
+        print(f"testbed {command}: error: {line}", file=sys.stderr)
+    return not lines
+
+
 def _run(args: argparse.Namespace) -> int:
     from harness import spec as specmod
     from harness.runner import run_experiment
 
     _terminate_cleanly()
     _check_early(args.backend, args.link_name)
+    if not _preflight("run", args.backend):
+        return EXIT_MISSING
 
     from harness import topology_runs
 
@@ -262,6 +277,9 @@ def _campaign(args: argparse.Namespace) -> int:
     output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
     if args.resume is None:
         paths.check_writable_dir("output", output)
+
+    if not _preflight("campaign", backend):
+        return EXIT_MISSING
     started = time.monotonic()
     summary = run_campaign(
         experiments_dir=Path(args.experiments_dir),

@@ -52,13 +52,17 @@ def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
 
 
+EXIT_UNUSABLE = 2
+"""Exit status of ``doctor`` when a piece the testbed needs is missing (as bad input)."""
+
+
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    data = doctor.report()
+    data = doctor.report(args.backend)
     if args.json:
         _print_json(data)
     else:
         print(doctor.format_report(data))
-    return 0 if data["usable"] else 1
+    return 0 if data["usable"] else EXIT_UNUSABLE
 
 
 def _parse_sysctls(items: list[str] | None) -> dict[str, str]:
@@ -246,6 +250,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     """Add this package's subcommands to ``testbed``."""
     p = commands.add_parser("doctor", help="what this host can do, and the backend auto picks")
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--backend",
+        choices=backends.BACKEND_CHOICES,
+        default="auto",
+        help="check for this backend's needs (netem needs no /dev/net/tun)",
+    )
     p.set_defaults(handler=_cmd_doctor)
 
     link = commands.add_parser("link", help="a persistent emulated path: up, show, down, list")

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from netem import procsys
 from netem.linkspec import LinkSpec
 from netem.nsexec import in_netns
 from tbcore.errors import SpecError
@@ -81,6 +82,19 @@ def read(ns: str, name: str) -> str:
         raise SpecError("sysctl", f"{name}: no such sysctl in this kernel") from None
 
 
+def _write_text(ns: str, path: Path, text: str) -> None:
+    """Write ``path`` inside ``ns``; where /proc/sys is a read-only mount (a container's
+    default), through a private writable view of it (:mod:`netem.procsys`)."""
+    with in_netns(ns):
+        try:
+            path.write_text(text)
+            return
+        except OSError as err:
+            if err.errno != errno.EROFS:
+                raise
+    procsys.write_in_namespace(ns, path, text)
+
+
 def write(ns: str, name: str, value: str | int) -> None:
     """Set sysctl ``name`` inside namespace ``ns``. Raises PermissionError if read-only."""
     path = _path(name)
@@ -88,16 +102,16 @@ def write(ns: str, name: str, value: str | int) -> None:
     with in_netns(ns):
         if not path.exists():
             raise SpecError("sysctl", f"{name}: no such sysctl in this kernel")
-        try:
-            path.write_text(text + "\n")
-        except PermissionError:
-            if name.startswith("net.core."):
-                raise  # read-only in a child namespace on some kernels: see apply_link_sysctls
-            raise SpecError("sysctl", f"{name}={text!r}: {_refusal_reason(name)}") from None
-        except OSError as err:
-            if err.errno in (errno.EINVAL, errno.ENOENT, errno.EBUSY):
-                raise SpecError("sysctl", f"{name}={text!r}: the kernel refused it") from None
-            raise
+    try:
+        _write_text(ns, path, text + "\n")
+    except PermissionError:
+        if name.startswith("net.core."):
+            raise  # read-only in a child namespace on some kernels: see apply_link_sysctls
+        raise SpecError("sysctl", f"{name}={text!r}: {_refusal_reason(name)}") from None
+    except OSError as err:
+        if err.errno in (errno.EINVAL, errno.ENOENT, errno.EBUSY):
+            raise SpecError("sysctl", f"{name}={text!r}: the kernel refused it") from None
+        raise
 
 
 def _refusal_reason(name: str) -> str:

@@ -426,9 +426,25 @@ def clean_json(value: Any) -> Any:
     return value
 
 
+def mode_of_new_files() -> int:
+    """0o666 less the umask: what ``open()`` gives a new file (0o644 under umask 022).
+    mkstemp makes 0o600, which a lab user could not read in ./results written by a
+    container's root."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def mkstemp_beside(path: Path) -> tuple[int, str]:
+    """A temporary file next to ``path`` (for an atomic rename), with open()'s mode."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, mode_of_new_files())
+    return fd, tmp
+
+
 def _atomic_write_text(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = mkstemp_beside(path)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
             handle.write(text)

@@ -106,15 +106,17 @@ def test_dockerfile_installs_with_the_readmes_script() -> None:
     runs = [args for keyword, args in instructions if keyword == "RUN"]
     # the project is installed by the README's script, run the way the README runs it
     installs = [args for args in runs if "install.sh" in args]
-    assert len(installs) == 1, runs
-    assert shlex.split(installs[0].split("&&")[0]) == install
+    assert shlex.split(installs[-1].split("&&")[0]) == install
+    # a cached layer before it may only be the same script in its dependencies-only mode
+    for args in installs[:-1]:
+        assert "TESTBED_INSTALL_DEPS_ONLY=1 harness/install.sh" in args, args
     # and by nothing else: no second, diverging install path
     for args in runs:
         assert "pip install" not in args and "apt-get install" not in args, args
-    # the sources are in place before the script runs
-    keywords = [keyword for keyword, _ in instructions]
+    # the sources are in place before the script's last run
     copy = next(i for i, (k, a) in enumerate(instructions) if k == "COPY" and a == ". .")
-    assert copy < keywords.index("RUN")
+    last = max(i for i, (k, a) in enumerate(instructions) if k == "RUN" and "install.sh" in a)
+    assert copy < last
     assert ("WORKDIR", WORKDIR) in instructions
     assert os.access(ROOT / "harness" / "install.sh", os.X_OK)
 
@@ -148,13 +150,15 @@ def test_compose_runs_the_image_built_here_with_least_privilege() -> None:
     assert svc.get("network_mode") == "none"  # no host networking, no route out
     assert "networks" not in svc
     assert not svc.get("privileged", False)
-    assert sorted(svc["cap_add"]) == ["NET_ADMIN", "SYS_ADMIN"]
+    # SYS_NICE: the emulator's SCHED_FIFO, kept by measurement (the file's comment)
+    assert sorted(svc["cap_add"]) == ["NET_ADMIN", "SYS_ADMIN", "SYS_NICE"]
     assert [(d["source"], d["target"]) for d in svc["devices"]] == [
         ("/dev/net/tun", "/dev/net/tun")
     ]
     assert svc.get("pid") is None and svc.get("ipc") is None
-    # mount(2) under AppArmor, writable /proc/sys/net; Docker's seccomp profile stays on
-    assert sorted(svc["security_opt"]) == ["apparmor:unconfined", "systempaths=unconfined"]
+    # mount(2) under AppArmor; /proc/sys stays read-only and masked paths stay masked (the
+    # harness writes net.* through its own view: netem/procsys.py); seccomp stays on
+    assert svc["security_opt"] == ["apparmor:unconfined"]
 
 
 def test_compose_writes_results_to_the_hosts_results_directory() -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -11,6 +13,7 @@ import pytest
 from harness.record import (
     RUN_COLUMNS,
     ResultDir,
+    atomic_write_frame,
     atomic_write_text,
     read_jsonl,
     utc_stamp,
@@ -132,6 +135,24 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path: Path) -> None:
     atomic_write_text(target, "two")
     assert target.read_text() == "two"
     assert [p.name for p in target.parent.iterdir()] == ["file.txt"]
+
+
+def test_written_files_are_readable_by_others_as_open_makes_them(tmp_path: Path) -> None:
+    """./results is written by the container's root and read by the lab user: 0644 under
+    umask 022, as open() would make it, not mkstemp's 0600."""
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "report.md", "x")
+        frame = pd.DataFrame({"a": [1]})
+        atomic_write_frame(tmp_path / "runs.csv", frame)
+        atomic_write_frame(tmp_path / "runs.parquet", frame)
+        os.umask(0o077)
+        atomic_write_text(tmp_path / "private.md", "x")
+    finally:
+        os.umask(old)
+    for name in ("report.md", "runs.csv", "runs.parquet"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o644, name
+    assert stat.S_IMODE((tmp_path / "private.md").stat().st_mode) == 0o600
 
 
 def test_jsonl_skips_only_a_torn_last_line(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -43,6 +45,16 @@ def test_jsonl_round_trip_with_nested_snapshots(tmp_path: Path) -> None:
     write_jsonl(path, records)
     assert read_jsonl(path, RequestRecord) == records
     assert json.loads(path.read_text().splitlines()[0])["schema"] == "request/3"
+
+
+def test_jsonl_is_readable_by_others_as_open_makes_it(tmp_path: Path) -> None:
+    """A container's root writes ./results; the lab user reads it: 0644 under umask 022."""
+    old = os.umask(0o022)
+    try:
+        write_jsonl(tmp_path / "records.jsonl", [request()])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "records.jsonl").stat().st_mode) == 0o644
 
 
 @pytest.mark.parametrize(
