@@ -24,7 +24,10 @@ from harness.record import atomic_write_json, utc_stamp
 from tbcore.errors import SpecError
 
 CAMPAIGN_ORDER = ("connection", "initcwnd", "window", "congestion", "ack", "pacing", "loss")
-"""The order of the shipped experiments: the headline question first."""
+"""The default campaign (the main job): the one-request experiments of the seed chapter, the
+headline question first. The chapter's later cases (hol, priority, playback, tiles, overhead,
+cancel, fec, airtime, agent-*) run when named (``--experiments``): their quick forms alone
+take longer than this whole campaign."""
 
 INDEX = "campaign.json"
 
@@ -43,7 +46,14 @@ def experiment_files(directory: Path, names: Sequence[str] | None = None) -> lis
         chosen = list(dict.fromkeys(names))
     else:
         chosen = [n for n in CAMPAIGN_ORDER if n in available]
-        chosen += [n for n in sorted(available) if n not in chosen]
+    from harness import topology_runs
+
+    for name in chosen:
+        if topology_runs.is_topology_file(available[name]):
+            raise SpecError(
+                "experiments",
+                f"{name!r} is a topology experiment: run it with `testbed run {available[name]}`",
+            )
     return [available[n] for n in chosen]
 
 

@@ -202,32 +202,35 @@ SHIPPED = sorted(
 @pytest.mark.parametrize("name", SHIPPED)
 def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Path) -> None:
     """The issue's 'done when': each shipped experiment in --quick form, for real. Runs may
-    be flagged invalid by the machine (CPU, steal), never by a failure of the harness."""
+    be flagged invalid by the machine (CPU, steal), never by a failure of the harness. One
+    attempt per run here: the re-runs of invalid runs are tested on their own above, and a
+    busy CI host would otherwise triple the time."""
     path = Path(__file__).resolve().parent.parent / "experiments" / f"{name}.toml"
-    code = main(
-        [
-            "run",
-            str(path),
-            "--quick",
-            "--output",
-            str(tmp_path),
-            "--link-name",
-            f"hn{SHIPPED.index(name) + 20}",
-        ]
-    )
+    link = ["--link-name", f"hn{SHIPPED.index(name) + 20}"]
+    code = main(["run", str(path), "--quick", "--output", str(tmp_path), *link, "--attempts", "1"])
+    from harness import topology_runs
+
+    if topology_runs.is_topology_file(path):  # relay and two paths: their own runner
+        assert code == 0
+        (result,) = tmp_path.glob(f"{name}/*")
+        frame = pd.read_csv(result / "runs.csv")
+        quick = topology_runs.load(path, quick=True)
+        assert len(frame) == len(quick.levels) * quick.repetitions
+        assert not frame["error"].notna().any(), frame["error"].dropna().tolist()
+        return
     (result,) = tmp_path.glob(f"{name}/*")
     assert code == _status(result)
     frame = pd.read_csv(result / "runs.csv")
     from harness import spec as specmod
 
     quick = specmod.load(path).quick_form()
-    # every planned run once, and invalid ones again (at most 3 attempts in all)
     assert (frame["attempt"] == 1).sum() == len(quick.levels) * quick.repetitions
-    assert frame["attempt"].max() <= 3
+    assert frame["attempt"].max() == 1
     for row in frame.itertuples():
         reason = str(row.invalid_reason)
         assert not reason.startswith(("error", "integrity", "harness")), (row.run_id, reason)
-        assert row.ratio > 0.9, (row.run_id, row.ratio)
+        if pd.notna(row.ratio):  # a streamed or multi-stream run has its bound elsewhere
+            assert row.ratio > 0.9, (row.run_id, row.ratio)
     assert "## Answer" in (result / "report.md").read_text()
 
 
