@@ -43,7 +43,7 @@ import uvloop
 
 from clients import h2client, h3client
 from clients.config import ClientConfig
-from clients.workload import RequestSpec, request_spec
+from clients.workload import REQUEST_WORKLOADS, RequestSpec, request_spec
 from servers.quic import quic_counters
 from servers.tls import client_context
 from tbcore.records import SAMPLE_RECORDS, QuicRecovery, RequestRecord, tcp_info_of, write_jsonl
@@ -64,7 +64,12 @@ def _one_line(err: BaseException) -> str:
 class _Run:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
-        self.spec: RequestSpec = request_spec(config.settings.workload, config.settings.chunks)
+        # a workload that builds its own requests (agent: one per round) sets ``spec`` itself
+        self.spec: RequestSpec = (
+            request_spec(config.settings.workload, config.settings.chunks)
+            if config.settings.workload in REQUEST_WORKLOADS
+            else RequestSpec(config.settings.workload, "GET", "/")
+        )
         self.records: list[RequestRecord] = []
         sample = SAMPLE_RECORDS[config.settings.protocol]
         self.sampler = Sampler(sample, config.sample_hz) if config.samples_path else None

@@ -125,7 +125,9 @@ class H3Client:
                 return None
         return self.protocol.tickets[-1]
 
-    async def request(self, spec: RequestSpec, record: RequestRecord, timeout_s: float) -> None:
+    async def request(
+        self, spec: RequestSpec, record: RequestRecord, timeout_s: float
+    ) -> ResponseCollector:
         proto = self.protocol
         if proto.terminated_reason is not None:
             raise ConnectionError(proto.terminated_reason)
@@ -161,6 +163,7 @@ class H3Client:
                 record.up_bytes = min(len(spec.body), sent)
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector)
+        return pending.collector
 
     async def close(self) -> None:
         proto = self.protocol

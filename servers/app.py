@@ -9,6 +9,8 @@ Routes:
 - ``GET /tts`` (or ``POST /tts`` with a short text): the audio (354,640 bytes).
 - ``POST /retouch``: upload the image; the retouched image (5,000,000 bytes) back, with the
   upload's SHA-256 and length in ``x-upload-sha256`` / ``x-upload-length``.
+- ``POST /agent?op=ID&round=N``: an agent round's screenshot; after ``agent_model_s`` the
+  action as JSON (a known op id: the stored action, executed once; :mod:`tbcore.agent`).
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
 - ``GET /image`` and ``POST /sink``: 30 MB down, any body up (JSON with its SHA-256 and
   length back), no processing: the transfers of ``testbed bench stacks``.
@@ -30,7 +32,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 from servers import chunks
-from tbcore import workloads
+from tbcore import agent, workloads
 from tbcore.settings import KNOBS
 
 DEFAULT_STREAM_CHUNKS = 50
@@ -46,6 +48,7 @@ ROUTES: dict[str, frozenset[str]] = {
     "/image": frozenset({"GET"}),
     "/sink": frozenset({"POST"}),
     "/chunk": frozenset({"POST"}),
+    "/agent": frozenset({"POST"}),
 }
 
 UPLOAD_WORKLOAD = {"/asr": "audio", "/retouch": "image"}
@@ -123,6 +126,11 @@ class AppConfig:
     processing_audio_s: float = KNOBS["processing_audio"].default
     processing_image_s: float = KNOBS["processing_image"].default
     max_body_bytes: int = 64_000_000
+    agent_model_s: float = KNOBS["agent_model"].default
+
+
+AGENT_OPS = agent.OpStore()
+"""The agent's executed operations in this server process: an op id executes once."""
 
 
 @dataclass
@@ -291,6 +299,28 @@ class Exchange:
             "complete_t": verdict.complete_s,
         }
         return _json_plan(200, answer, self._upload_headers())
+
+    def _route_agent(self) -> ResponsePlan:
+        """One agent round: the screenshot up, the model's action back (after the decision
+        time); a known op id (a retry, a 0-RTT replay) gets its stored result, not a second
+        execution."""
+        query = parse_qs(urlsplit(self.head.path).query)
+        op = query.get("op", [""])[-1]
+        raw_round = query.get("round", [""])[-1]
+        if not op or len(op) > 200 or not raw_round.isdigit():
+            plan = _error(400, "agent: needs op=ID&round=N")
+            plan.stop_reading = False
+            return plan
+        body, wait_s, executed = AGENT_OPS.execute(
+            op, int(raw_round), self.upload_sha256, self.config.agent_model_s, time.monotonic()
+        )
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            ("x-agent-executed", "1" if executed else "0"),
+            *self._upload_headers(),
+        ]
+        return ResponsePlan(status=200, headers=headers, body=body, processing_s=wait_s)
 
     def _route_stream(self) -> ResponsePlan:
         query = parse_qs(urlsplit(self.head.path).query)

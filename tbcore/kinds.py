@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tbcore import workloads
+from tbcore import agent, workloads
 from tbcore.errors import SpecError
 
 
@@ -135,4 +135,13 @@ register_workload(
 )
 register_workload(
     WorkloadKind("sink", lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0, lambda s: 0.0)
+)
+register_workload(
+    WorkloadKind(
+        "agent",
+        # one round's screenshot as sent raw; a compressed run's bytes come from its records
+        lambda s: agent.RAW_SCREEN_BYTES,
+        lambda s: 0,
+        lambda s: s.agent_model_s,
+    )
 )

@@ -1,0 +1,71 @@
+"""The agent workload end to end on loopback: rounds in order, connections per round or one
+for the task, every screenshot's SHA-256 echoed, the action carried back, codecs timed."""
+
+from __future__ import annotations
+
+import pytest
+
+from clients.agent import run_agent
+from clients.config import ClientConfig
+from servers.process import ServerProcess
+from tbcore.agent import RAW_SCREEN_BYTES
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def server():  # type: ignore[no-untyped-def]
+    with ServerProcess(["--agent-model", "50ms"]) as proc:
+        yield proc
+
+
+def config(server: ServerProcess, protocol: str, **kw: object) -> ClientConfig:
+    return ClientConfig.of(  # type: ignore[arg-type]
+        protocol=protocol,
+        port=server.ports[protocol],
+        timeout_s=20.0,
+        workload="agent",
+        agent_local_s=0.02,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+@pytest.mark.parametrize("connection", ["new", "reused"])
+async def test_rounds_in_order(server: ServerProcess, protocol: str, connection: str) -> None:
+    rounds = await run_agent(config(server, protocol, agent_rounds=3, connection=connection))
+    assert [r.round for r in rounds] == [0, 1, 2]
+    assert all(r.error is None and r.sha256_ok and r.executed for r in rounds)
+    assert all(r.upload_bytes == RAW_SCREEN_BYTES and r.encode_s == 0.0 for r in rounds)
+    # a round starts only after the previous action arrived
+    for a, b in zip(rounds, rounds[1:], strict=False):
+        assert b.start_s >= a.end_s
+    assert all(r.model_s == pytest.approx(0.05) for r in rounds)
+    assert all(r.round_s >= r.local_s + r.model_s for r in rounds)
+    conns = [r.conn_index for r in rounds]
+    assert conns == ([0, 1, 2] if connection == "new" else [0, 0, 0])
+    assert [r.new_connection for r in rounds] == (
+        [True] * 3 if connection == "new" else [True, False, False]
+    )
+
+
+@pytest.mark.parametrize("codec", ["webp", "jpeg"])
+async def test_compressed_screenshots_are_timed(server: ServerProcess, codec: str) -> None:
+    rounds = await run_agent(
+        config(server, "h2", agent_rounds=2, connection="reused", screenshot=codec)
+    )
+    assert all(r.error is None and r.sha256_ok for r in rounds)
+    assert all(0 < r.upload_bytes < RAW_SCREEN_BYTES / 4 for r in rounds)
+    assert all(r.encode_s > 0 for r in rounds)
+    # the round number changes the screen, so the bytes differ
+    assert rounds[0].upload_bytes != rounds[1].upload_bytes
+
+
+async def test_rounds_written(server: ServerProcess, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tbcore.records import AgentRound, read_jsonl
+
+    path = tmp_path / "rounds.jsonl"
+    await run_agent(config(server, "h3", agent_rounds=2, connection="0rtt", records_path=path))
+    rounds = read_jsonl(path, AgentRound)
+    assert [r.round for r in rounds] == [0, 1]
+    assert all(r.error is None for r in rounds)
