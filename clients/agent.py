@@ -30,7 +30,7 @@ from tbcore.records import AgentRound, write_jsonl
 MAX_LOSSES = 20
 """A task that loses more rounds than this gives up (the path is gone, not interrupted)."""
 CLOSE_WAIT_S = 1.0
-PROGRESS_MARK = "agent-round"
+PROGRESS_MARK = "progress"
 
 
 async def _local_work(rec: AgentRound, index: int, local_s: float) -> Any:
@@ -59,7 +59,9 @@ async def _close(conn: Any) -> None:
 async def run_agent(config: ClientConfig) -> list[AgentRound]:
     settings = config.settings
     timeout_s = settings.round_timeout_s or settings.timeout_s
-    run = _Run(ClientConfig(**{**config.__dict__, "settings": settings.replace(timeout_s=timeout_s)}))
+    run = _Run(
+        ClientConfig(**{**config.__dict__, "settings": settings.replace(timeout_s=timeout_s)})
+    )
     plan = RoundPlan(settings.agent_rounds, settings.recovery, token=secrets.token_hex(4))
     rounds: list[AgentRound] = []
     conn: Any = None
@@ -73,7 +75,9 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
             rounds.append(rec)
             rec.start_s = time.monotonic()
             img = await _local_work(rec, index, settings.agent_local_s)
-            data, rec.encode_s = encode_screen(img, settings.screenshot, settings.screenshot_quality)
+            data, rec.encode_s = encode_screen(
+                img, settings.screenshot, settings.screenshot_quality
+            )
             rec.upload_bytes = len(data)
             run.spec = RequestSpec(
                 "agent",
@@ -87,7 +91,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
             if ok[0]:
                 plan.acknowledged()
                 after_loss = False
-                print(f"{PROGRESS_MARK} {plan.acked} acked attempt {plan.attempt}", flush=True)
+                print(f"{PROGRESS_MARK} {plan.acked}", flush=True)
             else:
                 rec.detected_s = time.monotonic()
                 await _close(conn)
@@ -95,7 +99,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
                 losses += 1
                 after_loss = True
                 plan.lost()
-                print(f"{PROGRESS_MARK} {index} lost: {rec.error}", flush=True)
+                print(f"lost {index}: {rec.error}", flush=True)
                 if losses > MAX_LOSSES:
                     break
             if per_round:
@@ -110,9 +114,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     return rounds
 
 
-async def _one_round(
-    run: _Run, rec: AgentRound, conn: Any, after_loss: bool
-) -> tuple[bool, Any]:
+async def _one_round(run: _Run, rec: AgentRound, conn: Any, after_loss: bool) -> tuple[bool, Any]:
     """Send the round on ``conn`` (or a new connection); (acknowledged, the connection)."""
     settings = run.config.settings
     record = run.new_record(rec.round)
@@ -145,7 +147,11 @@ async def _one_round(
         rec.handshake_s = conn.handshake_done - conn.connect_start
         if after_loss:
             rec.reconnected_s = conn.handshake_done
-    first, last, done = record.request_first_byte, record.request_last_byte, record.response_last_byte
+    first, last, done = (
+        record.request_first_byte,
+        record.request_last_byte,
+        record.response_last_byte,
+    )
     if first is not None and last is not None:
         rec.upload_s = last - first
     if last is not None and done is not None:

@@ -34,7 +34,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import acks as ackmod
-from harness import bounds
+from harness import (
+    agent_rows,  # noqa: F401  (registers the agent's row part)
+    bounds,
+)
 from harness.plan import PlannedRun, plan_for, remaining
 from harness.record import (
     ResultDir,
@@ -42,6 +45,7 @@ from harness.record import (
     utc_stamp,
     write_jsonl,
 )
+from harness.rowparts import ROW_PARTS, RowPart, register_row_part
 from harness.spec import ExperimentSpec, Level, link_of
 from netem.linkspec import LinkSpec
 from tbcore import kinds
@@ -679,6 +683,7 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
     error: str | None = None
     server: subprocess.Popen | None = None
     client: subprocess.Popen | None = None
+    progress: ProgressEvents | None = None
     stats_before = stats_after = None
     watch = CpuWatch()
     offset_s = time.time() - time.monotonic()
@@ -728,13 +733,17 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
             stats_before = link.stats()
             capture = link.capture(run_dir) if settings.capture else contextlib.nullcontext()
             with capture:
+                planned_events = kinds.workload(settings.workload).link_events(settings)
                 with open(run_dir / "client.stderr", "wb") as client_err:
                     client = nsexec.popen(
                         link.client_ns,
                         c_argv,
-                        stdout=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE if planned_events else subprocess.DEVNULL,
                         stderr=client_err,
                     )
+                if planned_events:
+                    progress = ProgressEvents(link, planned_events, env.log)
+                    progress.follow(client.stdout)
                 watch.watch("client", client.pid)
                 code = _wait_child(client, settings.timeout_s + CLIENT_TIMEOUT_MARGIN_S, watch)
                 if code != 0:
@@ -750,10 +759,20 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
         code = _stop(server)
         if code not in (0, None, -signal.SIGTERM) and error is None:
             error = f"server exited {code}: {_tail(run_dir / 'server.stderr')}"
+    fired = progress.finish(run_dir) if progress is not None else []
     try:
         row.update(
             _collect(
-                env, settings, link_spec, run_dir, watch, stats_before, stats_after, offset_s, error
+                env,
+                settings,
+                link_spec,
+                run_dir,
+                watch,
+                stats_before,
+                stats_after,
+                offset_s,
+                error,
+                fired,
             )
         )
     except Exception as err:
@@ -768,6 +787,55 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
         raise RecordError("run", str(err)) from None
     env.result.save_row(typed)
     return typed.to_dict()
+
+
+class ProgressEvents:
+    """Gives a workload's link events when its client reports progress: the client prints
+    ``progress N`` on stdout; at the first such N of ``events`` the link gets that event
+    (netem.events string), now. What was given, and when, goes to link_events.json."""
+
+    def __init__(self, link: Any, events: Mapping[int, str], log: Callable[[str], None]) -> None:
+        self.link = link
+        self.events = dict(events)
+        self.log = log
+        self.fired: list[dict[str, Any]] = []
+        self._thread: threading.Thread | None = None
+
+    def on_line(self, line: str) -> None:
+        mark, _, value = line.strip().partition(" ")
+        if mark != "progress" or not value.isdigit():
+            return
+        text = self.events.pop(int(value), None)
+        if text is None:
+            return
+        given = time.monotonic()
+        try:
+            scheduled = self.link.event(text)
+            self.fired.append(
+                {
+                    "after_progress": int(value),
+                    "event": text,
+                    "given_s": given,
+                    "start_s": scheduled.start_s,
+                    "end_s": scheduled.end_s,
+                }
+            )
+        except Exception as err:  # recorded; the run's row says the event failed
+            self.fired.append({"after_progress": int(value), "event": text, "error": str(err)})
+
+    def follow(self, stream: Any) -> None:
+        def run() -> None:
+            for raw in iter(stream.readline, b""):
+                self.on_line(raw.decode(errors="replace"))
+
+        self._thread = threading.Thread(target=run, name="tb-progress", daemon=True)
+        self._thread.start()
+
+    def finish(self, run_dir: Path) -> list[dict[str, Any]]:
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        atomic_write_json(run_dir / "link_events.json", self.fired)
+        return self.fired
 
 
 def _wait_child(proc: subprocess.Popen, timeout_s: float, watch: CpuWatch) -> int:
@@ -795,7 +863,76 @@ def _collect(
     after: Any,
     offset_s: float,
     error: str | None,
+    fired: Sequence[Any] = (),
 ) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    builder = ROW_PARTS[kinds.workload(settings.workload).records]
+    part = builder(settings, link_spec, run_dir, error, fired)
+    out.update(part.columns)
+    error, start_s, end_s, sha256_ok = part.error, part.start_s, part.end_s, part.sha256_ok
+    # ACKs and in-flight from the packets
+    upload = int(out["up_bytes"]) >= int(out["down_bytes"])
+    ack_info = _acks(settings, run_dir, upload, offset_s, start_s, end_s)
+    out.update(ack_info)
+    # the link over the run
+    lateness = None
+    loss_checks: dict[str, tuple[float, int, int]] = {}
+    if before is not None and after is not None:
+        diff = after - before
+        atomic_write_json(run_dir / "link_stats.json", diff.to_dict())
+        for name in ("up", "down"):
+            d = diff.direction(name)
+            out[f"realised_loss_{name}"] = d.realised_loss
+            out[f"queue_drops_{name}"] = d.dropped_queue
+            out[f"dropped_loss_{name}"] = d.dropped_loss
+            configured = getattr(link_spec, name)
+            if configured.gemodel is None:
+                loss_checks[name] = (configured.loss, d.dropped_loss, d.loss_trials)
+        if "lateness" in diff.measured:
+            p99 = [diff.direction(n).lateness_quantile_s(0.99) for n in ("up", "down")]
+            p99 = [v for v in p99 if v is not None]
+            lateness = max(p99) if p99 else None
+        out["lateness_p99_s"] = lateness
+        emulator_cpu = diff.emulator_cpu_fraction
+        out["cpu_emulator_run"] = emulator_cpu
+    cpu: dict[str, float | None] = {}
+    waits: dict[str, float | None] = {}
+    if start_s is not None and end_s is not None:
+        for name in ("client", "server", "emulator"):
+            cpu[name] = watch.fraction(name, start_s, end_s)
+            out[f"cpu_{name}"] = cpu[name]
+        out["steal"] = watch.steal(start_s, end_s)
+        out["cpu_pressure"] = watch.pressure(start_s, end_s)
+        for name in ("client", "server", "emulator"):
+            waits[name] = watch.wait_s(name, start_s, end_s)
+            out[f"runqueue_wait_{name}_s"] = waits[name]
+    if out.get("cpu_emulator") is None and out.get("cpu_emulator_run") is not None:
+        out["cpu_emulator"] = out["cpu_emulator_run"]
+        cpu["emulator"] = out["cpu_emulator_run"]
+    valid, reason = validity(
+        error=error,
+        sha256_ok=sha256_ok,
+        cpu=cpu,
+        steal=out.get("steal"),
+        lateness_p99_s=lateness,
+        configured_rtt_s=link_spec.rtt_s,
+        measured_rtt_s=out.get("measured_rtt_s"),
+        loss=loss_checks,
+        runqueue_wait_s=waits,
+        total_s=out.get("total_s"),
+        host_pressure=out.get("cpu_pressure"),
+    )
+    out["valid"] = valid
+    out["invalid_reason"] = reason
+    if reason:
+        env.log(f"{run_dir.name}: invalid: {reason}")
+    return out
+
+
+def _request_part(
+    settings: Settings, link_spec: LinkSpec, run_dir: Path, error: str | None, _events: Any
+) -> RowPart:
+    """The row of a run of request records: its median measured request, its bound."""
     out: dict[str, Any] = {}
     records = read_records(run_dir / "records.jsonl", RequestRecord)
     server_events = read_records(run_dir / "server.jsonl", ServerEvent)
@@ -870,63 +1007,10 @@ def _collect(
         events.append({**event.to_dict(), "source": "server"})
     events.sort(key=lambda e: e.get("t", 0.0))
     write_jsonl(run_dir / "events.jsonl", events)
-    # ACKs and in-flight from the packets
-    upload = int(out["up_bytes"]) >= int(out["down_bytes"])
-    ack_info = _acks(settings, run_dir, upload, offset_s, start_s, end_s)
-    out.update(ack_info)
-    # the link over the run
-    lateness = None
-    loss_checks: dict[str, tuple[float, int, int]] = {}
-    if before is not None and after is not None:
-        diff = after - before
-        atomic_write_json(run_dir / "link_stats.json", diff.to_dict())
-        for name in ("up", "down"):
-            d = diff.direction(name)
-            out[f"realised_loss_{name}"] = d.realised_loss
-            out[f"queue_drops_{name}"] = d.dropped_queue
-            out[f"dropped_loss_{name}"] = d.dropped_loss
-            configured = getattr(link_spec, name)
-            if configured.gemodel is None:
-                loss_checks[name] = (configured.loss, d.dropped_loss, d.loss_trials)
-        if "lateness" in diff.measured:
-            p99 = [diff.direction(n).lateness_quantile_s(0.99) for n in ("up", "down")]
-            p99 = [v for v in p99 if v is not None]
-            lateness = max(p99) if p99 else None
-        out["lateness_p99_s"] = lateness
-        emulator_cpu = diff.emulator_cpu_fraction
-        out["cpu_emulator_run"] = emulator_cpu
-    cpu: dict[str, float | None] = {}
-    waits: dict[str, float | None] = {}
-    if start_s is not None and end_s is not None:
-        for name in ("client", "server", "emulator"):
-            cpu[name] = watch.fraction(name, start_s, end_s)
-            out[f"cpu_{name}"] = cpu[name]
-        out["steal"] = watch.steal(start_s, end_s)
-        out["cpu_pressure"] = watch.pressure(start_s, end_s)
-        for name in ("client", "server", "emulator"):
-            waits[name] = watch.wait_s(name, start_s, end_s)
-            out[f"runqueue_wait_{name}_s"] = waits[name]
-    if out.get("cpu_emulator") is None and out.get("cpu_emulator_run") is not None:
-        out["cpu_emulator"] = out["cpu_emulator_run"]
-        cpu["emulator"] = out["cpu_emulator_run"]
-    valid, reason = validity(
-        error=error,
-        sha256_ok=sha256_ok,
-        cpu=cpu,
-        steal=out.get("steal"),
-        lateness_p99_s=lateness,
-        configured_rtt_s=link_spec.rtt_s,
-        measured_rtt_s=out.get("measured_rtt_s"),
-        loss=loss_checks,
-        runqueue_wait_s=waits,
-        total_s=out.get("total_s"),
-        host_pressure=out.get("cpu_pressure"),
-    )
-    out["valid"] = valid
-    out["invalid_reason"] = reason
-    if reason:
-        env.log(f"{run_dir.name}: invalid: {reason}")
-    return out
+    return RowPart(out, error, start_s, end_s, sha256_ok)
+
+
+register_row_part("request", _request_part)
 
 
 def _acks(

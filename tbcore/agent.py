@@ -79,7 +79,11 @@ def render_screen(round_index: int, seed: int = 0) -> Any:
     draw.rectangle([0, h - 28, w, h], fill=(30, 30, 40))
     for i in range(8):
         draw.rectangle([50 + i * 34, h - 24, 74 + i * 34, h - 4], fill=((i * 31) % 256, 140, 90))
-    draw.text((w - 60, h - 20), f"{(round_index // 60) % 24:02d}:{round_index % 60:02d}", fill=(255, 255, 255))
+    draw.text(
+        (w - 60, h - 20),
+        f"{(round_index // 60) % 24:02d}:{round_index % 60:02d}",
+        fill=(255, 255, 255),
+    )
     # cursor
     cx, cy = (round_index * 53) % (w - 20), (round_index * 31) % (h - 40)
     draw.polygon([(cx, cy), (cx, cy + 18), (cx + 5, cy + 13), (cx + 12, cy + 13)], fill=(0, 0, 0))

@@ -48,6 +48,12 @@ class WorkloadKind:
     """Server processing per request, from the settings."""
     bounded: bool = True
     """False when the request bound does not apply (the stream's bound is the pipeline)."""
+    records: str = "request"
+    """The records its client writes, which the harness turns into the row (harness.rowparts):
+    ``request`` (RequestRecord, one per request) or ``agent_round`` (AgentRound)."""
+    link_events: Callable[[Any], dict[int, str]] = lambda s: {}
+    """Link events to give when the client reports progress N (``progress N`` on its
+    stdout): {N: netem.events string}, from the settings."""
 
 
 PROTOCOLS: dict[str, ProtocolKind] = {}
@@ -143,5 +149,11 @@ register_workload(
         lambda s: agent.RAW_SCREEN_BYTES,
         lambda s: 0,
         lambda s: s.agent_model_s,
+        records="agent_round",
+        link_events=lambda s: (
+            {s.outage_after_round: f"outage:for={s.outage_s:g}s"}
+            if s.outage_after_round is not None
+            else {}
+        ),
     )
 )

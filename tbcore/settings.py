@@ -355,6 +355,12 @@ knob("round_timeout", "round_timeout_s", kind="duration", default=None, unit="s"
      applies="client", how="agent: a round without its action this long after its first "
      "byte is lost (outage detection); None: settings.timeout", low=1e-3,
      optional=True)  # fmt: skip
+knob("agent_deadline", "agent_deadline_s", kind="duration", default=None, unit="s",
+     applies="harness", how="agent: the task's deadline (deadline_met in the row)", low=1e-3,
+     optional=True)  # fmt: skip
+knob("site_power", "site_power_w", kind="int", default=None, unit="W", applies="harness",
+     how="agent: the model site's stated power (site_energy_j = power x busy time)", low=0,
+     optional=True)  # fmt: skip
 # the harness alone
 knob("mss", "mss_bytes", kind="int", default=TCP_DEFAULT_MSS_BYTES, unit="bytes",
      applies="harness", how="the segment payload the bound assumes for TCP",

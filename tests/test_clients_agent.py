@@ -3,6 +3,8 @@ for the task, every screenshot's SHA-256 echoed, the action carried back, codecs
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from clients.agent import run_agent
@@ -38,7 +40,7 @@ async def test_rounds_in_order(server: ServerProcess, protocol: str, connection:
     assert all(r.error is None and r.sha256_ok and r.executed for r in rounds)
     assert all(r.upload_bytes == RAW_SCREEN_BYTES and r.encode_s == 0.0 for r in rounds)
     # a round starts only after the previous action arrived
-    for a, b in zip(rounds, rounds[1:], strict=False):
+    for a, b in itertools.pairwise(rounds):
         assert b.start_s >= a.end_s
     assert all(r.model_s == pytest.approx(0.05) for r in rounds)
     assert all(r.round_s >= r.local_s + r.model_s for r in rounds)
