@@ -5,8 +5,8 @@
 for the task (reopened after a loss), ``0rtt`` (h3) a connection per round with the request
 as early data. A round is lost when its action has not arrived ``round_timeout`` after its
 request began (or its connection fails); ``recovery`` then decides what is done again.
-Each round's progress is printed as ``agent-round N acked`` on stdout (the harness times
-its link events by it). The rounds go to ``config.records_path`` as JSONL.
+Each acknowledged round is printed as ``progress N`` (N rounds acknowledged) on
+stdout (the harness times its link events by it). The rounds go to ``config.records_path`` as JSONL.
 """
 
 from __future__ import annotations
@@ -43,6 +43,16 @@ async def _local_work(rec: AgentRound, index: int, local_s: float) -> Any:
         await asyncio.sleep(left)
     rec.local_s = time.monotonic() - t0
     return img
+
+
+def _abort(conn: Any) -> None:
+    """Drop a connection that lost its round at once (no graceful close on a dead path)."""
+    if conn is None:
+        return
+    with contextlib.suppress(Exception):
+        if not isinstance(conn, h2client.H2Client):
+            conn.protocol.close()
+        conn.transport.abort() if hasattr(conn.transport, "abort") else conn.transport.close()
 
 
 async def _close(conn: Any) -> None:
@@ -94,7 +104,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
                 print(f"{PROGRESS_MARK} {plan.acked}", flush=True)
             else:
                 rec.detected_s = time.monotonic()
-                await _close(conn)
+                _abort(conn)
                 conn = None
                 losses += 1
                 after_loss = True

@@ -59,6 +59,8 @@ def agent_bound(
         mss_bytes=protocol.mss(settings),
         redone_rounds=bounds.agent_redone_rounds(settings.recovery, settings.outage_after_round),
         outage_s=settings.outage_s if outage else 0.0,
+        # committed retries the lost round's id: the server may already have executed it
+        stored_rounds=1 if outage and settings.recovery == "committed" else 0,
     )
 
 

@@ -1108,11 +1108,19 @@ class AgentBound:
     """Slow-start idle time of every new connection (section 6)."""
     redone_rounds: int
     outage_s: float
+    """The part of the outage nothing can use: its duration less the local work of the round
+    it interrupts (which does not need the path)."""
+    stored_model_s: float = 0.0
+    """Model time a redone round need not spend: committed recovery retries the same
+    operation id, and the server may answer with the stored result."""
     total_s: float = field(init=False)
 
     def __post_init__(self) -> None:
         done = self.rounds + self.redone_rounds
-        total = math.fsum([done * self.round_s, self.setup_s, self.feedback_s, self.outage_s])
+        total = (
+            math.fsum([done * self.round_s, self.setup_s, self.feedback_s, self.outage_s])
+            - self.stored_model_s
+        )
         object.__setattr__(self, "total_s", total)
 
     def to_dict(self) -> dict[str, Any]:
@@ -1170,10 +1178,13 @@ def agent_task_time(
     slow_start: bool = True,
     redone_rounds: int = 0,
     outage_s: float = 0.0,
+    stored_rounds: int = 0,
 ) -> AgentBound:
     """``rounds`` rounds (plus ``redone_rounds`` after an outage of ``outage_s``, which
-    opens one more connection) with a connection per round (``new``, ``0rtt``) or one for the
-    task (``reused``). ``slow_start=False`` leaves section 6 out (the chapter's arithmetic)."""
+    opens one more connection; ``stored_rounds`` of them may be answered from the server's
+    stored results, without model time) with a connection per round (``new``, ``0rtt``) or
+    one for the task (``reused``). ``slow_start=False`` leaves section 6 out (the chapter's
+    arithmetic)."""
     count = _count("rounds", rounds, minimum=1)
     redone = _count("redone_rounds", redone_rounds)
     outage = _non_negative("outage_s", outage_s)
@@ -1206,7 +1217,8 @@ def agent_task_time(
         setup_s=connections * cold.setup_s,
         feedback_s=connections * feedback,
         redone_rounds=redone,
-        outage_s=outage,
+        outage_s=max(0.0, outage - local_s) if outage > 0 else 0.0,
+        stored_model_s=min(_count("stored_rounds", stored_rounds), redone) * model_s,
     )
 
 

@@ -742,8 +742,16 @@ def test_agent_redone_rounds_and_recovery_cost() -> None:
     )
     plain = bounds.agent_task_time(rounds=30, protocol="h3", connection="reused", **AGENT)
     assert task.new_connections == 2
+    # the outage less the interrupted round's local work, ten rounds, one more connection
     assert task.total_s - plain.total_s == pytest.approx(
-        1.0 + 10 * plain.round_s + 0.2 + plain.feedback_s
+        0.7 + 10 * plain.round_s + 0.2 + plain.feedback_s
+    )
+    stored = bounds.agent_task_time(
+        rounds=30, protocol="h3", connection="reused", redone_rounds=1, outage_s=1.0,
+        stored_rounds=1, **AGENT,
+    )  # fmt: skip
+    assert stored.total_s - plain.total_s == pytest.approx(
+        0.7 + plain.round_s - 2.0 + 0.2 + plain.feedback_s
     )
 
 

@@ -71,3 +71,37 @@ async def test_rounds_written(server: ServerProcess, tmp_path) -> None:  # type:
     rounds = read_jsonl(path, AgentRound)
     assert [r.round for r in rounds] == [0, 1]
     assert all(r.error is None for r in rounds)
+
+
+async def test_a_0rtt_replay_of_an_operation_never_executes_twice(server: ServerProcess) -> None:
+    """The same round sent again as QUIC 0-RTT early data (what a replayed request is to the
+    server): the stored action comes back, the model does not run a second time."""
+    import hashlib
+
+    from clients.api import _Run
+    from clients.workload import RequestSpec
+
+    run = _Run(config(server, "h3", connection="0rtt"))
+    body = b"screenshot" * 1000
+    run.spec = RequestSpec(
+        "agent",
+        "POST",
+        "/agent?op=replay-test-a0-r0&round=0",
+        body=body,
+        expect_upload_sha256=hashlib.sha256(body).hexdigest(),
+    )
+    answers = []
+    for early in (False, True, True):
+        conn = await run.connect(early=early and run.ticket is not None)
+        record = run.new_record(0)
+        collector = await conn.request(run.spec, record, 20.0)
+        if conn.protocol.tickets:
+            run.ticket = conn.protocol.tickets[-1]
+        else:
+            run.ticket = await conn.wait_ticket(2.0)
+        answers.append((collector.headers.get("x-agent-executed"), collector.body, record))
+        await conn.close()
+    assert [a[0] for a in answers] == ["1", "0", "0"]
+    assert answers[1][1] == answers[0][1] == answers[2][1]
+    assert answers[2][2].sha256_ok
+    assert conn.protocol.early_data_accepted  # the last one did go as early data
