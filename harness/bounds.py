@@ -1264,3 +1264,12 @@ def agent_deadline_rate_bps(
 def agent_energy_j(power_w: float, busy_s: float) -> float:
     """Energy of a site: its stated power over the time it is busy (W * s = J)."""
     return _non_negative("power_w", power_w) * _non_negative("busy_s", busy_s)
+
+
+def agent_break_even_rounds(rounds: int, raw_round_s: float, compressed_round_s: float) -> float:
+    """How many extra rounds a compressed task may take (a lossy screen misleading the
+    model) before it is no faster than the raw one: rounds * (raw - compressed) / compressed."""
+    count = _count("rounds", rounds, minimum=1)
+    return count * (_positive("raw_round_s", raw_round_s) - compressed_round_s) / _positive(
+        "compressed_round_s", compressed_round_s
+    )

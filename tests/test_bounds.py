@@ -773,3 +773,11 @@ def test_agent_deployment_matches_the_chapter() -> None:
     )
     assert f"{rate / 1e6:.1f}" == "3.8"
     assert bounds.agent_energy_j(40.0, 2.0) == pytest.approx(80.0)
+
+
+def test_agent_break_even_rounds() -> None:
+    # the chapter's 3.5 s raw round against 2.78 s compressed, over 30 rounds
+    assert bounds.agent_break_even_rounds(30, 3.5, 2.78) == pytest.approx(7.77, abs=0.01)
+    assert bounds.agent_break_even_rounds(30, 3.0, 3.5) < 0  # compression that loses
+    with pytest.raises(SpecError):
+        bounds.agent_break_even_rounds(30, 3.0, 0.0)
