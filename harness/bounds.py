@@ -1270,6 +1270,8 @@ def agent_break_even_rounds(rounds: int, raw_round_s: float, compressed_round_s:
     """How many extra rounds a compressed task may take (a lossy screen misleading the
     model) before it is no faster than the raw one: rounds * (raw - compressed) / compressed."""
     count = _count("rounds", rounds, minimum=1)
-    return count * (_positive("raw_round_s", raw_round_s) - compressed_round_s) / _positive(
-        "compressed_round_s", compressed_round_s
+    return (
+        count
+        * (_positive("raw_round_s", raw_round_s) - compressed_round_s)
+        / _positive("compressed_round_s", compressed_round_s)
     )
