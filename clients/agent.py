@@ -1,9 +1,10 @@
 """The agent workload's client: rounds of screenshot up, action back (tbcore.agent).
 
-``async def run_agent(config) -> list[AgentRound]``: ``settings.agent_rounds`` rounds over
-``settings.protocol``; ``connection = "new"`` opens a connection per round, ``reused`` one
-for the task (reopened after a loss), ``0rtt`` (h3) a connection per round with the request
-as early data. A round is lost when its action has not arrived ``round_timeout`` after its
+``async def run_agent(config) -> list[AgentRound]``: ``settings.warmup_requests`` warm-up
+rounds then ``settings.agent_rounds`` measured ones over ``settings.protocol``;
+``connection = "new"`` opens a connection per round, ``reused`` one for the task
+(reopened after a loss), ``0rtt`` (h3) a connection per round with the request as early
+data. A round is lost when its action has not arrived ``round_timeout`` after its
 request began (or its connection fails); ``recovery`` then decides what is done again.
 Each acknowledged round is printed as ``progress N`` (N rounds acknowledged) on
 stdout (the harness times its link events by it). The rounds go to ``config.records_path`` as JSONL.
@@ -72,7 +73,9 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     run = _Run(
         ClientConfig(**{**config.__dict__, "settings": settings.replace(timeout_s=timeout_s)})
     )
-    plan = RoundPlan(settings.agent_rounds, settings.recovery, token=secrets.token_hex(4))
+    warmup = settings.warmup_requests
+    total = warmup + settings.agent_rounds
+    plan = RoundPlan(total, settings.recovery, token=secrets.token_hex(4))
     rounds: list[AgentRound] = []
     conn: Any = None
     losses = 0
@@ -81,7 +84,9 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     try:
         while not plan.finished:
             index, op, redone = plan.next_round()
-            rec = AgentRound(round=index, attempt=plan.attempt, op_id=op, redone=redone)
+            rec = AgentRound(
+                round=index, attempt=plan.attempt, op_id=op, redone=redone, warmup=index < warmup
+            )
             rounds.append(rec)
             rec.start_s = time.monotonic()
             img = await _local_work(rec, index, settings.agent_local_s)
@@ -101,7 +106,8 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
             if ok[0]:
                 plan.acknowledged()
                 after_loss = False
-                print(f"{PROGRESS_MARK} {plan.acked}", flush=True)
+                if plan.acked > warmup:  # measured rounds acknowledged
+                    print(f"{PROGRESS_MARK} {plan.acked - warmup}", flush=True)
             else:
                 rec.detected_s = time.monotonic()
                 _abort(conn)
@@ -192,8 +198,10 @@ def run_agent_sync(config: ClientConfig) -> list[AgentRound]:
 
 
 def main_exit(rounds: list[AgentRound], rounds_wanted: int) -> int:
-    acked = sum(1 for r in rounds if r.end_s is not None)
-    finished = len({r.round for r in rounds if r.end_s is not None}) >= rounds_wanted
+    acked = sum(1 for r in rounds if r.end_s is not None and not r.warmup)
+    finished = len({r.round for r in rounds if r.end_s is not None and not r.warmup}) >= (
+        rounds_wanted
+    )
     if not finished:
         print(f"testbed client: agent task unfinished ({acked} rounds acked)", file=sys.stderr)
         return 1

@@ -61,6 +61,7 @@ def agent_bound(
         outage_s=settings.outage_s if outage else 0.0,
         # committed retries the lost round's id: the server may already have executed it
         stored_rounds=1 if outage and settings.recovery == "committed" else 0,
+        warm=settings.warmup_requests > 0,
     )
 
 
@@ -77,6 +78,7 @@ def agent_part(
         rounds = []
         error = error or f"no agent rounds: {err}"
     write_csv(run_dir / ROUNDS_FILE, AgentRound, rounds)
+    rounds = [r for r in rounds if not r.warmup]  # warm-up rounds: the connection's set-up
     done = [r for r in rounds if r.end_s is not None]
     out: dict[str, Any] = {"requests": len(done)}
     finished = len(

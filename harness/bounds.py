@@ -1179,12 +1179,13 @@ def agent_task_time(
     redone_rounds: int = 0,
     outage_s: float = 0.0,
     stored_rounds: int = 0,
+    warm: bool = False,
 ) -> AgentBound:
     """``rounds`` rounds (plus ``redone_rounds`` after an outage of ``outage_s``, which
     opens one more connection; ``stored_rounds`` of them may be answered from the server's
     stored results, without model time) with a connection per round (``new``, ``0rtt``) or
     one for the task (``reused``). ``slow_start=False`` leaves section 6 out (the chapter's
-    arithmetic)."""
+    arithmetic); ``warm=True``: a reused connection is open and warm when the task starts."""
     count = _count("rounds", rounds, minimum=1)
     redone = _count("redone_rounds", redone_rounds)
     outage = _non_negative("outage_s", outage_s)
@@ -1201,18 +1202,21 @@ def agent_task_time(
         initcwnd_segments=initcwnd_segments,
         mss_bytes=mss_bytes,
     )
-    warm = agent_round_time(connection="reused", **common)  # type: ignore[arg-type]
+    opened_first = 0 if warm else 1
+    warm_round = agent_round_time(connection="reused", **common)  # type: ignore[arg-type]
     opening = "0rtt" if connection == "0rtt" else "new"
     cold = agent_round_time(connection=opening, **common)  # type: ignore[arg-type]
     per_round = connection in ("new", "0rtt")
     # a reused connection is opened once, and once more after an outage
-    connections = count + redone if per_round else 1 + (1 if outage > 0 or redone else 0)
+    # (``warm``: the task's reused connection is already open, its window grown: the
+    # chapter's "remaining rounds")
+    connections = count + redone if per_round else opened_first + (1 if outage or redone else 0)
     local = local_s + encode_s
     feedback = cold.feedback_s + cold.window_s if slow_start else 0.0
     return AgentBound(
         rounds=count,
-        round_s=local + warm.total_s,
-        first_round_s=local + warm.total_s + cold.setup_s + feedback,
+        round_s=local + warm_round.total_s,
+        first_round_s=local + warm_round.total_s + cold.setup_s + feedback,
         new_connections=connections,
         setup_s=connections * cold.setup_s,
         feedback_s=connections * feedback,

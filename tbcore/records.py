@@ -489,6 +489,7 @@ class AgentRound(Record):
     attempt: int = col(REQUIRED, doc="Task attempt (restart recovery begins a new one).")
     op_id: str = col(REQUIRED, doc="The operation id the action carries.")
     redone: bool = col(REQUIRED, doc="This round had been begun before (after a loss).")
+    warmup: bool = col(False, doc="A warm-up round (settings.warmup_requests): not measured.")
     conn_index: int | None = col(doc="Connection number within the client process.")
     new_connection: bool | None = col(doc="The round opened its connection.")
     start_s: float | None = col(doc="Round start (local work begins).", unit="s")

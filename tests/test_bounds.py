@@ -708,6 +708,8 @@ def test_agent_round_and_task_match_the_chapter() -> None:
     )
     assert new.total_s == pytest.approx(117.0)  # 2 RTT every round
     assert new.new_connections == 30
+    warm = bounds.agent_task_time(rounds=30, protocol="h2", connection="reused", warm=True, **AGENT)
+    assert warm.new_connections == 0 and warm.total_s == pytest.approx(105.0)
 
 
 def test_agent_compression_matches_the_chapter() -> None:
