@@ -67,9 +67,13 @@ async def test_rounds_written(server: ServerProcess, tmp_path) -> None:  # type:
     from tbcore.records import AgentRound, read_jsonl
 
     path = tmp_path / "rounds.jsonl"
-    await run_agent(config(server, "h3", agent_rounds=2, connection="0rtt", records_path=path))
+    await run_agent(
+        config(
+            server, "h3", agent_rounds=2, connection="0rtt", warmup_requests=1, records_path=path
+        )
+    )
     rounds = read_jsonl(path, AgentRound)
-    assert [r.round for r in rounds] == [0, 1]
+    assert [(r.round, r.warmup) for r in rounds] == [(0, True), (1, False), (2, False)]
     assert all(r.error is None for r in rounds)
 
 
