@@ -62,6 +62,8 @@ def agent_bound(
         # committed retries the lost round's id: the server may already have executed it
         stored_rounds=1 if outage and settings.recovery == "committed" else 0,
         warm=settings.warmup_requests > 0,
+        rate_change_after_round=settings.rate_change_after_round,
+        rate_change_bps=settings.rate_change_bps,
     )
 
 
@@ -111,7 +113,7 @@ def agent_part(
         out["total_s"] = end_s - start_s
         detected = [r.detected_s for r in rounds if r.detected_s is not None]
         back = [r.reconnected_s for r in rounds if r.reconnected_s is not None]
-        outages = [f for f in fired if "start_s" in f]
+        outages = [f for f in fired if f.get("kind") == "outage"]
         if outages:
             out["outage_start_s"] = outages[0]["start_s"] - start_s
             out["outage_end_s"] = outages[0]["end_s"] - start_s
@@ -119,8 +121,11 @@ def agent_part(
             out["outage_detected_s"] = detected[0] - start_s
         if back:
             out["outage_back_s"] = back[0] - start_s
-    if settings.outage_after_round is not None and not any("start_s" in f for f in fired):
+    given = {f.get("kind") for f in fired if "start_s" in f}
+    if settings.outage_after_round is not None and "outage" not in given:
         error = error or "the outage was never given to the link"
+    if settings.rate_change_after_round is not None and "rate" not in given:
+        error = error or "the rate change was never given to the link"
     bound = agent_bound(settings, link_spec, upload, encode)
     if bound is not None:
         out.update(

@@ -1113,15 +1113,17 @@ class AgentBound:
     stored_model_s: float = 0.0
     """Model time a redone round need not spend: committed recovery retries the same
     operation id, and the server may answer with the stored result."""
+    later_rounds: int = 0
+    """Rounds after a scheduled uplink rate change."""
+    later_round_s: float = 0.0
+    """One warm round at the changed rate."""
     total_s: float = field(init=False)
 
     def __post_init__(self) -> None:
-        done = self.rounds + self.redone_rounds
-        total = (
-            math.fsum([done * self.round_s, self.setup_s, self.feedback_s, self.outage_s])
-            - self.stored_model_s
-        )
-        object.__setattr__(self, "total_s", total)
+        done = self.rounds + self.redone_rounds - self.later_rounds
+        parts = [done * self.round_s, self.later_rounds * self.later_round_s]
+        parts += [self.setup_s, self.feedback_s, self.outage_s]
+        object.__setattr__(self, "total_s", math.fsum(parts) - self.stored_model_s)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -1180,6 +1182,8 @@ def agent_task_time(
     outage_s: float = 0.0,
     stored_rounds: int = 0,
     warm: bool = False,
+    rate_change_after_round: int | None = None,
+    rate_change_bps: float | None = None,
 ) -> AgentBound:
     """``rounds`` rounds (plus ``redone_rounds`` after an outage of ``outage_s``, which
     opens one more connection; ``stored_rounds`` of them may be answered from the server's
@@ -1223,7 +1227,24 @@ def agent_task_time(
         redone_rounds=redone,
         outage_s=max(0.0, outage - local_s) if outage > 0 else 0.0,
         stored_model_s=min(_count("stored_rounds", stored_rounds), redone) * model_s,
+        **_later_rounds(count, rate_change_after_round, rate_change_bps, common),
     )
+
+
+def _later_rounds(
+    rounds: int, after: int | None, rate_bps: float | None, common: dict[str, Any]
+) -> dict[str, Any]:
+    """The rounds after an uplink rate change and one warm round at the new rate."""
+    if after is None or rate_bps is None:
+        return {}
+    later = max(0, rounds - _count("rate_change_after_round", after))
+    changed = agent_round_time(
+        connection="reused", **{**common, "up_bps": _positive("rate_change_bps", rate_bps)}
+    )
+    return {
+        "later_rounds": later,
+        "later_round_s": common["local_s"] + common["encode_s"] + changed.total_s,
+    }
 
 
 def agent_redone_rounds(recovery: str, outage_after_round: int | None) -> int:

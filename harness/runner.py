@@ -794,9 +794,11 @@ class ProgressEvents:
     ``progress N`` on stdout; at the first such N of ``events`` the link gets that event
     (netem.events string), now. What was given, and when, goes to link_events.json."""
 
-    def __init__(self, link: Any, events: Mapping[int, str], log: Callable[[str], None]) -> None:
+    def __init__(
+        self, link: Any, events: Mapping[int, Sequence[str]], log: Callable[[str], None]
+    ) -> None:
         self.link = link
-        self.events = dict(events)
+        self.events = {n: list(texts) for n, texts in events.items()}
         self.log = log
         self.fired: list[dict[str, Any]] = []
         self._thread: threading.Thread | None = None
@@ -805,23 +807,22 @@ class ProgressEvents:
         mark, _, value = line.strip().partition(" ")
         if mark != "progress" or not value.isdigit():
             return
-        text = self.events.pop(int(value), None)
-        if text is None:
-            return
-        given = time.monotonic()
-        try:
-            scheduled = self.link.event(text)
-            self.fired.append(
-                {
-                    "after_progress": int(value),
-                    "event": text,
-                    "given_s": given,
-                    "start_s": scheduled.start_s,
-                    "end_s": scheduled.end_s,
-                }
-            )
-        except Exception as err:  # recorded; the run's row says the event failed
-            self.fired.append({"after_progress": int(value), "event": text, "error": str(err)})
+        for text in self.events.pop(int(value), []):
+            given = time.monotonic()
+            try:
+                scheduled = self.link.event(text)
+                self.fired.append(
+                    {
+                        "after_progress": int(value),
+                        "event": text,
+                        "kind": scheduled.kind,
+                        "given_s": given,
+                        "start_s": scheduled.start_s,
+                        "end_s": scheduled.end_s if math.isfinite(scheduled.end_s) else None,
+                    }
+                )
+            except Exception as err:  # recorded; the run's row says the event failed
+                self.fired.append({"after_progress": int(value), "event": text, "error": str(err)})
 
     def follow(self, stream: Any) -> None:
         def run() -> None:
@@ -834,6 +835,11 @@ class ProgressEvents:
     def finish(self, run_dir: Path) -> list[dict[str, Any]]:
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        if self.fired:  # a rate change lasts for good: the next run gets its own path back
+            try:
+                self.link.end_events()
+            except Exception as err:
+                self.log(f"{run_dir.name}: ending the link events failed: {err}")
         atomic_write_json(run_dir / "link_events.json", self.fired)
         return self.fired
 

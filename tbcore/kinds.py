@@ -51,9 +51,9 @@ class WorkloadKind:
     records: str = "request"
     """The records its client writes, which the harness turns into the row (harness.rowparts):
     ``request`` (RequestRecord, one per request) or ``agent_round`` (AgentRound)."""
-    link_events: Callable[[Any], dict[int, str]] = lambda s: {}
+    link_events: Callable[[Any], dict[int, list[str]]] = lambda s: {}
     """Link events to give when the client reports progress N (``progress N`` on its
-    stdout): {N: netem.events string}, from the settings."""
+    stdout): {N: [netem.events string, ...]}, from the settings."""
 
 
 PROTOCOLS: dict[str, ProtocolKind] = {}
@@ -142,6 +142,20 @@ register_workload(
 register_workload(
     WorkloadKind("sink", lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0, lambda s: 0.0)
 )
+
+
+def _agent_events(s: Any) -> dict[int, list[str]]:
+    """The agent's link events: an outage after a round, an uplink rate change after one."""
+    events: dict[int, list[str]] = {}
+    if s.outage_after_round is not None:
+        events.setdefault(s.outage_after_round, []).append(f"outage:for={s.outage_s:g}s")
+    if s.rate_change_after_round is not None and s.rate_change_bps is not None:
+        events.setdefault(s.rate_change_after_round, []).append(
+            f"rate:rate={s.rate_change_bps:g}bit,dir=up"
+        )
+    return events
+
+
 register_workload(
     WorkloadKind(
         "agent",
@@ -150,10 +164,6 @@ register_workload(
         lambda s: 0,
         lambda s: s.agent_model_s,
         records="agent_round",
-        link_events=lambda s: (
-            {s.outage_after_round: f"outage:for={s.outage_s:g}s"}
-            if s.outage_after_round is not None
-            else {}
-        ),
+        link_events=lambda s: _agent_events(s),
     )
 )

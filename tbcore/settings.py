@@ -351,6 +351,12 @@ knob("outage_after_round", kind="int", default=None, unit="count", applies="harn
      low=1, optional=True)  # fmt: skip
 knob("outage", "outage_s", kind="duration", default=1.0, unit="s", applies="harness",
      how="how long the outage of outage_after_round lasts", low=1e-3)  # fmt: skip
+knob("rate_change_after_round", kind="int", default=None, unit="count", applies="harness",
+     how="the uplink changes rate once this many rounds are acknowledged", low=1,
+     optional=True, doc="The chapter's six rounds at 6 Mbit/s, then 10.")  # fmt: skip
+knob("rate_change", "rate_change_bps", kind="rate", default=None, unit="bit/s",
+     applies="harness", how="the uplink's rate after rate_change_after_round", low=1,
+     optional=True)  # fmt: skip
 knob("round_timeout", "round_timeout_s", kind="duration", default=None, unit="s",
      applies="client", how="agent: a round without its action this long after its first "
      "byte is lost (outage detection); None: settings.timeout", low=1e-3,

@@ -36,7 +36,15 @@ def test_rounds_become_the_row(tmp_path: Path) -> None:
         _round(2, 112.5, redone=True, executed=False, reconnected_s=113.0, new_connection=True),
     ]
     write_jsonl(tmp_path / "records.jsonl", rounds)
-    fired = [{"after_progress": 2, "event": "outage:for=1s", "start_s": 107.2, "end_s": 108.2}]
+    fired = [
+        {
+            "after_progress": 2,
+            "event": "outage:for=1s",
+            "kind": "outage",
+            "start_s": 107.2,
+            "end_s": 108.2,
+        }
+    ]
     part = ROW_PARTS["agent_round"](settings, resolve_link("cloud"), tmp_path, None, fired)
     cols = part.columns
     assert part.error is None and part.sha256_ok is True

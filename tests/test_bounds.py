@@ -783,3 +783,14 @@ def test_agent_break_even_rounds() -> None:
     assert bounds.agent_break_even_rounds(30, 3.0, 3.5) < 0  # compression that loses
     with pytest.raises(SpecError):
         bounds.agent_break_even_rounds(30, 3.0, 0.0)
+
+
+def test_agent_rate_change_after_six_rounds() -> None:
+    # the chapter's six rounds at 6 Mbit/s, then 10 (0.8 MB: 1.0667 s, then 0.64 s of upload)
+    args = {**AGENT, "up_bps": 6e6}
+    task = bounds.agent_task_time(
+        rounds=30, protocol="h2", connection="reused", slow_start=False, warm=True,
+        rate_change_after_round=6, rate_change_bps=10e6, **args,
+    )  # fmt: skip
+    assert task.later_rounds == 24
+    assert task.total_s == pytest.approx(6 * (2.5 + 0.8 * 8 / 6) + 24 * (2.5 + 0.64))
