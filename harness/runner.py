@@ -745,7 +745,8 @@ def execute_run(env: RunEnvironment, planned: PlannedRun) -> dict[str, Any]:
                     progress = ProgressEvents(link, planned_events, env.log)
                     progress.follow(client.stdout)
                 watch.watch("client", client.pid)
-                code = _wait_child(client, settings.timeout_s + CLIENT_TIMEOUT_MARGIN_S, watch)
+                limit_s = kinds.workload(settings.workload).run_limit_s(settings)
+                code = _wait_child(client, limit_s + CLIENT_TIMEOUT_MARGIN_S, watch)
                 if code != 0:
                     error = f"client exited {code}: {_tail(run_dir / 'client.stderr')}"
             stats_after = link.stats()

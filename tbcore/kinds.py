@@ -51,6 +51,8 @@ class WorkloadKind:
     records: str = "request"
     """The records its client writes, which the harness turns into the row (harness.rowparts):
     ``request`` (RequestRecord, one per request) or ``agent_round`` (AgentRound)."""
+    run_limit_s: Callable[[Any], float] = lambda s: s.timeout_s
+    """How long one client process may take before the harness kills it (plus a margin)."""
     link_events: Callable[[Any], dict[int, list[str]]] = lambda s: {}
     """Link events to give when the client reports progress N (``progress N`` on its
     stdout): {N: [netem.events string, ...]}, from the settings."""
@@ -165,5 +167,12 @@ register_workload(
         lambda s: s.agent_model_s,
         records="agent_round",
         link_events=lambda s: _agent_events(s),
+        # every round (and as many again, redone) at most its local work, model time and
+        # the patience of one request
+        run_limit_s=lambda s: (
+            2
+            * (s.agent_rounds + s.warmup_requests)
+            * (s.agent_local_s + s.agent_model_s + (s.round_timeout_s or s.timeout_s))
+        ),
     )
 )
