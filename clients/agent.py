@@ -81,6 +81,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     losses = 0
     after_loss = False
     per_round = settings.connection in ("new", "0rtt")
+    closing: list[asyncio.Task[None]] = []
     try:
         while not plan.finished:
             index, op, redone = plan.next_round()
@@ -118,11 +119,15 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
                 print(f"lost {index}: {rec.error}", flush=True)
                 if losses > MAX_LOSSES:
                     break
-            if per_round:
-                await _close(conn)
+            if per_round and conn is not None:
+                # the next round needs the action, not the old connection's close
+                closing.append(asyncio.create_task(_close(conn)))
                 conn = None
     finally:
         await _close(conn)
+        for task in closing:
+            with contextlib.suppress(Exception):
+                await task
         if config.records_path is not None:
             write_jsonl(config.records_path, rounds)
         if run.keylog is not None:
