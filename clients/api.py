@@ -43,7 +43,7 @@ import uvloop
 
 from clients import fecclient, h2client, h3client
 from clients.config import ClientConfig
-from clients.workload import RequestSpec, multi_specs, request_spec
+from clients.workload import REQUEST_WORKLOADS, RequestSpec, multi_specs, request_spec
 from servers.quic import quic_counters
 from servers.tls import client_context
 from tbcore.records import SAMPLE_RECORDS, QuicRecovery, RequestRecord, tcp_info_of, write_jsonl
@@ -73,7 +73,7 @@ class _Run:
                 cancel_after_chunks=settings.cancel_after_chunks,
                 player_buffer_s=settings.player_buffer_s,
             )
-        else:
+        elif settings.workload in REQUEST_WORKLOADS or settings.workload.startswith("retouch-"):
             self.specs = [
                 request_spec(
                     settings.workload,
@@ -82,6 +82,8 @@ class _Run:
                     settings.player_buffer_s,
                 )
             ]
+        else:  # a workload that builds its own requests (agent: one per round) sets them
+            self.specs = [RequestSpec(settings.workload, "GET", "/")]
         self.records: list[RequestRecord] = []
         sample = SAMPLE_RECORDS[config.settings.protocol]
         self.sampler = Sampler(sample, config.sample_hz) if config.samples_path else None

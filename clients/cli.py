@@ -51,6 +51,10 @@ def _client(args: argparse.Namespace) -> int:
     from clients.api import run_requests_sync
 
     config = config_from_args(args)
+    if config.settings.workload == "agent":
+        from clients.agent import main_exit, run_agent_sync
+
+        return main_exit(run_agent_sync(config), config.settings.agent_rounds)
     records = run_requests_sync(config)
     failed = 0
     for record in records:

@@ -139,7 +139,9 @@ class H3Client:
                 return None
         return self.protocol.tickets[-1]
 
-    async def request(self, spec: RequestSpec, record: RequestRecord, timeout_s: float) -> None:
+    async def request(
+        self, spec: RequestSpec, record: RequestRecord, timeout_s: float
+    ) -> ResponseCollector:
         proto = self.protocol
         if proto.terminated_reason is not None:
             raise ConnectionError(proto.terminated_reason)
@@ -195,6 +197,7 @@ class H3Client:
             _fill(record, pending.collector)
             if player is not None:
                 record.player = player.result()
+        return pending.collector
 
     async def close(self) -> None:
         proto = self.protocol

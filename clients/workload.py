@@ -67,6 +67,8 @@ WORKLOAD_ROUTES: dict[str, _Route] = {
     "sink": _Route("POST", "/sink", upload="image"),  # bench: 30 MB up
 }
 """The request of each fixed workload (``stream`` is built from its chunk count)."""
+REQUEST_WORKLOADS = frozenset({*WORKLOAD_ROUTES, "stream"})
+"""Workloads of one fixed request (:func:`request_spec`); others build theirs per request."""
 
 
 STREAM_LABELS = {"tts": "audio", "stream": "audio", "result": "image", "retouch": "image"}

@@ -18,9 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from harness import acks as ackmod
-from harness import bounds
+from harness import (
+    agent_rows,  # noqa: F401  (registers the agent rounds' row part)
+    bounds,
+)
 from harness.airtime import AIR_FILE, air_columns
+from harness.progress import LINK_EVENTS_FILE
 from harness.record import write_jsonl
+from harness.rowparts import ROW_PARTS
 from netem.linkspec import LinkSpec, parse_link
 from netem.stats import LinkStats
 from tbcore import fecmath, kinds
@@ -357,15 +362,13 @@ class Collected:
 def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     """The row of the run in ``run_dir`` (``error``: what the execution saw go wrong)."""
     files = RunFiles.open(run_dir)
-    records = read_jsonl(run_dir / RECORDS_FILE, RequestRecord)
-    events = read_jsonl(run_dir / SERVER_LOG_FILE, ServerEvent)
-    values, error, window = request_columns(files.settings, records, events, error)
-    if files.settings.protocol == "fec":
-        # MODELS s10: the serial time of the symbols sent, no retransmission round
-        values.update(fec_columns(files.settings, files.link, median_record(records), values))
-    else:
-        values.update(bound_columns(files.settings, files.link, values))
-    write_events(run_dir / EVENTS_FILE, records, events)
+    kind = kinds.workload(files.settings.workload).records
+    if kind == "request":
+        values, error, window = request_row(files, error)
+    else:  # another record kind (agent rounds): its registered row part (harness.rowparts)
+        part = ROW_PARTS[kind](files.settings, files.link, run_dir, error, fired_events(run_dir))
+        values, error, window = part.columns, part.error, (part.start_s, part.end_s)
+        values.setdefault("sha256_ok", part.sha256_ok)
     upload = int(values["up_bytes"]) >= int(values["down_bytes"])
     values.update(packet_columns(files, upload, *window))
     link_values, loss_checks = link_columns(run_dir / LINK_STATS_FILE, files.link)
@@ -387,6 +390,30 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
         **values,
     )
     return Collected(row, error, window[0], window[1], loss_checks)
+
+
+def request_row(
+    files: RunFiles, error: str | None
+) -> tuple[dict[str, Any], str | None, tuple[float | None, float | None]]:
+    """Columns, error and window of a run of request records, with its bound."""
+    records = read_jsonl(files.run_dir / RECORDS_FILE, RequestRecord)
+    events = read_jsonl(files.run_dir / SERVER_LOG_FILE, ServerEvent)
+    values, error, window = request_columns(files.settings, records, events, error)
+    if files.settings.protocol == "fec":
+        # MODELS s10: the serial time of the symbols sent, no retransmission round
+        values.update(fec_columns(files.settings, files.link, median_record(records), values))
+    else:
+        values.update(bound_columns(files.settings, files.link, values))
+    write_events(files.run_dir / EVENTS_FILE, records, events)
+    return values, error, window
+
+
+def fired_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The link events the run's progress gave (harness.progress), [] if none."""
+    path = run_dir / LINK_EVENTS_FILE
+    if not path.exists():
+        return []
+    return list(json.loads(path.read_text(encoding="utf-8")))
 
 
 def request_columns(

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.collect import LINK_STATS_FILE, QLOG_DIR, RUN_FILE
 from harness.plan import PlannedRun
+from harness.progress import ProgressEvents
 from harness.record import ResultDir, atomic_write_json
 from harness.spec import ExperimentSpec
 from netem.linkspec import LinkSpec
@@ -183,6 +184,7 @@ def run_processes(
     error: str | None = None
     server: subprocess.Popen | None = None
     client: subprocess.Popen | None = None
+    progress: ProgressEvents | None = None
     try:
         link = env.link
         prepare_link(env, settings, link_spec)
@@ -202,9 +204,15 @@ def run_processes(
                 else contextlib.nullcontext()
             )
             with capture:
-                client = start_client(link, c_argv, run_dir)
+                workload = kinds.workload(settings.workload)
+                planned_events = workload.link_events(settings)
+                client = start_client(link, c_argv, run_dir, piped=bool(planned_events))
+                if planned_events:
+                    progress = ProgressEvents(link, planned_events, env.log)
+                    progress.follow(client.stdout)
                 watch.watch("client", client.pid)
-                code = _wait_child(client, settings.timeout_s + CLIENT_TIMEOUT_MARGIN_S)
+                limit_s = workload.run_limit_s(settings) + CLIENT_TIMEOUT_MARGIN_S
+                code = _wait_child(client, limit_s)
                 if code != 0:
                     error = f"client exited {code}: {_tail(run_dir / 'client.stderr')}"
             atomic_write_json(run_dir / LINK_STATS_FILE, (link.stats() - before).to_dict())
@@ -218,6 +226,8 @@ def run_processes(
         code = stop_process(server, SERVER_STOP_TIMEOUT_S)
         if code not in (0, None, -signal.SIGTERM) and error is None:
             error = f"server exited {code}: {_tail(run_dir / 'server.stderr')}"
+        if progress is not None:
+            progress.finish(run_dir)
     return error
 
 
@@ -274,11 +284,15 @@ def start_server(link: Any, argv: list[str], run_dir: Path) -> subprocess.Popen:
     return server
 
 
-def start_client(link: Any, argv: list[str], run_dir: Path) -> subprocess.Popen:
+def start_client(
+    link: Any, argv: list[str], run_dir: Path, piped: bool = False
+) -> subprocess.Popen:
+    """The client in its namespace; ``piped``: its stdout read for ``progress N`` lines."""
     from netem import nsexec
 
+    stdout = subprocess.PIPE if piped else subprocess.DEVNULL
     with open(run_dir / "client.stderr", "wb") as client_err:
-        return nsexec.popen(link.client_ns, argv, stdout=subprocess.DEVNULL, stderr=client_err)
+        return nsexec.popen(link.client_ns, argv, stdout=stdout, stderr=client_err)
 
 
 def _wait_child(proc: subprocess.Popen, timeout_s: float) -> int:

@@ -218,7 +218,24 @@ class ResultDir:
         frame = self.frame()
         atomic_write_frame(self.path / "runs.csv", frame)
         atomic_write_frame(self.path / "runs.parquet", frame)
+        self.write_run_tables()
         return frame
+
+    PER_RUN_TABLES = ("rounds.csv",)
+    """Tables a run may write in its directory (the agent's rounds): gathered beside
+    runs.csv with a run_id column, in plan order."""
+
+    def write_run_tables(self) -> None:
+        for name in self.PER_RUN_TABLES:
+            parts = []
+            for run_id in sorted(self.finished()):
+                path = self.run_dir(run_id) / name
+                if path.is_file() and path.stat().st_size > 0:
+                    part = pd.read_csv(path)
+                    part.insert(0, "run_id", run_id)
+                    parts.append(part)
+            if parts:
+                atomic_write_frame(self.path / name, pd.concat(parts, ignore_index=True))
 
     @property
     def plots_dir(self) -> Path:

@@ -279,6 +279,76 @@ def _medians_table(
     ]
 
 
+RUN_DETAIL_COLUMNS = (
+    ("rounds", "agent_rounds_done", "{:.0f}"),
+    ("redone", "agent_redone", "{:.0f}"),
+    ("conns", "agent_connections", "{:.0f}"),
+    ("round (s)", "agent_round_s", "{:.3f}"),
+    ("encode (s)", "agent_encode_s", "{:.4f}"),
+    ("up bytes", "up_bytes", "{:.0f}"),
+    ("outage from-to (s)", "outage_start_s", None),
+    ("detected (s)", "outage_detected_s", "{:.2f}"),
+    ("back (s)", "outage_back_s", "{:.2f}"),
+    ("deadline met", "deadline_met", None),
+    ("site busy (s)", "site_busy_s", "{:.2f}"),
+    ("energy (J)", "site_energy_j", "{:.0f}"),
+)
+"""Columns a workload fills beyond the request's (the agent's rounds, issue 13): shown in
+the per-run table when some run has them."""
+
+
+def _cell(row: Any, column: str, fmt: str | None) -> str:
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if column == "outage_start_s":
+        end = row.get("outage_end_s")
+        return f"{value:.2f}-{end:.2f}"
+    return fmt.format(value) if fmt else str(value)
+
+
+def _is_true(value: Any) -> bool:
+    return (
+        value is not None and not (isinstance(value, float) and math.isnan(value)) and bool(value)
+    )
+
+
+def _runs_beside_bounds(frame: pd.DataFrame) -> list[str]:
+    """Every measured run, valid or not, with its total, its bound and their ratio."""
+    if frame.empty or "total_s" not in frame.columns:
+        return []
+    measured = frame[~frame["warmup"].astype(bool)] if "warmup" in frame.columns else frame
+    extra = [
+        (h, c, f)
+        for h, c, f in RUN_DETAIL_COLUMNS
+        if c in measured.columns and measured[c].notna().any()
+    ]
+    headers = ["run", "level", "total (s)", "bound (s)", "ratio", "valid"] + [
+        h for h, _, _ in extra
+    ]
+    rows = []
+    for _, row in measured.iterrows():
+        rows.append(
+            [
+                str(row["run_id"]),
+                str(row["level"]),
+                _cell(row, "total_s", "{:.3f}"),
+                _cell(row, "bound_s", "{:.3f}"),
+                _cell(row, "ratio", "{:.3f}"),
+                "yes" if _is_true(row.get("valid")) else f"no ({row.get('invalid_reason')})",
+            ]
+            + [_cell(row, c, f) for _, c, f in extra]
+        )
+    return [
+        "## Every run beside its bound",
+        "",
+        "Each measured run, valid or not (times from the start of the run's work).",
+        "",
+        _table(headers, rows),
+        "",
+    ]
+
+
 def _stack_phases(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
     """Where the stacks spend time the bound does not count (server events)."""
     if frame.empty or "server_receive_s" not in frame.columns:
@@ -595,6 +665,7 @@ def build_report(path: Path) -> Path:
         ),
         "",
     ]
+    lines += _runs_beside_bounds(frame)
     lines += air_report_lines(frame, levels)
     lines += ["## Validity", ""]
     lines += _contention(frame, levels)

@@ -465,6 +465,11 @@ PRESETS: dict[str, str] = {
     "dc-longhaul-clean": "rtt=200ms,rate=333mbit",
     # Access link: about 42 % independent loss below a knee near 14.5 Mbit/s.
     "wan-access": "rtt=200ms,rate=14.5mbit,loss=42%",
+    # The agent's sites (the chapter's §12.5, issue 13): a nearby workstation, 80 Mbit/s up
+    # and 20 ms, and the cloud, 6.4 Mbit/s up and 200 ms. The chapter states the uplinks; the
+    # downlinks carry only the small action and are set equal here.
+    "near": "rtt=20ms,rate=80mbit",
+    "cloud": "rtt=200ms,rate=6.4mbit",
 }
 """Named paths; ``parse_link("dc-longhaul")`` expands one, extra keys may follow it."""
 

@@ -12,6 +12,8 @@ Routes:
   ``POST /retouch?tiles=N``: the image as N equal tiles, each processed as soon as it has
   arrived (``processing_image_s / N`` each, one after the other) and its share of the result
   sent at once: the response starts while the upload goes on (MODELS.md section 2).
+- ``POST /agent?op=ID&round=N``: an agent round's screenshot; after ``agent_model_s`` the
+  action as JSON (a known op id: the stored action, executed once; :mod:`tbcore.agent`).
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
 - ``GET /result``: the 5,000,000-byte image result (``retouched``) with no processing (it is
   ready), for several streams on one connection beside the audio.
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 from servers import chunks
-from tbcore import workloads
+from tbcore import agent, workloads
 from tbcore.settings import KNOBS
 
 DEFAULT_STREAM_CHUNKS = 50
@@ -53,6 +55,7 @@ ROUTES: dict[str, frozenset[str]] = {
     "/result": frozenset({"GET"}),
     "/sink": frozenset({"POST"}),
     "/chunk": frozenset({"POST"}),
+    "/agent": frozenset({"POST"}),
 }
 
 UPLOAD_WORKLOAD = {"/asr": "audio", "/retouch": "image"}
@@ -140,6 +143,11 @@ class AppConfig:
     processing_audio_s: float = KNOBS["processing_audio"].default
     processing_image_s: float = KNOBS["processing_image"].default
     max_body_bytes: int = 64_000_000
+    agent_model_s: float = KNOBS["agent_model"].default
+
+
+AGENT_OPS = agent.OpStore()
+"""The agent's executed operations in this server process: an op id executes once."""
 
 
 @dataclass
@@ -351,6 +359,28 @@ class Exchange:
             "complete_t": verdict.complete_s,
         }
         return _json_plan(200, answer, self._upload_headers())
+
+    def _route_agent(self) -> ResponsePlan:
+        """One agent round: the screenshot up, the model's action back (after the decision
+        time); a known op id (a retry, a 0-RTT replay) gets its stored result, not a second
+        execution."""
+        query = parse_qs(urlsplit(self.head.path).query)
+        op = query.get("op", [""])[-1]
+        raw_round = query.get("round", [""])[-1]
+        if not op or len(op) > 200 or not raw_round.isdigit():
+            plan = _error(400, "agent: needs op=ID&round=N")
+            plan.stop_reading = False
+            return plan
+        body, wait_s, executed = AGENT_OPS.execute(
+            op, int(raw_round), self.upload_sha256, self.config.agent_model_s, time.monotonic()
+        )
+        headers = [
+            ("content-type", "application/json"),
+            ("content-length", str(len(body))),
+            ("x-agent-executed", "1" if executed else "0"),
+            *self._upload_headers(),
+        ]
+        return ResponsePlan(status=200, headers=headers, body=body, processing_s=wait_s)
 
     def _route_stream(self) -> ResponsePlan:
         query = parse_qs(urlsplit(self.head.path).query)

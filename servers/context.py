@@ -43,6 +43,7 @@ class ServerContext:
             processing_audio_s=self.config.settings.processing_audio_s,
             processing_image_s=self.config.settings.processing_image_s,
             max_body_bytes=self.config.max_body_bytes,
+            agent_model_s=self.config.settings.agent_model_s,
         )
 
     @property

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tbcore import fecmath, workloads
+from tbcore import agent, fecmath, workloads
 from tbcore.errors import SpecError
 
 
@@ -48,6 +48,14 @@ class WorkloadKind:
     """Server processing per request, from the settings."""
     bounded: bool = True
     """False when the request bound does not apply (the stream's bound is the pipeline)."""
+    records: str = "request"
+    """The records its client writes, which the harness turns into the row (harness.rowparts):
+    ``request`` (RequestRecord, one per request) or ``agent_round`` (AgentRound)."""
+    run_limit_s: Callable[[Any], float] = lambda s: s.timeout_s
+    """How long one client process may take before the harness kills it (plus a margin)."""
+    link_events: Callable[[Any], dict[int, list[str]]] = lambda s: {}
+    """Link events to give when the client reports progress N (``progress N`` on its
+    stdout): {N: [netem.events string, ...]}, from the settings."""
 
 
 PROTOCOLS: dict[str, ProtocolKind] = {}
@@ -173,4 +181,36 @@ register_workload(
 )
 register_workload(
     WorkloadKind("sink", lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0, lambda s: 0.0)
+)
+
+
+def _agent_events(s: Any) -> dict[int, list[str]]:
+    """The agent's link events: an outage after a round, an uplink rate change after one."""
+    events: dict[int, list[str]] = {}
+    if s.outage_after_round is not None:
+        events.setdefault(s.outage_after_round, []).append(f"outage:for={s.outage_s:g}s")
+    if s.rate_change_after_round is not None and s.rate_change_bps is not None:
+        events.setdefault(s.rate_change_after_round, []).append(
+            f"rate:rate={s.rate_change_bps:g}bit,dir=up"
+        )
+    return events
+
+
+register_workload(
+    WorkloadKind(
+        "agent",
+        # one round's screenshot as sent raw; a compressed run's bytes come from its records
+        lambda s: agent.RAW_SCREEN_BYTES,
+        lambda s: 0,
+        lambda s: s.agent_model_s,
+        records="agent_round",
+        link_events=lambda s: _agent_events(s),
+        # every round (and as many again, redone) at most its local work, model time and
+        # the patience of one request
+        run_limit_s=lambda s: (
+            2
+            * (s.agent_rounds + s.warmup_requests)
+            * (s.agent_local_s + s.agent_model_s + (s.round_timeout_s or s.timeout_s))
+        ),
+    )
 )

@@ -572,3 +572,36 @@ class RelayEvent(Record):
     def __post_init__(self) -> None:
         if self.event not in RELAY_EVENT_NAMES:
             raise RecordError("event", f"{self.event!r} is not a relay event")
+
+
+@record("agent_round", 1)
+class AgentRound(Record):
+    """One attempt of one round of the agent task (tbcore.agent; rounds.csv beside runs.csv).
+    Times are CLOCK_MONOTONIC, like every other record's."""
+
+    round: int = col(REQUIRED, doc="Round index, from 0.")
+    attempt: int = col(REQUIRED, doc="Task attempt (restart recovery begins a new one).")
+    op_id: str = col(REQUIRED, doc="The operation id the action carries.")
+    redone: bool = col(REQUIRED, doc="This round had been begun before (after a loss).")
+    warmup: bool = col(False, doc="A warm-up round (settings.warmup_requests): not measured.")
+    conn_index: int | None = col(doc="Connection number within the client process.")
+    new_connection: bool | None = col(doc="The round opened its connection.")
+    start_s: float | None = col(doc="Round start (local work begins).", unit="s")
+    local_s: float | None = col(doc="Local work: capture (render) and the rest.", unit="s")
+    render_s: float | None = col(doc="Rendering the screenshot (part of local_s).", unit="s")
+    encode_s: float | None = col(doc="Codec time, measured (0 for raw).", unit="s")
+    handshake_s: float | None = col(doc="Connect to handshake done (new connection).", unit="s")
+    upload_s: float | None = col(doc="First to last request byte written.", unit="s")
+    reply_s: float | None = col(doc="Last request byte to the action's last byte.", unit="s")
+    model_s: float | None = col(doc="The server's decision time for this op.", unit="s")
+    end_s: float | None = col(doc="The action arrived (round end).", unit="s")
+    round_s: float | None = col(doc="start_s to end_s.", unit="s")
+    upload_bytes: int | None = col(doc="Screenshot bytes sent.", unit="bytes")
+    executed: bool | None = col(doc="The server executed the op now (False: stored result).")
+    action: str | None = col(doc="The action the server replied.")
+    sha256_ok: bool | None = col(doc="The server echoed the screenshot's SHA-256 and length.")
+    error: str | None = col(doc="Why the round was lost (timeout, connection lost...).")
+    detected_s: float | None = col(doc="A lost round: when the client gave it up.", unit="s")
+    reconnected_s: float | None = col(
+        doc="The first round after a loss: when its new connection was up.", unit="s"
+    )

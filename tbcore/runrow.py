@@ -177,6 +177,34 @@ class RunRow(Record):
     )
     flights_up: int | None = col(doc="Round trips of the request's critical path, up.")
     flights_down: int | None = col(doc="Round trips of the request's critical path, down.")
+    # --- the agent workload (rounds.csv has every round; issue 13)
+    agent_rounds_done: int | None = col(doc="Agent: rounds acknowledged, redone ones included.")
+    agent_redone: int | None = col(doc="Agent: rounds begun again after a loss.")
+    agent_connections: int | None = col(doc="Agent: connections opened for the task.")
+    agent_round_s: float | None = col(doc="Agent: median round (start to action).", unit="s")
+    agent_upload_s: float | None = col(doc="Agent: median upload of a round.", unit="s")
+    agent_encode_s: float | None = col(doc="Agent: mean measured encode per round.", unit="s")
+    agent_handshake_s: float | None = col(
+        doc="Agent: mean handshake of the connections it opened.", unit="s"
+    )
+    outage_start_s: float | None = col(
+        doc="Agent: the link's outage began, from the task start.", unit="s"
+    )
+    outage_end_s: float | None = col(doc="Agent: the outage ended, from the task start.", unit="s")
+    outage_detected_s: float | None = col(
+        doc="Agent: the client gave the lost round up, from the task start.", unit="s"
+    )
+    outage_back_s: float | None = col(
+        doc="Agent: the new connection was up, from the task start.", unit="s"
+    )
+    deadline_s: float | None = col(
+        doc="Agent: the task's deadline (settings.agent_deadline).", unit="s"
+    )
+    deadline_met: bool | None = col(doc="Agent: total_s <= deadline_s.")
+    site_busy_s: float | None = col(doc="Agent: the site's model time executed.", unit="s")
+    site_energy_j: float | None = col(
+        doc="Agent: site_power times site_busy_s (stated power, measured busy time).", unit="J"
+    )
     # --- the verdict
     ignored_settings: str | None = col(
         doc="Settings the run's protocol does not use that the level set (fec: TCP/QUIC knobs)."

@@ -44,6 +44,9 @@ QUIC_PACING_MODES = ("cwnd", "off")
 CONNECTION_MODES = ("new", "reused", "0rtt")
 TOPOLOGIES = ("direct", "relay", "dual")
 """netem.topologyspec.TOPOLOGIES (tbcore imports no other package)."""
+SCREENSHOT_MODES = ("raw", "webp", "jpeg")
+"""tbcore.agent.SCREENSHOT_MODES: raw RGB or a Pillow codec."""
+RECOVERY_MODES = ("committed", "restart")
 MULTIPATH_MODES = ("single", "mptcp", "split", "duplicate")
 """The arms of an upload over two paths (clients.multipath)."""
 
@@ -430,6 +433,44 @@ knob("processing_image", "processing_image_s", kind="duration", default=0.300, u
      applies="server", how="asyncio.sleep per image request (retouch)", low=0)  # fmt: skip
 knob("timeout", "timeout_s", kind="duration", default=60.0, unit="s", applies="client",
      how="limit on each connect and each request", low=1e-3)  # fmt: skip
+# the agent workload (issue 13; the chapter's §12.1.3, §12.3.1, §12.5)
+knob("agent_rounds", kind="int", default=30, unit="count", applies="client",
+     how="rounds of the agent task (one screenshot up, one action back each)", low=1,
+     high=MAX_REQUESTS)  # fmt: skip
+knob("agent_local", "agent_local_s", kind="duration", default=0.3, unit="s",
+     applies="client", how="client work per round: capture (Pillow render) then the rest "
+     "of the duration waited", low=0)  # fmt: skip
+knob("agent_model", "agent_model_s", kind="duration", default=2.0, unit="s",
+     applies="server", how="asyncio.sleep per executed round (the model's decision)",
+     low=0)  # fmt: skip
+knob("screenshot", kind="choice", default="raw", unit="", applies="client",
+     how="raw RGB (798,720 bytes) or a Pillow codec", choices=SCREENSHOT_MODES)  # fmt: skip
+knob("screenshot_quality", kind="int", default=80, unit="", applies="client",
+     how="the codec's quality (Pillow quality=)", low=1, high=100)  # fmt: skip
+knob("recovery", kind="choice", default="committed", unit="", applies="client",
+     how="after a lost round: resume after the last acknowledged one, or redo all",
+     choices=RECOVERY_MODES)  # fmt: skip
+knob("outage_after_round", kind="int", default=None, unit="count", applies="harness",
+     how="the link drops everything both ways once this many rounds are acknowledged",
+     low=1, optional=True)  # fmt: skip
+knob("outage", "outage_s", kind="duration", default=1.0, unit="s", applies="harness",
+     how="how long the outage of outage_after_round lasts", low=1e-3)  # fmt: skip
+knob("rate_change_after_round", kind="int", default=None, unit="count", applies="harness",
+     how="the uplink changes rate once this many rounds are acknowledged", low=1,
+     optional=True, doc="The chapter's six rounds at 6 Mbit/s, then 10.")  # fmt: skip
+knob("rate_change", "rate_change_bps", kind="rate", default=None, unit="bit/s",
+     applies="harness", how="the uplink's rate after rate_change_after_round", low=1,
+     optional=True)  # fmt: skip
+knob("round_timeout", "round_timeout_s", kind="duration", default=None, unit="s",
+     applies="client", how="agent: a round without its action this long after its first "
+     "byte is lost (outage detection); None: settings.timeout", low=1e-3,
+     optional=True)  # fmt: skip
+knob("agent_deadline", "agent_deadline_s", kind="duration", default=None, unit="s",
+     applies="harness", how="agent: the task's deadline (deadline_met in the row)", low=1e-3,
+     optional=True)  # fmt: skip
+knob("site_power", "site_power_w", kind="int", default=None, unit="W", applies="harness",
+     how="agent: the model site's stated power (site_energy_j = power x busy time)", low=0,
+     optional=True)  # fmt: skip
 # the harness alone
 knob("mss", "mss_bytes", kind="int", default=TCP_DEFAULT_MSS_BYTES, unit="bytes",
      applies="harness", how="the segment payload the bound assumes for TCP",

@@ -690,6 +690,112 @@ def test_duplicate_failover_is_the_surviving_copy() -> None:
         duplicate_failover_time_s(30_000_000, [20 * mbit, 10 * mbit], 3.0, 2)
 
 
+# --- the agent's rounds (the chapter's §12.1.3, §12.3.1, §12.5) ----------------------------
+
+AGENT = dict(
+    rtt_s=0.2, up_bps=6.4e6, down_bps=6.4e6, upload_bytes=800_000, local_s=0.3, model_s=2.0
+)
+
+
+def test_agent_round_and_task_match_the_chapter() -> None:
+    reused = bounds.agent_task_time(
+        rounds=30, protocol="h2", connection="reused", slow_start=False, **AGENT
+    )
+    assert reused.round_s == pytest.approx(3.5)
+    assert reused.total_s == pytest.approx(105.4)  # set-up once: 2 RTT
+    new = bounds.agent_task_time(
+        rounds=30, protocol="h2", connection="new", slow_start=False, **AGENT
+    )
+    assert new.total_s == pytest.approx(117.0)  # 2 RTT every round
+    assert new.new_connections == 30
+    warm = bounds.agent_task_time(rounds=30, protocol="h2", connection="reused", warm=True, **AGENT)
+    assert warm.new_connections == 0 and warm.total_s == pytest.approx(105.0)
+
+
+def test_agent_compression_matches_the_chapter() -> None:
+    args = {**AGENT, "upload_bytes": 200_000}
+    task = bounds.agent_task_time(
+        rounds=30, protocol="h2", connection="reused", slow_start=False, encode_s=0.030, **args
+    )
+    assert task.round_s == pytest.approx(2.78)
+    assert round(task.round_s * 30) == 83
+
+
+def test_agent_slow_start_of_every_new_connection() -> None:
+    cold = bounds.agent_task_time(rounds=30, protocol="h2", connection="new", **AGENT)
+    warm = bounds.agent_task_time(rounds=30, protocol="h2", connection="reused", **AGENT)
+    # 0.8 MB on a 160 kB bandwidth-delay product: slow start idles every new connection
+    assert cold.feedback_s == pytest.approx(30 * warm.feedback_s)
+    assert cold.total_s - warm.total_s == pytest.approx(29 * (0.4 + warm.feedback_s))
+
+
+def test_agent_redone_rounds_and_recovery_cost() -> None:
+    assert bounds.agent_redone_rounds("committed", 9) == 1
+    assert bounds.agent_redone_rounds("restart", 9) == 10
+    assert bounds.agent_redone_rounds("restart", None) == 0
+    with pytest.raises(SpecError):
+        bounds.agent_redone_rounds("later", 3)
+    # the chapter's 2.57 s (nine rounds committed) vs 16.7 s (all ten redone): 1.0 s fixed
+    # (outage and reconnection) plus 1.57 s per redone round
+    assert bounds.agent_recovery_cost_s(1.0, 1.57, 1) == pytest.approx(2.57)
+    assert bounds.agent_recovery_cost_s(1.0, 1.57, 10) == pytest.approx(16.7)
+    task = bounds.agent_task_time(
+        rounds=30, protocol="h3", connection="reused", redone_rounds=10, outage_s=1.0, **AGENT
+    )
+    plain = bounds.agent_task_time(rounds=30, protocol="h3", connection="reused", **AGENT)
+    assert task.new_connections == 2
+    # the outage less the interrupted round's local work, ten rounds, one more connection
+    assert task.total_s - plain.total_s == pytest.approx(
+        0.7 + 10 * plain.round_s + 0.2 + plain.feedback_s
+    )
+    stored = bounds.agent_task_time(
+        rounds=30, protocol="h3", connection="reused", redone_rounds=1, outage_s=1.0,
+        stored_rounds=1, **AGENT,
+    )  # fmt: skip
+    assert stored.total_s - plain.total_s == pytest.approx(
+        0.7 + plain.round_s - 2.0 + 0.2 + plain.feedback_s
+    )
+
+
+def test_agent_deployment_matches_the_chapter() -> None:
+    # the remaining 20 rounds, deadline 45 s; model times per site inferred from the
+    # chapter's totals: near 0.15 s, cloud 0.08 s
+    near = bounds.agent_task_time(
+        rounds=20, protocol="h3", connection="reused", slow_start=False,
+        **{**AGENT, "rtt_s": 0.02, "up_bps": 80e6, "down_bps": 80e6, "model_s": 0.15},
+    )  # fmt: skip
+    cloud = bounds.agent_task_time(
+        rounds=20, protocol="h3", connection="reused", slow_start=False,
+        **{**AGENT, "model_s": 0.08},
+    )  # fmt: skip
+    assert 20 * near.round_s == pytest.approx(11.0)
+    assert 20 * cloud.round_s == pytest.approx(31.6)
+    rate = bounds.agent_deadline_rate_bps(
+        rounds=20, deadline_s=45.0, upload_bytes=800_000, rtt_s=0.2, local_s=0.3, model_s=0.08
+    )
+    assert f"{rate / 1e6:.1f}" == "3.8"
+    assert bounds.agent_energy_j(40.0, 2.0) == pytest.approx(80.0)
+
+
+def test_agent_break_even_rounds() -> None:
+    # the chapter's 3.5 s raw round against 2.78 s compressed, over 30 rounds
+    assert bounds.agent_break_even_rounds(30, 3.5, 2.78) == pytest.approx(7.77, abs=0.01)
+    assert bounds.agent_break_even_rounds(30, 3.0, 3.5) < 0  # compression that loses
+    with pytest.raises(SpecError):
+        bounds.agent_break_even_rounds(30, 3.0, 0.0)
+
+
+def test_agent_rate_change_after_six_rounds() -> None:
+    # the chapter's six rounds at 6 Mbit/s, then 10 (0.8 MB: 1.0667 s, then 0.64 s of upload)
+    args = {**AGENT, "up_bps": 6e6}
+    task = bounds.agent_task_time(
+        rounds=30, protocol="h2", connection="reused", slow_start=False, warm=True,
+        rate_change_after_round=6, rate_change_bps=10e6, **args,
+    )  # fmt: skip
+    assert task.later_rounds == 24
+    assert task.total_s == pytest.approx(6 * (2.5 + 0.8 * 8 / 6) + 24 * (2.5 + 0.64))
+
+
 # --- shared airtime -------------------------------------------------------------------
 
 

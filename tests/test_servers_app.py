@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from servers.app import AppConfig, Exchange, RequestHead
+from servers.app import AppConfig, Exchange, RequestHead, ResponsePlan
 from tbcore import workloads
 
 CONFIG = AppConfig(processing_audio_s=0.03, processing_image_s=0.3, max_body_bytes=1_000_000)
@@ -117,3 +117,24 @@ def test_request_head_parsing() -> None:
         RequestHead.from_headers(
             [(b":method", b"GET"), (b":path", b"/"), (b"content-length", b"-1")]
         )
+
+
+def _agent_exchange(op: str, body: bytes) -> ResponsePlan:
+    head = RequestHead("POST", f"/agent?op={op}&round=0", len(body))
+    ex = Exchange(head, AppConfig(agent_model_s=0.5))
+    ex.feed(body)
+    return ex.finish()
+
+
+def test_agent_round_executes_once_per_operation_id() -> None:
+    import json as _json
+
+    first = _agent_exchange("test-replay-a0-r0", b"screen" * 100)
+    assert first.status == 200 and first.processing_s == pytest.approx(0.5, abs=0.05)
+    assert ("x-agent-executed", "1") in first.headers
+    second = _agent_exchange("test-replay-a0-r0", b"screen" * 100)
+    assert ("x-agent-executed", "0") in second.headers
+    assert second.body == first.body and second.processing_s <= first.processing_s
+    assert _json.loads(first.body)["round"] == 0
+    bad = _agent_exchange("", b"x")
+    assert bad.status == 400

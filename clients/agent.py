@@ -1,0 +1,215 @@
+"""The agent workload's client: rounds of screenshot up, action back (tbcore.agent).
+
+``async def run_agent(config) -> list[AgentRound]``: ``settings.warmup_requests`` warm-up
+rounds then ``settings.agent_rounds`` measured ones over ``settings.protocol``;
+``connection = "new"`` opens a connection per round, ``reused`` one for the task
+(reopened after a loss), ``0rtt`` (h3) a connection per round with the request as early
+data. A round is lost when its action has not arrived ``round_timeout`` after its
+request began (or its connection fails); ``recovery`` then decides what is done again.
+Each acknowledged round is printed as ``progress N`` (N rounds acknowledged) on
+stdout (the harness times its link events by it). The rounds go to ``config.records_path`` as JSONL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import secrets
+import sys
+import time
+from typing import Any
+
+from clients import h2client
+from clients.api import _one_line, _Run
+from clients.config import ClientConfig
+from clients.workload import RequestSpec
+from tbcore.agent import RoundPlan, encode_screen, render_screen
+from tbcore.records import AgentRound, write_jsonl
+
+MAX_LOSSES = 20
+"""A task that loses more rounds than this gives up (the path is gone, not interrupted)."""
+CLOSE_WAIT_S = 1.0
+PROGRESS_MARK = "progress"
+
+
+async def _local_work(rec: AgentRound, index: int, local_s: float) -> Any:
+    """Capture (render) the screen, then the rest of the local work's duration."""
+    t0 = time.monotonic()
+    img = render_screen(index)
+    rec.render_s = time.monotonic() - t0
+    left = local_s - (time.monotonic() - t0)
+    if left > 0:
+        await asyncio.sleep(left)
+    rec.local_s = time.monotonic() - t0
+    return img
+
+
+def _abort(conn: Any) -> None:
+    """Drop a connection that lost its round at once (no graceful close on a dead path)."""
+    if conn is None:
+        return
+    with contextlib.suppress(Exception):
+        if not isinstance(conn, h2client.H2Client):
+            conn.protocol.close()
+        conn.transport.abort() if hasattr(conn.transport, "abort") else conn.transport.close()
+
+
+async def _close(conn: Any) -> None:
+    if conn is None:
+        return
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)
+    transport = getattr(conn, "transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.abort() if hasattr(transport, "abort") else transport.close()
+
+
+async def run_agent(config: ClientConfig) -> list[AgentRound]:
+    settings = config.settings
+    timeout_s = settings.round_timeout_s or settings.timeout_s
+    run = _Run(
+        ClientConfig(**{**config.__dict__, "settings": settings.replace(timeout_s=timeout_s)})
+    )
+    warmup = settings.warmup_requests
+    total = warmup + settings.agent_rounds
+    plan = RoundPlan(total, settings.recovery, token=secrets.token_hex(4))
+    rounds: list[AgentRound] = []
+    conn: Any = None
+    losses = 0
+    after_loss = False
+    per_round = settings.connection in ("new", "0rtt")
+    closing: list[asyncio.Task[None]] = []
+    try:
+        while not plan.finished:
+            index, op, redone = plan.next_round()
+            rec = AgentRound(
+                round=index, attempt=plan.attempt, op_id=op, redone=redone, warmup=index < warmup
+            )
+            rounds.append(rec)
+            rec.start_s = time.monotonic()
+            img = await _local_work(rec, index, settings.agent_local_s)
+            data, rec.encode_s = encode_screen(
+                img, settings.screenshot, settings.screenshot_quality
+            )
+            rec.upload_bytes = len(data)
+            run.specs = [
+                RequestSpec(
+                    "agent",
+                    "POST",
+                    f"/agent?op={op}&round={index}",
+                    body=data,
+                    expect_upload_sha256=hashlib.sha256(data).hexdigest(),
+                )
+            ]
+            ok = await _one_round(run, rec, conn if not per_round else None, after_loss)
+            conn = ok[1]
+            if ok[0]:
+                plan.acknowledged()
+                after_loss = False
+                if plan.acked > warmup:  # measured rounds acknowledged
+                    print(f"{PROGRESS_MARK} {plan.acked - warmup}", flush=True)
+            else:
+                rec.detected_s = time.monotonic()
+                _abort(conn)
+                conn = None
+                losses += 1
+                after_loss = True
+                plan.lost()
+                print(f"lost {index}: {rec.error}", flush=True)
+                if losses > MAX_LOSSES:
+                    break
+            if per_round and conn is not None:
+                # the next round needs the action, not the old connection's close
+                closing.append(asyncio.create_task(_close(conn)))
+                conn = None
+    finally:
+        await _close(conn)
+        for task in closing:
+            with contextlib.suppress(Exception):
+                await task
+        if config.records_path is not None:
+            write_jsonl(config.records_path, rounds)
+        if run.keylog is not None:
+            run.keylog.close()
+    return rounds
+
+
+async def _one_round(run: _Run, rec: AgentRound, conn: Any, after_loss: bool) -> tuple[bool, Any]:
+    """Send the round on ``conn`` (or a new connection); (acknowledged, the connection)."""
+    settings = run.config.settings
+    record = run.new_record(rec.round)
+    if conn is None:
+        early = settings.connection == "0rtt" and run.ticket is not None
+        try:
+            conn = await asyncio.wait_for(run.connect(early=early), settings.timeout_s)
+        except Exception as err:
+            rec.error = f"connect: {_one_line(err)}"
+            return False, None
+        rec.new_connection = True
+        if not early and conn.handshake_done is not None:
+            rec.handshake_s = conn.handshake_done - conn.connect_start
+            if after_loss:
+                rec.reconnected_s = conn.handshake_done
+    else:
+        rec.new_connection = False
+    rec.conn_index = run.conn_index
+    collector = None
+    try:
+        collector = await conn.request(run.specs[0], record, settings.timeout_s)
+    except Exception as err:
+        rec.error = _one_line(err)
+    if isinstance(conn, h2client.H2Client):
+        if conn.session is not None:
+            run.session = conn.session
+    elif conn.protocol.tickets:
+        run.ticket = conn.protocol.tickets[-1]
+    if rec.new_connection and rec.handshake_s is None and conn.handshake_done is not None:
+        rec.handshake_s = conn.handshake_done - conn.connect_start
+        if after_loss:
+            rec.reconnected_s = conn.handshake_done
+    first, last, done = (
+        record.request_first_byte,
+        record.request_last_byte,
+        record.response_last_byte,
+    )
+    if first is not None and last is not None:
+        rec.upload_s = last - first
+    if last is not None and done is not None:
+        rec.reply_s = done - last
+    rec.sha256_ok = record.sha256_ok
+    if rec.error is None and record.error is not None:
+        rec.error = record.error
+    if rec.error is not None or collector is None or done is None:
+        rec.error = rec.error or "no action"
+        return False, conn
+    try:
+        action = json.loads(collector.body)
+        rec.action = action["action"]
+        rec.model_s = float(action["model_s"])
+    except (ValueError, KeyError, TypeError) as err:
+        rec.error = f"bad action: {_one_line(err)}"
+        return False, conn
+    rec.executed = collector.headers.get("x-agent-executed") == "1"
+    rec.end_s = done
+    rec.round_s = done - rec.start_s  # type: ignore[operator]
+    return True, conn
+
+
+def run_agent_sync(config: ClientConfig) -> list[AgentRound]:
+    import uvloop
+
+    return uvloop.run(run_agent(config))
+
+
+def main_exit(rounds: list[AgentRound], rounds_wanted: int) -> int:
+    acked = sum(1 for r in rounds if r.end_s is not None and not r.warmup)
+    finished = len({r.round for r in rounds if r.end_s is not None and not r.warmup}) >= (
+        rounds_wanted
+    )
+    if not finished:
+        print(f"testbed client: agent task unfinished ({acked} rounds acked)", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,82 @@
+"""tbcore.agent: deterministic screenshots, real codecs, operation ids executed once, and
+the round plan under committed and restart recovery."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from tbcore import agent
+
+
+def test_screens_are_deterministic_and_change_with_the_round() -> None:
+    a = agent.render_screen(3).tobytes()
+    assert len(a) == agent.RAW_SCREEN_BYTES == 798_720
+    assert hashlib.sha256(a).digest() == hashlib.sha256(agent.render_screen(3).tobytes()).digest()
+    assert a != agent.render_screen(4).tobytes()
+
+
+@pytest.mark.parametrize("codec", ["webp", "jpeg"])
+def test_codecs_compress_and_are_timed(codec: str) -> None:
+    img = agent.render_screen(1)
+    data, encode_s = agent.encode_screen(img, codec, 80)
+    assert 0 < len(data) < agent.RAW_SCREEN_BYTES / 4
+    assert encode_s > 0
+    assert data[:4] == (b"RIFF" if codec == "webp" else b"\xff\xd8\xff\xe0"[:4])
+    raw, zero = agent.encode_screen(img, "raw", 80)
+    assert len(raw) == agent.RAW_SCREEN_BYTES and zero == 0.0
+
+
+def test_an_operation_executes_once_and_a_retry_gets_the_stored_result() -> None:
+    store = agent.OpStore()
+    body, wait, executed = store.execute("t-a0-r0", 0, "ab" * 32, 2.0, now=10.0)
+    assert executed and wait == 2.0
+    # a retry (or a 0-RTT replay) of the same id while the decision is still running waits
+    # for it, then gets the same action; nothing executes a second time
+    again, wait2, executed2 = store.execute("t-a0-r0", 0, "ab" * 32, 2.0, now=11.5)
+    assert (again, executed2) == (body, False) and wait2 == pytest.approx(0.5)
+    late, wait3, executed3 = store.execute("t-a0-r0", 0, "ab" * 32, 2.0, now=20.0)
+    assert (late, wait3, executed3) == (body, 0.0, False)
+    assert store.executions() == 1
+    _, _, other = store.execute("t-a0-r1", 1, "cd" * 32, 2.0, now=20.0)
+    assert other and store.executions() == 2
+
+
+def test_committed_recovery_redoes_the_lost_round_with_its_id() -> None:
+    plan = agent.RoundPlan(5, "committed", token="t")
+    for _ in range(3):
+        plan.next_round()
+        plan.acknowledged()
+    index, op, redone = plan.next_round()
+    assert (index, redone) == (3, False)
+    plan.lost()
+    assert plan.next_round() == (3, op, True)
+    plan.acknowledged()
+    assert plan.next_round()[0] == 4
+    plan.acknowledged()
+    assert plan.finished
+
+
+def test_restart_recovery_redoes_every_round_with_new_ids() -> None:
+    plan = agent.RoundPlan(4, "restart", token="t")
+    ids = []
+    for _ in range(2):
+        ids.append(plan.next_round()[1])
+        plan.acknowledged()
+    plan.next_round()
+    plan.lost()
+    again = [plan.next_round()]
+    plan.acknowledged()
+    assert again[0][0] == 0 and again[0][2] is True and again[0][1] not in ids
+    redone = []
+    while not plan.finished:
+        index, _, flag = plan.next_round()
+        redone.append((index, flag))
+        plan.acknowledged()
+    assert redone == [(1, True), (2, True), (3, False)]
+
+
+def test_bad_recovery_is_refused() -> None:
+    with pytest.raises(ValueError):
+        agent.RoundPlan(3, "later")

@@ -1,0 +1,72 @@
+"""harness.agent_rows: the agent's rounds become the run's row (task time, bound, outage
+timeline, deadline, energy) and rounds.csv."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness import agent_rows
+from harness.rowparts import ROW_PARTS
+from netem.linkspec import resolve_link
+from tbcore.records import AgentRound, read_csv, write_jsonl
+from tbcore.settings import Settings
+
+
+def _round(index: int, start: float, **kw: object) -> AgentRound:
+    values: dict = dict(
+        round=index, attempt=0, op_id=f"t-a0-r{index}", redone=False, start_s=start,
+        end_s=start + 3.6, round_s=3.6, upload_bytes=798_720, encode_s=0.0, model_s=2.0,
+        executed=True, sha256_ok=True, new_connection=index == 0, handshake_s=0.4,
+    )  # fmt: skip
+    values.update(kw)
+    return AgentRound(**values)
+
+
+def test_rounds_become_the_row(tmp_path: Path) -> None:
+    settings = Settings(
+        workload="agent", agent_rounds=3, connection="reused", link="cloud",
+        agent_deadline_s=20.0, site_power_w=700, outage_after_round=1, outage_s=1.0,
+    )  # fmt: skip
+    rounds = [
+        _round(0, 100.0),
+        _round(1, 103.6),
+        _round(2, 107.2, end_s=None, round_s=None, error="TimeoutError", detected_s=112.0),
+        _round(2, 112.5, redone=True, executed=False, reconnected_s=113.0, new_connection=True),
+    ]
+    write_jsonl(tmp_path / "records.jsonl", rounds)
+    fired = [
+        {
+            "after_progress": 2,
+            "event": "outage:for=1s",
+            "kind": "outage",
+            "start_s": 107.2,
+            "end_s": 108.2,
+        }
+    ]
+    part = ROW_PARTS["agent_round"](settings, resolve_link("cloud"), tmp_path, None, fired)
+    cols = part.columns
+    assert part.error is None and part.sha256_ok is True
+    assert cols["total_s"] == pytest.approx(116.1 - 100.0)
+    assert cols["agent_redone"] == 1 and cols["agent_rounds_done"] == 3
+    assert cols["agent_connections"] == 2
+    assert cols["outage_start_s"] == pytest.approx(7.2)
+    assert cols["outage_detected_s"] == pytest.approx(12.0)
+    assert cols["outage_back_s"] == pytest.approx(13.0)
+    assert cols["deadline_met"] is True
+    # the stored result of the retried op ran no model: busy time counts executions only
+    assert cols["site_busy_s"] == pytest.approx(4.0)
+    assert cols["site_energy_j"] == pytest.approx(2800.0)
+    assert cols["ratio"] == pytest.approx(cols["total_s"] / cols["bound_s"])
+    assert len(read_csv(tmp_path / agent_rows.ROUNDS_FILE, AgentRound)) == 4
+
+
+def test_an_unfinished_task_or_a_missing_outage_is_an_error(tmp_path: Path) -> None:
+    settings = Settings(workload="agent", agent_rounds=3, link="cloud", outage_after_round=1)
+    write_jsonl(tmp_path / "records.jsonl", [_round(0, 100.0)])
+    part = agent_rows.agent_part(settings, resolve_link("cloud"), tmp_path, None, [])
+    assert part.error == "agent task unfinished: 1 of 3 rounds"
+    write_jsonl(tmp_path / "records.jsonl", [_round(i, 100.0 + 4 * i) for i in range(3)])
+    part = agent_rows.agent_part(settings, resolve_link("cloud"), tmp_path, None, [])
+    assert part.error == "the outage was never given to the link"

@@ -1,0 +1,111 @@
+"""The agent workload end to end on loopback: rounds in order, connections per round or one
+for the task, every screenshot's SHA-256 echoed, the action carried back, codecs timed."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from clients.agent import run_agent
+from clients.config import ClientConfig
+from servers.process import ServerProcess
+from tbcore.agent import RAW_SCREEN_BYTES
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def server():  # type: ignore[no-untyped-def]
+    with ServerProcess(["--agent-model", "50ms"]) as proc:
+        yield proc
+
+
+def config(server: ServerProcess, protocol: str, **kw: object) -> ClientConfig:
+    return ClientConfig.of(  # type: ignore[arg-type]
+        protocol=protocol,
+        port=server.ports[protocol],
+        timeout_s=20.0,
+        workload="agent",
+        agent_local_s=0.02,
+        **kw,
+    )
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+@pytest.mark.parametrize("connection", ["new", "reused"])
+async def test_rounds_in_order(server: ServerProcess, protocol: str, connection: str) -> None:
+    rounds = await run_agent(config(server, protocol, agent_rounds=3, connection=connection))
+    assert [r.round for r in rounds] == [0, 1, 2]
+    assert all(r.error is None and r.sha256_ok and r.executed for r in rounds)
+    assert all(r.upload_bytes == RAW_SCREEN_BYTES and r.encode_s == 0.0 for r in rounds)
+    # a round starts only after the previous action arrived
+    for a, b in itertools.pairwise(rounds):
+        assert b.start_s >= a.end_s
+    assert all(r.model_s == pytest.approx(0.05) for r in rounds)
+    assert all(r.round_s >= r.local_s + r.model_s for r in rounds)
+    conns = [r.conn_index for r in rounds]
+    assert conns == ([0, 1, 2] if connection == "new" else [0, 0, 0])
+    assert [r.new_connection for r in rounds] == (
+        [True] * 3 if connection == "new" else [True, False, False]
+    )
+
+
+@pytest.mark.parametrize("codec", ["webp", "jpeg"])
+async def test_compressed_screenshots_are_timed(server: ServerProcess, codec: str) -> None:
+    rounds = await run_agent(
+        config(server, "h2", agent_rounds=2, connection="reused", screenshot=codec)
+    )
+    assert [(r.error, r.sha256_ok) for r in rounds] == [(None, True)] * 2
+    assert all(0 < r.upload_bytes < RAW_SCREEN_BYTES / 4 for r in rounds)
+    assert all(r.encode_s > 0 for r in rounds)
+    # the round number changes the screen, so the bytes differ
+    assert rounds[0].upload_bytes != rounds[1].upload_bytes
+
+
+async def test_rounds_written(server: ServerProcess, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from tbcore.records import AgentRound, read_jsonl
+
+    path = tmp_path / "rounds.jsonl"
+    await run_agent(
+        config(
+            server, "h3", agent_rounds=2, connection="0rtt", warmup_requests=1, records_path=path
+        )
+    )
+    rounds = read_jsonl(path, AgentRound)
+    assert [(r.round, r.warmup) for r in rounds] == [(0, True), (1, False), (2, False)]
+    assert all(r.error is None for r in rounds)
+
+
+async def test_a_0rtt_replay_of_an_operation_never_executes_twice(server: ServerProcess) -> None:
+    """The same round sent again as QUIC 0-RTT early data (what a replayed request is to the
+    server): the stored action comes back, the model does not run a second time."""
+    import hashlib
+
+    from clients.api import _Run
+    from clients.workload import RequestSpec
+
+    run = _Run(config(server, "h3", connection="0rtt"))
+    body = b"screenshot" * 1000
+    run.spec = RequestSpec(
+        "agent",
+        "POST",
+        "/agent?op=replay-test-a0-r0&round=0",
+        body=body,
+        expect_upload_sha256=hashlib.sha256(body).hexdigest(),
+    )
+    answers = []
+    for early in (False, True, True):
+        conn = await run.connect(early=early and run.ticket is not None)
+        record = run.new_record(0)
+        collector = await conn.request(run.spec, record, 20.0)
+        if conn.protocol.tickets:
+            run.ticket = conn.protocol.tickets[-1]
+        else:
+            run.ticket = await conn.wait_ticket(2.0)
+        answers.append((collector.headers.get("x-agent-executed"), collector.body, record))
+        await conn.close()
+    assert [a[0] for a in answers] == ["1", "0", "0"]
+    assert answers[1][1] == answers[0][1] == answers[2][1]
+    assert answers[2][2].sha256_ok
+    assert conn.protocol.early_data_accepted  # the last one did go as early data
