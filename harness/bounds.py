@@ -1066,29 +1066,34 @@ AUDIO_BYTES = 354_640
 """The WAN voice case's audio (DESIGN.md workloads)."""
 
 
-def worked_examples() -> list[WorkedExample]:
-    """Every worked example of MODELS.md, computed (no typed-in results)."""
-    mbit = 1e6
-    audio_packets = wire_bytes(AUDIO_BYTES, TCP_MSS_BYTES, 0, 0)[0]
-    voice = serial_time(AUDIO_BYTES, 0, 333 * mbit, 333 * mbit, 0.2, 0.030)
-    window = window_throughput_bps(64_000, 0.1, 20 * mbit)
-    mathis = mathis_throughput_bps(TCP_MSS_BYTES, 0.2, 0.14)
-    repair = fec_repair_symbols(audio_packets, 0.14, 0.999)
-    fec_block_s = serial_time(
-        (audio_packets + repair) * TCP_MSS_BYTES, 0, 333 * mbit, 333 * mbit, 0.2, 0.030
-    )
+MBIT = 1e6
+"""Bits per second in a Mbit/s (the unit MODELS.md states rates in)."""
+
+
+def _voice_time_s() -> float:
+    """The WAN voice case's ideal serial time (MODELS.md section 1)."""
+    return serial_time(AUDIO_BYTES, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030)
+
+
+def _audio_packets() -> int:
+    """Packets of the voice case's audio at the TCP MSS."""
+    return wire_bytes(AUDIO_BYTES, TCP_MSS_BYTES, 0, 0)[0]
+
+
+def _serial_and_setup_examples() -> list[WorkedExample]:
+    """MODELS.md sections 1 (serial request) and 4 (set-up)."""
     return [
         WorkedExample(
             "1 serial request (image)",
             "30 MB up @ 20 Mbit/s, 5 MB down @ 100 Mbit/s, R 0.1 s, Tc 0.3 s",
-            serial_time(30_000_000, 5_000_000, 20 * mbit, 100 * mbit, 0.1, 0.3),
+            serial_time(30_000_000, 5_000_000, 20 * MBIT, 100 * MBIT, 0.1, 0.3),
             "s",
             "12.8",
         ),
         WorkedExample(
             "1 serial request (voice, ideal)",
             "354,640 B up @ 333 Mbit/s, R 0.2 s, Tc 30 ms",
-            voice,
+            _voice_time_s(),
             "s",
             "0.2385",
         ),
@@ -1106,10 +1111,17 @@ def worked_examples() -> list[WorkedExample]:
             "s",
             "0.4",
         ),
+    ]
+
+
+def _window_examples() -> list[WorkedExample]:
+    """MODELS.md sections 5 (window bound, BDP) and 6 (slow start)."""
+    window = window_throughput_bps(64_000, 0.1, 20 * MBIT)
+    return [
         WorkedExample(
             "5 window bound",
             "W 64,000 B, R 0.1 s, path 20 Mbit/s",
-            window / mbit,
+            window / MBIT,
             "Mbit/s",
             "5.12",
         ),
@@ -1123,7 +1135,7 @@ def worked_examples() -> list[WorkedExample]:
         WorkedExample(
             "5 BDP",
             "20 Mbit/s, R 0.1 s",
-            bdp_bytes(20 * mbit, 0.1) / 1000,
+            bdp_bytes(20 * MBIT, 0.1) / 1000,
             "KB",
             "250",
         ),
@@ -1134,10 +1146,19 @@ def worked_examples() -> list[WorkedExample]:
             "rounds",
             "5",
         ),
+    ]
+
+
+def _loss_examples() -> list[WorkedExample]:
+    """MODELS.md sections 8 (Mathis) and 9 (retransmission)."""
+    mathis = mathis_throughput_bps(TCP_MSS_BYTES, 0.2, 0.14)
+    voice = _voice_time_s()
+    audio_packets = _audio_packets()
+    return [
         WorkedExample(
             "8 Mathis (C = 1)",
             "MSS 1448, R 0.2 s, p 0.14",
-            mathis / mbit,
+            mathis / MBIT,
             "Mbit/s",
             "0.155",
         ),
@@ -1169,6 +1190,17 @@ def worked_examples() -> list[WorkedExample]:
             "rounds",
             "6",
         ),
+    ]
+
+
+def _fec_examples() -> list[WorkedExample]:
+    """MODELS.md section 10 (erasure coding)."""
+    audio_packets = _audio_packets()
+    repair = fec_repair_symbols(audio_packets, 0.14, 0.999)
+    fec_block_s = serial_time(
+        (audio_packets + repair) * TCP_MSS_BYTES, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030
+    )
+    return [
         WorkedExample(
             "10 FEC repair symbols",
             f"k {audio_packets}, p 0.14, target 0.999",
@@ -1190,6 +1222,12 @@ def worked_examples() -> list[WorkedExample]:
             "s",
             "0.241",
         ),
+    ]
+
+
+def _airtime_examples() -> list[WorkedExample]:
+    """MODELS.md section 7 (shared airtime)."""
+    return [
         WorkedExample(
             "7 shared airtime (image, chapter 12.4.1)",
             "30,800 data (302 µs) + 30,800 feedback (134 µs) exchanges, 802.11a 54/6 Mbit/s",
@@ -1422,3 +1460,14 @@ def agent_break_even_rounds(rounds: int, raw_round_s: float, compressed_round_s:
         * (_positive("raw_round_s", raw_round_s) - compressed_round_s)
         / _positive("compressed_round_s", compressed_round_s)
     )
+
+
+def worked_examples() -> list[WorkedExample]:
+    """Every worked example of MODELS.md, computed (no typed-in results)."""
+    return [
+        *_serial_and_setup_examples(),
+        *_window_examples(),
+        *_loss_examples(),
+        *_fec_examples(),
+        *_airtime_examples(),
+    ]

@@ -10,6 +10,7 @@ says that something failed.
 
 from __future__ import annotations
 
+import functools
 import json
 import traceback
 from collections.abc import Callable, Sequence
@@ -87,6 +88,87 @@ class CampaignSummary:
         return out
 
 
+def _open_index(
+    resume: Path | None, output: Path, quick: bool, reps: int | None, backend: str
+) -> tuple[Path, dict[str, Any]]:
+    """The campaign index to resume (read from ``resume``) or a new one under ``output``."""
+    if resume is not None:
+        index_path = Path(resume) / INDEX
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise SpecError("resume", f"{index_path}: {err}") from None
+        return index_path, index
+    index_path = Path(output) / "campaign" / utc_stamp() / INDEX
+    index = {
+        "started_utc": utc_stamp(),
+        "quick": quick,
+        "reps": reps,
+        "backend": backend,
+        "entries": [],
+    }
+    return index_path, index
+
+
+def _load_specs(
+    experiments_dir: Path, names: Sequence[str] | None, quick: bool, reps: int | None
+) -> list[specmod.ExperimentSpec]:
+    """Load and validate every experiment file before the first run."""
+    specs = []
+    for path in experiment_files(experiments_dir, names):
+        spec = specmod.load(path)
+        if quick:
+            spec = spec.quick_form()
+        if reps is not None:
+            spec = spec.with_repetitions(reps)
+        specs.append(spec)
+    return specs
+
+
+def _finished_fields(spec: specmod.ExperimentSpec, result: Any) -> dict[str, Any]:
+    """The index fields of an experiment that ran to its end."""
+    frame = result.result.frame()
+    return dict(
+        status="finished",
+        result_dir=str(result.result.path),
+        runs=len(frame),
+        planned=len(plan_for(spec)),
+        invalid=int((~frame["valid"].fillna(False).astype(bool)).sum()),
+        levels_without_valid=analysis.levels_without_valid(frame, spec.level_names),
+        report=str(result.result.path / "report.md"),
+    )
+
+
+def _run_entry(
+    spec: specmod.ExperimentSpec,
+    entry: dict[str, Any],
+    index: dict[str, Any],
+    index_path: Path,
+    progress: Any,
+    run: Callable[..., Any],
+) -> None:
+    """Run one experiment and note its outcome in ``entry``; an interrupt is noted, then
+    raised."""
+    try:
+        previous = entry.get("result_dir")
+        result = run(
+            spec,
+            resume=Path(previous) if previous and Path(previous).is_dir() else None,
+            progress=_recorder(progress, entry, index, index_path),
+        )
+        entry.update(_finished_fields(spec, result))
+    except KeyboardInterrupt:
+        entry["status"] = "interrupted"
+        atomic_write_json(index_path, index)
+        raise
+    except Exception as err:
+        entry.update(status="failed", error=f"{type(err).__name__}: {err}"[:300])
+        entry["traceback"] = traceback.format_exc()[-2000:]
+    finally:
+        if progress is not None and hasattr(progress, "close"):
+            progress.close()
+
+
 def run_campaign(
     *,
     experiments_dir: Path,
@@ -104,73 +186,25 @@ def run_campaign(
     """Run the experiments; ``runner`` defaults to :func:`harness.runner.run_experiment`."""
     if runner is None:
         from harness.runner import run_experiment as runner
+    index_path, index = _open_index(resume, output, quick, reps, backend)
     if resume is not None:
-        index_path = Path(resume) / INDEX
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise SpecError("resume", f"{index_path}: {err}") from None
         quick, reps, backend = index["quick"], index["reps"], index["backend"]
         names = [e["name"] for e in index["entries"]]
-    else:
-        index_path = Path(output) / "campaign" / utc_stamp() / INDEX
-        index = {
-            "started_utc": utc_stamp(),
-            "quick": quick,
-            "reps": reps,
-            "backend": backend,
-            "entries": [],
-        }
-    files = experiment_files(experiments_dir, names)
-    specs = []
-    for path in files:  # validate every file before the first run
-        spec = specmod.load(path)
-        if quick:
-            spec = spec.quick_form()
-        if reps is not None:
-            spec = spec.with_repetitions(reps)
-        specs.append(spec)
+    specs = _load_specs(experiments_dir, names, quick, reps)
     entries = {e["name"]: e for e in index["entries"]}
     for spec in specs:
         entries.setdefault(spec.name, {"name": spec.name, "status": "pending"})
     index["entries"] = [entries[s.name] for s in specs]
     atomic_write_json(index_path, index)
+    run = functools.partial(
+        runner, output=Path(output), backend=backend, link_name=link_name, attempts=attempts
+    )
     for spec in specs:
         entry = entries[spec.name]
         if entry.get("status") == "finished":
             continue
         progress = progress_factory(spec.name) if progress_factory else None
-        try:
-            previous = entry.get("result_dir")
-            result = runner(
-                spec,
-                output=Path(output),
-                backend=backend,
-                resume=Path(previous) if previous and Path(previous).is_dir() else None,
-                progress=_recorder(progress, entry, index, index_path),
-                link_name=link_name,
-                attempts=attempts,
-            )
-            frame = result.result.frame()
-            entry.update(
-                status="finished",
-                result_dir=str(result.result.path),
-                runs=len(frame),
-                planned=len(plan_for(spec)),
-                invalid=int((~frame["valid"].fillna(False).astype(bool)).sum()),
-                levels_without_valid=analysis.levels_without_valid(frame, spec.level_names),
-                report=str(result.result.path / "report.md"),
-            )
-        except KeyboardInterrupt:
-            entry["status"] = "interrupted"
-            atomic_write_json(index_path, index)
-            raise
-        except Exception as err:
-            entry.update(status="failed", error=f"{type(err).__name__}: {err}"[:300])
-            entry["traceback"] = traceback.format_exc()[-2000:]
-        finally:
-            if progress is not None and hasattr(progress, "close"):
-                progress.close()
+        _run_entry(spec, entry, index, index_path, progress, run)
         atomic_write_json(index_path, index)
     index["finished_utc"] = utc_stamp()
     atomic_write_json(index_path, index)

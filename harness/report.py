@@ -512,17 +512,8 @@ def answer_text(
     return "\n".join(f"- {p}" for p in parts)
 
 
-def build_report(path: Path) -> Path:
-    """Write ``report.md`` and ``plots/*.png`` for the result directory at ``path``."""
-    result = ResultDir.open(path)
-    manifest = result.read_manifest()
-    frame = result.frame()
-    baselines = _levels_and_baselines(manifest, frame)
-    levels = list(baselines)
-    seed = int(manifest.get("resolved", {}).get("seed", 0) or 0)
-    summaries = analysis.level_summary(frame, levels, seed=seed)
-    effects = analysis.effects(frame, baselines, seed=seed)
-    position = analysis.position_effect(frame)
+def _plot_all(result: ResultDir, frame: pd.DataFrame, levels: Sequence[str]) -> None:
+    """Draw the four plots of the report into ``plots/``."""
     plots = result.plots_dir
     plot_levels(frame, levels, plots / "levels.png")
     plot_timeline(frame, levels, plots / "timeline.png")
@@ -555,10 +546,17 @@ def build_report(path: Path) -> Path:
         },
         relative=True,
     )
-    resolved = manifest.get("resolved", {})
-    env = manifest.get("environment", {})
-    lines = [
-        f"# Experiment `{resolved.get('name', path.name)}`",
+
+
+def _head_lines(
+    resolved: dict[str, Any],
+    name: str,
+    summaries: Sequence[analysis.LevelSummary],
+    effects: Sequence[analysis.Effect],
+) -> list[str]:
+    """Title, question and answer."""
+    return [
+        f"# Experiment `{resolved.get('name', name)}`",
         "",
         f"**Question.** {resolved.get('question', '')}",
         "",
@@ -566,6 +564,12 @@ def build_report(path: Path) -> Path:
         "",
         answer_text(summaries, effects),
         "",
+    ]
+
+
+def _per_level_lines(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
+    """The per-level table: medians, intervals, bounds and the gap."""
+    return [
         "## Per level",
         "",
         "Times in ms: median of the valid measured runs with its bootstrap 95 % interval, "
@@ -608,6 +612,12 @@ def build_report(path: Path) -> Path:
             ],
         ),
         "",
+    ]
+
+
+def _gap_split_lines(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
+    """The gap split by phase and the smallest advertised receive window."""
+    return [
         "Gap split (ms, measured minus bound part): set-up / processing / transfer; and "
         "the smallest receive window the receiver advertised during the request (TCP, "
         "median over runs, KB): a window below what a round of slow start sends means the "
@@ -627,10 +637,12 @@ def build_report(path: Path) -> Path:
             ],
         ),
         "",
-        *stream_tables.report_sections(result.path, frame),
-        *_bound_parts(frame, levels),
-        *_stack_phases(frame, levels),
-        *_loss_bounds(summaries),
+    ]
+
+
+def _effect_lines(effects: Sequence[analysis.Effect], position: pd.DataFrame) -> list[str]:
+    """Arm effect against its baseline, the order effect and deviation by position."""
+    return [
         "## Arm effect next to the order effect",
         "",
         "Arm: the level minus its baseline in the blocks where both have a valid run "
@@ -665,9 +677,13 @@ def build_report(path: Path) -> Path:
         ),
         "",
     ]
-    lines += _runs_beside_bounds(frame)
-    lines += air_report_lines(frame, levels)
-    lines += ["## Validity", ""]
+
+
+def _validity_lines(
+    frame: pd.DataFrame, levels: Sequence[str], summaries: Sequence[analysis.LevelSummary]
+) -> list[str]:
+    """Contention, attempts and the invalid runs of each level."""
+    lines = ["## Validity", ""]
     lines += _contention(frame, levels)
     lines += _attempts(frame, levels)
     invalid = [s for s in summaries if s.invalid_reasons]
@@ -680,7 +696,13 @@ def build_report(path: Path) -> Path:
         "Invalid runs (and attempts) are kept in runs.csv with their reason and left out of "
         "the statistics.",
         "",
-        *fecreport.fec_section(frame, levels, plots),
+    ]
+    return lines
+
+
+def _plots_lines() -> list[str]:
+    """Links to the four plots."""
+    return [
         "## Plots",
         "",
         "![request time per level](plots/levels.png)",
@@ -691,6 +713,14 @@ def build_report(path: Path) -> Path:
         "",
         "![ACK arrivals](plots/acks.png)",
         "",
+    ]
+
+
+def _how_run_lines(manifest: dict[str, Any]) -> list[str]:
+    """The plan, environment, fixed link and levels the experiment ran with."""
+    resolved = manifest.get("resolved", {})
+    env = manifest.get("environment", {})
+    lines = [
         "## How it was run",
         "",
         f"- Plan: {resolved.get('order', '?')} order, counterbalance "
@@ -707,6 +737,37 @@ def build_report(path: Path) -> Path:
             f"link `{lv.get('link_resolved', '')}`."
         )
     lines += ["", "Full details: manifest.json; every run: runs.csv, runs/<run_id>/.", ""]
+    return lines
+
+
+def build_report(path: Path) -> Path:
+    """Write ``report.md`` and ``plots/*.png`` for the result directory at ``path``."""
+    result = ResultDir.open(path)
+    manifest = result.read_manifest()
+    frame = result.frame()
+    baselines = _levels_and_baselines(manifest, frame)
+    levels = list(baselines)
+    seed = int(manifest.get("resolved", {}).get("seed", 0) or 0)
+    summaries = analysis.level_summary(frame, levels, seed=seed)
+    effects = analysis.effects(frame, baselines, seed=seed)
+    position = analysis.position_effect(frame)
+    _plot_all(result, frame, levels)
+    lines = [
+        *_head_lines(manifest.get("resolved", {}), path.name, summaries, effects),
+        *_per_level_lines(summaries),
+        *_gap_split_lines(summaries),
+        *stream_tables.report_sections(result.path, frame),
+        *_bound_parts(frame, levels),
+        *_stack_phases(frame, levels),
+        *_loss_bounds(summaries),
+        *_effect_lines(effects, position),
+        *_runs_beside_bounds(frame),
+        *air_report_lines(frame, levels),
+        *_validity_lines(frame, levels, summaries),
+        *fecreport.fec_section(frame, levels, result.plots_dir),
+        *_plots_lines(),
+        *_how_run_lines(manifest),
+    ]
     report = result.path / "report.md"
     atomic_write_text(report, "\n".join(lines))
     return report

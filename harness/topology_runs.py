@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -425,6 +425,126 @@ def run_experiment(
     return out
 
 
+def _server_argv(experiment: TopologyExperiment, link: Link, cc: list[str]) -> list[str]:
+    """The ``testbed serve`` command line of the group's server."""
+    server_argv = [
+        *TB, "serve", "--bind", link.server_addr, "--h2-port", str(SERVER_PORT),
+        "--processing-audio", experiment.fixed.get("processing_audio", "30ms"), *cc,
+    ]  # fmt: skip
+    if experiment.kind == "dual":  # h2 over MPTCP (or TCP), h3 for the migration level
+        server_argv += ["--multipath", "mptcp", "--h3-port", str(SERVER_PORT)]
+    else:
+        server_argv += ["--h3-port", str(SERVER_PORT)]
+    return server_argv
+
+
+def _start_relay(link: Link, out: Path, cc: list[str]) -> tuple[subprocess.Popen, str]:
+    """Start the relay in its namespace; return the process and its address."""
+    relay_addr = link.addr("relay", "near_link")
+    relay = _start(
+        [
+            *TB,
+            "relay",
+            "--bind",
+            relay_addr,
+            "--port",
+            str(RELAY_PORT),
+            "--upstream",
+            f"{link.server_addr}:{SERVER_PORT}",
+            "--log",
+            str(out / "relay.jsonl"),
+            *cc,
+        ],
+        link.ns("relay"),
+        "listening relay",
+    )
+    return relay, relay_addr
+
+
+def _stop(procs: Iterable[subprocess.Popen | None]) -> None:
+    """Terminate each process, killing it when it does not exit within 10 s."""
+    for proc in procs:
+        if proc is not None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _run_record(
+    experiment: TopologyExperiment,
+    topo: Topology,
+    level: dict[str, Any],
+    rep: int,
+    run_id: str,
+    row: dict[str, Any],
+    bound: float,
+    started: float,
+) -> tuple[dict[str, Any], str]:
+    """The run's record (a :class:`TopologyRunRow` as a dict) and its invalid reason."""
+    delta = row.pop("delta")
+    valid, reason = _validity(delta, row.get("error"))
+    total = row.get("total_s")
+    outage_at = row.get("outage_after_start_s")
+    record = TopologyRunRow(
+        run_id=run_id,
+        level=level["name"],
+        rep=rep,
+        topology=experiment.kind,
+        total_s=total,
+        bound_s=bound,
+        ratio=None if total is None else total / bound,
+        valid=valid,
+        invalid_reason=reason or None,
+        error=row.get("error"),
+        route=level.get("route"),
+        protocol=level.get("protocol", "h2"),
+        connection=level.get("connection"),
+        multipath=level.get("multipath"),
+        exit_link=topo.edge("exit_link").spec.__str__() if "exit_link" in topo.edge_names else None,
+        **{f"bytes_{e}": d.up.bytes_out for e, d in delta.items()},
+        bytes_sent_app=row.get("bytes_sent_app"),
+        split_fraction_link=row.get("split_fraction_link"),
+        dropped_outage_link=delta["link"].up.dropped_outage,
+        outage_after_start_s=outage_at,
+        recovery_s=None if outage_at is None or total is None else total - bound,
+        detected_after_outage_s=row.get("detected_after_outage_s"),
+        resumed_after_outage_s=row.get("resumed_after_outage_s"),
+        wall_s=time.monotonic() - started,
+    ).to_dict()
+    return record, reason
+
+
+def _run_level(
+    experiment: TopologyExperiment,
+    topo: Topology,
+    level: dict[str, Any],
+    rep: int,
+    link: Link,
+    relay_addr: str,
+    out: Path,
+    progress: Callable[[str], None],
+) -> dict[str, Any]:
+    """Run one level once, write its ``run.json`` and report it; return its record."""
+    run_id = f"{level['name']}-{rep}"
+    run_dir = out / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    if experiment.kind == "relay":
+        row = run_relay_once(experiment, level, link, relay_addr, run_dir)
+        bound = relay_bound_s(experiment, level, topo)
+    else:
+        row = run_dual_once(experiment, level, link, run_dir)
+        bound = dual_bound_s(experiment, level, topo, row)
+    record, reason = _run_record(experiment, topo, level, rep, run_id, row, bound, started)
+    (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=str))
+    total = row.get("total_s")
+    shown = "failed" if total is None else f"{total * 1e3:.1f} ms"
+    progress(f"{run_id}: {shown} (bound {bound * 1e3:.1f} ms) {reason}")
+    return record
+
+
 def _run_group(
     experiment: TopologyExperiment,
     topo: Topology,
@@ -438,94 +558,20 @@ def _run_group(
     rows = []
     cc = ["--cc", experiment.fixed["cc"]] if experiment.fixed.get("cc") else []
     with Link.up(link_name, topo, backend=backend, slow_start_after_idle=False) as link:
-        server_argv = [
-            *TB, "serve", "--bind", link.server_addr, "--h2-port", str(SERVER_PORT),
-            "--processing-audio", experiment.fixed.get("processing_audio", "30ms"), *cc,
-        ]  # fmt: skip
-        if experiment.kind == "dual":  # h2 over MPTCP (or TCP), h3 for the migration level
-            server_argv += ["--multipath", "mptcp", "--h3-port", str(SERVER_PORT)]
-        else:
-            server_argv += ["--h3-port", str(SERVER_PORT)]
-        server = _start(server_argv, link.server_ns, "listening")
+        server = _start(_server_argv(experiment, link, cc), link.server_ns, "listening")
         relay = None
         relay_addr = ""
         try:
             if experiment.kind == "relay":
-                relay_addr = link.addr("relay", "near_link")
-                relay = _start(
-                    [
-                        *TB,
-                        "relay",
-                        "--bind",
-                        relay_addr,
-                        "--port",
-                        str(RELAY_PORT),
-                        "--upstream",
-                        f"{link.server_addr}:{SERVER_PORT}",
-                        "--log",
-                        str(out / "relay.jsonl"),
-                        *cc,
-                    ],
-                    link.ns("relay"),
-                    "listening relay",
-                )
+                relay, relay_addr = _start_relay(link, out, cc)
             for rep in range(experiment.repetitions):
                 order = levels if rep % 2 == 0 else list(reversed(levels))
                 for level in order:
-                    run_id = f"{level['name']}-{rep}"
-                    run_dir = out / "runs" / run_id
-                    run_dir.mkdir(parents=True, exist_ok=True)
-                    started = time.monotonic()
-                    if experiment.kind == "relay":
-                        row = run_relay_once(experiment, level, link, relay_addr, run_dir)
-                        bound = relay_bound_s(experiment, level, topo)
-                    else:
-                        row = run_dual_once(experiment, level, link, run_dir)
-                        bound = dual_bound_s(experiment, level, topo, row)
-                    delta = row.pop("delta")
-                    valid, reason = _validity(delta, row.get("error"))
-                    total = row.get("total_s")
-                    outage_at = row.get("outage_after_start_s")
-                    record = TopologyRunRow(
-                        run_id=run_id,
-                        level=level["name"],
-                        rep=rep,
-                        topology=experiment.kind,
-                        total_s=total,
-                        bound_s=bound,
-                        ratio=None if total is None else total / bound,
-                        valid=valid,
-                        invalid_reason=reason or None,
-                        error=row.get("error"),
-                        route=level.get("route"),
-                        protocol=level.get("protocol", "h2"),
-                        connection=level.get("connection"),
-                        multipath=level.get("multipath"),
-                        exit_link=topo.edge("exit_link").spec.__str__()
-                        if "exit_link" in topo.edge_names
-                        else None,
-                        **{f"bytes_{e}": d.up.bytes_out for e, d in delta.items()},
-                        bytes_sent_app=row.get("bytes_sent_app"),
-                        split_fraction_link=row.get("split_fraction_link"),
-                        dropped_outage_link=delta["link"].up.dropped_outage,
-                        outage_after_start_s=outage_at,
-                        recovery_s=None if outage_at is None or total is None else total - bound,
-                        detected_after_outage_s=row.get("detected_after_outage_s"),
-                        resumed_after_outage_s=row.get("resumed_after_outage_s"),
-                        wall_s=time.monotonic() - started,
-                    ).to_dict()
-                    (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=str))
-                    rows.append(record)
-                    shown = "failed" if total is None else f"{total * 1e3:.1f} ms"
-                    progress(f"{run_id}: {shown} (bound {bound * 1e3:.1f} ms) {reason}")
+                    rows.append(
+                        _run_level(experiment, topo, level, rep, link, relay_addr, out, progress)
+                    )
         finally:
-            for proc in (relay, server):
-                if proc is not None:
-                    proc.terminate()
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        proc.kill()
+            _stop((relay, server))
     return rows
 
 
