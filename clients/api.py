@@ -249,7 +249,7 @@ class _Run:
                         continue
                 record = self.new_record(index)
                 if reconnected:
-                    record.extra["reconnected"] = True
+                    record.reconnected = True
                 self.records.extend(await self.exchange(conn, record))
                 if record.error is not None and _connection_dead(conn):
                     await self.close(conn)

@@ -6,7 +6,7 @@ datagram port and runs the path probe (``probe_done``); the session is then "mea
 :meth:`FecClient.request` sends the request as one transfer and waits for the response
 transfer (or, for a streamed response, its head and then one transfer per chunk), feeding
 the same :class:`~clients.workload.ResponseCollector` as the other protocols, and stores
-both transfers' FEC figures in ``record.extra["fec"]``.
+both transfers' FEC figures in ``record.fec``.
 """
 
 from __future__ import annotations

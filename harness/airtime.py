@@ -79,7 +79,7 @@ def air_record(
         return sum(v for k, v in values.items() if part in k.split("."))
 
     row = {
-        "air_busy_s": air_stats.busy_s,
+        "air_busy_s": air_stats.charged_s,
         "air_frames": air_stats.frames_total,
         "air_busy_data_s": total(busy, "data"),
         "air_busy_ack_s": total(busy, "ack"),
@@ -88,7 +88,7 @@ def air_record(
         "air_frames_up": total(frames, "up"),
         "air_frames_down": total(frames, "down"),
         "air_bound_busy_s": bound.busy_s,
-        "air_model_error": (air_stats.busy_s / bound.busy_s - 1.0 if bound.busy_s > 0 else None),
+        "air_model_error": (air_stats.charged_s / bound.busy_s - 1.0 if bound.busy_s > 0 else None),
         "air_bound_s": bound.total_s,
     }
     doc = AirRecord(
@@ -105,7 +105,7 @@ def air_record(
         exchanges=dict(air_stats.exchanges),
         wait_s={k: v / 1e9 for k, v in air_stats.wait_ns.items()},
         dropped=dict(air_stats.dropped),
-        busy_s=air_stats.busy_s,
+        busy_s=air_stats.charged_s,
         bound={
             "busy_s": bound.busy_s,
             "data_s": bound.data_s,

@@ -227,10 +227,19 @@ class AirStats:
     """Frames refused because the direction's medium queue was full."""
     wait_ns: dict[str, int] = field(default_factory=lambda: _zero(("up", "down")))
     """Summed time frames waited for the medium (arrival to start of their exchange)."""
+    ahead_ns: dict[str, int] = field(default_factory=lambda: _zero(("up", "down")))
+    """Part of ``busy_ns`` that lies after the snapshot: an exchange is charged whole when it
+    starts, so one taken during an exchange has its rest here, by the exchange's direction."""
 
     @property
     def busy_s(self) -> float:
-        """Medium occupied, both directions, all kinds."""
+        """Medium occupied up to the snapshot, both directions, all kinds."""
+        return (sum(self.busy_ns.values()) - sum(self.ahead_ns.values())) / 1e9
+
+    @property
+    def charged_s(self) -> float:
+        """Medium time of the counted frames' whole exchanges, the part after the snapshot
+        included: what an exchange model of those frames predicts."""
         return sum(self.busy_ns.values()) / 1e9
 
     @property
@@ -247,6 +256,7 @@ class AirStats:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["busy_s"] = self.busy_s
+        data["charged_s"] = self.charged_s
         data["frames_total"] = self.frames_total
         return data
 

@@ -225,6 +225,9 @@ class RequestRecord(Record):
     response_last_byte: float | None = col(doc="Last response byte received.", unit="s")
     resumed: bool | None = col(doc="TLS session resumed.")
     early_data_accepted: bool | None = col(doc="QUIC 0-RTT data accepted.")
+    reconnected: bool | None = col(
+        doc="reused: the request ran on a connection opened again after the previous one failed."
+    )
     up_bytes: int = col(0, doc="Request body bytes sent.", unit="bytes")
     down_bytes: int = col(0, doc="Response body bytes received.", unit="bytes")
     status: int | None = col(doc="HTTP status.")

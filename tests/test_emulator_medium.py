@@ -263,7 +263,7 @@ def test_a_waiting_direction_is_woken_for_the_decision() -> None:
 def test_plain_links_get_plain_cores() -> None:
     cores = make_cores(parse_link("rtt=10ms"))
     assert all(type(c) is LinkDirection for c in cores.values())
-    assert medium_snapshot(cores.values()) is None
+    assert medium_snapshot(cores.values(), 0.0) is None
 
 
 def test_live_spec_changes_the_medium_but_cannot_add_or_remove_it() -> None:
@@ -281,9 +281,36 @@ def test_live_spec_changes_the_medium_but_cannot_add_or_remove_it() -> None:
 def test_snapshot_is_the_stats_dict() -> None:
     cores = make_cores(parse_link("air=54mbit/6mbit"))
     cores["up"].receive(0.0, udp(DATA_IP_BYTES))
-    snap = medium_snapshot(cores.values())
+    snap = medium_snapshot(cores.values(), 1.0)
     assert snap is not None
     assert snap["busy_s"] == 302e-6 and snap["frames_total"] == 1
+
+
+def test_a_snapshot_during_an_exchange_counts_busy_time_only_up_to_its_instant() -> None:
+    cores = make_cores(parse_link("air=54mbit/6mbit"))
+    assert cores["up"].medium.snapshot(0.0).busy_s == 0.0
+    cores["up"].receive(0.0, udp(DATA_IP_BYTES))
+    medium = cores["up"].medium
+    # 100 µs into a 302 µs exchange: the medium has been busy 100 µs, and the frame's
+    # whole exchange is still what the model of that frame predicts
+    early = medium.snapshot(100e-6)
+    assert early.busy_s == pytest.approx(100e-6, abs=1e-9)
+    assert early.charged_s == pytest.approx(302e-6)
+    later = medium.snapshot(400e-6)
+    assert (later - early).busy_s == pytest.approx(202e-6, abs=1e-9)
+    assert medium.stats.ahead_ns == {"up": 0, "down": 0}
+
+
+def test_a_snapshot_starts_the_exchanges_that_are_due_before_counting() -> None:
+    cores = make_cores(parse_link("air=54mbit/6mbit"))
+    medium = cores["up"].medium
+    for n in range(3):
+        cores["up"].receive(0.0, udp(DATA_IP_BYTES, n))
+    # the first exchange starts on arrival; the next two are due at 302 and 604 µs, and
+    # no pump has run since: at 700 µs all three have happened and the third is in progress
+    snap = medium.snapshot(700e-6)
+    assert snap.frames["up.data"] == 3
+    assert snap.busy_s == pytest.approx(700e-6, abs=1e-9)
 
 
 def test_air_direction_keeps_the_wired_recorder() -> None:

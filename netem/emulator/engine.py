@@ -217,11 +217,12 @@ class Engine:
         """Answer one control request for this process's directions (see ``__main__``)."""
         cmd = request.get("cmd")
         if cmd == "stats":
+            now = time.monotonic()
             return {
-                "time_s": time.monotonic(),
+                "time_s": now,
                 "directions": directions_snapshot({n: p.core for n, p in self.pumps.items()}),
                 "cpu": asdict(cpu_snapshot()),
-                "air": medium_snapshot(p.core for p in self.pumps.values()),
+                "air": medium_snapshot((p.core for p in self.pumps.values()), now),
             }
         if cmd == "set_spec":
             spec = LinkSpec.from_dict(request.get("spec") or {})

@@ -135,6 +135,16 @@ class Medium:
         earliest = queue[0][0] if not other else min(queue[0][0], other[0][0])
         return max(self._free_s, earliest)
 
+    def snapshot(self, now: float) -> AirStats:
+        """The accounts as of ``now``: exchanges due by ``now`` started first (the pumps start
+        them lazily, when they next run), then a copy, with the rest of an exchange in progress
+        in ``ahead_ns`` so that busy time neither lags nor runs ahead of the clock."""
+        self.advance(now)
+        snap = AirStats(**{name: dict(value) for name, value in vars(self.stats).items()})
+        if self._free_s > now:
+            snap.ahead_ns[self._last] = round((self._free_s - now) * 1e9)
+        return snap
+
     def waiting(self, direction: str) -> int:
         return len(self._queues[direction])
 
@@ -297,7 +307,8 @@ def set_medium_spec(cores: Iterable[object], spec: LinkSpec) -> None:
         medium.set_spec(spec.air)
 
 
-def medium_snapshot(cores: Iterable[object]) -> dict[str, Any] | None:
-    """The medium's cumulative accounts (``AirStats.to_dict()``), or None without one."""
+def medium_snapshot(cores: Iterable[object], now: float) -> dict[str, Any] | None:
+    """The medium's cumulative accounts as of ``now`` (``AirStats.to_dict()``), or None
+    without one."""
     media = _media(cores)
-    return media[0].stats.to_dict() if media else None
+    return media[0].snapshot(now).to_dict() if media else None
