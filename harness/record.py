@@ -245,9 +245,10 @@ class ResultDir:
 def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Rows -> a frame with :data:`RUN_COLUMNS` first (missing ones as empty)."""
     frame = pd.DataFrame(list(rows))
-    for column in RUN_COLUMNS:
-        if column not in frame.columns:
-            frame[column] = pd.NA
+    missing = [c for c in RUN_COLUMNS if c not in frame.columns]
+    if missing:
+        empty = pd.DataFrame(pd.NA, index=frame.index, columns=missing, dtype=object)
+        frame = pd.concat([frame, empty], axis=1)
     extra = [c for c in frame.columns if c not in RUN_COLUMNS]
     frame = frame[[*RUN_COLUMNS, *extra]]
     # parquet needs one type per column: anything that is not numeric or bool becomes text
