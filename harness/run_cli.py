@@ -2,7 +2,8 @@
 
 ``testbed campaign`` reads its defaults from the environment so that the docker compose
 file can drive it: ``TESTBED_EXPERIMENTS`` (comma-separated names), ``TESTBED_REPS``,
-``TESTBED_BACKEND``, ``TESTBED_QUICK`` (1/true/yes) and ``TESTBED_OUTPUT``; flags win.
+``TESTBED_ATTEMPTS``, ``TESTBED_BACKEND``, ``TESTBED_QUICK`` (1/true/yes) and
+``TESTBED_OUTPUT``; flags win.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from tbcore.units import parse_count
 
 ENV_EXPERIMENTS = "TESTBED_EXPERIMENTS"
 ENV_REPS = "TESTBED_REPS"
+ENV_ATTEMPTS = "TESTBED_ATTEMPTS"
 ENV_BACKEND = "TESTBED_BACKEND"
 ENV_QUICK = "TESTBED_QUICK"
 ENV_OUTPUT = "TESTBED_OUTPUT"
@@ -63,16 +65,25 @@ def _attempts(text: str) -> int:
     return value
 
 
-def _add_attempts(parser: argparse.ArgumentParser) -> None:
+def _add_attempts(parser: argparse.ArgumentParser, env: str | None = None) -> None:
     from harness.plan import DEFAULT_ATTEMPTS
 
     parser.add_argument(
         "--attempts",
         type=_attempts,
-        default=DEFAULT_ATTEMPTS,
+        default=None if env else DEFAULT_ATTEMPTS,
         help=f"attempts per planned run: an invalid run is made again up to this many "
-        f"times in all (default {DEFAULT_ATTEMPTS})",
+        f"times in all (default {DEFAULT_ATTEMPTS}" + (f"; env: {env})" if env else ")"),
     )
+
+
+def attempts_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
+    """``--attempts``, else ``TESTBED_ATTEMPTS``, else the default."""
+    from harness.plan import DEFAULT_ATTEMPTS
+
+    if args.attempts is not None:
+        return args.attempts
+    return env_int(ENV_ATTEMPTS, environ) or DEFAULT_ATTEMPTS
 
 
 class RichProgress:
@@ -291,7 +302,7 @@ def _campaign(args: argparse.Namespace) -> int:
         resume=Path(args.resume) if args.resume else None,
         progress_factory=RichProgress,
         link_name=args.link_name,
-        attempts=args.attempts,
+        attempts=attempts_of(args),
     )
     for line in summary.lines():
         print(line)
@@ -329,7 +340,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     campaign = commands.add_parser(
         "campaign",
         help="run every shipped experiment (env: TESTBED_EXPERIMENTS, TESTBED_REPS, "
-        "TESTBED_BACKEND, TESTBED_QUICK)",
+        "TESTBED_ATTEMPTS, TESTBED_BACKEND, TESTBED_QUICK)",
     )
     campaign.add_argument("--quick", action="store_true", help="short forms (< 10 min in all)")
     campaign.add_argument("--experiments", default=None, help="names, comma-separated")
@@ -345,7 +356,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         default=str(Path(__file__).resolve().parent.parent / "experiments"),
         help="where the experiment files are",
     )
-    _add_attempts(campaign)
+    _add_attempts(campaign, ENV_ATTEMPTS)
     campaign.set_defaults(handler=_campaign)
 
     report = commands.add_parser("report", help="(re)write report.md and plots of a result dir")

@@ -24,7 +24,13 @@ ROOT = Path(__file__).resolve().parent.parent
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 CHECK = ROOT / ".ci" / "compose-check"
-VARIABLES = ("TESTBED_QUICK", "TESTBED_EXPERIMENTS", "TESTBED_REPS", "TESTBED_BACKEND")
+VARIABLES = (
+    "TESTBED_QUICK",
+    "TESTBED_EXPERIMENTS",
+    "TESTBED_REPS",
+    "TESTBED_ATTEMPTS",
+    "TESTBED_BACKEND",
+)
 WORKDIR = "/testbed"
 
 
@@ -202,12 +208,14 @@ def test_container_command_is_the_bare_host_command() -> None:
 def test_campaign_reads_the_compose_variables() -> None:
     from harness import run_cli
     from harness.cli import build_parser
+    from harness.plan import DEFAULT_ATTEMPTS
 
     # the names the compose file sets are the names `testbed campaign` reads
     assert {
         run_cli.ENV_QUICK,
         run_cli.ENV_EXPERIMENTS,
         run_cli.ENV_REPS,
+        run_cli.ENV_ATTEMPTS,
         run_cli.ENV_BACKEND,
     } == set(VARIABLES)
     svc = service()
@@ -216,10 +224,12 @@ def test_campaign_reads_the_compose_variables() -> None:
     default = svc["environment"]
     assert run_cli.env_bool(run_cli.ENV_QUICK, default) is True  # quick unless asked
     assert run_cli.env_int(run_cli.ENV_REPS, default) is None
-    full = compose_config(env={"TESTBED_QUICK": "0", "TESTBED_REPS": "20"})
+    assert run_cli.attempts_of(args, default) == DEFAULT_ATTEMPTS
+    full = compose_config(env={"TESTBED_QUICK": "0", "TESTBED_REPS": "20", "TESTBED_ATTEMPTS": "1"})
     env = full["services"]["testbed"]["environment"]
     assert run_cli.env_bool(run_cli.ENV_QUICK, env) is False
     assert run_cli.env_int(run_cli.ENV_REPS, env) == 20
+    assert run_cli.attempts_of(args, env) == 1
 
 
 # --- .ci/compose-check ------------------------------------------------------------------

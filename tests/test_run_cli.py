@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import EXIT_USAGE, main
-from harness.run_cli import env_bool, env_int
+from harness.run_cli import attempts_of, env_bool, env_int
 from tbcore.errors import SpecError
 
 TINY = """
@@ -50,6 +50,20 @@ def test_environment_defaults_parse_or_fail_with_one_line() -> None:
         env_int("TESTBED_REPS", {"TESTBED_REPS": "0"})
     with pytest.raises(SpecError):
         env_int("TESTBED_REPS", {"TESTBED_REPS": "x"})
+
+
+def test_campaign_attempts_come_from_the_flag_then_the_environment() -> None:
+    import argparse
+
+    from harness.plan import DEFAULT_ATTEMPTS
+
+    given, unset = argparse.Namespace(attempts=2), argparse.Namespace(attempts=None)
+    assert attempts_of(given, {"TESTBED_ATTEMPTS": "1"}) == 2
+    assert attempts_of(unset, {"TESTBED_ATTEMPTS": "1"}) == 1
+    assert attempts_of(unset, {}) == DEFAULT_ATTEMPTS
+    with pytest.raises(SpecError) as info:
+        attempts_of(unset, {"TESTBED_ATTEMPTS": "0"})
+    assert info.value.field == "TESTBED_ATTEMPTS"
 
 
 def test_a_bad_experiment_file_is_one_line_and_exit_2(
