@@ -126,6 +126,10 @@ async def test_bad_values_in_a_good_line_are_answered(tmp_path: Path) -> None:
             await asyncio.to_thread(client.request, "x", n="seven")
         with pytest.raises(ControlError, match="request: KeyError"):
             await asyncio.to_thread(client.request, "x")
+        # a fault of the handler itself is answered too, and the socket still serves
+        with pytest.raises(ControlError, match="internal: OverflowError"):
+            await asyncio.to_thread(client.request, "x", n=float("inf"))
+        assert (await asyncio.to_thread(client.request, "x", n=3)) == {"n": 3}
     finally:
         server.close()
         await server.wait_closed()

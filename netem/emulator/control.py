@@ -54,6 +54,8 @@ async def answer(handler: Handler, line: bytes) -> dict[str, Any]:
         return {"ok": False, "error": f"os: {err}"}
     except (ValueError, TypeError, KeyError) as err:  # a well-formed line with bad values
         return {"ok": False, "error": f"request: {type(err).__name__}: {err}"}
+    except Exception as err:  # the emulator's own fault: answered, and the link keeps running
+        return {"ok": False, "error": f"internal: {type(err).__name__}: {err}"}
 
 
 async def serve_stream(
