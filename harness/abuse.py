@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import abuse_attacks as attacks
-from tbcore import paths
+from tbcore import paths, procfs
 from tbcore.errors import SpecError
 
 PROBE_TIMEOUT_S = 5.0
@@ -54,8 +53,6 @@ within RECOVERED_FACTOR of their quiet latency. One late probe on a shared host 
 not a server that has not recovered."""
 TABLE_WIDTH_CHARS = 200
 """The rich table is printed at least this wide (narrower terminals wrap every cell)."""
-CLK_TCK = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 @dataclass(frozen=True)
@@ -146,14 +143,10 @@ class ProcSampler:
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
     def read(self) -> tuple[float, float, float] | None:
-        try:
-            stat = Path(f"/proc/{self.pid}/stat").read_text()
-            statm = Path(f"/proc/{self.pid}/statm").read_text()
-        except OSError:
+        cpu_s = procfs.process_cpu_s(self.pid)
+        rss = procfs.process_rss_bytes(self.pid)
+        if cpu_s is None or rss is None:
             return None
-        fields = stat.rsplit(")", 1)[1].split()
-        cpu_s = (int(fields[11]) + int(fields[12])) / CLK_TCK
-        rss = int(statm.split()[1]) * PAGE_BYTES
         return time.monotonic(), cpu_s, float(rss)
 
     def _loop(self) -> None:
@@ -356,72 +349,58 @@ def _series(values: list[float | None]) -> str:
     return text
 
 
+COLUMNS = (
+    "attack",
+    "server",
+    "h2 quiet",
+    "h2 during",
+    "h2 after",
+    "h3 quiet",
+    "h3 during",
+    "h3 after",
+    "normal after (s)",
+    "server CPU during",
+    "RSS MB base/peak/end",
+    "outcome",
+)
+"""The table's columns, in the order of :func:`cells`."""
+
+
+def cells(r: AttackResult) -> list[str]:
+    """One result's row of the table (:data:`COLUMNS`)."""
+    return [
+        r.attack,
+        r.server,
+        _ms(r.quiet_s.get("h2")),
+        _series(r.during_s.get("h2", [])),
+        _series(r.after_s.get("h2", [])),
+        _ms(r.quiet_s.get("h3")),
+        _series(r.during_s.get("h3", [])),
+        _series(r.after_s.get("h3", [])),
+        f"not in {AFTER_S:g} s" if r.recovered_s is None else f"{r.recovered_s:.1f}",
+        "-" if r.cpu_during_pct is None else f"{r.cpu_during_pct:.0f} %",
+        "/".join(
+            "-" if v is None else f"{v:.0f}" for v in (r.rss_base_mb, r.rss_peak_mb, r.rss_end_mb)
+        ),
+        r.outcome,
+    ]
+
+
 def render(results: list[AttackResult]) -> Any:
     from rich.table import Table
 
     table = Table(title="testbed abuse: normal request latency (ms, median / worst) under attack")
-    for column in (
-        "attack",
-        "server",
-        "h2 quiet",
-        "h2 during",
-        "h2 after",
-        "h3 quiet",
-        "h3 during",
-        "h3 after",
-        "normal after (s)",
-        "server CPU during",
-        "RSS MB base/peak/end",
-        "attack outcome",
-    ):
+    for column in COLUMNS:
         table.add_column(column)
     for r in results:
-        table.add_row(
-            r.attack,
-            r.server,
-            _ms(r.quiet_s.get("h2")),
-            _series(r.during_s.get("h2", [])),
-            _series(r.after_s.get("h2", [])),
-            _ms(r.quiet_s.get("h3")),
-            _series(r.during_s.get("h3", [])),
-            _series(r.after_s.get("h3", [])),
-            f"not in {AFTER_S:g} s" if r.recovered_s is None else f"{r.recovered_s:.1f}",
-            "-" if r.cpu_during_pct is None else f"{r.cpu_during_pct:.0f} %",
-            "/".join(
-                "-" if v is None else f"{v:.0f}"
-                for v in (r.rss_base_mb, r.rss_peak_mb, r.rss_end_mb)
-            ),
-            r.outcome,
-        )
+        table.add_row(*cells(r))
     return table
 
 
 def markdown(results: list[AttackResult]) -> str:
     """The table as Markdown (for the README)."""
-    head = (
-        "| attack | server | h2 quiet | h2 during | h2 after | h3 quiet | h3 during | "
-        "h3 after | normal after (s) | server CPU during | RSS MB base/peak/end | outcome |"
-    )
-    lines = [head, "|" + " --- |" * 12]
-    for r in results:
-        cells = [
-            r.attack,
-            r.server,
-            _ms(r.quiet_s.get("h2")),
-            _series(r.during_s.get("h2", [])),
-            _series(r.after_s.get("h2", [])),
-            _ms(r.quiet_s.get("h3")),
-            _series(r.during_s.get("h3", [])),
-            _series(r.after_s.get("h3", [])),
-            f"not in {AFTER_S:g} s" if r.recovered_s is None else f"{r.recovered_s:.1f}",
-            "-" if r.cpu_during_pct is None else f"{r.cpu_during_pct:.0f} %",
-            "/".join(
-                "-" if v is None else f"{v:.0f}"
-                for v in (r.rss_base_mb, r.rss_peak_mb, r.rss_end_mb)
-            ),
-            r.outcome,
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells(r)) + " |" for r in results]
     return "\n".join(lines)
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from servers.fecsession import Event, FecEndpoint
 from servers.quic import UDP_GSO_MAX_BYTES, UDP_GSO_MAX_SEGMENTS, UDP_SEGMENT, make_udp_socket
+from servers.watchers import Callback, Condition, Watchers
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
 """<asm-generic/socket.h>: receive timestamps as struct timespec."""
@@ -167,7 +168,7 @@ class EndpointDriver:
         self.loop = loop
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at: float | None = None
-        self._watchers: list[tuple[Callable[[], bool], Callable[[float], None]]] = []
+        self._watchers = Watchers()
         self.closed = False
 
     def receive(self, data: bytes, arrival: float, addr: Any, service: bool = True) -> bool:
@@ -182,8 +183,8 @@ class EndpointDriver:
             self.service()
         return accepted
 
-    def watch(self, condition: Callable[[], bool], callback: Callable[[float], None]) -> None:
-        self._watchers.append((condition, callback))
+    def watch(self, condition: Condition, callback: Callback) -> None:
+        self._watchers.add(condition, callback)
 
     def service(self) -> None:
         """Deliver events, send what may leave now, and re-arm the timer."""
@@ -198,13 +199,7 @@ class EndpointDriver:
             if endpoint.prepare():  # repair symbols of one block, after the send
                 self.loop.call_soon(self.service)
             if self._watchers:
-                keep = []
-                for condition, callback in self._watchers:
-                    if condition():
-                        callback(now)
-                    else:
-                        keep.append((condition, callback))
-                self._watchers = keep
+                self._watchers.fire(now)
         self._arm()
 
     def _arm(self) -> None:

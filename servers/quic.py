@@ -13,7 +13,6 @@ from __future__ import annotations
 import socket
 import struct
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +26,7 @@ from aioquic.quic.recovery import QuicPacketPacer
 
 from servers.priority import Scheduler
 from servers.sockopts import set_udp_buffers
+from servers.watchers import Callback, Condition, Watchers
 from tbcore.errors import SpecError
 from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
 
@@ -375,7 +375,7 @@ class WatchedProtocol(QuicConnectionProtocol):
         """Transmit once per batch of datagrams read (see datagram_received)."""
         self.gso_socket: socket.socket | None = None
         """The UDP socket, when set: runs of datagrams leave as GSO segments (one sendmsg)."""
-        self._watchers: list[tuple[Callable[[], bool], Callable[[float], None]]] = []
+        self._watchers = Watchers()
         self.packets_lost = 0
         """Packets declared lost by aioquic's recovery (it keeps no counter of its own)."""
         recovery = quic._loss
@@ -432,8 +432,8 @@ class WatchedProtocol(QuicConnectionProtocol):
                         transport.sendto(data_, addr_)
             index = stop
 
-    def watch(self, condition: Callable[[], bool], callback: Callable[[float], None]) -> None:
-        self._watchers.append((condition, callback))
+    def watch(self, condition: Condition, callback: Callback) -> None:
+        self._watchers.add(condition, callback)
 
     # aioquic's protocol takes ``now`` from loop.time(), which uvloop truncates to whole
     # milliseconds; these overrides feed it time.monotonic() (same clock, full resolution).
@@ -483,14 +483,7 @@ class WatchedProtocol(QuicConnectionProtocol):
             self._timer = self._loop.call_at(timer_at, self._handle_timer)
         self._timer_at = timer_at
         if self._watchers:
-            now = time.monotonic()
-            keep = []
-            for condition, callback in self._watchers:
-                if condition():
-                    callback(now)
-                else:
-                    keep.append((condition, callback))
-            self._watchers = keep
+            self._watchers.fire(time.monotonic())
 
 
 def make_udp_socket(host: str, port: int, buffer_bytes: int) -> socket.socket:

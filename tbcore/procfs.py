@@ -105,6 +105,28 @@ def process_cpu_s(pid: int) -> float | None:
     return parse_process_cpu_s(text)
 
 
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def parse_rss_bytes(text: str) -> int:
+    """Resident set size in bytes from the text of /proc/PID/statm (its second field, in
+    pages)."""
+    try:
+        return int(text.split()[1]) * PAGE_BYTES
+    except (IndexError, ValueError):
+        raise SpecError("/proc/PID/statm", "no resident field") from None
+
+
+def process_rss_bytes(pid: int) -> int | None:
+    """Resident set size of a process in bytes, None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", encoding="ascii") as handle:
+            text = handle.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return parse_rss_bytes(text)
+
+
 def parse_pressure_total_s(text: str) -> float | None:
     """Cumulative stall seconds of the ``some`` line of a PSI file (/proc/pressure/cpu)."""
     for line in text.splitlines():

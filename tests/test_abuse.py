@@ -12,6 +12,8 @@ from harness.abuse import (
     ATTACKS,
     AttackResult,
     Probe,
+    ProcSampler,
+    markdown,
     parse_attacks,
     recovery_s,
     render,
@@ -52,6 +54,17 @@ def test_the_table_has_one_row_per_result() -> None:
     result.during_s = {"h2": [0.05, None], "h3": [0.07]}
     table = render([result, result])
     assert table.row_count == 2
+    head, rule, *rows = markdown([result, result]).splitlines()
+    assert len(rows) == 2 and head.count("|") == rule.count("|") == rows[0].count("|")
+    assert "slowloris" in rows[0] and "0 of 200 held" in rows[0]
+
+
+def test_the_sampler_reads_a_live_process_and_nothing_of_a_gone_one() -> None:
+    import os
+
+    sample = ProcSampler(os.getpid()).read()
+    assert sample is not None and sample[1] > 0 and sample[2] > 0
+    assert ProcSampler(2**22 + 7).read() is None
 
 
 def test_server_command_puts_the_source_tree_first(tmp_path: Path) -> None:

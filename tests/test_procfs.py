@@ -9,13 +9,16 @@ import pytest
 from tbcore.errors import SpecError
 from tbcore.procfs import (
     CLOCK_TICKS_PER_S,
+    PAGE_BYTES,
     cpu_pressure_s,
     host_cpu,
     parse_host_cpu,
     parse_pressure_total_s,
     parse_process_cpu_s,
+    parse_rss_bytes,
     parse_schedstat,
     process_cpu_s,
+    process_rss_bytes,
     thread_schedstats,
 )
 
@@ -53,11 +56,16 @@ def test_process_pressure_and_schedstat_fixtures() -> None:
     assert parse_schedstat("2000000000 500000000 42\n") == (2.0, 0.5, 42)
     with pytest.raises(SpecError):
         parse_schedstat("1 2\n")
+    assert parse_rss_bytes("5000 1200 300 10 0 900 0\n") == 1200 * PAGE_BYTES
+    with pytest.raises(SpecError):
+        parse_rss_bytes("5000\n")
 
 
 def test_live_readers_of_this_process() -> None:
     assert process_cpu_s(os.getpid()) is not None
     stats = thread_schedstats(os.getpid())
     assert stats and os.getpid() in stats
+    assert (process_rss_bytes(os.getpid()) or 0) > 0
     assert process_cpu_s(2**22 + 7) is None and thread_schedstats(2**22 + 7) is None
+    assert process_rss_bytes(2**22 + 7) is None
     assert cpu_pressure_s("/nonexistent") is None
