@@ -203,10 +203,7 @@ class H2Client:
             if not pending.done.done():
                 pending.done.set_result(None)
 
-        pending.collector.on_cancel = cancel
-        player = player_edge.attach(pending.collector)
-        if player is not None:
-            pending.collector.on_cancel = lambda now: (player.flush(now), cancel(now))
+        player = player_edge.attach(pending.collector, cancel)
         try:
             async with asyncio.timeout(timeout_s):
                 proto.h2.send_headers(

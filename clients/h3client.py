@@ -161,10 +161,7 @@ class H3Client:
             if not pending.done.done():
                 pending.done.set_result(None)
 
-        pending.collector.on_cancel = cancel
-        player = player_edge.attach(pending.collector)
-        if player is not None:
-            pending.collector.on_cancel = lambda now: (player.flush(now), cancel(now))
+        player = player_edge.attach(pending.collector, cancel)
         last_sent: asyncio.Future[float] = loop.create_future()
         try:
             async with asyncio.timeout(timeout_s):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -15,14 +16,17 @@ from clients.player import Player, PlayEvent
 from tbcore.workloads import STREAM_CHUNK_DURATION_S
 
 
-def attach(collector: Any) -> PlayerEdge | None:
-    """A player fed by a :class:`clients.workload.ResponseCollector` of a streamed response
-    whose spec asks for one; a cancel flushes it."""
+def attach(collector: Any, cancel: Callable[[float], None]) -> PlayerEdge | None:
+    """Wire a :class:`clients.workload.ResponseCollector`: its cancel calls ``cancel`` (the
+    stack's stream reset), and a streamed response whose spec asks for a player feeds one,
+    which the cancel flushes first. Returns the player, if any."""
+    collector.on_cancel = cancel
     spec = collector.spec
     if not spec.stream_chunks or spec.player_buffer_s is None:
         return None
     edge = PlayerEdge(Player(STREAM_CHUNK_DURATION_S, spec.player_buffer_s, spec.stream_chunks))
     collector.on_chunk = edge.on_chunk
+    collector.on_cancel = lambda now: (edge.flush(now), cancel(now))
     return edge
 
 

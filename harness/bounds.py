@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -641,8 +641,27 @@ def direction_rounds(
     return DirectionRounds(rounds, feedback, capped)
 
 
+class Parts:
+    """A bound made of named parts in seconds (mixed into the bound dataclasses): ``PARTS``
+    in the order of the request; ``total_s`` sums those not in ``OUTSIDE_TOTAL``."""
+
+    PARTS: ClassVar[tuple[str, ...]] = ()
+    OUTSIDE_TOTAL: ClassVar[tuple[str, ...]] = ()
+
+    def _sum_parts(self) -> float:
+        return math.fsum(getattr(self, n) for n in self.PARTS if n not in self.OUTSIDE_TOTAL)
+
+    def parts(self) -> dict[str, float]:
+        """The parts by name, in the order of the request."""
+        return {name: getattr(self, name) for name in self.PARTS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready record for the run's metadata."""
+        return asdict(self)  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
-class RequestBound:
+class RequestBound(Parts):
     """The lower bound of one request and its parts, in seconds; the inputs ride along.
 
     ``total_s`` is the loss-free bound: set-up + feedback + window + serialisation +
@@ -713,19 +732,37 @@ class RequestBound:
         "processing_s",
         "retransmission_s",
     )
+    OUTSIDE_TOTAL = ("retransmission_s",)
 
     def __post_init__(self) -> None:
-        total = math.fsum(getattr(self, name) for name in self.PARTS[:-1])
+        total = self._sum_parts()
         object.__setattr__(self, "total_s", total)
         object.__setattr__(self, "expected_s", total + self.retransmission_s)
 
-    def parts(self) -> dict[str, float]:
-        """The parts by name, in the order of the request (retransmission last)."""
-        return {name: getattr(self, name) for name in self.PARTS}
 
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready record for the run's metadata."""
-        return asdict(self)
+def _transfer(
+    protocol: str,
+    up_bps: float,
+    down_bps: float,
+    upload_bytes: int,
+    download_bytes: int,
+    processing_s: float,
+    initcwnd_segments: int,
+    mss_bytes: int | None,
+) -> tuple[float, float, int, int, float, int, int]:
+    """The checked rates, sizes, processing, initial window and MSS of a request (``mss_bytes``
+    None: :data:`TCP_MSS_BYTES` for h2, :data:`QUIC_MAX_DATAGRAM_BYTES` otherwise)."""
+    if mss_bytes is None:
+        mss_bytes = TCP_MSS_BYTES if protocol == "h2" else QUIC_MAX_DATAGRAM_BYTES
+    return (
+        _positive("up_bps", up_bps),
+        _positive("down_bps", down_bps),
+        _count("upload_bytes", upload_bytes),
+        _count("download_bytes", download_bytes),
+        _non_negative("processing_s", processing_s),
+        _count("initcwnd_segments", initcwnd_segments, minimum=1),
+        _count("mss_bytes", mss_bytes, minimum=1),
+    )
 
 
 def request_time(
@@ -757,15 +794,10 @@ def request_time(
     """
     rounds_setup = setup_rtts(protocol, connection)
     rtt = _non_negative("rtt_s", rtt_s)
-    up = _positive("up_bps", up_bps)
-    down = _positive("down_bps", down_bps)
-    upload = _count("upload_bytes", upload_bytes)
-    download = _count("download_bytes", download_bytes)
-    processing = _non_negative("processing_s", processing_s)
-    iw = _count("initcwnd_segments", initcwnd_segments, minimum=1)
-    if mss_bytes is None:
-        mss_bytes = TCP_MSS_BYTES if protocol == "h2" else QUIC_MAX_DATAGRAM_BYTES
-    mss = _count("mss_bytes", mss_bytes, minimum=1)
+    up, down, upload, download, processing, iw, mss = _transfer(
+        protocol, up_bps, down_bps, upload_bytes, download_bytes, processing_s,
+        initcwnd_segments, mss_bytes,
+    )  # fmt: skip
     cap = None if window_bytes is None else _count("window_bytes", window_bytes, minimum=1)
     both = _loss("loss", loss)
     loss_up = both if up_loss is None else _loss("up_loss", up_loss)
@@ -847,7 +879,7 @@ def request_time_for_link(
 
 
 @dataclass(frozen=True)
-class RelayBound:
+class RelayBound(Parts):
     """A request through a relay that keeps a warm, tuned connection over the long haul.
 
     The client opens a new connection over the near hop only; the relay forwards the
@@ -880,14 +912,7 @@ class RelayBound:
     PARTS = ("setup_s", "feedback_s", "propagation_s", "serialisation_s", "processing_s")
 
     def __post_init__(self) -> None:
-        total = math.fsum(getattr(self, name) for name in self.PARTS)
-        object.__setattr__(self, "total_s", total)
-
-    def parts(self) -> dict[str, float]:
-        return {name: getattr(self, name) for name in self.PARTS}
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        object.__setattr__(self, "total_s", self._sum_parts())
 
 
 def relay_request_time(
@@ -911,15 +936,10 @@ def relay_request_time(
     rounds_setup = setup_rtts(protocol, "new")
     near = _non_negative("near_rtt_s", near_rtt_s)
     far = _non_negative("long_rtt_s", long_rtt_s)
-    up = _positive("up_bps", up_bps)
-    down = _positive("down_bps", down_bps)
-    upload = _count("upload_bytes", upload_bytes)
-    download = _count("download_bytes", download_bytes)
-    processing = _non_negative("processing_s", processing_s)
-    iw = _count("initcwnd_segments", initcwnd_segments, minimum=1)
-    if mss_bytes is None:
-        mss_bytes = TCP_MSS_BYTES if protocol == "h2" else QUIC_MAX_DATAGRAM_BYTES
-    mss = _count("mss_bytes", mss_bytes, minimum=1)
+    up, down, upload, download, processing, iw, mss = _transfer(
+        protocol, up_bps, down_bps, upload_bytes, download_bytes, processing_s,
+        initcwnd_segments, mss_bytes,
+    )  # fmt: skip
     feedback = 0.0
     for size, rate in ((upload, near_up_bps), (download, near_down_bps)):
         near_rate = math.inf if rate is None else _positive("near rate", rate)
@@ -1289,36 +1309,18 @@ class AgentBound:
         return asdict(self)
 
 
-def agent_round_time(
-    *,
-    rtt_s: float,
-    up_bps: float,
-    down_bps: float,
-    upload_bytes: int,
-    local_s: float,
-    model_s: float,
-    protocol: str,
-    connection: str,
-    encode_s: float = 0.0,
-    reply_bytes: int = 0,
-    initcwnd_segments: int = INITCWND_SEGMENTS,
-    mss_bytes: int | None = None,
-) -> RequestBound:
+def agent_round_time(common: dict[str, Any], connection: str) -> RequestBound:
     """One round's request (set-up, slow start, upload, RTT, model, reply) by part; the
-    round is this plus ``local_s + encode_s``."""
-    _non_negative("local_s", local_s)
-    _non_negative("encode_s", encode_s)
+    round is this plus ``local_s + encode_s``. ``common``: :func:`agent_task_time`'s path
+    and round keywords (``rtt_s`` to ``mss_bytes``)."""
+    _non_negative("local_s", common["local_s"])
+    _non_negative("encode_s", common["encode_s"])
+    own = {"local_s", "encode_s", "model_s", "reply_bytes"}
     return request_time(
-        rtt_s=rtt_s,
-        up_bps=up_bps,
-        down_bps=down_bps,
-        upload_bytes=upload_bytes,
-        download_bytes=reply_bytes,
-        protocol=protocol,
+        **{k: v for k, v in common.items() if k not in own},
+        download_bytes=common["reply_bytes"],
         connection=connection,
-        processing_s=model_s,
-        initcwnd_segments=initcwnd_segments,
-        mss_bytes=mss_bytes,
+        processing_s=common["model_s"],
     )
 
 
@@ -1353,23 +1355,23 @@ def agent_task_time(
     count = _count("rounds", rounds, minimum=1)
     redone = _count("redone_rounds", redone_rounds)
     outage = _non_negative("outage_s", outage_s)
-    common = dict(
-        rtt_s=rtt_s,
-        up_bps=up_bps,
-        down_bps=down_bps,
-        upload_bytes=upload_bytes,
-        local_s=local_s,
-        model_s=model_s,
-        protocol=protocol,
-        encode_s=encode_s,
-        reply_bytes=reply_bytes,
-        initcwnd_segments=initcwnd_segments,
-        mss_bytes=mss_bytes,
-    )
+    common: dict[str, Any] = {
+        "rtt_s": rtt_s,
+        "up_bps": up_bps,
+        "down_bps": down_bps,
+        "upload_bytes": upload_bytes,
+        "local_s": local_s,
+        "model_s": model_s,
+        "protocol": protocol,
+        "encode_s": encode_s,
+        "reply_bytes": reply_bytes,
+        "initcwnd_segments": initcwnd_segments,
+        "mss_bytes": mss_bytes,
+    }
     opened_first = 0 if warm else 1
-    warm_round = agent_round_time(connection="reused", **common)  # type: ignore[arg-type]
+    warm_round = agent_round_time(common, "reused")
     opening = "0rtt" if connection == "0rtt" else "new"
-    cold = agent_round_time(connection=opening, **common)  # type: ignore[arg-type]
+    cold = agent_round_time(common, opening)
     per_round = connection in ("new", "0rtt")
     # a reused connection is opened once, and once more after an outage
     # (``warm``: the task's reused connection is already open, its window grown: the
@@ -1399,7 +1401,7 @@ def _later_rounds(
         return {}
     later = max(0, rounds - _count("rate_change_after_round", after))
     changed = agent_round_time(
-        connection="reused", **{**common, "up_bps": _positive("rate_change_bps", rate_bps)}
+        {**common, "up_bps": _positive("rate_change_bps", rate_bps)}, "reused"
     )
     return {
         "later_rounds": later,

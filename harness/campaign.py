@@ -155,6 +155,7 @@ def _run_entry(
             spec,
             resume=Path(previous) if previous and Path(previous).is_dir() else None,
             progress=_recorder(progress, entry, index, index_path),
+            **({"log": progress.note} if hasattr(progress, "note") else {}),
         )
         entry.update(_finished_fields(spec, result))
     except KeyboardInterrupt:

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.validity import PacketTimes
 from tbcore import procfs
 
 MIN_CPU_WINDOW_S = 0.2
@@ -44,10 +45,10 @@ def cpu_pressure_s() -> float | None:
     return procfs.cpu_pressure_s()
 
 
-def host_steal() -> tuple[float, float]:
-    """(steal, total) host CPU seconds from /proc/stat."""
-    cpu = procfs.host_cpu()
-    return (cpu.steal_s, cpu.total_s)
+FOREIGN_SHARE_FLOOR = 0.10
+"""The smallest share of the host's busy CPU time counted as foreign: host and process CPU
+are both tick-counted (10 ms ticks, +-5 % each on the 200 ms minimum window,
+NOTES-machine.md), so a computed share below 10 % cannot be told from none."""
 
 
 class CpuWatch:
@@ -57,14 +58,18 @@ class CpuWatch:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.pids: dict[str, list[int]] = {}
-        self.samples: list[tuple[float, dict[str, float | None], tuple[float, float]]] = []
+        self.samples: list[tuple[float, dict[str, float | None], procfs.HostCpu]] = []
         self._thread_waits: dict[tuple[str, int, int], tuple[float, int]] = {}
+        self.sched: dict[str, str | None] = {}
+        """How each named process's first pid was scheduled (procfs.process_sched), read
+        when it was watched."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def watch(self, name: str, pid: int | None) -> None:
         if pid:
             self.pids.setdefault(name, []).append(pid)
+            self.sched.setdefault(name, procfs.process_sched(pid))
             self.sample()
 
     def sample(self) -> None:
@@ -88,7 +93,7 @@ class CpuWatch:
             known = alive and bool(main)
             values[f"mainwait:{name}"] = sum(w for w, _ in main) if known else None
         values["host:pressure"] = cpu_pressure_s()
-        self.samples.append((self.clock(), values, host_steal()))
+        self.samples.append((self.clock(), values, procfs.host_cpu()))
 
     def _run(self) -> None:
         while not self._stop.wait(PROC_SAMPLE_PERIOD_S):
@@ -119,16 +124,17 @@ class CpuWatch:
         span = _bracket(series, t0, t1)
         return None if span is None else span[1] - span[0]
 
+    def main_wait_series(self, name: str) -> list[tuple[float, float]]:
+        """(time, cumulative run-queue wait) samples of the main thread of ``name`` (its
+        event loop: the stack's protocol work); the other threads (the in-flight sampler)
+        are instrumentation, not the request's path."""
+        key = f"mainwait:{name}"
+        return [(t, v[key]) for t, v, _ in self.samples if v.get(key) is not None]
+
     def main_wait_s(self, name: str, t0: float, t1: float) -> float | None:
-        """Seconds the main thread of ``name`` (its event loop: the stack's protocol work)
-        waited on a run queue over [t0, t1] (widened as in :meth:`fraction`); the other
-        threads (the in-flight sampler) are instrumentation, not the request's path."""
-        series = [
-            (t, v[f"mainwait:{name}"])
-            for t, v, _ in self.samples
-            if v.get(f"mainwait:{name}") is not None
-        ]
-        span = _bracket(series, t0, t1)
+        """Seconds the main thread of ``name`` waited on a run queue over [t0, t1] (widened
+        as in :meth:`fraction`)."""
+        span = _bracket(self.main_wait_series(name), t0, t1)
         return None if span is None else span[1] - span[0]
 
     def pressure(self, t0: float, t1: float) -> float | None:
@@ -142,12 +148,35 @@ class CpuWatch:
         return _window_rate(series, t0, t1)
 
     def steal(self, t0: float, t1: float) -> float | None:
-        steal = [(t, s[0]) for t, _, s in self.samples]
-        total = [(t, s[1]) for t, _, s in self.samples]
-        a, b = _bracket(steal, t0, t1), _bracket(total, t0, t1)
-        if a is None or b is None or b[1] - b[0] <= 0:
+        """Host steal over all host CPU time in [t0, t1] (widened as in :meth:`fraction`)."""
+        host = self._host(t0, t1)
+        return None if host is None else host.steal_fraction
+
+    def foreign_share(self, t0: float, t1: float, own: Sequence[str]) -> float | None:
+        """The share of the host's busy CPU time over [t0, t1] (widened as in
+        :meth:`fraction`) that processes other than ``own`` used, at least
+        :data:`FOREIGN_SHARE_FLOOR`; None when the host was not sampled or idle. An own
+        process not sampled counts as using nothing (the share can only come out larger)."""
+        points = _bracket_points([(t, 0.0) for t, _, _ in self.samples], t0, t1)
+        host = self._host(t0, t1)
+        if points is None or host is None or host.busy_s <= 0:
             return None
-        return (a[1] - a[0]) / (b[1] - b[0])
+        ta, tb = points[0][0], points[1][0]
+        own_s = 0.0
+        for name in own:
+            series = [(t, v[name]) for t, v, _ in self.samples if v.get(name) is not None]
+            inside = [(t, v) for t, v in series if ta <= t <= tb]
+            if len(inside) >= 2:
+                own_s += inside[-1][1] - inside[0][1]
+        share = (host.busy_s - own_s) / host.busy_s
+        return min(1.0, max(FOREIGN_SHARE_FLOOR, share))
+
+    def _host(self, t0: float, t1: float) -> procfs.HostCpu | None:
+        points = _bracket_points([(t, 0.0) for t, _, _ in self.samples], t0, t1)
+        if points is None:
+            return None
+        by_time = {t: host for t, _, host in self.samples}
+        return by_time[points[1][0]] - by_time[points[0][0]]
 
 
 def _bracket_points(
@@ -187,21 +216,29 @@ PACKET_LOGS = {"up": "packets-up.csv", "down": "packets-down.csv"}
 """The emulator's packet log of a run (netem.emulator.packetlog), one file per direction."""
 
 
-def emulator_lateness(run_dir: Path) -> dict[str, tuple[np.ndarray, np.ndarray]] | None:
-    """Per direction, (release time, lateness) of every packet the emulator released during
-    the run, from its packet log; None when the run has no log (kernel netem, no capture)."""
-    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+def emulator_lateness(run_dir: Path) -> dict[str, PacketTimes] | None:
+    """Per direction, the send, release and lateness times of every packet the emulator
+    released during the run, from its packet log; None when the run has no log (kernel
+    netem, no capture)."""
+    out: dict[str, PacketTimes] = {}
     for direction, name in PACKET_LOGS.items():
         path = Path(run_dir) / name
         if not path.is_file():
             return None
         try:
-            frame = pd.read_csv(path, usecols=["event", "due_s", "departure_s"])
+            frame = pd.read_csv(path, usecols=["event", "arrival_s", "due_s", "departure_s"])
         except (pd.errors.EmptyDataError, ValueError):
             return None
         departed = frame[frame["event"] == "departed"]
-        due = pd.to_numeric(departed["due_s"], errors="coerce").to_numpy(dtype=float)
-        departure = pd.to_numeric(departed["departure_s"], errors="coerce").to_numpy(dtype=float)
-        keep = np.isfinite(due) & np.isfinite(departure)
-        out[direction] = (departure[keep], departure[keep] - due[keep])
+        times = {
+            column: pd.to_numeric(departed[column], errors="coerce").to_numpy(dtype=float)
+            for column in ("arrival_s", "due_s", "departure_s")
+        }
+        keep = np.logical_and.reduce([np.isfinite(v) for v in times.values()])
+        departure = times["departure_s"][keep]
+        out[direction] = PacketTimes(
+            sent_s=times["arrival_s"][keep],
+            departure_s=departure,
+            lateness_s=departure - times["due_s"][keep],
+        )
     return out

@@ -98,6 +98,12 @@ class RichProgress:
         self.task: Any = None
         self.invalid = 0
 
+    def note(self, message: str) -> None:
+        """A line of the harness's own (waiting for the host's run lock, an invalid attempt)
+        above the bar."""
+        console = self.progress.console if self.progress is not None else self.console
+        console.print(f"  {message}", markup=False, highlight=False)
+
     def __call__(self, what: str, run: Any, data: dict[str, Any] | None) -> None:
         from rich.progress import (
             BarColumn,
@@ -235,6 +241,7 @@ def _run(args: argparse.Namespace) -> int:
             backend=args.backend,
             resume=Path(args.resume) if args.resume else None,
             progress=progress,
+            log=progress.note,
             argv=sys.argv,
             link_name=args.link_name,
             attempts=args.attempts,

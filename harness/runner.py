@@ -15,7 +15,8 @@ the I/O edge.
 
 from __future__ import annotations
 
-import math
+import collections
+import contextlib
 import os
 import sys
 import time
@@ -32,6 +33,7 @@ from harness.execute import ERROR_CHARS, RunEnvironment, run_processes
 from harness.machine import CpuWatch
 from harness.plan import DEFAULT_ATTEMPTS, Outcome, PlannedRun, next_attempt, plan_for, remaining
 from harness.record import ResultDir, utc_stamp
+from harness.runlock import exclusive_run
 from harness.spec import ExperimentSpec, link_of
 from netem.linkspec import LinkSpec
 from tbcore import kinds
@@ -41,30 +43,29 @@ from tbcore.runrow import RunRow
 WATCHED = ("client", "server", "emulator")
 """The processes whose CPU is watched during a run."""
 
-# --- validity thresholds -----------------------------------------------------------------
-
 
 def execute_run(
     env: RunEnvironment, planned: PlannedRun, effect_s: float | None = None
 ) -> dict[str, Any]:
     """Make one run (one attempt) and return its judged row (also saved as its row.json).
-    ``effect_s``: the arm effect the run's comparison is about (:func:`effect_scales`)."""
+    ``effect_s``: the arm effect the run's comparison is about (:func:`effect_scales`).
+    The run holds the host's run lock (harness.runlock) until its row is made: another
+    experiment's collection (pcap parsing, seconds of CPU) would otherwise load this one."""
     settings = env.spec.level(planned.level).settings
     link_spec = link_of(settings).with_seed(planned.link_seed)
     run_dir = env.result.fresh_run_dir(planned.run_id)
     wall0 = time.monotonic()
     watch = CpuWatch()
-    error = run_processes(env, planned, settings, link_spec, run_dir, watch)
-    try:
-        row = judge(collect_run(run_dir, error), watch, run_dir, effect_s)
-    except Exception as err:  # the files did not make a row: kept, flagged
-        reason = f"harness: collecting failed: {type(err).__name__}: {err}"[:ERROR_CHARS]
-        labels = label_columns(settings, link_spec)
-        row = RunRow(**planned.to_dict(), **labels, valid=False, invalid_reason=reason)
+    with exclusive_run(env.log):
+        error = run_processes(env, planned, settings, link_spec, run_dir, watch)
+        try:
+            row = judge(collect_run(run_dir, error), watch, run_dir, effect_s)
+        except Exception as err:  # the files did not make a row: kept, flagged
+            reason = f"harness: collecting failed: {type(err).__name__}: {err}"[:ERROR_CHARS]
+            labels = label_columns(settings, link_spec)
+            row = RunRow(**planned.to_dict(), **labels, valid=False, invalid_reason=reason)
     row = replace(row, wall_s=time.monotonic() - wall0)
     env.result.save_row(row)
-    if row.invalid_reason:
-        env.log(f"{run_dir.name}: attempt {planned.attempt} invalid: {row.invalid_reason}")
     return row.to_dict()
 
 
@@ -80,26 +81,37 @@ def machine_columns(row: RunRow, watch: CpuWatch, t0: float, t1: float) -> dict[
         out["cpu_emulator"] = row.cpu_emulator_run
     out["main_wait_client_s"] = watch.main_wait_s("client", t0, t1)
     out["main_wait_server_s"] = watch.main_wait_s("server", t0, t1)
+    out["foreign_cpu_share"] = watch.foreign_share(t0, t1, WATCHED)
+    out["sched_client"] = watch.sched.get("client")
+    out["sched_server"] = watch.sched.get("server")
     return out
 
 
 def disturbance_of(
-    row: RunRow, run_dir: Path, t0: float, t1: float
+    row: RunRow, watch: CpuWatch, run_dir: Path, t0: float, t1: float
 ) -> tuple[judgement.Disturbance, judgement.CriticalPath | None]:
     """What the host's disturbance could have added to the request (harness.validity):
-    emulator lateness on the critical path, the endpoints' main-thread waits, their steal."""
+    emulator lateness on the critical path; the endpoints' main-thread waits while they sent
+    the request's flights or worked on the ones that reached them (the whole waits without a
+    packet log), times the foreign share of the host's CPU; their steal."""
     path = None
     series = machine.emulator_lateness(run_dir)
     if series is not None:
         path = judgement.critical_path(series, t0, t1, rtt_s=row.rtt_s)
-    waits = [w for w in (row.main_wait_client_s, row.main_wait_server_s) if w is not None]
+    if path is None:
+        waits = [w for w in (row.main_wait_client_s, row.main_wait_server_s) if w is not None]
+    else:
+        waits = [
+            judgement.flight_wait_s(spans, watch.main_wait_series(endpoint))
+            for endpoint, spans in path.endpoint_spans().items()
+        ]
     total_s = row.total_s or 0.0
     steal = judgement.endpoint_steal_s(
         [row.cpu_client, row.cpu_server], max(total_s, machine.MIN_CPU_WINDOW_S), row.steal
     )
     disturbance = judgement.Disturbance(
         lateness_s=None if path is None else path.lateness_s,
-        endpoint_wait_s=math.fsum(waits) if waits else None,
+        endpoint_wait_s=judgement.foreign_wait_s(waits, row.foreign_cpu_share),
         endpoint_steal_s=steal,
     )
     return disturbance, path
@@ -123,7 +135,7 @@ def judge(
         valid, reason = own
         return replace(row, valid=valid, invalid_reason=reason)
     row = replace(row, **machine_columns(row, watch, t0, t1))
-    disturbance, path = disturbance_of(row, run_dir, t0, t1)
+    disturbance, path = disturbance_of(row, watch, run_dir, t0, t1)
     ok, why, limit = judgement.judge_disturbance(disturbance, row.total_s, effect_s)
     valid, reason = judgement.combine(own, (ok, why))
     return replace(
@@ -236,6 +248,74 @@ def _create(
     return result
 
 
+def _make_runs(
+    spec: ExperimentSpec,
+    result: ResultDir,
+    left: Sequence[PlannedRun],
+    by_id: dict[str, PlannedRun],
+    outcomes: dict[str, Outcome],
+    backend: str,
+    link_name: str | None,
+    progress: ProgressHook | None,
+    log: Callable[[str], None],
+    attempts: int,
+) -> list[dict[str, Any]]:
+    """Bring the link up and make the runs ``left`` in order; an invalid one is made again
+    after the others (until it is valid or has had ``attempts``); returns the rows made."""
+    name = link_name or f"r{os.getpid() % 100000}"
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        with exclusive_run(log):  # starting the emulator and namespaces: not beside a run
+            spec_of_first = link_of(spec.level(left[0].level).settings)
+            link = stack.enter_context(_link_up(name, spec_of_first, backend))
+        env = _environment(spec, result, link, log)
+        scales = effect_scales(spec)
+        queue = collections.deque(left)
+        while queue:
+            run = queue.popleft()
+            _check_link(link, result, run.run_id, before=True)
+            if progress:
+                progress("start", run, None)
+            row = execute_run(env, run, scales.get(run.level))
+            _check_link(link, result, run.run_id, before=False)
+            rows.append(row)
+            outcomes[run.run_id] = Outcome.of_row(row)
+            again = next_attempt(by_id[run.planned_id], outcomes.values(), attempts)
+            if again is not None:
+                # at the end of the queue: a host's disturbance comes in bursts (another
+                # job's busy phase), and the runs in between let it pass
+                queue.append(again)
+            if progress:
+                progress("done" if again is None else "retry", run, row)
+    return rows
+
+
+def _environment(
+    spec: ExperimentSpec, result: ResultDir, link: Any, log: Callable[[str], None]
+) -> RunEnvironment:
+    """What every run of the experiment shares (the link, the sysctl defaults to restore),
+    with the host's environment noted in the manifest."""
+    keys = sorted({k for lv in spec.levels for k in lv.settings.sysctls})
+    env = RunEnvironment(
+        link=link,
+        result=result,
+        spec=spec,
+        set_route_metrics=any(
+            lv.settings.initcwnd is not None
+            or lv.settings.initrwnd is not None
+            or lv.settings.route_quickack
+            for lv in spec.levels
+        ),
+        log=log,
+        sysctl_defaults={r: link.sysctls(r, keys) for r in ("client", "server")} if keys else {},
+    )
+    manifest = result.read_manifest()
+    envs = manifest.get("environments", [])
+    envs.append({"at_utc": utc_stamp(), **environment(link)})
+    result.update_manifest(environments=envs, environment=envs[0])
+    return env
+
+
 def run_experiment(
     spec: ExperimentSpec,
     *,
@@ -263,54 +343,19 @@ def run_experiment(
         progress("plan", None, {"total": len(plan), "left": len(left), "dir": str(result.path)})
     rows: list[dict[str, Any]] = []
     if left:
-        name = link_name or f"r{os.getpid() % 100000}"
-        first = link_of(spec.level(left[0].level).settings)
-        set_metrics = any(
-            lv.settings.initcwnd is not None
-            or lv.settings.initrwnd is not None
-            or lv.settings.route_quickack
-            for lv in spec.levels
+        rows = _make_runs(
+            spec, result, left, by_id, outcomes, backend, link_name, progress, log, attempts
         )
-        with _link_up(name, first, backend) as link:
-            keys = sorted({k for lv in spec.levels for k in lv.settings.sysctls})
-            env = RunEnvironment(
-                link=link,
-                result=result,
-                spec=spec,
-                set_route_metrics=set_metrics,
-                log=log,
-                sysctl_defaults={r: link.sysctls(r, keys) for r in ("client", "server")}
-                if keys
-                else {},
-            )
-            manifest = result.read_manifest()
-            envs = manifest.get("environments", [])
-            envs.append({"at_utc": utc_stamp(), **environment(link)})
-            result.update_manifest(environments=envs, environment=envs[0])
-            scales = effect_scales(spec)
-            for first_attempt in left:
-                run: PlannedRun | None = first_attempt
-                while run is not None:
-                    _check_link(link, result, run.run_id, before=True)
-                    if progress:
-                        progress("start", run, None)
-                    row = execute_run(env, run, scales.get(run.level))
-                    _check_link(link, result, run.run_id, before=False)
-                    rows.append(row)
-                    outcomes[run.run_id] = Outcome.of_row(row)
-                    made = run
-                    run = next_attempt(by_id[made.planned_id], outcomes.values(), attempts)
-                    if progress:
-                        progress("done" if run is None else "retry", made, row)
-    result.write_tables()
-    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
-    result.update_manifest(
-        finished_utc=utc_stamp(),
-        finished=not remaining(plan, outcomes, attempts),
-        attempts=attempts,
-    )
-    if report:
-        from harness.report import build_report
+    with exclusive_run(log):  # the tables and plots take seconds of CPU: not beside a run
+        result.write_tables()
+        outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+        result.update_manifest(
+            finished_utc=utc_stamp(),
+            finished=not remaining(plan, outcomes, attempts),
+            attempts=attempts,
+        )
+        if report:
+            from harness.report import build_report
 
-        build_report(result.path)
+            build_report(result.path)
     return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(left))

@@ -53,6 +53,8 @@ from typing import Any
 
 from clients.multipath import MULTIPATH_MODES
 from harness import bounds
+from harness.execute import ENDPOINT_NICE, ENDPOINT_RR_PRIORITY
+from harness.runlock import exclusive_run
 from netem import clean, nsexec
 from netem.events import LinkEvent
 from netem.link import Link
@@ -327,7 +329,13 @@ def run_dual_once(
         argv += ["--cc", experiment.fixed["cc"]]
     before = {e: link.stats(edge=e) for e in link.topology.edge_names}
     proc = nsexec.popen(
-        link.client_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        link.client_ns,
+        argv,
+        nice=ENDPOINT_NICE,
+        rr_priority=ENDPOINT_RR_PRIORITY,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     outage = None
     assert proc.stdout is not None
@@ -392,9 +400,21 @@ def dual_bound_s(
 
 
 def _start(argv: list[str], ns: str, expect: str) -> subprocess.Popen:
-    proc = nsexec.popen(ns, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = nsexec.popen(
+        ns,
+        argv,
+        nice=ENDPOINT_NICE,
+        rr_priority=ENDPOINT_RR_PRIORITY,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
-    line = proc.stdout.readline()
+    try:
+        line = proc.stdout.readline()
+    except BaseException:  # a signal while it starts: never orphaned (a session of its own)
+        proc.kill()
+        raise
     if expect not in line:
         proc.kill()
         raise RuntimeError(f"{argv[3]} did not start: {line!r}")
@@ -531,12 +551,17 @@ def _run_level(
     run_dir = out / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    if experiment.kind == "relay":
-        row = run_relay_once(experiment, level, link, relay_addr, run_dir)
-        bound = relay_bound_s(experiment, level, topo)
-    else:
-        row = run_dual_once(experiment, level, link, run_dir)
-        bound = dual_bound_s(experiment, level, topo, row)
+    relay = experiment.kind == "relay"
+    with exclusive_run(progress):  # one measured run at a time on the host
+        if relay:
+            row = run_relay_once(experiment, level, link, relay_addr, run_dir)
+        else:
+            row = run_dual_once(experiment, level, link, run_dir)
+    bound = (
+        relay_bound_s(experiment, level, topo)
+        if relay
+        else dual_bound_s(experiment, level, topo, row)
+    )
     record, reason = _run_record(experiment, topo, level, rep, run_id, row, bound, started)
     (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=str))
     total = row.get("total_s")

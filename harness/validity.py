@@ -87,6 +87,12 @@ DISTURBANCE_FLOOR_S = 1e-3
 """A disturbance below 1 ms is within the emulator's own accuracy (1 ms p99 RTT-error
 target, NOTES-machine.md) and never invalidates a run, however short."""
 
+FLIGHT_WORK_S = 0.02
+"""How long an endpoint works on a flight it received before the next flight leaves: up to
+20 ms on these machines (an HTTP/3 server's handshake crypto and response, aioquic, is
+10-40 ms of CPU in bursts; a kernel-TCP endpoint's much less). A wait in that span delays
+the next round."""
+
 FLIGHT_GAP_FRACTION = 0.25
 """Packets of one direction belong to one flight until a gap of a quarter of the configured
 RTT: the rounds of slow start on a 200 ms path are separated by 150 ms or more, the packets
@@ -105,12 +111,17 @@ class Disturbance:
     most that much; packets of one flight are late in parallel, not in series."""
     endpoint_wait_s: float | None
     """Run-queue wait of the client's and the server's main threads (their event loops, which
-    do the protocol work) during the request (schedstat): the time other tasks on the host
-    took from the stacks. All of it counts: a late write or ACK can cost a whole round
-    (the sender then does not grow its window), so a share of it cannot be ruled out.
-    Measured on 35 connection runs at 84-99 % CPU pressure: a median 2.2 times the slow-down
-    against quiet runs (Spearman 0.86), below it in 3 runs; on 15 s lossy uploads, whose
-    socket buffer keeps the kernel busy while the process waits, about 10 times it."""
+    do the protocol work) while they were on the request's critical path
+    (:func:`flight_wait_s`: sending a flight, or waking for one that arrived and working on
+    it; a wait there delays the next round, a wait elsewhere does not), times the
+    share of the host's busy CPU time that processes other than the run's own used
+    (:func:`foreign_wait_s`). The rest of the wait is the run's own processes (the real-time
+    emulator, the peer stack, the samplers) sharing two cores: it is there on a quiet host
+    too, in every run of every arm, and is part of what the testbed measures. Without a
+    packet log (kernel netem) the whole wait of the request counts. Measured on connection
+    runs beside a second experiment (closing note of issue 10): h3-new's whole main-thread
+    waits were 68-166 ms for slow-downs of 4-22 ms against quiet runs; the whole wait was a
+    median 2.2 times the slow-down in 35 runs at 84-99 % CPU pressure."""
     endpoint_steal_s: float | None
     """CPU the hypervisor took from the endpoints: their CPU time during the request times
     steal / (1 - steal) (steal is invisible to the guest's scheduler)."""
@@ -145,33 +156,92 @@ def flight_lateness_s(
 
 
 @dataclass(frozen=True)
+class PacketTimes:
+    """The emulator's packets of one direction: when each entered it (sent by an endpoint),
+    when it left (reached the other endpoint) and how late it left."""
+
+    sent_s: np.ndarray
+    departure_s: np.ndarray
+    lateness_s: np.ndarray
+
+
+@dataclass(frozen=True)
 class CriticalPath:
     """The emulator's packets of one request, as flights on its critical path."""
 
     lateness_s: float
     """:attr:`Disturbance.lateness_s`."""
-    flights: dict[str, int]
-    """Flights per direction (``up``: client to server)."""
+    starts_s: dict[str, list[float]]
+    """Per direction (``up``: client to server), the release time of each flight's first
+    packet: when it reached the receiving endpoint."""
+    sends_s: dict[str, list[tuple[float, float]]]
+    """Per direction, when the sending endpoint put each flight out: (first, last) packet."""
+
+    @property
+    def flights(self) -> dict[str, int]:
+        return {name: len(starts) for name, starts in self.starts_s.items()}
+
+    def endpoint_spans(self, work_s: float = FLIGHT_WORK_S) -> dict[str, list[tuple[float, float]]]:
+        """Per endpoint, the spans in which it was on the critical path: sending a flight,
+        and receiving one and working on it (``work_s`` after its first packet arrived)."""
+        spans: dict[str, list[tuple[float, float]]] = {"client": [], "server": []}
+        for name, starts in self.starts_s.items():
+            spans[RECEIVER[name]] += [(t, t + work_s) for t in starts]
+        for name, sends in self.sends_s.items():
+            spans[SENDER[name]] += sends
+        return spans
 
 
 def critical_path(
-    directions: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-    start_s: float,
-    end_s: float,
-    rtt_s: float,
+    directions: Mapping[str, PacketTimes], start_s: float, end_s: float, rtt_s: float
 ) -> CriticalPath:
-    """The flights and their lateness from each direction's (departure times, lateness)
-    of the emulator's packets, counting the packets released within [start_s, end_s]."""
+    """The flights and their lateness from each direction's packets, counting the packets
+    released within [start_s, end_s]."""
     gap = max(FLIGHT_GAP_FRACTION * rtt_s, 1e-3)
     total = 0.0
-    counts: dict[str, int] = {}
-    for name, (departures, lateness) in directions.items():
-        t = np.asarray(departures, dtype=float)
-        late = np.asarray(lateness, dtype=float)
+    starts: dict[str, list[float]] = {}
+    sends: dict[str, list[tuple[float, float]]] = {}
+    for name, packets in directions.items():
+        t = np.asarray(packets.departure_s, dtype=float)
         inside = (t >= start_s) & (t <= end_s)
-        total += flight_lateness_s(t[inside], late[inside], gap)
-        counts[name] = len(flights(np.sort(t[inside]), gap))
-    return CriticalPath(lateness_s=total, flights=counts)
+        late = np.asarray(packets.lateness_s, dtype=float)[inside]
+        sent = np.asarray(packets.sent_s, dtype=float)[inside]
+        total += flight_lateness_s(t[inside], late, gap)
+        order = np.argsort(t[inside], kind="stable")
+        kept, sent = t[inside][order], sent[order]
+        heads = flights(kept, gap)
+        starts[name] = [float(v) for v in kept[heads]]
+        sends[name] = [
+            (float(part.min()), float(part.max()))
+            for part in np.split(sent, heads[1:])
+            if part.size
+        ]
+    return CriticalPath(lateness_s=total, starts_s=starts, sends_s=sends)
+
+
+RECEIVER = {"up": "server", "down": "client"}
+"""Which endpoint a direction's flights reach."""
+SENDER = {"up": "client", "down": "server"}
+"""Which endpoint sends a direction's flights."""
+
+
+def flight_wait_s(
+    spans_s: Sequence[tuple[float, float]], waits: Sequence[tuple[float, float]]
+) -> float:
+    """The run-queue wait an endpoint's main thread could have added to the request: its
+    cumulative wait over every sampling interval that overlaps one of the spans in which it
+    was on the critical path (:meth:`CriticalPath.endpoint_spans`), each interval counted
+    once. ``waits``: (time, cumulative wait) samples in time order."""
+    if len(waits) < 2 or not spans_s:
+        return 0.0
+    times = np.asarray([t for t, _ in waits], dtype=float)
+    values = np.asarray([w for _, w in waits], dtype=float)
+    bounds = np.asarray(spans_s, dtype=float).reshape(-1, 2)
+    first = np.searchsorted(times, bounds[:, 0], side="right")
+    last = np.searchsorted(times, bounds[:, 1], side="left")
+    intervals = {i for a, b in zip(first, last, strict=True) for i in range(int(a), int(b) + 1)}
+    intervals = {i for i in intervals if 0 < i < len(times)}
+    return float(sum(values[i] - values[i - 1] for i in intervals))
 
 
 def endpoint_steal_s(
@@ -184,6 +254,16 @@ def endpoint_steal_s(
     steal = min(max(steal, 0.0), 0.99)
     cpu_s = sum(f for f in cpu_fractions if f is not None and math.isfinite(f)) * window_s
     return cpu_s * steal / (1.0 - steal)
+
+
+def foreign_wait_s(waits_s: Sequence[float], foreign_share: float | None) -> float | None:
+    """:attr:`Disturbance.endpoint_wait_s`: the main threads' waits times the foreign share
+    of the host's CPU (all of the wait when the share was not measured); None without a
+    measured wait."""
+    if not waits_s:
+        return None
+    share = 1.0 if foreign_share is None or not math.isfinite(foreign_share) else foreign_share
+    return math.fsum(waits_s) * min(max(share, 0.0), 1.0)
 
 
 def disturbance_limit_s(total_s: float, effect_s: float | None = None) -> float:

@@ -71,21 +71,57 @@ def in_netns(name: str) -> Iterator[None]:
         os.close(home)
 
 
-def _entering(ns: str) -> Callable[[], None]:
-    """A ``preexec_fn`` that moves the child into namespace ``ns`` before it execs."""
+AUTOGROUP_PATH = "/proc/self/autogroup"
+"""With sched_autogroup (CONFIG_SCHED_AUTOGROUP, on in Debian's and this host's kernels),
+each session is a scheduling group and the CPU is shared between the groups first: a task's
+nice counts only inside its own group, the group's nice (sched(7), "The autogroup feature")
+against the others."""
+
+
+def _entering(
+    ns: str, nice: int | None = None, rr_priority: int | None = None
+) -> Callable[[], None]:
+    """A ``preexec_fn`` that moves the child into namespace ``ns`` before it execs; with
+    ``nice``, sets its nice value and that of its session's autogroup (the child is a session
+    of its own: :func:`popen`); with ``rr_priority``, makes it SCHED_RR at that priority.
+    Every thread it starts inherits them. What the host refuses (no CAP_SYS_NICE, an RT
+    budget of 0 in a container) is left at the parent's: the caller reads back what the
+    child got."""
     path = netns_path(ns)
 
     def _enter() -> None:
         fd = os.open(path, os.O_RDONLY)
         setns_fd(fd)
         os.close(fd)
+        if nice is not None:
+            try:
+                os.setpriority(os.PRIO_PROCESS, 0, nice)
+                with open(AUTOGROUP_PATH, "w", encoding="ascii") as handle:
+                    handle.write(str(nice))
+            except OSError:
+                pass
+        if rr_priority is not None:
+            try:
+                os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(rr_priority))
+            except OSError:
+                pass
 
     return _enter
 
 
-def popen(ns: str, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-    """Start ``argv`` inside namespace ``ns`` (the child enters it before exec)."""
-    return subprocess.Popen(list(argv), preexec_fn=_entering(ns), **kwargs)
+def popen(
+    ns: str,
+    argv: Sequence[str],
+    nice: int | None = None,
+    rr_priority: int | None = None,
+    **kwargs: Any,
+) -> subprocess.Popen:
+    """Start ``argv`` inside namespace ``ns`` (the child enters it before exec); with
+    ``nice`` or ``rr_priority``, as a session (and so a scheduling autogroup) of its own at
+    that priority."""
+    if nice is not None or rr_priority is not None:
+        kwargs.setdefault("start_new_session", True)
+    return subprocess.Popen(list(argv), preexec_fn=_entering(ns, nice, rr_priority), **kwargs)
 
 
 def run(ns: str, argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:

@@ -19,8 +19,8 @@ from tbcore.records import SERVER_EVENT_NAMES, ServerEvent
 EVENT_NAMES = SERVER_EVENT_NAMES
 
 
-class EventLog:
-    """Append-only JSONL writer. ``path=None`` keeps nothing (but still validates events)."""
+class JsonlLog:
+    """An append-only, line-buffered JSONL file (``path=None``: nothing is kept)."""
 
     def __init__(self, path: Path | None) -> None:
         self.path = path
@@ -28,6 +28,21 @@ class EventLog:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
             self._handle = path.open("a", buffering=1, encoding="utf-8")
+
+    def write(self, data: dict[str, Any]) -> dict[str, Any]:
+        """One line of ``data``; returns it."""
+        if self._handle is not None:
+            self._handle.write(json.dumps(data, separators=(",", ":")) + "\n")
+        return data
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+class EventLog(JsonlLog):
+    """The server's events. An unknown event or detail raises even with ``path=None``."""
 
     def emit(
         self,
@@ -54,15 +69,7 @@ class EventLog:
             )
         except TypeError as err:
             raise ValueError(f"event {event!r}: {err}") from None
-        data = record.to_dict()
-        if self._handle is not None:
-            self._handle.write(json.dumps(data, separators=(",", ":")) + "\n")
-        return data
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        return self.write(record.to_dict())
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import socket
 import ssl
 import time
@@ -52,6 +51,7 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
+from servers.events import JsonlLog
 from servers.http2 import start_connection
 from servers.sockopts import apply_tcp_options
 from servers.tls import client_context, ensure_certificate, server_context
@@ -71,25 +71,11 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"tra
 """RFC 9113 section 8.2.2: connection-specific fields are not forwarded."""
 
 
-class RelayLog:
+class RelayLog(JsonlLog):
     """The relay's event log: one :class:`tbcore.records.RelayEvent` per JSON line."""
 
-    def __init__(self, path: Any) -> None:
-        self._handle = None
-        if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._handle = path.open("a", buffering=1, encoding="utf-8")
-
     def emit(self, event: str, **details: Any) -> dict[str, Any]:
-        data = RelayEvent(t=time.monotonic(), event=event, **details).to_dict()
-        if self._handle is not None:
-            self._handle.write(json.dumps(data, separators=(",", ":")) + "\n")
-        return data
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.close()
-            self._handle = None
+        return self.write(RelayEvent(t=time.monotonic(), event=event, **details).to_dict())
 
 
 class H2Endpoint(asyncio.Protocol):

@@ -20,10 +20,11 @@ import math
 import re
 from collections.abc import Callable
 
-import numpy as np
-
-from tbcore import stats
 from tbcore.errors import SpecError
+
+# numpy and tbcore.stats (numpy, scipy) are imported where they are used: every client and
+# server process imports this module through tbcore.settings, and numpy alone is ~0.12 s of
+# start-up per process, twice per run (`python -X importtime`).
 
 FEC_SYMBOL_BYTES = 1416
 """Payload of one FEC symbol: the largest 8-aligned RaptorQ symbol whose authenticated
@@ -59,6 +60,8 @@ def binomial_cdf(r: int, n: int, p: float) -> float:
         return 1.0
     if r < 0:
         return 0.0
+    from tbcore import stats
+
     return stats.binomial_cdf(r, n, p)
 
 
@@ -121,6 +124,8 @@ def markov_loss_cdf(r: int, n: int, a: float, b: float) -> float:
         variance = n * p * (1.0 - p) * (1.0 + rho) / (1.0 - rho)
         z = (r + 0.5 - n * p) / math.sqrt(max(variance, 1e-300))
         return 0.5 * math.erfc(-z / math.sqrt(2.0))
+    import numpy as np
+
     # dist_good[c] / dist_bad[c]: P(c losses so far and the last packet received / lost)
     cap = r + 2  # counts above r are lumped (only P(<= r) is wanted)
     good = np.zeros(cap)

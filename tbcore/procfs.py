@@ -95,14 +95,41 @@ def parse_process_cpu_s(text: str) -> float:
         raise SpecError("/proc/PID/stat", "no utime/stime fields") from None
 
 
-def process_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process (all its threads), None when it is gone."""
+def _process_stat(pid: int) -> str | None:
+    """The text of /proc/PID/stat, None when the process is gone."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            text = handle.read()
+            return handle.read()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
-    return parse_process_cpu_s(text)
+
+
+def process_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process (all its threads), None when it is gone."""
+    text = _process_stat(pid)
+    return None if text is None else parse_process_cpu_s(text)
+
+
+SCHED_POLICIES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline"}
+"""sched(7) policy numbers, as /proc/PID/stat's field 41 gives them."""
+
+
+def parse_process_sched(text: str) -> str:
+    """How a process is scheduled, from the text of /proc/PID/stat: ``rr 1`` / ``fifo 10``
+    (policy and real-time priority, fields 41 and 40) or ``other nice -10`` (field 19)."""
+    fields = text.rpartition(")")[2].split()
+    try:
+        nice, rt_priority, policy = int(fields[16]), int(fields[37]), int(fields[38])
+    except (IndexError, ValueError):
+        raise SpecError("/proc/PID/stat", "no nice/rt_priority/policy fields") from None
+    name = SCHED_POLICIES.get(policy, str(policy))
+    return f"{name} {rt_priority}" if name in ("rr", "fifo") else f"{name} nice {nice}"
+
+
+def process_sched(pid: int) -> str | None:
+    """:func:`parse_process_sched` of a live process, None when it is gone."""
+    text = _process_stat(pid)
+    return None if text is None else parse_process_sched(text)
 
 
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")

@@ -13,7 +13,7 @@ from typing import Any
 from tbcore.records import REQUIRED, Record, col, record
 
 
-@record("run", 2)
+@record("run", 3)
 class RunRow(Record):
     """One run (one client process) of an experiment, valid or not."""
 
@@ -161,7 +161,9 @@ class RunRow(Record):
         doc="Emulator release lateness on the request's critical path.", unit="s"
     )
     disturbance_wait_s: float | None = col(
-        doc="Run-queue wait of the endpoints' main threads during the request.", unit="s"
+        doc="Run-queue wait of the endpoints' main threads during the request, times "
+        "foreign_cpu_share.",
+        unit="s",
     )
     disturbance_steal_s: float | None = col(
         doc="CPU steal taken from the endpoints during the request.", unit="s"
@@ -174,6 +176,16 @@ class RunRow(Record):
     )
     main_wait_server_s: float | None = col(
         doc="Server main thread runnable but waiting, during the request.", unit="s"
+    )
+    foreign_cpu_share: float | None = col(
+        doc="Share of the host's busy CPU time during the request used by processes other "
+        "than the run's client, server and emulator (at least 0.1)."
+    )
+    sched_client: str | None = col(
+        doc="How the client was scheduled: 'rr 1' (harness.execute), else 'other nice N'."
+    )
+    sched_server: str | None = col(
+        doc="How the server was scheduled: 'rr 1' (harness.execute), else 'other nice N'."
     )
     flights_up: int | None = col(doc="Round trips of the request's critical path, up.")
     flights_down: int | None = col(doc="Round trips of the request's critical path, down.")

@@ -181,16 +181,23 @@ def parse_queue(field: str, text: str | int) -> tuple[int | None, int | None]:
     return parse_size_bytes(field, text), None
 
 
+def _share(field: str, text: str | float | int, example: str) -> float:
+    """A number, or a string with ``%`` or no unit, as a plain fraction (range unchecked)."""
+    if isinstance(text, bool):
+        raise SpecError(field, f"expected a number or a string, got {text!r}")
+    if isinstance(text, (int, float)):
+        return float(text)
+    value, unit = _split(field, text)
+    if unit == "%":
+        return value / 100.0
+    if unit != "":
+        raise SpecError(field, f"unknown unit {unit!r} (write {example})")
+    return value
+
+
 def parse_fraction(field: str, text: str | float | int) -> float:
     """``"14%"`` -> 0.14, ``"0.14"`` -> 0.14. The value must lie in [0, 1)."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
-    else:
-        value, unit = _split(field, text)
-        if unit == "%":
-            value /= 100.0
-        elif unit != "":
-            raise SpecError(field, f"unknown unit {unit!r} (write 14% or 0.14)")
+    value = _share(field, text, "14% or 0.14")
     if not math.isfinite(value) or not 0.0 <= value < 1.0:
         raise SpecError(field, f"must lie in [0, 1) (0 % to under 100 %), got {text!r}")
     return value
@@ -198,16 +205,7 @@ def parse_fraction(field: str, text: str | float | int) -> float:
 
 def parse_probability(field: str, text: str | float | int) -> float:
     """Like :func:`parse_fraction` but 1 (100 %) is allowed: a transition probability."""
-    if isinstance(text, bool):
-        raise SpecError(field, f"expected a number or a string, got {text!r}")
-    if isinstance(text, (int, float)):
-        value = float(text)
-    else:
-        value, unit = _split(field, text)
-        if unit == "%":
-            value /= 100.0
-        elif unit != "":
-            raise SpecError(field, f"unknown unit {unit!r} (write 30% or 0.3)")
+    value = _share(field, text, "30% or 0.3")
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
         raise SpecError(field, f"must lie in [0, 1] (0 % to 100 %), got {text!r}")
     return value

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness import spec as specmod
 from harness.collect import sender_paces
 from harness.execute import client_argv, run_sysctls, server_argv
@@ -86,3 +88,34 @@ def test_fec_arm_runs_the_fec_listener_capped_at_each_directions_rate(tmp_path: 
     # the bbr arm's TCP settings are not refused for fec: recorded as ignored
     bbr = spec.level("tts-l14-bbr").settings
     assert bbr.replace(protocol="fec").ignored() == ["cc", "slow_start_after_idle"]
+
+
+def test_a_server_that_never_listens_is_stopped_not_orphaned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """start_server's wait fails (here a timeout; a signal the same way): the process it
+    started is stopped before the error goes on, since it is a session of its own."""
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from harness import execute
+    from netem import nsexec
+
+    started: list[subprocess.Popen] = []
+
+    def popen(
+        ns: str, argv: list[str], nice: object = None, rr_priority: object = None, **kwargs: object
+    ):
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True, **kwargs
+        )
+        started.append(proc)
+        return proc
+
+    monkeypatch.setattr(nsexec, "popen", popen)
+    monkeypatch.setattr(execute, "SERVER_START_TIMEOUT_S", 0.3)
+    with pytest.raises(TimeoutError):
+        execute.start_server(SimpleNamespace(server_ns="tb-x-server"), ["x"], tmp_path)
+    (proc,) = started
+    assert proc.poll() is not None  # stopped and reaped

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.machine import CpuWatch, emulator_lateness
+from harness.machine import FOREIGN_SHARE_FLOOR, CpuWatch, emulator_lateness
+from tbcore.procfs import HostCpu
 
 
 def _watch() -> CpuWatch:
@@ -23,7 +24,9 @@ def _watch() -> CpuWatch:
             "mainwait:x": 0.01 * step,
             "host:pressure": 0.02 * step,
         }
-        watch.samples.append((now[0], values, (0.01 * step, now[0] * 2)))
+        # two CPUs: 0.02 s steal and 0.15 s busy per 0.1 s (0.05 of it x's)
+        host = HostCpu(busy_s=0.15 * step, steal_s=0.01 * step, total_s=now[0] * 2)
+        watch.samples.append((now[0], values, host))
     return watch
 
 
@@ -39,6 +42,17 @@ def test_fractions_and_waits_over_a_window() -> None:
     assert watch.steal(0.2, 0.8) == pytest.approx(0.05)
 
 
+def test_the_foreign_share_of_the_host_cpu() -> None:
+    watch = _watch()
+    # x used a third of the host's busy time: two thirds were somebody else's
+    assert watch.foreign_share(0.2, 0.8, ["x"]) == pytest.approx(2 / 3)
+    assert watch.foreign_share(0.2, 0.8, []) == pytest.approx(1.0)
+    assert watch.foreign_share(0.2, 0.8, ["x", "missing"]) == pytest.approx(2 / 3)
+    # own processes that used all of it leave the floor (tick accounting cannot say less)
+    assert watch.foreign_share(0.2, 0.8, ["x", "x", "x"]) == FOREIGN_SHARE_FLOOR
+    assert CpuWatch().foreign_share(0.0, 1.0, ["x"]) is None  # never sampled
+
+
 def test_a_real_watch_of_this_process_sees_its_main_thread() -> None:
     with CpuWatch() as watch:
         watch.watch("me", os.getpid())
@@ -48,6 +62,7 @@ def test_a_real_watch_of_this_process_sees_its_main_thread() -> None:
     assert len(watch.samples) >= 3
     last = watch.samples[-1][1]
     assert last["me"] is not None and last["mainwait:me"] is not None
+    assert watch.sched == {"me": f"other nice {os.getpriority(os.PRIO_PROCESS, 0)}"}
     t0, t1 = watch.samples[0][0], watch.samples[-1][0]
     assert watch.fraction("me", t0, t1) > 0  # it spun: some CPU, however busy the host
 
@@ -61,6 +76,7 @@ def test_emulator_lateness_from_the_packet_log(tmp_path: Path) -> None:
     (tmp_path / "packets-down.csv").write_text(header)
     series = emulator_lateness(tmp_path)
     assert series is not None
-    departures, lateness = series["up"]
-    assert list(departures) == [1.1005] and lateness[0] == pytest.approx(0.0005)
-    assert len(series["down"][0]) == 0
+    up = series["up"]
+    assert list(up.departure_s) == [1.1005] and up.lateness_s[0] == pytest.approx(0.0005)
+    assert list(up.sent_s) == [1.0]
+    assert len(series["down"].departure_s) == 0

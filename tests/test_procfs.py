@@ -9,16 +9,14 @@ import pytest
 from tbcore.errors import SpecError
 from tbcore.procfs import (
     CLOCK_TICKS_PER_S,
-    PAGE_BYTES,
     cpu_pressure_s,
     host_cpu,
     parse_host_cpu,
-    parse_pressure_total_s,
     parse_process_cpu_s,
-    parse_rss_bytes,
-    parse_schedstat,
+    parse_process_sched,
     process_cpu_s,
     process_rss_bytes,
+    process_sched,
     thread_schedstats,
 )
 
@@ -50,19 +48,20 @@ def test_process_pressure_and_schedstat_fixtures() -> None:
     assert parse_process_cpu_s(stat) == pytest.approx(200 / CLOCK_TICKS_PER_S)
     with pytest.raises(SpecError):
         parse_process_cpu_s("123 (x) S 1")
-    psi = "some avg10=0.91 avg60=18.21 avg300=10.44 total=48869822\nfull avg10=0 total=7\n"
-    assert parse_pressure_total_s(psi) == pytest.approx(48.869822)
-    assert parse_pressure_total_s("full total=7\n") is None
-    assert parse_schedstat("2000000000 500000000 42\n") == (2.0, 0.5, 42)
+    # fields 19 nice, 40 rt_priority, 41 policy (proc(5))
+    tail = " ".join(["0"] * 18)  # fields 22 to 39
+    reniced = f"123 (a (b) c) S 1 2 3 4 5 6 7 8 9 10 150 50 0 0 10 -10 1 0 {tail} 0 0"
+    realtime = f"123 (a) S 1 2 3 4 5 6 7 8 9 10 150 50 0 0 -2 0 1 0 {tail} 1 2"
+    assert parse_process_sched(reniced) == "other nice -10"
+    assert parse_process_sched(realtime) == "rr 1"
     with pytest.raises(SpecError):
-        parse_schedstat("1 2\n")
-    assert parse_rss_bytes("5000 1200 300 10 0 900 0\n") == 1200 * PAGE_BYTES
-    with pytest.raises(SpecError):
-        parse_rss_bytes("5000\n")
+        parse_process_sched(stat)  # too short: no policy field
 
 
 def test_live_readers_of_this_process() -> None:
     assert process_cpu_s(os.getpid()) is not None
+    assert process_sched(os.getpid()) == f"other nice {os.getpriority(os.PRIO_PROCESS, 0)}"
+    assert process_sched(2**22 + 7) is None
     stats = thread_schedstats(os.getpid())
     assert stats and os.getpid() in stats
     assert (process_rss_bytes(os.getpid()) or 0) > 0

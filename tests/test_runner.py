@@ -12,8 +12,10 @@ import pytest
 
 from harness import spec as specmod
 from harness.collect import Collected, bound_for
+from harness.execute import ENDPOINT_RR_PRIORITY
 from harness.machine import CpuWatch
 from harness.runner import effect_scales, judge, run_experiment
+from tbcore.procfs import HostCpu
 from tbcore.runrow import RunRow
 
 
@@ -61,7 +63,8 @@ def _watch(main_wait_client_s: float) -> CpuWatch:
     ):
         values = {"client": 0.1 * t, "server": 0.1 * t, "mainwait:client": wait}
         values["mainwait:server"] = 0.0
-        watch.samples.append((t, values, (0.0, 2 * t)))
+        # the host was busy 0.4 s per s, half of it with the client and the server
+        watch.samples.append((t, values, HostCpu(busy_s=0.4 * t, steal_s=0.0, total_s=2 * t)))
     return watch
 
 
@@ -71,10 +74,12 @@ def _collected(row: RunRow, error: str | None = None) -> Collected:
 
 def test_judge_adds_the_disturbance_and_its_verdict(tmp_path: Path) -> None:
     run_dir = _run_dir(tmp_path, late_up_s=0.002)
-    judged = judge(_collected(_row()), _watch(0.0005), run_dir, effect_s=None)
+    judged = judge(_collected(_row()), _watch(0.001), run_dir, effect_s=None)
     # flights: up {10.05, 10.0502} max 2 ms, up {10.30} 0.1 ms, down {10.45} 0.2 ms
     assert judged.disturbance_lateness_s == pytest.approx(0.0023)
-    assert judged.disturbance_wait_s == pytest.approx(0.0005)
+    assert judged.main_wait_client_s == pytest.approx(0.001)
+    assert judged.foreign_cpu_share == pytest.approx(0.5)
+    assert judged.disturbance_wait_s == pytest.approx(0.0005)  # the foreign half of the wait
     assert judged.disturbance_steal_s == pytest.approx(0.0)
     assert judged.disturbance_s == pytest.approx(0.0028)
     assert judged.disturbance_fraction == pytest.approx(0.0056)
@@ -82,10 +87,10 @@ def test_judge_adds_the_disturbance_and_its_verdict(tmp_path: Path) -> None:
     assert judged.cpu_client == pytest.approx(0.1)
     # 2.8 ms on 500 ms is below 1 % (5 ms): valid; a 10 ms arm effect makes 1 ms the limit
     assert judged.valid and judged.disturbance_limit_s == pytest.approx(0.005)
-    strict = judge(_collected(_row()), _watch(0.0005), run_dir, effect_s=0.010)
+    strict = judge(_collected(_row()), _watch(0.001), run_dir, effect_s=0.010)
     assert not strict.valid and strict.invalid_reason.startswith("disturbance: 2.80 ms")
     # the run's own reason comes first, the disturbance's after it
-    own = judge(_collected(_row(), error="x"), _watch(0.0005), run_dir, 0.010)
+    own = judge(_collected(_row(), error="x"), _watch(0.001), run_dir, 0.010)
     assert own.invalid_reason.startswith("error: x; disturbance:")
 
 
@@ -98,9 +103,9 @@ def test_judge_without_a_time_or_a_packet_log(tmp_path: Path) -> None:
     run_dir = _run_dir(tmp_path, late_up_s=0.0)
     for name in ("packets-up.csv", "packets-down.csv"):
         (run_dir / name).unlink()
-    judged = judge(_collected(_row()), _watch(0.001), run_dir, None)
+    judged = judge(_collected(_row()), _watch(0.002), run_dir, None)
     assert judged.disturbance_lateness_s is None
-    assert judged.disturbance_s == pytest.approx(0.001)  # the main thread's wait, all of it
+    assert judged.disturbance_s == pytest.approx(0.001)  # the foreign half of the wait
 
 
 def test_effect_scales_come_from_the_bounds_of_level_and_baseline() -> None:
@@ -183,6 +188,8 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     ]
     assert len(starts) == len(frame) == len(events) - 1 - len(starts)
     for row in frame.itertuples():
+        expected = f"rr {ENDPOINT_RR_PRIORITY}"  # CI runs as root on a kernel that allows it
+        assert row.sched_client == expected and row.sched_server == expected
         assert row.disturbance_s >= 0 and row.disturbance_lateness_s >= 0
         assert row.sha256_ok, row.invalid_reason
         assert not str(row.invalid_reason).startswith("error"), row.invalid_reason
@@ -247,3 +254,49 @@ def test_result_directories_of_the_same_second_are_distinct(tmp_path: Path) -> N
         made = list(pool.map(lambda _: ResultDir.create(tmp_path, "exp", "20261203T000000Z"),
                              range(16)))  # fmt: skip
     assert len({d.path for d in made}) == 16
+
+
+def test_an_invalid_run_is_made_again_after_the_other_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run loop with the link and the run itself replaced: h2-reused's first two
+    attempts are invalid; each next attempt waits for the runs still queued."""
+    import contextlib
+
+    from harness import plan as planmod
+    from harness import runner
+
+    spec = specmod.loads(TINY)
+    made: list[str] = []
+
+    class FakeLink:
+        def lost(self) -> None:
+            return None
+
+    def fake_run(env: object, run: planmod.PlannedRun, effect_s: float | None) -> dict:
+        made.append(run.run_id)
+        valid = not (run.level == "h2-reused" and run.attempt < 3)
+        return {"run_id": run.run_id, "attempt": run.attempt, "valid": valid}
+
+    monkeypatch.setenv("TESTBED_RUN_LOCK", str(tmp_path / "lock"))
+    monkeypatch.setattr(runner, "_link_up", lambda *a: contextlib.nullcontext(FakeLink()))
+    monkeypatch.setattr(runner, "_environment", lambda *a: None)
+    monkeypatch.setattr(runner, "execute_run", fake_run)
+    plan = planmod.plan_for(spec)
+    events: list[tuple[str, str]] = []
+    rows = runner._make_runs(
+        spec, None, plan, {r.run_id: r for r in plan}, {}, "userspace", "x",
+        lambda what, run, data: events.append((what, run.run_id)), lambda _m: None, 3,
+    )  # fmt: skip
+    first, second, third = (r.run_id for r in plan)
+    assert made == [first, second, third, f"{second}-a2", f"{second}-a3"]
+    assert len(rows) == 5
+    assert ("retry", second) in events and ("retry", f"{second}-a2") in events
+    assert events[-1] == ("done", f"{second}-a3")
+    # with one attempt, nothing is made again
+    made.clear()
+    runner._make_runs(
+        spec, None, plan, {r.run_id: r for r in plan}, {}, "userspace", "x",
+        None, lambda _m: None, 1,
+    )  # fmt: skip
+    assert made == [first, second, third]

@@ -3,6 +3,7 @@ numbers."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from harness.validity import (
@@ -10,12 +11,15 @@ from harness.validity import (
     DISTURBANCE_MAX_EFFECT_FRACTION,
     DISTURBANCE_MAX_FRACTION,
     Disturbance,
+    PacketTimes,
     combine,
     critical_path,
     disturbance_columns,
     disturbance_limit_s,
     endpoint_steal_s,
     flight_lateness_s,
+    flight_wait_s,
+    foreign_wait_s,
     judge_disturbance,
     loss_out_of_range,
     run_validity,
@@ -48,12 +52,39 @@ def test_flights_count_the_latest_packet_of_each_flight() -> None:
     assert flight_lateness_s([], [], gap_s=0.05) == 0.0
 
 
+def _packets(departures: list[float], lateness: list[float], sent: list[float]) -> PacketTimes:
+    return PacketTimes(
+        sent_s=np.asarray(sent), departure_s=np.asarray(departures), lateness_s=np.asarray(lateness)
+    )
+
+
 def test_critical_path_counts_packets_inside_the_request_only() -> None:
-    up = ([0.5, 1.0, 1.0001, 1.2], [0.010, 0.001, 0.002, 0.0003])
-    down = ([1.1, 2.5], [0.0005, 0.5])
+    up = _packets([0.5, 1.0, 1.0001, 1.2], [0.010, 0.001, 0.002, 0.0003], [0.45, 0.95, 0.96, 1.15])
+    down = _packets([1.1, 2.5], [0.0005, 0.5], [1.05, 2.45])
     path = critical_path({"up": up, "down": down}, start_s=0.9, end_s=1.3, rtt_s=0.1)
     assert path.lateness_s == pytest.approx(0.002 + 0.0003 + 0.0005)
     assert path.flights == {"up": 2, "down": 1}
+    assert path.starts_s == {"up": [1.0, 1.2], "down": [1.1]}
+    # each flight's send span: its first and last packet into the emulator
+    assert path.sends_s == {"up": [(0.95, 0.96), (1.15, 1.15)], "down": [(1.05, 1.05)]}
+    spans = path.endpoint_spans(work_s=0.02)
+    # the client sends up and receives down; the server the other way round
+    assert spans["client"] == [(1.1, 1.12), (0.95, 0.96), (1.15, 1.15)]
+    assert spans["server"] == [(1.0, 1.02), (1.2, 1.22), (1.05, 1.05)]
+
+
+def test_the_wait_counted_is_the_one_on_the_critical_path() -> None:
+    # cumulative main-thread wait sampled every 20 ms: 1 ms per interval, 5 ms in the third
+    times = [0.0, 0.02, 0.04, 0.06, 0.08]
+    waits = list(zip(times, [0.0, 0.001, 0.002, 0.007, 0.008], strict=True))
+    # working on a flight from 45 to 65 ms: two intervals
+    assert flight_wait_s([(0.045, 0.065)], waits) == pytest.approx(0.005 + 0.001)
+    assert flight_wait_s([(0.045, 0.055)], waits) == pytest.approx(0.005)
+    # spans that share an interval count it once; outside the samples, nothing
+    assert flight_wait_s([(0.01, 0.012), (0.015, 0.016)], waits) == pytest.approx(0.001)
+    assert flight_wait_s([(0.09, 0.1), (-1.0, -0.9)], waits) == 0.0
+    assert flight_wait_s([(0.05, 0.06)], waits[:1]) == 0.0
+    assert flight_wait_s([], waits) == 0.0
 
 
 def test_steal_from_the_endpoints() -> None:
@@ -61,6 +92,14 @@ def test_steal_from_the_endpoints() -> None:
     assert endpoint_steal_s([0.3, 0.1], 2.0, 0.2) == pytest.approx(0.2)
     assert endpoint_steal_s([0.3, None], 2.0, 0.0) == 0.0
     assert endpoint_steal_s([0.3], 2.0, None) is None
+
+
+def test_only_the_foreign_share_of_the_wait_counts() -> None:
+    assert foreign_wait_s([0.010, 0.030], 0.25) == pytest.approx(0.010)
+    assert foreign_wait_s([0.010], None) == pytest.approx(0.010)  # unmeasured: all of it
+    assert foreign_wait_s([0.010], float("nan")) == pytest.approx(0.010)
+    assert foreign_wait_s([0.010], 1.7) == pytest.approx(0.010)
+    assert foreign_wait_s([], 0.5) is None
 
 
 def test_limit_is_a_fraction_of_the_time_and_of_the_arm_effect() -> None:

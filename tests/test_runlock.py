@@ -1,0 +1,94 @@
+"""The host-wide run lock: a second holder waits for the first, `off` turns it off, the lock
+dies with its holder."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from harness import runlock
+from harness.runlock import exclusive_run
+
+HOLD = """
+import fcntl, os, sys, time
+handle = open(sys.argv[1], "a+")
+fcntl.flock(handle, fcntl.LOCK_EX)
+handle.seek(0); handle.truncate(); handle.write(str(os.getpid())); handle.flush()
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _holder(path: Path, hold_s: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(path), str(hold_s)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_a_second_run_waits_for_the_holder_and_hears_its_pid(tmp_path: Path) -> None:
+    path = tmp_path / "lock" / "tb-run.lock"
+    path.parent.mkdir()
+    holder = _holder(path, 0.5)
+    heard: list[str] = []
+    try:
+        with exclusive_run(heard.append, path) as waited:
+            assert holder.wait(timeout=5.0) == 0  # it had to end (or be ending) first
+            assert path.read_text() == str(os.getpid())
+    finally:
+        holder.kill()
+        holder.wait()
+    assert waited > 0.1
+    assert len(heard) == 1 and f"pid {holder.pid}" in heard[0]
+
+
+def test_an_uncontended_lock_is_taken_at_once_and_again_after(tmp_path: Path) -> None:
+    path = tmp_path / "run" / "tb-run.lock"  # its directory is made
+    heard: list[str] = []
+    for _ in range(2):
+        with exclusive_run(heard.append, path, clock=lambda: 0.0) as waited:
+            assert waited == 0.0
+    assert heard == []
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path: Path) -> None:
+    path = tmp_path / "tb-run.lock"
+    holder = _holder(path, 60.0)
+    holder.kill()
+    holder.wait()
+    done = threading.Event()
+
+    def take() -> None:
+        with exclusive_run(lambda _: None, path):
+            done.set()
+
+    thread = threading.Thread(target=take, daemon=True)
+    thread.start()
+    thread.join(timeout=10.0)
+    assert done.is_set()
+
+
+def test_the_environment_chooses_the_file_or_turns_it_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(runlock.RUN_LOCK_ENV, raising=False)
+    assert runlock.lock_path() == runlock.RUN_LOCK_PATH
+    monkeypatch.setenv(runlock.RUN_LOCK_ENV, str(tmp_path / "x.lock"))
+    assert runlock.lock_path() == tmp_path / "x.lock"
+    monkeypatch.setenv(runlock.RUN_LOCK_ENV, "off")
+    start = time.monotonic()
+    holder = _holder(tmp_path / "x.lock", 30.0)
+    try:
+        with exclusive_run(lambda _: None) as waited:  # off: the holder does not matter
+            assert waited == 0.0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert time.monotonic() - start < 20.0
