@@ -404,9 +404,10 @@ def _attempts(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
         return []
     return [
         "Attempts and disturbance per level. An invalid measured run is made again (same "
-        "settings and seed, after the other runs) up to the attempt limit; every attempt is "
-        "in runs.csv. The disturbance is what the machine could have added to a run's "
-        "measured time: emulator lateness on the request's critical path, plus the "
+        "settings and seed, after the other runs and a spell of steal) up to the attempt "
+        "limit; every attempt is in runs.csv. The disturbance is what the machine could have "
+        "added to a run's measured time: emulator lateness on the request's critical path, "
+        "plus the "
         "endpoints' run-queue wait while they sent or received the request's flights (times "
         "the share of the host's CPU other processes used) and the CPU steal took from them "
         "(ms, an upper estimate); a run is valid while it stays under its limit (1 % of its "

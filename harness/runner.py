@@ -273,6 +273,8 @@ def _make_runs(
         queue = collections.deque(left)
         while queue:
             run = queue.popleft()
+            if run.attempt > 1:
+                _wait_for_low_steal(log)
             _check_link(link, result, run.run_id, before=True)
             if progress:
                 progress("start", run, None)
@@ -288,6 +290,15 @@ def _make_runs(
             if progress:
                 progress("done" if again is None else "retry", run, row)
     return rows
+
+
+def _wait_for_low_steal(log: Callable[[str], None]) -> None:
+    """Before a re-run: let a spell of hypervisor steal pass (harness.machine), and say so
+    when it had to wait."""
+    waited, steal = machine.wait_for_low_steal()
+    if waited > 2 * machine.QUIET_WINDOW_S:
+        shown = "unknown" if steal is None else f"{steal * 100:.1f} %"
+        log(f"re-run waited {waited:.0f} s for the host's steal to fall (last second: {shown})")
 
 
 def _environment(

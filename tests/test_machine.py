@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from harness.machine import FOREIGN_SHARE_FLOOR, CpuWatch, emulator_lateness
+from harness.machine import (
+    FOREIGN_SHARE_FLOOR,
+    CpuWatch,
+    emulator_lateness,
+    wait_for_low_steal,
+)
 from tbcore.procfs import HostCpu
 
 
@@ -80,3 +85,26 @@ def test_emulator_lateness_from_the_packet_log(tmp_path: Path) -> None:
     assert list(up.departure_s) == [1.1005] and up.lateness_s[0] == pytest.approx(0.0005)
     assert list(up.sent_s) == [1.0]
     assert len(series["down"].departure_s) == 0
+
+
+def test_a_re_run_waits_for_a_spell_of_steal_to_pass() -> None:
+    now = [0.0]
+    # cumulative steal per 1 s window on two CPUs: 12 %, 8 %, then 1 %
+    steals = iter([0.0, 0.24, 0.40, 0.42])
+    totals = iter([0.0, 2.0, 4.0, 6.0])
+
+    def read() -> HostCpu:
+        return HostCpu(busy_s=0.0, steal_s=next(steals), total_s=next(totals))
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    waited, steal = wait_for_low_steal(read, sleep, lambda: now[0], limit=0.02, window_s=1.0)
+    assert waited == 3.0 and steal == pytest.approx(0.01)
+    # it gives up after max_s, and reports the steal it last saw
+    busy = iter([HostCpu(0.0, 0.2 * i, 2.0 * i) for i in range(100)])
+    now[0] = 0.0
+    waited, steal = wait_for_low_steal(
+        lambda: next(busy), sleep, lambda: now[0], limit=0.02, window_s=1.0, max_s=5.0
+    )
+    assert waited == 5.0 and steal == pytest.approx(0.1)

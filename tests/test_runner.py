@@ -282,6 +282,8 @@ def test_an_invalid_run_is_made_again_after_the_other_runs(
     monkeypatch.setattr(runner, "_link_up", lambda *a: contextlib.nullcontext(FakeLink()))
     monkeypatch.setattr(runner, "_environment", lambda *a: None)
     monkeypatch.setattr(runner, "execute_run", fake_run)
+    gated: list[str] = []
+    monkeypatch.setattr(runner, "_wait_for_low_steal", lambda log: gated.append(made[-1]))
     plan = planmod.plan_for(spec)
     events: list[tuple[str, str]] = []
     rows = runner._make_runs(
@@ -290,6 +292,7 @@ def test_an_invalid_run_is_made_again_after_the_other_runs(
     )  # fmt: skip
     first, second, third = (r.run_id for r in plan)
     assert made == [first, second, third, f"{second}-a2", f"{second}-a3"]
+    assert gated == [third, f"{second}-a2"]  # before each re-run, not before a first attempt
     assert len(rows) == 5
     assert ("retry", second) in events and ("retry", f"{second}-a2") in events
     assert events[-1] == ("done", f"{second}-a3")
