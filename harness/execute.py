@@ -288,19 +288,18 @@ def write_run_file(
     )
 
 
-def start_server(link: Any, argv: list[str], run_dir: Path) -> subprocess.Popen:
-    """The server in its namespace, once it says it listens."""
+def popen_endpoint(ns: str, argv: list[str], **kwargs: Any) -> subprocess.Popen:
+    """A stack process (client, server, relay) in namespace ``ns`` at the endpoints'
+    priority (:data:`ENDPOINT_RR_PRIORITY`, else :data:`ENDPOINT_NICE`)."""
     from netem import nsexec
 
+    return nsexec.popen(ns, argv, nice=ENDPOINT_NICE, rr_priority=ENDPOINT_RR_PRIORITY, **kwargs)
+
+
+def start_server(link: Any, argv: list[str], run_dir: Path) -> subprocess.Popen:
+    """The server in its namespace, once it says it listens."""
     with open(run_dir / "server.stderr", "wb") as server_log:
-        server = nsexec.popen(
-            link.server_ns,
-            argv,
-            nice=ENDPOINT_NICE,
-            rr_priority=ENDPOINT_RR_PRIORITY,
-            stdout=subprocess.PIPE,
-            stderr=server_log,
-        )
+        server = popen_endpoint(link.server_ns, argv, stdout=subprocess.PIPE, stderr=server_log)
     try:
         _wait_listening(server, 1, SERVER_START_TIMEOUT_S)
     except BaseException:  # a timeout, an exit, or a signal while it starts: never orphaned
@@ -313,18 +312,9 @@ def start_client(
     link: Any, argv: list[str], run_dir: Path, piped: bool = False
 ) -> subprocess.Popen:
     """The client in its namespace; ``piped``: its stdout read for ``progress N`` lines."""
-    from netem import nsexec
-
     stdout = subprocess.PIPE if piped else subprocess.DEVNULL
     with open(run_dir / "client.stderr", "wb") as client_err:
-        return nsexec.popen(
-            link.client_ns,
-            argv,
-            nice=ENDPOINT_NICE,
-            rr_priority=ENDPOINT_RR_PRIORITY,
-            stdout=stdout,
-            stderr=client_err,
-        )
+        return popen_endpoint(link.client_ns, argv, stdout=stdout, stderr=client_err)
 
 
 def _wait_child(proc: subprocess.Popen, timeout_s: float) -> int:

@@ -53,7 +53,7 @@ from typing import Any
 
 from clients.multipath import MULTIPATH_MODES
 from harness import bounds
-from harness.execute import ENDPOINT_NICE, ENDPOINT_RR_PRIORITY
+from harness.execute import popen_endpoint
 from harness.runlock import exclusive_run
 from netem import clean, nsexec
 from netem.events import LinkEvent
@@ -328,14 +328,8 @@ def run_dual_once(
     if experiment.fixed.get("cc"):
         argv += ["--cc", experiment.fixed["cc"]]
     before = {e: link.stats(edge=e) for e in link.topology.edge_names}
-    proc = nsexec.popen(
-        link.client_ns,
-        argv,
-        nice=ENDPOINT_NICE,
-        rr_priority=ENDPOINT_RR_PRIORITY,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = popen_endpoint(
+        link.client_ns, argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     outage = None
     assert proc.stdout is not None
@@ -400,15 +394,7 @@ def dual_bound_s(
 
 
 def _start(argv: list[str], ns: str, expect: str) -> subprocess.Popen:
-    proc = nsexec.popen(
-        ns,
-        argv,
-        nice=ENDPOINT_NICE,
-        rr_priority=ENDPOINT_RR_PRIORITY,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proc = popen_endpoint(ns, argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     try:
         line = proc.stdout.readline()
