@@ -219,9 +219,7 @@ class H2Client:
                     await player.drain(timeout_s)
         finally:
             proto.pending.pop(stream_id, None)
-            _fill(record, pending.collector)
-            if player is not None:
-                record.player = player.result()
+            _fill(record, pending.collector, player)
         return pending.collector
 
     async def close(self) -> None:
@@ -239,7 +237,13 @@ class H2Client:
             self.transport.abort()
 
 
-def _fill(record: RequestRecord, collector: ResponseCollector) -> None:
+def _fill(
+    record: RequestRecord,
+    collector: ResponseCollector,
+    player: player_edge.PlayerEdge | None = None,
+) -> None:
+    """The exchange's outcome into the record: the collector's and, if one played the
+    response, the player's."""
     record.status = collector.status
     record.priority = collector.spec.priority
     record.response_body_first_byte = collector.body_first_byte_at
@@ -255,6 +259,8 @@ def _fill(record: RequestRecord, collector: ResponseCollector) -> None:
     record.sha256_ok = sha_ok
     if error is not None and record.error is None:
         record.error = error
+    if player is not None:
+        record.player = player.result()
 
 
 async def open_connection(

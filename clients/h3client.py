@@ -191,9 +191,7 @@ class H3Client:
                 sent = stream.sender.highest_offset if stream is not None else 0
                 record.up_bytes = min(len(spec.body), sent)
             proto.pending.pop(stream_id, None)
-            _fill(record, pending.collector)
-            if player is not None:
-                record.player = player.result()
+            _fill(record, pending.collector, player)
         return pending.collector
 
     async def close(self) -> None:

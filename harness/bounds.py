@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Required, TypedDict, Unpack
 
 import numpy as np
 
@@ -841,20 +841,25 @@ def request_time(
     )
 
 
-def request_time_for_link(
-    link: LinkSpec,
-    *,
-    upload_bytes: int,
-    download_bytes: int,
-    protocol: str,
-    connection: str,
-    processing_s: float = 0.0,
-    initcwnd_segments: int = INITCWND_SEGMENTS,
-    mss_bytes: int | None = None,
-    window_bytes: int | None = None,
-) -> RequestBound:
+class RequestArgs(TypedDict, total=False):
+    """The arguments of :func:`request_time` other than the path's (round trip, rates and
+    losses), as :func:`request_time_for_link` takes them; the defaults are
+    :func:`request_time`'s."""
+
+    upload_bytes: Required[int]
+    download_bytes: Required[int]
+    protocol: Required[str]
+    connection: Required[str]
+    processing_s: float
+    initcwnd_segments: int
+    mss_bytes: int | None
+    window_bytes: int | None
+
+
+def request_time_for_link(link: LinkSpec, **request: Unpack[RequestArgs]) -> RequestBound:
     """:func:`request_time` on a :class:`~netem.linkspec.LinkSpec`: its round trip, each
-    direction's rate and mean loss (Gilbert-Elliott included, as its stationary rate)."""
+    direction's rate and mean loss (Gilbert-Elliott included, as its stationary rate); the
+    rest (:class:`RequestArgs`) passes through."""
     for name in ("up", "down"):
         if getattr(link, name).rate_bps is None:
             raise SpecError(f"{name}.rate", "the bound needs a rate on both directions")
@@ -862,16 +867,9 @@ def request_time_for_link(
         rtt_s=link.rtt_s,
         up_bps=link.up.rate_bps,  # type: ignore[arg-type]
         down_bps=link.down.rate_bps,  # type: ignore[arg-type]
-        upload_bytes=upload_bytes,
-        download_bytes=download_bytes,
-        protocol=protocol,
-        connection=connection,
-        processing_s=processing_s,
-        initcwnd_segments=initcwnd_segments,
-        mss_bytes=mss_bytes,
-        window_bytes=window_bytes,
         up_loss=link.up.mean_loss,
         down_loss=link.down.mean_loss,
+        **request,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
@@ -113,6 +114,24 @@ def run_examples(args: argparse.Namespace) -> int:
     return 0
 
 
+def _per_direction(
+    values: dict[str, Any],
+    args: argparse.Namespace,
+    flag: str,
+    suffix: str,
+    parse: Callable[[str, str], float],
+) -> None:
+    """``--FLAG`` sets ``up_SUFFIX`` and ``down_SUFFIX``; ``--up-FLAG`` and ``--down-FLAG``
+    then override one direction each (e.g. ``--rate``, ``--up-rate`` -> ``up_bps``)."""
+    both = getattr(args, flag)
+    if both is not None:
+        values[f"up_{suffix}"] = values[f"down_{suffix}"] = parse(f"--{flag}", both)
+    for direction in ("up", "down"):
+        value = getattr(args, f"{direction}_{flag}")
+        if value is not None:
+            values[f"{direction}_{suffix}"] = parse(f"--{direction}-{flag}", value)
+
+
 def request_from_args(args: argparse.Namespace) -> bounds.RequestBound:
     """Build the bound from the flags; a bad or missing value raises SpecError('--flag')."""
     values: dict[str, Any] = {}
@@ -136,12 +155,7 @@ def request_from_args(args: argparse.Namespace) -> bounds.RequestBound:
         values[flag[2:]] = value
     if args.rtt is not None:
         values["rtt_s"] = parse_duration_s("--rtt", args.rtt)
-    if args.rate is not None:
-        values["up_bps"] = values["down_bps"] = parse_rate_bps("--rate", args.rate)
-    if args.up_rate is not None:
-        values["up_bps"] = parse_rate_bps("--up-rate", args.up_rate)
-    if args.down_rate is not None:
-        values["down_bps"] = parse_rate_bps("--down-rate", args.down_rate)
+    _per_direction(values, args, "rate", "bps", parse_rate_bps)
     if "rtt_s" not in values:
         raise SpecError("--rtt", "is required (or give --link)")
     for name, flag in (("up_bps", "--up-rate"), ("down_bps", "--down-rate")):
@@ -158,12 +172,7 @@ def request_from_args(args: argparse.Namespace) -> bounds.RequestBound:
         values["window_bytes"] = parse_size_bytes("--window", args.window)
         if values["window_bytes"] < 1:
             raise SpecError("--window", "must be at least 1 byte")
-    if args.loss is not None:
-        values["up_loss"] = values["down_loss"] = parse_fraction("--loss", args.loss)
-    if args.up_loss is not None:
-        values["up_loss"] = parse_fraction("--up-loss", args.up_loss)
-    if args.down_loss is not None:
-        values["down_loss"] = parse_fraction("--down-loss", args.down_loss)
+    _per_direction(values, args, "loss", "loss", parse_fraction)
     try:
         return bounds.request_time(**values)
     except SpecError as err:

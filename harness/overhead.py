@@ -10,14 +10,12 @@ full-sized segment) halves the ACKs.
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from harness import bounds
+from harness import bounds, streamview
 
-IPPROTO_TCP = 6
 TCP_FLAGS_NOT_PURE_ACK = 0x01 | 0x02 | 0x04
 """FIN, SYN, RST: such a segment is not a pure ACK even without payload."""
 TCP_ACK = 0x10
@@ -48,24 +46,14 @@ class DirectionCount:
 def count(packets: Iterable[tuple[float, bytes]], client_addr: bytes) -> dict[str, DirectionCount]:
     """Per direction counts of the TCP packets of a capture (``client_addr``: 4 bytes)."""
     counts = {d: DirectionCount(d) for d in ("up", "down")}
-    for _, ip in packets:
-        if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != IPPROTO_TCP:
-            continue
-        ihl = (ip[0] & 0x0F) * 4
-        total = struct.unpack_from("!H", ip, 2)[0]
-        if len(ip) < ihl + 14:
-            continue
-        offset_flags = struct.unpack_from("!H", ip, ihl + 12)[0]
-        header = (offset_flags >> 12) * 4
-        flags = offset_flags & 0x3F
-        payload = total - ihl - header
-        direction = counts["up" if ip[12:16] == client_addr else "down"]
-        direction.wire_bytes += total
-        if payload > 0:
-            direction.data_wire_bytes += total
+    for segment in streamview.tcp_segments(packets):
+        direction = counts["up" if segment.src[0] == client_addr else "down"]
+        direction.wire_bytes += segment.wire_bytes
+        if segment.payload_bytes > 0:
+            direction.data_wire_bytes += segment.wire_bytes
             direction.data_packets += 1
-            direction.payload_bytes += payload
-        elif flags & TCP_ACK and not flags & TCP_FLAGS_NOT_PURE_ACK:
+            direction.payload_bytes += segment.payload_bytes
+        elif segment.flags & TCP_ACK and not segment.flags & TCP_FLAGS_NOT_PURE_ACK:
             direction.ack_packets += 1
     return counts
 

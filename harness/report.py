@@ -12,7 +12,8 @@ Plots (``plots/``):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -139,37 +140,65 @@ def plot_timeline(frame: pd.DataFrame, levels: Sequence[str], path: Path) -> Non
 PLOT_MARGIN_S = 0.05
 """Series plots show the measured request only: from its start to this long after its end
 (warm-up requests and other connections fall outside)."""
+SERIES_TIME_COLUMN = "t_s"
+"""Every series CSV's time: seconds since the measured request started."""
+
+
+@dataclass(frozen=True)
+class SeriesPlot:
+    """A per-run CSV's ``y`` against time (:data:`SERIES_TIME_COLUMN`), one line per level
+    (its median run); drawn as ``plots/<filename stem>.png``."""
+
+    filename: str
+    y: str
+    title: str
+    panels: Mapping[str | None, str]
+    """One panel per value of the file's ``kind`` column (None: every row) with its y label:
+    TCP bytes and QUIC packet numbers do not share an axis."""
+    step: bool = False
+    """Steps (a value that holds until the next sample) rather than points."""
+    relative: bool = False
+    """Shift each line so that it starts at 0 at the request's start."""
+
+    @property
+    def png_name(self) -> str:
+        return Path(self.filename).with_suffix(".png").name
+
+
+SERIES_PLOTS = (
+    SeriesPlot(
+        filename="inflight.csv",
+        y="inflight_bytes",
+        title="Bytes in flight, median run per level",
+        panels={None: "bytes in flight (sender)"},
+        step=True,
+    ),
+    SeriesPlot(
+        filename="acks.csv",
+        y="acked",
+        title="ACK arrivals at the sender, median run per level",
+        panels={
+            "tcp": "TCP: bytes acknowledged since the request start",
+            "quic": "QUIC: largest acked packet (since start)",
+        },
+        relative=True,
+    ),
+)
 
 
 def _series_plot(
-    result: ResultDir,
-    frame: pd.DataFrame,
-    levels: Sequence[str],
-    path: Path,
-    *,
-    filename: str,
-    x: str,
-    y: str,
-    ylabel: str,
-    title: str,
-    step: bool,
-    by_kind: dict[str, str] | None = None,
-    relative: bool = False,
+    result: ResultDir, frame: pd.DataFrame, levels: Sequence[str], plot: SeriesPlot
 ) -> bool:
-    """One line per level (its median run) of ``filename``'s ``y`` against ``x``.
-
-    ``by_kind`` draws one panel per value of the file's ``kind`` column with its own y
-    label (TCP bytes and QUIC packet numbers do not share an axis); ``relative`` shifts
-    each line so that it starts at 0 at the request's start.
-    """
-    kinds = list(by_kind) if by_kind else [None]
+    """Draw ``plot`` into ``plots/``; False: no level had a sample."""
+    x, y = SERIES_TIME_COLUMN, plot.y
+    kinds = list(plot.panels)
     fig, axes = plt.subplots(len(kinds), 1, figsize=(8.0, 3.2 * len(kinds) + 0.8), squeeze=False)
     drawn_kinds: set[str | None] = set()
     for lv in levels:
         run = analysis.median_run(frame, lv)
         if run is None:
             continue
-        csv = result.run_dir(str(run["run_id"])) / filename
+        csv = result.run_dir(str(run["run_id"])) / plot.filename
         if not csv.is_file():
             continue
         try:
@@ -192,23 +221,23 @@ def _series_plot(
                 continue
             xs = pd.to_numeric(part[x], errors="coerce") * 1e3
             ys = pd.to_numeric(part[y], errors="coerce")
-            if relative:
+            if plot.relative:
                 ys = ys - ys.iloc[0]
-            if step:
+            if plot.step:
                 ax.step(xs, ys, where="post", label=lv)
             else:
                 ax.plot(xs, ys, ".", markersize=3, label=lv)
             drawn_kinds.add(kind)
     for ax, kind in zip(axes[:, 0], kinds, strict=True):
         ax.set_xlabel("time since the request started (ms)")
-        ax.set_ylabel(by_kind[kind] if by_kind and kind else ylabel)
+        ax.set_ylabel(plot.panels[kind])
         ax.grid(alpha=0.3)
         if kind in drawn_kinds:
             ax.legend(fontsize="small")
         else:
             ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
-    axes[0, 0].set_title(title)
-    _save(fig, path)
+    axes[0, 0].set_title(plot.title)
+    _save(fig, result.plots_dir / plot.png_name)
     return bool(drawn_kinds)
 
 
@@ -519,35 +548,8 @@ def _plot_all(result: ResultDir, frame: pd.DataFrame, levels: Sequence[str]) -> 
     plots = result.plots_dir
     plot_levels(frame, levels, plots / "levels.png")
     plot_timeline(frame, levels, plots / "timeline.png")
-    _series_plot(
-        result,
-        frame,
-        levels,
-        plots / "inflight.png",
-        filename="inflight.csv",
-        x="t_s",
-        y="inflight_bytes",
-        ylabel="bytes in flight (sender)",
-        title="Bytes in flight, median run per level",
-        step=True,
-    )
-    _series_plot(
-        result,
-        frame,
-        levels,
-        plots / "acks.png",
-        filename="acks.csv",
-        x="t_s",
-        y="acked",
-        ylabel="acknowledged",
-        title="ACK arrivals at the sender, median run per level",
-        step=False,
-        by_kind={
-            "tcp": "TCP: bytes acknowledged since the request start",
-            "quic": "QUIC: largest acked packet (since start)",
-        },
-        relative=True,
-    )
+    for plot in SERIES_PLOTS:
+        _series_plot(result, frame, levels, plot)
 
 
 def _head_lines(

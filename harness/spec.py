@@ -37,7 +37,7 @@ that do not differ, impossible values.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -382,15 +382,20 @@ def _check_top_keys(data: Mapping[str, Any]) -> None:
             raise SpecError(key, f"unknown key (known: {', '.join(sorted(TOP_KEYS))})")
 
 
+def _reject_unknown_keys(table: Mapping[str, Any], known: Collection[str], where: str) -> None:
+    """Raise naming ``where.key`` of the first key of ``table`` that is not ``known``."""
+    for key in table:
+        if key not in known:
+            raise SpecError(f"{where}.{key}", f"unknown key (known: {', '.join(sorted(known))})")
+
+
 def _parse_factor(factor: Any) -> tuple[str, list[str], list[Any]]:
     """The factor's name, the settings its levels may set, and its raw levels."""
     if isinstance(factor, list):
         raise SpecError("factor", "one factor per experiment ([[factor]] gives several)")
     if not isinstance(factor, dict):
         raise SpecError("factor", "missing: an experiment varies exactly one factor")
-    for key in factor:
-        if key not in FACTOR_KEYS:
-            raise SpecError(f"factor.{key}", f"unknown key (known: {', '.join(FACTOR_KEYS)})")
+    _reject_unknown_keys(factor, FACTOR_KEYS, "factor")
     factor_name = factor.get("name")
     if not isinstance(factor_name, str) or not factor_name:
         raise SpecError("factor.name", "must name the factor")
@@ -479,9 +484,7 @@ def _parse_quick(
 ) -> Quick:
     if not isinstance(quick_table, dict):
         raise SpecError("quick", "must be a table")
-    for key in quick_table:
-        if key not in QUICK_KEYS:
-            raise SpecError(f"quick.{key}", f"unknown key (known: {', '.join(sorted(QUICK_KEYS))})")
+    _reject_unknown_keys(quick_table, QUICK_KEYS, "quick")
     quick_levels = quick_table.get("levels")
     if quick_levels is not None:
         names = [lv.name for lv in levels]

@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 import math
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -168,251 +169,229 @@ def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
+def _section(title: str, notes: list[str], text: str, body: list[str]) -> list[str]:
+    """A report section: its title, notes, the text that explains it (if any), then ``body``."""
+    intro = [text, ""] if text else []
+    return [title, "", *notes, *intro, *body, ""]
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One column of a section's table: its header and its cell for one group of rows."""
+
+    header: str
+    cell: Callable[[pd.DataFrame], str]
+    group_by: str | None = None
+    """The frame's column the table groups by (a key column); None: a value column."""
+
+
+def _key(column: str, header: str | None = None, fmt: Callable[[Any], str] = str) -> _Column:
+    """A key column: the group's value of ``column``."""
+    return _Column(header or column, lambda group: fmt(group[column].iloc[0]), group_by=column)
+
+
+def _median_ms(header: str, column: str) -> _Column:
+    return _Column(header, lambda group: _ms(group[column].median()))
+
+
+def _median_count(header: str, column: str) -> _Column:
+    return _Column(header, lambda group: f"{group[column].median():.0f}")
+
+
+def _median_mb(header: str, column: str) -> _Column:
+    return _Column(header, lambda group: f"{group[column].median() / 1e6:.3f}")
+
+
+@dataclass(frozen=True)
+class _GroupedSection:
+    """The report section of one table: a row per group of its key columns (sorted)."""
+
+    title: str
+    text: str
+    """What the columns mean ("": nothing to explain)."""
+    columns: tuple[_Column, ...]
+
+    def lines(self, frame: pd.DataFrame, after_table: Sequence[str] = ()) -> list[str]:
+        keys = [c.group_by for c in self.columns if c.group_by is not None]
+        rows = [[c.cell(group) for c in self.columns] for _, group in frame.groupby(keys)]
+        table = _table([c.header for c in self.columns], rows)
+        return _section(self.title, _note(frame), self.text, [*table, *after_table])
+
+
+_LEVEL = _key("level")
+_PROTOCOL = _key("protocol")
+_RUNS = _Column("runs", lambda group: str(len(group)))
+"""The group's rows (one per run in the tables that have a row per run)."""
+
+
+def _on_time_per_run(group: pd.DataFrame) -> str:
+    per_run = group.groupby("run_id")["on_time"].agg(["sum", "count"])
+    return f"{per_run['sum'].median():.0f} of {per_run['count'].median():.0f}"
+
+
+def _stall_causes(group: pd.DataFrame) -> str:
+    """``cause count`` of every run's stalls together, e.g. ``jitter 4, rate 8``."""
+    causes: dict[str, int] = {}
+    for text in group["stall_cause"]:
+        for part in str(text).split(";"):
+            if ":" in part:
+                name, count = part.split(":")
+                causes[name] = causes.get(name, 0) + int(count)
+    return ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "none"
+
+
+def _within_bound(group: pd.DataFrame) -> str:
+    return f"{(group['sending_stopped_s'] <= group['bound_s']).sum()} of {len(group)}"
+
+
+_STREAMS = _GroupedSection(
+    title="## Streams on one connection (MODELS.md section 11)",
+    text="Medians over runs; ms from the request start. *arrived*: every body byte in the "
+    "receiver's transport (qlog for HTTP/3, the decrypted capture for HTTP/2); "
+    "*in order*: every transport byte up to the stream's last had arrived (one TCP byte "
+    "stream for HTTP/2; the stream's own bytes for QUIC); *HOL* = in order - arrived, the "
+    "head-of-line wait of section 11 free of the receiver's CPU; *delivered*: the last "
+    "byte handed to the application; *wait* = delivered - arrived (HOL + the receiver's "
+    "own reading).",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _key("stream"),
+        _RUNS,
+        _median_ms("first byte", "first_byte_delivered_s"),
+        _median_ms("arrived", "last_byte_arrived_s"),
+        _median_ms("in order", "in_order_s"),
+        _median_ms("HOL", "hol_transport_s"),
+        _Column("max HOL", lambda group: _ms(group["hol_transport_s"].max())),
+        _median_ms("delivered", "delivered_s"),
+        _median_ms("wait", "hol_wait_s"),
+    ),
+)
+_CHUNKS = _GroupedSection(
+    title="## Deadline: chunks read before their playout time (0.4 s + i x 20 ms)",
+    text="",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _Column("runs", lambda group: str(group["run_id"].nunique())),
+        _Column("on time (median)", _on_time_per_run),
+        _median_ms("read (median)", "read_s"),
+        _median_ms("arrived (median)", "arrived_s"),
+    ),
+)
+_PLAYBACK = _GroupedSection(
+    title="## Playback (MODELS.md sections 2-3)",
+    text="Measured: read times through the player that waits for a missing chunk; stalls are "
+    "WebRTC's concealment events, stall time its concealed duration. Predicted: the chunk "
+    "pipeline from the link parameters alone, then the playback recurrence. Drop rule: "
+    "slots played as concealment.",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _key("initial_buffer_s", "buffer ms", _ms),
+        _RUNS,
+        _median_ms("start delay", "start_delay_s"),
+        _median_count("stalls", "stall_count"),
+        _median_ms("stall ms", "stall_s"),
+        _median_count("predicted stalls", "predicted_stall_count"),
+        _median_ms("predicted stall ms", "predicted_stall_s"),
+        _Column("causes (all runs)", _stall_causes),
+        _median_count("drop rule: concealed", "drop_concealed_count"),
+    ),
+)
+_CANCEL = _GroupedSection(
+    title="## Cancel: the sender stops within one one-way delay + one chunk",
+    text="ms after the client's cancel (medians); bytes: body bytes the server handed to its "
+    "transport after the client had read its last chunk.",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _RUNS,
+        _median_ms("playback flushed", "playback_stopped_s"),
+        _median_ms("server learned", "server_learned_s"),
+        _median_ms("production stopped", "production_stopped_s"),
+        _median_ms("sending stopped", "sending_stopped_s"),
+        _median_ms("bound (d + 1 chunk)", "bound_s"),
+        _median_count("bytes after cancel", "bytes_sent_after_cancel"),
+        _Column("within bound", _within_bound),
+    ),
+)
+_OVERHEAD = _GroupedSection(
+    title="## Header and ACK overhead (MODELS.md section 7)",
+    text="Per data direction: data packets and the pure ACKs the other end sent for them, from "
+    "the capture, next to the model (H = A = 52 bytes; an ACK per packet with quickack, "
+    "per two otherwise).",
+    columns=(
+        _LEVEL,
+        _key("direction"),
+        _RUNS,
+        _median_count("data pkts", "data_packets"),
+        _median_count("model", "model_data_packets"),
+        _median_count("ACKs", "acks_for_it"),
+        _median_count("model ACKs", "model_ack_packets"),
+        _median_mb("data MB on wire", "data_wire_bytes"),
+        _median_mb("model MB", "model_wire_bytes"),
+        _median_mb("ACK MB", "ack_wire_bytes"),
+        _median_ms("completion ms", "total_s"),
+    ),
+)
+
+
 def streams_section(frame: pd.DataFrame) -> list[str]:
-    out = [
-        "## Streams on one connection (MODELS.md section 11)",
-        "",
-        *_note(frame),
-        "Medians over runs; ms from the request start. *arrived*: every body byte in the "
-        "receiver's transport (qlog for HTTP/3, the decrypted capture for HTTP/2); "
-        "*in order*: every transport byte up to the stream's last had arrived (one TCP byte "
-        "stream for HTTP/2; the stream's own bytes for QUIC); *HOL* = in order - arrived, the "
-        "head-of-line wait of section 11 free of the receiver's CPU; *delivered*: the last "
-        "byte handed to the application; *wait* = delivered - arrived (HOL + the receiver's "
-        "own reading).",
-        "",
-    ]
-    rows = []
-    for (level, protocol, stream), group in frame.groupby(["level", "protocol", "stream"]):
-        rows.append(
-            [
-                str(level),
-                str(protocol),
-                str(stream),
-                str(len(group)),
-                _ms(group["first_byte_delivered_s"].median()),
-                _ms(group["last_byte_arrived_s"].median()),
-                _ms(group["in_order_s"].median()),
-                _ms(group["hol_transport_s"].median()),
-                _ms(group["hol_transport_s"].max()),
-                _ms(group["delivered_s"].median()),
-                _ms(group["hol_wait_s"].median()),
-            ]
-        )
-    out += _table(
-        [
-            "level",
-            "protocol",
-            "stream",
-            "runs",
-            "first byte",
-            "arrived",
-            "in order",
-            "HOL",
-            "max HOL",
-            "delivered",
-            "wait",
-        ],
-        rows,
-    )
-    return [*out, ""]
+    return _STREAMS.lines(frame)
 
 
 def chunks_section(frame: pd.DataFrame) -> list[str]:
-    out = [
-        "## Deadline: chunks read before their playout time (0.4 s + i x 20 ms)",
-        "",
-        *_note(frame),
-    ]
-    rows = []
-    for (level, protocol), group in frame.groupby(["level", "protocol"]):
-        per_run = group.groupby("run_id")["on_time"].agg(["sum", "count"])
-        rows.append(
-            [
-                str(level),
-                str(protocol),
-                str(len(per_run)),
-                f"{per_run['sum'].median():.0f} of {per_run['count'].median():.0f}",
-                _ms(group["read_s"].median()),
-                _ms(group["arrived_s"].median()),
-            ]
-        )
-    out += _table(
-        ["level", "protocol", "runs", "on time (median)", "read (median)", "arrived (median)"], rows
-    )
-    return [*out, ""]
+    return _CHUNKS.lines(frame)
 
 
 def playback_section(frame: pd.DataFrame) -> list[str]:
-    out = [
-        "## Playback (MODELS.md sections 2-3)",
-        "",
-        *_note(frame),
-        "Measured: read times through the player that waits for a missing chunk; stalls are "
-        "WebRTC's concealment events, stall time its concealed duration. Predicted: the chunk "
-        "pipeline from the link parameters alone, then the playback recurrence. Drop rule: "
-        "slots played as concealment.",
-        "",
-    ]
-    rows = []
-    keys = ["level", "protocol", "initial_buffer_s"]
-    for (level, protocol, buffer_s), group in frame.groupby(keys):
-        causes: dict[str, int] = {}
-        for text in group["stall_cause"]:
-            for part in str(text).split(";"):
-                if ":" in part:
-                    name, count = part.split(":")
-                    causes[name] = causes.get(name, 0) + int(count)
-        rows.append(
-            [
-                str(level),
-                str(protocol),
-                _ms(buffer_s),
-                str(len(group)),
-                _ms(group["start_delay_s"].median()),
-                f"{group['stall_count'].median():.0f}",
-                _ms(group["stall_s"].median()),
-                f"{group['predicted_stall_count'].median():.0f}",
-                _ms(group["predicted_stall_s"].median()),
-                ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "none",
-                f"{group['drop_concealed_count'].median():.0f}",
-            ]
-        )
-    out += _table(
-        [
-            "level",
-            "protocol",
-            "buffer ms",
-            "runs",
-            "start delay",
-            "stalls",
-            "stall ms",
-            "predicted stalls",
-            "predicted stall ms",
-            "causes (all runs)",
-            "drop rule: concealed",
-        ],
-        rows,
-    )
-    return [*out, ""]
+    return _PLAYBACK.lines(frame)
 
 
 def cancel_section(frame: pd.DataFrame) -> list[str]:
-    out = [
-        "## Cancel: the sender stops within one one-way delay + one chunk",
-        "",
-        *_note(frame),
-        "ms after the client's cancel (medians); bytes: body bytes the server handed to its "
-        "transport after the client had read its last chunk.",
-        "",
-    ]
-    rows = []
-    for (level, protocol), group in frame.groupby(["level", "protocol"]):
-        rows.append(
-            [
-                str(level),
-                str(protocol),
-                str(len(group)),
-                _ms(group["playback_stopped_s"].median()),
-                _ms(group["server_learned_s"].median()),
-                _ms(group["production_stopped_s"].median()),
-                _ms(group["sending_stopped_s"].median()),
-                _ms(group["bound_s"].median()),
-                f"{group['bytes_sent_after_cancel'].median():.0f}",
-                f"{(group['sending_stopped_s'] <= group['bound_s']).sum()} of {len(group)}",
-            ]
+    return _CANCEL.lines(frame)
+
+
+def _ack_saving_lines(frame: pd.DataFrame) -> list[str]:
+    """Two levels: the one with fewer ACK bytes against the other, next to the chapter."""
+    levels = frame.groupby("level")
+    if len(levels) != 2:
+        return []
+    totals = {
+        level: (
+            group.groupby("run_id")["ack_wire_bytes"].sum().median(),
+            group.groupby("run_id")["total_s"].first().median(),
         )
-    out += _table(
-        [
-            "level",
-            "protocol",
-            "runs",
-            "playback flushed",
-            "server learned",
-            "production stopped",
-            "sending stopped",
-            "bound (d + 1 chunk)",
-            "bytes after cancel",
-            "within bound",
-        ],
-        rows,
+        for level, group in levels
+    }
+    (a, (a_bytes, a_time)), (b, (b_bytes, b_time)) = sorted(
+        totals.items(), key=lambda kv: -kv[1][0]
     )
-    return [*out, ""]
+    return [
+        "",
+        f"{b} vs {a}: {(a_bytes - b_bytes) / 1e6:.3f} MB fewer ACK bytes on the wire, "
+        f"completion {(b_time - a_time) * 1e3:+.1f} ms "
+        "(the chapter: 1.38 MB fewer, 43 ms later).",
+    ]
 
 
 def overhead_section(frame: pd.DataFrame) -> list[str]:
-    out = [
-        "## Header and ACK overhead (MODELS.md section 7)",
-        "",
-        *_note(frame),
-        "Per data direction: data packets and the pure ACKs the other end sent for them, from "
-        "the capture, next to the model (H = A = 52 bytes; an ACK per packet with quickack, "
-        "per two otherwise).",
-        "",
-    ]
-    rows = []
-    for (level, direction), group in frame.groupby(["level", "direction"]):
-        rows.append(
-            [
-                str(level),
-                str(direction),
-                str(len(group)),
-                f"{group['data_packets'].median():.0f}",
-                f"{group['model_data_packets'].median():.0f}",
-                f"{group['acks_for_it'].median():.0f}",
-                f"{group['model_ack_packets'].median():.0f}",
-                f"{group['data_wire_bytes'].median() / 1e6:.3f}",
-                f"{group['model_wire_bytes'].median() / 1e6:.3f}",
-                f"{group['ack_wire_bytes'].median() / 1e6:.3f}",
-                _ms(group["total_s"].median()),
-            ]
-        )
-    out += _table(
-        [
-            "level",
-            "direction",
-            "runs",
-            "data pkts",
-            "model",
-            "ACKs",
-            "model ACKs",
-            "data MB on wire",
-            "model MB",
-            "ACK MB",
-            "completion ms",
-        ],
-        rows,
-    )
-    levels = frame.groupby("level")
-    if len(levels) == 2:
-        totals = {
-            level: (
-                group.groupby("run_id")["ack_wire_bytes"].sum().median(),
-                group.groupby("run_id")["total_s"].first().median(),
-            )
-            for level, group in levels
-        }
-        (a, (a_bytes, a_time)), (b, (b_bytes, b_time)) = sorted(
-            totals.items(), key=lambda kv: -kv[1][0]
-        )
-        out += [
-            "",
-            f"{b} vs {a}: {(a_bytes - b_bytes) / 1e6:.3f} MB fewer ACK bytes on the wire, "
-            f"completion {(b_time - a_time) * 1e3:+.1f} ms "
-            "(the chapter: 1.38 MB fewer, 43 ms later).",
-        ]
-    return [*out, ""]
+    return _OVERHEAD.lines(frame, after_table=_ack_saving_lines(frame))
+
+
+SECTIONS: dict[str, Callable[[pd.DataFrame], list[str]]] = {
+    "streams": streams_section,
+    "chunks": chunks_section,
+    "playback": playback_section,
+    "cancel": cancel_section,
+    "overhead": overhead_section,
+}
+"""The report section of each table (of :data:`TABLES`, in its order)."""
 
 
 def tiles_section(runs: pd.DataFrame) -> list[str]:
     """Whole vs tiled image next to the pipeline bound (MODELS.md section 2)."""
-    out = [
-        "## Tiles vs the whole image (MODELS.md section 2)",
-        "",
-        "Request time (from the connect on a new connection), median; the bound is the "
-        "pipeline of section 2 plus the connection set-up of section 4.",
-        "",
-    ]
     rows = []
     for level, group in runs.groupby("level"):
         workload = str(group["workload"].iloc[0])
@@ -430,8 +409,13 @@ def tiles_section(runs: pd.DataFrame) -> list[str]:
         rows.append(
             [str(level), workload, str(len(group)), _ms(total.median()), _ms(bound), _ms(chapter)]
         )
-    out += _table(["level", "workload", "runs", "measured", "pipeline bound", "chapter"], rows)
-    return [*out, ""]
+    return _section(
+        "## Tiles vs the whole image (MODELS.md section 2)",
+        [],
+        "Request time (from the connect on a new connection), median; the bound is the "
+        "pipeline of section 2 plus the connection set-up of section 4.",
+        _table(["level", "workload", "runs", "measured", "pipeline bound", "chapter"], rows),
+    )
 
 
 def tiles_bound_s(
@@ -473,16 +457,9 @@ def report_sections(result_dir: Path, runs: pd.DataFrame | None = None) -> list[
         if note:
             frames[name].attrs["note"] = note
     out: list[str] = []
-    if "streams" in frames:
-        out += streams_section(frames["streams"])
-    if "chunks" in frames:
-        out += chunks_section(frames["chunks"])
-    if "playback" in frames:
-        out += playback_section(frames["playback"])
-    if "cancel" in frames:
-        out += cancel_section(frames["cancel"])
-    if "overhead" in frames:
-        out += overhead_section(frames["overhead"])
+    for name in TABLES:
+        if name in frames:
+            out += SECTIONS[name](frames[name])
     if (
         runs is not None
         and "workload" in runs

@@ -70,25 +70,43 @@ def read_pcap(path: Path) -> list[tuple[float, bytes]]:
     return packets
 
 
+TCP_MIN_HEADER_BYTES = 20
+"""A TCP header without options (RFC 9293 section 3.1)."""
+
+
 @dataclass(frozen=True)
 class Segment:
+    """One captured IPv4 TCP segment."""
+
     time_s: float
     src: tuple[bytes, int]
+    """(IPv4 address, port) of the sender."""
     dst: tuple[bytes, int]
     seq: int
     flags: int
     payload: bytes
-    truncated: bool
+    """The payload the capture holds: fewer than ``payload_bytes`` when the snap length cut it."""
+    payload_bytes: int
+    """The payload length the headers declare (IP total length less the IP and TCP headers)."""
+    wire_bytes: int
+    """The IP total length: headers and the whole payload, as the packet was on the wire."""
+
+    @property
+    def truncated(self) -> bool:
+        """The capture holds less of the payload than the packet carried."""
+        return len(self.payload) < self.payload_bytes
 
 
 def tcp_segments(packets: Iterable[tuple[float, bytes]]) -> list[Segment]:
+    """The IPv4 TCP segments among (time_s, IP packet) pairs; other and cut-off packets are
+    skipped."""
     segments = []
     for time_s, ip in packets:
         if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != IPPROTO_TCP:
             continue
         ihl = (ip[0] & 0x0F) * 4
         total = struct.unpack_from("!H", ip, 2)[0]
-        if len(ip) < ihl + 20:
+        if len(ip) < ihl + TCP_MIN_HEADER_BYTES:
             continue
         sport, dport, seq = struct.unpack_from("!HHI", ip, ihl)
         offset_flags = struct.unpack_from("!H", ip, ihl + 12)[0]
@@ -102,7 +120,8 @@ def tcp_segments(packets: Iterable[tuple[float, bytes]]) -> list[Segment]:
                 seq=seq,
                 flags=offset_flags & 0x3F,
                 payload=payload,
-                truncated=len(payload) < total - ihl - header,
+                payload_bytes=max(0, total - ihl - header),
+                wire_bytes=total,
             )
         )
     return segments

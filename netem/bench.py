@@ -397,9 +397,32 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}"
 
 
+LOAD_COLUMNS = ("lateness p99 µs", "emu CPU %", "host busy %", "steal %")
+"""The last columns of the RTT and rate tables: the load a row was measured under."""
+
+
+def _load_cells(row: dict[str, Any]) -> tuple[str, ...]:
+    """A row's :data:`LOAD_COLUMNS` cells (from :func:`load_row`'s keys)."""
+    return (
+        _us(row["lateness_p99_s"]),
+        _pct(row["emulator_cpu_cores"]),
+        _pct(row["host_busy"]),
+        _pct(row["host_steal"]),
+    )
+
+
+def _table(title: str, columns: tuple[str, ...]) -> Any:
+    """A rich table with right-justified ``columns``."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for col in columns:
+        table.add_column(col, justify="right")
+    return table
+
+
 def print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
-    from rich.table import Table
 
     console = Console(width=max(140, Console().width))
     console.print(
@@ -407,20 +430,10 @@ def print_table(doc: dict[str, Any]) -> None:
         f"{doc['host']['cpus']} CPUs, load average {doc['host']['loadavg_start'][0]:.2f} at "
         f"start{' (quick run)' if doc['quick'] else ''}"
     )
-    rtt = Table(title="RTT error at 200 ms (UDP probe, kernel timestamps)")
-    for col in (
-        "path",
-        "samples",
-        "median ms",
-        "p99 ms",
-        "app median ms",
-        "app p99 ms",
-        "lateness p99 µs",
-        "emu CPU %",
-        "host busy %",
-        "steal %",
-    ):
-        rtt.add_column(col, justify="right")
+    rtt = _table(
+        "RTT error at 200 ms (UDP probe, kernel timestamps)",
+        ("path", "samples", "median ms", "p99 ms", "app median ms", "app p99 ms", *LOAD_COLUMNS),
+    )
     for r in doc["rtt"]:
         rtt.add_row(
             r["label"],
@@ -429,15 +442,13 @@ def print_table(doc: dict[str, Any]) -> None:
             _ms(r["p99_error_s"]),
             _ms(r["app_median_error_s"]),
             _ms(r["app_p99_error_s"]),
-            _us(r["lateness_p99_s"]),
-            _pct(r["emulator_cpu_cores"]),
-            _pct(r["host_busy"]),
-            _pct(r["host_steal"]),
+            *_load_cells(r),
         )
     console.print(rtt)
-    loss = Table(title="Loss: realised vs configured, 99 % Wilson interval")
-    for col in ("source", "direction", "configured %", "trials", "realised %", "99 % CI", "ok"):
-        loss.add_column(col, justify="right")
+    loss = _table(
+        "Loss: realised vs configured, 99 % Wilson interval",
+        ("source", "direction", "configured %", "trials", "realised %", "99 % CI", "ok"),
+    )
     for r in doc["loss"]:
         low, high = r["wilson99"]
         loss.add_row(
@@ -450,22 +461,20 @@ def print_table(doc: dict[str, Any]) -> None:
             "yes" if r["inside"] else "NO",
         )
     console.print(loss)
-    rate = Table(title=f"Delivered rate (iperf3 receiver, {RATE_RTT} RTT)")
-    for col in (
-        "proto",
-        "configured Mbit/s",
-        "goodput Mbit/s",
-        "IP Mbit/s",
-        "error %",
-        "link in Mbit/s",
-        "link out Mbit/s",
-        "rcv drops",
-        "lateness p99 µs",
-        "emu CPU %",
-        "host busy %",
-        "steal %",
-    ):
-        rate.add_column(col, justify="right")
+    rate = _table(
+        f"Delivered rate (iperf3 receiver, {RATE_RTT} RTT)",
+        (
+            "proto",
+            "configured Mbit/s",
+            "goodput Mbit/s",
+            "IP Mbit/s",
+            "error %",
+            "link in Mbit/s",
+            "link out Mbit/s",
+            "rcv drops",
+            *LOAD_COLUMNS,
+        ),
+    )
     for r in doc["rate"]:
         rate.add_row(
             r["proto"],
@@ -476,10 +485,7 @@ def print_table(doc: dict[str, Any]) -> None:
             f"{r['link_in_bps'] / 1e6:.2f}",
             f"{r['link_out_bps'] / 1e6:.2f}",
             str(r["receiver_drops"]),
-            _us(r["lateness_p99_s"]),
-            _pct(r["emulator_cpu_cores"]),
-            _pct(r["host_busy"]),
-            _pct(r["host_steal"]),
+            *_load_cells(r),
         )
     console.print(rate)
     if doc.get("air"):
@@ -487,24 +493,21 @@ def print_table(doc: dict[str, Any]) -> None:
 
 
 def print_air(console: Any, air: dict[str, Any]) -> None:
-    from rich.table import Table
-
-    table = Table(
-        title=f"air=54mbit/6mbit: probe RTT ({air['link_rtt']}), TCP ({air['link_rate']})"
+    table = _table(
+        f"air=54mbit/6mbit: probe RTT ({air['link_rtt']}), TCP ({air['link_rate']})",
+        (
+            "measure",
+            "measured",
+            "air model",
+            "residual / error",
+            "p99 residual",
+            "acks/data",
+            "medium busy %",
+            "lateness p99 µs",
+            "emu CPU %",
+            "steal %",
+        ),
     )
-    for col in (
-        "measure",
-        "measured",
-        "air model",
-        "residual / error",
-        "p99 residual",
-        "acks/data",
-        "medium busy %",
-        "lateness p99 µs",
-        "emu CPU %",
-        "steal %",
-    ):
-        table.add_column(col, justify="right")
     r = air["rtt"]
     table.add_row(
         "RTT error median ms",

@@ -9,8 +9,6 @@ does not stop in time.
 
 from __future__ import annotations
 
-import os
-import select
 import shutil
 import signal
 import subprocess
@@ -21,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from netem import nsexec
+from netem.readiness import wait_for_marker
 from tbcore.errors import SpecError
 from tbcore.processes import stop_process
 
@@ -57,21 +56,12 @@ class CapturePoint:
 
 def _wait_listening(proc: subprocess.Popen, deadline: float) -> None:
     assert proc.stderr is not None
-    fd = proc.stderr.fileno()
-    seen = b""
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
-        if not ready:
-            break
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            break
-        seen += chunk
-        if b"listening on" in seen:
-            return
+    result = wait_for_marker(proc.stderr.fileno(), b"listening on", deadline)
+    if result.ready:
+        return
     proc.kill()
     proc.wait()
-    raise RuntimeError(f"tcpdump did not start: {seen.decode(errors='replace').strip()!r}")
+    raise RuntimeError(f"tcpdump did not start: {result.seen.decode(errors='replace').strip()!r}")
 
 
 def _stop(proc: subprocess.Popen) -> None:

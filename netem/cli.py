@@ -34,6 +34,7 @@ import argparse
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -50,6 +51,17 @@ EXIT_LEFTOVERS = 1
 
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def _print_rows(
+    rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str]
+) -> None:
+    """``rows`` as one JSON list, or one line each (tab-separated, made by ``line``)."""
+    if as_json:
+        _print_json(rows)
+        return
+    for row in rows:
+        print(line(row))
 
 
 EXIT_UNUSABLE = 2
@@ -203,14 +215,18 @@ def _cmd_link_event(args: argparse.Namespace) -> int:
     return 0
 
 
+def _event_line(e: dict[str, Any]) -> str:
+    return f"{e['kind']}\t{e['start_s']:.6f}\t{e['end_s']}\t{e['dropped_packets']}"
+
+
 def _cmd_link_events(args: argparse.Namespace) -> int:
     events = [e.to_dict() for e in Link.attach(args.name).events(edge=args.edge)]
-    if args.json:
-        _print_json(events)
-    else:
-        for e in events:
-            print(f"{e['kind']}\t{e['start_s']:.6f}\t{e['end_s']}\t{e['dropped_packets']}")
+    _print_rows(events, args.json, _event_line)
     return 0
+
+
+def _link_line(row: dict[str, Any]) -> str:
+    return f"{row['name']}\t{row['backend'] or '?'}\t{row['spec'] or row.get('error')}"
 
 
 def _cmd_link_list(args: argparse.Namespace) -> int:
@@ -221,11 +237,7 @@ def _cmd_link_list(args: argparse.Namespace) -> int:
             rows.append({"name": name, "backend": link.backend, "spec": str(link.spec)})
         except SpecError as err:
             rows.append({"name": name, "backend": None, "spec": None, "error": str(err)})
-    if args.json:
-        _print_json(rows)
-    else:
-        for row in rows:
-            print(f"{row['name']}\t{row['backend'] or '?'}\t{row['spec'] or row.get('error')}")
+    _print_rows(rows, args.json, _link_line)
     return 0
 
 

@@ -44,7 +44,7 @@ from netem.link import Link
 from netem.linkspec import LinkSpec, format_link, resolve_link
 from netem.nsexec import in_netns
 from netem.stats import LinkStats, host_cpu_s
-from tbcore.errors import SpecError
+from tbcore.errors import SpecError, require_schema
 from tbcore.stats import median_difference_ci, quantile, tost_shift
 from tbcore.tcpinfo import parse_tcp_info, read_tcp_info_raw
 from tbcore.units import parse_count
@@ -190,11 +190,7 @@ class Part:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Part:
-        if data.get("schema") != SCHEMA_VERSION:
-            raise SpecError(
-                "schema",
-                f"crossval JSON schema {data.get('schema')!r}, this code reads {SCHEMA_VERSION}",
-            )
+        require_schema(data, "schema", SCHEMA_VERSION, "crossval.schema")
         try:
             probe = Probe(**data["probe"]) if data.get("probe") else None
             return cls(

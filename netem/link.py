@@ -29,7 +29,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from netem import backends, clean, names, sysctl, topology
 from netem.backends import LinkState, commit_edge, edge_state, topology_of
@@ -111,6 +111,29 @@ def list_links() -> list[str]:
     return sorted(p.stem for p in directory.glob("*.json"))
 
 
+T = TypeVar("T")
+
+
+class _StateField(Generic[T]):
+    """A read-only attribute of :class:`Link`: the field of the same name of its
+    :class:`~netem.backends.LinkState` (so that it follows :meth:`Link.set_spec`)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.field = name
+
+    @overload
+    def __get__(self, link: None, owner: type | None = None) -> _StateField[T]: ...
+    @overload
+    def __get__(self, link: Link, owner: type | None = None) -> T: ...
+    def __get__(self, link: Link | None, owner: type | None = None) -> T | _StateField[T]:
+        if link is None:
+            return self
+        return getattr(link._state, self.field)
+
+    def __set__(self, link: Link, value: T) -> None:
+        raise AttributeError(f"Link.{self.field} is read-only")
+
+
 class Link:
     """An emulated path between a client and a server namespace. Make one with :meth:`up`."""
 
@@ -120,40 +143,17 @@ class Link:
 
     # --- identity -------------------------------------------------------------------------
 
-    @property
-    def name(self) -> str:
-        return self._state.name
-
-    @property
-    def spec(self) -> LinkSpec:
-        """The path now in force (after :meth:`set_spec`, the new one)."""
-        return self._state.spec
-
-    @property
-    def backend(self) -> str:
-        """``netem`` or ``userspace``."""
-        return self._state.backend
-
-    @property
-    def client_ns(self) -> str:
-        return self._state.client_ns
-
-    @property
-    def server_ns(self) -> str:
-        return self._state.server_ns
-
-    @property
-    def router_ns(self) -> str | None:
-        """The router namespace (kernel backend), None on the userspace backend."""
-        return self._state.router_ns
-
-    @property
-    def client_addr(self) -> str:
-        return self._state.client_addr
-
-    @property
-    def server_addr(self) -> str:
-        return self._state.server_addr
+    name = _StateField[str]()
+    spec = _StateField[LinkSpec]()
+    """The path now in force (after :meth:`set_spec`, the new one)."""
+    backend = _StateField[str]()
+    """``netem`` or ``userspace``."""
+    client_ns = _StateField[str]()
+    server_ns = _StateField[str]()
+    router_ns = _StateField[str | None]()
+    """The router namespace (kernel backend), None on the userspace backend."""
+    client_addr = _StateField[str]()
+    server_addr = _StateField[str]()
 
     @property
     def state(self) -> LinkState:

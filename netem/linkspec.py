@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from netem.air import AirSpec, format_air, parse_air
 from tbcore import units
@@ -55,6 +55,15 @@ MAX_QUEUE_PACKETS = 1_000_000
 """A million packets (1.5 GB of full-size ones): the same bound, counted in packets."""
 
 LOSS_MODELS = ("bernoulli", "gemodel")
+
+T = TypeVar("T")
+
+
+def pick_direction(direction: str, up: T, down: T) -> T:
+    """``up`` or ``down`` by the name of a direction; SpecError for any other name."""
+    if direction not in ("up", "down"):
+        raise SpecError("direction", f"must be 'up' or 'down', got {direction!r}")
+    return up if direction == "up" else down
 
 
 @dataclass(frozen=True)
@@ -233,9 +242,7 @@ class LinkSpec:
         return None if limit is None else max(1, math.ceil(limit / self.mtu_bytes))
 
     def _direction(self, direction: str) -> DirectionSpec:
-        if direction not in ("up", "down"):
-            raise SpecError("direction", f"must be 'up' or 'down', got {direction!r}")
-        return self.up if direction == "up" else self.down
+        return pick_direction(direction, self.up, self.down)
 
     def with_seed(self, seed: int) -> LinkSpec:
         """The same path with per-direction seeds derived from one number."""

@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from netem.linkspec import pick_direction
 from tbcore import procfs
 from tbcore.errors import SpecError
 
@@ -291,9 +292,7 @@ class LinkStats:
     """The shared medium's accounting, on an ``air=`` link; None otherwise."""
 
     def direction(self, name: str) -> DirectionStats:
-        if name not in ("up", "down"):
-            raise SpecError("direction", f"must be 'up' or 'down', got {name!r}")
-        return self.up if name == "up" else self.down
+        return pick_direction(name, self.up, self.down)
 
     def __sub__(self, other: LinkStats) -> LinkStats:
         return replace(

@@ -89,26 +89,26 @@ class Endpoint:
     """Next hop toward ``peer_net`` (the router), or None for a TUN (point-to-point)."""
 
 
+_ENDS = (
+    ("client", names.CLIENT_ADDR, names.SERVER_NET, names.ROUTER_CLIENT_ADDR),
+    ("server", names.SERVER_ADDR, names.CLIENT_NET, names.ROUTER_SERVER_ADDR),
+)
+"""Per role: its address, the peer's /24 and the router's address on its side."""
+
+
 def endpoints(link: str, backend: str) -> dict[str, Endpoint]:
     """The client and server ends of link ``link`` on ``backend`` (``netem``/``userspace``)."""
     routed = backend == "netem"
     return {
-        "client": Endpoint(
-            "client",
-            names.namespace(link, "client"),
+        role: Endpoint(
+            role,
+            names.namespace(link, role),
             names.DEVICE_IN_NS,
-            names.CLIENT_ADDR,
-            names.SERVER_NET,
-            names.ROUTER_CLIENT_ADDR if routed else None,
-        ),
-        "server": Endpoint(
-            "server",
-            names.namespace(link, "server"),
-            names.DEVICE_IN_NS,
-            names.SERVER_ADDR,
-            names.CLIENT_NET,
-            names.ROUTER_SERVER_ADDR if routed else None,
-        ),
+            addr,
+            peer_net,
+            router_addr if routed else None,
+        )
+        for role, addr, peer_net, router_addr in _ENDS
     }
 
 

@@ -58,22 +58,21 @@ passes); each knob flag (one per knob the server applies) overrides it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import socket
 from pathlib import Path
+from typing import Any
 
-from servers.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ServerConfig
-from servers.guard import (
-    DEFAULT_HEAD_TIMEOUT_S,
-    DEFAULT_LISTEN_BACKLOG,
-    DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_SOURCE,
-    DEFAULT_RETRY_THRESHOLD,
-    RETRY_MODES,
-)
+from servers.config import DEFAULT_PORT, ServerConfig
+from servers.guard import RETRY_MODES
 from tbcore import paths, units, workloads
 from tbcore.errors import SpecError
 from tbcore.settings import add_flags, settings_from_flags
+
+CONFIG_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
+"""The default of each :class:`ServerConfig` field: the defaults of its flags, so that
+``testbed serve`` and a config built in code start from the same values."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,28 +90,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--samples", type=Path, default=None, help="sender-side in-flight samples (CSV)"
     )
-    parser.add_argument("--sample-hz", type=float, default=DEFAULT_SAMPLE_HZ)
+    parser.add_argument("--sample-hz", type=float, default=CONFIG_DEFAULTS["sample_hz"])
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
-    parser.add_argument("--idle-timeout", default="60s", help="close idle connections after")
+    parser.add_argument(
+        "--idle-timeout",
+        default=f"{CONFIG_DEFAULTS['idle_timeout_s']:g}s",
+        help="close idle connections after",
+    )
     parser.add_argument(
         "--head-timeout",
-        default=f"{DEFAULT_HEAD_TIMEOUT_S:g}s",
+        default=f"{CONFIG_DEFAULTS['head_timeout_s']:g}s",
         help="HTTP/2 request head deadline",
     )
     parser.add_argument(
         "--quic-retry",
         choices=RETRY_MODES,
-        default="auto",
+        default=CONFIG_DEFAULTS["quic_retry"],
         help="QUIC Retry (address validation): under load, always or never",
     )
-    parser.add_argument("--retry-threshold", default=str(DEFAULT_RETRY_THRESHOLD))
-    parser.add_argument("--max-connections", default=str(DEFAULT_MAX_CONNECTIONS))
-    parser.add_argument(
-        "--max-connections-per-source", default=str(DEFAULT_MAX_CONNECTIONS_PER_SOURCE)
-    )
-    parser.add_argument("--listen-backlog", default=str(DEFAULT_LISTEN_BACKLOG))
+    for flag, name in (
+        ("--retry-threshold", "quic_retry_threshold"),
+        ("--max-connections", "max_connections"),
+        ("--max-connections-per-source", "max_connections_per_source"),
+        ("--listen-backlog", "listen_backlog"),
+    ):
+        parser.add_argument(flag, default=str(CONFIG_DEFAULTS[name]))
 
 
 def check_bindable(bind: str) -> None:

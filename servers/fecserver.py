@@ -88,14 +88,7 @@ class FecServerSession(ExchangeStreams):
             self._log("error", stream=tid, now=now, reason=f"bad request message: {err}")
             return
         if stats.first_at is not None:
-            self._log(
-                "request_first_byte",
-                stream=tid,
-                now=stats.first_at,
-                method=head.method,
-                path=head.path,
-                content_length=head.content_length,
-            )
+            self._log_request_head(tid, head, stats.first_at)
         exchange = app.Exchange(head=head, config=self.ctx.app_config)
         self.exchanges[tid] = exchange
         if exchange.early is None and body:
@@ -105,14 +98,7 @@ class FecServerSession(ExchangeStreams):
             plan = exchange.finish()
         else:
             exchange.finished = True
-        self._log(
-            "request_last_byte",
-            stream=tid,
-            now=now,
-            received_bytes=exchange.received_bytes,
-            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
-            fec=stats.to_dict(),
-        )
+        self._log_request_end(tid, exchange, now, fec=stats.to_dict())
         self.received[tid] = stats
         self._start_response(tid, plan, now)
 

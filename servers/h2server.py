@@ -326,12 +326,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         await self._process(stream_id, plan)
         if self._closed:
             return
-        sock = self.sock
-        sampling = self._sample_response(
-            stream_id,
-            lambda: read_tcp_info(sock),
-            lambda v: v.get("unacked") == 0 and v.get("notsent_bytes") == 0,
-        )
+        sampling = self._sample_response(stream_id)
         self.h2.send_headers(
             stream_id,
             app.response_head(plan, PROTO),
@@ -357,6 +352,12 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             except h2.exceptions.StreamClosedError:
                 pass
             self._flush()
+
+    def _sender_state(self) -> dict[str, Any]:
+        return read_tcp_info(self.sock)
+
+    def _sender_drained(self, state: dict[str, Any]) -> bool:
+        return state.get("unacked") == 0 and state.get("notsent_bytes") == 0
 
     async def _send_chunks(self, stream_id: int, plan: app.ResponsePlan) -> None:
         def send(chunk: bytes, last: bool) -> asyncio.Future[None]:

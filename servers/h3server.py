@@ -150,11 +150,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         if self.terminated:
             return
         body_length = plan.body_length
-        sampling = self._sample_response(
-            stream_id,
-            lambda: quic_counters(self),
-            lambda v: v.get("bytes_in_flight") == 0,
-        )
+        sampling = self._sample_response(stream_id)
         self.h3.send_headers(
             stream_id, _encode(app.response_head(plan, PROTO)), end_stream=body_length == 0
         )
@@ -198,6 +194,12 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             except Exception:
                 pass
         self.transmit()
+
+    def _sender_state(self) -> dict[str, Any]:
+        return quic_counters(self)
+
+    def _sender_drained(self, state: dict[str, Any]) -> bool:
+        return state.get("bytes_in_flight") == 0
 
 
 class PriorityH3Connection(H3Connection):

@@ -21,7 +21,8 @@ from tbcore.workloads import stream_chunk
 
 
 class ExchangeStreams:
-    """The request streams of one connection. Subclasses set ``proto`` and ``_respond``."""
+    """The request streams of one connection. Subclasses set ``proto`` and ``_respond``, and
+    ``_sender_state`` and ``_sender_drained`` if they sample their responses."""
 
     proto: str
     ctx: ServerContext
@@ -61,15 +62,7 @@ class ExchangeStreams:
         self.exchanges[stream_id] = exchange
         priority = parse_priority(head.priority) if head.priority is not None else None
         self.scheduler.add(stream_id, priority)
-        self._log(
-            "request_first_byte",
-            stream=stream_id,
-            now=now,
-            method=head.method,
-            path=head.path,
-            content_length=head.content_length,
-            priority=head.priority,
-        )
+        self._log_request_head(stream_id, head, now)
         if exchange.early is not None and not stream_ended:
             self._start_response(stream_id, exchange.early, now)
         elif exchange.tiles:
@@ -95,13 +88,7 @@ class ExchangeStreams:
         if exchange is None or exchange.finished:
             return
         plan = exchange.finish()
-        self._log(
-            "request_last_byte",
-            stream=stream_id,
-            now=now,
-            received_bytes=exchange.received_bytes,
-            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
-        )
+        self._log_request_end(stream_id, exchange, now)
         if exchange.truncated:
             self._log_truncated(stream_id, exchange, now, "stream ended early")
         self._start_response(stream_id, plan, now)
@@ -154,6 +141,32 @@ class ExchangeStreams:
         for task in self.tasks.values():
             task.cancel()
 
+    def _log_request_head(self, stream_id: int, head: app.RequestHead, now: float) -> None:
+        """``request_first_byte``: the request's head arrived."""
+        self._log(
+            "request_first_byte",
+            stream=stream_id,
+            now=now,
+            method=head.method,
+            path=head.path,
+            content_length=head.content_length,
+            priority=head.priority,
+        )
+
+    def _log_request_end(
+        self, stream_id: int, exchange: app.Exchange, now: float, **details: Any
+    ) -> None:
+        """``request_last_byte``: the request's body is complete (``details``: the edge's own
+        figures)."""
+        self._log(
+            "request_last_byte",
+            stream=stream_id,
+            now=now,
+            received_bytes=exchange.received_bytes,
+            upload_sha256=exchange.upload_sha256 if exchange.received_bytes else None,
+            **details,
+        )
+
     def _log_truncated(
         self, stream_id: int, exchange: app.Exchange, now: float, reason: str
     ) -> None:
@@ -193,17 +206,20 @@ class ExchangeStreams:
             await asyncio.sleep(plan.processing_s)
             self._log("processing_end", stream=stream_id)
 
-    def _sample_response(
-        self,
-        stream_id: int,
-        counters: Callable[[], dict[str, Any]],
-        drained: Callable[[dict[str, Any]], bool],
-    ) -> list[bool]:
+    def _sender_state(self) -> dict[str, Any]:
+        """The connection's sender state (TCP_INFO, QUIC recovery), sampled per response."""
+        raise NotImplementedError
+
+    def _sender_drained(self, state: dict[str, Any]) -> bool:
+        """Whether ``state`` shows every byte sent acknowledged (its sampling then stops)."""
+        raise NotImplementedError
+
+    def _sample_response(self, stream_id: int) -> list[bool]:
         """Sample this response's sender state (see ``ServerContext.sample_response``)."""
         return self.ctx.sample_response(
             f"{self.proto}:{self.conn_id}:{stream_id}",
-            lambda: {"proto": self.proto, **counters()},
-            drained,
+            lambda: {"proto": self.proto, **self._sender_state()},
+            self._sender_drained,
         )
 
     def _still_reading(self, stream_id: int, plan: app.ResponsePlan) -> bool:

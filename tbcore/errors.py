@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 MAX_FIELD_CHARS = 80
 """A field name echoed in an error (a bogus 100 kB key is cut to this)."""
 MAX_REASON_CHARS = 400
@@ -32,3 +35,11 @@ class SpecError(ValueError):
 class LinkLost(RuntimeError):
     """The emulated path went away under a run (another process took it down): the run
     stops rather than record runs that measured nothing. ``str(err)`` is one line."""
+
+
+def require_schema(data: Mapping[str, Any], key: str, expected: object, field: str) -> None:
+    """Refuse a document whose ``data[key]`` is not the schema version this code reads:
+    :class:`SpecError` on ``field``, naming what was found and what is read."""
+    found = data.get(key)
+    if found != expected:
+        raise SpecError(field, f"schema {found!r}, this testbed reads {expected!r}")

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from tbcore import fecmath, kinds, units
-from tbcore.errors import SpecError
+from tbcore.errors import SpecError, require_schema
 
 SETTINGS_SCHEMA = "testbed.settings"
 SETTINGS_SCHEMA_VERSION = 1
@@ -128,10 +128,15 @@ def _duration(name: str, value: Any) -> float:
     return units.parse_duration_s(name, value)
 
 
-def _text(name: str, value: Any) -> str:
+def _nonblank(name: str, value: Any, problem: str) -> str:
+    """``value`` when it is a string with more than white space in it; else ``problem``."""
     if not isinstance(value, str) or not value.strip():
-        raise SpecError(name, f"must be a non-empty string, got {value!r}")
+        raise SpecError(name, problem)
     return value
+
+
+def _text(name: str, value: Any) -> str:
+    return _nonblank(name, value, f"must be a non-empty string, got {value!r}")
 
 
 def _number(name: str, value: Any) -> float:
@@ -158,9 +163,7 @@ def _pacing(name: str, value: Any) -> str | float:
 
 def _streams(name: str, value: Any) -> str:
     """``"result,tts"``: workloads in request order (a string: a list would be a factor)."""
-    if not isinstance(value, str) or not value.strip():
-        raise SpecError(name, f"must be workloads in order like 'result,tts', not {value!r}")
-    return value
+    return _nonblank(name, value, f"must be workloads in order like 'result,tts', not {value!r}")
 
 
 def _capture(name: str, value: Any) -> str:
@@ -576,11 +579,7 @@ class _SettingsBase:
     def from_document(cls, doc: Any, where: str = "settings") -> Settings:
         if not isinstance(doc, dict) or doc.get("schema") != SETTINGS_SCHEMA:
             raise SpecError(where, f"not a {SETTINGS_SCHEMA} document")
-        if doc.get("schema_version") != SETTINGS_SCHEMA_VERSION:
-            raise SpecError(
-                f"{where}.schema_version",
-                f"{doc.get('schema_version')!r}, this testbed reads {SETTINGS_SCHEMA_VERSION}",
-            )
+        require_schema(doc, "schema_version", SETTINGS_SCHEMA_VERSION, f"{where}.schema_version")
         extra = set(doc) - {"schema", "schema_version", "settings"}
         if extra:
             raise SpecError(f"{where}.{sorted(extra)[0]}", "unknown key")

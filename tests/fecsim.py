@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import random
@@ -63,22 +64,17 @@ class Sim:
     now: float = 0.0
 
     def __post_init__(self) -> None:
-        self.client = FecEndpoint(
-            is_client=True,
+        # the two ends differ only in their role
+        endpoint = functools.partial(
+            FecEndpoint,
             session=SESSION,
             secret=SECRET,
             cap_bps=self.cap_bps,
             redundancy=self.redundancy,
             now=0.0,
         )
-        self.server = FecEndpoint(
-            is_client=False,
-            session=SESSION,
-            secret=SECRET,
-            cap_bps=self.cap_bps,
-            redundancy=self.redundancy,
-            now=0.0,
-        )
+        self.client = endpoint(is_client=True)
+        self.server = endpoint(is_client=False)
         self._arrivals: list[tuple[float, int, str, bytes]] = []
         self._order = itertools.count()
         self.events: dict[str, list[Event]] = {"client": [], "server": []}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from support_inputs import assert_spec_error
 
 from netem.air import AirSpec, ppdu_ns
 from netem.linkspec import LinkSpec, parse_link
-from tbcore.errors import SpecError
 
 QUIC_IP_BYTES = 1228
 """A 1,200-byte QUIC datagram + UDP (8) + IPv4 (20): the frame of the chapter's 208 µs."""
@@ -103,12 +103,8 @@ def test_link_string_options() -> None:
     ],
 )
 def test_bad_air_keys_name_the_field(text: str, field: str) -> None:
-    with pytest.raises(SpecError) as err:
-        parse_link(text)
-    assert err.value.field == field
+    assert_spec_error(lambda: parse_link(text), field)
 
 
 def test_from_dict_refuses_unknown_air_keys() -> None:
-    with pytest.raises(SpecError) as err:
-        LinkSpec.from_dict({"air": {"rate": 1}})
-    assert err.value.field == "air.rate"
+    assert_spec_error(lambda: LinkSpec.from_dict({"air": {"rate": 1}}), "air.rate")

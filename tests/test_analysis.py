@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -133,65 +134,34 @@ def test_one_run_per_arm_has_an_effect_but_no_interval() -> None:
     assert math.isnan(effect.arm_ci_low_s) and math.isnan(effect.arm_ci_high_s)
 
 
-def test_gap_falls_in_setup_processing_or_transfer() -> None:
-    setup = attribute_gap(
-        total_s=1.2,
-        handshake_s=0.6,
-        processing_s=0.03,
-        bound_total_s=1.0,
-        bound_setup_s=0.4,
-        bound_processing_s=0.03,
-    )
-    assert setup["gap_part"] == "setup"
-    assert setup["gap_s"] == pytest.approx(0.2)
-    window = attribute_gap(
-        total_s=1.2,
-        handshake_s=0.4,
-        processing_s=0.03,
-        bound_total_s=1.0,
-        bound_setup_s=0.4,
-        bound_processing_s=0.03,
-    )
-    assert window["gap_part"] == "transfer (window/feedback)"
-    loss = attribute_gap(
-        total_s=3.0,
-        handshake_s=0.4,
-        processing_s=0.03,
-        bound_total_s=1.0,
-        bound_setup_s=0.4,
-        bound_processing_s=0.03,
-        retransmits=12,
-    )
-    assert loss["gap_part"] == "transfer (loss recovery)"
-    assert loss["gap_transfer_s"] == pytest.approx(2.0)
-    spurious = attribute_gap(
-        total_s=3.0,
-        handshake_s=0.4,
-        processing_s=0.03,
-        bound_total_s=1.0,
-        bound_setup_s=0.4,
-        bound_processing_s=0.03,
-        retransmits=2,
-        link_drops=0,
-    )
-    assert spurious["gap_part"] == "transfer (spurious retransmission)"
-    common = dict(handshake_s=0.4, processing_s=0.03, bound_setup_s=0.4, bound_processing_s=0.03)
-    paced = attribute_gap(
-        total_s=1.2, bound_total_s=1.0, retransmits=2, link_drops=0, paced=True, **common
-    )
-    assert paced["gap_part"] == "transfer (sender pacing)"
-    # a pacer does not explain resending what the link dropped
-    paced_loss = attribute_gap(total_s=3.0, bound_total_s=1.0, retransmits=12, paced=True, **common)
-    assert paced_loss["gap_part"] == "transfer (loss recovery)"
-    none = attribute_gap(
-        total_s=1.0005,
-        handshake_s=0.4,
-        processing_s=0.03,
-        bound_total_s=1.0,
-        bound_setup_s=0.4,
-        bound_processing_s=0.03,
-    )
-    assert none["gap_part"] == "none"
+def gap(**measured: Any) -> dict[str, float | str]:
+    """The gap of a run measured as ``measured`` against a 1 s bound with 0.4 s of set-up;
+    unless told otherwise the run's handshake and processing match the bound's."""
+    matching = dict(handshake_s=0.4, processing_s=0.03)
+    bound = dict(bound_total_s=1.0, bound_setup_s=0.4, bound_processing_s=0.03)
+    return attribute_gap(**{**matching, **bound, **measured})
+
+
+@pytest.mark.parametrize(
+    ("measured", "part"),
+    [
+        (dict(total_s=1.2, handshake_s=0.6), "setup"),
+        (dict(total_s=1.2), "transfer (window/feedback)"),
+        (dict(total_s=3.0, retransmits=12), "transfer (loss recovery)"),
+        (dict(total_s=3.0, retransmits=2, link_drops=0), "transfer (spurious retransmission)"),
+        (dict(total_s=1.2, retransmits=2, link_drops=0, paced=True), "transfer (sender pacing)"),
+        # a pacer does not explain resending what the link dropped
+        (dict(total_s=3.0, retransmits=12, paced=True), "transfer (loss recovery)"),
+        (dict(total_s=1.0005), "none"),
+    ],
+)
+def test_gap_falls_in_setup_processing_or_transfer(measured: dict[str, Any], part: str) -> None:
+    assert gap(**measured)["gap_part"] == part
+
+
+def test_gap_sizes_of_a_slow_handshake_and_of_loss() -> None:
+    assert gap(total_s=1.2, handshake_s=0.6)["gap_s"] == pytest.approx(0.2)
+    assert gap(total_s=3.0, retransmits=12)["gap_transfer_s"] == pytest.approx(2.0)
 
 
 def test_zero_rtt_handshake_off_the_critical_path_is_not_setup() -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support_bounds import VOICE_REQUEST, voice_request
 
 from harness import bounds
 from harness.bounds import (
@@ -16,10 +18,12 @@ from harness.bounds import (
     direction_rounds,
     duplicate_failure,
     fec_repair_symbols,
+    fec_request_time,
     fec_success_probability,
     mathis_throughput_bps,
     pipeline,
     playback,
+    relay_request_time,
     request_time,
     request_time_for_link,
     retransmission_rounds,
@@ -192,23 +196,8 @@ def test_setup_rtts_table() -> None:
 # --- the request bound ------------------------------------------------------------------
 
 
-def voice(**overrides: object) -> bounds.RequestBound:
-    values: dict = dict(
-        rtt_s=0.2,
-        up_bps=333 * MBIT,
-        down_bps=333 * MBIT,
-        upload_bytes=AUDIO,
-        download_bytes=0,
-        protocol="h2",
-        connection="reused",
-        processing_s=0.030,
-    )
-    values.update(overrides)
-    return request_time(**values)
-
-
 def test_request_reused_is_the_serial_bound() -> None:
-    bound = voice()
+    bound = voice_request()
     assert at(bound.total_s, "0.2385")
     assert bound.setup_s == 0 and bound.feedback_s == 0 and bound.window_s == 0
     assert bound.up_rounds == 1
@@ -216,7 +205,7 @@ def test_request_reused_is_the_serial_bound() -> None:
 
 
 def test_request_loss_is_a_separate_part_and_gives_0_756_s() -> None:
-    bound = voice(up_loss=0.14)
+    bound = voice_request(up_loss=0.14)
     assert at(bound.total_s, "0.2385")  # not mixed into the loss-free bound
     assert at(bound.expected_s, "0.756")
     assert bound.retransmission_s == pytest.approx(bound.expected_s - bound.total_s)
@@ -225,7 +214,7 @@ def test_request_loss_is_a_separate_part_and_gives_0_756_s() -> None:
 
 
 def test_request_new_h2_counts_handshakes_and_slow_start_rounds() -> None:
-    bound = voice(connection="new")
+    bound = voice_request(connection="new")
     assert bound.setup_rtts == 2 and bound.setup_s == pytest.approx(0.4)
     assert bound.up_rounds == 5  # 10, 20, 40, 80, 160 segments of 1448 bytes
     # the serialisation of earlier windows overlaps their ACK wait: idle = R + MSS/B - w/B
@@ -239,24 +228,24 @@ def test_request_new_h2_counts_handshakes_and_slow_start_rounds() -> None:
 
 
 def test_request_h3_new_is_one_rtt_and_0rtt_none() -> None:
-    assert voice(protocol="h3", connection="new").setup_s == pytest.approx(0.2)
-    assert voice(protocol="h3", connection="0rtt").setup_s == 0.0
-    assert voice(protocol="h3").mss_bytes == bounds.QUIC_MAX_DATAGRAM_BYTES
-    assert voice(protocol="h2").mss_bytes == bounds.TCP_MSS_BYTES
+    assert voice_request(protocol="h3", connection="new").setup_s == pytest.approx(0.2)
+    assert voice_request(protocol="h3", connection="0rtt").setup_s == 0.0
+    assert voice_request(protocol="h3").mss_bytes == bounds.QUIC_MAX_DATAGRAM_BYTES
+    assert voice_request(protocol="h2").mss_bytes == bounds.TCP_MSS_BYTES
     # 0-RTT still starts with a cold window
-    assert voice(protocol="h3", connection="0rtt").feedback_s > 0
+    assert voice_request(protocol="h3", connection="0rtt").feedback_s > 0
 
 
 def test_request_window_cap_reports_window_stalls() -> None:
-    bound = voice(window_bytes=64_000)
+    bound = voice_request(window_bytes=64_000)
     assert bound.feedback_s == 0.0  # warm: the window is at its cap from the start
     assert bound.up_rounds == math.ceil(AUDIO / 64_000)
     assert bound.window_s > 0
-    assert bound.total_s > voice().total_s
+    assert bound.total_s > voice_request().total_s
 
 
 def test_request_parts_sum_and_record() -> None:
-    bound = voice(connection="new", download_bytes=50_000, loss=0.1, window_bytes=100_000)
+    bound = voice_request(connection="new", download_bytes=50_000, loss=0.1, window_bytes=100_000)
     parts = bound.parts()
     assert list(parts) == list(bounds.RequestBound.PARTS)
     assert math.fsum(v for k, v in parts.items() if k != "retransmission_s") == pytest.approx(
@@ -351,15 +340,15 @@ def test_direction_rounds_by_hand() -> None:
         (lambda: duplicate_failure(1.5, 0), "p1"),
         (lambda: duplicate_failure(0, 0, shared=-0.1), "shared"),
         (lambda: setup_rtts("h1", "new"), "protocol"),
-        (lambda: voice(connection="warm"), "connection"),
-        (lambda: voice(upload_bytes=-5), "upload_bytes"),
-        (lambda: voice(upload_bytes=1.5), "upload_bytes"),
-        (lambda: voice(down_bps=0), "down_bps"),
-        (lambda: voice(loss=1.0), "loss"),
-        (lambda: voice(down_loss=2), "down_loss"),
-        (lambda: voice(window_bytes=0), "window_bytes"),
-        (lambda: voice(mss_bytes=0), "mss_bytes"),
-        (lambda: voice(initcwnd_segments=0), "initcwnd_segments"),
+        (lambda: voice_request(connection="warm"), "connection"),
+        (lambda: voice_request(upload_bytes=-5), "upload_bytes"),
+        (lambda: voice_request(upload_bytes=1.5), "upload_bytes"),
+        (lambda: voice_request(down_bps=0), "down_bps"),
+        (lambda: voice_request(loss=1.0), "loss"),
+        (lambda: voice_request(down_loss=2), "down_loss"),
+        (lambda: voice_request(window_bytes=0), "window_bytes"),
+        (lambda: voice_request(mss_bytes=0), "mss_bytes"),
+        (lambda: voice_request(initcwnd_segments=0), "initcwnd_segments"),
     ],
 )
 def test_bad_input_raises_a_value_error_naming_the_argument(call, field: str) -> None:
@@ -556,34 +545,26 @@ def test_request_bound_invariants(
 def test_a_window_cap_or_a_smaller_initial_window_never_lowers_the_bound(
     rtt: float, rate: float, size: int, iw: int, window: int
 ) -> None:
-    def total(**kw: object) -> float:
-        values: dict = dict(
-            rtt_s=rtt,
-            up_bps=rate,
-            down_bps=rate,
-            upload_bytes=size,
-            download_bytes=size,
-            protocol="h2",
-            connection="new",
-            initcwnd_segments=iw,
-        )
-        values.update(kw)
-        return request_time(**values).total_s
+    inputs: dict[str, Any] = dict(
+        rtt_s=rtt,
+        up_bps=rate,
+        down_bps=rate,
+        upload_bytes=size,
+        download_bytes=size,
+        protocol="h2",
+        connection="new",
+        initcwnd_segments=iw,
+    )
+
+    def total(**overrides: Any) -> float:
+        return request_time(**{**inputs, **overrides}).total_s
 
     free = total()
     assert total(window_bytes=window) >= free * (1 - 1e-12)
     assert total(initcwnd_segments=iw + 1) <= free * (1 + 1e-12)
     # with a rate so high that sending is instant, the idle time is (rounds - 1) * R per direction
-    instant = request_time(
-        rtt_s=rtt,
-        up_bps=1e15,
-        down_bps=1e15,
-        upload_bytes=size,
-        download_bytes=0,
-        protocol="h2",
-        connection="reused",
-        initcwnd_segments=iw,
-    )
+    instant_upload = {"up_bps": 1e15, "down_bps": 1e15, "download_bytes": 0, "connection": "reused"}
+    instant = request_time(**{**inputs, **instant_upload})
     assert instant.feedback_s == 0.0
     cold = direction_rounds(size, 1e15, rtt, initial_window_bytes=iw * 1448.0, mss_bytes=1448)
     expected = (slow_start_rounds(size, 1448, iw) - 1) * rtt
@@ -600,56 +581,28 @@ def test_loss_close_to_one_still_answers() -> None:
     assert fec_success_probability(245, r - 1, 0.999999) < 0.999
 
 
-def test_relay_bound_pays_only_the_near_hop_set_up() -> None:
-    from harness.bounds import relay_request_time, request_time
+def relayed_voice(**overrides: Any) -> bounds.RelayBound:
+    """The voice request through a relay 2 ms from the client: a new connection over the
+    near hop, the voice request's 200 ms round trip on the warm long haul."""
+    voice = {k: v for k, v in VOICE_REQUEST.items() if k not in ("rtt_s", "connection")}
+    hops = {"near_rtt_s": 0.002, "long_rtt_s": VOICE_REQUEST["rtt_s"]}
+    return relay_request_time(**{**voice, **hops, **overrides})
 
-    relay = relay_request_time(
-        protocol="h2",
-        near_rtt_s=0.002,
-        long_rtt_s=0.2,
-        up_bps=333e6,
-        down_bps=333e6,
-        upload_bytes=354_640,
-        download_bytes=0,
-        processing_s=0.030,
-    )
+
+def test_relay_bound_pays_only_the_near_hop_set_up() -> None:
+    relay = relayed_voice()
     assert relay.setup_s == pytest.approx(0.004)
     assert relay.propagation_s == pytest.approx(0.202)
     assert relay.serialisation_s == pytest.approx(354_640 * 8 / 333e6)
     # 354,640 bytes need 5 windows of IW 10: 4 idle round trips of the near hop
     assert relay.feedback_s == pytest.approx(4 * 0.002, rel=0.01)
     assert relay.total_s == pytest.approx(0.004 + 0.008 + 0.202 + 0.00852 + 0.030, abs=1e-4)
-    direct = request_time(
-        rtt_s=0.202,
-        up_bps=333e6,
-        down_bps=333e6,
-        upload_bytes=354_640,
-        download_bytes=0,
-        protocol="h2",
-        connection="new",
-        processing_s=0.030,
-    )
+    direct = voice_request(rtt_s=0.202, connection="new")
     assert direct.total_s > 4 * relay.total_s
-    h3 = relay_request_time(
-        protocol="h3",
-        near_rtt_s=0.002,
-        long_rtt_s=0.2,
-        up_bps=1e9,
-        down_bps=1e9,
-        upload_bytes=0,
-        download_bytes=0,
-    )
+    h3 = relayed_voice(protocol="h3", up_bps=1e9, down_bps=1e9, upload_bytes=0, processing_s=0.0)
     assert h3.setup_s == pytest.approx(0.002) and h3.total_s == pytest.approx(0.204)
-    with pytest.raises(SpecError):
-        relay_request_time(
-            protocol="h2",
-            near_rtt_s=-1,
-            long_rtt_s=0.2,
-            up_bps=1,
-            down_bps=1,
-            upload_bytes=0,
-            download_bytes=0,
-        )
+    with pytest.raises(SpecError, match="near_rtt_s"):
+        relayed_voice(near_rtt_s=-1)
 
 
 def test_duplicate_and_failover_bounds() -> None:
@@ -841,31 +794,17 @@ def test_airtime_bound_refuses_bad_keys_and_counts() -> None:
         bounds.airtime_s(1, float("nan"))
 
 
-def test_fec_bound_is_the_serial_time_of_every_symbol() -> None:
-    from harness.bounds import fec_request_time
+def fec_voice(**overrides: Any) -> bounds.FecBound:
+    """MODELS section 10: the voice request sent as k + r = 245 + 63 symbols of 1448 B."""
+    link = {k: VOICE_REQUEST[k] for k in ("rtt_s", "up_bps", "down_bps", "processing_s")}
+    symbols = dict(up_symbols=245 + 63, down_symbols=0, symbol_bytes=1448)
+    return fec_request_time(**{**link, **symbols, **overrides})
 
-    # MODELS section 10: k + r = 245 + 63 packets of 1448 B at 333 Mbit/s, R 0.2, Tc 30 ms
-    bound = fec_request_time(
-        rtt_s=0.2,
-        up_bps=333e6,
-        down_bps=333e6,
-        up_symbols=308,
-        down_symbols=0,
-        symbol_bytes=1448,
-        processing_s=0.030,
-    )
+
+def test_fec_bound_is_the_serial_time_of_every_symbol() -> None:
+    bound = fec_voice()
     assert f"{bound.total_s:.3f}" == "0.241" and bound.setup_s == 0
-    new = fec_request_time(
-        rtt_s=0.2,
-        up_bps=333e6,
-        down_bps=333e6,
-        up_symbols=308,
-        down_symbols=4,
-        symbol_bytes=1448,
-        connection="new",
-    )
+    new = fec_voice(down_symbols=4, connection="new", processing_s=0.0)
     assert new.setup_s == pytest.approx(0.6)
     with pytest.raises(SpecError, match="up_symbols"):
-        fec_request_time(
-            rtt_s=0.2, up_bps=1, down_bps=1, up_symbols=-1, down_symbols=0, symbol_bytes=1
-        )
+        fec_voice(up_symbols=-1)

@@ -7,13 +7,14 @@ import subprocess
 import sys
 
 import pytest
+from support_bounds import voice_request
 
 from harness import bounds
 from harness.cli import EXIT_USAGE, main
 
 pytestmark = pytest.mark.timeout(60)
 
-VOICE = [
+VOICE = [  # support_bounds.VOICE_REQUEST as flags
     "bounds",
     "request",
     "--protocol",
@@ -70,17 +71,7 @@ def test_request_json_equals_the_library(capsys: pytest.CaptureFixture[str]) -> 
     code, out, err = run([*VOICE, "--json"], capsys)
     assert code == 0, err
     record = json.loads(out)
-    expected = bounds.request_time(
-        rtt_s=0.2,
-        up_bps=333e6,
-        down_bps=333e6,
-        upload_bytes=354_640,
-        download_bytes=0,
-        protocol="h2",
-        connection="reused",
-        processing_s=0.030,
-    )
-    assert record == expected.to_dict()
+    assert record == voice_request().to_dict()
     assert f"{record['total_s']:.4f}" == "0.2385"
 
 

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -46,6 +46,46 @@ def _wait_for(predicate, timeout_s: float = 30.0) -> bool:  # type: ignore[no-un
     return False
 
 
+def _clean_cli(name: str) -> subprocess.CompletedProcess[str]:
+    """``testbed clean --name`` run as another process would."""
+    return subprocess.run(
+        [*TESTBED, "clean", "--name", name], capture_output=True, text=True, timeout=60
+    )
+
+
+def _kill_link_up_then_clean(
+    name: str,
+    spec: str,
+    backend: str,
+    *,
+    when: str,
+    watched_node: str,
+    up_timeout_s: float,
+    once_up: Callable[[], None],
+) -> None:
+    """Start ``testbed link up``; kill it once ``watched_node``'s namespace exists (``when``
+    is "namespaces"), or let it finish and call ``once_up`` (``when`` is "done"); then
+    ``testbed clean --name`` must succeed and leave nothing of the link."""
+    proc = subprocess.Popen(
+        [*TESTBED, "link", "up", name, spec, "--backend", backend],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        if when == "namespaces":
+            assert _wait_for(lambda: topology.namespace_exists(names.namespace(name, watched_node)))
+            proc.kill()
+        else:
+            assert proc.wait(timeout=up_timeout_s) == 0
+            once_up()
+    finally:
+        proc.kill()
+        proc.wait()
+    result = _clean_cli(name)
+    assert result.returncode == 0, result.stderr
+    _nothing_left(name)
+
+
 @pytest.mark.root
 def test_sigkill_of_the_emulator(name: str) -> None:
     link = Link.up(name, "rtt=20ms", backend="userspace")
@@ -64,30 +104,23 @@ def test_sigkill_of_the_emulator(name: str) -> None:
 @pytest.mark.parametrize("when", ["namespaces", "done"])
 def test_sigkill_of_link_up_then_clean(name: str, backend: str, when: str) -> None:
     """Kill ``testbed link up`` as soon as its namespaces exist, or once it is up."""
-    proc = subprocess.Popen(
-        [*TESTBED, "link", "up", name, "rtt=20ms", "--backend", backend],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+
+    def kill_the_emulator() -> None:
+        assert name in list_links()
+        if backend == "userspace":
+            pid = Link.attach(name).state.emulator_pid
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+
+    _kill_link_up_then_clean(
+        name,
+        "rtt=20ms",
+        backend,
+        when=when,
+        watched_node="client",
+        up_timeout_s=60,
+        once_up=kill_the_emulator,
     )
-    try:
-        if when == "namespaces":
-            assert _wait_for(lambda: topology.namespace_exists(names.namespace(name, "client")))
-            proc.kill()
-        else:
-            assert proc.wait(timeout=60) == 0
-            assert name in list_links()
-            if backend == "userspace":
-                pid = Link.attach(name).state.emulator_pid
-                assert pid is not None
-                os.kill(pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
-    result = subprocess.run(
-        [*TESTBED, "clean", "--name", name], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    _nothing_left(name)
 
 
 @pytest.mark.root
@@ -131,6 +164,7 @@ def test_clean_of_nothing_is_a_no_op(name: str) -> None:
 def test_is_emulator_matches_only_emulators() -> None:
     assert not clean.is_emulator(os.getpid(), None)
     assert not clean.is_emulator(os.getpid(), "tp50")
+    assert not clean.is_emulator(os.getpid(), "ab50")
 
 
 @pytest.mark.root
@@ -140,36 +174,27 @@ def test_sigkill_of_a_multi_link_run_then_clean(name: str, backend: str, when: s
     """A dual topology with an exit (three nodes, three edges): kill ``link up``
     while it builds, or every edge emulator once it is up; clean leaves nothing."""
     spec = "topology=dual;link=rtt=20ms,rate=20mbit;link_b=rtt=40ms;exit_link=rtt=2ms"
-    proc = subprocess.Popen(
-        [*TESTBED, "link", "up", name, spec, "--backend", backend],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+
+    def kill_every_edge_emulator() -> None:
+        link = Link.attach(name)
+        assert set(link.nodes) == {"client", "exit", "server"}
+        if backend == "userspace":
+            pids = [link.show()["edges"][e]["emulator_pid"] for e in link.topology.edge_names]
+            assert len(set(pids)) == 3 and all(clean.is_emulator(p, name) for p in pids)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+
+    _kill_link_up_then_clean(
+        name,
+        spec,
+        backend,
+        when=when,
+        watched_node="exit",
+        up_timeout_s=90,
+        once_up=kill_every_edge_emulator,
     )
-    try:
-        if when == "namespaces":
-            assert _wait_for(lambda: topology.namespace_exists(names.namespace(name, "exit")))
-            proc.kill()
-        else:
-            assert proc.wait(timeout=90) == 0
-            link = Link.attach(name)
-            assert set(link.nodes) == {"client", "exit", "server"}
-            if backend == "userspace":
-                pids = [link.show()["edges"][e]["emulator_pid"] for e in link.topology.edge_names]
-                assert len(set(pids)) == 3 and all(clean.is_emulator(p, name) for p in pids)
-                for pid in pids:
-                    os.kill(pid, signal.SIGKILL)
-    finally:
-        proc.kill()
-        proc.wait()
-    result = subprocess.run(
-        [*TESTBED, "clean", "--name", name], capture_output=True, text=True, timeout=60
-    )
-    assert result.returncode == 0, result.stderr
-    _nothing_left(name)
     assert not list((names.STATE_DIR / "links").glob(f"{name}.*"))
     assert not [ns for ns in topology.list_namespaces() if ns.startswith(f"tb-{name}-")]
-
-    assert not clean.is_emulator(os.getpid(), "ab50")
 
 
 def _sleeper() -> subprocess.Popen:
@@ -227,9 +252,7 @@ def test_link_up_is_left_alone_while_its_emulator_runs() -> None:
     )
     try:
         assert up.returncode == 0, up.stderr
-        result = subprocess.run(
-            [*TESTBED, "clean", "--name", link], capture_output=True, text=True, timeout=60
-        )
+        result = _clean_cli(link)
         assert result.returncode == 0, result.stderr
         assert "skipped" in result.stdout and "emulator" in result.stdout
         assert link in list_links() and Link.attach(link).lost() is None
@@ -248,9 +271,7 @@ def test_a_link_taken_down_under_its_user_is_reported_lost() -> None:
     with Link.up(name, "rtt=10ms", backend="userspace") as link:
         assert link.lost() is None
         # another process, as a careless clean would
-        result = subprocess.run(
-            [*TESTBED, "clean", "--name", name], capture_output=True, text=True, timeout=60
-        )
+        result = _clean_cli(name)
         assert "skipped" in result.stdout and link.lost() is None  # its owner lives: kept
         pid = link.state.emulator_pid
         assert pid is not None

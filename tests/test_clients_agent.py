@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from support_servers import client_config
 
 from clients.agent import run_agent
 from clients.config import ClientConfig
@@ -22,14 +23,8 @@ def server():  # type: ignore[no-untyped-def]
 
 
 def config(server: ServerProcess, protocol: str, **kw: object) -> ClientConfig:
-    return ClientConfig.of(  # type: ignore[arg-type]
-        protocol=protocol,
-        port=server.ports[protocol],
-        timeout_s=20.0,
-        workload="agent",
-        agent_local_s=0.02,
-        **kw,
-    )
+    """An agent client with 20 ms of local work a round."""
+    return client_config(server, protocol, workload="agent", agent_local_s=0.02, **kw)
 
 
 @pytest.mark.parametrize("protocol", ["h2", "h3"])

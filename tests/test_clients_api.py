@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support_servers import client_config
 
 from clients.api import run_requests
 from clients.config import ClientConfig
@@ -25,14 +26,10 @@ def server():  # type: ignore[no-untyped-def]
         yield proc
 
 
-def config(server: ServerProcess, protocol: str, **kw: object) -> ClientConfig:
-    return ClientConfig.of(protocol=protocol, port=server.ports[protocol], timeout_s=20.0, **kw)  # type: ignore[arg-type]
-
-
 @pytest.mark.parametrize("protocol", ["h2", "h3"])
 async def test_new_connection_per_request(server: ServerProcess, protocol: str) -> None:
     records = await run_requests(
-        config(server, protocol, requests=3, warmup_requests=1, connection="new")
+        client_config(server, protocol, requests=3, warmup_requests=1, connection="new")
     )
     assert [r.conn_index for r in records] == [0, 1, 2, 3]
     assert [r.warmup for r in records] == [True, False, False, False]
@@ -44,7 +41,7 @@ async def test_new_connection_per_request(server: ServerProcess, protocol: str) 
 @pytest.mark.parametrize("protocol", ["h2", "h3"])
 async def test_reused_connection(server: ServerProcess, protocol: str) -> None:
     records = await run_requests(
-        config(server, protocol, requests=2, warmup_requests=2, connection="reused")
+        client_config(server, protocol, requests=2, warmup_requests=2, connection="reused")
     )
     assert {r.conn_index for r in records} == {0}
     assert all(r.ok for r in records)
@@ -55,14 +52,14 @@ async def test_reused_connection(server: ServerProcess, protocol: str) -> None:
 @pytest.mark.parametrize("protocol", ["h2", "h3"])
 async def test_resumption(server: ServerProcess, protocol: str) -> None:
     records = await run_requests(
-        config(server, protocol, requests=3, connection="new", resume=True)
+        client_config(server, protocol, requests=3, connection="new", resume=True)
     )
     assert [r.resumed for r in records] == [False, True, True]
     assert all(r.ok for r in records)
 
 
 async def test_h2_without_resume_never_resumes(server: ServerProcess) -> None:
-    records = await run_requests(config(server, "h2", requests=2, connection="new"))
+    records = await run_requests(client_config(server, "h2", requests=2, connection="new"))
     assert [r.resumed for r in records] == [False, False]
 
 
@@ -73,7 +70,7 @@ async def test_records_and_samples_written(
     records_path = tmp_path / "records.jsonl"
     samples_path = tmp_path / "samples.csv"
     records = await run_requests(
-        config(
+        client_config(
             server,
             protocol,
             workload="tts",

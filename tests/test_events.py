@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from support_inputs import assert_spec_error
 
 from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent, parse_event
 from tbcore.errors import SpecError
@@ -51,9 +52,7 @@ def test_spread_start_is_seeded() -> None:
     ],
 )
 def test_bad_events_name_the_field(text: str, field: str) -> None:
-    with pytest.raises(SpecError) as err:
-        parse_event(text)
-    assert err.value.field == field
+    assert_spec_error(lambda: parse_event(text), field)
 
 
 def test_dict_round_trip_and_unknown_keys() -> None:

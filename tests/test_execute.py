@@ -9,9 +9,12 @@ import pytest
 from harness import spec as specmod
 from harness.collect import sender_paces
 from harness.execute import client_argv, run_sysctls, server_argv
+from netem.linkspec import LinkSpec
 from tbcore.settings import Settings
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
+SERVER_ADDRESS = "198.18.2.2"
+PORT = 20001
 
 
 def settings_passed(argv: list[str]) -> Settings:
@@ -19,16 +22,23 @@ def settings_passed(argv: list[str]) -> Settings:
     return Settings.load(argv[argv.index("--settings") + 1])
 
 
+def settings_at_both_ends(settings: Settings, link: LinkSpec, run_dir: Path) -> list[Settings]:
+    """The settings the server and then the client read, for one level's settings."""
+    server = server_argv(settings, link, bind=SERVER_ADDRESS, port=PORT, run_dir=run_dir)
+    client = client_argv(settings, link, host=SERVER_ADDRESS, port=PORT, run_dir=run_dir)
+    return [settings_passed(server), settings_passed(client)]
+
+
 def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
     text = (EXPERIMENTS / "pacing.toml").read_text()
     spec = specmod.loads(text)
     paced = spec.level("paced").settings
     link = specmod.link_of(paced)
-    argv = server_argv(paced, link, bind="198.18.2.2", port=20001, run_dir=tmp_path)
+    argv = server_argv(paced, link, bind=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     server = settings_passed(argv)
     assert server.max_pacing_rate_bps == link.down.rate_bps == 333e6
     assert "--no-h3" in argv and server.cc == "cubic"
-    client = client_argv(paced, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
+    client = client_argv(paced, link, host=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     assert settings_passed(client).connection == "new"
     assert client[client.index("--records") + 1] == str(tmp_path / "records.jsonl")
     # everything but the resolved pacing rate is the level's settings as they are
@@ -39,11 +49,7 @@ def test_tuned_quic_arm_sends_unpaced_full_size_datagrams(tmp_path: Path) -> Non
     spec = specmod.load(EXPERIMENTS / "connection.toml")
     tuned = spec.level("h3-reused").settings
     link = specmod.link_of(tuned)
-    for argv in (
-        server_argv(tuned, link, bind="198.18.2.2", port=20001, run_dir=tmp_path),
-        client_argv(tuned, link, host="198.18.2.2", port=20001, run_dir=tmp_path),
-    ):
-        passed = settings_passed(argv)
+    for passed in settings_at_both_ends(tuned, link, tmp_path):
         assert passed.quic_pacing == "off" and passed.max_datagram_size_bytes == 1452
     new = spec.level("h3-new").settings
     assert sender_paces(new) and not sender_paces(tuned)
@@ -62,13 +68,10 @@ def test_airtime_arms_carry_their_ack_knobs(tmp_path: Path) -> None:
     spec = specmod.load(EXPERIMENTS / "airtime.toml")
     fewer = spec.level("quic-5ms").settings
     link = specmod.link_of(fewer)
-    for argv in (
-        server_argv(fewer, link, bind="198.18.2.2", port=20001, run_dir=tmp_path),
-        client_argv(fewer, link, host="198.18.2.2", port=20001, run_dir=tmp_path),
-    ):
-        assert settings_passed(argv).quic_ack_delay_s == 0.005
+    for passed in settings_at_both_ends(fewer, link, tmp_path):
+        assert passed.quic_ack_delay_s == 0.005
     default = spec.level("quic-1ms").settings
-    argv = client_argv(default, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
+    argv = client_argv(default, link, host=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     assert settings_passed(argv).quic_ack_delay_s is None
     assert spec.level("tcp-quick").settings.route_quickack
     assert not spec.level("tcp-delayed").settings.route_quickack
@@ -79,11 +82,11 @@ def test_fec_arm_runs_the_fec_listener_capped_at_each_directions_rate(tmp_path: 
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/fec.toml")
     settings = spec.level("tts-l14-fecad").settings
     link = specmod.link_of(settings)
-    argv = server_argv(settings, link, bind="198.18.2.2", port=20001, run_dir=tmp_path)
+    argv = server_argv(settings, link, bind=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     assert argv[argv.index("--fec-port") + 1] == "20001" and "--no-h2" in argv
     assert "--qlog-dir" not in argv
     assert settings_passed(argv).fec_rate_bps == link.down.rate_bps
-    client = client_argv(settings, link, host="198.18.2.2", port=20001, run_dir=tmp_path)
+    client = client_argv(settings, link, host=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     assert settings_passed(client).fec_rate_bps == link.up.rate_bps
     # the bbr arm's TCP settings are not refused for fec: recorded as ignored
     bbr = spec.level("tts-l14-bbr").settings

@@ -250,9 +250,37 @@ def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Pa
         if pd.notna(row.ratio):  # a streamed or multi-stream run has its bound elsewhere
             assert row.ratio > 0.9, (row.run_id, row.ratio)
     assert "## Answer" in (result / "report.md").read_text()
+    if name in CONTRACT_CHECKS:
+        CONTRACT_CHECKS[name](result)
 
 
-@pytest.mark.root
+def _playback_contract(result: Path) -> None:
+    """Issue 11's output contract for playback.csv, and a rate shortfall that stalls."""
+    frame = pd.read_csv(result / "playback.csv")
+    columns = ["run_id", "level", "initial_buffer_s", "start_delay_s", "stall_count"]
+    columns += ["stall_s", "predicted_stall_s", "stall_cause"]
+    assert set(columns) <= set(frame.columns)
+    assert frame["level"].str.contains("jitter|rate").all()
+    # a rate shortfall stalls whatever the initial buffer, in the model and in the run
+    short = frame[frame["level"].str.contains("rate")]
+    assert (short["predicted_stall_s"] > 0).all() and (short["stall_count"] > 0).all()
+    assert "## Playback" in (result / "report.md").read_text()
+
+
+def _cancel_contract(result: Path) -> None:
+    """cancel.csv: both protocols, and a server that learns of the cancel no sooner than
+    about one one-way delay (100 ms) after it."""
+    frame = pd.read_csv(result / "cancel.csv")
+    assert set(frame["protocol"]) == {"h2", "h3"}
+    assert (frame["server_learned_s"] > 0.09).all()
+    assert (frame["bytes_sent_after_cancel"] >= 0).all()
+    assert "## Cancel" in (result / "report.md").read_text()
+
+
+CONTRACT_CHECKS = {"playback": _playback_contract, "cancel": _cancel_contract}
+"""What a shipped experiment's quick form must write beyond runs.csv and report.md."""
+
+
 def _processes_naming(path: Path, *words: str) -> list[int]:
     """Pids of live processes whose command line names ``path`` (and every word)."""
     import os
@@ -269,6 +297,7 @@ def _processes_naming(path: Path, *words: str) -> list[int]:
     return pids
 
 
+@pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -19,22 +19,22 @@ pytestmark = pytest.mark.timeout(60)
 BENCHMARK = ipaddress.ip_network(names.BENCHMARK_NET)
 
 
-@pytest.fixture
-def tun_path() -> Iterator[str]:
-    link = "tp20"
+def _built_path(link: str, build: Callable[..., None]) -> Iterator[str]:
+    """A path built under ``link`` by ``build`` (1500-byte MTU), cleaned before and after."""
     clean(link)
-    topology.build_tun_path(link, mtu_bytes=1500)
+    build(link, mtu_bytes=1500)
     yield link
     clean(link)
+
+
+@pytest.fixture
+def tun_path() -> Iterator[str]:
+    yield from _built_path("tp20", topology.build_tun_path)
 
 
 @pytest.fixture
 def router_path() -> Iterator[str]:
-    link = "tp21"
-    clean(link)
-    topology.build_router_path(link, mtu_bytes=1500)
-    yield link
-    clean(link)
+    yield from _built_path("tp21", topology.build_router_path)
 
 
 def _udp_echo_once(client_ns: str, server_ns: str, server_addr: str) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support_inputs import assert_spec_error
 
 from netem.events import LinkEvent
 from netem.topologyspec import Topology, parse_topology
@@ -77,9 +78,7 @@ def test_dual_with_a_shared_exit() -> None:
     ],
 )
 def test_bad_topologies_name_the_field(text: str, field: str) -> None:
-    with pytest.raises(SpecError) as err:
-        parse_topology(text)
-    assert err.value.field == field
+    assert_spec_error(lambda: parse_topology(text), field)
 
 
 def test_round_trip_with_events_and_describe() -> None:

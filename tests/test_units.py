@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support_inputs import assert_spec_error
 
 from tbcore.errors import SpecError
 from tbcore.units import (
@@ -29,94 +31,69 @@ from tbcore.units import (
 pytestmark = pytest.mark.timeout(60)
 
 
-def assert_spec_error(call, field: str, *words: str) -> SpecError:
-    with pytest.raises(SpecError) as info:
-        call()
-    err = info.value
-    assert isinstance(err, ValueError)
-    assert err.field == field
-    assert str(err).startswith(f"{field}: ")
-    assert "\n" not in str(err)
-    for word in words:
-        assert word in str(err)
-    return err
-
-
-# --- durations --------------------------------------------------------------------------
+# --- durations, rates and fractions: human spellings into SI numbers ---------------------
 
 
 @pytest.mark.parametrize(
-    ("text", "seconds"),
+    ("parse", "field", "text", "si_value"),
     [
-        ("200ms", 0.2),
-        ("200 ms", 0.2),
-        ("200MS", 0.2),
-        ("1s", 1.0),
-        ("1.5sec", 1.5),
-        ("2msec", 0.002),
-        ("250us", 250e-6),
-        ("250usec", 250e-6),
-        ("250µs", 250e-6),
-        ("10ns", 10e-9),
-        ("10nsec", 10e-9),
-        (".5s", 0.5),
-        ("1e3ms", 1.0),
-        ("+5ms", 0.005),
-        ("0ms", 0.0),
-        (0.2, 0.2),
-        (3, 3.0),
+        (parse_duration_s, "delay", "200ms", 0.2),
+        (parse_duration_s, "delay", "200 ms", 0.2),
+        (parse_duration_s, "delay", "200MS", 0.2),
+        (parse_duration_s, "delay", "1s", 1.0),
+        (parse_duration_s, "delay", "1.5sec", 1.5),
+        (parse_duration_s, "delay", "2msec", 0.002),
+        (parse_duration_s, "delay", "250us", 250e-6),
+        (parse_duration_s, "delay", "250usec", 250e-6),
+        (parse_duration_s, "delay", "250µs", 250e-6),
+        (parse_duration_s, "delay", "10ns", 10e-9),
+        (parse_duration_s, "delay", "10nsec", 10e-9),
+        (parse_duration_s, "delay", ".5s", 0.5),
+        (parse_duration_s, "delay", "1e3ms", 1.0),
+        (parse_duration_s, "delay", "+5ms", 0.005),
+        (parse_duration_s, "delay", "0ms", 0.0),
+        (parse_rate_bps, "rate", "333mbit", 333e6),
+        (parse_rate_bps, "rate", "333Mbit", 333e6),
+        (parse_rate_bps, "rate", "333mbit/s", 333e6),
+        (parse_rate_bps, "rate", "14.5mbit", 14.5e6),
+        (parse_rate_bps, "rate", "1gbit", 1e9),
+        (parse_rate_bps, "rate", "0.1tbit", 1e11),
+        (parse_rate_bps, "rate", "64kbit", 64e3),
+        (parse_rate_bps, "rate", "1000bit", 1000.0),
+        (parse_rate_bps, "rate", "1mibit", 2.0**20),
+        (parse_rate_bps, "rate", "1kibit", 1024.0),
+        (parse_rate_bps, "rate", "1gibit", 2.0**30),
+        (parse_rate_bps, "rate", "5e2kbit", 5e5),
+        (parse_fraction, "loss", "14%", 0.14),
+        (parse_fraction, "loss", "14 %", 0.14),
+        (parse_fraction, "loss", "0.14", 0.14),
+        (parse_fraction, "loss", "0%", 0.0),
+        (parse_fraction, "loss", "0", 0.0),
+        (parse_fraction, "loss", "99.9%", 0.999),
     ],
 )
-def test_parse_duration(text: str | float, seconds: float) -> None:
-    assert parse_duration_s("delay", text) == pytest.approx(seconds, rel=1e-12)
+def test_spelled_quantity_parses_into_si_units(
+    parse: Callable[[str, object], float], field: str, text: str, si_value: float
+) -> None:
+    assert parse(field, text) == pytest.approx(si_value, rel=1e-12)
 
 
 @pytest.mark.parametrize(
-    ("text", "words"),
+    ("parse", "field", "number", "si_value"),
     [
-        ("200", ("needs a unit",)),  # the unit of a delay is never implied
-        ("-5ms", ("negative",)),
-        ("5 parsecs", ("unknown duration unit",)),
-        ("5 m s", ("not a number",)),
-        ("5h", ("unknown duration unit",)),
-        ("ms", ("not a number",)),
-        ("", ("not a number",)),
-        ("1e999s", ("not finite",)),
-        (-1.0, ("finite duration >= 0",)),
-        (math.nan, ("finite duration >= 0",)),
-        (math.inf, ("finite duration >= 0",)),
-        (True, ("expected a string",)),
-        (None, ("expected a string",)),
+        (parse_duration_s, "delay", 0.2, 0.2),
+        (parse_duration_s, "delay", 3, 3.0),
+        (parse_rate_bps, "rate", 333e6, 333e6),
+        (parse_rate_bps, "rate", 1000, 1000.0),
+        (parse_fraction, "loss", 0.42, 0.42),
+        (parse_fraction, "loss", 0, 0.0),
     ],
 )
-def test_bad_duration_names_the_field(text: object, words: tuple[str, ...]) -> None:
-    assert_spec_error(lambda: parse_duration_s("delay", text), "delay", *words)
-
-
-# --- rates ------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "bps"),
-    [
-        ("333mbit", 333e6),
-        ("333Mbit", 333e6),
-        ("333mbit/s", 333e6),
-        ("14.5mbit", 14.5e6),
-        ("1gbit", 1e9),
-        ("0.1tbit", 1e11),
-        ("64kbit", 64e3),
-        ("1000bit", 1000.0),
-        ("1mibit", 2.0**20),
-        ("1kibit", 1024.0),
-        ("1gibit", 2.0**30),
-        ("5e2kbit", 5e5),
-        (333e6, 333e6),  # numbers given as numbers are bit/s
-        (1000, 1000.0),
-    ],
-)
-def test_parse_rate(text: str | float, bps: float) -> None:
-    assert parse_rate_bps("rate", text) == pytest.approx(bps, rel=1e-12)
+def test_a_number_is_already_in_si_units(
+    parse: Callable[[str, object], float], field: str, number: float, si_value: float
+) -> None:
+    """Seconds, bit/s, a fraction: a number given as a number is taken as it is."""
+    assert parse(field, number) == pytest.approx(si_value, rel=1e-12)
 
 
 @pytest.mark.parametrize("unit", ["bps", "kbps", "mbps", "gbps", "Mbps", "mbps/s"])
@@ -125,26 +102,7 @@ def test_ambiguous_bps_is_refused_with_a_hint(unit: str) -> None:
     assert "bit" in err.reason
 
 
-@pytest.mark.parametrize(
-    ("text", "words"),
-    [
-        ("0mbit", ("> 0",)),
-        ("-1mbit", ("> 0",)),
-        (0, ("> 0",)),
-        (-5.0, ("> 0",)),
-        (math.inf, ("> 0",)),
-        ("333", ("unknown rate unit",)),
-        ("333mb", ("unknown rate unit",)),
-        ("fast", ("not a number",)),
-        ("1e999mbit", ("not finite",)),
-        (True, ("expected a string",)),
-    ],
-)
-def test_bad_rate_names_the_field(text: object, words: tuple[str, ...]) -> None:
-    assert_spec_error(lambda: parse_rate_bps("rate", text), "rate", *words)
-
-
-# --- sizes and queues -------------------------------------------------------------------
+# --- sizes and queues --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -177,24 +135,6 @@ def test_parse_size(text: str | int, size: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "words"),
-    [
-        ("-1", (">= 0",)),
-        (-1, (">= 0",)),
-        ("1.5", ("whole number",)),
-        ("1.0001kb", ("whole number",)),
-        ("5 furlongs", ("unknown size unit",)),
-        ("5mbit", ("unknown size unit",)),
-        ("lots", ("not a number",)),
-        (1500.0, ("expected a string",)),
-        (True, ("expected a string",)),
-    ],
-)
-def test_bad_size_names_the_field(text: object, words: tuple[str, ...]) -> None:
-    assert_spec_error(lambda: parse_size_bytes("size", text), "size", *words)
-
-
-@pytest.mark.parametrize(
     ("text", "limit"),
     [
         ("1000p", (None, 1000)),
@@ -216,24 +156,54 @@ def test_bad_queue_packet_count(text: str) -> None:
     assert_spec_error(lambda: parse_queue("queue", text), "queue", "packet count")
 
 
-# --- fractions and probabilities --------------------------------------------------------
+# --- bad durations, rates and sizes: each names its field and says what is wrong --------
 
 
 @pytest.mark.parametrize(
-    ("text", "fraction"),
+    ("parse", "field", "text", "word"),
     [
-        ("14%", 0.14),
-        ("14 %", 0.14),
-        ("0.14", 0.14),
-        ("0%", 0.0),
-        ("0", 0.0),
-        ("99.9%", 0.999),
-        (0.42, 0.42),
-        (0, 0.0),
+        # the unit of a delay is never implied
+        (parse_duration_s, "delay", "200", "needs a unit"),
+        (parse_duration_s, "delay", "-5ms", "negative"),
+        (parse_duration_s, "delay", "5 parsecs", "unknown duration unit"),
+        (parse_duration_s, "delay", "5 m s", "not a number"),
+        (parse_duration_s, "delay", "5h", "unknown duration unit"),
+        (parse_duration_s, "delay", "ms", "not a number"),
+        (parse_duration_s, "delay", "", "not a number"),
+        (parse_duration_s, "delay", "1e999s", "not finite"),
+        (parse_duration_s, "delay", -1.0, "finite duration >= 0"),
+        (parse_duration_s, "delay", math.nan, "finite duration >= 0"),
+        (parse_duration_s, "delay", math.inf, "finite duration >= 0"),
+        (parse_duration_s, "delay", True, "expected a string"),
+        (parse_duration_s, "delay", None, "expected a string"),
+        (parse_rate_bps, "rate", "0mbit", "> 0"),
+        (parse_rate_bps, "rate", "-1mbit", "> 0"),
+        (parse_rate_bps, "rate", 0, "> 0"),
+        (parse_rate_bps, "rate", -5.0, "> 0"),
+        (parse_rate_bps, "rate", math.inf, "> 0"),
+        (parse_rate_bps, "rate", "333", "unknown rate unit"),
+        (parse_rate_bps, "rate", "333mb", "unknown rate unit"),
+        (parse_rate_bps, "rate", "fast", "not a number"),
+        (parse_rate_bps, "rate", "1e999mbit", "not finite"),
+        (parse_rate_bps, "rate", True, "expected a string"),
+        (parse_size_bytes, "size", "-1", ">= 0"),
+        (parse_size_bytes, "size", -1, ">= 0"),
+        (parse_size_bytes, "size", "1.5", "whole number"),
+        (parse_size_bytes, "size", "1.0001kb", "whole number"),
+        (parse_size_bytes, "size", "5 furlongs", "unknown size unit"),
+        (parse_size_bytes, "size", "5mbit", "unknown size unit"),
+        (parse_size_bytes, "size", "lots", "not a number"),
+        (parse_size_bytes, "size", 1500.0, "expected a string"),
+        (parse_size_bytes, "size", True, "expected a string"),
     ],
 )
-def test_parse_fraction(text: str | float, fraction: float) -> None:
-    assert parse_fraction("loss", text) == pytest.approx(fraction, rel=1e-12)
+def test_bad_quantity_names_the_field(
+    parse: Callable[[str, object], float], field: str, text: object, word: str
+) -> None:
+    assert_spec_error(lambda: parse(field, text), field, word)
+
+
+# --- fractions and probabilities --------------------------------------------------------
 
 
 @pytest.mark.parametrize(

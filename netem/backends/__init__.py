@@ -26,7 +26,7 @@ from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from netem.topologyspec import Topology
-from tbcore.errors import SpecError
+from tbcore.errors import SpecError, require_schema
 
 STATE_SCHEMA_VERSION = 1
 """Version of the link state file's layout."""
@@ -81,10 +81,7 @@ class LinkState:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LinkState:
-        if data.get("schema") != STATE_SCHEMA_VERSION:
-            raise SpecError(
-                "state", f"schema {data.get('schema')!r}, expected {STATE_SCHEMA_VERSION}"
-            )
+        require_schema(data, "schema", STATE_SCHEMA_VERSION, "state")
         values = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         values["spec"] = LinkSpec.from_dict(data["spec"])
         return cls(**values)

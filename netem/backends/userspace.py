@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from netem.backends import (
 from netem.emulator.control import ControlError, EmulatorClient
 from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
+from netem.readiness import wait_for_marker
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
 
@@ -249,21 +249,14 @@ class UserspaceBackend(Backend):
 
     @staticmethod
     def _wait_ready(read_end: int, proc: subprocess.Popen, log: Path) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        seen = b""
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
-            if not ready:
-                break
-            chunk = os.read(read_end, 64)
-            if not chunk:  # EOF: the emulator exited (or closed the pipe) without "ready"
-                proc.poll()
-                raise RuntimeError(
-                    f"emulator exited ({proc.returncode}) before it was ready: {_log_tail(log)}"
-                )
-            seen += chunk
-            if b"ready" in seen:
-                return
+        result = wait_for_marker(read_end, b"ready", time.monotonic() + READY_TIMEOUT_S)
+        if result.ready:
+            return
+        if result.eof:  # the emulator exited (or closed the pipe) without "ready"
+            proc.poll()
+            raise RuntimeError(
+                f"emulator exited ({proc.returncode}) before it was ready: {_log_tail(log)}"
+            )
         raise RuntimeError(f"emulator not ready after {READY_TIMEOUT_S:g} s: {_log_tail(log)}")
 
     def client(self, state: LinkState) -> EmulatorClient:

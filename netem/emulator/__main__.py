@@ -195,13 +195,20 @@ def set_scheduling(policy: str) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, -20)
 
 
-def load_spec(text: str) -> LinkSpec:
+def _load_json_arg(text: str, option: str, kind: type, shape: str) -> Any:
+    """The JSON value of command-line option ``option``, which must be a ``kind``
+    (SpecError naming the option, and saying ``shape``, otherwise)."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
-        raise SpecError("spec-json", f"not JSON: {err}") from None
-    if not isinstance(data, dict):
-        raise SpecError("spec-json", "must be a JSON object (LinkSpec.to_dict())")
+        raise SpecError(option, f"not JSON: {err}") from None
+    if not isinstance(data, kind):
+        raise SpecError(option, f"must be {shape}")
+    return data
+
+
+def load_spec(text: str) -> LinkSpec:
+    data = _load_json_arg(text, "spec-json", dict, "a JSON object (LinkSpec.to_dict())")
     return LinkSpec.from_dict(data)
 
 
@@ -253,12 +260,7 @@ def merge_events(mine: list[dict], theirs: list[dict]) -> list[dict]:
 def load_events(text: str | None) -> list[LinkEvent]:
     if not text:
         return []
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise SpecError("events-json", f"not JSON: {err}") from None
-    if not isinstance(data, list):
-        raise SpecError("events-json", "must be a JSON list of events")
+    data = _load_json_arg(text, "events-json", list, "a JSON list of events")
     return [LinkEvent.from_dict(item) for item in data]
 
 
