@@ -250,7 +250,11 @@ QUIET_STEAL_FRACTION = 0.02
 closing note), at 0-1 % they were not."""
 QUIET_WINDOW_S = 1.0
 """The window the steal is read over before a re-run (100 ticks of two CPUs)."""
-QUIET_WAIT_MAX_S = 60.0
+QUIET_WINDOWS = 3
+"""How many windows in a row must be quiet: at stop 21 a gate of one quiet second let two
+re-runs start inside a spell that came back within the run (13 % and 11 % steal, both
+rejected again), so one quiet second is not the end of a spell."""
+QUIET_WAIT_MAX_S = 90.0
 """The longest a re-run waits for steal to fall; then it is made anyway (and judged)."""
 
 
@@ -261,19 +265,23 @@ def wait_for_low_steal(
     limit: float = QUIET_STEAL_FRACTION,
     window_s: float = QUIET_WINDOW_S,
     max_s: float = QUIET_WAIT_MAX_S,
+    quiet_windows: int = QUIET_WINDOWS,
 ) -> tuple[float, float | None]:
-    """Wait until the host's steal over one window is below ``limit`` or ``max_s`` has
-    passed; returns (seconds waited, the last window's steal). Steal comes in spells (the
-    hypervisor's other guests), so a run made again straight after a disturbed one would
-    likely be disturbed the same way."""
+    """Wait until the host's steal has been below ``limit`` over ``quiet_windows`` windows
+    in a row, or ``max_s`` has passed; returns (seconds waited, the last window's steal).
+    Steal comes in spells (the hypervisor's other guests), so a run made again straight
+    after a disturbed one would likely be disturbed the same way. A host that cannot tell
+    steal (no counter) does not wait."""
     start = clock()
     before = read()
     steal: float | None = None
+    quiet = 0
     while True:
         sleep(window_s)
         now = read()
         steal = (now - before).steal_fraction
+        quiet = quiet + 1 if steal is not None and steal < limit else 0
         waited = clock() - start
-        if steal is None or steal < limit or waited >= max_s:
+        if steal is None or quiet >= quiet_windows or waited >= max_s:
             return waited, steal
         before = now

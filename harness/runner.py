@@ -296,7 +296,7 @@ def _wait_for_low_steal(log: Callable[[str], None]) -> None:
     """Before a re-run: let a spell of hypervisor steal pass (harness.machine), and say so
     when it had to wait."""
     waited, steal = machine.wait_for_low_steal()
-    if waited > 2 * machine.QUIET_WINDOW_S:
+    if waited > (machine.QUIET_WINDOWS + 1) * machine.QUIET_WINDOW_S:
         shown = "unknown" if steal is None else f"{steal * 100:.1f} %"
         log(f"re-run waited {waited:.0f} s for the host's steal to fall (last second: {shown})")
 

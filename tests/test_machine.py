@@ -99,7 +99,9 @@ def test_a_re_run_waits_for_a_spell_of_steal_to_pass() -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    waited, steal = wait_for_low_steal(read, sleep, lambda: now[0], limit=0.02, window_s=1.0)
+    waited, steal = wait_for_low_steal(
+        read, sleep, lambda: now[0], limit=0.02, window_s=1.0, quiet_windows=1
+    )
     assert waited == 3.0 and steal == pytest.approx(0.01)
     # it gives up after max_s, and reports the steal it last saw
     busy = iter([HostCpu(0.0, 0.2 * i, 2.0 * i) for i in range(100)])
@@ -108,3 +110,22 @@ def test_a_re_run_waits_for_a_spell_of_steal_to_pass() -> None:
         lambda: next(busy), sleep, lambda: now[0], limit=0.02, window_s=1.0, max_s=5.0
     )
     assert waited == 5.0 and steal == pytest.approx(0.1)
+
+
+def test_one_quiet_second_inside_a_spell_is_not_its_end() -> None:
+    now = [0.0]
+    # per 1 s window on two CPUs: 12 %, 1 %, 9 % (the spell is back), then 1 %, 0 %, 1 %
+    per_window = [0.12, 0.01, 0.09, 0.01, 0.0, 0.01]
+    steals = iter([sum(per_window[:i]) * 2.0 for i in range(len(per_window) + 1)])
+    totals = iter([2.0 * i for i in range(len(per_window) + 1)])
+
+    def read() -> HostCpu:
+        return HostCpu(busy_s=0.0, steal_s=next(steals), total_s=next(totals))
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    waited, steal = wait_for_low_steal(
+        read, sleep, lambda: now[0], limit=0.02, window_s=1.0, quiet_windows=3
+    )
+    assert waited == 6.0 and steal == pytest.approx(0.01)
