@@ -34,7 +34,7 @@ from harness.machine import CpuWatch
 from harness.plan import DEFAULT_ATTEMPTS, Outcome, PlannedRun, next_attempt, plan_for, remaining
 from harness.record import ResultDir, utc_stamp
 from harness.runlock import exclusive_run
-from harness.spec import ExperimentSpec, link_of
+from harness.spec import ExperimentSpec, link_of, resolve_link
 from netem.linkspec import LinkSpec
 from tbcore import kinds
 from tbcore.errors import LinkLost, SpecError
@@ -97,7 +97,7 @@ def disturbance_of(
     path = None
     series = machine.emulator_lateness(run_dir)
     if series is not None:
-        path = judgement.critical_path(series, t0, t1, rtt_s=row.rtt_s)
+        path = judgement.critical_path(series, t0, t1, rtt_s=row.rtt_s, jitter_s=_jitter_s(row))
     if path is None:
         waits = [w for w in (row.main_wait_client_s, row.main_wait_server_s) if w is not None]
     else:
@@ -115,6 +115,18 @@ def disturbance_of(
         endpoint_steal_s=steal,
     )
     return disturbance, path
+
+
+def _jitter_s(row: RunRow) -> dict[str, float] | None:
+    """Each direction's configured jitter (what it can add to a packet's sojourn), or None
+    when the row's link cannot be read (then no bottleneck queue is assumed)."""
+    if not row.link:
+        return None
+    try:
+        link = resolve_link(row.link)
+    except SpecError:
+        return None
+    return {"up": link.up.jitter_s, "down": link.down.jitter_s}
 
 
 def judge(

@@ -68,10 +68,11 @@ LEVEL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
 
 def link_of(settings: Settings) -> LinkSpec:
     """The emulated path of ``settings.link`` (a preset, maybe with overriding keys)."""
-    return _resolve(settings.link)
+    return resolve_link(settings.link)
 
 
-def _resolve(text: str) -> LinkSpec:
+def resolve_link(text: str) -> LinkSpec:
+    """The emulated path of a link string (a preset, maybe with overriding keys)."""
     head, _, rest = text.partition(",")
     if head.strip() in PRESETS:
         return parse_link(merge_link(PRESETS[head.strip()], rest))
@@ -169,7 +170,7 @@ def parse_settings(
         if not isinstance(value, str):
             raise SpecError(f"{where}.link", f"must be a link string or preset, got {value!r}")
         try:
-            _resolve(value)
+            resolve_link(value)
         except SpecError as err:
             raise SpecError(f"{where}.link.{err.field}", err.reason) from None
     return Settings.from_table(table, where, base), set(table)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -113,7 +113,8 @@ class Disturbance:
     """Run-queue wait of the client's and the server's main threads (their event loops, which
     do the protocol work) while they were on the request's critical path
     (:func:`flight_wait_s`: sending a flight, or waking for one that arrived and working on
-    it; a wait there delays the next round, a wait elsewhere does not), times the
+    it; a wait there delays the next round, a wait elsewhere does not; and not while a
+    bottleneck held a queue, which absorbs a stall shorter than itself), times the
     share of the host's busy CPU time that processes other than the run's own used
     (:func:`foreign_wait_s`). The rest of the wait is the run's own processes (the real-time
     emulator, the peer stack, the samplers) sharing two cores: it is there on a quiet host
@@ -176,6 +177,9 @@ class CriticalPath:
     packet: when it reached the receiving endpoint."""
     sends_s: dict[str, list[tuple[float, float]]]
     """Per direction, when the sending endpoint put each flight out: (first, last) packet."""
+    backlog_s: list[tuple[float, float]] = field(default_factory=list)
+    """When a bottleneck of the path held a queue (:func:`backlog_spans`, both directions,
+    merged): the path, not an endpoint, set the pace then."""
 
     @property
     def flights(self) -> dict[str, int]:
@@ -183,29 +187,42 @@ class CriticalPath:
 
     def endpoint_spans(self, work_s: float = FLIGHT_WORK_S) -> dict[str, list[tuple[float, float]]]:
         """Per endpoint, the spans in which it was on the critical path: sending a flight,
-        and receiving one and working on it (``work_s`` after its first packet arrived)."""
+        and receiving one and working on it (``work_s`` after its first packet arrived),
+        except while a bottleneck held a queue (:attr:`backlog_s`): an endpoint that stalls
+        then delays nothing until the queue has drained, and the part of a stall that
+        outlasts the queue leaves a gap that is counted."""
         spans: dict[str, list[tuple[float, float]]] = {"client": [], "server": []}
         for name, starts in self.starts_s.items():
             spans[RECEIVER[name]] += [(t, t + work_s) for t in starts]
         for name, sends in self.sends_s.items():
             spans[SENDER[name]] += sends
-        return spans
+        if not self.backlog_s:
+            return spans
+        return {end: uncovered(parts, self.backlog_s) for end, parts in spans.items()}
 
 
 def critical_path(
-    directions: Mapping[str, PacketTimes], start_s: float, end_s: float, rtt_s: float
+    directions: Mapping[str, PacketTimes],
+    start_s: float,
+    end_s: float,
+    rtt_s: float,
+    jitter_s: Mapping[str, float] | None = None,
 ) -> CriticalPath:
     """The flights and their lateness from each direction's packets, counting the packets
-    released within [start_s, end_s]."""
+    released within [start_s, end_s]; with each direction's configured ``jitter_s`` known,
+    also when its bottleneck held a queue (without it, none is assumed)."""
     gap = max(FLIGHT_GAP_FRACTION * rtt_s, 1e-3)
     total = 0.0
     starts: dict[str, list[float]] = {}
     sends: dict[str, list[tuple[float, float]]] = {}
+    backlog: list[tuple[float, float]] = []
     for name, packets in directions.items():
         t = np.asarray(packets.departure_s, dtype=float)
         inside = (t >= start_s) & (t <= end_s)
         late = np.asarray(packets.lateness_s, dtype=float)[inside]
         sent = np.asarray(packets.sent_s, dtype=float)[inside]
+        if jitter_s is not None:
+            backlog += backlog_spans(sent, t[inside] - late, jitter_s.get(name, 0.0))
         total += flight_lateness_s(t[inside], late, gap)
         order = np.argsort(t[inside], kind="stable")
         kept, sent = t[inside][order], sent[order]
@@ -216,7 +233,61 @@ def critical_path(
             for part in np.split(sent, heads[1:])
             if part.size
         ]
-    return CriticalPath(lateness_s=total, starts_s=starts, sends_s=sends)
+    return CriticalPath(lateness_s=total, starts_s=starts, sends_s=sends, backlog_s=merged(backlog))
+
+
+QUEUE_MIN_S = 1e-6
+"""A sojourn longer than the shortest by less than this is the same (float rounding of the
+emulator's schedule, microsecond timestamps)."""
+
+
+def backlog_spans(
+    sent_s: np.ndarray, due_s: np.ndarray, jitter_s: float = 0.0
+) -> list[tuple[float, float]]:
+    """When one direction's bottleneck held a queue. A packet's sojourn (entry to scheduled
+    release) beyond the direction's smallest one (propagation and one serialisation) was
+    spent behind packets ahead of it, so the bottleneck was busy from its entry for that
+    long; less 2 x ``jitter_s``, what a jittered delay alone can add (netem.linkspec:
+    uniform, never reordering)."""
+    keep = np.isfinite(sent_s) & np.isfinite(due_s)
+    sent, sojourn = sent_s[keep], due_s[keep] - sent_s[keep]
+    if sent.size == 0:
+        return []
+    queued = sojourn - sojourn.min() - 2.0 * jitter_s
+    busy = queued > QUEUE_MIN_S
+    return [(float(a), float(a + q)) for a, q in zip(sent[busy], queued[busy], strict=True)]
+
+
+def merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of ``spans`` as sorted, disjoint spans."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def uncovered(
+    spans: Sequence[tuple[float, float]], cover: Sequence[tuple[float, float]]
+) -> list[tuple[float, float]]:
+    """The parts of ``spans`` outside ``cover`` (sorted, disjoint: :func:`merged`); a span
+    of one instant (a flight of one packet) is kept when not covered."""
+    out: list[tuple[float, float]] = []
+    for a, b in spans:
+        cursor = a
+        for c, d in cover:
+            if d < cursor or c > b:
+                continue
+            if c > cursor:
+                out.append((cursor, c))
+            cursor = max(cursor, d)
+            if cursor > b:
+                break
+        if cursor < b or (cursor == a == b):
+            out.append((cursor, b))
+    return out
 
 
 RECEIVER = {"up": "server", "down": "client"}

@@ -10,8 +10,10 @@ from harness.validity import (
     DISTURBANCE_FLOOR_S,
     DISTURBANCE_MAX_EFFECT_FRACTION,
     DISTURBANCE_MAX_FRACTION,
+    CriticalPath,
     Disturbance,
     PacketTimes,
+    backlog_spans,
     combine,
     critical_path,
     disturbance_columns,
@@ -22,7 +24,9 @@ from harness.validity import (
     foreign_wait_s,
     judge_disturbance,
     loss_out_of_range,
+    merged,
     run_validity,
+    uncovered,
 )
 
 
@@ -85,6 +89,68 @@ def test_the_wait_counted_is_the_one_on_the_critical_path() -> None:
     assert flight_wait_s([(0.09, 0.1), (-1.0, -0.9)], waits) == 0.0
     assert flight_wait_s([(0.05, 0.06)], waits[:1]) == 0.0
     assert flight_wait_s([], waits) == 0.0
+
+
+def _bulk(count: int, every_s: float, service_s: float, delay_s: float) -> PacketTimes:
+    """Packets entering every ``every_s`` into a bottleneck that serves one per
+    ``service_s`` behind a ``delay_s`` propagation delay, released on time."""
+    sent = np.arange(count) * every_s
+    due = np.empty(count)
+    free = 0.0
+    for k, t in enumerate(sent):
+        free = max(free, t) + service_s
+        due[k] = free + delay_s
+    return PacketTimes(sent_s=sent, departure_s=due, lateness_s=np.zeros(count))
+
+
+def test_a_queue_at_the_bottleneck_is_found_from_the_sojourns() -> None:
+    # entering every 1 ms, served every 2 ms: packet k waits k ms behind the others
+    bulk = _bulk(11, every_s=0.001, service_s=0.002, delay_s=0.05)
+    spans = backlog_spans(bulk.sent_s, bulk.departure_s, jitter_s=0.0)
+    assert merged(spans) == [(pytest.approx(0.001), pytest.approx(0.020))]
+    # paced below the bottleneck's rate: no packet waits, no queue
+    paced = _bulk(11, every_s=0.003, service_s=0.002, delay_s=0.05)
+    assert backlog_spans(paced.sent_s, paced.departure_s) == []
+    # sojourns that differ by less than twice the jitter are the jitter's, not a queue
+    jittered = paced.departure_s + np.array([0.004, -0.004] * 5 + [0.0])
+    assert backlog_spans(paced.sent_s, jittered, jitter_s=0.004) == []
+    assert backlog_spans(paced.sent_s, jittered, jitter_s=0.0) != []
+
+
+def test_uncovered_parts_of_spans() -> None:
+    cover = merged([(0.6, 1.0), (0.0, 0.4), (0.3, 0.45)])
+    assert cover == [(0.0, 0.45), (0.6, 1.0)]
+    assert uncovered([(0.0, 1.0)], cover) == [(0.45, 0.6)]
+    assert uncovered([(0.2, 0.5), (1.1, 1.2)], cover) == [(0.45, 0.5), (1.1, 1.2)]
+    assert uncovered([(0.5, 0.5), (0.7, 0.7)], cover) == [(0.5, 0.5)]  # one-packet flights
+    assert uncovered([(0.1, 0.2)], []) == [(0.1, 0.2)]
+
+
+def test_a_stall_behind_a_queue_counts_only_where_it_outlasted_the_queue() -> None:
+    # the client sends one flight for a second; the bottleneck is queued but for 0.41-0.59 s
+    path = CriticalPath(
+        lateness_s=0.0,
+        starts_s={"up": [0.05]},
+        sends_s={"up": [(0.0, 1.0)]},
+        backlog_s=[(0.0, 0.41), (0.59, 1.0)],
+    )
+    spans = path.endpoint_spans(work_s=0.02)
+    assert spans == {"client": [(0.41, 0.59)], "server": []}
+    # 1 ms of wait in each 20 ms interval: only the ten intervals the gap overlaps count
+    times = [i * 0.02 for i in range(51)]
+    waits = list(zip(times, [i * 0.001 for i in range(51)], strict=True))
+    assert flight_wait_s(spans["client"], waits) == pytest.approx(0.010)
+    assert flight_wait_s(path.sends_s["up"], waits) == pytest.approx(0.050)
+
+
+def test_critical_path_finds_the_queue_only_with_the_jitter_known() -> None:
+    bulk = _bulk(11, every_s=0.001, service_s=0.002, delay_s=0.05)
+    directions = {"up": bulk}
+    unknown = critical_path(directions, start_s=0.0, end_s=1.0, rtt_s=0.1)
+    assert unknown.backlog_s == []
+    known = critical_path(directions, start_s=0.0, end_s=1.0, rtt_s=0.1, jitter_s={"up": 0.0})
+    assert known.backlog_s == [(pytest.approx(0.001), pytest.approx(0.020))]
+    assert known.endpoint_spans()["client"] == [(pytest.approx(0.0), pytest.approx(0.001))]
 
 
 def test_steal_from_the_endpoints() -> None:
