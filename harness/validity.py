@@ -108,7 +108,9 @@ class Disturbance:
     """Emulator lateness on the request's critical path: per flight of packets (each
     direction, in the request window), the lateness of its latest-released packet, summed.
     A packet released late delays its flight's successors (its ACK, the next round) by at
-    most that much; packets of one flight are late in parallel, not in series."""
+    most that much; packets of one flight are late in parallel, not in series. A packet
+    that entered behind a queue and does not end its flight is not counted: the packets
+    queued behind it keep the bottleneck busy while its ACK is late."""
     endpoint_wait_s: float | None
     """Run-queue wait of the client's and the server's main threads (their event loops, which
     do the protocol work) while they were on the request's critical path
@@ -144,16 +146,27 @@ def flights(departures_s: Sequence[float], gap_s: float) -> np.ndarray:
 
 
 def flight_lateness_s(
-    departures_s: Sequence[float], lateness_s: Sequence[float], gap_s: float
+    departures_s: Sequence[float],
+    lateness_s: Sequence[float],
+    gap_s: float,
+    queued: Sequence[bool] | None = None,
 ) -> float:
-    """Sum over flights of the largest lateness in the flight; early releases count as 0."""
+    """Sum over flights of the largest lateness in the flight; early releases count as 0.
+    ``queued``: packets that entered behind a queue (:func:`queued_packets`); their lateness
+    is absorbed by the queue behind them (the sender's next packets are already waiting)
+    unless the packet ends its flight, whose release is when the flight has arrived."""
     if len(departures_s) == 0:
         return 0.0
     t = np.asarray(departures_s, dtype=float)
     late = np.clip(np.asarray(lateness_s, dtype=float), 0.0, None)
     order = np.argsort(t, kind="stable")
     t, late = t[order], late[order]
-    return float(np.maximum.reduceat(late, flights(t, gap_s)).sum())
+    heads = flights(t, gap_s)
+    if queued is not None:
+        absorbed = np.asarray(queued, dtype=bool)[order]
+        absorbed[np.append(heads[1:] - 1, t.size - 1)] = False  # each flight's last packet
+        late = np.where(absorbed, 0.0, late)
+    return float(np.maximum.reduceat(late, heads).sum())
 
 
 @dataclass(frozen=True)
@@ -221,9 +234,12 @@ def critical_path(
         inside = (t >= start_s) & (t <= end_s)
         late = np.asarray(packets.lateness_s, dtype=float)[inside]
         sent = np.asarray(packets.sent_s, dtype=float)[inside]
+        queued = None
         if jitter_s is not None:
-            backlog += backlog_spans(sent, t[inside] - late, jitter_s.get(name, 0.0))
-        total += flight_lateness_s(t[inside], late, gap)
+            due = t[inside] - late
+            backlog += backlog_spans(sent, due, jitter_s.get(name, 0.0))
+            queued = queued_packets(sent, due, jitter_s.get(name, 0.0))
+        total += flight_lateness_s(t[inside], late, gap, queued)
         order = np.argsort(t[inside], kind="stable")
         kept, sent = t[inside][order], sent[order]
         heads = flights(kept, gap)
@@ -241,21 +257,34 @@ QUEUE_MIN_S = 1e-6
 emulator's schedule, microsecond timestamps)."""
 
 
+def queue_wait_s(sent_s: np.ndarray, due_s: np.ndarray, jitter_s: float = 0.0) -> np.ndarray:
+    """Per packet of one direction, how long it waited behind others at the bottleneck: its
+    sojourn (entry to scheduled release) beyond the direction's smallest one (propagation
+    and one serialisation), less 2 x ``jitter_s``, what a jittered delay alone can add
+    (netem.linkspec: uniform, never reordering); 0 for a packet without both times."""
+    sojourn = np.asarray(due_s, dtype=float) - np.asarray(sent_s, dtype=float)
+    known = np.isfinite(sojourn)
+    if not known.any():
+        return np.zeros(sojourn.size)
+    wait = sojourn - sojourn[known].min() - 2.0 * jitter_s
+    return np.where(known & (wait > QUEUE_MIN_S), wait, 0.0)
+
+
+def queued_packets(sent_s: np.ndarray, due_s: np.ndarray, jitter_s: float = 0.0) -> np.ndarray:
+    """Which packets entered the bottleneck behind a queue (:func:`queue_wait_s` > 0)."""
+    return queue_wait_s(sent_s, due_s, jitter_s) > 0
+
+
 def backlog_spans(
     sent_s: np.ndarray, due_s: np.ndarray, jitter_s: float = 0.0
 ) -> list[tuple[float, float]]:
-    """When one direction's bottleneck held a queue. A packet's sojourn (entry to scheduled
-    release) beyond the direction's smallest one (propagation and one serialisation) was
-    spent behind packets ahead of it, so the bottleneck was busy from its entry for that
-    long; less 2 x ``jitter_s``, what a jittered delay alone can add (netem.linkspec:
-    uniform, never reordering)."""
-    keep = np.isfinite(sent_s) & np.isfinite(due_s)
-    sent, sojourn = sent_s[keep], due_s[keep] - sent_s[keep]
-    if sent.size == 0:
-        return []
-    queued = sojourn - sojourn.min() - 2.0 * jitter_s
-    busy = queued > QUEUE_MIN_S
-    return [(float(a), float(a + q)) for a, q in zip(sent[busy], queued[busy], strict=True)]
+    """When one direction's bottleneck held a queue: a packet that waited
+    (:func:`queue_wait_s`) found it busy from its entry for that long."""
+    wait = queue_wait_s(sent_s, due_s, jitter_s)
+    busy = wait > 0
+    return [
+        (float(a), float(a + q)) for a, q in zip(np.asarray(sent_s)[busy], wait[busy], strict=True)
+    ]
 
 
 def merged(spans: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:

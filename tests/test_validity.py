@@ -25,6 +25,7 @@ from harness.validity import (
     judge_disturbance,
     loss_out_of_range,
     merged,
+    queued_packets,
     run_validity,
     uncovered,
 )
@@ -54,6 +55,11 @@ def test_flights_count_the_latest_packet_of_each_flight() -> None:
     # a gap threshold above 100 ms makes it one flight: the largest lateness only
     assert flight_lateness_s(t, late, gap_s=0.2) == pytest.approx(0.004)
     assert flight_lateness_s([], [], gap_s=0.05) == 0.0
+    # behind a queue a late packet is absorbed, unless it ends its flight
+    queued = [False, True, True, False, True, True]
+    assert flight_lateness_s(t, late, gap_s=0.05, queued=queued) == pytest.approx(
+        0.001 + 0.0002 + 0.004
+    )
 
 
 def _packets(departures: list[float], lateness: list[float], sent: list[float]) -> PacketTimes:
@@ -149,6 +155,7 @@ def test_critical_path_finds_the_queue_only_with_the_jitter_known() -> None:
     unknown = critical_path(directions, start_s=0.0, end_s=1.0, rtt_s=0.1)
     assert unknown.backlog_s == []
     known = critical_path(directions, start_s=0.0, end_s=1.0, rtt_s=0.1, jitter_s={"up": 0.0})
+    assert queued_packets(bulk.sent_s, bulk.departure_s).tolist() == [False] + [True] * 10
     assert known.backlog_s == [(pytest.approx(0.001), pytest.approx(0.020))]
     assert known.endpoint_spans()["client"] == [(pytest.approx(0.0), pytest.approx(0.001))]
 
