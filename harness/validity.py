@@ -80,8 +80,8 @@ job"); a disturbance of that size could fake or hide such a gap."""
 
 DISTURBANCE_MAX_EFFECT_FRACTION = 0.10
 """...and by at most a tenth of the arm effect under test (predicted by the bounds of the
-level and its baseline): it can then neither flip the effect's sign nor move it by more
-than 10 %."""
+level and its baseline, or as the runs so far show it when larger: harness.runner
+.effect_scales): it can then neither flip the effect's sign nor move it by more than 10 %."""
 
 DISTURBANCE_FLOOR_S = 1e-3
 """A disturbance below 1 ms is within the emulator's own accuracy (1 ms p99 RTT-error

@@ -169,7 +169,9 @@ class RunRow(Record):
         doc="CPU steal taken from the endpoints during the request.", unit="s"
     )
     effect_scale_s: float | None = col(
-        doc="The arm effect the bounds predict for the level's comparison.", unit="s"
+        doc="The arm effect of the level's comparison: the bounds' prediction, or the "
+        "difference the runs so far showed when larger.",
+        unit="s",
     )
     main_wait_client_s: float | None = col(
         doc="Client main thread runnable but waiting, during the request.", unit="s"

@@ -14,7 +14,7 @@ from harness import spec as specmod
 from harness.collect import Collected, bound_for
 from harness.execute import ENDPOINT_RR_PRIORITY
 from harness.machine import CpuWatch
-from harness.runner import effect_scales, judge, run_experiment
+from harness.runner import effect_scales, judge, measured_times, run_experiment
 from tbcore.procfs import HostCpu
 from tbcore.runrow import RunRow
 
@@ -123,6 +123,32 @@ def test_effect_scales_come_from_the_bounds_of_level_and_baseline() -> None:
     assert scales["h3-new"] == pytest.approx(
         min(b["h3-new"] - b["h3-reused"], b["h3-new"] - b["h3-0rtt"], b["h2-new"] - b["h3-new"])
     )
+
+
+def test_an_effect_the_runs_already_show_widens_a_scale_the_bounds_predict_small() -> None:
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
+    predicted = effect_scales(spec)
+    # h3-new measured 0.5 s behind h2-new, where the bounds predict 0.2 s: for h2-new that
+    # comparison now weighs 0.5 s (its other, h2-reused, is larger still)
+    measured = effect_scales(spec, {"h2-new": 1.45, "h3-new": 1.95})
+    assert predicted["h2-new"] == pytest.approx(0.199, abs=0.001)
+    assert measured["h2-new"] == pytest.approx(0.5)
+    # h3-new keeps its smallest comparison, with h3-0rtt (0.2 s, not measured yet)
+    assert measured["h3-new"] == pytest.approx(predicted["h3-0rtt"])
+    # a measured difference smaller than the prediction does not narrow it
+    assert effect_scales(spec, {"h2-new": 1.45, "h2-reused": 1.449}) == predicted
+
+
+def test_measured_times_are_each_levels_median_over_its_attempts() -> None:
+    rows = [
+        {"level": "a", "total_s": 1.0},
+        {"level": "a", "total_s": 3.0},
+        {"level": "a", "total_s": 2.0},
+        {"level": "b", "total_s": None},
+        {"level": "b", "total_s": float("nan")},
+        {"level": "c", "total_s": 0.5},
+    ]
+    assert measured_times(rows) == {"a": 2.0, "c": 0.5}
 
 
 TINY = """
