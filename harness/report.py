@@ -440,7 +440,8 @@ def _attempts(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
         "endpoints' run-queue wait while they sent or received the request's flights (times "
         "the share of the host's CPU other processes used) and the CPU steal took from them "
         "(ms, an upper estimate); a run is valid while it stays under its limit (1 % of its "
-        "time, a tenth of the predicted arm effect, at least 1 ms; harness.validity).",
+        "time, a tenth of the arm effect (predicted by the bounds, or as measured when "
+        "larger), at least 1 ms; harness.validity).",
         "",
         _table(
             [
