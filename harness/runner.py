@@ -111,6 +111,8 @@ def disturbance_of(
     steal = judgement.endpoint_steal_s(
         [row.cpu_client, row.cpu_server], max(total_s, machine.MIN_CPU_WINDOW_S), row.steal
     )
+    if steal is not None and path is not None:
+        steal *= 1.0 - path.backlog_fraction(t0, t1)
     disturbance = judgement.Disturbance(
         lateness_s=None if path is None else path.lateness_s,
         endpoint_wait_s=judgement.foreign_wait_s(waits, row.foreign_cpu_share),

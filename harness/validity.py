@@ -127,7 +127,9 @@ class Disturbance:
     median 2.2 times the slow-down in 35 runs at 84-99 % CPU pressure."""
     endpoint_steal_s: float | None
     """CPU the hypervisor took from the endpoints: their CPU time during the request times
-    steal / (1 - steal) (steal is invisible to the guest's scheduler)."""
+    steal / (1 - steal) (steal is invisible to the guest's scheduler), outside the times a
+    bottleneck held a queue (:meth:`CriticalPath.backlog_fraction`), which absorbed it as
+    it absorbs a wait."""
 
     @property
     def total_s(self) -> float | None:
@@ -197,6 +199,13 @@ class CriticalPath:
     @property
     def flights(self) -> dict[str, int]:
         return {name: len(starts) for name, starts in self.starts_s.items()}
+
+    def backlog_fraction(self, start_s: float, end_s: float) -> float:
+        """The share of [start_s, end_s] in which a bottleneck held a queue."""
+        if end_s <= start_s:
+            return 0.0
+        inside = [(max(a, start_s), min(b, end_s)) for a, b in self.backlog_s]
+        return math.fsum(b - a for a, b in inside if b > a) / (end_s - start_s)
 
     def endpoint_spans(self, work_s: float = FLIGHT_WORK_S) -> dict[str, list[tuple[float, float]]]:
         """Per endpoint, the spans in which it was on the critical path: sending a flight,

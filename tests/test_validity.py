@@ -142,6 +142,9 @@ def test_a_stall_behind_a_queue_counts_only_where_it_outlasted_the_queue() -> No
     )
     spans = path.endpoint_spans(work_s=0.02)
     assert spans == {"client": [(0.41, 0.59)], "server": []}
+    assert path.backlog_fraction(0.0, 1.0) == pytest.approx(0.82)
+    assert path.backlog_fraction(0.4, 0.6) == pytest.approx(0.1)
+    assert path.backlog_fraction(1.0, 1.0) == 0.0
     # 1 ms of wait in each 20 ms interval: only the ten intervals the gap overlaps count
     times = [i * 0.02 for i in range(51)]
     waits = list(zip(times, [i * 0.001 for i in range(51)], strict=True))
