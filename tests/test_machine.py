@@ -87,45 +87,30 @@ def test_emulator_lateness_from_the_packet_log(tmp_path: Path) -> None:
     assert len(series["down"].departure_s) == 0
 
 
-def test_a_re_run_waits_for_a_spell_of_steal_to_pass() -> None:
+def _wait_on(steal_per_window: list[float], **limits: float) -> tuple[float, float | None]:
+    """wait_for_low_steal on a fake two-CPU host whose steal over each 1 s window is given,
+    and a fake clock that sleeping moves."""
     now = [0.0]
-    # cumulative steal per 1 s window on two CPUs: 12 %, 8 %, then 1 %
-    steals = iter([0.0, 0.24, 0.40, 0.42])
-    totals = iter([0.0, 2.0, 4.0, 6.0])
-
-    def read() -> HostCpu:
-        return HostCpu(busy_s=0.0, steal_s=next(steals), total_s=next(totals))
+    cumulative = [sum(steal_per_window[:i]) * 2.0 for i in range(len(steal_per_window) + 1)]
+    reads = iter(HostCpu(0.0, steal_s, 2.0 * i) for i, steal_s in enumerate(cumulative))
 
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    waited, steal = wait_for_low_steal(
-        read, sleep, lambda: now[0], limit=0.02, window_s=1.0, quiet_windows=1
+    return wait_for_low_steal(
+        lambda: next(reads), sleep, lambda: now[0], limit=0.02, window_s=1.0, **limits
     )
+
+
+def test_a_re_run_waits_for_a_spell_of_steal_to_pass() -> None:
+    waited, steal = _wait_on([0.12, 0.08, 0.01], quiet_windows=1)
     assert waited == 3.0 and steal == pytest.approx(0.01)
     # it gives up after max_s, and reports the steal it last saw
-    busy = iter([HostCpu(0.0, 0.2 * i, 2.0 * i) for i in range(100)])
-    now[0] = 0.0
-    waited, steal = wait_for_low_steal(
-        lambda: next(busy), sleep, lambda: now[0], limit=0.02, window_s=1.0, max_s=5.0
-    )
+    waited, steal = _wait_on([0.1] * 99, max_s=5.0)
     assert waited == 5.0 and steal == pytest.approx(0.1)
 
 
 def test_one_quiet_second_inside_a_spell_is_not_its_end() -> None:
-    now = [0.0]
-    # per 1 s window on two CPUs: 12 %, 1 %, 9 % (the spell is back), then 1 %, 0 %, 1 %
-    per_window = [0.12, 0.01, 0.09, 0.01, 0.0, 0.01]
-    steals = iter([sum(per_window[:i]) * 2.0 for i in range(len(per_window) + 1)])
-    totals = iter([2.0 * i for i in range(len(per_window) + 1)])
-
-    def read() -> HostCpu:
-        return HostCpu(busy_s=0.0, steal_s=next(steals), total_s=next(totals))
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    waited, steal = wait_for_low_steal(
-        read, sleep, lambda: now[0], limit=0.02, window_s=1.0, quiet_windows=3
-    )
+    # 12 %, 1 %, 9 % (the spell is back), then three quiet seconds
+    waited, steal = _wait_on([0.12, 0.01, 0.09, 0.01, 0.0, 0.01], quiet_windows=3)
     assert waited == 6.0 and steal == pytest.approx(0.01)
