@@ -136,8 +136,9 @@ def write_tables(result_dir: Path) -> dict[str, pd.DataFrame]:
     for run_dir in sorted(runs.iterdir()) if runs.is_dir() else []:
         if not (run_dir / "row.json").exists():
             continue
+        valid = _run_valid(run_dir)
         for name, rows in run_tables(run_dir).items():
-            collected[name] += rows
+            collected[name] += [{**row, "valid": valid} for row in rows]
     frames = {}
     for name, rows in collected.items():
         if rows:
@@ -145,6 +146,15 @@ def write_tables(result_dir: Path) -> dict[str, pd.DataFrame]:
             atomic_write_frame(Path(result_dir) / f"{name}.csv", frame)
             frames[name] = frame
     return frames
+
+
+def _run_valid(run_dir: Path) -> bool:
+    """The run's verdict from its row (harness.validity); a row without one is valid."""
+    try:
+        row = json.loads((run_dir / "row.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(row.get("valid", True)) if isinstance(row, dict) else False
 
 
 # --- report sections -------------------------------------------------------------------------
@@ -393,7 +403,8 @@ SECTIONS: dict[str, Callable[[pd.DataFrame], list[str]]] = {
 def tiles_section(runs: pd.DataFrame) -> list[str]:
     """Whole vs tiled image next to the pipeline bound (MODELS.md section 2)."""
     rows = []
-    for level, group in runs.groupby("level"):
+    for level, attempts in runs.groupby("level"):
+        group, _ = _usable(attempts)
         workload = str(group["workload"].iloc[0])
         up = float(group["up_bps"].iloc[0])
         down = float(group["down_bps"].iloc[0])
@@ -406,14 +417,16 @@ def tiles_section(runs: pd.DataFrame) -> list[str]:
         bound = setup + tiles_bound_s(tiles, up, down, rtt, processing)
         chapter = CHAPTER_TILES_S["tiles" if tiles > 1 else "whole"]
         total = pd.to_numeric(group["total_s"], errors="coerce")
+        used = int(group["valid"].astype(bool).sum()) if "valid" in group else len(group)
         rows.append(
-            [str(level), workload, str(len(group)), _ms(total.median()), _ms(bound), _ms(chapter)]
+            [str(level), workload, str(used), _ms(total.median()), _ms(bound), _ms(chapter)]
         )
     return _section(
         "## Tiles vs the whole image (MODELS.md section 2)",
         [],
-        "Request time (from the connect on a new connection), median; the bound is the "
-        "pipeline of section 2 plus the connection set-up of section 4.",
+        "Request time (from the connect on a new connection), median of the valid runs (of "
+        "every attempt where *runs* is 0: none was valid); the bound is the pipeline of "
+        "section 2 plus the connection set-up of section 4.",
         _table(["level", "workload", "runs", "measured", "pipeline bound", "chapter"], rows),
     )
 
@@ -435,9 +448,13 @@ def tiles_bound_s(
     return arrivals[-1]
 
 
+def _all_valid(frame: pd.DataFrame) -> bool:
+    return "valid" not in frame or bool(frame["valid"].astype(bool).all())
+
+
 def _usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     """The valid runs' rows, or every row (and a note) when no run of it is valid."""
-    if "valid" not in frame or frame["valid"].astype(bool).all():
+    if _all_valid(frame):
         return frame, ""
     valid = frame[frame["valid"].astype(bool)]
     if len(valid):
