@@ -154,7 +154,7 @@ def flight_lateness_s(
     queued: Sequence[bool] | None = None,
 ) -> float:
     """Sum over flights of the largest lateness in the flight; early releases count as 0.
-    ``queued``: packets that entered behind a queue (:func:`queued_packets`); their lateness
+    ``queued``: packets that entered behind a queue (:func:`queue_wait_s` above 0); their lateness
     is absorbed by the queue behind them (the sender's next packets are already waiting)
     unless the packet ends its flight, whose release is when the flight has arrived."""
     if len(departures_s) == 0:
@@ -245,9 +245,9 @@ def critical_path(
         sent = np.asarray(packets.sent_s, dtype=float)[inside]
         queued = None
         if jitter_s is not None:
-            due = t[inside] - late
-            backlog += backlog_spans(sent, due, jitter_s.get(name, 0.0))
-            queued = queued_packets(sent, due, jitter_s.get(name, 0.0))
+            wait = queue_wait_s(sent, t[inside] - late, jitter_s.get(name, 0.0))
+            backlog += backlog_spans(sent, wait)
+            queued = wait > 0
         total += flight_lateness_s(t[inside], late, gap, queued)
         order = np.argsort(t[inside], kind="stable")
         kept, sent = t[inside][order], sent[order]
@@ -279,20 +279,13 @@ def queue_wait_s(sent_s: np.ndarray, due_s: np.ndarray, jitter_s: float = 0.0) -
     return np.where(known & (wait > QUEUE_MIN_S), wait, 0.0)
 
 
-def queued_packets(sent_s: np.ndarray, due_s: np.ndarray, jitter_s: float = 0.0) -> np.ndarray:
-    """Which packets entered the bottleneck behind a queue (:func:`queue_wait_s` > 0)."""
-    return queue_wait_s(sent_s, due_s, jitter_s) > 0
-
-
-def backlog_spans(
-    sent_s: np.ndarray, due_s: np.ndarray, jitter_s: float = 0.0
-) -> list[tuple[float, float]]:
-    """When one direction's bottleneck held a queue: a packet that waited
+def backlog_spans(sent_s: np.ndarray, wait_s: np.ndarray) -> list[tuple[float, float]]:
+    """When one direction's bottleneck held a queue: a packet that waited ``wait_s``
     (:func:`queue_wait_s`) found it busy from its entry for that long."""
-    wait = queue_wait_s(sent_s, due_s, jitter_s)
-    busy = wait > 0
+    busy = wait_s > 0
     return [
-        (float(a), float(a + q)) for a, q in zip(np.asarray(sent_s)[busy], wait[busy], strict=True)
+        (float(a), float(a + q))
+        for a, q in zip(np.asarray(sent_s)[busy], wait_s[busy], strict=True)
     ]
 
 

@@ -25,7 +25,7 @@ from harness.validity import (
     judge_disturbance,
     loss_out_of_range,
     merged,
-    queued_packets,
+    queue_wait_s,
     run_validity,
     uncovered,
 )
@@ -112,15 +112,15 @@ def _bulk(count: int, every_s: float, service_s: float, delay_s: float) -> Packe
 def test_a_queue_at_the_bottleneck_is_found_from_the_sojourns() -> None:
     # entering every 1 ms, served every 2 ms: packet k waits k ms behind the others
     bulk = _bulk(11, every_s=0.001, service_s=0.002, delay_s=0.05)
-    spans = backlog_spans(bulk.sent_s, bulk.departure_s, jitter_s=0.0)
+    spans = backlog_spans(bulk.sent_s, queue_wait_s(bulk.sent_s, bulk.departure_s, jitter_s=0.0))
     assert merged(spans) == [(pytest.approx(0.001), pytest.approx(0.020))]
     # paced below the bottleneck's rate: no packet waits, no queue
     paced = _bulk(11, every_s=0.003, service_s=0.002, delay_s=0.05)
-    assert backlog_spans(paced.sent_s, paced.departure_s) == []
+    assert backlog_spans(paced.sent_s, queue_wait_s(paced.sent_s, paced.departure_s)) == []
     # sojourns that differ by less than twice the jitter are the jitter's, not a queue
     jittered = paced.departure_s + np.array([0.004, -0.004] * 5 + [0.0])
-    assert backlog_spans(paced.sent_s, jittered, jitter_s=0.004) == []
-    assert backlog_spans(paced.sent_s, jittered, jitter_s=0.0) != []
+    assert backlog_spans(paced.sent_s, queue_wait_s(paced.sent_s, jittered, jitter_s=0.004)) == []
+    assert backlog_spans(paced.sent_s, queue_wait_s(paced.sent_s, jittered, jitter_s=0.0)) != []
 
 
 def test_uncovered_parts_of_spans() -> None:
@@ -158,7 +158,7 @@ def test_critical_path_finds_the_queue_only_with_the_jitter_known() -> None:
     unknown = critical_path(directions, start_s=0.0, end_s=1.0, rtt_s=0.1)
     assert unknown.backlog_s == []
     known = critical_path(directions, start_s=0.0, end_s=1.0, rtt_s=0.1, jitter_s={"up": 0.0})
-    assert queued_packets(bulk.sent_s, bulk.departure_s).tolist() == [False] + [True] * 10
+    assert (queue_wait_s(bulk.sent_s, bulk.departure_s) > 0).tolist() == [False] + [True] * 10
     assert known.backlog_s == [(pytest.approx(0.001), pytest.approx(0.020))]
     assert known.endpoint_spans()["client"] == [(pytest.approx(0.0), pytest.approx(0.001))]
 
