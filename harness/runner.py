@@ -166,7 +166,9 @@ def judge(
 
 
 def effect_scales(
-    spec: ExperimentSpec, measured_s: Mapping[str, float] | None = None
+    spec: ExperimentSpec,
+    measured_s: Mapping[str, float] | None = None,
+    predicted_s: Mapping[str, float | None] | None = None,
 ) -> dict[str, float | None]:
     """Per level, the arm effect its comparisons are about: the difference to its baseline,
     and for a baseline the smallest difference to the levels compared with it; None
@@ -174,8 +176,9 @@ def effect_scales(
     so far show (``measured_s``: each level's median time): a tenth of an effect the runs
     already show can neither flip it nor move it by more than 10 %, however small the
     bounds predicted it (they do not model the stacks' own costs: whole-image HTTP/3 ran
-    0.75 s behind HTTP/2, where its bound differs by 45 ms)."""
-    predicted = _bound_times(spec)
+    0.75 s behind HTTP/2, where its bound differs by 45 ms). ``predicted_s``: the levels'
+    bounds (:func:`bound_times`) when already computed."""
+    predicted = bound_times(spec) if predicted_s is None else predicted_s
     measured = dict(measured_s or {})
     scales: dict[str, list[float]] = {lv.name: [] for lv in spec.levels}
     for lv in spec.levels:
@@ -194,7 +197,7 @@ def effect_scales(
     return {name: min(values) if values else None for name, values in scales.items()}
 
 
-def _bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
+def bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
     """Each level's bound (harness.bounds), None where the request bound does not apply."""
     out: dict[str, float | None] = {}
     for lv in spec.levels:
@@ -316,6 +319,7 @@ def _make_runs(
             spec_of_first = link_of(spec.level(left[0].level).settings)
             link = stack.enter_context(_link_up(name, spec_of_first, backend))
         env = _environment(spec, result, link, log)
+        predicted = bound_times(spec)
         queue = collections.deque(left)
         while queue:
             run = queue.popleft()
@@ -324,7 +328,7 @@ def _make_runs(
             _check_link(link, result, run.run_id, before=True)
             if progress:
                 progress("start", run, None)
-            scales = effect_scales(spec, measured_times(rows))
+            scales = effect_scales(spec, measured_times(rows), predicted)
             row = execute_run(env, run, scales.get(run.level))
             _check_link(link, result, run.run_id, before=False)
             rows.append(row)
