@@ -219,6 +219,7 @@ def _run(args: argparse.Namespace) -> int:
             backend=args.backend,
             repetitions=args.reps,
             link_name=args.link_name or topology_runs.LINK_NAME,
+            attempts=attempts_of(args),
         )
         print(out / "report.md")
         return 0

@@ -22,19 +22,23 @@ An experiment file with ``topology = "relay"`` or ``"dual"`` in ``[fixed]`` runs
     [quick]
     repetitions = 2
 
-Level keys: relay ``protocol`` (h2; h3 only with ``route = "direct"``), ``route`` (direct |
-relay), ``connection`` (new | reused); dual ``multipath`` (single | mptcp | split |
-duplicate), ``exit_link`` (a link string or ``"none"``), ``outage_at`` (a failover: the
-``link`` edge goes down that long after the transfer starts, for the rest of the run).
+Level keys: relay ``protocol`` (h2 | h3: the relay forwards either over its own warm
+long-haul connection of the same protocol), ``route`` (direct | relay), ``connection``
+(new | reused); dual ``multipath`` (single | mptcp | split | duplicate), ``exit_link`` (a
+link string or ``"none"``), ``outage_at`` (a failover: the ``link`` edge goes down that
+long after the transfer starts, for the rest of the run).
 
 Every run is a row of ``runs.csv``: ``total_s`` (relay: connect to last response byte for a
 new connection, first request byte to last response byte for a reused one; dual: the
 transfer), ``bound_s`` (harness.bounds: request_time / relay_request_time for the relay;
 split_time_s, duplicate_time_s, failover_time_s for two paths), ``ratio``, ``valid``
 (no error, every edge's emulator lateness p99 under :data:`LATENESS_P99_LIMIT_S`) and the
-bytes each edge carried upstream. ``report.md`` has the medians per level beside the bound
-and the reference. The links, server and relay of a topology are brought up once and the
-levels that share them alternate within each repetition.
+bytes each edge carried upstream. A run invalid for lateness alone is made again (up to
+``--attempts``, 3 by default; ``attempt`` counts them, every attempt is a row); a run that
+failed is not, as its error is the arm's result. ``report.md`` has the medians of the valid
+runs per level beside the bound and the reference. The links, server and relay of a
+topology are brought up once and the levels that share them alternate within each
+repetition.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ from typing import Any
 from clients.multipath import MULTIPATH_MODES
 from harness import bounds
 from harness.execute import popen_endpoint
+from harness.plan import DEFAULT_ATTEMPTS
 from harness.runlock import exclusive_run
 from netem import clean, nsexec
 from netem.events import LinkEvent
@@ -188,8 +193,6 @@ def _check_level(kind: str, level: dict[str, Any]) -> None:
             raise SpecError("level.protocol", f"{level.get('protocol')!r}: h2 or h3")
         if level.get("route") not in ("direct", "relay"):
             raise SpecError("level.route", f"{level.get('route')!r}: direct or relay")
-        if level.get("protocol", "h2") == "h3" and level["route"] == "relay":
-            raise SpecError("level.protocol", "the relay forwards HTTP/2 only (h3: not built)")
         if level.get("connection") not in ("new", "reused"):
             raise SpecError("level.connection", f"{level.get('connection')!r}: new or reused")
     else:
@@ -414,8 +417,10 @@ def run_experiment(
     backend: str = "auto",
     progress: Callable[[str], None] = print,
     link_name: str = LINK_NAME,
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> Path:
-    """Run every level ``repetitions`` times; returns the result directory."""
+    """Run every level ``repetitions`` times; a run made invalid by the host (emulator
+    lateness) is made again, up to ``attempts`` in all; returns the result directory."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     out = out_root / experiment.name / stamp
     out.mkdir(parents=True, exist_ok=True)
@@ -426,7 +431,7 @@ def run_experiment(
     rows: list[dict[str, Any]] = []
     for group in groups.values():
         topo = topology_of_level(experiment, group[0])
-        rows += _run_group(experiment, topo, group, out, backend, progress, link_name)
+        rows += _run_group(experiment, topo, group, out, backend, progress, link_name, attempts)
         _write(out, experiment, rows)
     return out
 
@@ -444,8 +449,11 @@ def _server_argv(experiment: TopologyExperiment, link: Link, cc: list[str]) -> l
     return server_argv
 
 
-def _start_relay(link: Link, out: Path, cc: list[str]) -> tuple[subprocess.Popen, str]:
-    """Start the relay in its namespace; return the process and its address."""
+def _start_relay(
+    link: Link, out: Path, cc: list[str], protocols: list[str]
+) -> tuple[subprocess.Popen, str]:
+    """Start the relay (its HTTP/2 and/or HTTP/3 sides) in its namespace; return the process
+    and its address. It prints its listening lines once every side's upstream is warm."""
     relay_addr = link.addr("relay", "near_link")
     relay = _start(
         [
@@ -459,12 +467,20 @@ def _start_relay(link: Link, out: Path, cc: list[str]) -> tuple[subprocess.Popen
             f"{link.server_addr}:{SERVER_PORT}",
             "--log",
             str(out / "relay.jsonl"),
+            "--protocols",
+            ",".join(protocols),
             *cc,
         ],
         link.ns("relay"),
         "listening relay",
     )
     return relay, relay_addr
+
+
+def _relay_protocols(levels: list[dict[str, Any]]) -> list[str]:
+    """The relay's sides the levels use (h2 alone when none goes through it)."""
+    used = {lv.get("protocol", "h2") for lv in levels if lv.get("route") == "relay"}
+    return sorted(used) or ["h2"]
 
 
 def _stop(procs: Iterable[subprocess.Popen | None]) -> None:
@@ -482,7 +498,7 @@ def _run_record(
     experiment: TopologyExperiment,
     topo: Topology,
     level: dict[str, Any],
-    rep: int,
+    rep_attempt: tuple[int, int],
     run_id: str,
     row: dict[str, Any],
     bound: float,
@@ -496,7 +512,8 @@ def _run_record(
     record = TopologyRunRow(
         run_id=run_id,
         level=level["name"],
-        rep=rep,
+        rep=rep_attempt[0],
+        attempt=rep_attempt[1],
         topology=experiment.kind,
         total_s=total,
         bound_s=bound,
@@ -522,18 +539,25 @@ def _run_record(
     return record, reason
 
 
+def _rerun(record: dict[str, Any]) -> bool:
+    """Whether a run is made again: invalid because of the host (an edge's emulator was
+    late), not because the transfer failed (an error is the arm's result)."""
+    return not record["valid"] and not record.get("error")
+
+
 def _run_level(
     experiment: TopologyExperiment,
     topo: Topology,
     level: dict[str, Any],
-    rep: int,
+    rep_attempt: tuple[int, int],
     link: Link,
     relay_addr: str,
     out: Path,
     progress: Callable[[str], None],
 ) -> dict[str, Any]:
     """Run one level once, write its ``run.json`` and report it; return its record."""
-    run_id = f"{level['name']}-{rep}"
+    rep, attempt = rep_attempt
+    run_id = f"{level['name']}-{rep}" + (f"-a{attempt}" if attempt else "")
     run_dir = out / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -548,7 +572,7 @@ def _run_level(
         if relay
         else dual_bound_s(experiment, level, topo, row)
     )
-    record, reason = _run_record(experiment, topo, level, rep, run_id, row, bound, started)
+    record, reason = _run_record(experiment, topo, level, rep_attempt, run_id, row, bound, started)
     (run_dir / "run.json").write_text(json.dumps(record, indent=1, default=str))
     total = row.get("total_s")
     shown = "failed" if total is None else f"{total * 1e3:.1f} ms"
@@ -564,6 +588,7 @@ def _run_group(
     backend: str,
     progress: Callable[[str], None],
     link_name: str,
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> list[dict[str, Any]]:
     clean.clean(link_name)
     rows = []
@@ -574,13 +599,18 @@ def _run_group(
         relay_addr = ""
         try:
             if experiment.kind == "relay":
-                relay, relay_addr = _start_relay(link, out, cc)
+                relay, relay_addr = _start_relay(link, out, cc, _relay_protocols(levels))
             for rep in range(experiment.repetitions):
                 order = levels if rep % 2 == 0 else list(reversed(levels))
                 for level in order:
-                    rows.append(
-                        _run_level(experiment, topo, level, rep, link, relay_addr, out, progress)
-                    )
+                    for attempt in range(attempts):
+                        row = _run_level(
+                            experiment, topo, level, (rep, attempt), link, relay_addr, out,
+                            progress,
+                        )  # fmt: skip
+                        rows.append(row)
+                        if not _rerun(row):
+                            break
         finally:
             _stop((relay, server))
     return rows
@@ -596,7 +626,7 @@ def _write(out: Path, experiment: TopologyExperiment, rows: list[dict[str, Any]]
         "",
         experiment.question,
         "",
-        "| level | runs (valid) | median total | median bound | ratio | reference "
+        "| level | attempts (valid) | median total | median bound | ratio | reference "
         "| bytes per edge (median) |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
@@ -640,8 +670,11 @@ def run_file(
     backend: str = "auto",
     repetitions: int | None = None,
     link_name: str = LINK_NAME,
+    attempts: int = DEFAULT_ATTEMPTS,
 ) -> Path:
     experiment = load(path, quick=quick)
     if repetitions is not None:
         experiment.repetitions = repetitions
-    return run_experiment(experiment, out_root, backend=backend, link_name=link_name)
+    return run_experiment(
+        experiment, out_root, backend=backend, link_name=link_name, attempts=attempts
+    )

@@ -187,6 +187,7 @@ def _relay(args: argparse.Namespace) -> int:
     host, sep, port = args.upstream.rpartition(":")
     if not sep or not host or not port.isdigit():
         raise SpecError("upstream", f"{args.upstream!r} is not HOST:PORT")
+    knobs = {k: v for k, v in (("cc", args.cc), ("quic_cc", args.quic_cc)) if v is not None}
     config = RelayConfig(
         bind=args.bind,
         port=args.port,
@@ -196,8 +197,10 @@ def _relay(args: argparse.Namespace) -> int:
         window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
         warmup=args.warmup,
         warmup_bytes=units.parse_size_bytes("warmup-bytes", args.warmup_bytes),
-        settings=Settings() if args.cc is None else Settings(cc=args.cc),
+        settings=Settings(**knobs),
         cert_dir=args.cert_dir,
+        protocols=tuple(p.strip() for p in args.protocols.split(",")),
+        upstream_h3_port=args.upstream_h3_port,
     )
     uvloop.run(serve_relay(config))
     return 0
@@ -218,17 +221,20 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     serve = commands.add_parser("serve", help="run the HTTP/2 and HTTP/3 servers in the foreground")
     add_arguments(serve)
     serve.set_defaults(handler=_serve)
-    relay = commands.add_parser(
-        "relay", help="an HTTP/2 reverse proxy with one warm long-haul connection (issue 14)"
-    )
+    relay = commands.add_parser("relay", help="an HTTP/2 + HTTP/3 reverse proxy, warm long haul")
     relay.add_argument("--bind", default="127.0.0.1")
     relay.add_argument("--port", type=int, default=DEFAULT_PORT, help="TCP port (0: any)")
-    relay.add_argument("--upstream", required=True, help="the server's HOST:PORT (h2)")
+    relay.add_argument("--upstream", required=True, help="the server's HOST:PORT (h2; h3 on UDP)")
+    relay.add_argument("--protocols", default="h2", help="sides to run: h2, h3 or h2,h3")
+    relay.add_argument(
+        "--upstream-h3-port", type=int, default=None, help="the server's UDP port (default: PORT)"
+    )
     relay.add_argument("--log", type=Path, default=None, help="JSONL event log")
     relay.add_argument("--warmup", type=int, default=3, help="warm-up rounds on the upstream")
     relay.add_argument("--warmup-bytes", default="2MB", help="each warm-up upload")
     relay.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows of both sides")
     relay.add_argument("--cc", default=None, help="TCP congestion control of both sides")
+    relay.add_argument("--quic-cc", default=None, help="QUIC congestion control (h3 side)")
     relay.add_argument("--cert-dir", type=Path, default=None)
     relay.set_defaults(handler=_relay)
     workload = commands.add_parser("workload", help="path or SHA-256 of a fixed workload")

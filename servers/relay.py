@@ -1,5 +1,6 @@
-"""The relay: an HTTP/2 reverse proxy near the client with one warm, tuned long-haul
-connection to the server (the Queqiao case, chapter 12.3.5).
+"""The relay: a reverse proxy near the client with one warm, tuned long-haul connection to
+the server (the Queqiao case, chapter 12.3.5). This module is its HTTP/2 side and the
+process; :mod:`servers.relay_h3` is the HTTP/3 side (``--protocols h2,h3``).
 
 ::
 
@@ -29,10 +30,11 @@ head arrived), ``upstream_request_sent`` (head forwarded), ``front_request_last_
 ``upstream_response_first_byte``, ``front_response_last_byte``, ``upstream_lost``, ``error``.
 
     testbed relay --bind 198.18.5.2 --port 8443 --upstream 198.18.2.2:8443 --log relay.jsonl
-        [--warmup 3] [--warmup-bytes 2MB] [--h2-window 16MiB] [--cc bbr]
+        [--protocols h2,h3] [--warmup 3] [--warmup-bytes 2MB] [--h2-window 16MiB] [--cc bbr]
+        [--quic-cc cubic]
 
-prints ``listening relay h2 tcp ADDR:PORT`` once the upstream is warm, serves until
-SIGINT/SIGTERM.
+prints ``listening relay h2 tcp ADDR:PORT`` (and ``listening relay h3 udp ADDR:PORT``) once
+every upstream is warm, serves until SIGINT/SIGTERM.
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ DEFAULT_WARMUP_BYTES = 2_000_000
 """Each warm-up upload: several BDPs of a 20 Mbit/s path, a sixth of one at 333 Mbit/s /
 200 ms; three rounds grow the window past the 354,640-byte audio on either."""
 CONNECT_TIMEOUT_S = 30.0
+KEEPALIVE_S = 10.0
+"""A PING on an idle upstream this often (RFC 9113 section 6.7; RFC 9000 section 10.1.2):
+well inside the server's 60 s idle timeout (servers.config.DEFAULT_IDLE_TIMEOUT_S) and
+QUIC's (servers.quic.QUIC_IDLE_TIMEOUT_S), so a warm upstream is never closed for idling
+while levels that do not use it run."""
+RELAY_PROTOCOLS = ("h2", "h3")
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding"})
 """RFC 9113 section 8.2.2: connection-specific fields are not forwarded."""
 
@@ -183,6 +191,35 @@ class StreamCallbacks:
     on_reset: Callable[[], None]
 
 
+async def fetch(upstream: Any, method: str, path: str, authority: str, body: bytes = b"") -> bytes:
+    """One request on a warm upstream (either side's: ``request`` and ``send_data``),
+    returning the response body; the warm-ups use it."""
+    done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+    received = bytearray()
+
+    def end() -> None:
+        if not done.done():
+            done.set_result(bytes(received))
+
+    def reset() -> None:
+        if not done.done():
+            done.set_exception(ConnectionError(f"{method} {path}: stream reset"))
+
+    headers = [
+        (b":method", method.encode()),
+        (b":scheme", b"https"),
+        (b":authority", authority.encode()),
+        (b":path", path.encode()),
+    ]
+    if body:
+        headers.append((b"content-length", str(len(body)).encode()))
+    callbacks = StreamCallbacks(lambda h, e: None, received.extend, end, reset)
+    sid = upstream.request(headers, callbacks, end=not body)
+    if body:
+        upstream.send_data(sid, body, end=True)
+    return await done
+
+
 class Upstream(H2Endpoint):
     """The one long-haul HTTP/2 connection: client side, requests from many front streams."""
 
@@ -230,30 +267,12 @@ class Upstream(H2Endpoint):
     def on_error(self, reason: str) -> None:
         self.log.emit("error", where="upstream", reason=reason[:300])
 
-    async def fetch(self, method: str, path: str, authority: str, body: bytes = b"") -> bytes:
-        """One request on the warm connection, returning the response body (warm-ups)."""
-        done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        received = bytearray()
-
-        def end() -> None:
-            if not done.done():
-                done.set_result(bytes(received))
-
-        def reset() -> None:
-            if not done.done():
-                done.set_exception(ConnectionError(f"{method} {path}: stream reset"))
-
-        headers = [
-            (b":method", method.encode()),
-            (b":scheme", b"https"),
-            (b":authority", authority.encode()),
-            (b":path", path.encode()),
-        ]
-        if body:
-            headers.append((b"content-length", str(len(body)).encode()))
-        sid = self.request(headers, StreamCallbacks(lambda h, e: None, received.extend, end, reset))
-        self.send_data(sid, body, end=True)
-        return await done
+    async def keep_alive(self) -> None:
+        """PING the peer every :data:`KEEPALIVE_S` until the connection goes."""
+        while not self.closed.done():
+            await asyncio.sleep(KEEPALIVE_S)
+            self.conn.ping(b"tb-alive")
+            self.flush()
 
 
 class FrontConnection(H2Endpoint):
@@ -274,7 +293,9 @@ class FrontConnection(H2Endpoint):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         peer = transport.get_extra_info("peername")
-        self.relay.log.emit("front_connection_open", conn=self.conn_id, peer=str(peer))
+        self.relay.log.emit(
+            "front_connection_open", protocol="h2", conn=self.conn_id, peer=str(peer)
+        )
 
     def on_error(self, reason: str) -> None:
         self.relay.log.emit("error", where="front", conn=self.conn_id, reason=reason[:300])
@@ -350,8 +371,12 @@ class RelayConfig:
     warmup: int = DEFAULT_WARMUP
     warmup_bytes: int = DEFAULT_WARMUP_BYTES
     settings: Any = field(default_factory=Settings)
-    """The TCP knobs (cc, buffers...) of the upstream and of accepted front connections."""
+    """The TCP knobs (cc, buffers...) and ``quic_cc`` of both sides."""
     cert_dir: Any = None
+    protocols: tuple[str, ...] = ("h2",)
+    """The sides to run: h2 (TCP, front and upstream) and/or h3 (QUIC, the same port on UDP)."""
+    upstream_h3_port: int | None = None
+    """The server's HTTP/3 (UDP) port; None: ``upstream_port``."""
 
     def __post_init__(self) -> None:
         for name in ("port", "upstream_port"):
@@ -362,6 +387,10 @@ class RelayConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise SpecError(name, f"must be a whole number >= 0, got {value!r}")
+        if not self.protocols or set(self.protocols) - set(RELAY_PROTOCOLS):
+            raise SpecError("protocols", f"{self.protocols!r}: one or both of h2, h3")
+        if self.upstream_h3_port is None:
+            self.upstream_h3_port = self.upstream_port
         if self.window_bytes < 65_535 or self.window_bytes > 2**31 - 1:
             raise SpecError("window_bytes", f"must lie in [65535, 2^31-1], got {self.window_bytes}")
 
@@ -373,17 +402,26 @@ class Relay:
         self.config = config
         self.log = RelayLog(config.log_path)
         self.upstream: Upstream | None = None
-        self._conn_ids = 0
+        self.upstream_h3: Any = None
+        """The HTTP/3 side's upstream (servers.relay_h3.H3Upstream) when it runs."""
+        self.front_ids = 0
+        self._keepalives: list[asyncio.Future[None]] = []
         self.authority = f"{config.upstream_host}:{config.upstream_port}"
+        self.authority_h3 = f"{config.upstream_host}:{config.upstream_h3_port}"
 
-    def forward_headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    def forward_headers(
+        self, headers: list[tuple[bytes, bytes]], authority: str | None = None
+    ) -> list[tuple[bytes, bytes]]:
+        """The request head as sent upstream: no hop-by-hop fields, ``:authority`` the
+        upstream's (``authority``, default the HTTP/2 one)."""
+        authority = self.authority if authority is None else authority
         out = []
         for name, value in headers:
             key = name.lower()
             if key in HOP_BY_HOP:
                 continue
             if key == b":authority":
-                value = self.authority.encode()
+                value = authority.encode()
             out.append((name, value))
         return out
 
@@ -409,30 +447,31 @@ class Relay:
             ),
             CONNECT_TIMEOUT_S,
         )
-        self.log.emit("upstream_connected", addr=self.authority)
+        self.log.emit("upstream_connected", protocol="h2", addr=self.authority)
         return upstream
 
     async def warm(self, upstream: Upstream) -> dict[str, Any]:
         """Grow both ends' windows: uploads to /sink, downloads from /tts."""
         body = hashlib.shake_256(b"testbed relay warm-up").digest(self.config.warmup_bytes)
         for _ in range(self.config.warmup):
-            await upstream.fetch("POST", "/sink", self.authority, body)
-            await upstream.fetch("GET", "/tts", self.authority)
+            await fetch(upstream, "POST", "/sink", self.authority, body)
+            await fetch(upstream, "GET", "/tts", self.authority)
         info = read_tcp_info(upstream.sock) if upstream.sock is not None else None
         facts: dict[str, Any] = {}
         if info is not None:
-            facts = {"cwnd_segments": info.get("snd_cwnd"), "rtt_s": info.get("rtt", 0) / 1e6}
-        self.log.emit("warmup_done", rounds=self.config.warmup, **facts)
+            facts = {"cwnd_segments": info.get("snd_cwnd"), "rtt_s": info.get("rtt_us", 0) / 1e6}
+        self.log.emit("warmup_done", protocol="h2", rounds=self.config.warmup, **facts)
         return facts
 
     def _front(self) -> FrontConnection:
-        self._conn_ids += 1
-        return FrontConnection(self, self._conn_ids)
+        self.front_ids += 1
+        return FrontConnection(self, self.front_ids)
 
     async def start(self) -> tuple[asyncio.AbstractServer, tuple[str, int]]:
-        """Open and warm the upstream, then listen; returns the server and its address."""
+        """Open and warm the HTTP/2 upstream, then listen; returns the server and address."""
         self.upstream = await self.connect_upstream()
         await self.warm(self.upstream)
+        self._keepalives.append(asyncio.ensure_future(self.upstream.keep_alive()))
         paths = ensure_certificate(self.config.cert_dir)
         tls: ssl.SSLContext = server_context(paths)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -443,15 +482,37 @@ class Relay:
         sock.setblocking(False)
         server = await asyncio.get_running_loop().create_server(self._front, sock=sock, ssl=tls)
         host, port = sock.getsockname()[:2]
-        self.log.emit("ready", addr=f"{host}:{port}")
+        self.log.emit("ready", protocol="h2", addr=f"{host}:{port}")
         return server, (host, port)
+
+    async def start_h3(self, port: int) -> tuple[Any, tuple[str, int]]:
+        """Open and warm the HTTP/3 upstream, then listen on UDP ``port``; returns the QUIC
+        server and its address."""
+        from servers import relay_h3
+
+        self.upstream_h3 = await relay_h3.connect_upstream_h3(self)
+        await relay_h3.warm_h3(self, self.upstream_h3)
+        self._keepalives.append(asyncio.ensure_future(self.upstream_h3.keep_alive()))
+        server, (host, bound) = await relay_h3.listen_h3(self, port)
+        self.log.emit("ready", protocol="h3", addr=f"{host}:{bound}")
+        return server, (host, bound)
+
+    def close(self) -> None:
+        """Close both upstreams (the listeners are the caller's)."""
+        if self.upstream is not None and self.upstream.transport is not None:
+            self.upstream.transport.close()
+        for task in self._keepalives:
+            task.cancel()
+        if self.upstream_h3 is not None:
+            self.upstream_h3.close()
 
 
 async def serve_relay(
     config: RelayConfig, out: Any = None, stop: asyncio.Event | None = None
 ) -> None:
-    """Warm the upstream, listen, print the listening line, serve until ``stop`` (or a
-    signal when ``stop`` is None)."""
+    """Warm the upstreams, listen, print a listening line per side (h2 on TCP, then h3 on
+    the same port number on UDP), serve until ``stop`` (or a signal when ``stop`` is
+    None)."""
     import signal
     import sys
 
@@ -462,15 +523,23 @@ async def serve_relay(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
     relay = Relay(config)
-    server = None
+    servers: list[Any] = []
+    lines = []
     try:
-        server, (host, port) = await relay.start()
-        print(f"listening relay h2 tcp {host}:{port}", file=out, flush=True)
+        port = config.port
+        if "h2" in config.protocols:
+            server, (host, port) = await relay.start()
+            servers.append(server)
+            lines.append(f"listening relay h2 tcp {host}:{port}")
+        if "h3" in config.protocols:
+            server, (host, port) = await relay.start_h3(port)
+            servers.append(server)
+            lines.append(f"listening relay h3 udp {host}:{port}")
+        print("\n".join(lines), file=out, flush=True)  # once every side is warm
         await stop.wait()
     finally:
-        if server is not None:
+        for server in servers:
             server.close()
-        if relay.upstream is not None and relay.upstream.transport is not None:
-            relay.upstream.transport.close()
+        relay.close()
         await asyncio.sleep(0.05)
         relay.log.close()

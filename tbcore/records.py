@@ -561,6 +561,7 @@ class RelayEvent(Record):
 
     t: float = col(REQUIRED, doc="time.monotonic() of the event.", unit="s")
     event: str = col(REQUIRED, doc="One of RELAY_EVENT_NAMES.")
+    protocol: str | None = col(doc="h2 or h3: the side of the relay (front and upstream).")
     conn: int | None = col(doc="Front connection number within the relay process.")
     stream: int | None = col(doc="Front stream of the event.")
     upstream_stream: int | None = col(doc="The stream on the long-haul connection it maps to.")
@@ -569,7 +570,9 @@ class RelayEvent(Record):
     where: str | None = col(doc="error: front or upstream.")
     reason: str | None = col(doc="error, upstream_lost: why.")
     rounds: int | None = col(doc="warmup_done: warm-up rounds made.")
-    cwnd_segments: int | None = col(doc="warmup_done: the upstream's TCP cwnd.", unit="segments")
+    cwnd_segments: int | None = col(
+        doc="warmup_done: the upstream's cwnd (QUIC: in datagrams).", unit="segments"
+    )
     rtt_s: float | None = col(doc="warmup_done: the upstream's smoothed RTT.", unit="s")
 
     def __post_init__(self) -> None:

@@ -289,6 +289,9 @@ class TopologyRunRow(Record):
     rep: int = col(REQUIRED, doc="Repetition within its level, from 0.")
     topology: str = col(REQUIRED, doc="relay or dual (settings.topology).")
     valid: bool = col(REQUIRED, doc="No error and every edge's emulator lateness p99 < 2 ms.")
+    attempt: int = col(
+        default=0, doc="Attempt of the repetition, from 0: an invalid run is made again."
+    )
     total_s: float | None = col(
         doc="relay: connect (new) or first request byte (reused) to the last response byte; "
         "dual: the timed transfer (connections already up).",

@@ -76,3 +76,19 @@ def test_bad_files_name_the_key(tmp_path: Path, change: tuple[str, str], field: 
     with pytest.raises(SpecError) as err:
         topology_runs.load(write(tmp_path, RELAY.replace(*change, 1)))
     assert err.value.field == field
+
+
+def test_the_relay_runs_the_sides_its_levels_use() -> None:
+    h2 = {"name": "a", "protocol": "h2", "route": "relay", "connection": "new"}
+    h3 = {"name": "b", "protocol": "h3", "route": "relay", "connection": "new"}
+    direct_h3 = {"name": "c", "protocol": "h3", "route": "direct", "connection": "new"}
+    assert topology_runs._relay_protocols([h2]) == ["h2"]
+    assert topology_runs._relay_protocols([h2, h3, direct_h3]) == ["h2", "h3"]
+    assert topology_runs._relay_protocols([h3]) == ["h3"]
+    assert topology_runs._relay_protocols([direct_h3]) == ["h2"]  # none through it
+
+
+def test_only_a_run_the_host_spoiled_is_made_again() -> None:
+    assert topology_runs._rerun({"valid": False, "error": None})  # late emulator
+    assert not topology_runs._rerun({"valid": False, "error": "HTTP status 502"})
+    assert not topology_runs._rerun({"valid": True, "error": None})
