@@ -37,6 +37,19 @@ def _measured(frame: pd.DataFrame, level: str) -> pd.DataFrame:
     return rows[rows["total_s"].notna()]
 
 
+def _valid_mask(runs: pd.DataFrame) -> pd.Series:
+    if "valid" not in runs:
+        return pd.Series(True, index=runs.index)
+    return runs["valid"].fillna(False).astype(bool)
+
+
+def _used(runs: pd.DataFrame) -> pd.DataFrame:
+    """The level's valid runs, or every attempt when none of them is valid (the table marks
+    that level): a busy host's attempts are not results (harness.validity)."""
+    valid = runs[_valid_mask(runs)]
+    return valid if len(valid) else runs
+
+
 def path_models(link: str, workload: str, processing_s: float) -> dict[str, float]:
     """For the path of a level: MODELS s9's retransmission completion (p50, p99) of the data
     direction at its mean loss, and s10's FEC bound (k + r symbols at the target)."""
@@ -71,21 +84,22 @@ def _ms(value: float | None) -> str:
 def fec_table(frame: pd.DataFrame, levels: Sequence[str]) -> list[list[str]]:
     rows = []
     for level in levels:
-        runs = _measured(frame, level)
-        if runs.empty:
+        attempts = _measured(frame, level)
+        if attempts.empty:
             continue
+        runs = _used(attempts)
+        valid = int(_valid_mask(attempts).sum())
         first = runs.iloc[0]
         workload = str(first.get("workload"))
         processing = AUDIO_PROCESSING_S if workload in ("asr", "tts") else 0.0
         models = path_models(str(first["link"]), workload, processing)
         totals = runs["total_s"].to_numpy(dtype=float)
         quant = [float(np.quantile(totals, q)) for q in QUANTILES]
-        valid = int(runs["valid"].fillna(False).astype(bool).sum())
         is_fec = first.get("protocol") == "fec"
         bound = float(runs["bound_s"].median()) if "bound_s" in runs else math.nan
         cells = [
-            level,
-            f"{len(runs)} ({valid})",
+            level if valid else f"{level} (no valid run: every attempt)",
+            f"{len(attempts)} ({valid})",
             *[_ms(q) for q in quant],
             _ms(bound),
             f"{quant[2] / bound:.2f}" if bound and np.isfinite(bound) else "-",
@@ -110,7 +124,7 @@ def fec_table(frame: pd.DataFrame, levels: Sequence[str]) -> list[list[str]]:
 
 HEADERS = [
     "level",
-    "runs (valid)",
+    "attempts (valid)",
     "p50 ms",
     "p90 ms",
     "p99 ms",
@@ -127,12 +141,14 @@ HEADERS = [
 
 
 def plot_distribution(frame: pd.DataFrame, levels: Sequence[str], path: Path) -> None:
-    """Empirical CDF of the completion time per level, log time axis (figure 12-18)."""
+    """Empirical CDF of the completion time per level over its valid runs (every attempt
+    where none is valid), log time axis (figure 12-18)."""
     fig, ax = plt.subplots(figsize=(8.0, 4.5))
     for level in levels:
         runs = _measured(frame, level)
         if runs.empty:
             continue
+        runs = _used(runs)
         values = np.sort(runs["total_s"].to_numpy(dtype=float)) * 1e3
         ax.step(values, np.arange(1, len(values) + 1) / len(values), where="post", label=level)
     ax.set_xscale("log")
@@ -154,11 +170,13 @@ def fec_section(frame: pd.DataFrame, levels: Sequence[str], plots_dir: Path) -> 
     lines = [
         "## FEC against retransmission (MODELS.md sections 9 and 10)",
         "",
-        "Quantiles over every measured run (valid ones in brackets: the validity flags a busy "
-        "host, which these quantiles include). bound: the level's own bound (fec: the serial "
-        "time of the symbols it sent, no retransmission round). s9: completion of ideal "
-        "selective retransmission of the data at the path's loss; s10: the FEC bound at the "
-        f"target {FEC_TARGET}. r required: MODELS s10's r for the run's k at the loss the "
+        "Quantiles and counts over the valid runs of each level (attempts made, valid ones "
+        "in brackets; a level with no valid run shows every attempt and says so): an attempt "
+        "the busy host made invalid is not a result (Validity). bound: the level's own "
+        "bound (fec: the serial time of the symbols it sent, no retransmission round). s9: "
+        "completion of ideal selective retransmission of the data at the path's loss; s10: "
+        f"the FEC bound at the target {FEC_TARGET}. r required: MODELS s10's r for the "
+        "run's k at the loss the "
         "link realised on the data direction.",
         "",
         "| " + " | ".join(HEADERS) + " |",

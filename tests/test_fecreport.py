@@ -53,9 +53,20 @@ def test_path_models_reproduce_models_worked_examples() -> None:
 def test_table_and_plot(tmp_path: Path) -> None:
     lines = fecreport.fec_section(frame(), ["bbr", "fecad"], tmp_path)
     text = "\n".join(lines)
-    assert "| fecad | 20 (20) | 260 |" in text and "| bbr | 20 (10) |" in text
+    assert "| fecad | 20 (20) | 260 |" in text
+    # bbr's quantiles are over its 10 valid runs (0.3 s + 0.2 s steps), not all 20 attempts
+    assert "| bbr | 20 (10) | 1200 | 1920 | 2082 |" in text
     fec_row = next(line for line in lines if line.startswith("| fecad"))
     assert fec_row.rstrip(" |").endswith("64 | 63 | 1 | 1")
     assert (tmp_path / "completion_cdf.png").stat().st_size > 0
     h2_only = frame()[frame()["protocol"] == "h2"]
     assert fecreport.fec_section(h2_only, ["bbr"], tmp_path) == []
+
+
+def test_a_level_without_a_valid_run_shows_every_attempt_and_says_so(tmp_path: Path) -> None:
+    runs = frame()
+    runs.loc[runs["level"] == "bbr", "valid"] = False
+    lines = fecreport.fec_section(runs, ["bbr", "fecad"], tmp_path)
+    assert any(
+        line.startswith("| bbr (no valid run: every attempt) | 20 (0) | 1250 |") for line in lines
+    )
