@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "harness.run_cli",  # run, campaign, report
     "harness.abuse",  # abuse (attacks on loopback, a benchmark)
     "netem.crossval",  # bench crossval (kernel netem in a VM vs the userspace emulator)
+    "harness.remote_cli",  # remote check, clock, agent (a server host over ssh)
 )
 
 EXIT_USAGE = 2

@@ -1,0 +1,79 @@
+"""The control channel between the harness and a remote host's agent (issue 18): one JSON
+record per line over the ssh session's stdin and stdout, typed like every other record.
+
+The harness sends :class:`ControlRequest`; the agent answers each with one
+:class:`ControlReply` (the same ``seq``). Times are the agent's CLOCK_MONOTONIC.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from tbcore.errors import SpecError
+from tbcore.records import Record, RecordError, col, record
+
+OPS = ("hello", "time", "lease", "bye")
+"""hello: who the agent is; time: one clock exchange (harness.clocksync); lease: renew the
+agent's lease; bye: end the session (the agent stops what it started, then exits)."""
+
+REFUSED_OP = "refused"
+"""The op of a reply to a line that could not be read as a request (its seq is -1)."""
+
+MAX_LINE_BYTES = 64 * 1024
+"""A control line longer than this is refused without being parsed (memory stays bounded
+whatever the peer sends)."""
+
+
+@record("control_request", 1)
+class ControlRequest(Record):
+    seq: int = col(doc="the request's number; its reply carries the same")
+    op: str = col(doc="one of " + ", ".join(OPS))
+    lease_s: float | None = col(None, doc="lease: the new lease from now", unit="s")
+
+
+@record("control_reply", 1)
+class ControlReply(Record):
+    seq: int = col(doc="the request's number")
+    op: str = col(doc="the request's op")
+    error: str | None = col(None, doc="why the request was refused (one line), or None")
+    received_s: float | None = col(None, doc="time: when the request arrived", unit="s")
+    replied_s: float | None = col(None, doc="time: when the reply left", unit="s")
+    version: str | None = col(None, doc="hello: the agent's testbed version")
+    uid: int | None = col(None, doc="hello: the agent's user id (0: root)")
+    kernel: str | None = col(None, doc="hello: the agent's kernel release")
+    lease_s: float | None = col(None, doc="hello, lease: the lease now in force", unit="s")
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SpecError(field, f"must be a number, not {value!r}")
+    return float(value)
+
+
+def parse_line(line: bytes, kind: type[Record]) -> Any:
+    """One control line as a record of ``kind``: one-line :class:`SpecError` (naming the
+    field) for an oversized line, bad JSON, a wrong schema or a missing/unknown field."""
+    if len(line) > MAX_LINE_BYTES:
+        raise SpecError("control", f"line of {len(line)} bytes, at most {MAX_LINE_BYTES}")
+    try:
+        data = json.loads(line)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpecError("control", f"not JSON: {err}") from None
+    if not isinstance(data, dict):
+        raise SpecError("control", "a line must be a JSON object")
+    message = kind.from_dict(data, kind.SCHEMA)
+    if isinstance(message.seq, bool) or not isinstance(message.seq, int):
+        raise RecordError(f"{kind.SCHEMA}.seq", f"must be an integer, not {message.seq!r}")
+    ops = OPS if kind is ControlRequest else (*OPS, REFUSED_OP)
+    if not isinstance(message.op, str) or message.op not in ops:
+        raise RecordError(f"{kind.SCHEMA}.op", f"{message.op!r}, expected one of {ops}")
+    for name in ("lease_s", "received_s", "replied_s"):
+        value = getattr(message, name, None)
+        if value is not None:
+            _number(value, f"{kind.SCHEMA}.{name}")
+    return message
+
+
+def encode(message: Record) -> bytes:
+    return message.to_json().encode() + b"\n"

@@ -1,0 +1,98 @@
+"""harness.remote: the control channel to a real agent process (run here on pipes, as ssh
+would run it there), the clock offset through it, ``check``'s one-line findings, and the
+host and command checks that keep ssh from being handed an option or shell syntax."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import pytest
+
+from harness import __version__, remote
+from harness.remote import ChannelError, ControlChannel
+from tbcore.errors import SpecError
+
+LOCAL_AGENT = [sys.executable, "-m", "harness.cli", "remote", "agent", "--lease", "30"]
+
+
+def local_channel() -> ControlChannel:
+    return ControlChannel(list(LOCAL_AGENT), name="local")
+
+
+def test_hello_and_the_clock_of_the_same_host() -> None:
+    with local_channel() as channel:
+        hello, sent_s, returned_s = channel.request("hello")
+        assert hello.version == __version__ and returned_s >= sent_s
+        offset = channel.clock_offset(8)
+    # the same CLOCK_MONOTONIC on both sides: the true offset is 0, inside the bound
+    assert offset.samples == 8
+    assert abs(offset.offset_s) <= offset.error_s < 0.05
+    assert offset.min_rtt_s >= 0
+
+
+def test_close_says_bye_and_the_agent_exits() -> None:
+    channel = local_channel().open()
+    process = channel.process
+    channel.close()
+    assert process is not None and process.returncode == 0 and channel.process is None
+
+
+def test_a_refused_request_is_a_channel_error_naming_the_host() -> None:
+    with local_channel() as channel, pytest.raises(ChannelError, match=r"^local: .*lease_s"):
+        channel.request("lease", lease_s=0.01)
+
+
+def test_an_agent_that_is_not_there_is_one_line() -> None:
+    channel = ControlChannel([sys.executable, "-c", "import sys; sys.exit(127)"], name="h")
+    with channel, pytest.raises(ChannelError, match=r"^h: command not found there"):
+        channel.request("hello")
+
+
+def test_check_of_a_ready_host_is_empty_and_a_non_root_agent_is_named() -> None:
+    problems = remote.check(local_channel())
+    if os.geteuid() == 0:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and "needs root" in problems[0]
+
+
+@pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
+def test_check_of_a_host_ssh_cannot_reach_is_one_line() -> None:
+    # loopback port 9 (discard): nothing listens there, ssh is refused at once
+    problems = remote.check(remote.remote_channel("ssh://root@127.0.0.1:9"))
+    assert len(problems) == 1
+    assert problems[0].startswith("ssh://root@127.0.0.1:9: ssh could not connect: ")
+    assert "refused" in problems[0]
+
+
+def test_check_without_the_ssh_client_says_so() -> None:
+    channel = ControlChannel(["tb-no-such-ssh", "host"], name="host")
+    assert remote.check(channel) == [
+        "tb-no-such-ssh: not found here (Debian: apt install openssh-client)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "target", ["", "-oProxyCommand=sh", "host name", "host;reboot", "a$(b)", "h\nx", "ssh://-x"]
+)
+def test_a_host_that_is_an_option_or_shell_syntax_is_refused(target: str) -> None:
+    with pytest.raises(SpecError, match=r"^remote: "):
+        remote.check_target(target)
+
+
+@pytest.mark.parametrize("target", ["lab2", "root@10.0.0.2", "ssh://root@host:2222", "u@[::1]"])
+def test_hosts_as_ssh_takes_them(target: str) -> None:
+    assert remote.check_target(target) == target
+
+
+def test_the_agent_command_line() -> None:
+    argv = remote.agent_argv("root@lab2", "/opt/tb/.venv/bin/testbed", 12)
+    assert argv[0] == "ssh" and "BatchMode=yes" in argv
+    assert argv[argv.index("--") - 1] == "root@lab2"
+    assert argv[argv.index("--") + 1 :] == [
+        "/opt/tb/.venv/bin/testbed", "remote", "agent", "--lease", "12"
+    ]  # fmt: skip
+    with pytest.raises(SpecError, match=r"^remote_command: "):
+        remote.agent_argv("lab2", "testbed; rm -rf /", 12)
