@@ -13,7 +13,8 @@ set -eu
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES="python3 python3-venv python3-dev gcc iproute2 iptables tcpdump iperf3 ethtool \
-ca-certificates curl nghttp2-client nghttp2-server ngtcp2-client ngtcp2-server tshark"
+ca-certificates curl nghttp2-client nghttp2-server ngtcp2-client ngtcp2-server tshark \
+openssh-client openssh-server"
 APT_VM_PACKAGES="qemu-system-x86 busybox-static cpio kmod"
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -31,7 +32,26 @@ done
 if [ -n "$missing" ]; then
     echo "install: Debian packages:$missing"
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing
+    # openssh-server is for the remote-host tests (an sshd the tests start inside a tb-
+    # namespace): no package this installs may start a service on the host. Debian's
+    # policy-rc.d (exit 101) forbids it while apt runs; one already there is left as it is.
+    policy=""
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+        printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+        chmod 755 /usr/sbin/policy-rc.d
+        policy=/usr/sbin/policy-rc.d
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing \
+        || { [ -z "$policy" ] || rm -f "$policy"; exit 1; }
+    [ -z "$policy" ] || rm -f "$policy"
+    case " $missing " in
+        *" openssh-server "*)
+            # installed here for the tests: not started at boot either
+            if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+                systemctl disable --quiet ssh.service ssh.socket 2>/dev/null || true
+            fi
+            ;;
+    esac
 fi
 
 PYTHON="${PYTHON:-python3}"

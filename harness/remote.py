@@ -16,9 +16,11 @@ import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from harness import __version__, clocksync, remote_agent
 from harness.clocksync import ClockOffset, Exchange
+from netem import nsexec
 from tbcore.control import ControlReply, ControlRequest, encode, parse_line
 from tbcore.errors import SpecError, clip
 
@@ -62,8 +64,10 @@ def check_command(command: str) -> tuple[str, ...]:
     return words
 
 
-def ssh_argv(target: str, remote: Sequence[str]) -> list[str]:
-    return ["ssh", *SSH_OPTIONS, check_target(target), "--", *remote]
+def ssh_argv(target: str, remote: Sequence[str], ssh_config: str | None = None) -> list[str]:
+    """ssh's command line; ``ssh_config``: a config file in place of the user's (ssh -F)."""
+    config = ["-F", ssh_config] if ssh_config else []
+    return ["ssh", *config, *SSH_OPTIONS, check_target(target), "--", *remote]
 
 
 class ChannelError(RuntimeError):
@@ -76,31 +80,34 @@ class ControlChannel:
 
     argv: list[str]
     name: str
+    netns: str | None = None
+    """The network namespace ssh runs in (None: the harness's own)."""
     process: subprocess.Popen[bytes] | None = None
     seq: int = 0
     _buffer: bytes = b""
 
     def open(self) -> ControlChannel:
-        self.process = subprocess.Popen(
-            self.argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # Ctrl-C reaches the harness, which says bye
-        )
+        pipes: dict[str, Any] = {
+            "stdin": subprocess.PIPE,
+            "stdout": subprocess.PIPE,
+            "stderr": subprocess.PIPE,
+            "start_new_session": True,  # Ctrl-C reaches the harness, which says bye
+        }
+        if self.netns is None:
+            self.process = subprocess.Popen(self.argv, **pipes)
+        else:
+            self.process = nsexec.popen(self.netns, self.argv, **pipes)
         return self
 
     def __enter__(self) -> ControlChannel:
         return self.open()
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def request(self, op: str, lease_s: float | None = None) -> tuple[ControlReply, float, float]:
-        """Send one request; its reply and the local send and return times."""
+    def request(self, op: str, **fields: Any) -> tuple[ControlReply, float, float]:
+        """Send one request (``fields``: its optional fields, tbcore.control); its reply and
+        the local send and return times."""
         assert self.process is not None and self.process.stdin is not None
         self.seq += 1
-        line = encode(ControlRequest(seq=self.seq, op=op, lease_s=lease_s))
+        line = encode(ControlRequest(seq=self.seq, op=op, **fields))
         sent_s = time.monotonic()
         try:
             self.process.stdin.write(line)
@@ -147,7 +154,7 @@ class ControlChannel:
             return f"{self.name}: command not found there ({' '.join(self.argv[-3:])}): {last}"
         return f"{self.name}: the agent exited with status {status}: {last}"
 
-    def close(self) -> None:
+    def close(self, *_exc: object) -> None:
         """Say bye (the agent stops what it started) and wait for the channel to end."""
         if self.process is None:
             return
@@ -167,6 +174,8 @@ class ControlChannel:
                 self.process.wait()
             self.process = None
 
+    __exit__ = close
+
     def exchange(self) -> Exchange:
         reply, sent_s, returned_s = self.request("time")
         if reply.received_s is None or reply.replied_s is None:
@@ -179,16 +188,32 @@ class ControlChannel:
         return clocksync.estimate([self.exchange() for _ in range(exchanges)])
 
 
-def agent_argv(target: str, command: str, lease_s: float) -> list[str]:
-    """ssh's command line for the agent there; the host, command and lease checked here."""
-    remote_agent.check_lease(lease_s)
-    return ssh_argv(target, [*check_command(command), "remote", "agent", "--lease", f"{lease_s:g}"])
+@dataclass(frozen=True)
+class RemoteHost:
+    """How to reach a server host: ssh's target, the testbed command there, the agent's
+    lease, and an ssh config file (None: the user's own)."""
 
+    target: str
+    command: str = DEFAULT_REMOTE_COMMAND
+    lease_s: float = remote_agent.LEASE_DEFAULT_S
+    ssh_config: str | None = None
 
-def remote_channel(
-    target: str, command: str = DEFAULT_REMOTE_COMMAND, lease_s: float = 30.0
-) -> ControlChannel:
-    return ControlChannel(agent_argv(target, command, lease_s), name=check_target(target))
+    def __post_init__(self) -> None:
+        check_target(self.target)
+        check_command(self.command)
+        remote_agent.check_lease(self.lease_s)
+        if self.ssh_config is not None and not os.path.isfile(self.ssh_config):
+            raise SpecError("ssh_config", f"{self.ssh_config!r} is not a file")
+
+    def argv(self, *args: str) -> list[str]:
+        """ssh's command line for ``testbed ARGS`` there."""
+        return ssh_argv(self.target, [*check_command(self.command), *args], self.ssh_config)
+
+    def agent_argv(self) -> list[str]:
+        return self.argv("remote", "agent", "--lease", f"{self.lease_s:g}")
+
+    def channel(self, netns: str | None = None) -> ControlChannel:
+        return ControlChannel(self.agent_argv(), name=self.target, netns=netns)
 
 
 def check(channel: ControlChannel) -> list[str]:

@@ -15,11 +15,16 @@ from __future__ import annotations
 import os
 import platform
 import select
+import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from harness import __version__
+from netem import probe
+from netem.readiness import wait_for_marker
 from tbcore.control import (
     MAX_LINE_BYTES,
     REFUSED_OP,
@@ -28,10 +33,13 @@ from tbcore.control import (
     encode,
     parse_line,
 )
-from tbcore.errors import SpecError
+from tbcore.errors import SpecError, clip
+from tbcore.processes import stop_process
 
 LEASE_DEFAULT_S = 30.0
 """How long the agent lives without hearing from the harness, unless a lease says."""
+IPERF_PORT = 5201
+"""iperf3's own default port, for an iperf_start without one."""
 LEASE_MIN_S = 1.0
 LEASE_MAX_S = 3600.0
 """A lease is between these: a shorter one could not be renewed over a long path, a longer
@@ -39,12 +47,32 @@ one would keep an orphan listening for an hour."""
 READ_BYTES = 65536
 
 
+class Resources(Protocol):
+    """What the agent starts on its host for the harness; all of it ends with the agent."""
+
+    def session_addr(self) -> str | None:
+        """The local address the ssh session arrived at (None outside ssh)."""
+
+    def start_echo(self, addr: str, port: int) -> int:
+        """The path probe's UDP echo on ``addr:port``; the port bound."""
+
+    def stop_echo(self) -> int:
+        """Stop the echo; the probes it received."""
+
+    def start_iperf(self, addr: str, port: int) -> int:
+        """An iperf3 server for one test on ``addr:port``; the port."""
+
+    def close(self) -> None:
+        """Stop everything started."""
+
+
 @dataclass
 class AgentCore:
-    """The agent's state: its lease and whether it was told to stop."""
+    """The agent's state: its lease, what it started, and whether it was told to stop."""
 
     clock: Callable[[], float]
     lease_s: float = LEASE_DEFAULT_S
+    resources: Resources | None = None
     deadline_s: float = field(init=False)
     done: bool = field(init=False, default=False)
     refused: int = field(init=False, default=0)
@@ -70,9 +98,9 @@ class AgentCore:
             return ControlReply(seq=-1, op=REFUSED_OP, error=str(err))
         try:
             return self._answer(request, received_s)
-        except SpecError as err:
+        except (SpecError, OSError) as err:
             self.refused += 1
-            return ControlReply(seq=request.seq, op=request.op, error=str(err))
+            return ControlReply(seq=request.seq, op=request.op, error=clip(str(err)))
 
     def _answer(self, request: ControlRequest, received_s: float) -> ControlReply:
         if request.op == "lease":
@@ -84,6 +112,8 @@ class AgentCore:
         if request.op == "bye":
             self.done = True
             return ControlReply(seq=request.seq, op="bye")
+        if request.op in ("echo_start", "echo_stop", "iperf_start"):
+            return self._resource(request)
         if request.op == "hello":
             return ControlReply(
                 seq=request.seq,
@@ -91,11 +121,28 @@ class AgentCore:
                 version=__version__,
                 uid=os.geteuid(),
                 kernel=platform.release(),
+                pid=os.getpid(),
+                addr=self.resources.session_addr() if self.resources else None,
                 lease_s=self.lease_s,
             )
         return ControlReply(
             seq=request.seq, op="time", received_s=received_s, replied_s=self.clock()
         )
+
+    def _resource(self, request: ControlRequest) -> ControlReply:
+        if self.resources is None:
+            raise SpecError("control_request.op", f"{request.op}: this agent starts nothing")
+        if request.op == "echo_stop":
+            count = self.resources.stop_echo()
+            return ControlReply(seq=request.seq, op=request.op, count=count)
+        addr = request.addr or self.resources.session_addr()
+        if addr is None:
+            raise SpecError("control_request.addr", "missing, and no ssh session to take it from")
+        start = (
+            self.resources.start_echo if request.op == "echo_start" else self.resources.start_iperf
+        )
+        port = start(addr, request.port or 0)
+        return ControlReply(seq=request.seq, op=request.op, addr=addr, port=port)
 
 
 def check_lease(value: float) -> float:
@@ -134,9 +181,74 @@ def serve(core: AgentCore, stdin_fd: int = 0, stdout_fd: int = 1) -> str:
             pending = b""
 
 
+class HostResources:
+    """The real :class:`Resources`: a :class:`netem.probe.Echo` thread and iperf3 servers
+    as children of the agent, all stopped by :meth:`close`."""
+
+    def __init__(self) -> None:
+        self.echo: probe.Echo | None = None
+        self.children: list[subprocess.Popen[bytes]] = []
+
+    def session_addr(self) -> str | None:
+        # sshd sets SSH_CONNECTION to "client_ip client_port server_ip server_port"
+        words = os.environ.get("SSH_CONNECTION", "").split()
+        return words[2] if len(words) == 4 else None
+
+    def start_echo(self, addr: str, port: int) -> int:
+        if self.echo is not None:
+            raise SpecError("control_request.op", "echo_start: an echo already runs")
+        self.echo = probe.Echo(addr, port).__enter__()
+        return int(self.echo.sock.getsockname()[1])
+
+    def stop_echo(self) -> int:
+        if self.echo is None:
+            raise SpecError("control_request.op", "echo_stop: no echo runs")
+        echo, self.echo = self.echo, None
+        echo.close()
+        return echo.received
+
+    def start_iperf(self, addr: str, port: int) -> int:
+        self.children = [c for c in self.children if c.poll() is None]
+        port = port or IPERF_PORT
+        child = subprocess.Popen(
+            ["iperf3", "-s", "-1", "--forceflush", "-B", addr, "-p", str(port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+        self.children.append(child)
+        assert child.stdout is not None
+        ready = wait_for_marker(child.stdout.fileno(), b"listening", time.monotonic() + 10)
+        if not ready.ready:
+            stop_process(child, 5.0)
+            raise SpecError(
+                "iperf", f"iperf3 did not listen: {clip(ready.seen.decode(errors='replace'))}"
+            )
+        return port
+
+    def close(self) -> None:
+        if self.echo is not None:
+            self.echo.close()
+            self.echo = None
+        for child in self.children:
+            stop_process(child, 5.0)
+        self.children = []
+
+
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(lease_s: float = LEASE_DEFAULT_S) -> int:
-    core = AgentCore(clock=time.monotonic, lease_s=lease_s)
-    serve(core)
+    """The agent on this host's stdio until bye, EOF, the lease's end or SIGTERM/SIGHUP;
+    whatever it started is stopped on every one of those ways out."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, _exit_on_signal)
+    resources = HostResources()
+    try:
+        serve(AgentCore(clock=time.monotonic, lease_s=lease_s, resources=resources))
+    finally:
+        resources.close()
     return 0
 
 

@@ -5,14 +5,23 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 
-from harness import __version__, remote, remote_agent
+from harness import __version__, pathprobe, remote, remote_agent
 from harness.remote import ChannelError
 
 
 def _channel(args: argparse.Namespace) -> remote.ControlChannel:
-    return remote.remote_channel(args.host, args.remote_command, args.lease)
+    return remote_host(args).channel()
+
+
+def remote_host(args: argparse.Namespace) -> remote.RemoteHost:
+    """The host of ``--remote`` (or ``testbed remote``'s HOST) and its options."""
+    return remote.RemoteHost(
+        target=args.host,
+        command=args.remote_command,
+        lease_s=args.lease,
+        ssh_config=args.ssh_config,
+    )
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -49,10 +58,36 @@ def run_clock(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_agent(args: argparse.Namespace) -> int:
-    core = remote_agent.AgentCore(clock=time.monotonic, lease_s=args.lease)
-    remote_agent.serve(core)
+def run_path(args: argparse.Namespace) -> int:
+    plan = pathprobe.ProbePlan.quick() if args.quick else pathprobe.ProbePlan()
+    try:
+        with _channel(args) as channel:
+            hello, _, _ = channel.request("hello")
+            addr = args.addr or hello.addr
+            if addr is None:
+                print(f"testbed remote path: {args.host}: no address to probe (give --addr)")
+                return 1
+            path = pathprobe.measure(channel, addr, plan)
+    except ChannelError as err:
+        print(f"testbed remote path: {err}")
+        return 1
+    if args.json:
+        print(json.dumps({"host": args.host, "addr": addr, **path.to_dict()}, indent=2))
+        return 0
+    print(f"{args.host} ({addr}): {path.link_string()}")
+    for name in ("up", "down"):
+        sent, lost = getattr(path, f"{name}_sent"), getattr(path, f"{name}_lost")
+        rate = getattr(path, f"{name}_rate_bps")
+        print(
+            f"  {name:4} loss {lost}/{sent} probes, TCP "
+            + (f"{rate / 1e6:.2f} Mbit/s" if rate else "-")
+        )
     return 0
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    remote_agent.check_lease(args.lease)
+    return remote_agent.main(args.lease)
 
 
 def _host_arguments(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +98,9 @@ def _host_arguments(parser: argparse.ArgumentParser) -> None:
         help="the testbed command there (default: testbed on its PATH)",
     )
     parser.add_argument(
+        "--ssh-config", metavar="FILE", help="an ssh config file in place of yours (ssh -F)"
+    )
+    parser.add_argument(
         "--lease",
         type=float,
         default=remote_agent.LEASE_DEFAULT_S,
@@ -71,8 +109,8 @@ def _host_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add ``testbed remote check|clock|agent``."""
-    parser = commands.add_parser("remote", help="a remote host over ssh: check, clock, agent")
+    """Add ``testbed remote check|clock|path|agent``."""
+    parser = commands.add_parser("remote", help="a remote host over ssh: check, clock, path, agent")
     sub = parser.add_subparsers(dest="remote_command_name", metavar="SUBCOMMAND", required=True)
     check = sub.add_parser(
         "check", help="what the remote host lacks for a run there, one line each"
@@ -88,6 +126,14 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     clock.add_argument("--json", action="store_true", help="print JSON")
     clock.set_defaults(handler=run_clock)
+    path = sub.add_parser(
+        "path", help="the path to it, measured: min RTT, loss and TCP rate per direction"
+    )
+    _host_arguments(path)
+    path.add_argument("--addr", help="its address to probe (default: the one ssh reached)")
+    path.add_argument("--quick", action="store_true", help="a short probe (about 10 s)")
+    path.add_argument("--json", action="store_true", help="print JSON")
+    path.set_defaults(handler=run_path)
     agent = sub.add_parser(
         "agent", help="the remote side of the control channel (started by the harness over ssh)"
     )

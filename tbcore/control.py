@@ -7,18 +7,23 @@ The harness sends :class:`ControlRequest`; the agent answers each with one
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
 from tbcore.errors import SpecError
 from tbcore.records import Record, RecordError, col, record
 
-OPS = ("hello", "time", "lease", "bye")
+OPS = ("hello", "time", "lease", "echo_start", "echo_stop", "iperf_start", "bye")
 """hello: who the agent is; time: one clock exchange (harness.clocksync); lease: renew the
-agent's lease; bye: end the session (the agent stops what it started, then exits)."""
+agent's lease; echo_start/echo_stop: the path probe's UDP echo (netem.probe.Echo) there,
+and how many probes it received; iperf_start: an iperf3 server there for one test; bye:
+end the session (the agent stops what it started, then exits)."""
 
 REFUSED_OP = "refused"
 """The op of a reply to a line that could not be read as a request (its seq is -1)."""
+
+MAX_PORT = 65535
 
 MAX_LINE_BYTES = 64 * 1024
 """A control line longer than this is refused without being parsed (memory stays bounded
@@ -30,6 +35,12 @@ class ControlRequest(Record):
     seq: int = col(doc="the request's number; its reply carries the same")
     op: str = col(doc="one of " + ", ".join(OPS))
     lease_s: float | None = col(None, doc="lease: the new lease from now", unit="s")
+    addr: str | None = col(
+        None,
+        doc="echo_start, iperf_start: the address to bind (None: "
+        "the one the ssh session arrived at)",
+    )
+    port: int | None = col(None, doc="echo_start, iperf_start: the port to bind")
 
 
 @record("control_reply", 1)
@@ -42,6 +53,14 @@ class ControlReply(Record):
     version: str | None = col(None, doc="hello: the agent's testbed version")
     uid: int | None = col(None, doc="hello: the agent's user id (0: root)")
     kernel: str | None = col(None, doc="hello: the agent's kernel release")
+    pid: int | None = col(None, doc="hello: the agent's process id there")
+    addr: str | None = col(
+        None,
+        doc="hello: the address the ssh session arrived at; "
+        "echo_start, iperf_start: the address bound",
+    )
+    port: int | None = col(None, doc="echo_start, iperf_start: the port bound")
+    count: int | None = col(None, doc="echo_stop: the probes the echo received")
     lease_s: float | None = col(None, doc="hello, lease: the lease now in force", unit="s")
 
 
@@ -68,11 +87,31 @@ def parse_line(line: bytes, kind: type[Record]) -> Any:
     ops = OPS if kind is ControlRequest else (*OPS, REFUSED_OP)
     if not isinstance(message.op, str) or message.op not in ops:
         raise RecordError(f"{kind.SCHEMA}.op", f"{message.op!r}, expected one of {ops}")
+    _check_values(message, kind.SCHEMA)
+    return message
+
+
+def _check_values(message: Any, where: str) -> None:
+    """The optional fields' types: numbers, a port, an IP address."""
     for name in ("lease_s", "received_s", "replied_s"):
         value = getattr(message, name, None)
         if value is not None:
-            _number(value, f"{kind.SCHEMA}.{name}")
-    return message
+            _number(value, f"{where}.{name}")
+    port = getattr(message, "port", None)
+    if port is not None and (
+        isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= MAX_PORT
+    ):
+        raise RecordError(f"{where}.port", f"{port!r}, expected 0 to {MAX_PORT}")
+    addr = getattr(message, "addr", None)
+    if addr is not None:
+        _address(addr, f"{where}.addr")
+
+
+def _address(value: Any, field: str) -> None:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise SpecError(field, f"{value!r} is not an IP address") from None
 
 
 def encode(message: Record) -> bytes:

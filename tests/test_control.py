@@ -17,7 +17,10 @@ def test_a_request_and_a_reply_round_trip() -> None:
     assert control.parse_line(control.encode(reply), ControlReply) == reply
 
 
-REQUEST = '"schema": "control_request/1", "seq": 1, "op": "time", "lease_s": null'
+REQUEST = (
+    '"schema": "control_request/1", "seq": 1, "op": "time", "lease_s": null, "addr": null, '
+    '"port": null'
+)
 
 
 def req(text: str) -> bytes:
@@ -30,23 +33,28 @@ def req(text: str) -> bytes:
     return ("{" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}").encode()
 
 
-@pytest.mark.parametrize(
-    ("line", "field"),
-    [
-        (b"x" * (control.MAX_LINE_BYTES + 1), "control"),
-        (b"\xff\xfe", "control"),
-        (b"{not json", "control"),
-        (b"[1, 2]", "control"),
-        (req('-"schema"'), "control_request.schema"),
-        (req('"schema": "control_reply/1"'), "control_request.schema"),
-        (req('-"seq"'), "control_request.seq"),
-        (req('"x": 1'), "control_request.x"),
-        (req('"seq": "1"'), "control_request.seq"),
-        (req('"seq": true'), "control_request.seq"),
-        (req('"op": "reboot"'), "control_request.op"),
-        (req('"op": "lease", "lease_s": "10"'), "control_request.lease_s"),
-    ],
-)
+RAW_LINES = [b"x" * (control.MAX_LINE_BYTES + 1), b"\xff\xfe", b"{not json", b"[1, 2]"]
+BAD_FIELDS = {
+    '-"schema"': "schema",
+    '"schema": "control_reply/1"': "schema",
+    '-"seq"': "seq",
+    '"x": 1': "x",
+    '"seq": "1"': "seq",
+    '"seq": true': "seq",
+    '"op": "reboot"': "op",
+    '"op": "lease", "lease_s": "10"': "lease_s",
+    '"op": "echo_start", "port": 70000': "port",
+    '"op": "echo_start", "port": -1': "port",
+    '"op": "echo_start", "port": 7.5': "port",
+    '"op": "echo_start", "addr": "lab2"': "addr",
+    '"op": "echo_start", "addr": "198.18.0.1; id"': "addr",
+}
+BAD_LINES = [(line, "control") for line in RAW_LINES] + [
+    (req(text), f"control_request.{field}") for text, field in BAD_FIELDS.items()
+]
+
+
+@pytest.mark.parametrize(("line", "field"), BAD_LINES)
 def test_bad_lines_are_refused_in_one_line_naming_the_field(line: bytes, field: str) -> None:
     with pytest.raises(SpecError) as err:
         control.parse_line(line, ControlRequest)

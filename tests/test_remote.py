@@ -4,16 +4,25 @@ host and command checks that keep ssh from being handed an option or shell synta
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+import support_sshd
+from support_sshd import SshdHost
 
 from harness import __version__, remote
 from harness.remote import ChannelError, ControlChannel
+from netem import nsexec
 from tbcore.errors import SpecError
 
+TESTBED = [sys.executable, "-m", "harness.cli"]
 LOCAL_AGENT = [sys.executable, "-m", "harness.cli", "remote", "agent", "--lease", "30"]
 
 
@@ -61,7 +70,7 @@ def test_check_of_a_ready_host_is_empty_and_a_non_root_agent_is_named() -> None:
 @pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client")
 def test_check_of_a_host_ssh_cannot_reach_is_one_line() -> None:
     # loopback port 9 (discard): nothing listens there, ssh is refused at once
-    problems = remote.check(remote.remote_channel("ssh://root@127.0.0.1:9"))
+    problems = remote.check(remote.RemoteHost("ssh://root@127.0.0.1:9").channel())
     assert len(problems) == 1
     assert problems[0].startswith("ssh://root@127.0.0.1:9: ssh could not connect: ")
     assert "refused" in problems[0]
@@ -88,11 +97,77 @@ def test_hosts_as_ssh_takes_them(target: str) -> None:
 
 
 def test_the_agent_command_line() -> None:
-    argv = remote.agent_argv("root@lab2", "/opt/tb/.venv/bin/testbed", 12)
+    argv = remote.RemoteHost("root@lab2", "/opt/tb/.venv/bin/testbed", 12).agent_argv()
     assert argv[0] == "ssh" and "BatchMode=yes" in argv
     assert argv[argv.index("--") - 1] == "root@lab2"
     assert argv[argv.index("--") + 1 :] == [
         "/opt/tb/.venv/bin/testbed", "remote", "agent", "--lease", "12"
     ]  # fmt: skip
     with pytest.raises(SpecError, match=r"^remote_command: "):
-        remote.agent_argv("lab2", "testbed; rm -rf /", 12)
+        remote.RemoteHost("lab2", "testbed; rm -rf /", 12)
+    with pytest.raises(SpecError, match=r"^lease_s: "):
+        remote.RemoteHost("lab2", lease_s=0)
+    with pytest.raises(SpecError, match=r"^ssh_config: "):
+        remote.RemoteHost("lab2", ssh_config="/nonexistent/tb-config")
+    configured = remote.RemoteHost("lab2", ssh_config=__file__).agent_argv()
+    assert configured[:3] == ["ssh", "-F", __file__]
+
+
+# --- over a real ssh, to an sshd in a namespace across an emulated path (root) -------------
+
+
+@pytest.fixture
+def far_host(tmp_path: Path) -> Iterator[tuple[SshdHost, Any]]:
+    with support_sshd.sshd_across("rmt", "rtt=40ms", tmp_path / "sshd") as pair:
+        yield pair
+
+
+far = support_sshd.remote_host
+
+
+@pytest.mark.root
+def test_over_ssh_the_clock_sees_the_paths_round_trip(far_host: tuple[SshdHost, Any]) -> None:
+    host, link = far_host
+    done = nsexec.run(
+        link.client_ns,
+        [*TESTBED, "remote", "clock", host.target, "--ssh-config", str(host.ssh_config),
+         "--remote-command", support_sshd.TESTBED_COMMAND, "--json", "--exchanges", "8"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    # the emulated 40 ms plus ssh's and the agent's turnaround; never below the path
+    assert 0.040 <= doc["min_rtt_s"] < 0.060
+    # one kernel, one CLOCK_MONOTONIC: the true offset is 0 and must lie inside the bound
+    assert abs(doc["offset_s"]) <= doc["error_s"] <= doc["min_rtt_s"] / 2 + 1e-3
+    assert remote.check(far(host).channel(link.client_ns)) == []
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.root
+def test_sigkill_of_the_local_side_ends_the_remote_agent(far_host: tuple[SshdHost, Any]) -> None:
+    host, link = far_host
+    channel = far(host).channel(link.client_ns).open()
+    hello, _, _ = channel.request("hello")
+    assert hello.pid and Path(f"/proc/{hello.pid}").exists()
+    assert channel.process is not None
+    channel.process.kill()  # the harness's ssh dies as with the harness: SIGKILL
+    assert _gone(hello.pid, 10.0)
+    channel.close()
+
+
+@pytest.mark.root
+def test_a_silent_harness_loses_the_agent_to_its_lease(far_host: tuple[SshdHost, Any]) -> None:
+    host, link = far_host
+    with far(host, lease_s=2).channel(link.client_ns) as channel:
+        hello, _, _ = channel.request("hello")
+        assert hello.pid is not None and not _gone(hello.pid, 1.0)
+        assert _gone(hello.pid, 5.0)  # the ssh session is alive, the harness said nothing

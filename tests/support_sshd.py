@@ -1,0 +1,112 @@
+"""An OpenSSH server inside a tb- namespace playing a remote host (issue 18), with its own
+host key, a client key for root and an ssh config file that reaches it: the harness is
+handed that config and a host name, and does not know the host is local."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from netem import nsexec
+from tbcore.processes import stop_process
+
+SSHD = "/usr/sbin/sshd"
+HOST_ALIAS = "tb-remote-host"
+TESTBED_COMMAND = str(Path(sys.executable).with_name("testbed"))
+"""The same install, reached as a remote host would reach its own."""
+
+
+@dataclass(frozen=True)
+class SshdHost:
+    ssh_config: Path
+    target: str
+    addr: str
+
+
+def needs_sshd() -> None:
+    if shutil.which("ssh") is None or not Path(SSHD).exists():
+        pytest.skip("needs openssh-client and openssh-server (harness/install.sh installs them)")
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)],
+        check=True,
+        timeout=30,
+    )
+
+
+def _wait_listening(server: subprocess.Popen[bytes], log: Path, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "Server listening on" in text:
+            return
+        if server.poll() is not None:
+            raise RuntimeError(f"sshd exited {server.returncode}: {text.strip()[-300:]}")
+        time.sleep(0.05)
+    raise TimeoutError(f"sshd did not listen within {timeout_s:g} s")
+
+
+@contextmanager
+def sshd_in(ns: str, addr: str, workdir: Path, port: int = 22) -> Iterator[SshdHost]:
+    """sshd listening on ``addr:port`` inside namespace ``ns`` until the block ends."""
+    needs_sshd()
+    workdir.mkdir(parents=True, exist_ok=True)
+    _keygen(workdir / "host_key")
+    _keygen(workdir / "id")
+    shutil.copy(workdir / "id.pub", workdir / "authorized_keys")
+    config = workdir / "sshd_config"
+    config.write_text(
+        f"Port {port}\nListenAddress {addr}\nHostKey {workdir / 'host_key'}\n"
+        f"AuthorizedKeysFile {workdir / 'authorized_keys'}\nPidFile {workdir / 'sshd.pid'}\n"
+        "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
+        "KbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\nLogLevel INFO\n"
+    )
+    Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
+    client_config = workdir / "ssh_config"
+    client_config.write_text(
+        f"Host {HOST_ALIAS}\n  HostName {addr}\n  Port {port}\n  User root\n"
+        f"  IdentityFile {workdir / 'id'}\n  IdentitiesOnly yes\n"
+        f"  UserKnownHostsFile {workdir / 'known_hosts'}\n  StrictHostKeyChecking accept-new\n"
+        "  LogLevel ERROR\n"
+    )
+    log = workdir / "sshd.log"
+    server = nsexec.popen(
+        ns, [SSHD, "-D", "-E", str(log), "-f", str(config)], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        _wait_listening(server, log)
+        yield SshdHost(ssh_config=client_config, target=f"root@{HOST_ALIAS}", addr=addr)
+    finally:
+        stop_process(server, 10.0)
+
+
+@contextmanager
+def sshd_across(name: str, link: str, workdir: Path) -> Iterator[tuple[SshdHost, Any]]:
+    """An emulated path ``link`` (userspace backend) whose server namespace runs sshd: the
+    harness side runs in its client namespace (``link.client_ns``)."""
+    from netem.link import Link
+
+    needs_sshd()
+    with (
+        Link.up(name, link, backend="userspace") as up,
+        sshd_in(up.server_ns, up.server_addr, workdir) as host,
+    ):
+        yield host, up
+
+
+def remote_host(host: SshdHost, lease_s: float = 30.0) -> Any:
+    from harness.remote import RemoteHost
+
+    return RemoteHost(host.target, TESTBED_COMMAND, lease_s, str(host.ssh_config))
