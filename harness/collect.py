@@ -332,6 +332,7 @@ class RunFiles:
     offset_s: float
     """CLOCK_REALTIME - CLOCK_MONOTONIC when the run started (pcap times are realtime)."""
     started_utc: str | None
+    backend: str | None = None
 
     @classmethod
     def open(cls, run_dir: Path) -> RunFiles:
@@ -343,6 +344,7 @@ class RunFiles:
             link=parse_link(data["link"]),
             offset_s=float(data["clock_offset_s"]),
             started_utc=data.get("started_utc"),
+            backend=data.get("backend"),
         )
 
 
@@ -376,6 +378,7 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     values.update(
         air_columns(run_dir / LINK_STATS_FILE, run_dir / AIR_FILE, files.settings, files.link)
     )
+    values.update(remote_columns(run_dir / REMOTE_FILE))
     direction = values.get("fec_data_direction")
     if direction is not None:
         values["fec_repair_required"] = fec_required(
@@ -387,6 +390,7 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
         **files.plan,
         **label_columns(files.settings, files.link),
         started_utc=files.started_utc,
+        backend=files.backend,
         **values,
     )
     return Collected(row, error, window[0], window[1], loss_checks)
@@ -482,6 +486,28 @@ def write_events(
     out.extend({**event.to_dict(), "source": "server"} for event in events)
     out.sort(key=lambda e: e["t"])
     write_jsonl(path, out)
+
+
+REMOTE_FILE = "remote.json"
+"""A run with its server on another host: written by harness.remote_path."""
+
+
+def remote_columns(path: Path) -> dict[str, Any]:
+    """The clock offset and the one-way delays of a run whose server ran on another host."""
+    if not path.exists():
+        return {}
+    info = json.loads(path.read_text(encoding="utf-8"))
+    flags = [info.get("one_way_up_flag"), info.get("one_way_down_flag")]
+    return {
+        "remote_host": info.get("host"),
+        "server_clock_offset_s": info.get("clock_offset_s"),
+        "server_clock_error_s": info.get("clock_error_s"),
+        "one_way_up_s": info.get("one_way_up_s"),
+        "one_way_down_s": info.get("one_way_down_s"),
+        "one_way_flag": "impossible"
+        if "impossible" in flags
+        else next((f for f in flags if f), None),
+    }
 
 
 def link_columns(

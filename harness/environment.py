@@ -79,17 +79,16 @@ def environment(link: Any) -> dict[str, Any]:
 
 
 def _sysctls(link: Any) -> dict[str, Any]:
-    from netem import sysctl
-
-    return {
-        role: sysctl.read_many(getattr(link, f"{role}_ns"), list(TCP_SYSCTLS)) for role in ROLES
-    }
+    """Each end's TCP sysctls, as the link reads them (a remote path asks the other host)."""
+    return {role: link.sysctls(role, list(TCP_SYSCTLS)) for role in ROLES}
 
 
 def _qdiscs(link: Any) -> dict[str, Any]:
     from netem import topology
 
-    qdiscs = {}
+    qdiscs: dict[str, Any] = {}
+    if getattr(link, "backend", None) == "real":
+        return qdiscs  # the other host's qdiscs are its own business
     for role in ROLES:
         with topology.ipr(getattr(link, f"{role}_ns")) as ip:
             qdiscs[role] = [

@@ -143,7 +143,7 @@ class RunEnvironment:
     log: Callable[[str], None] = lambda _msg: None
 
 
-def _wait_listening(proc: subprocess.Popen, expected: int, timeout_s: float) -> list[str]:
+def wait_listening(proc: subprocess.Popen, expected: int, timeout_s: float) -> list[str]:
     """Read the server's stdout until ``expected`` 'listening' lines (or fail)."""
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
@@ -206,7 +206,10 @@ def run_processes(
         s_argv = server_argv(settings, link_spec, bind=link.server_addr, port=port, run_dir=run_dir)
         c_argv = client_argv(settings, link_spec, host=link.server_addr, port=port, run_dir=run_dir)
         write_run_file(env, planned, settings, link_spec, run_dir, (s_argv, c_argv))
-        server = start_server(link, s_argv, run_dir)
+        remote_start = getattr(link, "start_server", None)  # a server on another host
+        server = (
+            remote_start(s_argv, run_dir) if remote_start else start_server(link, s_argv, run_dir)
+        )
         with watch:
             watch.watch("server", server.pid)
             for pid in _emulator_pids(link):
@@ -229,7 +232,8 @@ def run_processes(
                 code = _wait_child(client, limit_s)
                 if code != 0:
                     error = f"client exited {code}: {_tail(run_dir / 'client.stderr')}"
-            atomic_write_json(run_dir / LINK_STATS_FILE, (link.stats() - before).to_dict())
+            if before is not None:  # a real path has no emulator counters
+                atomic_write_json(run_dir / LINK_STATS_FILE, (link.stats() - before).to_dict())
     except Exception as err:  # a run that fails is recorded, never dropped
         error = f"harness: {type(err).__name__}: {err}".replace("\n", " ")[:ERROR_CHARS]
         (run_dir / "harness_error.txt").write_text(traceback.format_exc())
@@ -279,6 +283,7 @@ def write_run_file(
             "settings": settings.to_dict(),
             "ignored_settings": settings.ignored(),
             "link": str(link_spec),
+            "backend": getattr(env.link, "backend", None),
             "server_argv": argvs[0],
             "client_argv": argvs[1],
             "sysctls": {role: env.link.sysctls(role, names) for role in ROLES},
@@ -301,7 +306,7 @@ def start_server(link: Any, argv: list[str], run_dir: Path) -> subprocess.Popen:
     with open(run_dir / "server.stderr", "wb") as server_log:
         server = popen_endpoint(link.server_ns, argv, stdout=subprocess.PIPE, stderr=server_log)
     try:
-        _wait_listening(server, 1, SERVER_START_TIMEOUT_S)
+        wait_listening(server, 1, SERVER_START_TIMEOUT_S)
     except BaseException:  # a timeout, an exit, or a signal while it starts: never orphaned
         stop_process(server, SERVER_STOP_TIMEOUT_S)
         raise

@@ -13,9 +13,11 @@ import re
 import selectors
 import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from harness import __version__, clocksync, remote_agent
@@ -212,6 +214,32 @@ class RemoteHost:
     def agent_argv(self) -> list[str]:
         return self.argv("remote", "agent", "--lease", f"{self.lease_s:g}")
 
+    def fetch(self, run_dir: str, into: Path, netns: str | None = None) -> list[str]:
+        """Bring a served run's files into ``into`` (testbed remote fetch there: a tar
+        stream, the remote copy removed); the names written. Members are extracted with
+        tarfile's ``data`` filter: no absolute paths, links out or devices."""
+        argv = self.argv("remote", "fetch", run_dir)
+        kwargs: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+        child = nsexec.popen(netns, argv, **kwargs)
+        assert child.stdout is not None
+        try:
+            with tarfile.open(fileobj=child.stdout, mode="r|") as tar:
+                names = []
+                for member in tar:
+                    tar.extract(member, into, filter="data")
+                    names.append(member.name)
+        except tarfile.TarError as err:
+            child.kill()
+            raise ChannelError(f"{self.target}: fetch of {run_dir}: {err}") from None
+        finally:
+            stderr = child.stderr.read().decode(errors="replace") if child.stderr else ""
+            child.wait(timeout=REPLY_TIMEOUT_S)
+        if child.returncode != 0:
+            raise ChannelError(
+                f"{self.target}: fetch of {run_dir}: {clip(stderr) or child.returncode}"
+            )
+        return names
+
     def channel(self, netns: str | None = None) -> ControlChannel:
         return ControlChannel(self.agent_argv(), name=self.target, netns=netns)
 
@@ -230,6 +258,10 @@ def check(channel: ControlChannel) -> list[str]:
         problems.append(
             f"{channel.name}: testbed {hello.version} there, {__version__} here: install the "
             "same version there (harness/install.sh)"
+        )
+    for tool in hello.missing or []:
+        problems.append(
+            f"{channel.name}: {tool} is not installed there (harness/install.sh installs it)"
         )
     if hello.uid != 0:
         problems.append(

@@ -12,20 +12,33 @@ blocking stdio loop around it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import select
+import shutil
 import signal
 import subprocess
+import tarfile
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from pathlib import Path
+from typing import BinaryIO, Protocol
 
 from harness import __version__
-from netem import probe
+from harness.execute import (
+    SERVER_START_TIMEOUT_S,
+    SERVER_STOP_TIMEOUT_S,
+    popen_endpoint,
+    testbed_argv,
+    wait_listening,
+)
+from netem import probe, sysctl
 from netem.readiness import wait_for_marker
 from tbcore.control import (
+    DIR_PLACEHOLDER,
     MAX_LINE_BYTES,
     REFUSED_OP,
     ControlReply,
@@ -38,6 +51,11 @@ from tbcore.processes import stop_process
 
 LEASE_DEFAULT_S = 30.0
 """How long the agent lives without hearing from the harness, unless a lease says."""
+TOOLS = ("iperf3",)
+"""Programs the agent runs for the harness (the path probe's TCP transfers)."""
+RUN_DIR_PREFIX = "tb-remote-"
+"""A served run's directory there: ``$TMPDIR/tb-remote-XXXXXXXX``, removed when fetched
+(testbed remote fetch) or when the agent exits."""
 IPERF_PORT = 5201
 """iperf3's own default port, for an iperf_start without one."""
 LEASE_MIN_S = 1.0
@@ -61,6 +79,15 @@ class Resources(Protocol):
 
     def start_iperf(self, addr: str, port: int) -> int:
         """An iperf3 server for one test on ``addr:port``; the port."""
+
+    def serve(self, args: list[str], files: dict[str, str], dirs: list[str], expect: int) -> str:
+        """``testbed serve ARGS`` in a new run directory, once it listens; the directory."""
+
+    def stop(self, run_dir: str) -> tuple[int, str]:
+        """Stop the server of ``run_dir``: its exit status and last stderr line."""
+
+    def sysctl(self, name: str, value: str | None) -> str:
+        """Sysctl ``name``'s value before; set it to ``value`` unless None."""
 
     def close(self) -> None:
         """Stop everything started."""
@@ -114,6 +141,8 @@ class AgentCore:
             return ControlReply(seq=request.seq, op="bye")
         if request.op in ("echo_start", "echo_stop", "iperf_start"):
             return self._resource(request)
+        if request.op in ("serve", "stop", "sysctl"):
+            return self._server(request)
         if request.op == "hello":
             return ControlReply(
                 seq=request.seq,
@@ -122,6 +151,7 @@ class AgentCore:
                 uid=os.geteuid(),
                 kernel=platform.release(),
                 pid=os.getpid(),
+                missing=[tool for tool in TOOLS if shutil.which(tool) is None],
                 addr=self.resources.session_addr() if self.resources else None,
                 lease_s=self.lease_s,
             )
@@ -143,6 +173,28 @@ class AgentCore:
         )
         port = start(addr, request.port or 0)
         return ControlReply(seq=request.seq, op=request.op, addr=addr, port=port)
+
+    def _server(self, request: ControlRequest) -> ControlReply:
+        if self.resources is None:
+            raise SpecError("control_request.op", f"{request.op}: this agent starts nothing")
+        seq, op = request.seq, request.op
+        if op == "sysctl":
+            if request.name is None:
+                raise SpecError("control_request.name", "missing for op sysctl")
+            return ControlReply(
+                seq=seq, op=op, value=self.resources.sysctl(request.name, request.value)
+            )
+        if op == "stop":
+            if request.dir is None:
+                raise SpecError("control_request.dir", "missing for op stop")
+            status, tail = self.resources.stop(request.dir)
+            return ControlReply(seq=seq, op=op, dir=request.dir, status=status, value=tail)
+        if not request.args:
+            raise SpecError("control_request.args", "missing for op serve")
+        run_dir = self.resources.serve(
+            request.args, request.files or {}, request.dirs or [], request.expect or 1
+        )
+        return ControlReply(seq=seq, op=op, dir=run_dir)
 
 
 def check_lease(value: float) -> float:
@@ -188,6 +240,9 @@ class HostResources:
     def __init__(self) -> None:
         self.echo: probe.Echo | None = None
         self.children: list[subprocess.Popen[bytes]] = []
+        self.servers: dict[str, subprocess.Popen[bytes]] = {}
+        self.run_dirs: list[Path] = []
+        self.sysctls_before: dict[str, str] = {}
 
     def session_addr(self) -> str | None:
         # sshd sets SSH_CONNECTION to "client_ip client_port server_ip server_port"
@@ -226,13 +281,56 @@ class HostResources:
             )
         return port
 
+    def serve(self, args: list[str], files: dict[str, str], dirs: list[str], expect: int) -> str:
+        run_dir = Path(tempfile.mkdtemp(prefix=RUN_DIR_PREFIX))
+        self.run_dirs.append(run_dir)
+        for name, text in files.items():
+            (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
+            (run_dir / name).write_text(text, encoding="utf-8")
+        for name in dirs:
+            (run_dir / name).mkdir(parents=True, exist_ok=True)
+        argv = [*testbed_argv(), "serve", *(a.replace(DIR_PLACEHOLDER, str(run_dir)) for a in args)]
+        with open(run_dir / "server.stderr", "wb") as err:
+            server = popen_endpoint(None, argv, stdout=subprocess.PIPE, stderr=err)
+        try:
+            wait_listening(server, expect, SERVER_START_TIMEOUT_S)
+        except BaseException:
+            stop_process(server, SERVER_STOP_TIMEOUT_S)
+            raise
+        self.servers[str(run_dir)] = server
+        return str(run_dir)
+
+    def stop(self, run_dir: str) -> tuple[int, str]:
+        server = self.servers.pop(run_dir, None)
+        if server is None:
+            raise SpecError("control_request.dir", f"{run_dir!r}: no server of this agent")
+        status = stop_process(server, SERVER_STOP_TIMEOUT_S)
+        lines = (Path(run_dir) / "server.stderr").read_text(errors="replace").strip().splitlines()
+        return (0 if status is None else status), clip(lines[-1] if lines else "")
+
+    def sysctl(self, name: str, value: str | None) -> str:
+        before = sysctl.read(None, name)
+        if value is not None:
+            self.sysctls_before.setdefault(name, before)
+            sysctl.write(None, name, value)
+        return before
+
     def close(self) -> None:
+        """Stop the echo, the servers and iperf3; put the sysctls back; remove the run
+        directories the harness did not fetch."""
         if self.echo is not None:
             self.echo.close()
             self.echo = None
-        for child in self.children:
+        for child in [*self.children, *self.servers.values()]:
             stop_process(child, 5.0)
-        self.children = []
+        self.children, self.servers = [], {}
+        for name, value in self.sysctls_before.items():
+            with contextlib.suppress(SpecError, OSError):
+                sysctl.write(None, name, value)
+        self.sysctls_before = {}
+        for run_dir in self.run_dirs:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        self.run_dirs = []
 
 
 def _exit_on_signal(signum: int, _frame: object) -> None:
@@ -254,3 +352,26 @@ def main(lease_s: float = LEASE_DEFAULT_S) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+def fetchable(run_dir: str) -> Path:
+    """A served run's directory on this host, or a one-line refusal: only the agent's own
+    (``$TMPDIR/tb-remote-*``), so that fetch never reads or removes anything else."""
+    path = Path(run_dir)
+    if (
+        not path.is_absolute()
+        or path.resolve().parent != Path(tempfile.gettempdir()).resolve()
+        or not path.name.startswith(RUN_DIR_PREFIX)
+        or not path.is_dir()
+    ):
+        raise SpecError("dir", f"{run_dir!r} is not a served run's directory here")
+    return path
+
+
+def fetch(run_dir: str, out: BinaryIO) -> None:
+    """Write the directory's files to ``out`` as a tar stream, then remove it."""
+    path = fetchable(run_dir)
+    with tarfile.open(fileobj=out, mode="w|") as tar:
+        for item in sorted(path.rglob("*")):
+            tar.add(item, arcname=str(item.relative_to(path)), recursive=False)
+    shutil.rmtree(path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from harness import __version__, pathprobe, remote, remote_agent
 from harness.remote import ChannelError
@@ -85,6 +86,12 @@ def run_path(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_fetch(args: argparse.Namespace) -> int:
+    remote_agent.fetch(args.dir, sys.stdout.buffer)
+    sys.stdout.buffer.flush()
+    return 0
+
+
 def run_agent(args: argparse.Namespace) -> int:
     remote_agent.check_lease(args.lease)
     return remote_agent.main(args.lease)
@@ -144,3 +151,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="seconds without a request before it exits",
     )
     agent.set_defaults(handler=run_agent)
+    fetch = sub.add_parser(
+        "fetch", help="a served run's files as a tar stream on stdout, then removed (harness)"
+    )
+    fetch.add_argument("dir", help="the run directory the agent's serve answered with")
+    fetch.set_defaults(handler=run_fetch)

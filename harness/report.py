@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness import analysis, fecreport, stream_tables
+from harness import analysis, fecreport, remote_report, stream_tables
 from harness.airtime import air_report_lines
 from harness.record import ResultDir, atomic_write_text
 
@@ -760,6 +760,7 @@ def build_report(path: Path) -> Path:
     lines = [
         *_head_lines(manifest.get("resolved", {}), path.name, summaries, effects),
         *_per_level_lines(summaries),
+        *remote_report.path_section(result.path, frame),
         *_gap_split_lines(summaries),
         *stream_tables.report_sections(result.path, frame),
         *_bound_parts(frame, levels),

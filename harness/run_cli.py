@@ -205,11 +205,16 @@ def _run(args: argparse.Namespace) -> int:
     from harness.runner import run_experiment
 
     _terminate_cleanly()
-    _check_early(args.backend, args.link_name)
-    if not _preflight("run", args.backend):
-        return EXIT_MISSING
+    remote = _remote_of(args)
+    if remote is None:
+        _check_early(args.backend, args.link_name)
+        if not _preflight("run", args.backend):
+            return EXIT_MISSING
 
     from harness import topology_runs
+
+    if remote is not None and topology_runs.is_topology_file(Path(args.experiment)):
+        raise SpecError("remote", "a relay or two-path topology runs on emulated links only")
 
     if topology_runs.is_topology_file(Path(args.experiment)):  # relay and two paths (issue 14)
         out = topology_runs.run_file(
@@ -237,21 +242,45 @@ def _run(args: argparse.Namespace) -> int:
     progress = RichProgress(spec.name)
     try:
         result = run_experiment(
-            spec,
-            output=Path(args.output or os.environ.get(ENV_OUTPUT) or "results"),
-            backend=args.backend,
-            resume=Path(args.resume) if args.resume else None,
-            progress=progress,
-            log=progress.note,
-            argv=sys.argv,
-            link_name=args.link_name,
-            attempts=args.attempts,
+            spec, progress=progress, log=progress.note, **_run_options(args, remote)
         )
     finally:
         progress.close()
     _print_answer(result.result.path)
     print(result.result.path / "report.md")
     return _no_valid_status(result.result.path)
+
+
+def _run_options(args: argparse.Namespace, remote: Any) -> dict[str, Any]:
+    """run_experiment's keywords from ``testbed run``'s flags (``remote``: :func:`_remote_of`)."""
+    return {
+        "output": Path(args.output or os.environ.get(ENV_OUTPUT) or "results"),
+        "backend": args.backend,
+        "resume": Path(args.resume) if args.resume else None,
+        "argv": sys.argv,
+        "link_name": args.link_name,
+        "attempts": args.attempts,
+        "remote": remote,
+    }
+
+
+def _remote_of(args: argparse.Namespace) -> Any:
+    """``--remote``'s host and options (None without it), checked before anything starts."""
+    if args.remote is None:
+        for flag in ("remote_addr", "ssh_config"):
+            if getattr(args, flag) is not None:
+                raise SpecError(flag, "only with --remote HOST")
+        return None
+    from harness.pathprobe import ProbePlan
+    from harness.remote import RemoteHost
+    from harness.remote_path import RemoteRun
+    from tbcore.control import check_address
+
+    if args.remote_addr is not None:
+        check_address(args.remote_addr, "remote_addr")
+    host = RemoteHost(args.remote, args.remote_command, ssh_config=args.ssh_config)
+    plan = ProbePlan.quick() if args.quick else ProbePlan()
+    return RemoteRun(host, args.remote_addr, plan)
 
 
 def _no_valid_status(path: Path) -> int:
@@ -343,6 +372,16 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     run.add_argument("--link-name", default=None, help="name of the link to build (default r<pid>)")
     _add_attempts(run)
+    run.add_argument(
+        "--remote",
+        default=None,
+        metavar="HOST",
+        help="the server on HOST over ssh, across the real path (measured, not emulated)",
+    )
+    run.add_argument("--remote-addr", default=None, help="HOST's address for the data "
+                     "(default: the one ssh reached)")  # fmt: skip
+    run.add_argument("--remote-command", default="testbed", help="the testbed command on HOST")
+    run.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
     run.set_defaults(handler=_run)
 
     campaign = commands.add_parser(

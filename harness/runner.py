@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness import machine
 from harness import validity as judgement
@@ -42,6 +42,9 @@ from tbcore import kinds
 from tbcore.errors import LinkLost, SpecError
 from tbcore.runrow import RunRow
 
+if TYPE_CHECKING:
+    from harness.remote_path import RemoteRun
+
 WATCHED = ("client", "server", "emulator")
 """The processes whose CPU is watched during a run."""
 
@@ -54,7 +57,8 @@ def execute_run(
     The run holds the host's run lock (harness.runlock) until its row is made: another
     experiment's collection (pcap parsing, seconds of CPU) would otherwise load this one."""
     settings = env.spec.level(planned.level).settings
-    link_spec = link_of(settings).with_seed(planned.link_seed)
+    measured = getattr(env.link, "measured_spec", None)  # a real path: what the probe saw
+    link_spec = measured if measured is not None else link_of(settings).with_seed(planned.link_seed)
     run_dir = env.result.fresh_run_dir(planned.run_id)
     wall0 = time.monotonic()
     watch = CpuWatch()
@@ -309,20 +313,30 @@ def _make_runs(
     progress: ProgressHook | None,
     log: Callable[[str], None],
     attempts: int,
+    remote: RemoteRun | None = None,
 ) -> list[dict[str, Any]]:
-    """Bring the link up and make the runs ``left`` in order; an invalid one is made again
-    after the others (until it is valid or has had ``attempts``); returns the rows made."""
+    """Bring the link up (or open the remote host's path) and make the runs ``left`` in
+    order; an invalid one is made again after the others (until it is valid or has had
+    ``attempts``); returns the rows made."""
     name = link_name or f"r{os.getpid() % 100000}"
     rows: list[dict[str, Any]] = []
     with contextlib.ExitStack() as stack:
-        with exclusive_run(log):  # starting the emulator and namespaces: not beside a run
-            spec_of_first = link_of(spec.level(left[0].level).settings)
-            link = stack.enter_context(_link_up(name, spec_of_first, backend))
+        if remote is not None:
+            link = stack.enter_context(remote.open(log))
+        else:
+            with exclusive_run(log):  # starting the emulator and namespaces: not beside a run
+                spec_of_first = link_of(spec.level(left[0].level).settings)
+                link = stack.enter_context(_link_up(name, spec_of_first, backend))
+        probes = remote.prober(link, result.path) if remote is not None else None
+        if probes is not None:
+            probes(left[0].block)  # the bounds need the path before the environment
         env = _environment(spec, result, link, log)
         predicted = bound_times(spec)
         queue = collections.deque(left)
         while queue:
             run = queue.popleft()
+            if probes is not None:
+                probes(run.block)
             if run.attempt > 1:
                 _wait_for_low_steal(log)
             _check_link(link, result, run.run_id, before=True)
@@ -340,6 +354,8 @@ def _make_runs(
                 queue.append(again)
             if progress:
                 progress("done" if again is None else "retry", run, row)
+        if probes is not None:
+            probes(None)  # after the last block
     return rows
 
 
@@ -390,9 +406,13 @@ def run_experiment(
     argv: Sequence[str] | None = None,
     report: bool = True,
     attempts: int = DEFAULT_ATTEMPTS,
+    remote: RemoteRun | None = None,
 ) -> ExperimentResult:
     """Plan, run every run not yet finished (an invalid measured run again, up to
-    ``attempts`` attempts in all), write the tables and the report."""
+    ``attempts`` attempts in all), write the tables and the report. ``remote``: the server
+    on another host, over a real path (harness.remote_path), instead of an emulated link."""
+    if remote is not None:
+        remote.check(spec)
     plan = plan_for(spec)
     if resume is not None:
         result = _reopen(spec, plan, resume)
@@ -406,8 +426,9 @@ def run_experiment(
     rows: list[dict[str, Any]] = []
     if left:
         rows = _make_runs(
-            spec, result, left, by_id, outcomes, backend, link_name, progress, log, attempts
-        )
+            spec, result, left, by_id, outcomes, backend, link_name, progress, log, attempts,
+            remote,
+        )  # fmt: skip
     with exclusive_run(log):  # the tables and plots take seconds of CPU: not beside a run
         result.write_tables()
         outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}

@@ -55,11 +55,15 @@ def enter(name: str) -> None:
 
 
 @contextmanager
-def in_netns(name: str) -> Iterator[None]:
-    """Run a block of the current thread inside namespace ``name``, then come back.
+def in_netns(name: str | None) -> Iterator[None]:
+    """Run a block of the current thread inside namespace ``name``, then come back (None:
+    the thread's own namespace, where it stays).
 
     Sockets and TUN devices opened inside keep their namespace after the block.
     """
+    if name is None:
+        yield
+        return
     home = os.open(f"/proc/self/task/{threading.get_native_id()}/ns/net", os.O_RDONLY)
     try:
         enter(name)
@@ -79,20 +83,22 @@ against the others."""
 
 
 def _entering(
-    ns: str, nice: int | None = None, rr_priority: int | None = None
+    ns: str | None, nice: int | None = None, rr_priority: int | None = None
 ) -> Callable[[], None]:
-    """A ``preexec_fn`` that moves the child into namespace ``ns`` before it execs; with
+    """A ``preexec_fn`` that moves the child into namespace ``ns`` (None: it stays in the
+    parent's) before it execs; with
     ``nice``, sets its nice value and that of its session's autogroup (the child is a session
     of its own: :func:`popen`); with ``rr_priority``, makes it SCHED_RR at that priority.
     Every thread it starts inherits them. What the host refuses (no CAP_SYS_NICE, an RT
     budget of 0 in a container) is left at the parent's: the caller reads back what the
     child got."""
-    path = netns_path(ns)
+    path = None if ns is None else netns_path(ns)
 
     def _enter() -> None:
-        fd = os.open(path, os.O_RDONLY)
-        setns_fd(fd)
-        os.close(fd)
+        if path is not None:
+            fd = os.open(path, os.O_RDONLY)
+            setns_fd(fd)
+            os.close(fd)
         if nice is not None:
             try:
                 os.setpriority(os.PRIO_PROCESS, 0, nice)
@@ -110,7 +116,7 @@ def _entering(
 
 
 def popen(
-    ns: str,
+    ns: str | None,
     argv: Sequence[str],
     nice: int | None = None,
     rr_priority: int | None = None,
@@ -124,6 +130,6 @@ def popen(
     return subprocess.Popen(list(argv), preexec_fn=_entering(ns, nice, rr_priority), **kwargs)
 
 
-def run(ns: str, argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
+def run(ns: str | None, argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
     """Like :func:`subprocess.run` (timeout, input, capture_output, check), inside ``ns``."""
     return subprocess.run(list(argv), preexec_fn=_entering(ns), **kwargs)

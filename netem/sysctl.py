@@ -63,7 +63,7 @@ def normalise(value: str | int) -> str:
     return " ".join(str(value).split())
 
 
-def read(ns: str, name: str) -> str:
+def read(ns: str | None, name: str) -> str:
     """The value of sysctl ``name`` in force inside namespace ``ns``.
 
     A ``net.core.*`` sysctl that the namespace does not show (global on older kernels) is
@@ -82,7 +82,7 @@ def read(ns: str, name: str) -> str:
         raise SpecError("sysctl", f"{name}: no such sysctl in this kernel") from None
 
 
-def _write_text(ns: str, path: Path, text: str) -> None:
+def _write_text(ns: str | None, path: Path, text: str) -> None:
     """Write ``path`` inside ``ns``; where /proc/sys is a read-only mount (a container's
     default), through a private writable view of it (:mod:`netem.procsys`)."""
     with in_netns(ns):
@@ -95,7 +95,7 @@ def _write_text(ns: str, path: Path, text: str) -> None:
     procsys.write_in_namespace(ns, path, text)
 
 
-def write(ns: str, name: str, value: str | int) -> None:
+def write(ns: str | None, name: str, value: str | int) -> None:
     """Set sysctl ``name`` inside namespace ``ns``. Raises PermissionError if read-only."""
     path = _path(name)
     text = normalise(value)
@@ -125,7 +125,7 @@ def _refusal_reason(name: str) -> str:
     return "not permitted inside a network namespace on this kernel"
 
 
-def set_many(ns: str, values: Mapping[str, str | int]) -> dict[str, str]:
+def set_many(ns: str | None, values: Mapping[str, str | int]) -> dict[str, str]:
     """Set several sysctls in ``ns``; returns the previous values (to restore them)."""
     checked = {name: normalise(value) for name, value in values.items()}
     for name in checked:
@@ -240,5 +240,5 @@ def apply_link_sysctls(ns: str, values: Mapping[str, str | int]) -> AppliedSysct
     return result
 
 
-def read_many(ns: str, names: Iterable[str]) -> dict[str, str]:
+def read_many(ns: str | None, names: Iterable[str]) -> dict[str, str]:
     return {name: read(ns, name) for name in names}

@@ -33,7 +33,14 @@ class RunRow(Record):
     workload: str | None = col(doc="asr, tts, retouch, stream...")
     cc: str | None = col(doc="Congestion control of the protocol's transport.")
     paced: bool | None = col(doc="The data sender paces (bbr, a pacing rate, aioquic's pacer).")
-    link: str | None = col(doc="The link as configured (netem.linkspec string).")
+    link: str | None = col(
+        doc="The link as configured (netem.linkspec string); on a real path (backend real), "
+        "as the probe before the run's block measured it, as are rtt_s, loss, up_bps and "
+        "down_bps."
+    )
+    backend: str | None = col(
+        doc="The path: the emulator's backend (userspace, netem), or real (a remote host)."
+    )
     rtt_s: float | None = col(doc="Configured round trip.", unit="s")
     loss: float | None = col(doc="Configured mean loss of the lossier direction.")
     up_bps: float | None = col(doc="Configured rate client to server.", unit="bit/s")
@@ -74,6 +81,24 @@ class RunRow(Record):
         doc="Server: processing end to first response byte written.", unit="s"
     )
     server_send_s: float | None = col(doc="Server: first to last response byte written.", unit="s")
+    # --- a server on another host (testbed run --remote; harness.remote_path)
+    remote_host: str | None = col(doc="The server's host, as ssh was given it.")
+    server_clock_offset_s: float | None = col(
+        doc="Its CLOCK_MONOTONIC minus ours at the run (harness.clocksync); server times "
+        "were moved onto ours by it.",
+        unit="s",
+    )
+    server_clock_error_s: float | None = col(
+        doc="The offset is true within this (half the best exchange's round trip): so is "
+        "every time across the two hosts.",
+        unit="s",
+    )
+    one_way_up_s: float | None = col(doc="First request byte up, across clocks.", unit="s")
+    one_way_down_s: float | None = col(doc="First response byte down, across clocks.", unit="s")
+    one_way_flag: str | None = col(
+        doc="negative: a one-way delay came out below 0 (within the offset's error); "
+        "impossible: below 0 by more than the error (the clocks moved)."
+    )
     # --- the bound (harness/bounds.py, MODELS.md)
     bound_s: float | None = col(doc="Analytic lower bound of the request.", unit="s")
     ratio: float | None = col(doc="total_s / bound_s.")

@@ -3,6 +3,8 @@ line naming the field."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tbcore import control
@@ -17,20 +19,15 @@ def test_a_request_and_a_reply_round_trip() -> None:
     assert control.parse_line(control.encode(reply), ControlReply) == reply
 
 
-REQUEST = (
-    '"schema": "control_request/1", "seq": 1, "op": "time", "lease_s": null, "addr": null, '
-    '"port": null'
-)
-
-
 def req(text: str) -> bytes:
-    """A request line with ``text`` in place of (or added to) the base fields."""
-    fields = dict(part.split(": ", 1) for part in REQUEST.split(", "))
-    fields.update(part.split(": ", 1) for part in text.split(", ") if ": " in part)
-    for gone in text.split(", "):
-        if gone.startswith("-"):
-            fields.pop(gone[1:])
-    return ("{" + ", ".join(f"{k}: {v}" for k, v in fields.items()) + "}").encode()
+    """A request line: a valid one with the fields of ``text`` (JSON object members) put in,
+    or ``-"name"`` taken out."""
+    fields = json.loads(ControlRequest(seq=1, op="time").to_json())
+    if text.startswith("-"):
+        del fields[json.loads(text[1:])]
+    else:
+        fields.update(json.loads("{" + text + "}"))
+    return json.dumps(fields).encode()
 
 
 RAW_LINES = [b"x" * (control.MAX_LINE_BYTES + 1), b"\xff\xfe", b"{not json", b"[1, 2]"]
@@ -48,6 +45,15 @@ BAD_FIELDS = {
     '"op": "echo_start", "port": 7.5': "port",
     '"op": "echo_start", "addr": "lab2"': "addr",
     '"op": "echo_start", "addr": "198.18.0.1; id"': "addr",
+    '"op": "serve", "args": "serve --bind x"': "args",
+    '"op": "serve", "args": ["serve", 7]': "args",
+    '"op": "serve", "files": {"../../etc/passwd": "x"}': "files",
+    '"op": "serve", "files": {"/etc/passwd": "x"}': "files",
+    '"op": "serve", "files": {"a": 1}': "files",
+    '"op": "serve", "dirs": ["qlog/../../x"]': "files",
+    '"op": "serve", "expect": "1"': "expect",
+    '"op": "stop", "dir": 5': "dir",
+    '"op": "sysctl", "name": ["net.ipv4.x"]': "name",
 }
 BAD_LINES = [(line, "control") for line in RAW_LINES] + [
     (req(text), f"control_request.{field}") for text, field in BAD_FIELDS.items()

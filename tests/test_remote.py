@@ -171,3 +171,9 @@ def test_a_silent_harness_loses_the_agent_to_its_lease(far_host: tuple[SshdHost,
         hello, _, _ = channel.request("hello")
         assert hello.pid is not None and not _gone(hello.pid, 1.0)
         assert _gone(hello.pid, 5.0)  # the ssh session is alive, the harness said nothing
+
+
+def test_check_names_a_program_missing_there() -> None:
+    channel = ControlChannel(["env", "PATH=/nonexistent", *LOCAL_AGENT], name="lab2")
+    problems = remote.check(channel)
+    assert "lab2: iperf3 is not installed there (harness/install.sh installs it)" in problems

@@ -78,6 +78,26 @@ def test_a_bad_experiment_file_is_one_line_and_exit_2(
     assert main(["run", str(tmp_path / "missing.toml")]) == EXIT_USAGE
 
 
+@pytest.mark.parametrize(
+    ("flags", "field"),
+    [
+        (["--remote-addr", "198.18.2.2"], "remote_addr"),
+        (["--ssh-config", "/etc/hostname"], "ssh_config"),
+        (["--remote=-oProxyCommand=sh"], "remote"),
+        (["--remote", "lab2", "--remote-addr", "lab2"], "remote_addr"),
+        (["--remote", "lab2", "--remote-command", "testbed;id"], "remote_command"),
+        (["--remote", "lab2", "--ssh-config", "/nonexistent/tb"], "ssh_config"),
+    ],
+)
+def test_bad_remote_flags_are_one_line_before_anything_starts(
+    flags: list[str], field: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    experiment = str(Path(__file__).resolve().parent.parent / "experiments" / "connection.toml")
+    assert main(["run", experiment, *flags]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith(f"testbed run: error: {field}: ") and err.count("\n") == 1
+
+
 def test_unknown_campaign_experiment_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

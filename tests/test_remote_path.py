@@ -1,0 +1,193 @@
+"""harness.remote_path: a real path in the link's place. The server's arguments for the
+other host, its files merged back on this clock, the one-way delays across the clocks and
+what a real path refuses; then (root) experiments/connection.toml --quick against an sshd
+in a namespace behind an emulated path, and a killed harness that leaves nothing there."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import support_sshd
+
+from harness import remote_path
+from harness.clocksync import ClockOffset
+from harness.execute import server_argv
+from harness.spec import load as load_spec
+from netem import nsexec
+from netem.linkspec import parse_link
+from tbcore.control import DIR_PLACEHOLDER
+from tbcore.errors import SpecError
+from tbcore.records import RequestRecord, ServerEvent
+from tbcore.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+OFFSET = ClockOffset(offset_s=500.0, error_s=0.01, min_rtt_s=0.02, samples=8, at_client_s=10.0)
+
+
+def test_the_servers_arguments_for_the_other_host(tmp_path: Path) -> None:
+    settings = Settings.from_table({"protocol": "h3", "qlog": True}, "fixed")
+    argv = server_argv(
+        settings, parse_link("rtt=40ms"), bind="198.18.2.2", port=4433, run_dir=tmp_path
+    )
+    args, files, dirs = remote_path.remote_args(argv, tmp_path)
+    assert str(tmp_path) not in " ".join(args)
+    assert f"{DIR_PLACEHOLDER}/server.jsonl" in args and "198.18.2.2" in args
+    assert json.loads(files["server-settings.json"])["settings"]["protocol"] == "h3"
+    assert dirs == ["qlog/server"]
+    with pytest.raises(SpecError, match=r"^remote: not a testbed serve"):
+        remote_path.remote_args(["sh", "-c", "id"], tmp_path)
+
+
+def event(t: float, name: str, stream: int | None = 1) -> str:
+    fields = {f: None for f in ServerEvent.field_names()}
+    return ServerEvent(**{**fields, "t": t, "event": name, "stream": stream}).to_json()
+
+
+def test_the_servers_files_come_back_on_this_clock(tmp_path: Path) -> None:
+    landing = tmp_path / remote_path.SERVER_FILES_DIR
+    (landing / "qlog" / "server").mkdir(parents=True)
+    (landing / "qlog" / "server" / "a.qlog").write_text("{}")
+    (landing / "server.jsonl").write_text(event(510.5, "request_first_byte") + "\n")
+    (landing / "keys.log").write_text("SERVER_KEY x\n")
+    (landing / "server-settings.json").write_text("{}")
+    (tmp_path / "keys.log").write_text("CLIENT_KEY y\n")
+    remote_path.merge_server_files(landing, tmp_path, OFFSET)
+    moved = ServerEvent.from_dict(json.loads((tmp_path / "server.jsonl").read_text()))
+    assert moved.t == pytest.approx(10.5)  # 510.5 on the server's clock, 500 s ahead
+    assert (tmp_path / "keys.log").read_text() == "CLIENT_KEY y\nSERVER_KEY x\n"
+    assert (tmp_path / "qlog" / "server" / "a.qlog").exists() and not landing.exists()
+    assert not (tmp_path / "server-settings.json").exists()
+
+
+def request(**times: float) -> str:
+    base = {f: None for f in RequestRecord.field_names()}
+    values = {"request_id": 0, "protocol": "h2", "connection": "reused", "workload": "asr"}
+    return RequestRecord(**{**base, **values, "warmup": False, "stream_id": 3, **times}).to_json()
+
+
+@pytest.mark.parametrize(
+    ("server_in", "flag"), [(10.02, None), (9.995, "negative"), (9.95, "impossible")]
+)
+def test_one_way_delays_across_the_clocks(
+    tmp_path: Path, server_in: float, flag: str | None
+) -> None:
+    (tmp_path / "records.jsonl").write_text(
+        request(request_first_byte=10.0, response_first_byte=10.1) + "\n"
+    )
+    events = [
+        event(9.5, "request_first_byte", stream=1),  # a warm-up request's, another stream
+        event(server_in, "request_first_byte", stream=3),
+        event(10.08, "response_first_byte", stream=3),
+    ]
+    (tmp_path / "server.jsonl").write_text("\n".join(events) + "\n")
+    delays = remote_path.one_way_delays(tmp_path, OFFSET)
+    assert delays["one_way_up_s"] == pytest.approx(server_in - 10.0)
+    assert delays["one_way_down_s"] == pytest.approx(0.02)
+    assert delays["one_way_up_flag"] == flag and delays["one_way_down_flag"] is None
+
+
+@pytest.mark.parametrize(
+    ("experiment", "field"),
+    [("loss.toml", "link"), ("initcwnd.toml", "remote"), ("agent-outage.toml", "remote")],
+)
+def test_what_a_real_path_cannot_do_is_refused(experiment: str, field: str) -> None:
+    spec = load_spec(str(ROOT / "experiments" / experiment))
+    with pytest.raises(SpecError) as err:
+        remote_path.check_spec(spec)
+    assert err.value.field == field
+
+
+def test_connection_runs_on_a_real_path() -> None:
+    remote_path.check_spec(load_spec(str(ROOT / "experiments" / "connection.toml")))
+
+
+# --- root: a namespace plays the remote host, behind an emulated path --------------------
+
+LINK = "rtt=40ms,rate=100mbit"
+
+
+def _testbed_run(host: support_sshd.SshdHost, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "harness.cli", "run", *extra, "--remote", host.target,
+        "--ssh-config", str(host.ssh_config), "--remote-command",
+        support_sshd.TESTBED_COMMAND, "--output", str(out),
+    ]  # fmt: skip
+
+
+@pytest.mark.root
+@pytest.mark.timeout(900)
+def test_connection_quick_on_a_remote_host(tmp_path: Path) -> None:
+    experiment = str(ROOT / "experiments" / "connection.toml")
+    with support_sshd.sshd_across("rpc", LINK, tmp_path / "sshd") as (host, up):
+        argv = _testbed_run(host, tmp_path / "out", experiment, "--quick")
+        done = nsexec.run(up.client_ns, argv, capture_output=True, text=True, timeout=850)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (result,) = (tmp_path / "out" / "connection").iterdir()
+    rows = list(csv.DictReader((result / "runs.csv").open()))
+    assert len({r["run_id"][:4] for r in rows}) == 20  # 5 levels x 4 repetitions
+    for row in rows:
+        assert row["backend"] == "real" and row["remote_host"] == host.target
+        # the measured path is the namespace's: 40 ms, no loss, 100 Mbit/s
+        assert 0.040 <= float(row["rtt_s"]) < 0.042 and float(row["loss"]) == 0
+        assert 80e6 < float(row["up_bps"]) <= 100e6
+        # one kernel clock on both "hosts": the offset is 0 within its bound
+        assert abs(float(row["server_clock_offset_s"])) <= float(row["server_clock_error_s"])
+        assert 0.019 < float(row["one_way_up_s"]) < 0.03 and row["one_way_flag"] == ""
+        assert float(row["total_s"]) >= 0.98 * float(row["bound_s"]) and row["sha256_ok"] == "True"
+    new = [float(r["total_s"]) for r in rows if r["level"] == "h2-new"]
+    reused = [float(r["total_s"]) for r in rows if r["level"] == "h2-reused"]
+    assert min(new) > max(reused) + 0.1  # set-up and slow start: more than two round trips
+    report = (result / "report.md").read_text()
+    assert "## The real path (measured, not emulated)" in report and "Clocks:" in report
+    probes = json.loads((result / "path_probes.json").read_text())
+    assert [p["when"] for p in probes[:2]] == ["before", "after"] and len(probes) == 8
+
+
+def _tb_remote_dirs() -> list[str]:
+    return sorted(p.name for p in Path(tempfile.gettempdir()).glob("tb-remote-*"))
+
+
+def _testbed_pids() -> set[int]:
+    pids = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmdline and any(b"tb-remote-" in arg for arg in cmdline):
+            pids.add(int(proc.name))
+    return pids
+
+
+@pytest.mark.root
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT])
+def test_a_killed_or_interrupted_harness_leaves_nothing_there(tmp_path: Path, sig: int) -> None:
+    before = _tb_remote_dirs()
+    experiment = str(ROOT / "experiments" / "connection.toml")
+    with support_sshd.sshd_across("rpk", LINK, tmp_path / "sshd") as (host, up):
+        argv = _testbed_run(host, tmp_path / "out", experiment, "--quick")
+        harness = nsexec.popen(
+            up.client_ns, argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 120
+        while not _testbed_pids() and time.monotonic() < deadline:  # a server runs there
+            time.sleep(0.05)
+        assert _testbed_pids(), "no server started there"
+        os.killpg(harness.pid, sig) if sig == signal.SIGKILL else harness.send_signal(sig)
+        harness.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while (_testbed_pids() or _tb_remote_dirs() != before) and time.monotonic() < deadline:
+            time.sleep(0.1)
+    assert _testbed_pids() == set()
+    assert _tb_remote_dirs() == before
