@@ -23,13 +23,13 @@ from typing import Any
 
 from harness import __version__, clocksync, pathprobe
 from harness.clocksync import ClockOffset
-from harness.collect import REMOTE_FILE
+from harness.collect import REMOTE_FILE, RUN_FILE
 from harness.execute import testbed_argv
 from harness.pathprobe import MeasuredPath, ProbePlan
 from harness.record import atomic_write_json
 from harness.remote import ChannelError, ControlChannel, RemoteHost
 from harness.remote_report import PROBES_FILE
-from netem import sysctl
+from netem import capture, sysctl, topology
 from netem.linkspec import LinkSpec, parse_link
 from tbcore.control import DIR_PLACEHOLDER
 from tbcore.errors import SpecError
@@ -139,11 +139,17 @@ class RemotePath:
         """No emulator: no link counters (the probes measure the path instead)."""
         return None
 
-    def capture(
-        self, _run_dir: Path, mode: str = "headers"
-    ) -> contextlib.AbstractContextManager[None]:
-        """No capture on a real path yet (the server's vantage is on the other host)."""
-        return contextlib.nullcontext()
+    def capture(self, run_dir: Path, mode: str = "headers") -> Any:
+        """client.pcap: tcpdump here on the interface toward the server, the run's port
+        only (not the control channel). The server's vantage is on the other host: a
+        download's ACK columns stay empty."""
+        point = capture.CapturePoint(
+            ns=self.client_ns,
+            device=route_device(self.client_ns, self.server_addr),
+            path=run_dir / "client.pcap",
+            filter=f"host {self.server_addr} and port {run_port(run_dir)}",
+        )
+        return capture.tcpdump([point], snaplen_bytes=capture.snaplen_of(mode))
 
     def show(self) -> dict[str, Any]:
         return {
@@ -212,6 +218,22 @@ class RemotePath:
             with contextlib.suppress(SpecError, OSError):
                 sysctl.write(self.client_ns, name, value)
         self.local_sysctls_before = {}
+
+
+def route_device(ns: str | None, addr: str) -> str:
+    """The interface the route to ``addr`` leaves by (pyroute2, RTM_GETROUTE)."""
+    with topology.ipr(ns) as ip:
+        routes = ip.route("get", dst=addr)
+        if not routes:
+            raise SpecError("remote_addr", f"{addr}: no route from here")
+        index = routes[0].get_attr("RTA_OIF")
+        return str(ip.get_links(index)[0].get_attr("IFLA_IFNAME"))
+
+
+def run_port(run_dir: Path) -> int:
+    """The run's server port, from the client's command line in run.json."""
+    argv = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))["client_argv"]
+    return int(argv[argv.index("--port") + 1])
 
 
 def _fields(measured: dict[str, Any]) -> dict[str, Any]:

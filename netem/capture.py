@@ -47,11 +47,13 @@ STOP_TIMEOUT_S = 10.0
 
 @dataclass(frozen=True)
 class CapturePoint:
-    """One interface to capture on."""
+    """One interface to capture on (``ns`` None: the caller's own namespace), with an
+    optional pcap filter expression (tcpdump's last argument)."""
 
-    ns: str
+    ns: str | None
     device: str
     path: Path
+    filter: str | None = None
 
 
 def _wait_listening(proc: subprocess.Popen, deadline: float) -> None:
@@ -102,6 +104,7 @@ def tcpdump(
                 "-U",
                 "-w",
                 str(point.path),
+                *([point.filter] if point.filter else []),
             ]
             procs.append(
                 nsexec.popen(

@@ -143,6 +143,9 @@ def test_connection_quick_on_a_remote_host(tmp_path: Path) -> None:
         assert abs(float(row["server_clock_offset_s"])) <= float(row["server_clock_error_s"])
         assert 0.019 < float(row["one_way_up_s"]) < 0.03 and row["one_way_flag"] == ""
         assert float(row["total_s"]) >= 0.98 * float(row["bound_s"]) and row["sha256_ok"] == "True"
+    for row in rows:  # the upload's sender is here: its capture gives the ACKs (h2)
+        if row["protocol"] == "h2":
+            assert int(row["acks"]) > 0 and 0.040 <= float(row["measured_rtt_s"]) < 0.045
     new = [float(r["total_s"]) for r in rows if r["level"] == "h2-new"]
     reused = [float(r["total_s"]) for r in rows if r["level"] == "h2-reused"]
     assert min(new) > max(reused) + 0.1  # set-up and slow start: more than two round trips
@@ -150,6 +153,12 @@ def test_connection_quick_on_a_remote_host(tmp_path: Path) -> None:
     assert "## The real path (measured, not emulated)" in report and "Clocks:" in report
     probes = json.loads((result / "path_probes.json").read_text())
     assert [p["when"] for p in probes[:2]] == ["before", "after"] and len(probes) == 8
+
+
+def test_the_runs_port_from_its_run_file(tmp_path: Path) -> None:
+    argv = ["python", "-m", "harness.cli", "client", "--host", "198.18.2.2", "--port", "20007"]
+    (tmp_path / "run.json").write_text(json.dumps({"client_argv": argv}))
+    assert remote_path.run_port(tmp_path) == 20007
 
 
 def _tb_remote_dirs() -> list[str]:
