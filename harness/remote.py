@@ -14,9 +14,10 @@ import selectors
 import shutil
 import subprocess
 import tarfile
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ class ControlChannel:
     process: subprocess.Popen[bytes] | None = None
     seq: int = 0
     _buffer: bytes = b""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def open(self) -> ControlChannel:
         pipes: dict[str, Any] = {
@@ -106,7 +108,12 @@ class ControlChannel:
 
     def request(self, op: str, **fields: Any) -> tuple[ControlReply, float, float]:
         """Send one request (``fields``: its optional fields, tbcore.control); its reply and
-        the local send and return times."""
+        the local send and return times. One request at a time (a keep-alive thread shares
+        the channel)."""
+        with self._lock:
+            return self._request(op, **fields)
+
+    def _request(self, op: str, **fields: Any) -> tuple[ControlReply, float, float]:
         assert self.process is not None and self.process.stdin is not None
         self.seq += 1
         line = encode(ControlRequest(seq=self.seq, op=op, **fields))

@@ -21,6 +21,7 @@ import support_sshd
 from harness import remote_path
 from harness.clocksync import ClockOffset
 from harness.execute import server_argv
+from harness.remote import ControlChannel
 from harness.spec import load as load_spec
 from netem import nsexec
 from netem.linkspec import parse_link
@@ -153,6 +154,17 @@ def test_connection_quick_on_a_remote_host(tmp_path: Path) -> None:
     assert "## The real path (measured, not emulated)" in report and "Clocks:" in report
     probes = json.loads((result / "path_probes.json").read_text())
     assert [p["when"] for p in probes[:2]] == ["before", "after"] and len(probes) == 8
+
+
+def test_the_lease_is_kept_while_a_long_run_sends_nothing() -> None:
+    argv = [sys.executable, "-m", "harness.cli", "remote", "agent", "--lease", "1.5"]
+    with ControlChannel(argv, name="local") as channel:
+        with remote_path.keep_alive(channel, 1.5):
+            time.sleep(2.5)  # longer than the lease, no request of the run's own
+            assert channel.request("time")[0].error is None
+        assert channel.process is not None
+        channel.process.wait(timeout=10)  # once the renewals stop, the lease runs out
+        assert channel.process.returncode == 0
 
 
 def test_the_runs_port_from_its_run_file(tmp_path: Path) -> None:
