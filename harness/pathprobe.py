@@ -14,7 +14,6 @@ and 17 % loss over minutes).
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -154,7 +153,7 @@ def tcp_rate_bps(
     ]  # fmt: skip
     timeout_s = plan.rate_duration_s + plan.rate_omit_s + IPERF_TIMEOUT_MARGIN_S
     kwargs: dict[str, Any] = {"capture_output": True, "text": True, "timeout": timeout_s}
-    done = nsexec.run(netns, argv, **kwargs) if netns else subprocess.run(argv, **kwargs)
+    done = nsexec.run(netns, argv, **kwargs)  # None: this namespace
     return iperf_goodput_bps(done.stdout)
 
 

@@ -97,10 +97,7 @@ class ControlChannel:
             "stderr": subprocess.PIPE,
             "start_new_session": True,  # Ctrl-C reaches the harness, which says bye
         }
-        if self.netns is None:
-            self.process = subprocess.Popen(self.argv, **pipes)
-        else:
-            self.process = nsexec.popen(self.netns, self.argv, **pipes)
+        self.process = nsexec.popen(self.netns, self.argv, **pipes)  # None: this namespace
         return self
 
     def __enter__(self) -> ControlChannel:
