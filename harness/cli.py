@@ -8,8 +8,10 @@ with ``parser.set_defaults(handler=fn)`` and returns the exit status.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import importlib
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -63,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    # `kill -USR1 PID` prints every thread's stack to stderr: what a run that seems stuck
+    # is waiting for, without stopping it
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         return int(args.handler(args) or 0)
     except SpecError as err:

@@ -120,9 +120,12 @@ class ControlChannel:
             self.process.stdin.flush()
         except BrokenPipeError:
             raise ChannelError(self._failure()) from None
-        reply_line = self._read_line(time.monotonic() + REPLY_TIMEOUT_S)
+        deadline_s = time.monotonic() + REPLY_TIMEOUT_S
+        while True:  # a request cut short (Ctrl-C while it waited) left its reply behind
+            reply: ControlReply = parse_line(self._read_line(deadline_s), ControlReply)
+            if reply.seq >= self.seq:
+                break
         returned_s = time.monotonic()
-        reply: ControlReply = parse_line(reply_line, ControlReply)
         if reply.seq != self.seq:
             raise ChannelError(f"{self.name}: reply {reply.seq} to request {self.seq}")
         if reply.error:

@@ -20,6 +20,7 @@ from support_sshd import SshdHost
 from harness import __version__, remote
 from harness.remote import ChannelError, ControlChannel
 from netem import nsexec
+from tbcore.control import ControlRequest, encode
 from tbcore.errors import SpecError
 
 TESTBED = [sys.executable, "-m", "harness.cli"]
@@ -46,6 +47,18 @@ def test_close_says_bye_and_the_agent_exits() -> None:
     process = channel.process
     channel.close()
     assert process is not None and process.returncode == 0 and channel.process is None
+
+
+def test_the_reply_of_a_request_cut_short_is_skipped() -> None:
+    """Ctrl-C while a request waited leaves its reply in the pipe: the next request reads
+    past it (a seq before its own) instead of failing, so the run's clean-up still talks."""
+    with local_channel() as channel:
+        assert channel.process is not None and channel.process.stdin is not None
+        channel.seq += 1  # what request() does, then interrupted before reading the reply
+        channel.process.stdin.write(encode(ControlRequest(seq=channel.seq, op="time")))
+        channel.process.stdin.flush()
+        reply, _, _ = channel.request("hello")
+        assert reply.seq == channel.seq and reply.version == __version__
 
 
 def test_a_refused_request_is_a_channel_error_naming_the_host() -> None:

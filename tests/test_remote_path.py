@@ -184,6 +184,12 @@ def _tb_remote_dirs() -> list[str]:
     return sorted(p.name for p in Path(tempfile.gettempdir()).glob("tb-remote-*"))
 
 
+def _new_dirs(before: list[str]) -> list[str]:
+    """The run directories made there since ``before`` (one another test left to its
+    lease may go meanwhile: not this test's)."""
+    return sorted(set(_tb_remote_dirs()) - set(before))
+
+
 def _testbed_pids() -> set[int]:
     pids = set()
     for proc in Path("/proc").glob("[0-9]*"):
@@ -202,20 +208,32 @@ def _testbed_pids() -> set[int]:
 def test_a_killed_or_interrupted_harness_leaves_nothing_there(tmp_path: Path, sig: int) -> None:
     before = _tb_remote_dirs()
     experiment = str(ROOT / "experiments" / "connection.toml")
-    with support_sshd.sshd_across("rpk", LINK, tmp_path / "sshd") as (host, up):
+    stderr_path = tmp_path / "harness.stderr"
+    with (
+        support_sshd.sshd_across(f"rpk{int(sig)}", LINK, tmp_path / "sshd") as (host, up),
+        stderr_path.open("wb") as stderr,
+    ):
         argv = _testbed_run(host, tmp_path / "out", experiment, "--quick", "--reps", "2")
         harness = nsexec.popen(
-            up.client_ns, argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
+            up.client_ns, argv, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
+        )
         deadline = time.monotonic() + 120
         while not _testbed_pids() and time.monotonic() < deadline:  # a server runs there
             time.sleep(0.05)
         assert _testbed_pids(), "no server started there"
         os.killpg(harness.pid, sig) if sig == signal.SIGKILL else harness.send_signal(sig)
-        harness.wait(timeout=60)
+        try:
+            harness.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            harness.send_signal(signal.SIGUSR1)  # harness.cli: every thread's stack
+            time.sleep(2)
+            os.killpg(harness.pid, signal.SIGKILL)
+            harness.wait()
+            pytest.fail("the harness did not end: " + stderr_path.read_text()[-4000:])
+        if sig == signal.SIGINT:
+            assert harness.returncode == 130, stderr_path.read_text()[-2000:]
         deadline = time.monotonic() + 30
-        while (_testbed_pids() or _tb_remote_dirs() != before) and time.monotonic() < deadline:
+        while (_testbed_pids() or _new_dirs(before)) and time.monotonic() < deadline:
             time.sleep(0.1)
     assert _testbed_pids() == set()
-    assert _tb_remote_dirs() == before
+    assert _new_dirs(before) == []
