@@ -62,12 +62,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stacks_on_sigusr1() -> None:
+    """`kill -USR1 PID` prints every thread's stack to stderr: what a run that seems stuck
+    is waiting for, without stopping it. Only where stderr is a file descriptor (not when
+    main() is called inside a process that captured it, as a test does)."""
+    try:
+        sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # `kill -USR1 PID` prints every thread's stack to stderr: what a run that seems stuck
-    # is waiting for, without stopping it
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    _stacks_on_sigusr1()
     try:
         return int(args.handler(args) or 0)
     except SpecError as err:
