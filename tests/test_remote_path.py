@@ -214,9 +214,17 @@ def test_a_killed_or_interrupted_harness_leaves_nothing_there(tmp_path: Path, si
         stderr_path.open("wb") as stderr,
     ):
         argv = _testbed_run(host, tmp_path / "out", experiment, "--quick", "--reps", "2")
-        harness = nsexec.popen(
-            up.client_ns, argv, stdout=subprocess.DEVNULL, stderr=stderr, start_new_session=True
-        )
+        # as from a terminal: a background job of a non-interactive shell (CI's) has SIGINT
+        # ignored, which exec keeps and Python then leaves alone; a handler here is reset
+        # to the default at exec, where Python makes it KeyboardInterrupt
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            harness = nsexec.popen(
+                up.client_ns, argv, stdout=subprocess.DEVNULL, stderr=stderr,
+                start_new_session=True,
+            )  # fmt: skip
+        finally:
+            signal.signal(signal.SIGINT, previous)
         deadline = time.monotonic() + 120
         while not _testbed_pids() and time.monotonic() < deadline:  # a server runs there
             time.sleep(0.05)
