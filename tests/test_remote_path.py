@@ -180,14 +180,14 @@ def test_the_runs_port_from_its_run_file(tmp_path: Path) -> None:
     assert remote_path.run_port(tmp_path) == 20007
 
 
-def _tb_remote_dirs() -> list[str]:
-    return sorted(p.name for p in Path(tempfile.gettempdir()).glob("tb-remote-*"))
+def _tb_remote_dirs() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("tb-remote-*")}
 
 
-def _new_dirs(before: list[str]) -> list[str]:
+def _new_dirs(before: set[str]) -> set[str]:
     """The run directories made there since ``before`` (one another test left to its
     lease may go meanwhile: not this test's)."""
-    return sorted(set(_tb_remote_dirs()) - set(before))
+    return _tb_remote_dirs() - before
 
 
 def _testbed_pids() -> set[int]:
@@ -214,9 +214,10 @@ def test_a_killed_or_interrupted_harness_leaves_nothing_there(tmp_path: Path, si
         stderr_path.open("wb") as stderr,
     ):
         argv = _testbed_run(host, tmp_path / "out", experiment, "--quick", "--reps", "2")
-        # as from a terminal: a background job of a non-interactive shell (CI's) has SIGINT
-        # ignored, which exec keeps and Python then leaves alone; a handler here is reset
-        # to the default at exec, where Python makes it KeyboardInterrupt
+        # as from a terminal: pytest started as a background job of a non-interactive
+        # shell (`.ci/run &`) has SIGINT ignored, which exec keeps and Python then leaves
+        # alone; a handler here is reset to the default at exec, where Python makes it
+        # KeyboardInterrupt
         previous = signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             harness = nsexec.popen(
@@ -244,4 +245,4 @@ def test_a_killed_or_interrupted_harness_leaves_nothing_there(tmp_path: Path, si
         while (_testbed_pids() or _new_dirs(before)) and time.monotonic() < deadline:
             time.sleep(0.1)
     assert _testbed_pids() == set()
-    assert _new_dirs(before) == []
+    assert _new_dirs(before) == set()

@@ -134,15 +134,17 @@ async def test_connection_dropped_mid_upload_is_truncated(server: ServerProcess)
     record = RequestRecord(0, "h2", "new", "retouch", False)
     task = asyncio.create_task(conn.request(request_spec("retouch"), record, 20.0))
     # abort once the upload is under way (on a loaded host the request may start late)
-    deadline = asyncio.get_running_loop().time() + 10.0
-    while record.request_first_byte is None and asyncio.get_running_loop().time() < deadline:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 10.0
+    while record.request_first_byte is None and loop.time() < deadline:
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.05)
     conn.transport.abort()
     with pytest.raises(ConnectionError):
         await task
     truncated: list[dict] = []
-    while not truncated and asyncio.get_running_loop().time() < deadline + 5.0:
+    deadline = loop.time() + 5.0
+    while not truncated and loop.time() < deadline:
         await asyncio.sleep(0.05)  # the server logs the truncation when it sees the close
         events = read_events(server.log)  # type: ignore[attr-defined]
         truncated = [
