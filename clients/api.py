@@ -44,8 +44,8 @@ import uvloop
 from clients import fecclient, h2client, h3client
 from clients.config import ClientConfig
 from clients.workload import REQUEST_WORKLOADS, RequestSpec, multi_specs, request_spec
-from servers.quic import quic_counters
-from servers.tls import client_context
+from proto.quic.edge import quic_counters
+from proto.tls import client_context
 from tbcore.records import SAMPLE_RECORDS, QuicRecovery, RequestRecord, tcp_info_of, write_jsonl
 from tbcore.sampler import Sampler
 from tbcore.tcpinfo import read_tcp_info

@@ -1,4 +1,4 @@
-"""``testbed client`` and ``testbed bench stacks``.
+"""``testbed client``.
 
 ``testbed client --host ADDR --port P [--settings JSON|FILE] [--protocol h2|h3]
 [--workload asr|tts|retouch|stream] [--chunks N] [--requests N] [--warmup-requests K]
@@ -81,22 +81,8 @@ def _client(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_stacks(args: argparse.Namespace) -> int:
-    from clients.bench import run_bench
-
-    return run_bench(args)
-
-
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add ``client`` and ``bench stacks`` to ``testbed``."""
+    """Add ``client`` to ``testbed``."""
     client = commands.add_parser("client", help="run instrumented HTTP/2 or HTTP/3 requests")
     add_arguments(client)
     client.set_defaults(handler=_client)
-    stacks = bench.add_parser(
-        "stacks", help="loopback goodput and CPU per MB of the HTTP/2 and HTTP/3 stacks"
-    )
-    stacks.add_argument("--protocols", default="h2,h3")
-    stacks.add_argument("--reps", type=int, default=3, help="repetitions of each transfer")
-    stacks.add_argument("--max-datagram-size", type=int, default=1452)
-    stacks.add_argument("--baseline", action="store_true", help="also run aioquic defaults (1200)")
-    stacks.set_defaults(handler=_bench_stacks)

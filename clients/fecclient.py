@@ -22,12 +22,11 @@ from typing import Any
 from clients.config import ClientConfig
 from clients.h2client import _fill
 from clients.workload import RequestSpec, ResponseCollector
-from servers import fecmessage
-from servers import fecwire as wire
-from servers.fecio import DatagramIO, EndpointDriver, make_fec_socket
-from servers.fecloss import Redundancy
-from servers.fecserver import ALPN_FEC
-from servers.fecsession import (
+from proto.fec import message as fecmessage
+from proto.fec import wire
+from proto.fec.io import DatagramIO, EndpointDriver, make_fec_socket
+from proto.fec.loss import Redundancy
+from proto.fec.session import (
     Event,
     FecEndpoint,
     ProbeDone,
@@ -36,7 +35,8 @@ from servers.fecsession import (
     TransferReceived,
     TransferStats,
 )
-from servers.tls import client_context
+from proto.tls import client_context
+from servers.fecserver import ALPN_FEC
 from tbcore.records import FecFigures, RequestRecord
 from tbcore.workloads import STREAM_CHUNK_BYTES
 

@@ -25,9 +25,9 @@ import h2.settings
 from clients import player_edge
 from clients.config import ClientConfig
 from clients.workload import RequestSpec, ResponseCollector
-from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from servers.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
-from servers.tls import ALPN_H2
+from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
+from proto.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
+from proto.tls import ALPN_H2
 from tbcore.records import RequestRecord
 from tbcore.tcpinfo import read_tcp_info
 

@@ -25,8 +25,8 @@ from clients import player_edge
 from clients.config import ClientConfig
 from clients.h2client import _fill
 from clients.workload import RequestSpec, ResponseCollector
-from servers.priority import PRIORITY_UPDATE_H3
-from servers.quic import (
+from proto.priority import PRIORITY_UPDATE_H3
+from proto.quic.edge import (
     WatchedProtocol,
     make_udp_socket,
     quic_configuration_of,

@@ -36,7 +36,7 @@ from typing import Any
 from clients.config import ClientConfig
 from clients.h2client import H2Client, open_connection
 from clients.workload import RequestSpec
-from servers.tls import client_context
+from proto.tls import client_context
 from tbcore import workloads
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord
@@ -434,7 +434,7 @@ async def run_quic_migration(
     socket bound to ``sources[1]`` (aioquic: a new UDP endpoint for the same protocol and
     ``change_connection_id``); the server validates the new path and follows."""
     from clients import h3client
-    from servers.quic import make_udp_socket, quic_counters
+    from proto.quic.edge import make_udp_socket, quic_counters
 
     client_config = ClientConfig.of(
         protocol="h3",

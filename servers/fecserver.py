@@ -4,7 +4,7 @@ that carries every session's authenticated datagrams.
 A client connects over TLS (ALPN ``tb-fec``); the server draws a session id and a 32-byte
 secret, answers one JSON line ``{"session", "secret", "symbol_bytes", "udp_port"}`` and keeps
 the session while the TLS connection stays open (closing it ends the session). Requests
-arrive as FEC transfers (:mod:`servers.fecmessage`) and go through the same request handling
+arrive as FEC transfers (:mod:`proto.fec.message`) and go through the same request handling
 as HTTP/2 and HTTP/3 (:mod:`servers.app`, :class:`servers.session.ExchangeStreams`, with the
 transfer id as the stream id); the response is a transfer back with the same id, and a
 streamed response one small transfer per chunk. Datagrams of no known session are counted
@@ -22,12 +22,11 @@ import secrets
 import time
 from typing import Any
 
-from servers import app, fecmessage
-from servers import fecwire as wire
-from servers.context import ServerContext
-from servers.fecio import DatagramIO, EndpointDriver, make_fec_socket
-from servers.fecloss import Redundancy
-from servers.fecsession import (
+from proto.fec import message as fecmessage
+from proto.fec import wire
+from proto.fec.io import DatagramIO, EndpointDriver, make_fec_socket
+from proto.fec.loss import Redundancy
+from proto.fec.session import (
     Event,
     FecEndpoint,
     TransferDelivered,
@@ -35,8 +34,10 @@ from servers.fecsession import (
     TransferReceived,
     TransferStats,
 )
+from proto.tls import ensure_certificate, server_context
+from servers import app
+from servers.context import ServerContext
 from servers.session import ExchangeStreams, paced_chunks
-from servers.tls import ensure_certificate, server_context
 from tbcore.errors import SpecError
 
 PROTO = "fec"

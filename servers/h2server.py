@@ -21,6 +21,10 @@ import h2.events
 import h2.exceptions
 import h2.settings
 
+from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
+from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H2
+from proto.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
+from proto.tls import ensure_certificate, server_context
 from servers import app
 from servers.context import ServerContext
 from servers.guard import (
@@ -31,11 +35,7 @@ from servers.guard import (
     HeadDeadline,
     SourceRateLimiter,
 )
-from servers.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from servers.priority import POLICY_NONE, PRIORITY_UPDATE_H2
 from servers.session import ExchangeStreams
-from servers.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
-from servers.tls import ensure_certificate, server_context
 from tbcore.tcpinfo import read_tcp_info
 
 PROTO = "h2"

@@ -2,7 +2,7 @@
 protocols, each driving a ``QuicConnection`` and an ``H3Connection``.
 
 This replaces ``aioquic.asyncio.serve`` so that the server can pick its own connection class
-(:class:`servers.quic.FixedWindowQuicConnection` for fixed windows), raise the UDP socket
+(:class:`proto.quic.edge.FixedWindowQuicConnection` for fixed windows), raise the UDP socket
 buffers, use ``time.monotonic()`` as aioquic's clock and log garbage datagrams.
 """
 
@@ -30,11 +30,8 @@ from aioquic.quic.packet import (
 )
 from aioquic.quic.retry import QuicRetryTokenHandler
 
-from servers import app
-from servers.context import ServerContext
-from servers.guard import Admission, RetryPolicy, SourceRateLimiter
-from servers.priority import POLICY_NONE, PRIORITY_UPDATE_H3
-from servers.quic import (
+from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H3
+from proto.quic.edge import (
     WatchedProtocol,
     make_udp_socket,
     quic_configuration_of,
@@ -42,8 +39,11 @@ from servers.quic import (
     quic_counters,
     stream_fully_sent,
 )
+from proto.tls import ensure_certificate
+from servers import app
+from servers.context import ServerContext
+from servers.guard import Admission, RetryPolicy, SourceRateLimiter
 from servers.session import ExchangeStreams
-from servers.tls import ensure_certificate
 
 PROTO = "h3"
 CLIENT_UNI_STREAM = 2

@@ -53,10 +53,10 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
+from proto.http2 import start_connection
+from proto.sockopts import apply_tcp_options
+from proto.tls import client_context, ensure_certificate, server_context
 from servers.events import JsonlLog
-from servers.http2 import start_connection
-from servers.sockopts import apply_tcp_options
-from servers.tls import client_context, ensure_certificate, server_context
 from tbcore.errors import SpecError
 from tbcore.records import RelayEvent
 from tbcore.settings import Settings
@@ -72,7 +72,7 @@ CONNECT_TIMEOUT_S = 30.0
 KEEPALIVE_S = 10.0
 """A PING on an idle upstream this often (RFC 9113 section 6.7; RFC 9000 section 10.1.2):
 well inside the server's 60 s idle timeout (servers.config.DEFAULT_IDLE_TIMEOUT_S) and
-QUIC's (servers.quic.QUIC_IDLE_TIMEOUT_S), so a warm upstream is never closed for idling
+QUIC's (proto.quic.edge.QUIC_IDLE_TIMEOUT_S), so a warm upstream is never closed for idling
 while levels that do not use it run."""
 RELAY_PROTOCOLS = ("h2", "h3")
 HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding"})

@@ -32,11 +32,16 @@ from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic import events as qevents
 
+from proto.quic.edge import (
+    PACING_OFF,
+    make_quic_configuration,
+    make_quic_connection,
+    make_udp_socket,
+)
+from proto.sockopts import set_udp_buffers
+from proto.tls import ensure_certificate
 from servers.config import DEFAULT_UDP_BUFFER_BYTES
-from servers.quic import PACING_OFF, make_quic_configuration, make_quic_connection, make_udp_socket
 from servers.relay import CONNECT_TIMEOUT_S, HOP_BY_HOP, KEEPALIVE_S, StreamCallbacks, fetch
-from servers.sockopts import set_udp_buffers
-from servers.tls import ensure_certificate
 
 if TYPE_CHECKING:
     from servers.relay import Relay

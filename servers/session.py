@@ -14,9 +14,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from proto.priority import Priority, Scheduler, parse_priority
 from servers import app
 from servers.context import ServerContext
-from servers.priority import Priority, Scheduler, parse_priority
 from tbcore.workloads import stream_chunk
 
 
@@ -35,7 +35,7 @@ class ExchangeStreams:
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.started: set[int] = set()
         self.scheduler = Scheduler(ctx.config.settings.send_policy)
-        """Send order of this connection's response streams (servers.priority)."""
+        """Send order of this connection's response streams (proto.priority)."""
         self.tile_events: dict[int, asyncio.Queue[int]] = {}
         """Tiled uploads: indices of the tiles that have arrived, for the response task."""
         self.cancelled_at: dict[int, float] = {}

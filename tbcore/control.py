@@ -19,7 +19,7 @@ OPS = (
     "hello", "time", "lease", "echo_start", "echo_stop", "iperf_start", "serve", "stop",
     "sysctl", "bye",
 )  # fmt: skip
-"""hello: who the agent is; time: one clock exchange (harness.clocksync); lease: renew the
+"""hello: who the agent is; time: one clock exchange (harness.remote.clocksync); lease: renew the
 agent's lease; echo_start/echo_stop: the path probe's UDP echo (netem.probe.Echo) there,
 and how many probes it received; iperf_start: an iperf3 server there for one test; serve:
 ``testbed serve`` with ``args`` in a run directory of its own (``files`` written and

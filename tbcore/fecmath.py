@@ -28,7 +28,7 @@ from tbcore.errors import SpecError
 
 FEC_SYMBOL_BYTES = 1416
 """Payload of one FEC symbol: the largest 8-aligned RaptorQ symbol whose authenticated
-datagram fits a 1500-byte packet (servers.fecwire.SYMBOL_BYTES computes it from the layout;
+datagram fits a 1500-byte packet (proto.fec.wire.SYMBOL_BYTES computes it from the layout;
 a test checks the two agree). The FEC bound counts symbols of this size."""
 MAX_REDUNDANCY_PERCENT = 400.0
 _PERCENT = re.compile(r"^(\d+(?:\.\d+)?)%$")

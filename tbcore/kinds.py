@@ -49,7 +49,8 @@ class WorkloadKind:
     bounded: bool = True
     """False when the request bound does not apply (the stream's bound is the pipeline)."""
     records: str = "request"
-    """The records its client writes, which the harness turns into the row (harness.rowparts):
+    """The records its client writes, which the harness turns into the row
+    (harness.collect.rowparts):
     ``request`` (RequestRecord, one per request) or ``agent_round`` (AgentRound)."""
     run_limit_s: Callable[[Any], float] = lambda s: s.timeout_s
     """How long one client process may take before the harness kills it (plus a margin)."""
@@ -121,7 +122,7 @@ register_protocol(
         cc_attr="fec_redundancy",  # no congestion control: the redundancy is its choice
         mss=lambda s: fecmath.FEC_SYMBOL_BYTES,
         window_caps=lambda s: [],
-        # paced at min(cap, measured rate) by a token bucket (servers/fecsession.py)
+        # paced at min(cap, measured rate) by a token bucket (proto/fec/session.py)
         paces=lambda s: True,
     )
 )

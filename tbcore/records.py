@@ -168,7 +168,7 @@ QuicRecovery: Any = _snapshot(
 
 @dataclass
 class FecFigures(Snapshot):
-    """One FEC request's figures (servers.fecsession.TransferStats as dicts)."""
+    """One FEC request's figures (proto.fec.session.TransferStats as dicts)."""
 
     request: dict[str, Any] | None = None
     """The request transfer as its sender (the client) saw it."""
@@ -403,7 +403,7 @@ ServerSample: Any = record("server_sample", 1)(
     )
 )
 FEC_SAMPLE_FIELDS = ("rate_bps", "rtt_us", "sent_datagrams", "received_datagrams", "loss_ppm")
-"""Columns of a FEC sender sample (servers.fecsession.FecEndpoint)."""
+"""Columns of a FEC sender sample (proto.fec.session.FecEndpoint)."""
 FecSample: Any = record("fec_sample", 1)(
     _sample_record(
         "FecSample", "FEC session state of the client (samples.csv, fec).", FEC_SAMPLE_FIELDS, []

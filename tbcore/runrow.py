@@ -81,10 +81,10 @@ class RunRow(Record):
         doc="Server: processing end to first response byte written.", unit="s"
     )
     server_send_s: float | None = col(doc="Server: first to last response byte written.", unit="s")
-    # --- a server on another host (testbed run --remote; harness.remote_path)
+    # --- a server on another host (testbed run --remote; harness.remote.path)
     remote_host: str | None = col(doc="The server's host, as ssh was given it.")
     server_clock_offset_s: float | None = col(
-        doc="Its CLOCK_MONOTONIC minus ours at the run (harness.clocksync); server times "
+        doc="Its CLOCK_MONOTONIC minus ours at the run (harness.remote.clocksync); server times "
         "were moved onto ours by it.",
         unit="s",
     )
@@ -99,7 +99,7 @@ class RunRow(Record):
         doc="negative: a one-way delay came out below 0 (within the offset's error); "
         "impossible: below 0 by more than the error (the clocks moved)."
     )
-    # --- the bound (harness/bounds.py, MODELS.md)
+    # --- the bound (harness/bounds/, MODELS.md)
     bound_s: float | None = col(doc="Analytic lower bound of the request.", unit="s")
     ratio: float | None = col(doc="total_s / bound_s.")
     bound_setup_s: float | None = col(doc="Bound: connection set-up.", unit="s")
@@ -133,7 +133,7 @@ class RunRow(Record):
     lateness_p99_s: float | None = col(
         doc="Emulator p99 release lateness, the worse direction.", unit="s"
     )
-    # --- the shared medium of an air= link (netem.emulator.medium; harness.airtime)
+    # --- the shared medium of an air= link (netem.emulator.medium; harness.collect.airtime)
     air_busy_s: float | None = col(
         doc="Medium occupied while the client ran (set-up, request, close), both directions.",
         unit="s",
@@ -149,7 +149,8 @@ class RunRow(Record):
     air_frames_up: int | None = col(doc="Frames client to server.")
     air_frames_down: int | None = col(doc="Frames server to client.")
     air_bound_busy_s: float | None = col(
-        doc="The exchange model (harness.bounds.airtime_bound) on the frames carried.", unit="s"
+        doc="The exchange model (harness.bounds.airtime_bound) on the frames carried.",
+        unit="s",
     )
     air_model_error: float | None = col(doc="air_busy_s / air_bound_busy_s - 1.")
     air_bound_s: float | None = col(
@@ -173,14 +174,14 @@ class RunRow(Record):
     runqueue_wait_emulator_s: float | None = col(
         doc="Emulator threads runnable but waiting for a CPU.", unit="s"
     )
-    # --- the disturbance's possible effect on the measurement (harness.validity)
+    # --- the disturbance's possible effect on the measurement (harness.validity.rules)
     disturbance_s: float | None = col(
         doc="Estimated time the host's disturbance could have added: lateness + wait + steal.",
         unit="s",
     )
     disturbance_fraction: float | None = col(doc="disturbance_s / total_s.")
     disturbance_limit_s: float | None = col(
-        doc="The largest disturbance a valid run may carry (harness.validity).", unit="s"
+        doc="The largest disturbance a valid run may carry (harness.validity.rules).", unit="s"
     )
     disturbance_lateness_s: float | None = col(
         doc="Emulator release lateness on the request's critical path.", unit="s"
@@ -209,10 +210,10 @@ class RunRow(Record):
         "than the run's client, server and emulator (at least 0.1)."
     )
     sched_client: str | None = col(
-        doc="How the client was scheduled: 'rr 1' (harness.execute), else 'other nice N'."
+        doc="How the client was scheduled: 'rr 1' (harness.run.execute), else 'other nice N'."
     )
     sched_server: str | None = col(
-        doc="How the server was scheduled: 'rr 1' (harness.execute), else 'other nice N'."
+        doc="How the server was scheduled: 'rr 1' (harness.run.execute), else 'other nice N'."
     )
     flights_up: int | None = col(doc="Round trips of the request's critical path, up.")
     flights_down: int | None = col(doc="Round trips of the request's critical path, down.")
@@ -307,7 +308,7 @@ def readme_with_columns(text: str) -> str:
 
 @record("topology_run", 1)
 class TopologyRunRow(Record):
-    """One run of a topology experiment (relay or two paths; harness.topology_runs)."""
+    """One run of a topology experiment (relay or two paths; harness.run.topology_runs)."""
 
     run_id: str = col(REQUIRED, doc="Level and repetition.")
     level: str = col(REQUIRED, doc="The level (arm).")

@@ -84,7 +84,7 @@ MAX_STREAM_CHUNKS = 30_000
 STREAM_WORKLOADS = ("tts", "stream", "result")
 """What ``multi`` puts on one connection: the audio (whole or streamed), the image result."""
 SEND_POLICIES = ("none", "rr", "fifo", "rfc9218")
-"""servers.priority: none of the server's own, round robin, arrival order, RFC 9218."""
+"""proto.priority: none of the server's own, round robin, arrival order, RFC 9218."""
 PRIORITY_SIGNALS = ("header", "update", "none")
 """How the client signals RFC 9218 priorities: the ``priority`` header (section 5), the
 header and a PRIORITY_UPDATE frame (section 7; HTTP/3), or not at all."""
@@ -324,7 +324,7 @@ knob("player_buffer", "player_buffer_s", kind="duration", default=None, unit="s"
      applies="client", how="stream: a real-clock player with this initial buffer plays it",
      low=0, high=10, optional=True)  # fmt: skip
 knob("send_policy", kind="choice", default="none", unit="", applies="server",
-     how="which response stream of a connection sends next (servers.priority)",
+     how="which response stream of a connection sends next (proto.priority)",
      choices=SEND_POLICIES,
      doc="none (aioquic's round robin, HTTP/2 writes freely), rr, fifo or rfc9218.")  # fmt: skip
 knob("requests", kind="int", default=1, unit="count", applies="client",

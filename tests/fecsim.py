@@ -9,8 +9,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from servers.fecloss import Redundancy
-from servers.fecsession import Event, FecEndpoint
+from proto.fec.loss import Redundancy
+from proto.fec.session import Event, FecEndpoint
 
 SESSION = b"S" * 8
 SECRET = b"k" * 32

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.abuse import (
+from harness.abuse.bench import (
     ATTACKS,
     AttackResult,
     Probe,

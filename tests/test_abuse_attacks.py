@@ -12,8 +12,8 @@ import pytest
 from aioquic.buffer import Buffer
 from aioquic.quic.packet import QuicPacketType, pull_quic_header
 
-from harness import abuse_attacks as attacks
-from harness.abuse import probe
+from harness.abuse import attacks
+from harness.abuse.bench import probe
 from servers.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scapy.layers.inet import IP, TCP
 
-from harness.acks import (
+from harness.collect.acks import (
     parse_ipv4_tcp,
     quic_acks,
     read_qlog_traces,

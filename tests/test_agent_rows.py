@@ -1,4 +1,4 @@
-"""harness.agent_rows: the agent's rounds become the run's row (task time, bound, outage
+"""harness.collect.agent_rows: the agent's rounds become the run's row (task time, bound, outage
 timeline, deadline, energy) and rounds.csv."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import agent_rows
-from harness.rowparts import ROW_PARTS
+from harness.collect import agent_rows
+from harness.collect.rowparts import ROW_PARTS
 from netem.linkspec import resolve_link
 from tbcore.records import AgentRound, read_csv, write_jsonl
 from tbcore.settings import Settings

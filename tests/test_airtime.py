@@ -1,4 +1,4 @@
-"""A run's medium accounts as runs.csv columns and air.json (harness.airtime)."""
+"""A run's medium accounts as runs.csv columns and air.json (harness.collect.airtime)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.airtime import AIR_COLUMNS, AirRecord, air_columns, air_record, air_report_lines
+from harness.collect.airtime import (
+    AIR_COLUMNS,
+    AirRecord,
+    air_columns,
+    air_record,
+    air_report_lines,
+)
 from netem.air import AirSpec
 from netem.linkspec import parse_link
 from netem.stats import AirStats, LinkStats

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis import (
+from harness.analysis.levels import (
     attribute_gap,
     effects,
     level_attempts,
@@ -18,7 +18,7 @@ from harness.analysis import (
     median_run,
     position_effect,
 )
-from harness.plan import plan_runs
+from harness.plan.planner import plan_runs
 
 
 def synthetic(arm_s: float, order_s: float, reps: int = 8, noise_s: float = 0.0) -> pd.DataFrame:

@@ -180,15 +180,15 @@ class WouldStart(Exception):
 
 @pytest.fixture
 def no_real_work(monkeypatch: pytest.MonkeyPatch) -> None:
-    import harness.run_cli
-    import harness.runner
+    import harness.cli.run
+    import harness.run.runner
     import servers.serve
 
     def refuse(*_args: object, **_kwargs: object) -> None:
         raise WouldStart
 
-    monkeypatch.setattr(harness.runner, "run_experiment", refuse)
-    monkeypatch.setattr(harness.run_cli, "_terminate_cleanly", lambda: None)
+    monkeypatch.setattr(harness.run.runner, "run_experiment", refuse)
+    monkeypatch.setattr(harness.cli.run, "_terminate_cleanly", lambda: None)
     monkeypatch.setattr(servers.serve, "run", refuse)
 
 

@@ -85,7 +85,7 @@ def test_request_table_names_each_part(capsys: pytest.CaptureFixture[str]) -> No
 
 
 def bounds_cli_labels() -> list[str]:
-    from harness.bounds_cli import PART_LABELS
+    from harness.cli.bounds import PART_LABELS
 
     return list(PART_LABELS.values())
 

@@ -1,4 +1,5 @@
-"""harness.clocksync: the offset of a remote clock from NTP-style exchanges, on fake clocks."""
+"""harness.remote.clocksync: the offset of a remote clock from NTP-style exchanges, on fake
+clocks."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import random
 
 import pytest
 
-from harness import clocksync
-from harness.clocksync import ClockOffset, Exchange
+from harness.remote import clocksync
+from harness.remote.clocksync import ClockOffset, Exchange
 from tbcore.errors import SpecError
 
 TRUE_OFFSET_S = 1234.567  # the remote's monotonic clock started 20 min before ours

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from harness import spec as specmod
-from harness.collect import (
+from harness.collect.row import (
     bound_for,
     collect_run,
     opened_connections,
     request_phases,
     server_phases,
 )
+from harness.spec import experiment as specmod
 from tbcore.records import RequestRecord, ServerEvent
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
@@ -137,7 +137,7 @@ def test_a_run_without_its_records_is_an_error_not_a_crash(tmp_path: Path) -> No
 
 
 def test_fec_columns_bound_and_requirement() -> None:
-    from harness.collect import fec_columns, fec_required
+    from harness.collect.row import fec_columns, fec_required
     from tbcore.records import FecFigures
 
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/fec.toml")

@@ -206,9 +206,9 @@ def test_container_command_is_the_bare_host_command() -> None:
 
 
 def test_campaign_reads_the_compose_variables() -> None:
-    from harness import run_cli
     from harness.cli import build_parser
-    from harness.plan import DEFAULT_ATTEMPTS
+    from harness.cli import run as run_cli
+    from harness.plan.planner import DEFAULT_ATTEMPTS
 
     # the names the compose file sets are the names `testbed campaign` reads
     assert {

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import spec as specmod
-from harness.collect import sender_paces
-from harness.execute import client_argv, run_sysctls, server_argv
+from harness.collect.row import sender_paces
+from harness.run.execute import client_argv, run_sysctls, server_argv
+from harness.spec import experiment as specmod
 from netem.linkspec import LinkSpec
 from tbcore.settings import Settings
 
@@ -102,7 +102,7 @@ def test_a_server_that_never_listens_is_stopped_not_orphaned(
     import sys
     from types import SimpleNamespace
 
-    from harness import execute
+    from harness.run import execute
     from netem import nsexec
 
     started: list[subprocess.Popen] = []

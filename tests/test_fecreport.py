@@ -1,4 +1,4 @@
-"""harness.fecreport: the FEC table and plot from a runs frame."""
+"""harness.report.fec: the FEC table and plot from a runs frame."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import fecreport
+from harness.report import fec as fecreport
 
 
 def frame() -> pd.DataFrame:

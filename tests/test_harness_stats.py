@@ -1,4 +1,4 @@
-"""harness.stats: arm and order effects of paired runs (level minus baseline)."""
+"""harness.analysis.effects: arm and order effects of paired runs (level minus baseline)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from harness.stats import balanced_arm, paired_effect
+from harness.analysis.effects import balanced_arm, paired_effect
 
 
 def test_arm_and_order_are_separated_and_signed_level_minus_baseline() -> None:

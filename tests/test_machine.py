@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.machine import (
+from harness.run.machine import (
     FOREIGN_SHARE_FLOOR,
     CpuWatch,
     emulator_lateness,

@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from harness import overhead
+from harness.collect import overhead
 
 CLIENT = bytes([198, 18, 1, 2])
 SERVER = bytes([198, 18, 2, 2])

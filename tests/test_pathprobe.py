@@ -1,4 +1,4 @@
-"""harness.pathprobe: the measured path from a probe's counts, its link string, the drift
+"""harness.remote.pathprobe: the measured path from a probe's counts, its link string, the drift
 between two probes, and (root) a measurement over ssh across an emulated path."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import support_sshd
 
-from harness import pathprobe
-from harness.pathprobe import MeasuredPath
+from harness.remote import pathprobe
+from harness.remote.pathprobe import MeasuredPath
 from netem.linkspec import parse_link
 from netem.probe import ProbeResult
 from tbcore.errors import SpecError

@@ -17,8 +17,8 @@ import pytest
 
 from clients.api import run_requests
 from clients.config import ClientConfig
+from proto.tls import ensure_certificate
 from servers.process import ServerProcess
-from servers.tls import ensure_certificate
 from tbcore import workloads
 
 pytestmark = pytest.mark.timeout(120)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.plan import (
+from harness.plan.planner import (
     DEFAULT_ATTEMPTS,
     Outcome,
     next_attempt,

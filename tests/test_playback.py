@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness import playback
-from harness.playback import ChunkTimes
+from harness.analysis import playback
+from harness.analysis.playback import ChunkTimes
 
 TAU = 0.020
 

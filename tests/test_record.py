@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.record import (
+from harness.store.resultdir import (
     RUN_COLUMNS,
     ResultDir,
     atomic_write_frame,

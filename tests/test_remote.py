@@ -1,4 +1,4 @@
-"""harness.remote: the control channel to a real agent process (run here on pipes, as ssh
+"""harness.remote.channel: the control channel to a real agent process (run here on pipes, as ssh
 would run it there), the clock offset through it, ``check``'s one-line findings, and the
 host and command checks that keep ssh from being handed an option or shell syntax."""
 
@@ -17,8 +17,9 @@ import pytest
 import support_sshd
 from support_sshd import SshdHost
 
-from harness import __version__, remote
-from harness.remote import ChannelError, ControlChannel
+from harness import __version__
+from harness.remote import channel as remote
+from harness.remote.channel import ChannelError, ControlChannel
 from netem import nsexec
 from tbcore.control import ControlRequest, encode
 from tbcore.errors import SpecError

@@ -1,4 +1,4 @@
-"""harness.remote_agent: the agent's answers and lease on a fake clock, then the real agent
+"""harness.remote.agent: the agent's answers and lease on a fake clock, then the real agent
 process on pipes (the way ssh runs it): answers, garbage, end of stdin and the lease."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from harness import __version__
-from harness.remote_agent import LEASE_DEFAULT_S, AgentCore, check_lease
+from harness.remote.agent import LEASE_DEFAULT_S, AgentCore, check_lease
 from tbcore import control
 from tbcore.control import ControlReply, ControlRequest
 from tbcore.errors import SpecError

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.plan import plan_runs
-from harness.record import ResultDir
-from harness.report import build_report
+from harness.plan.planner import plan_runs
+from harness.report.build import build_report
+from harness.store.resultdir import ResultDir
 from tbcore.runrow import RunRow
 
 

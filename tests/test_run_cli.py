@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.cli import EXIT_USAGE, main
-from harness.run_cli import attempts_of, env_bool, env_int
+from harness.cli.run import attempts_of, env_bool, env_int
 from tbcore.errors import SpecError
 
 TINY = """
@@ -55,7 +55,7 @@ def test_environment_defaults_parse_or_fail_with_one_line() -> None:
 def test_campaign_attempts_come_from_the_flag_then_the_environment() -> None:
     import argparse
 
-    from harness.plan import DEFAULT_ATTEMPTS
+    from harness.plan.planner import DEFAULT_ATTEMPTS
 
     given, unset = argparse.Namespace(attempts=2), argparse.Namespace(attempts=None)
     assert attempts_of(given, {"TESTBED_ATTEMPTS": "1"}) == 2
@@ -135,7 +135,7 @@ def test_attempts_must_be_a_positive_count(
 def _status(result: Path) -> int:
     """The exit status a run must give: 1 when some level has no valid measured run (on a
     busy host every attempt may be invalid), 0 otherwise."""
-    from harness.analysis import levels_without_valid
+    from harness.analysis.levels import levels_without_valid
 
     return 1 if levels_without_valid(pd.read_csv(result / "runs.csv")) else 0
 
@@ -241,7 +241,7 @@ def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Pa
     busy CI host would otherwise triple the time. One repetition per level: what is tested
     is that each level runs and reports (the main job's quick form, four repetitions, runs
     whole in CI's container stage)."""
-    from harness import topology_runs
+    from harness.run import topology_runs
 
     path = Path(__file__).resolve().parent.parent / "experiments" / f"{name}.toml"
     link = ["--link-name", f"hn{SHIPPED.index(name) + 20}"]
@@ -259,7 +259,7 @@ def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Pa
     (result,) = tmp_path.glob(f"{name}/*")
     assert code == _status(result)
     frame = pd.read_csv(result / "runs.csv")
-    from harness import spec as specmod
+    from harness.spec import experiment as specmod
 
     quick = specmod.load(path).quick_form()
     assert (frame["attempt"] == 1).sum() == len(quick.levels)

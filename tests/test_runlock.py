@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import runlock
-from harness.runlock import exclusive_run
+from harness.run import lock as runlock
+from harness.run.lock import exclusive_run
 
 HOLD = """
 import fcntl, os, sys, time

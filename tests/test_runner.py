@@ -10,11 +10,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import spec as specmod
-from harness.collect import Collected, bound_for
-from harness.execute import ENDPOINT_RR_PRIORITY
-from harness.machine import CpuWatch
-from harness.runner import effect_scales, judge, measured_times, run_experiment
+from harness.collect.row import Collected, bound_for
+from harness.run.execute import ENDPOINT_RR_PRIORITY
+from harness.run.machine import CpuWatch
+from harness.run.runner import effect_scales, judge, measured_times, run_experiment
+from harness.spec import experiment as specmod
 from tbcore.procfs import HostCpu
 from tbcore.runrow import RunRow
 
@@ -256,8 +256,8 @@ class _VanishingLink:
 
 
 def test_a_link_taken_down_under_a_run_stops_it_and_discards_the_run(tmp_path: Path) -> None:
-    from harness.record import ResultDir
-    from harness.runner import _check_link
+    from harness.run.runner import _check_link
+    from harness.store.resultdir import ResultDir
     from tbcore.errors import LinkLost
 
     result = ResultDir.create(tmp_path, "exp")
@@ -274,7 +274,7 @@ def test_a_link_taken_down_under_a_run_stops_it_and_discards_the_run(tmp_path: P
 def test_result_directories_of_the_same_second_are_distinct(tmp_path: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from harness.record import ResultDir
+    from harness.store.resultdir import ResultDir
 
     with ThreadPoolExecutor(8) as pool:
         made = list(pool.map(lambda _: ResultDir.create(tmp_path, "exp", "20261203T000000Z"),
@@ -289,8 +289,8 @@ def test_an_invalid_run_is_made_again_after_the_other_runs(
     attempts are invalid; each next attempt waits for the runs still queued."""
     import contextlib
 
-    from harness import plan as planmod
-    from harness import runner
+    from harness.plan import planner as planmod
+    from harness.run import runner
 
     spec = specmod.loads(TINY)
     made: list[str] = []

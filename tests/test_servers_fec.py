@@ -15,8 +15,8 @@ import pytest
 
 from clients.api import run_requests
 from clients.config import ClientConfig
-from servers import fecmessage
-from servers import fecwire as wire
+from proto.fec import message as fecmessage
+from proto.fec import wire
 from servers.events import read_events
 from servers.fecserver import ALPN_FEC
 from servers.process import ServerProcess

@@ -10,10 +10,10 @@ import struct
 import pytest
 from fecsim import SECRET, SESSION, Path, Sim, bernoulli, gilbert
 
-from servers import fecwire as wire
-from servers.feccode import RAPTORQ_OVERHEAD_SYMBOLS
-from servers.fecloss import LossReport, LossWindow, Redundancy
-from servers.fecsession import FecEndpoint, TransferReceived
+from proto.fec import wire
+from proto.fec.code import RAPTORQ_OVERHEAD_SYMBOLS
+from proto.fec.loss import LossReport, LossWindow, Redundancy
+from proto.fec.session import FecEndpoint, TransferReceived
 from tbcore import fecmath
 from tbcore.errors import SpecError
 
@@ -223,7 +223,7 @@ def test_report_and_feedback_layouts() -> None:
 def test_source_packets_are_the_encoders_own() -> None:
     import raptorq
 
-    from servers.feccode import BlockEncoder
+    from proto.fec.code import BlockEncoder
 
     for size in (354_640, 5_000, 100):
         data = os.urandom(size)

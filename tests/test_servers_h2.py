@@ -127,7 +127,7 @@ async def test_lying_content_length_is_recorded_as_truncated(small_server: Serve
 async def test_connection_dropped_mid_upload_is_truncated(server: ServerProcess) -> None:
     from clients import h2client
     from clients.workload import request_spec
-    from servers.tls import client_context
+    from proto.tls import client_context
     from tbcore.records import RequestRecord
 
     conn = await h2client.open_connection(config(server.ports["h2"]), client_context())
@@ -157,7 +157,7 @@ async def test_connection_dropped_mid_upload_is_truncated(server: ServerProcess)
 
 async def test_stream_reset_mid_upload_is_truncated(server: ServerProcess) -> None:
     from clients import h2client
-    from servers.tls import client_context
+    from proto.tls import client_context
 
     conn = await h2client.open_connection(config(server.ports["h2"]), client_context())
     proto = conn.protocol

@@ -7,7 +7,7 @@ import h2.connection
 import h2.events
 import h2.settings
 
-from servers.http2 import (
+from proto.http2 import (
     H2_DEFAULT_WINDOW_BYTES,
     H2_MAX_FRAME_BYTES,
     WRITE_BATCH_BYTES,

@@ -1,6 +1,6 @@
 """RFC 9218 priority parsing and the send policies."""
 
-from servers.priority import (
+from proto.priority import (
     POLICY_FIFO,
     POLICY_RFC9218,
     POLICY_RR,

@@ -11,13 +11,13 @@ import pytest
 from aioquic.quic import events
 from aioquic.quic.connection import QuicConnection
 
-from servers.quic import (
+from proto.quic.edge import (
     FixedWindowQuicConnection,
     make_quic_configuration,
     make_quic_connection,
     stream_fully_sent,
 )
-from servers.tls import ensure_certificate
+from proto.tls import ensure_certificate
 from tbcore.errors import SpecError
 
 CLIENT_ADDR = ("1.2.3.4", 1234)
@@ -186,7 +186,7 @@ def test_pacing_off_sends_the_whole_burst_at_once(tmp_path: Path) -> None:
 
 
 def test_unpaced_burst_is_handed_over_in_slices() -> None:
-    from servers.quic import NO_PACING_SLICE_DATAGRAMS, NoPacer
+    from proto.quic.edge import NO_PACING_SLICE_DATAGRAMS, NoPacer
 
     pacer = NoPacer(max_datagram_size=1452)
     sent = 0

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from servers.sockopts import (
+from proto.sockopts import (
     TCP_NOTSENT_LOWAT,
     TCP_WINDOW_CLAMP,
     apply_tcp_options,

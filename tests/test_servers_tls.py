@@ -7,7 +7,7 @@ from pathlib import Path
 
 from cryptography import x509
 
-from servers.tls import client_context, ensure_certificate, server_context
+from proto.tls import client_context, ensure_certificate, server_context
 
 
 def test_certificate_created_once(tmp_path: Path) -> None:

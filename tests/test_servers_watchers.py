@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from servers.watchers import Watchers
+from proto.watchers import Watchers
 
 
 def test_each_callback_fires_once_when_its_condition_holds() -> None:

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import topology_runs
-from harness.spec import link_of, load, loads, merge_link, parse_experiment
+from harness.run import topology_runs
+from harness.spec.experiment import link_of, load, loads, merge_link, parse_experiment
 from tbcore.errors import SpecError
 from tbcore.settings import Settings
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness import stream_tables
+from harness.report import stream_tables
 
 
 def _run(

@@ -2,8 +2,8 @@
 
 import pytest
 
-from harness import streams
-from harness.streamview import StreamArrival
+from harness.collect import streams
+from harness.collect.streamview import StreamArrival
 
 
 def _views() -> streams.RunViews:

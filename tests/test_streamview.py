@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import acks, streamview
+from harness.collect import acks, streamview
 from netem import clean, nsexec
 from netem.link import Link
 

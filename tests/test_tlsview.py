@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import tlsview
-from servers.tls import client_context, ensure_certificate, server_context
+from harness.collect import tlsview
+from proto.tls import client_context, ensure_certificate, server_context
 from tbcore.errors import SpecError
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import topology_runs
+from harness.run import topology_runs
 from tbcore.errors import SpecError
 
 RELAY = """

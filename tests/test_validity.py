@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from harness.validity import (
+from harness.validity.rules import (
     DISTURBANCE_FLOOR_S,
     DISTURBANCE_MAX_EFFECT_FRACTION,
     DISTURBANCE_MAX_FRACTION,

@@ -1,0 +1,1 @@
+"""``testbed abuse``: the servers under attack on loopback, as a benchmark."""

@@ -1,0 +1,1 @@
+"""Analysis: per-level statistics against the bounds, arm and order effects, playback."""

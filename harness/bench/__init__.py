@@ -1,0 +1,1 @@
+"""Benchmarks of the stacks (``testbed bench stacks``)."""

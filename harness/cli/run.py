@@ -1,0 +1,411 @@
+"""``testbed run``, ``testbed campaign`` and ``testbed report``.
+
+``testbed campaign`` reads its defaults from the environment so that the docker compose
+file can drive it: ``TESTBED_EXPERIMENTS`` (comma-separated names), ``TESTBED_REPS``,
+``TESTBED_ATTEMPTS``, ``TESTBED_BACKEND``, ``TESTBED_QUICK`` (1/true/yes) and
+``TESTBED_OUTPUT``; flags win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tbcore import paths
+from tbcore.errors import SpecError
+from tbcore.units import parse_count
+
+ENV_EXPERIMENTS = "TESTBED_EXPERIMENTS"
+ENV_REPS = "TESTBED_REPS"
+ENV_ATTEMPTS = "TESTBED_ATTEMPTS"
+ENV_BACKEND = "TESTBED_BACKEND"
+ENV_QUICK = "TESTBED_QUICK"
+ENV_OUTPUT = "TESTBED_OUTPUT"
+
+EXIT_MISSING = 2
+"""Exit status when the host or container lacks a privilege the testbed needs."""
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("", "0", "false", "no", "off")
+
+
+def env_bool(name: str, environ: dict[str, str] | None = None) -> bool:
+    value = (environ if environ is not None else os.environ).get(name, "").strip().lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    raise SpecError(name, f"{value!r} is not a yes/no value (1, 0, true, false)")
+
+
+def env_int(name: str, environ: dict[str, str] | None = None) -> int | None:
+    value = (environ if environ is not None else os.environ).get(name, "").strip()
+    return parse_count(name, value) if value else None
+
+
+def _reps(text: str) -> int:
+    try:
+        return parse_count("reps", text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(err.reason) from None
+
+
+def _attempts(text: str) -> int:
+    try:
+        value = parse_count("attempts", text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(err.reason) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _add_attempts(parser: argparse.ArgumentParser, env: str | None = None) -> None:
+    from harness.plan.planner import DEFAULT_ATTEMPTS
+
+    parser.add_argument(
+        "--attempts",
+        type=_attempts,
+        default=None if env else DEFAULT_ATTEMPTS,
+        help=f"attempts per planned run: an invalid run is made again up to this many "
+        f"times in all (default {DEFAULT_ATTEMPTS}" + (f"; env: {env})" if env else ")"),
+    )
+
+
+def attempts_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
+    """``--attempts``, else ``TESTBED_ATTEMPTS``, else the default."""
+    from harness.plan.planner import DEFAULT_ATTEMPTS
+
+    if args.attempts is not None:
+        return args.attempts
+    return env_int(ENV_ATTEMPTS, environ) or DEFAULT_ATTEMPTS
+
+
+class RichProgress:
+    """The progress bar of a run: run id, level, ETA (rich); plain lines when not a tty."""
+
+    def __init__(self, label: str, console: Any = None) -> None:
+        from rich.console import Console
+
+        self.console = console or Console(stderr=True)
+        self.label = label
+        self.progress: Any = None
+        self.task: Any = None
+        self.invalid = 0
+
+    def note(self, message: str) -> None:
+        """A line of the harness's own (waiting for the host's run lock, an invalid attempt)
+        above the bar."""
+        console = self.progress.console if self.progress is not None else self.console
+        console.print(f"  {message}", markup=False, highlight=False)
+
+    def __call__(self, what: str, run: Any, data: dict[str, Any] | None) -> None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        if what == "plan":
+            assert data is not None
+            self.console.print(
+                f"[bold]{self.label}[/]: {data['left']} of {data['total']} runs to make "
+                f"-> {data['dir']}"
+            )
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("elapsed"),
+                TimeElapsedColumn(),
+                console=self.console,
+                transient=False,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(
+                self.label, total=data["total"], completed=data["total"] - data["left"]
+            )
+        elif what == "start" and self.progress is not None:
+            self.progress.update(
+                self.task, description=f"{self.label} run {run.run_id} level {run.level}"
+            )
+        elif what in ("done", "retry") and self.progress is not None:
+            assert data is not None
+            total = data.get("total_s")
+            status = "valid" if data.get("valid") else f"INVALID ({data.get('invalid_reason')})"
+            ratio = data.get("ratio")
+            disturbance = data.get("disturbance_s")
+            self.progress.console.print(
+                f"  {run.run_id}: "
+                + (f"{total * 1e3:.1f} ms" if isinstance(total, float) else "no time")
+                + (f", ratio {ratio:.3f}" if isinstance(ratio, float) else "")
+                + (f", disturbance {disturbance * 1e3:.2f} ms" if disturbance else "")
+                + f", {status}"
+                + (", again" if what == "retry" else "")
+            )
+            self.invalid += 0 if data.get("valid") else 1
+            if what == "done":
+                self.progress.advance(self.task)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _terminate_cleanly() -> None:
+    """SIGTERM (``docker stop``, a CI timeout) unwinds like Ctrl-C: the link comes down, the
+    finished runs stay, and ``--resume`` continues from there."""
+
+    main_pid = os.getpid()
+
+    def handler(signum: int, _frame: object) -> None:
+        if os.getpid() != main_pid:
+            # a forked child (the link's emulator) inherits this handler: it must die as
+            # it would have without it, never unwind the parent's stack (and its link)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _check_early(backend: str, link_name: str | None) -> None:
+    """What can be refused before anything exists: the backend (and TESTBED_BACKEND), the
+    link name."""
+    from netem import backends, names
+
+    backends.check_choice(backend)
+    if link_name is not None:
+        names.check_link_name(link_name)
+
+
+def _preflight(command: str, backend: str) -> bool:
+    """Before anything is created: one line per piece this host or container lacks."""
+    from netem import doctor
+
+    lines = doctor.missing(doctor.report(backend))
+    for line in lines:
+        print(f"testbed {command}: error: {line}", file=sys.stderr)
+    return not lines
+
+
+def _run(args: argparse.Namespace) -> int:
+    from harness.run.runner import run_experiment
+    from harness.spec import experiment as specmod
+
+    _terminate_cleanly()
+    remote = _remote_of(args)
+    if remote is None:
+        _check_early(args.backend, args.link_name)
+        if not _preflight("run", args.backend):
+            return EXIT_MISSING
+
+    from harness.run import topology_runs
+
+    if remote is not None and topology_runs.is_topology_file(Path(args.experiment)):
+        raise SpecError("remote", "a relay or two-path topology runs on emulated links only")
+
+    if topology_runs.is_topology_file(Path(args.experiment)):  # relay and two paths (issue 14)
+        out = topology_runs.run_file(
+            Path(args.experiment),
+            quick=args.quick,
+            out_root=Path(args.output or os.environ.get(ENV_OUTPUT) or "results"),
+            backend=args.backend,
+            repetitions=args.reps,
+            link_name=args.link_name or topology_runs.LINK_NAME,
+            attempts=attempts_of(args),
+        )
+        print(out / "report.md")
+        return 0
+    spec = specmod.load(args.experiment)
+    if args.quick:
+        spec = spec.quick_form()
+    if args.reps is not None:
+        spec = spec.with_repetitions(args.reps)
+    if args.resume is not None and args.output is not None:
+        raise SpecError("resume", "give --resume DIR or --output DIR, not both")
+    if args.resume is None:
+        paths.check_writable_dir(
+            "output", Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+        )
+    progress = RichProgress(spec.name)
+    try:
+        result = run_experiment(
+            spec, progress=progress, log=progress.note, **_run_options(args, remote)
+        )
+    finally:
+        progress.close()
+    _print_answer(result.result.path)
+    print(result.result.path / "report.md")
+    return _no_valid_status(result.result.path)
+
+
+def _run_options(args: argparse.Namespace, remote: Any) -> dict[str, Any]:
+    """run_experiment's keywords from ``testbed run``'s flags (``remote``: :func:`_remote_of`)."""
+    return {
+        "output": Path(args.output or os.environ.get(ENV_OUTPUT) or "results"),
+        "backend": args.backend,
+        "resume": Path(args.resume) if args.resume else None,
+        "argv": sys.argv,
+        "link_name": args.link_name,
+        "attempts": args.attempts,
+        "remote": remote,
+    }
+
+
+def _remote_of(args: argparse.Namespace) -> Any:
+    """``--remote``'s host and options (None without it), checked before anything starts."""
+    if args.remote is None:
+        for flag in ("remote_addr", "ssh_config"):
+            if getattr(args, flag) is not None:
+                raise SpecError(flag, "only with --remote HOST")
+        return None
+    from harness.remote.channel import RemoteHost
+    from harness.remote.path import RemoteRun
+    from harness.remote.pathprobe import ProbePlan
+    from tbcore.control import check_address
+
+    if args.remote_addr is not None:
+        check_address(args.remote_addr, "remote_addr")
+    host = RemoteHost(args.remote, args.remote_command, ssh_config=args.ssh_config)
+    plan = ProbePlan.quick() if args.quick else ProbePlan()
+    return RemoteRun(host, args.remote_addr, plan)
+
+
+def _no_valid_status(path: Path) -> int:
+    """1 (with a line on stderr) when some level ended without a valid measured run: the
+    experiment then answers nothing for it; 0 otherwise."""
+    from harness.analysis import levels as analysis
+    from harness.store.resultdir import ResultDir
+
+    empty = analysis.levels_without_valid(ResultDir.open(path).frame())
+    if empty:
+        print(
+            f"no valid run for level(s) {', '.join(empty)}: see {path / 'report.md'}",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def _print_answer(path: Path) -> None:
+    """The report's answer section on the terminal (the rest is in report.md)."""
+    report = path / "report.md"
+    if not report.is_file():
+        return
+    text = report.read_text(encoding="utf-8")
+    start = text.find("## Answer")
+    end = text.find("## ", start + 3)
+    if start >= 0:
+        print(text[start:end].strip().replace("**", ""))
+
+
+def _campaign(args: argparse.Namespace) -> int:
+    from harness.run.campaign import run_campaign
+
+    _terminate_cleanly()
+    names = args.experiments
+    if names is None:
+        names = os.environ.get(ENV_EXPERIMENTS) or None
+    reps = args.reps if args.reps is not None else env_int(ENV_REPS)
+    backend = args.backend or os.environ.get(ENV_BACKEND) or "auto"
+    _check_early(backend, args.link_name)
+    quick = args.quick or env_bool(ENV_QUICK)
+    output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+    if args.resume is None:
+        paths.check_writable_dir("output", output)
+
+    if not _preflight("campaign", backend):
+        return EXIT_MISSING
+    started = time.monotonic()
+    summary = run_campaign(
+        experiments_dir=Path(args.experiments_dir),
+        names=None if names is None else [n.strip() for n in names.split(",") if n.strip()],
+        reps=reps,
+        quick=quick,
+        backend=backend,
+        output=output,
+        resume=Path(args.resume) if args.resume else None,
+        progress_factory=RichProgress,
+        link_name=args.link_name,
+        attempts=attempts_of(args),
+    )
+    for line in summary.lines():
+        print(line)
+    print(f"campaign: {time.monotonic() - started:.0f} s, index {summary.index_path}")
+    return 0 if summary.ok else 1
+
+
+def _report(args: argparse.Namespace) -> int:
+    from harness.report.build import build_report
+
+    path = Path(args.directory)
+    if not (path / "manifest.json").is_file():
+        raise SpecError("directory", f"{path} has no manifest.json: not a result directory")
+    print(build_report(path))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add ``run``, ``campaign`` and ``report`` to ``testbed``."""
+    run = commands.add_parser("run", help="run one experiment file (runs in alternation)")
+    run.add_argument("experiment", help="experiments/NAME.toml")
+    run.add_argument("--reps", type=_reps, default=None, help="repetitions (overrides the file)")
+    run.add_argument("--quick", action="store_true", help="the file's short [quick] form")
+    run.add_argument(
+        "--backend", default="auto", help="link backend: auto, userspace, netem (default auto)"
+    )
+    run.add_argument("--output", default=None, help="results root (default results/)")
+    run.add_argument(
+        "--resume", default=None, metavar="DIR", help="continue the result directory DIR"
+    )
+    run.add_argument("--link-name", default=None, help="name of the link to build (default r<pid>)")
+    _add_attempts(run)
+    run.add_argument(
+        "--remote",
+        default=None,
+        metavar="HOST",
+        help="the server on HOST over ssh, across the real path (measured, not emulated)",
+    )
+    run.add_argument("--remote-addr", default=None, help="HOST's address for the data "
+                     "(default: the one ssh reached)")  # fmt: skip
+    run.add_argument("--remote-command", default="testbed", help="the testbed command on HOST")
+    run.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
+    run.set_defaults(handler=_run)
+
+    campaign = commands.add_parser(
+        "campaign",
+        help="run every shipped experiment (env: TESTBED_EXPERIMENTS, TESTBED_REPS, "
+        "TESTBED_ATTEMPTS, TESTBED_BACKEND, TESTBED_QUICK)",
+    )
+    campaign.add_argument("--quick", action="store_true", help="short forms (< 10 min in all)")
+    campaign.add_argument("--experiments", default=None, help="names, comma-separated")
+    campaign.add_argument("--reps", type=_reps, default=None)
+    campaign.add_argument("--backend", default=None)
+    campaign.add_argument("--output", default=None)
+    campaign.add_argument(
+        "--resume", default=None, metavar="DIR", help="continue a campaign directory"
+    )
+    campaign.add_argument("--link-name", default=None, help="link name (default r<pid>)")
+    campaign.add_argument(
+        "--experiments-dir",
+        default=str(Path(__file__).resolve().parent.parent / "experiments"),
+        help="where the experiment files are",
+    )
+    _add_attempts(campaign, ENV_ATTEMPTS)
+    campaign.set_defaults(handler=_campaign)
+
+    report = commands.add_parser("report", help="(re)write report.md and plots of a result dir")
+    report.add_argument("directory")
+    report.set_defaults(handler=_report)

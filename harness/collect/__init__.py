@@ -1,0 +1,2 @@
+"""The record stage: a run's files (records, events, captures, qlogs) into its typed row and
+tables."""

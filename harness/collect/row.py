@@ -1,0 +1,624 @@
+"""Collection: the files of one run in, its typed row out (no processes, no root).
+
+A run directory holds what the execution left (harness/run/execute.py): ``run.json`` (the
+planned run, its settings, the link, the clock offset of the captures), the client's
+``records.jsonl``, the server's ``server.jsonl``, the link's ``link_stats.json`` and the
+captures (``client.pcap``/``server.pcap`` for h2, ``qlog/`` for h3). :func:`collect_run`
+reads them into a :class:`~tbcore.runrow.RunRow` and writes the derived files
+(``events.jsonl``, ``acks.csv``, ``inflight.csv``); CPU and validity are the runner's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import bounds
+from harness.collect import acks as ackmod
+from harness.collect import agent_rows  # noqa: F401  (registers the agent rounds' row part)
+from harness.collect.airtime import AIR_FILE, air_columns
+from harness.collect.rowparts import ROW_PARTS
+from harness.run.progress import LINK_EVENTS_FILE
+from harness.store.resultdir import write_jsonl
+from netem.linkspec import LinkSpec, parse_link
+from netem.stats import LinkStats
+from tbcore import fecmath, kinds
+from tbcore.records import RequestRecord, ServerEvent, read_jsonl
+from tbcore.runrow import RunRow
+from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
+
+RUN_FILE = "run.json"
+RECORDS_FILE = "records.jsonl"
+SERVER_LOG_FILE = "server.jsonl"
+LINK_STATS_FILE = "link_stats.json"
+EVENTS_FILE = "events.jsonl"
+QLOG_DIR = "qlog"
+
+KEEP_QLOG_BYTES = 64 * 2**20
+"""qlog costs ~1.1 KB per packet: traces above 64 MiB per run are removed after use."""
+
+LATENESS_QUANTILE = 0.99
+"""The emulator lateness quantile a run reports (the link issue's p99 target)."""
+
+PHASE_TIMES = (
+    ("t_connect_s", "connect_start"),
+    ("t_handshake_s", "handshake_done"),
+    ("t_request_first_s", "request_first_byte"),
+    ("t_request_last_s", "request_last_byte"),
+    ("t_response_first_s", "response_first_byte"),
+    ("t_response_last_s", "response_last_byte"),
+)
+"""Row column and RequestRecord time of each phase boundary."""
+CONNECTION_TIMES = ("connect_start", "handshake_done")
+CLIENT_EVENT_TIMES = (
+    "connect_start",
+    "tcp_connected",
+    "handshake_done",
+    "request_first_byte",
+    "request_last_byte",
+    "response_first_byte",
+    "response_last_byte",
+)
+"""The RequestRecord times that go to events.jsonl."""
+
+
+# --- one request -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Phases:
+    """One request's times, relative to its start (connect start for a request that opened
+    its connection, first request byte otherwise)."""
+
+    start_s: float
+    """Absolute CLOCK_MONOTONIC start."""
+    new_connection: bool
+    handshake_s: float
+    ttfb_s: float
+    total_s: float
+    rel: dict[str, float]
+    """t_connect_s, t_handshake_s, t_request_first_s, ... relative to the start."""
+
+
+def request_phases(record: RequestRecord, opened_connection: bool) -> Phases | None:
+    """Times of one client record; None when it has no complete response."""
+    first, last = record.request_first_byte, record.response_last_byte
+    if first is None or last is None:
+        return None
+    connect = record.connect_start
+    new = opened_connection and connect is not None
+    start = float(connect) if new else float(first)  # type: ignore[arg-type]
+    handshake = 0.0
+    if new and record.handshake_done is not None:
+        handshake = record.handshake_done - start
+    rel = {}
+    for name, key in PHASE_TIMES:
+        value = getattr(record, key)
+        if value is not None and (new or key not in CONNECTION_TIMES):
+            rel[name] = float(value) - start
+    response_first = record.response_first_byte
+    return Phases(
+        start_s=start,
+        new_connection=new,
+        handshake_s=handshake,
+        ttfb_s=(response_first - start) if response_first is not None else math.nan,
+        total_s=float(last) - start,
+        rel=rel,
+    )
+
+
+def opened_connections(records: Sequence[RequestRecord]) -> list[bool]:
+    """For each record, whether it was the first request on its connection."""
+    seen: set[int] = set()
+    out = []
+    for record in records:
+        out.append(record.conn_index not in seen)
+        seen.add(record.conn_index)
+    return out
+
+
+def server_phases(events: Sequence[ServerEvent], start_s: float, end_s: float) -> dict[str, float]:
+    """The server's view of one request, from its events inside [start_s, end_s]:
+    ``server_receive_s`` (first to last request byte read), ``server_turnaround_s``
+    (processing end to first response byte written), ``server_send_s`` (first to last
+    response byte written), ``processing_s`` (first processing start to last processing end).
+    Stack overheads the bound does not count show up here."""
+
+    def times(name: str) -> list[float]:
+        return [e.t for e in events if e.event == name and start_s <= e.t <= end_s]
+
+    def first(name: str) -> float | None:
+        return min(times(name), default=None)
+
+    def last(name: str) -> float | None:
+        return max(times(name), default=None)
+
+    out: dict[str, float] = {}
+    pairs = {
+        "processing_s": (first("processing_start"), last("processing_end")),
+        "server_receive_s": (first("request_first_byte"), last("request_last_byte")),
+        "server_turnaround_s": (last("processing_end"), first("response_first_byte")),
+        "server_send_s": (first("response_first_byte"), last("response_last_byte")),
+    }
+    for name, (a, b) in pairs.items():
+        if a is not None and b is not None:
+            out[name] = b - a
+    return out
+
+
+# --- the bound -------------------------------------------------------------------------------
+
+
+def bound_for(
+    settings: Settings, link: LinkSpec, up_bytes: int, down_bytes: int
+) -> bounds.RequestBound | None:
+    """The bound of one request of this level (None for a workload the request bound does
+    not cover, such as the stream, or a link without rates)."""
+    workload = kinds.workload(settings.workload)
+    if not workload.bounded or link.up.rate_bps is None or link.down.rate_bps is None:
+        return None
+    protocol = kinds.protocol(settings.protocol)
+    window = min((c for c in protocol.window_caps(settings) if c is not None), default=None)
+    return bounds.request_time_for_link(
+        link,
+        upload_bytes=up_bytes,
+        download_bytes=down_bytes,
+        protocol=settings.protocol,
+        connection=settings.connection,
+        processing_s=workload.processing_s(settings),
+        initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
+        mss_bytes=protocol.mss(settings),
+        window_bytes=window,
+    )
+
+
+def mathis_time_s(settings: Settings, link: LinkSpec, bound: bounds.RequestBound) -> float | None:
+    """MODELS.md section 8: the data direction sent at min(path, Mathis rate), plus the
+    bound's set-up, propagation and processing; None without loss on that direction."""
+    upload = bound.upload_bytes >= bound.download_bytes
+    loss = link.up.mean_loss if upload else link.down.mean_loss
+    size = bound.upload_bytes if upload else bound.download_bytes
+    rate = bound.up_bps if upload else bound.down_bps
+    if loss <= 0 or size <= 0:
+        return None
+    mathis = bounds.mathis_throughput_bps(bound.mss_bytes, bound.rtt_s, loss)
+    return (
+        bound.setup_s
+        + bound.propagation_s
+        + bound.processing_s
+        + size * bounds.BITS_PER_BYTE / min(rate, mathis)
+    )
+
+
+def bound_columns(settings: Settings, link: LinkSpec, values: dict[str, Any]) -> dict[str, Any]:
+    """bound_* columns and the ratio of the measured total to the bound."""
+    bound = bound_for(settings, link, int(values["up_bytes"]), int(values["down_bytes"]))
+    if bound is None:
+        return {}
+    out: dict[str, Any] = {
+        "bound_s": bound.total_s,
+        "bound_setup_s": bound.setup_s,
+        "bound_feedback_s": bound.feedback_s,
+        "bound_window_s": bound.window_s,
+        "bound_serialisation_s": bound.serialisation_s,
+        "bound_propagation_s": bound.propagation_s,
+        "bound_processing_s": bound.processing_s,
+        "bound_retransmission_s": bound.retransmission_s,
+        "bound_expected_s": bound.expected_s,
+        "bound_mathis_s": mathis_time_s(settings, link, bound),
+    }
+    if values.get("total_s") is not None and bound.total_s > 0:
+        out["ratio"] = values["total_s"] / bound.total_s
+    return out
+
+
+def sender_paces(settings: Settings) -> bool:
+    """Whether the sender spreads a window over time instead of sending it at line rate
+    (tbcore.kinds: the protocol's pacer). The bound assumes line-rate windows, so a paced
+    sender's gap is named for its pacer."""
+    return kinds.protocol(settings.protocol).paces(settings)
+
+
+def label_columns(settings: Settings, link: LinkSpec) -> dict[str, Any]:
+    """What ran: the row's labels from the settings and the link."""
+    return {
+        "protocol": settings.protocol,
+        "connection": settings.connection,
+        "workload": settings.workload,
+        "cc": getattr(settings, kinds.protocol(settings.protocol).cc_attr),
+        "paced": sender_paces(settings),
+        "rtt_s": link.rtt_s,
+        "loss": max(link.up.mean_loss, link.down.mean_loss),
+        "up_bps": link.up.rate_bps,
+        "down_bps": link.down.rate_bps,
+        "link": str(link),
+        "ignored_settings": ",".join(settings.ignored()) or None,
+    }
+
+
+def median_record(records: Sequence[RequestRecord]) -> RequestRecord | None:
+    """The run's request as :func:`request_columns` picks it: the median measured one."""
+    opened = opened_connections(records)
+    good = [
+        (r, p)
+        for r, o in zip(records, opened, strict=True)
+        if not r.warmup and (p := request_phases(r, o)) is not None
+    ]
+    if not good:
+        return None
+    good.sort(key=lambda rp: rp[1].total_s)
+    return good[len(good) // 2][0]
+
+
+def fec_columns(
+    settings: Settings,
+    link: LinkSpec,
+    record: RequestRecord | None,
+    values: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The fec_* columns, the FEC bound (MODELS s10) and the ratio of a run, from its
+    median request's figures: the data transfer (the larger one) as its receiver saw it."""
+    out: dict[str, Any] = {}
+    fec = None if record is None else record.fec
+    if fec is None or link.up.rate_bps is None or link.down.rate_bps is None:
+        return out
+    data, receiver = fec.data()
+    request = fec.request or {}
+    response = fec.response or {}
+    up_symbols = request.get("source_symbols", 0) + request.get("repair_symbols", 0)
+    down_symbols = response.get("source_symbols", 0) + response.get("repair_symbols", 0)
+    bound = bounds.fec_request_time(
+        rtt_s=link.rtt_s,
+        up_bps=link.up.rate_bps,
+        down_bps=link.down.rate_bps,
+        up_symbols=up_symbols,
+        down_symbols=down_symbols,
+        symbol_bytes=fecmath.FEC_SYMBOL_BYTES,
+        processing_s=kinds.workload(settings.workload).processing_s(settings),
+        connection=settings.connection,
+    )
+    out.update(
+        bound_s=bound.total_s,
+        bound_setup_s=bound.setup_s,
+        bound_feedback_s=0.0,
+        bound_window_s=0.0,
+        bound_serialisation_s=bound.serialisation_s,
+        bound_propagation_s=bound.propagation_s,
+        bound_processing_s=bound.processing_s,
+        bound_retransmission_s=0.0,
+        bound_expected_s=bound.total_s,
+    )
+    total = (values or {}).get("total_s")
+    if total is not None and bound.total_s > 0:
+        out["ratio"] = total / bound.total_s
+    if data is not None:
+        out.update(
+            fec_source_symbols=data.get("source_symbols"),
+            fec_repair_symbols=data.get("repair_symbols"),
+            fec_extra_rounds=data.get("extra_rounds"),
+            fec_decode_failures=data.get("decode_failures"),
+            fec_loss_estimate=data.get("loss_estimate"),
+            fec_loss_model=data.get("loss_model") or None,
+            fec_data_direction="up" if receiver == "server" else "down",
+        )
+    out["fec_rate_bps"] = (fec.session or {}).get("rate_bps")
+    return out
+
+
+def fec_required(k: int | None, realised_loss: float | None, target: float) -> int | None:
+    """MODELS s10's repair symbols for k at the loss the link realised (None: unknown)."""
+    if not k or realised_loss is None or not 0 <= realised_loss < 1:
+        return None
+    return fecmath.repair_symbols(k, realised_loss, target)
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """What run.json says about a run."""
+
+    run_dir: Path
+    plan: dict[str, Any]
+    settings: Settings
+    link: LinkSpec
+    offset_s: float
+    """CLOCK_REALTIME - CLOCK_MONOTONIC when the run started (pcap times are realtime)."""
+    started_utc: str | None
+    backend: str | None = None
+
+    @classmethod
+    def open(cls, run_dir: Path) -> RunFiles:
+        data = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+        return cls(
+            run_dir=run_dir,
+            plan=data["run"],
+            settings=Settings.from_dict(data["settings"], f"{RUN_FILE}.settings"),
+            link=parse_link(data["link"]),
+            offset_s=float(data["clock_offset_s"]),
+            started_utc=data.get("started_utc"),
+            backend=data.get("backend"),
+        )
+
+
+@dataclass
+class Collected:
+    """A run's row as its files tell it, and what the judgement of the run needs."""
+
+    row: RunRow
+    error: str | None
+    start_s: float | None = None
+    """CLOCK_MONOTONIC start and end of the run's request (None if none completed)."""
+    end_s: float | None = None
+    loss_checks: dict[str, tuple[float, int, int]] = field(default_factory=dict)
+    """Per direction without a Gilbert-Elliott model: (configured, dropped, trials)."""
+
+
+def collect_run(run_dir: Path, error: str | None = None) -> Collected:
+    """The row of the run in ``run_dir`` (``error``: what the execution saw go wrong)."""
+    files = RunFiles.open(run_dir)
+    kind = kinds.workload(files.settings.workload).records
+    if kind == "request":
+        values, error, window = request_row(files, error)
+    else:  # another record kind (agent rounds): its registered row part (harness.collect.rowparts)
+        part = ROW_PARTS[kind](files.settings, files.link, run_dir, error, fired_events(run_dir))
+        values, error, window = part.columns, part.error, (part.start_s, part.end_s)
+        values.setdefault("sha256_ok", part.sha256_ok)
+    upload = int(values["up_bytes"]) >= int(values["down_bytes"])
+    values.update(packet_columns(files, upload, *window))
+    link_values, loss_checks = link_columns(run_dir / LINK_STATS_FILE, files.link)
+    values.update(link_values)
+    values.update(
+        air_columns(run_dir / LINK_STATS_FILE, run_dir / AIR_FILE, files.settings, files.link)
+    )
+    values.update(remote_columns(run_dir / REMOTE_FILE))
+    direction = values.get("fec_data_direction")
+    if direction is not None:
+        values["fec_repair_required"] = fec_required(
+            values.get("fec_source_symbols"),
+            values.get(f"realised_loss_{direction}"),
+            files.settings.fec_target,
+        )
+    row = RunRow(
+        **files.plan,
+        **label_columns(files.settings, files.link),
+        started_utc=files.started_utc,
+        backend=files.backend,
+        **values,
+    )
+    return Collected(row, error, window[0], window[1], loss_checks)
+
+
+def request_row(
+    files: RunFiles, error: str | None
+) -> tuple[dict[str, Any], str | None, tuple[float | None, float | None]]:
+    """Columns, error and window of a run of request records, with its bound."""
+    records = read_jsonl(files.run_dir / RECORDS_FILE, RequestRecord)
+    events = read_jsonl(files.run_dir / SERVER_LOG_FILE, ServerEvent)
+    values, error, window = request_columns(files.settings, records, events, error)
+    if files.settings.protocol == "fec":
+        # MODELS s10: the serial time of the symbols sent, no retransmission round
+        values.update(fec_columns(files.settings, files.link, median_record(records), values))
+    else:
+        values.update(bound_columns(files.settings, files.link, values))
+    write_events(files.run_dir / EVENTS_FILE, records, events)
+    return values, error, window
+
+
+def fired_events(run_dir: Path) -> list[dict[str, Any]]:
+    """The link events the run's progress gave (harness.run.progress), [] if none."""
+    path = run_dir / LINK_EVENTS_FILE
+    if not path.exists():
+        return []
+    return list(json.loads(path.read_text(encoding="utf-8")))
+
+
+def request_columns(
+    settings: Settings,
+    records: Sequence[RequestRecord],
+    events: Sequence[ServerEvent],
+    error: str | None,
+) -> tuple[dict[str, Any], str | None, tuple[float | None, float | None]]:
+    """The run's request (the median of its measured requests): its columns, the run's
+    error (the first request error if the execution had none) and its time window."""
+    opened = opened_connections(records)
+    measured = [r for r, o in zip(records, opened, strict=True) if not r.warmup]
+    phases = [request_phases(r, o) for r, o in zip(records, opened, strict=True) if not r.warmup]
+    good = [(r, p) for r, p in zip(measured, phases, strict=True) if p is not None]
+    errors = [r.error for r in records if r.error]
+    if error is None and errors:
+        error = str(errors[0])
+    if error is None and not good:
+        error = "no measured request completed"
+    workload = kinds.workload(settings.workload)
+    up_default, down_default = workload.up_bytes(settings), workload.down_bytes(settings)
+    sha = [r.sha256_ok for r in measured]
+    values: dict[str, Any] = {"sha256_ok": None if not sha else all(v is True for v in sha)}
+    if not good:
+        values.update(up_bytes=up_default, down_bytes=down_default, requests=0)
+        return values, error, (None, None)
+    good.sort(key=lambda rp: rp[1].total_s)
+    record, ph = good[len(good) // 2]
+    start_s, end_s = ph.start_s, ph.start_s + ph.total_s
+    values.update(
+        handshake_s=ph.handshake_s if ph.new_connection else 0.0,
+        ttfb_s=ph.ttfb_s,
+        total_s=ph.total_s,
+        requests=len(good),
+        up_bytes=record.up_bytes or up_default,
+        down_bytes=record.down_bytes or down_default,
+        resumed=record.resumed,
+        early_data_accepted=record.early_data_accepted,
+        client_retransmits=record.retransmits,
+        client_min_rtt_s=record.min_rtt_s,
+        **ph.rel,
+        **server_phases(events, start_s, end_s),
+    )
+    return values, error, (start_s, end_s)
+
+
+def write_events(
+    path: Path, records: Sequence[RequestRecord], events: Sequence[ServerEvent]
+) -> None:
+    """events.jsonl: client and server events on one clock, in time order."""
+    out = []
+    for index, record in enumerate(records):
+        for key in CLIENT_EVENT_TIMES:
+            if getattr(record, key) is not None:
+                out.append(
+                    {
+                        "t": getattr(record, key),
+                        "source": "client",
+                        "event": key,
+                        "request": index,
+                        "warmup": record.warmup,
+                        "conn": record.conn_index,
+                        "schema": RequestRecord.schema_tag(),
+                    }
+                )
+    out.extend({**event.to_dict(), "source": "server"} for event in events)
+    out.sort(key=lambda e: e["t"])
+    write_jsonl(path, out)
+
+
+REMOTE_FILE = "remote.json"
+"""A run with its server on another host: written by harness.remote.path."""
+
+
+def remote_columns(path: Path) -> dict[str, Any]:
+    """The clock offset and the one-way delays of a run whose server ran on another host."""
+    if not path.exists():
+        return {}
+    info = json.loads(path.read_text(encoding="utf-8"))
+    flags = [info.get("one_way_up_flag"), info.get("one_way_down_flag")]
+    return {
+        "remote_host": info.get("host"),
+        "server_clock_offset_s": info.get("clock_offset_s"),
+        "server_clock_error_s": info.get("clock_error_s"),
+        "one_way_up_s": info.get("one_way_up_s"),
+        "one_way_down_s": info.get("one_way_down_s"),
+        "one_way_flag": "impossible"
+        if "impossible" in flags
+        else next((f for f in flags if f), None),
+    }
+
+
+def link_columns(
+    path: Path, link: LinkSpec
+) -> tuple[dict[str, Any], dict[str, tuple[float, int, int]]]:
+    """What the emulator counted over the run (link_stats.json: the difference of its
+    counters after and before), and the loss checks of the directions with a loss rate."""
+    if not path.exists():
+        return {}, {}
+    diff = LinkStats.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    out: dict[str, Any] = {"cpu_emulator_run": diff.emulator_cpu_fraction}
+    checks: dict[str, tuple[float, int, int]] = {}
+    p99 = []
+    for name in ("up", "down"):
+        d = diff.direction(name)
+        out[f"realised_loss_{name}"] = d.realised_loss
+        out[f"queue_drops_{name}"] = d.dropped_queue
+        out[f"dropped_loss_{name}"] = d.dropped_loss
+        configured = getattr(link, name)
+        if configured.gemodel is None:
+            checks[name] = (configured.loss, d.dropped_loss, d.loss_trials)
+        if "lateness" in diff.measured:
+            p99.append(d.lateness_quantile_s(LATENESS_QUANTILE))
+    known = [v for v in p99 if v is not None]
+    out["lateness_p99_s"] = max(known) if known else None
+    return out, checks
+
+
+# --- packets -------------------------------------------------------------------------------
+
+
+def packet_columns(
+    files: RunFiles, upload: bool, start_s: float | None, end_s: float | None
+) -> dict[str, Any]:
+    """acks.csv and inflight.csv of the data sender; counts within the request window."""
+    transport = kinds.protocol(files.settings.protocol).transport
+    if files.settings.protocol == "fec":
+        return {}  # datagrams without ACKs: the FEC figures are in the fec_* columns
+    if transport == "tcp":
+        return _tcp_packets(files, upload, start_s, end_s)
+    out = _quic_packets(files, upload, start_s, end_s)
+    _trim_qlog(files.run_dir / QLOG_DIR)
+    return out
+
+
+def _tcp_packets(
+    files: RunFiles, upload: bool, start_s: float | None, end_s: float | None
+) -> dict[str, Any]:
+    segments = ackmod.read_tcp_segments(
+        files.run_dir / ("client.pcap" if upload else "server.pcap")
+    )
+    if not segments:
+        return {}
+    result = ackmod.tcp_acks(segments, clock_offset_s=files.offset_s)
+    inside = _inside(result.rows, start_s, end_s)
+    windows = [r.rwnd_bytes for r in inside if r.rwnd_bytes is not None]
+    ackmod.write_inflight_csv(
+        files.run_dir / "inflight.csv",
+        ackmod.tcp_inflight(segments, clock_offset_s=files.offset_s),
+        start_s=start_s or 0.0,
+    )
+    ackmod.write_acks_csv(files.run_dir / "acks.csv", result.rows, start_s=start_s or 0.0)
+    return {
+        "acks": len(inside),
+        "min_rwnd_bytes": min(windows) if windows else None,
+        "retransmits": _count_inside(result.retransmit_times_s, start_s, end_s),
+        "measured_rtt_s": ackmod.handshake_rtt_s(segments),
+    }
+
+
+def _quic_packets(
+    files: RunFiles, upload: bool, start_s: float | None, end_s: float | None
+) -> dict[str, Any]:
+    vantage = "client" if upload else "server"
+    traces = ackmod.read_qlog_traces(files.run_dir / QLOG_DIR / vantage)
+    if not traces:
+        return {}
+    result = ackmod.quic_acks(traces, clock_offset_s=files.offset_s, vantage=vantage)
+    ackmod.write_inflight_csv(
+        files.run_dir / "inflight.csv",
+        ackmod.quic_inflight(traces, clock_offset_s=files.offset_s, vantage=vantage),
+        start_s=start_s or 0.0,
+    )
+    if result.rows:
+        ackmod.write_acks_csv(files.run_dir / "acks.csv", result.rows, start_s=start_s or 0.0)
+    return {
+        "acks": len(_inside(result.rows, start_s, end_s)),
+        "retransmits": _count_inside(result.lost_times_s, start_s, end_s),
+        "measured_rtt_s": ackmod.qlog_min_rtt_s(traces),
+    }
+
+
+def _inside(rows: Sequence[ackmod.AckRow], t0: float | None, t1: float | None) -> list:
+    if t0 is None or t1 is None:
+        return list(rows)
+    return [r for r in rows if t0 <= r.time_s <= t1]
+
+
+def _count_inside(times_s: Sequence[float], t0: float | None, t1: float | None) -> int:
+    """Events (retransmissions, losses) at times within [t0, t1]; all without a window."""
+    if t0 is None or t1 is None:
+        return len(times_s)
+    return sum(t0 <= t <= t1 for t in times_s)
+
+
+def _trim_qlog(directory: Path) -> None:
+    """Very large traces are removed after use, with a note of their size."""
+    if not directory.is_dir():
+        return
+    total = sum(p.stat().st_size for p in directory.rglob("*") if p.is_file())
+    if total > KEEP_QLOG_BYTES:
+        (directory / "TRIMMED").write_text(
+            f"{total} bytes of qlog removed (cap {KEEP_QLOG_BYTES})\n"
+        )
+        for path in directory.rglob("*.qlog"):
+            path.unlink()

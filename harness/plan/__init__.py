@@ -1,0 +1,1 @@
+"""The plan stage: the order of runs (blocks, alternation, counterbalancing, re-runs), sans-I/O."""

@@ -1,0 +1,1 @@
+"""Reports: report.md, its sections and plots, from a result directory."""

@@ -1,0 +1,488 @@
+"""The tables of several streams, chunks, playback, cancel and overhead for a result
+directory, and their report sections (measured next to modelled).
+
+Reads every finished run (``runs/<id>/row.json``, ``run.json``, the run's files) and writes,
+beside ``runs.csv``, whichever of these have rows:
+
+- ``streams.csv``: ``run_id, level, protocol, stream, bytes, last_byte_arrived_s,
+  delivered_s`` (+ first byte, the head-of-line wait), seconds from the request start;
+- ``chunks.csv``: per streamed chunk, produced / sent / arrived / read and on time;
+- ``playback.csv``: ``run_id, level, initial_buffer_s, start_delay_s, stall_count,
+  stall_s, predicted_stall_s, stall_cause`` (+ the drop rule and the prediction's parts);
+- ``cancel.csv``: per cancelled stream, when the server learned, stopped producing and
+  sending, bytes after the cancel, and the bound (one-way delay + one chunk);
+- ``overhead.csv``: per data direction of HTTP/2 image runs, packets, ACKs and bytes on the
+  wire next to MODELS.md section 7.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import socket
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harness import bounds
+from harness.analysis import playback
+from harness.collect import overhead, streams, streamview
+from harness.store.resultdir import atomic_write_frame
+from netem import names
+from netem.linkspec import resolve_link
+from tbcore.workloads import (
+    IMAGE_SIZE_BYTES,
+    RETOUCHED_SIZE_BYTES,
+    STREAM_CHUNK_BYTES,
+    STREAM_CHUNK_DURATION_S,
+)
+
+TABLES = ("streams", "chunks", "playback", "cancel", "overhead")
+CHAPTER_TILES_S = {"whole": 12.8, "tiles": 12.36}
+"""The chapter's figures for the tiles case (20 Mbit/s up, 100 Mbit/s down, 100 ms)."""
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+CLIENT_ADDR = socket.inet_aton(names.CLIENT_ADDR)
+"""The client end of every link."""
+
+
+def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """All rows of one finished run."""
+    row = _json(run_dir / "row.json")
+    meta = _json(run_dir / "run.json")
+    settings = meta.get("settings", {})
+    protocol = row.get("protocol") or settings.get("protocol", "h2")
+    base = {
+        "run_id": row.get("run_id", run_dir.name),
+        "level": row.get("level"),
+        "protocol": protocol,
+    }
+    out: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
+    if not (run_dir / "records.jsonl").exists():
+        return out
+    views = streams.run_views(run_dir, protocol, float(meta.get("clock_offset_s", 0.0)))
+    if any(r.get("stream_workload") for r in views.records):
+        out["streams"] = streams.stream_rows(views, base)
+    out["chunks"] = streams.chunk_rows(views, base)
+    link = resolve_link(meta["link"]) if meta.get("link") else None
+    if out["chunks"] and link is not None:
+        out["playback"] = _playback(out["chunks"], link, protocol, base)
+    out["cancel"] = [
+        {**r, "bound_s": (link.down.delay_s if link else math.nan) + STREAM_CHUNK_DURATION_S}
+        for r in streams.cancel_rows(views, base)
+    ]
+    workload = row.get("workload") or settings.get("workload", "")
+    if (
+        protocol == "h2"
+        and str(workload).startswith("retouch")
+        and (run_dir / "client.pcap").exists()
+    ):
+        counts = overhead.count(streamview.read_pcap(run_dir / "client.pcap"), CLIENT_ADDR)
+        per_segment = bool(settings.get("route_quickack") or settings.get("quickack"))
+        extra = {**base, "total_s": row.get("total_s"), "ack_per_segment": per_segment}
+        out["overhead"] = overhead.overhead_rows(
+            counts, extra, int(settings.get("mss_bytes", 1448)), per_segment
+        )
+    return out
+
+
+def _playback(
+    chunk_rows: list[dict[str, Any]], link: Any, protocol: str, base: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    rows = []
+    for request_id in sorted({r["request_id"] for r in chunk_rows}):
+        mine = [r for r in chunk_rows if r["request_id"] == request_id]
+        mine.sort(key=lambda r: r["chunk"])
+        times = [playback.ChunkTimes(r["produced_s"], r["arrived_s"], r["read_s"]) for r in mine]
+        overhead_bytes = (
+            playback.H2_CHUNK_OVERHEAD_BYTES
+            if protocol == "h2"
+            else playback.H3_CHUNK_OVERHEAD_BYTES
+        )
+        predicted = playback.predicted_arrivals(
+            len(times),
+            down_rate_bps=link.down.rate_bps,
+            down_delay_s=link.down.delay_s,
+            up_delay_s=link.up.delay_s,
+            overhead_bytes=overhead_bytes,
+        )
+        receive_bps = None
+        if link.down.rate_bps:
+            receive_bps = (
+                link.down.rate_bps * STREAM_CHUNK_BYTES / (STREAM_CHUNK_BYTES + overhead_bytes)
+            )
+        rows += playback.playback_rows(
+            times,
+            predicted,
+            {**base, "request_id": request_id},
+            receive_bps=receive_bps,
+            jitter_s=link.down.jitter_s,
+        )
+    return rows
+
+
+def write_tables(result_dir: Path) -> dict[str, pd.DataFrame]:
+    """Build every table of a result directory and write the non-empty ones as CSV."""
+    collected: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
+    runs = Path(result_dir) / "runs"
+    for run_dir in sorted(runs.iterdir()) if runs.is_dir() else []:
+        if not (run_dir / "row.json").exists():
+            continue
+        valid = _run_valid(run_dir)
+        for name, rows in run_tables(run_dir).items():
+            collected[name] += [{**row, "valid": valid} for row in rows]
+    frames = {}
+    for name, rows in collected.items():
+        if rows:
+            frame = pd.DataFrame(rows)
+            atomic_write_frame(Path(result_dir) / f"{name}.csv", frame)
+            frames[name] = frame
+    return frames
+
+
+def _run_valid(run_dir: Path) -> bool:
+    """The run's verdict from its row (harness.validity.rules); a row without one is valid."""
+    try:
+        row = json.loads((run_dir / "row.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(row.get("valid", True)) if isinstance(row, dict) else False
+
+
+# --- report sections -------------------------------------------------------------------------
+
+
+def _note(frame: pd.DataFrame) -> list[str]:
+    note = frame.attrs.get("note")
+    return [note, ""] if note else []
+
+
+def _ms(value: Any) -> str:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return "-"
+    return "-" if math.isnan(v) else f"{v * 1e3:.1f}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def _section(title: str, notes: list[str], text: str, body: list[str]) -> list[str]:
+    """A report section: its title, notes, the text that explains it (if any), then ``body``."""
+    intro = [text, ""] if text else []
+    return [title, "", *notes, *intro, *body, ""]
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One column of a section's table: its header and its cell for one group of rows."""
+
+    header: str
+    cell: Callable[[pd.DataFrame], str]
+    group_by: str | None = None
+    """The frame's column the table groups by (a key column); None: a value column."""
+
+
+def _key(column: str, header: str | None = None, fmt: Callable[[Any], str] = str) -> _Column:
+    """A key column: the group's value of ``column``."""
+    return _Column(header or column, lambda group: fmt(group[column].iloc[0]), group_by=column)
+
+
+def _median_ms(header: str, column: str) -> _Column:
+    return _Column(header, lambda group: _ms(group[column].median()))
+
+
+def _median_count(header: str, column: str) -> _Column:
+    return _Column(header, lambda group: f"{group[column].median():.0f}")
+
+
+def _median_mb(header: str, column: str) -> _Column:
+    return _Column(header, lambda group: f"{group[column].median() / 1e6:.3f}")
+
+
+@dataclass(frozen=True)
+class _GroupedSection:
+    """The report section of one table: a row per group of its key columns (sorted)."""
+
+    title: str
+    text: str
+    """What the columns mean ("": nothing to explain)."""
+    columns: tuple[_Column, ...]
+
+    def lines(self, frame: pd.DataFrame, after_table: Sequence[str] = ()) -> list[str]:
+        keys = [c.group_by for c in self.columns if c.group_by is not None]
+        rows = [[c.cell(group) for c in self.columns] for _, group in frame.groupby(keys)]
+        table = _table([c.header for c in self.columns], rows)
+        return _section(self.title, _note(frame), self.text, [*table, *after_table])
+
+
+_LEVEL = _key("level")
+_PROTOCOL = _key("protocol")
+_RUNS = _Column("runs", lambda group: str(len(group)))
+"""The group's rows (one per run in the tables that have a row per run)."""
+
+
+def _on_time_per_run(group: pd.DataFrame) -> str:
+    per_run = group.groupby("run_id")["on_time"].agg(["sum", "count"])
+    return f"{per_run['sum'].median():.0f} of {per_run['count'].median():.0f}"
+
+
+def _stall_causes(group: pd.DataFrame) -> str:
+    """``cause count`` of every run's stalls together, e.g. ``jitter 4, rate 8``."""
+    causes: dict[str, int] = {}
+    for text in group["stall_cause"]:
+        for part in str(text).split(";"):
+            if ":" in part:
+                name, count = part.split(":")
+                causes[name] = causes.get(name, 0) + int(count)
+    return ", ".join(f"{k} {v}" for k, v in sorted(causes.items())) or "none"
+
+
+def _within_bound(group: pd.DataFrame) -> str:
+    return f"{(group['sending_stopped_s'] <= group['bound_s']).sum()} of {len(group)}"
+
+
+_STREAMS = _GroupedSection(
+    title="## Streams on one connection (MODELS.md section 11)",
+    text="Medians over runs; ms from the request start. *arrived*: every body byte in the "
+    "receiver's transport (qlog for HTTP/3, the decrypted capture for HTTP/2); "
+    "*in order*: every transport byte up to the stream's last had arrived (one TCP byte "
+    "stream for HTTP/2; the stream's own bytes for QUIC); *HOL* = in order - arrived, the "
+    "head-of-line wait of section 11 free of the receiver's CPU; *delivered*: the last "
+    "byte handed to the application; *wait* = delivered - arrived (HOL + the receiver's "
+    "own reading).",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _key("stream"),
+        _RUNS,
+        _median_ms("first byte", "first_byte_delivered_s"),
+        _median_ms("arrived", "last_byte_arrived_s"),
+        _median_ms("in order", "in_order_s"),
+        _median_ms("HOL", "hol_transport_s"),
+        _Column("max HOL", lambda group: _ms(group["hol_transport_s"].max())),
+        _median_ms("delivered", "delivered_s"),
+        _median_ms("wait", "hol_wait_s"),
+    ),
+)
+_CHUNKS = _GroupedSection(
+    title="## Deadline: chunks read before their playout time (0.4 s + i x 20 ms)",
+    text="",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _Column("runs", lambda group: str(group["run_id"].nunique())),
+        _Column("on time (median)", _on_time_per_run),
+        _median_ms("read (median)", "read_s"),
+        _median_ms("arrived (median)", "arrived_s"),
+    ),
+)
+_PLAYBACK = _GroupedSection(
+    title="## Playback (MODELS.md sections 2-3)",
+    text="Measured: read times through the player that waits for a missing chunk; stalls are "
+    "WebRTC's concealment events, stall time its concealed duration. Predicted: the chunk "
+    "pipeline from the link parameters alone, then the playback recurrence. Drop rule: "
+    "slots played as concealment.",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _key("initial_buffer_s", "buffer ms", _ms),
+        _RUNS,
+        _median_ms("start delay", "start_delay_s"),
+        _median_count("stalls", "stall_count"),
+        _median_ms("stall ms", "stall_s"),
+        _median_count("predicted stalls", "predicted_stall_count"),
+        _median_ms("predicted stall ms", "predicted_stall_s"),
+        _Column("causes (all runs)", _stall_causes),
+        _median_count("drop rule: concealed", "drop_concealed_count"),
+    ),
+)
+_CANCEL = _GroupedSection(
+    title="## Cancel: the sender stops within one one-way delay + one chunk",
+    text="ms after the client's cancel (medians); bytes: body bytes the server handed to its "
+    "transport after the client had read its last chunk.",
+    columns=(
+        _LEVEL,
+        _PROTOCOL,
+        _RUNS,
+        _median_ms("playback flushed", "playback_stopped_s"),
+        _median_ms("server learned", "server_learned_s"),
+        _median_ms("production stopped", "production_stopped_s"),
+        _median_ms("sending stopped", "sending_stopped_s"),
+        _median_ms("bound (d + 1 chunk)", "bound_s"),
+        _median_count("bytes after cancel", "bytes_sent_after_cancel"),
+        _Column("within bound", _within_bound),
+    ),
+)
+_OVERHEAD = _GroupedSection(
+    title="## Header and ACK overhead (MODELS.md section 7)",
+    text="Per data direction: data packets and the pure ACKs the other end sent for them, from "
+    "the capture, next to the model (H = A = 52 bytes; an ACK per packet with quickack, "
+    "per two otherwise).",
+    columns=(
+        _LEVEL,
+        _key("direction"),
+        _RUNS,
+        _median_count("data pkts", "data_packets"),
+        _median_count("model", "model_data_packets"),
+        _median_count("ACKs", "acks_for_it"),
+        _median_count("model ACKs", "model_ack_packets"),
+        _median_mb("data MB on wire", "data_wire_bytes"),
+        _median_mb("model MB", "model_wire_bytes"),
+        _median_mb("ACK MB", "ack_wire_bytes"),
+        _median_ms("completion ms", "total_s"),
+    ),
+)
+
+
+def streams_section(frame: pd.DataFrame) -> list[str]:
+    return _STREAMS.lines(frame)
+
+
+def chunks_section(frame: pd.DataFrame) -> list[str]:
+    return _CHUNKS.lines(frame)
+
+
+def playback_section(frame: pd.DataFrame) -> list[str]:
+    return _PLAYBACK.lines(frame)
+
+
+def cancel_section(frame: pd.DataFrame) -> list[str]:
+    return _CANCEL.lines(frame)
+
+
+def _ack_saving_lines(frame: pd.DataFrame) -> list[str]:
+    """Two levels: the one with fewer ACK bytes against the other, next to the chapter."""
+    levels = frame.groupby("level")
+    if len(levels) != 2:
+        return []
+    totals = {
+        level: (
+            group.groupby("run_id")["ack_wire_bytes"].sum().median(),
+            group.groupby("run_id")["total_s"].first().median(),
+        )
+        for level, group in levels
+    }
+    (a, (a_bytes, a_time)), (b, (b_bytes, b_time)) = sorted(
+        totals.items(), key=lambda kv: -kv[1][0]
+    )
+    return [
+        "",
+        f"{b} vs {a}: {(a_bytes - b_bytes) / 1e6:.3f} MB fewer ACK bytes on the wire, "
+        f"completion {(b_time - a_time) * 1e3:+.1f} ms "
+        "(the chapter: 1.38 MB fewer, 43 ms later).",
+    ]
+
+
+def overhead_section(frame: pd.DataFrame) -> list[str]:
+    return _OVERHEAD.lines(frame, after_table=_ack_saving_lines(frame))
+
+
+SECTIONS: dict[str, Callable[[pd.DataFrame], list[str]]] = {
+    "streams": streams_section,
+    "chunks": chunks_section,
+    "playback": playback_section,
+    "cancel": cancel_section,
+    "overhead": overhead_section,
+}
+"""The report section of each table (of :data:`TABLES`, in its order)."""
+
+
+def tiles_section(runs: pd.DataFrame) -> list[str]:
+    """Whole vs tiled image next to the pipeline bound (MODELS.md section 2)."""
+    rows = []
+    for level, attempts in runs.groupby("level"):
+        group, _ = _usable(attempts)
+        workload = str(group["workload"].iloc[0])
+        up = float(group["up_bps"].iloc[0])
+        down = float(group["down_bps"].iloc[0])
+        rtt = float(group["rtt_s"].iloc[0])
+        processing = 0.3
+        tiles = int(workload.removeprefix("retouch-tiles")) if "tiles" in workload else 1
+        setup = bounds.setup_time_s(
+            str(group["protocol"].iloc[0]), str(group["connection"].iloc[0]), rtt
+        )
+        bound = setup + tiles_bound_s(tiles, up, down, rtt, processing)
+        chapter = CHAPTER_TILES_S["tiles" if tiles > 1 else "whole"]
+        total = pd.to_numeric(group["total_s"], errors="coerce")
+        used = int(group["valid"].astype(bool).sum()) if "valid" in group else len(group)
+        rows.append(
+            [str(level), workload, str(used), _ms(total.median()), _ms(bound), _ms(chapter)]
+        )
+    return _section(
+        "## Tiles vs the whole image (MODELS.md section 2)",
+        [],
+        "Request time (from the connect on a new connection), median of the valid runs (of "
+        "every attempt where *runs* is 0: none was valid); the bound is the pipeline of "
+        "section 2 plus the connection set-up of section 4.",
+        _table(["level", "workload", "runs", "measured", "pipeline bound", "chapter"], rows),
+    )
+
+
+def tiles_bound_s(
+    tiles: int, up_bps: float, down_bps: float, rtt_s: float, processing_s: float
+) -> float:
+    """Section 2 for ``tiles`` equal tiles of the 30 MB upload: tile ``i`` is ready when its
+    last byte has arrived (``(i+1) * S_u/n / B_u + R/2``), is processed in ``T_c / n`` and its
+    share of the 5 MB result is sent in ``S_d/n / B_d`` and arrives ``R/2`` later."""
+    d = rtt_s / 2
+    ready = [(i + 1) * IMAGE_SIZE_BYTES / tiles * 8 / up_bps + d for i in range(tiles)]
+    arrivals = bounds.pipeline(
+        ready,
+        [processing_s / tiles] * tiles,
+        [RETOUCHED_SIZE_BYTES / tiles * 8 / down_bps] * tiles,
+        [d] * tiles,
+    )
+    return arrivals[-1]
+
+
+def _all_valid(frame: pd.DataFrame) -> bool:
+    return "valid" not in frame or bool(frame["valid"].astype(bool).all())
+
+
+def _usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The valid runs' rows, or every row (and a note) when no run of it is valid."""
+    if _all_valid(frame):
+        return frame, ""
+    valid = frame[frame["valid"].astype(bool)]
+    if len(valid):
+        return valid, ""
+    return frame, (
+        "*No run of this table is valid (see Validity): the rows below are from invalid runs, "
+        "kept to show the mechanism, not as results.*"
+    )
+
+
+def report_sections(result_dir: Path, runs: pd.DataFrame | None = None) -> list[str]:
+    """Markdown for every table the result directory has (valid runs only, unless none is)."""
+    frames = write_tables(result_dir)
+    for name, frame in list(frames.items()):
+        usable, note = _usable(frame)
+        frames[name] = usable
+        if note:
+            frames[name].attrs["note"] = note
+    out: list[str] = []
+    for name in TABLES:
+        if name in frames:
+            out += SECTIONS[name](frames[name])
+    if (
+        runs is not None
+        and "workload" in runs
+        and runs["workload"].astype(str).str.startswith("retouch").any()
+    ):
+        out += tiles_section(runs)
+    return out

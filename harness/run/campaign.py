@@ -1,0 +1,228 @@
+"""A campaign: every shipped experiment (or a chosen few), one after the other.
+
+The campaign keeps an index, ``results/campaign/<UTC stamp>/campaign.json``, written
+atomically after every experiment: which experiment went to which result directory and
+how it ended. ``--resume`` on that directory continues each unfinished experiment in its
+own result directory (no finished run is repeated, none is lost) and starts the ones not
+yet begun. One experiment failing does not stop the others; the campaign's exit status
+says that something failed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.analysis import levels as analysis
+from harness.plan.planner import DEFAULT_ATTEMPTS, plan_for
+from harness.spec import experiment as specmod
+from harness.store.resultdir import atomic_write_json, utc_stamp
+from tbcore.errors import SpecError
+
+CAMPAIGN_ORDER = ("connection", "initcwnd", "window", "congestion", "ack", "pacing", "loss")
+"""The default campaign (the main job): the one-request experiments of the seed chapter, the
+headline question first. The chapter's later cases (hol, priority, playback, tiles, overhead,
+cancel, fec, airtime, agent-*) run when named (``--experiments``): their quick forms alone
+take longer than this whole campaign."""
+
+INDEX = "campaign.json"
+
+
+def experiment_files(directory: Path, names: Sequence[str] | None = None) -> list[Path]:
+    """The experiment files to run, in campaign order; unknown names are refused."""
+    available = {p.stem: p for p in sorted(Path(directory).glob("*.toml"))}
+    if not available:
+        raise SpecError("experiments", f"no *.toml in {directory}")
+    if names:
+        for name in names:
+            if name not in available:
+                raise SpecError(
+                    "experiments", f"{name!r} is not one of {', '.join(sorted(available))}"
+                )
+        chosen = list(dict.fromkeys(names))
+    else:
+        chosen = [n for n in CAMPAIGN_ORDER if n in available]
+    from harness.run import topology_runs
+
+    for name in chosen:
+        if topology_runs.is_topology_file(available[name]):
+            raise SpecError(
+                "experiments",
+                f"{name!r} is a topology experiment: run it with `testbed run {available[name]}`",
+            )
+    return [available[n] for n in chosen]
+
+
+@dataclass
+class CampaignSummary:
+    index_path: Path
+    entries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Every experiment finished and every level of each has a valid measured run."""
+        return all(
+            e.get("status") == "finished" and not e.get("levels_without_valid")
+            for e in self.entries
+        )
+
+    def lines(self) -> list[str]:
+        out = []
+        for e in self.entries:
+            extra = f" ({e['error']})" if e.get("error") else ""
+            runs, invalid = e.get("runs", 0), e.get("invalid", 0)
+            fraction = f" ({100.0 * invalid / runs:.0f} %)" if runs else ""
+            empty = e.get("levels_without_valid")
+            if empty:
+                extra += f"; no valid run for {', '.join(empty)}"
+            out.append(
+                f"{e['name']}: {e.get('status')} -> {e.get('result_dir', '-')}, "
+                f"{runs} runs ({e.get('planned', runs)} planned), "
+                f"{invalid} invalid{fraction}{extra}"
+            )
+        return out
+
+
+def _open_index(
+    resume: Path | None, output: Path, quick: bool, reps: int | None, backend: str
+) -> tuple[Path, dict[str, Any]]:
+    """The campaign index to resume (read from ``resume``) or a new one under ``output``."""
+    if resume is not None:
+        index_path = Path(resume) / INDEX
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise SpecError("resume", f"{index_path}: {err}") from None
+        return index_path, index
+    index_path = Path(output) / "campaign" / utc_stamp() / INDEX
+    index = {
+        "started_utc": utc_stamp(),
+        "quick": quick,
+        "reps": reps,
+        "backend": backend,
+        "entries": [],
+    }
+    return index_path, index
+
+
+def _load_specs(
+    experiments_dir: Path, names: Sequence[str] | None, quick: bool, reps: int | None
+) -> list[specmod.ExperimentSpec]:
+    """Load and validate every experiment file before the first run."""
+    specs = []
+    for path in experiment_files(experiments_dir, names):
+        spec = specmod.load(path)
+        if quick:
+            spec = spec.quick_form()
+        if reps is not None:
+            spec = spec.with_repetitions(reps)
+        specs.append(spec)
+    return specs
+
+
+def _finished_fields(spec: specmod.ExperimentSpec, result: Any) -> dict[str, Any]:
+    """The index fields of an experiment that ran to its end."""
+    frame = result.result.frame()
+    return dict(
+        status="finished",
+        result_dir=str(result.result.path),
+        runs=len(frame),
+        planned=len(plan_for(spec)),
+        invalid=int((~frame["valid"].fillna(False).astype(bool)).sum()),
+        levels_without_valid=analysis.levels_without_valid(frame, spec.level_names),
+        report=str(result.result.path / "report.md"),
+    )
+
+
+def _run_entry(
+    spec: specmod.ExperimentSpec,
+    entry: dict[str, Any],
+    index: dict[str, Any],
+    index_path: Path,
+    progress: Any,
+    run: Callable[..., Any],
+) -> None:
+    """Run one experiment and note its outcome in ``entry``; an interrupt is noted, then
+    raised."""
+    try:
+        previous = entry.get("result_dir")
+        result = run(
+            spec,
+            resume=Path(previous) if previous and Path(previous).is_dir() else None,
+            progress=_recorder(progress, entry, index, index_path),
+            **({"log": progress.note} if hasattr(progress, "note") else {}),
+        )
+        entry.update(_finished_fields(spec, result))
+    except KeyboardInterrupt:
+        entry["status"] = "interrupted"
+        atomic_write_json(index_path, index)
+        raise
+    except Exception as err:
+        entry.update(status="failed", error=f"{type(err).__name__}: {err}"[:300])
+        entry["traceback"] = traceback.format_exc()[-2000:]
+    finally:
+        if progress is not None and hasattr(progress, "close"):
+            progress.close()
+
+
+def run_campaign(
+    *,
+    experiments_dir: Path,
+    names: Sequence[str] | None,
+    reps: int | None,
+    quick: bool,
+    backend: str,
+    output: Path,
+    resume: Path | None = None,
+    progress_factory: Callable[[str], Any] | None = None,
+    runner: Callable[..., Any] | None = None,
+    link_name: str | None = None,
+    attempts: int = DEFAULT_ATTEMPTS,
+) -> CampaignSummary:
+    """Run the experiments; ``runner`` defaults to :func:`harness.run.runner.run_experiment`."""
+    if runner is None:
+        from harness.run.runner import run_experiment as runner
+    index_path, index = _open_index(resume, output, quick, reps, backend)
+    if resume is not None:
+        quick, reps, backend = index["quick"], index["reps"], index["backend"]
+        names = [e["name"] for e in index["entries"]]
+    specs = _load_specs(experiments_dir, names, quick, reps)
+    entries = {e["name"]: e for e in index["entries"]}
+    for spec in specs:
+        entries.setdefault(spec.name, {"name": spec.name, "status": "pending"})
+    index["entries"] = [entries[s.name] for s in specs]
+    atomic_write_json(index_path, index)
+    run = functools.partial(
+        runner, output=Path(output), backend=backend, link_name=link_name, attempts=attempts
+    )
+    for spec in specs:
+        entry = entries[spec.name]
+        if entry.get("status") == "finished":
+            continue
+        progress = progress_factory(spec.name) if progress_factory else None
+        _run_entry(spec, entry, index, index_path, progress, run)
+        atomic_write_json(index_path, index)
+    index["finished_utc"] = utc_stamp()
+    atomic_write_json(index_path, index)
+    return CampaignSummary(index_path=index_path, entries=index["entries"])
+
+
+def _recorder(
+    progress: Any, entry: dict[str, Any], index: dict[str, Any], index_path: Path
+) -> Callable[[str, Any, Any], None]:
+    """Pass progress on, and note the result directory as soon as it exists (for resume)."""
+
+    def hook(what: str, run: Any, data: Any) -> None:
+        if what == "plan" and data and "dir" in data:
+            entry["result_dir"] = data["dir"]
+            entry["status"] = "running"
+            atomic_write_json(index_path, index)
+        if progress is not None:
+            progress(what, run, data)
+
+    return hook

@@ -1,0 +1,451 @@
+"""One run, and one experiment of runs, over a real emulated link with the real stacks.
+
+A run is one client process invocation: the level's settings are applied to the link and
+the namespaces, a server starts in the server namespace, the client in the client
+namespace (warm-up requests first, in the same process), the link captures both of its
+ends, and afterwards the harness collects the client's records, the server's events, the
+link's counters over the run, the CPU of client, server and emulator, and the host's steal
+time. Every run gets a row, valid or not: a run that fails in any way is kept and flagged
+with its reason, never dropped.
+
+The pure parts (harness.collect.row, harness.validity.rules, :func:`effect_scales`) take plain
+values and are tested without a link; :func:`execute_run` and :func:`run_experiment` are
+the I/O edge.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.collect.row import Collected, bound_for, collect_run, label_columns
+from harness.plan.planner import (
+    DEFAULT_ATTEMPTS,
+    Outcome,
+    PlannedRun,
+    next_attempt,
+    plan_for,
+    remaining,
+)
+from harness.run import machine
+from harness.run.environment import environment, versions
+from harness.run.execute import ERROR_CHARS, RunEnvironment, run_processes
+from harness.run.lock import exclusive_run
+from harness.run.machine import CpuWatch
+from harness.spec.experiment import ExperimentSpec, link_of, resolve_link
+from harness.store.resultdir import ResultDir, utc_stamp
+from harness.validity import rules as judgement
+from netem.linkspec import LinkSpec
+from tbcore import kinds
+from tbcore.errors import LinkLost, SpecError
+from tbcore.runrow import RunRow
+
+if TYPE_CHECKING:
+    from harness.remote.path import RemoteRun
+
+WATCHED = ("client", "server", "emulator")
+"""The processes whose CPU is watched during a run."""
+
+
+def execute_run(
+    env: RunEnvironment, planned: PlannedRun, effect_s: float | None = None
+) -> dict[str, Any]:
+    """Make one run (one attempt) and return its judged row (also saved as its row.json).
+    ``effect_s``: the arm effect the run's comparison is about (:func:`effect_scales`).
+    The run holds the host's run lock (harness.run.lock) until its row is made: another
+    experiment's collection (pcap parsing, seconds of CPU) would otherwise load this one."""
+    settings = env.spec.level(planned.level).settings
+    measured = getattr(env.link, "measured_spec", None)  # a real path: what the probe saw
+    link_spec = measured if measured is not None else link_of(settings).with_seed(planned.link_seed)
+    run_dir = env.result.fresh_run_dir(planned.run_id)
+    wall0 = time.monotonic()
+    watch = CpuWatch()
+    with exclusive_run(env.log):
+        error = run_processes(env, planned, settings, link_spec, run_dir, watch)
+        try:
+            row = judge(collect_run(run_dir, error), watch, run_dir, effect_s)
+        except Exception as err:  # the files did not make a row: kept, flagged
+            reason = f"harness: collecting failed: {type(err).__name__}: {err}"[:ERROR_CHARS]
+            labels = label_columns(settings, link_spec)
+            row = RunRow(**planned.to_dict(), **labels, valid=False, invalid_reason=reason)
+    row = replace(row, wall_s=time.monotonic() - wall0)
+    env.result.save_row(row)
+    return row.to_dict()
+
+
+def machine_columns(row: RunRow, watch: CpuWatch, t0: float, t1: float) -> dict[str, Any]:
+    """CPU, run-queue waits, steal and pressure of the request window [t0, t1]."""
+    out: dict[str, Any] = {}
+    for name in WATCHED:
+        out[f"cpu_{name}"] = watch.fraction(name, t0, t1)
+        out[f"runqueue_wait_{name}_s"] = watch.wait_s(name, t0, t1)
+    out["steal"] = watch.steal(t0, t1)
+    out["cpu_pressure"] = watch.pressure(t0, t1)
+    if out["cpu_emulator"] is None:
+        out["cpu_emulator"] = row.cpu_emulator_run
+    out["main_wait_client_s"] = watch.main_wait_s("client", t0, t1)
+    out["main_wait_server_s"] = watch.main_wait_s("server", t0, t1)
+    out["foreign_cpu_share"] = watch.foreign_share(t0, t1, WATCHED)
+    out["sched_client"] = watch.sched.get("client")
+    out["sched_server"] = watch.sched.get("server")
+    return out
+
+
+def disturbance_of(
+    row: RunRow, watch: CpuWatch, run_dir: Path, t0: float, t1: float
+) -> tuple[judgement.Disturbance, judgement.CriticalPath | None]:
+    """What the host's disturbance could have added to the request (harness.validity.rules):
+    emulator lateness on the critical path; the endpoints' main-thread waits while they sent
+    the request's flights or worked on the ones that reached them (the whole waits without a
+    packet log), times the foreign share of the host's CPU; their steal."""
+    path = None
+    series = machine.emulator_lateness(run_dir)
+    if series is not None:
+        path = judgement.critical_path(series, t0, t1, rtt_s=row.rtt_s, jitter_s=_jitter_s(row))
+    if path is None:
+        waits = [w for w in (row.main_wait_client_s, row.main_wait_server_s) if w is not None]
+    else:
+        waits = [
+            judgement.flight_wait_s(spans, watch.main_wait_series(endpoint))
+            for endpoint, spans in path.endpoint_spans().items()
+        ]
+    total_s = row.total_s or 0.0
+    steal = judgement.endpoint_steal_s(
+        [row.cpu_client, row.cpu_server], max(total_s, machine.MIN_CPU_WINDOW_S), row.steal
+    )
+    if steal is not None and path is not None:
+        steal *= 1.0 - path.backlog_fraction(t0, t1)
+    disturbance = judgement.Disturbance(
+        lateness_s=None if path is None else path.lateness_s,
+        endpoint_wait_s=judgement.foreign_wait_s(waits, row.foreign_cpu_share),
+        endpoint_steal_s=steal,
+    )
+    return disturbance, path
+
+
+def _jitter_s(row: RunRow) -> dict[str, float] | None:
+    """Each direction's configured jitter (what it can add to a packet's sojourn), or None
+    when the row's link cannot be read (then no bottleneck queue is assumed)."""
+    if not row.link:
+        return None
+    try:
+        link = resolve_link(row.link)
+    except SpecError:
+        return None
+    return {"up": link.up.jitter_s, "down": link.down.jitter_s}
+
+
+def judge(
+    collected: Collected, watch: CpuWatch, run_dir: Path, effect_s: float | None = None
+) -> RunRow:
+    """The collected row with the machine's load over the request window and the verdict:
+    what the run itself says (error, integrity, RTT, loss) and the impact the host's
+    disturbance could have had on what it measured (harness.validity.rules)."""
+    row, t0, t1 = collected.row, collected.start_s, collected.end_s
+    own = judgement.run_validity(
+        error=collected.error,
+        sha256_ok=row.sha256_ok,
+        configured_rtt_s=row.rtt_s,
+        measured_rtt_s=row.measured_rtt_s,
+        loss=collected.loss_checks,
+    )
+    if t0 is None or t1 is None:
+        valid, reason = own
+        return replace(row, valid=valid, invalid_reason=reason)
+    row = replace(row, **machine_columns(row, watch, t0, t1))
+    disturbance, path = disturbance_of(row, watch, run_dir, t0, t1)
+    ok, why, limit = judgement.judge_disturbance(disturbance, row.total_s, effect_s)
+    valid, reason = judgement.combine(own, (ok, why))
+    return replace(
+        row,
+        **judgement.disturbance_columns(disturbance, row.total_s, effect_s),
+        flights_up=None if path is None else path.flights.get("up"),
+        flights_down=None if path is None else path.flights.get("down"),
+        disturbance_limit_s=limit,
+        valid=valid,
+        invalid_reason=reason,
+    )
+
+
+def effect_scales(
+    spec: ExperimentSpec,
+    measured_s: Mapping[str, float] | None = None,
+    predicted_s: Mapping[str, float | None] | None = None,
+) -> dict[str, float | None]:
+    """Per level, the arm effect its comparisons are about: the difference to its baseline,
+    and for a baseline the smallest difference to the levels compared with it; None
+    without any. A difference is the bounds' prediction or, when larger, the one the runs
+    so far show (``measured_s``: each level's median time): a tenth of an effect the runs
+    already show can neither flip it nor move it by more than 10 %, however small the
+    bounds predicted it (they do not model the stacks' own costs: whole-image HTTP/3 ran
+    0.75 s behind HTTP/2, where its bound differs by 45 ms). ``predicted_s``: the levels'
+    bounds (:func:`bound_times`) when already computed."""
+    predicted = bound_times(spec) if predicted_s is None else predicted_s
+    measured = dict(measured_s or {})
+    scales: dict[str, list[float]] = {lv.name: [] for lv in spec.levels}
+    for lv in spec.levels:
+        if lv.baseline == lv.name:
+            continue
+        effects = [
+            abs(times[lv.name] - times[lv.baseline])
+            for times in (predicted, measured)
+            if times.get(lv.name) is not None and times.get(lv.baseline) is not None
+        ]
+        effect = max(effects, default=0.0)
+        if not effect > 0:
+            continue
+        scales[lv.name].append(effect)
+        scales[lv.baseline].append(effect)
+    return {name: min(values) if values else None for name, values in scales.items()}
+
+
+def bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
+    """Each level's bound (harness.bounds), None where the request bound does not apply."""
+    out: dict[str, float | None] = {}
+    for lv in spec.levels:
+        workload = kinds.workload(lv.settings.workload)
+        up, down = workload.up_bytes(lv.settings), workload.down_bytes(lv.settings)
+        bound = bound_for(lv.settings, link_of(lv.settings), up, down)
+        out[lv.name] = None if bound is None else bound.total_s
+    return out
+
+
+def measured_times(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """Each level's median measured time over the attempts made so far (valid or not: a
+    disturbance within the limits cannot make an effect of its own size)."""
+    times: dict[str, list[float]] = {}
+    for row in rows:
+        total = row.get("total_s")
+        if isinstance(total, int | float) and math.isfinite(total) and total > 0:
+            times.setdefault(str(row.get("level")), []).append(float(total))
+    return {level: statistics.median(values) for level, values in times.items()}
+
+
+@dataclass
+class ExperimentResult:
+    result: ResultDir
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    skipped: int = 0
+
+
+ProgressHook = Callable[[str, PlannedRun | None, dict[str, Any] | None], None]
+"""Called with ("start", run, None), ("retry", run, row) for an invalid attempt made again,
+("done", run, row) and ("plan", None, {"total", "left"})."""
+
+
+def _link_up(name: str, spec: LinkSpec, backend: str) -> Any:
+    try:
+        from netem.link import Link
+    except ImportError as err:
+        raise SpecError("backend", f"the emulated path is not available: {err}") from None
+    return Link.up(name, spec, backend=backend)
+
+
+def _check_link(link: Any, result: ResultDir, run_id: str, *, before: bool) -> None:
+    """Stop (LinkLost) if the link was taken down under the run; a run made on a vanishing
+    link is discarded, not recorded as invalid, so that ``--resume`` makes it again."""
+    lost = link.lost()
+    if lost is None:
+        return
+    if not before:
+        result.discard_run(run_id)
+    raise LinkLost(
+        f"link {link.name} was taken down under the run ({lost}); stopped at run {run_id}, "
+        f"results so far in {result.path} (testbed run --resume {result.path} goes on)"
+    )
+
+
+def _reopen(spec: ExperimentSpec, plan: Sequence[PlannedRun], resume: Path) -> ResultDir:
+    """The result directory of an interrupted campaign of the same experiment and plan."""
+    result = ResultDir.open(resume)
+    manifest = result.read_manifest()
+    if manifest.get("resolved", {}).get("name") != spec.name:
+        raise SpecError(
+            "resume",
+            f"{resume} holds experiment "
+            f"{manifest.get('resolved', {}).get('name')!r}, not {spec.name!r}",
+        )
+    planned_ids = [r["run_id"] for r in manifest.get("plan", [])]
+    if planned_ids and planned_ids != [r.run_id for r in plan]:
+        raise SpecError(
+            "resume",
+            "the plan differs from the one in the manifest "
+            "(changed file or flags?): start a new directory",
+        )
+    return result
+
+
+def _create(
+    spec: ExperimentSpec,
+    plan: Sequence[PlannedRun],
+    output: Path,
+    backend: str,
+    argv: Sequence[str] | None,
+) -> ResultDir:
+    """A new result directory with its manifest (the spec, plan, seeds, versions)."""
+    result = ResultDir.create(Path(output), spec.name)
+    result.write_manifest(
+        {
+            "experiment_file": spec.path,
+            "experiment_source": spec.source,
+            "resolved": spec.resolved(),
+            "plan": [r.to_dict() for r in plan],
+            "seeds": {"plan": spec.seed, "link": sorted({r.link_seed for r in plan})},
+            "versions": versions(),
+            "command": list(argv) if argv is not None else sys.argv,
+            "started_utc": utc_stamp(),
+            "backend_requested": backend,
+        }
+    )
+    return result
+
+
+def _make_runs(
+    spec: ExperimentSpec,
+    result: ResultDir,
+    left: Sequence[PlannedRun],
+    by_id: dict[str, PlannedRun],
+    outcomes: dict[str, Outcome],
+    backend: str,
+    link_name: str | None,
+    progress: ProgressHook | None,
+    log: Callable[[str], None],
+    attempts: int,
+    remote: RemoteRun | None = None,
+) -> list[dict[str, Any]]:
+    """Bring the link up (or open the remote host's path) and make the runs ``left`` in
+    order; an invalid one is made again after the others (until it is valid or has had
+    ``attempts``); returns the rows made."""
+    name = link_name or f"r{os.getpid() % 100000}"
+    rows: list[dict[str, Any]] = []
+    with contextlib.ExitStack() as stack:
+        if remote is not None:
+            link = stack.enter_context(remote.open(log))
+        else:
+            with exclusive_run(log):  # starting the emulator and namespaces: not beside a run
+                spec_of_first = link_of(spec.level(left[0].level).settings)
+                link = stack.enter_context(_link_up(name, spec_of_first, backend))
+        probes = remote.prober(link, result.path) if remote is not None else None
+        if probes is not None:
+            probes(left[0].block)  # the bounds need the path before the environment
+        env = _environment(spec, result, link, log)
+        predicted = bound_times(spec)
+        queue = collections.deque(left)
+        while queue:
+            run = queue.popleft()
+            if probes is not None:
+                probes(run.block)
+            if run.attempt > 1:
+                _wait_for_low_steal(log)
+            _check_link(link, result, run.run_id, before=True)
+            if progress:
+                progress("start", run, None)
+            scales = effect_scales(spec, measured_times(rows), predicted)
+            row = execute_run(env, run, scales.get(run.level))
+            _check_link(link, result, run.run_id, before=False)
+            rows.append(row)
+            outcomes[run.run_id] = Outcome.of_row(row)
+            again = next_attempt(by_id[run.planned_id], outcomes.values(), attempts)
+            if again is not None:
+                # at the end of the queue: a host's disturbance comes in bursts (another
+                # job's busy phase), and the runs in between let it pass
+                queue.append(again)
+            if progress:
+                progress("done" if again is None else "retry", run, row)
+        if probes is not None:
+            probes(None)  # after the last block
+    return rows
+
+
+def _wait_for_low_steal(log: Callable[[str], None]) -> None:
+    """Before a re-run: let a spell of hypervisor steal pass (harness.run.machine), and say so
+    when it had to wait."""
+    waited, steal = machine.wait_for_low_steal()
+    if waited > (machine.QUIET_WINDOWS + 1) * machine.QUIET_WINDOW_S:
+        shown = "unknown" if steal is None else f"{steal * 100:.1f} %"
+        log(f"re-run waited {waited:.0f} s for the host's steal to fall (last second: {shown})")
+
+
+def _environment(
+    spec: ExperimentSpec, result: ResultDir, link: Any, log: Callable[[str], None]
+) -> RunEnvironment:
+    """What every run of the experiment shares (the link, the sysctl defaults to restore),
+    with the host's environment noted in the manifest."""
+    keys = sorted({k for lv in spec.levels for k in lv.settings.sysctls})
+    env = RunEnvironment(
+        link=link,
+        result=result,
+        spec=spec,
+        set_route_metrics=any(
+            lv.settings.initcwnd is not None
+            or lv.settings.initrwnd is not None
+            or lv.settings.route_quickack
+            for lv in spec.levels
+        ),
+        log=log,
+        sysctl_defaults={r: link.sysctls(r, keys) for r in ("client", "server")} if keys else {},
+    )
+    manifest = result.read_manifest()
+    envs = manifest.get("environments", [])
+    envs.append({"at_utc": utc_stamp(), **environment(link)})
+    result.update_manifest(environments=envs, environment=envs[0])
+    return env
+
+
+def run_experiment(
+    spec: ExperimentSpec,
+    *,
+    output: Path = Path("results"),
+    backend: str = "auto",
+    resume: Path | None = None,
+    link_name: str | None = None,
+    progress: ProgressHook | None = None,
+    log: Callable[[str], None] = lambda _msg: None,
+    argv: Sequence[str] | None = None,
+    report: bool = True,
+    attempts: int = DEFAULT_ATTEMPTS,
+    remote: RemoteRun | None = None,
+) -> ExperimentResult:
+    """Plan, run every run not yet finished (an invalid measured run again, up to
+    ``attempts`` attempts in all), write the tables and the report. ``remote``: the server
+    on another host, over a real path (harness.remote.path), instead of an emulated link."""
+    if remote is not None:
+        remote.check(spec)
+    plan = plan_for(spec)
+    if resume is not None:
+        result = _reopen(spec, plan, resume)
+    else:
+        result = _create(spec, plan, output, backend, argv)
+    by_id = {run.run_id: run for run in plan}
+    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+    left = remaining(plan, outcomes, attempts)
+    if progress:
+        progress("plan", None, {"total": len(plan), "left": len(left), "dir": str(result.path)})
+    rows: list[dict[str, Any]] = []
+    if left:
+        rows = _make_runs(
+            spec, result, left, by_id, outcomes, backend, link_name, progress, log, attempts,
+            remote,
+        )  # fmt: skip
+    with exclusive_run(log):  # the tables and plots take seconds of CPU: not beside a run
+        result.write_tables()
+        outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+        result.update_manifest(
+            finished_utc=utc_stamp(),
+            finished=not remaining(plan, outcomes, attempts),
+            attempts=attempts,
+        )
+        if report:
+            from harness.report.build import build_report
+
+            build_report(result.path)
+    return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(left))

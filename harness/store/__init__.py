@@ -1,0 +1,1 @@
+"""The result store: one experiment's result directory, written atomically."""

@@ -1,0 +1,2 @@
+"""The erasure-coded ``fec`` protocol: wire, messages, session (sans-I/O), code, loss and its
+asyncio edge."""

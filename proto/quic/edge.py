@@ -1,0 +1,518 @@
+"""QUIC pieces shared by the HTTP/3 server and client: configuration, fixed flow-control
+windows, and the datagram edge (one protocol per connection over a shared UDP transport).
+
+aioquic doubles its flow-control limits whenever half of them has been used
+(``QuicConnection._write_connection_limits`` / ``_write_stream_limits``), so a QUIC
+receive window grows without bound. :class:`FixedWindowQuicConnection` keeps the credit it
+grants at a fixed size instead: like a TCP receiver with a clamped window, it advertises
+``consumed + window`` whenever less than half the window is left.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.quic.configuration import QuicConfiguration
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.logger import QuicFileLogger
+from aioquic.quic.packet import QuicFrameType
+from aioquic.quic.packet_builder import QuicPacketBuilder
+from aioquic.quic.recovery import QuicPacketPacer
+
+from proto.priority import Scheduler
+from proto.sockopts import set_udp_buffers
+from proto.watchers import Callback, Condition, Watchers
+from tbcore.errors import SpecError
+from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
+
+H3_ALPN = ["h3"]
+UDP_SEGMENT = 103
+"""<linux/udp.h>: setsockopt/cmsg giving the GSO segment size."""
+UDP_GSO_MAX_SEGMENTS = 64
+"""UDP_MAX_SEGMENTS in include/linux/udp.h (older kernels; newer allow 128)."""
+UDP_GSO_MAX_BYTES = 65_000
+"""A GSO send is one UDP datagram to the kernel: its payload stays under 64 KiB."""
+QUIC_IDLE_TIMEOUT_S = 60.0
+MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
+"""Frame type + stream id + limit, as varints (aioquic's own constant is private)."""
+
+
+def make_quic_configuration(
+    *,
+    is_client: bool,
+    cc: str = "reno",
+    max_datagram_size: int = 1200,
+    fixed_window_bytes: int | None = None,
+    qlog_dir: Path | None = None,
+    keylog: IO[str] | None = None,
+    idle_timeout_s: float = QUIC_IDLE_TIMEOUT_S,
+) -> QuicConfiguration:
+    """A QuicConfiguration for HTTP/3 with the testbed's knobs (TLS 1.3 is QUIC's only TLS)."""
+    config = QuicConfiguration(
+        is_client=is_client,
+        alpn_protocols=H3_ALPN,
+        congestion_control_algorithm=cc,
+        max_datagram_size=max_datagram_size,
+        idle_timeout=idle_timeout_s,
+    )
+    if fixed_window_bytes is not None:
+        config.max_data = fixed_window_bytes
+        config.max_stream_data = fixed_window_bytes
+    if qlog_dir is not None:
+        qlog_dir.mkdir(parents=True, exist_ok=True)
+        config.quic_logger = QuicFileLogger(str(qlog_dir))
+    if keylog is not None:
+        config.secrets_log_file = keylog
+    return config
+
+
+class FixedWindowQuicConnection(QuicConnection):
+    """A QuicConnection whose MAX_DATA / MAX_STREAM_DATA credit stays ``window_bytes``."""
+
+    def __init__(self, *args: Any, window_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.window_bytes = window_bytes
+
+    def _write_connection_limits(self, builder: QuicPacketBuilder, space: Any) -> None:
+        limit = self._local_max_data
+        if limit.value - limit.used < self.window_bytes // 2:
+            limit.value = limit.used + self.window_bytes
+        # the parent doubles max_data when used * 2 > value; keep it from doing so by
+        # presenting it a "used" below half, then restore the real count
+        used = limit.used
+        limit.used = 0
+        try:
+            super()._write_connection_limits(builder, space)
+        finally:
+            limit.used = used
+
+    def _write_stream_limits(self, builder: QuicPacketBuilder, space: Any, stream: Any) -> None:
+        if not stream.max_stream_data_local:
+            return
+        consumed = stream.receiver.highest_offset
+        if stream.max_stream_data_local - consumed < self.window_bytes // 2:
+            stream.max_stream_data_local = consumed + self.window_bytes
+        if stream.max_stream_data_local_sent != stream.max_stream_data_local:
+            buf = builder.start_frame(
+                QuicFrameType.MAX_STREAM_DATA,
+                capacity=MAX_STREAM_DATA_FRAME_CAPACITY,
+                handler=self._on_max_stream_data_delivery,
+                handler_args=(stream,),
+            )
+            buf.push_uint_var(stream.stream_id)
+            buf.push_uint_var(stream.max_stream_data_local)
+            stream.max_stream_data_local_sent = stream.max_stream_data_local
+            if self._quic_logger is not None:
+                builder.quic_logger_frames.append(
+                    self._quic_logger.encode_max_stream_data_frame(
+                        maximum=stream.max_stream_data_local, stream_id=stream.stream_id
+                    )
+                )
+
+
+PACING_CWND = "cwnd"
+"""aioquic's own pacing: rate = cwnd / smoothed RTT, bursts of up to 16 datagrams."""
+PACING_OFF = "off"
+"""No pacing: the congestion window alone limits sending (as Linux reno/cubic without fq)."""
+PACING_BURST_DATAGRAMS = 16
+"""Bucket of a fixed-rate pacer, in datagrams (aioquic's own upper bound)."""
+BITS_PER_BYTE = 8
+PACING_TIMER_GRANULARITY_S = 0.001
+"""Event-loop timers (epoll_wait) wake with millisecond resolution."""
+PACING_EPSILON_S = 1e-9
+NO_PACING_SLICE_DATAGRAMS = 32
+"""Unpaced bursts are built and sent 32 datagrams at a time (one GSO send each)."""
+
+
+class RatePacer(QuicPacketPacer):
+    """A token-bucket pacer at a fixed rate, or at cwnd / srtt capped by a maximum rate.
+
+    Two differences from aioquic's pacer, which matter at hundreds of Mbit/s: event-loop
+    timers fire with millisecond granularity (uvloop and asyncio alike), so the bucket holds
+    at least ``2 * PACING_TIMER_GRANULARITY_S`` of sending (aioquic's 16-datagram bucket
+    caps a sender at 16 datagrams per timer wake-up, ~186 Mbit/s with 1452-byte datagrams);
+    and a datagram leaves only when a whole packet time is in the bucket (aioquic's float
+    comparison lets two datagrams out per packet time once the bucket runs dry).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_datagram_size: int,
+        fixed_rate_bps: float | None = None,
+        max_rate_bps: float | None = None,
+    ) -> None:
+        super().__init__(max_datagram_size=max_datagram_size)
+        self.fixed_rate_bps = fixed_rate_bps
+        self.max_rate_bps = max_rate_bps
+        if fixed_rate_bps is not None:
+            self._set_rate(fixed_rate_bps / BITS_PER_BYTE)
+            self.bucket_time = self.bucket_max
+
+    def _set_rate(self, rate_bytes: float) -> None:
+        self.packet_time = self._max_datagram_size / rate_bytes
+        self.bucket_max = max(
+            PACING_BURST_DATAGRAMS * self.packet_time, 2 * PACING_TIMER_GRANULARITY_S
+        )
+        self.bucket_time = min(self.bucket_time, self.bucket_max)
+
+    def next_send_time(self, now: float) -> float | None:  # type: ignore[override]
+        if self.packet_time is None:
+            return None
+        self.update_bucket(now=now)
+        missing = self.packet_time - self.bucket_time
+        if missing > PACING_EPSILON_S:
+            return now + missing
+        return None
+
+    def update_after_send(self, now: float) -> None:
+        if self.packet_time is not None:
+            self.update_bucket(now=now)
+            self.bucket_time = max(self.bucket_time - self.packet_time, 0.0)
+
+    def update_rate(self, congestion_window: int, smoothed_rtt: float) -> None:
+        if self.fixed_rate_bps is not None:
+            return
+        rate_bytes = congestion_window / max(smoothed_rtt, 1e-6)
+        if self.max_rate_bps is not None:
+            rate_bytes = min(rate_bytes, self.max_rate_bps / BITS_PER_BYTE)
+        self._set_rate(rate_bytes)
+
+
+class NoPacer(QuicPacketPacer):
+    """Never delays a datagram, but hands a large burst over in slices: aioquic builds every
+    datagram of a ``datagrams_to_send`` call before the caller can send the first, so an
+    unsliced 245-datagram burst would leave ~5 ms late. After ``NO_PACING_SLICE_DATAGRAMS``
+    it asks to be called again at once (the event loop's next iteration)."""
+
+    def __init__(self, *, max_datagram_size: int) -> None:
+        super().__init__(max_datagram_size=max_datagram_size)
+        self._slice_now = -1.0
+        self._slice_count = 0
+
+    def next_send_time(self, now: float) -> float | None:  # type: ignore[override]
+        if now != self._slice_now:
+            self._slice_now = now
+            self._slice_count = 0
+        if self._slice_count >= NO_PACING_SLICE_DATAGRAMS:
+            return now + PACING_EPSILON_S
+        return None
+
+    def update_after_send(self, now: float) -> None:
+        if now != self._slice_now:
+            self._slice_now = now
+            self._slice_count = 0
+        self._slice_count += 1
+
+    def update_rate(self, congestion_window: int, smoothed_rtt: float) -> None:
+        return
+
+
+def set_pacing(
+    quic: QuicConnection, pacing: str | float, max_rate_bps: float | None = None
+) -> None:
+    """``pacing``: ``"cwnd"`` (aioquic's own pacer), ``"off"``, or a fixed rate in bit/s.
+    ``max_rate_bps`` caps it, like SO_MAX_PACING_RATE for TCP: cwnd / srtt at most that
+    (with ``"off"`` or a higher fixed rate: that rate)."""
+    mds = quic._max_datagram_size
+    if pacing == PACING_CWND:
+        if max_rate_bps is None:
+            return
+        pacer: QuicPacketPacer = RatePacer(max_datagram_size=mds, max_rate_bps=max_rate_bps)
+    elif pacing == PACING_OFF:
+        if max_rate_bps is None:
+            pacer = NoPacer(max_datagram_size=mds)
+        else:
+            pacer = RatePacer(max_datagram_size=mds, fixed_rate_bps=max_rate_bps)
+    else:
+        rate = float(pacing)
+        if max_rate_bps is not None:
+            rate = min(rate, max_rate_bps)
+        pacer = RatePacer(max_datagram_size=mds, fixed_rate_bps=rate)
+    quic._loss._pacer = pacer
+
+
+class ScheduledList(list):
+    """A list that iterates in a scheduler's order; appends and extends stay plain."""
+
+    scheduler: Scheduler | None = None
+
+    def __iter__(self) -> Any:
+        items = list.__iter__(self)
+        if self.scheduler is None or len(self) < 2:
+            return items
+        by_id = {stream.stream_id: stream for stream in items}
+        return iter([by_id[sid] for sid in self.scheduler.order(list(by_id))])
+
+
+class ScheduledStreamsMixin:
+    """aioquic serves its streams round robin: ``_write_application`` walks
+    ``self._streams_queue`` for every packet and moves the streams that sent to the end.
+    Here that attribute always holds a :class:`ScheduledList`, which iterates in the order
+    of a :class:`proto.priority.Scheduler` (FIFO, RFC 9218 urgency, or round robin), so
+    every packet is filled from the stream the policy picks, retransmissions included."""
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self.__dict__.get("_scheduler")
+
+    @scheduler.setter
+    def scheduler(self, value: Scheduler | None) -> None:
+        self.__dict__["_scheduler"] = value
+        queue = self.__dict__.get("_stored_streams_queue")
+        if queue is not None:
+            queue.scheduler = value
+
+    @property
+    def _streams_queue(self) -> ScheduledList:
+        return self.__dict__["_stored_streams_queue"]
+
+    @_streams_queue.setter
+    def _streams_queue(self, value: list[Any]) -> None:
+        queue = ScheduledList(list.__iter__(value))
+        queue.scheduler = self.__dict__.get("_scheduler")
+        self.__dict__["_stored_streams_queue"] = queue
+
+
+class ScheduledQuicConnection(ScheduledStreamsMixin, QuicConnection):
+    """A QuicConnection whose stream service order follows a scheduler."""
+
+
+class ScheduledFixedWindowQuicConnection(ScheduledStreamsMixin, FixedWindowQuicConnection):
+    """Fixed windows and a scheduled stream order."""
+
+
+def make_quic_connection(
+    configuration: QuicConfiguration,
+    fixed_window_bytes: int | None,
+    pacing: str | float = PACING_CWND,
+    max_pacing_rate_bps: float | None = None,
+    ack_delay_s: float | None = None,
+    scheduler: Scheduler | None = None,
+    **kwargs: Any,
+) -> QuicConnection:
+    """A QuicConnection with the testbed's window, pacing and ACK delay.
+
+    ``ack_delay_s``: how long the receiver waits after an ack-eliciting packet before it
+    sends an ACK on its own (aioquic's ``_ack_delay``, 1 ms by default; it has no packet
+    threshold, so this is its only ACK-frequency knob); None keeps aioquic's.
+    """
+    if ack_delay_s is not None and (
+        isinstance(ack_delay_s, bool)
+        or not isinstance(ack_delay_s, (int, float))
+        or not 0 <= ack_delay_s <= AIOQUIC_MAX_ACK_DELAY_S
+    ):
+        raise SpecError(
+            "quic-ack-delay",
+            f"must lie in [0, {AIOQUIC_MAX_ACK_DELAY_S * 1e3:g} ms] (max_ack_delay), "
+            f"got {ack_delay_s!r}",
+        )
+    if fixed_window_bytes is None:
+        quic: QuicConnection = ScheduledQuicConnection(configuration=configuration, **kwargs)
+    else:
+        quic = ScheduledFixedWindowQuicConnection(
+            configuration=configuration, window_bytes=fixed_window_bytes, **kwargs
+        )
+    quic.scheduler = scheduler  # type: ignore[attr-defined]
+    set_pacing(quic, pacing, max_pacing_rate_bps)
+    if ack_delay_s is not None:
+        quic._ack_delay = float(ack_delay_s)
+    return quic
+
+
+def quic_configuration_of(
+    config: Any, *, is_client: bool, keylog: IO[str] | None = None, **kwargs: Any
+) -> QuicConfiguration:
+    """:func:`make_quic_configuration` from the QUIC fields that a
+    :class:`~servers.config.ServerConfig` and a :class:`~clients.config.ClientConfig` share."""
+    return make_quic_configuration(
+        is_client=is_client,
+        cc=config.settings.quic_cc,
+        max_datagram_size=config.settings.max_datagram_size_bytes,
+        fixed_window_bytes=config.settings.quic_max_data_bytes,
+        qlog_dir=config.qlog_dir,
+        keylog=keylog,
+        **kwargs,
+    )
+
+
+def quic_connection_of(
+    configuration: QuicConfiguration, config: Any, **kwargs: Any
+) -> QuicConnection:
+    """:func:`make_quic_connection` with a server or client config's window and pacing."""
+    return make_quic_connection(
+        configuration,
+        config.settings.quic_max_data_bytes,
+        pacing=config.settings.quic_pacing,
+        max_pacing_rate_bps=config.settings.max_pacing_rate_bps,
+        ack_delay_s=config.settings.quic_ack_delay_s,
+        **kwargs,
+    )
+
+
+def stream_fully_sent(quic: QuicConnection, stream_id: int) -> bool:
+    """True once every byte of a finished stream has been put in a packet at least once."""
+    stream = quic._streams.get(stream_id)
+    if stream is None:
+        return True
+    sender = stream.sender
+    fin = sender._buffer_fin
+    return fin is not None and sender.highest_offset >= fin and not sender._pending_eof
+
+
+class WatchedProtocol(QuicConnectionProtocol):
+    """QuicConnectionProtocol with "after transmit" watchers: callbacks that fire once a
+    condition on the connection holds (e.g. a stream's last byte has left)."""
+
+    def __init__(self, quic: QuicConnection, **kwargs: Any) -> None:
+        super().__init__(quic, **kwargs)
+        self.coalesce_transmit = True
+        """Transmit once per batch of datagrams read (see datagram_received)."""
+        self.gso_socket: socket.socket | None = None
+        """The UDP socket, when set: runs of datagrams leave as GSO segments (one sendmsg)."""
+        self._watchers = Watchers()
+        self.packets_lost = 0
+        """Packets declared lost by aioquic's recovery (it keeps no counter of its own)."""
+        recovery = quic._loss
+        on_lost = recovery._on_packets_lost
+
+        def counting_on_lost(*, packets: Any, **kw: Any) -> None:
+            packets = list(packets)
+            self.packets_lost += len(packets)
+            on_lost(packets=packets, **kw)
+
+        recovery._on_packets_lost = counting_on_lost
+
+    def _send_segmented(self, datagrams: list[tuple[bytes, Any]]) -> None:
+        """Send runs of equal-size datagrams (the last of a run may be shorter) with one
+        ``sendmsg`` each, as UDP GSO segments: one system call per run, not per packet."""
+        sock = self.gso_socket
+        transport = self._transport
+        assert sock is not None and transport is not None
+        count = len(datagrams)
+        index = 0
+        while index < count:
+            data, addr = datagrams[index]
+            size = len(data)
+            stop = index + 1
+            total = size
+            while (
+                stop < count
+                and stop - index < UDP_GSO_MAX_SEGMENTS
+                and datagrams[stop][1] == addr
+                and total + len(datagrams[stop][0]) <= UDP_GSO_MAX_BYTES
+            ):
+                next_size = len(datagrams[stop][0])
+                if next_size > size:
+                    break
+                total += next_size
+                stop += 1
+                if next_size < size:
+                    break  # a shorter datagram ends the run
+            if stop - index == 1 or transport.get_write_buffer_size():
+                for data_, addr_ in datagrams[index:stop]:
+                    transport.sendto(data_, addr_)
+            else:
+                payload = b"".join(d for d, _ in datagrams[index:stop])
+                try:
+                    sock.sendmsg(
+                        [payload], [(socket.SOL_UDP, UDP_SEGMENT, struct.pack("=H", size))], 0, addr
+                    )
+                except BlockingIOError:
+                    for data_, addr_ in datagrams[index:stop]:
+                        transport.sendto(data_, addr_)  # the transport buffers them
+                except OSError:
+                    self.gso_socket = None  # no GSO on this path: one datagram per call
+                    for data_, addr_ in datagrams[index:stop]:
+                        transport.sendto(data_, addr_)
+            index = stop
+
+    def watch(self, condition: Condition, callback: Callback) -> None:
+        self._watchers.add(condition, callback)
+
+    # aioquic's protocol takes ``now`` from loop.time(), which uvloop truncates to whole
+    # milliseconds; these overrides feed it time.monotonic() (same clock, full resolution).
+    def connect(self, addr: Any, transmit: bool = True) -> None:
+        self._quic.connect(addr, now=time.monotonic())
+        if transmit:
+            self.transmit()
+
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        self._quic.receive_datagram(data, addr, now=time.monotonic())  # type: ignore[arg-type]
+        self._process_events()
+        # one transmit per batch of datagrams read in a loop iteration (libuv reads up to
+        # 32 per wake-up), not one per datagram: datagrams_to_send() costs ~10 us even when
+        # it has nothing to send, and each ACK it would send alone is a packet more
+        if self.coalesce_transmit:
+            self._transmit_soon()
+        else:
+            self.transmit()
+
+    def _handle_timer(self) -> None:
+        now = max(self._timer_at or 0.0, time.monotonic())
+        self._timer = None
+        self._timer_at = None
+        self._quic.handle_timer(now=now)
+        self._process_events()
+        self.transmit()
+
+    def transmit(self) -> None:
+        if self._transmit_task is not None:
+            self._transmit_task.cancel()
+            self._transmit_task = None
+        if self._transport is None or self._transport.is_closing():
+            return  # closed under us (a client abandoned by its caller): nothing to send on
+        now = time.monotonic()
+        datagrams = self._quic.datagrams_to_send(now=now)
+        if self.gso_socket is not None and len(datagrams) > 1:
+            self._send_segmented(datagrams)
+        else:
+            sendto = self._transport.sendto  # type: ignore[union-attr]
+            for data, addr in datagrams:
+                sendto(data, addr)
+        timer_at = self._quic.get_timer()
+        if self._timer is not None and self._timer_at != timer_at:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None and timer_at is not None:
+            self._timer = self._loop.call_at(timer_at, self._handle_timer)
+        self._timer_at = timer_at
+        if self._watchers:
+            self._watchers.fire(time.monotonic())
+
+
+def make_udp_socket(host: str, port: int, buffer_bytes: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    try:
+        set_udp_buffers(sock, buffer_bytes)
+        sock.bind((host, port))
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
+    """The sender state of a QUIC connection, in the units of the TCP_INFO samples."""
+    quic = protocol._quic
+    loss = quic._loss
+    cc = loss._cc
+    min_rtt = loss._rtt_min
+    return {
+        "bytes_in_flight": cc.bytes_in_flight,
+        "cwnd": cc.congestion_window,
+        "ssthresh": cc.ssthresh,
+        "smoothed_rtt_us": int(loss._rtt_smoothed * 1e6),
+        "latest_rtt_us": int(loss._rtt_latest * 1e6),
+        "min_rtt_us": None if min_rtt == float("inf") else int(min_rtt * 1e6),
+        "packets_sent": quic._packet_number,
+        "packets_lost": protocol.packets_lost,
+        "pto_count": loss._pto_count,
+    }
