@@ -400,7 +400,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     campaign.add_argument("--link-name", default=None, help="link name (default r<pid>)")
     campaign.add_argument(
         "--experiments-dir",
-        default=str(Path(__file__).resolve().parent.parent / "experiments"),
+        default=str(Path(__file__).resolve().parents[2] / "experiments"),
         help="where the experiment files are",
     )
     _add_attempts(campaign, ENV_ATTEMPTS)
