@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from clients.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ClientConfig
+from tbcore import kinds
+from tbcore.errors import SpecError
 from tbcore.settings import add_flags, settings_from_flags
 
 EXIT_FAILED_REQUEST = 1
@@ -32,6 +35,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None)
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
+    parser.add_argument(
+        "--sources", default=None, help="workload upload: ADDR_LINK,ADDR_LINK_B (two paths)"
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> ClientConfig:
@@ -48,13 +54,17 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
 
 
 def _client(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    records = kinds.workload(config.settings.workload).records
+    if args.sources is not None and records != "transfer":
+        raise SpecError("sources", "only the upload workload (two paths) takes sources")
+    return RUNNERS[records](config, args)
+
+
+def _requests(config: ClientConfig, args: argparse.Namespace) -> int:
+    """Request records (clients.api): one line per request, 1 if a measured one failed."""
     from clients.api import run_requests_sync
 
-    config = config_from_args(args)
-    if config.settings.workload == "agent":
-        from clients.agent import main_exit, run_agent_sync
-
-        return main_exit(run_agent_sync(config), config.settings.agent_rounds)
     records = run_requests_sync(config)
     failed = 0
     for record in records:
@@ -79,6 +89,43 @@ def _client(args: argparse.Namespace) -> int:
         print(f"testbed client: {failed} of {measured} measured requests failed", file=sys.stderr)
         return EXIT_FAILED_REQUEST
     return 0
+
+
+def _agent(config: ClientConfig, args: argparse.Namespace) -> int:
+    """The agent's rounds (clients.agent)."""
+    from clients.agent import main_exit, run_agent_sync
+
+    return main_exit(run_agent_sync(config), config.settings.agent_rounds)
+
+
+def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:
+    """One upload over two paths (clients.multipath): ``progress 0 T`` on stdout when the
+    timed transfer begins (a failover is scheduled from T), the TransferRecord to --records."""
+    from clients.multipath import run_transfer
+    from tbcore.records import write_jsonl
+
+    text = args.sources or ""
+    sources = tuple(s.strip() for s in text.split(","))
+    if len(sources) != 2 or not all(sources):
+        raise SpecError("sources", f"{text!r}: two addresses, comma-separated")
+
+    def started(t: float) -> None:
+        print(f"progress 0 {t!r}", flush=True)
+
+    record = run_transfer(config.settings, config.host, config.port, sources, started)  # type: ignore[arg-type]
+    if config.records_path is not None:
+        write_jsonl(config.records_path, [record])
+    if not args.quiet:
+        print(f"transfer {record.mode} total_s={record.total_s} error={record.error}", flush=True)
+    return 0 if record.error is None else EXIT_FAILED_REQUEST
+
+
+RUNNERS: dict[str, Callable[[ClientConfig, argparse.Namespace], int]] = {
+    "request": _requests,
+    "agent_round": _agent,
+    "transfer": _transfer,
+}
+"""How ``testbed client`` runs a workload, by the records it writes (tbcore.kinds)."""
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:

@@ -39,7 +39,7 @@ from clients.workload import RequestSpec
 from proto.tls import client_context
 from tbcore import workloads
 from tbcore.errors import SpecError
-from tbcore.records import RequestRecord
+from tbcore.records import RequestRecord, TransferRecord
 from tbcore.settings import MULTIPATH_MODES
 
 DEFAULT_CHUNK_BYTES = 1_000_000
@@ -486,6 +486,52 @@ async def run_quic_migration(
         with contextlib.suppress(Exception):
             await client.close()
     return result
+
+
+# --- the harness's client of a dual topology (``testbed client`` with workload upload) ----
+
+
+def transfer_record(result: MultipathResult | MigrationResult, mode: str) -> TransferRecord:
+    """What ``testbed client`` writes for one upload over two paths."""
+    if isinstance(result, MigrationResult):
+        return TransferRecord(
+            mode=mode, size_bytes=result.size_bytes, start_s=result.start_s,
+            end_s=result.end_s, bytes_sent=result.size_bytes, detected_s=result.detected_s,
+            migrated_s=result.migrated_s, resumed_s=result.resumed_s,
+            sha256_ok=result.error is None and result.end_s is not None, error=result.error,
+        )  # fmt: skip
+    return TransferRecord(
+        mode=mode, size_bytes=result.size_bytes, start_s=result.start_s, end_s=result.end_s,
+        bytes_sent=result.bytes_sent, bytes_per_path=[p.bytes_sent for p in result.paths],
+        fractions=result.fractions, measured_rates_bps=result.measured_rates_bps,
+        sha256_ok=result.error is None and result.end_s is not None, error=result.error,
+    )  # fmt: skip
+
+
+def upload_config(settings: Any, host: str, port: int, sources: tuple[str, str]) -> MultipathConfig:
+    """The upload a run's settings ask for (settings.multipath, settings.size, settings.cc)."""
+    return MultipathConfig(
+        mode=settings.multipath,
+        host=host,
+        port=port,
+        sources=sources,
+        size_bytes=settings.size_bytes or workloads.IMAGE_SIZE_BYTES,
+        cc=settings.cc,
+        timeout_s=settings.timeout_s,
+    )
+
+
+def run_transfer(
+    settings: Any, host: str, port: int, sources: tuple[str, str], started: Callable[[float], None]
+) -> TransferRecord:
+    """One upload over two paths as ``settings`` ask: HTTP/2 by ``settings.multipath``, or
+    HTTP/3 from the first path migrating to the second (``protocol = h3``)."""
+    import uvloop
+
+    config = upload_config(settings, host, port, sources)
+    if settings.protocol == "h3":
+        return transfer_record(uvloop.run(run_quic_migration(config, started)), "h3-migrate")
+    return transfer_record(uvloop.run(run_multipath(config, started)), config.mode)
 
 
 if __name__ == "__main__":

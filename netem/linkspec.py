@@ -482,21 +482,69 @@ PRESETS: dict[str, str] = {
 
 
 def resolve_link(text: str) -> LinkSpec:
-    """A preset name, a link string, or a preset name followed by overriding keys."""
+    """A preset name, a link string, or a preset name followed by overriding keys (the one
+    override rule: :func:`merge_link`)."""
     head, _, rest = text.partition(",")
     if head.strip() in PRESETS:
-        base = PRESETS[head.strip()]
-        if not rest:
-            return parse_link(base)
-        overrides = {kv.partition("=")[0].strip().lower() for kv in rest.split(",") if kv.strip()}
-        kept = []
-        for kv in base.split(","):
-            key = kv.partition("=")[0].strip().lower()
-            # an unprefixed override replaces the preset's key for both directions
-            if key in overrides or key.rpartition(".")[2] in overrides:
-                continue
-            if key == "rtt" and "delay" in overrides:
-                continue
-            kept.append(kv)
-        return parse_link(",".join([*kept, rest]))
+        return parse_link(merge_link(PRESETS[head.strip()], rest))
     return parse_link(text)
+
+
+def _link_items(text: str) -> list[tuple[str, str]]:
+    head, _, rest = text.partition(",")
+    if head.strip() in PRESETS:
+        text = merge_link(PRESETS[head.strip()], rest)
+    items = []
+    for part in text.split(","):
+        if part.strip():
+            key, _, value = part.partition("=")
+            items.append((key.strip().lower(), value.strip()))
+    return items
+
+
+def _key_name(key: str) -> str:
+    """The key without its direction; ``air`` and ``air.*`` keys (one medium) are whole."""
+    return key if key == "air" or key.startswith("air.") else key.rpartition(".")[2]
+
+
+def merge_link(base: str, overrides: str) -> str:
+    """``base`` (a preset or link string) with the keys of ``overrides`` replacing its own:
+    the one rule by which a preset takes extra keys and an experiment's level changes its
+    fixed link.
+
+    An unprefixed key replaces the same key of both directions (``loss`` drops
+    ``down.loss``); a per-direction key replaces only its direction (an unprefixed base key
+    is split so the other direction keeps it); ``rtt`` replaces every ``delay`` and the
+    other way round.
+    """
+    over = _link_items(overrides) if overrides.strip() else []
+    over_keys = {k for k, _ in over}
+    over_names = {_key_name(k) for k, _ in over}
+    kept = []
+    for key, value in _link_items(base) if base.strip() else []:
+        name = _key_name(key)
+        prefixed = key.startswith(("up.", "down."))
+        if key in over_keys:
+            continue
+        if prefixed and name in over_keys:
+            continue  # unprefixed override covers both directions
+        if not prefixed and name in over_names and name not in ("rtt", "mtu"):
+            # a per-direction override of an unprefixed base key: keep the base for the
+            # other direction by splitting it
+            for direction in ("up", "down"):
+                if f"{direction}.{name}" not in over_keys:
+                    kept.append((f"{direction}.{name}", value))
+            continue
+        if name == "rtt" and over_names & {"delay"}:
+            for direction in ("up", "down"):
+                if f"{direction}.delay" not in over_keys and "delay" not in over_keys:
+                    kept.append((f"{direction}.delay", _half(value)))
+            continue
+        if name == "delay" and "rtt" in over_keys:
+            continue
+        kept.append((key, value))
+    return ",".join(f"{k}={v}" for k, v in [*kept, *over])
+
+
+def _half(rtt: str) -> str:
+    return f"{parse_duration_s('rtt', rtt) / 2.0 * 1e3:g}ms"

@@ -185,8 +185,9 @@ def _relay(args: argparse.Namespace) -> int:
     from tbcore.settings import Settings
 
     host, sep, port = args.upstream.rpartition(":")
-    if not sep or not host or not port.isdigit():
+    if not sep or not host or not port.isascii() or not port.isdigit():
         raise SpecError("upstream", f"{args.upstream!r} is not HOST:PORT")
+    base = Settings.load(args.settings) if args.settings else Settings()
     knobs = {k: v for k, v in (("cc", args.cc), ("quic_cc", args.quic_cc)) if v is not None}
     config = RelayConfig(
         bind=args.bind,
@@ -197,7 +198,7 @@ def _relay(args: argparse.Namespace) -> int:
         window_bytes=units.parse_size_bytes("h2-window", args.h2_window),
         warmup=args.warmup,
         warmup_bytes=units.parse_size_bytes("warmup-bytes", args.warmup_bytes),
-        settings=Settings(**knobs),
+        settings=base.replace(**knobs),
         cert_dir=args.cert_dir,
         protocols=tuple(p.strip() for p in args.protocols.split(",")),
         upstream_h3_port=args.upstream_h3_port,
@@ -233,6 +234,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     relay.add_argument("--warmup", type=int, default=3, help="warm-up rounds on the upstream")
     relay.add_argument("--warmup-bytes", default="2MB", help="each warm-up upload")
     relay.add_argument("--h2-window", default="16MiB", help="HTTP/2 windows of both sides")
+    relay.add_argument(
+        "--settings", default=None, help="the run's settings document (JSON text or file)"
+    )
     relay.add_argument("--cc", default=None, help="TCP congestion control of both sides")
     relay.add_argument("--quic-cc", default=None, help="QUIC congestion control (h3 side)")
     relay.add_argument("--cert-dir", type=Path, default=None)

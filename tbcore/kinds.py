@@ -33,6 +33,12 @@ class ProtocolKind:
     """Caps on the bytes in flight from the settings (None: no cap)."""
     paces: Callable[[Any], bool]
     """Whether the sender spreads a window over time instead of sending it at line rate."""
+    listeners: Callable[[int], list[str]] = lambda port: []
+    """``testbed serve``'s flags that make it listen for this protocol alone on ``port``."""
+    qlog: bool = False
+    """Whether its ends write qlog (the harness reads QUIC's ACKs from it)."""
+    columns: tuple[str, ...] = ()
+    """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
 
 
 @dataclass(frozen=True)
@@ -57,10 +63,34 @@ class WorkloadKind:
     link_events: Callable[[Any], dict[int, list[str]]] = lambda s: {}
     """Link events to give when the client reports progress N (``progress N`` on its
     stdout): {N: [netem.events string, ...]}, from the settings."""
+    columns: tuple[str, ...] = ()
+    """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
+
+
+@dataclass(frozen=True)
+class TopologyKind:
+    """One shape of the path (netem.topologyspec), as the spec stage checks it: the settings
+    only it applies and the workloads it carries. Its run-stage behaviour (the relay's
+    process, the client's addresses) is registered in harness.run.topologies."""
+
+    name: str
+    edges: tuple[str, ...]
+    """The link knobs it needs (``link`` first) ..."""
+    optional_edges: tuple[str, ...] = ()
+    """... and those it may have."""
+    settings: tuple[str, ...] = ()
+    """Knobs (keys) that take effect on this topology only: refused elsewhere when set."""
+    workloads: tuple[str, ...] | None = None
+    """The workloads it carries (None: every one that is not bound to another topology)."""
+    check: Callable[[Any], None] = lambda s: None
+    """Combinations of settings the shape cannot run (SpecError naming the key)."""
+    columns: tuple[str, ...] = ()
+    """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
 
 
 PROTOCOLS: dict[str, ProtocolKind] = {}
 WORKLOADS: dict[str, WorkloadKind] = {}
+TOPOLOGIES: dict[str, TopologyKind] = {}
 
 
 def register_protocol(kind: ProtocolKind) -> ProtocolKind:
@@ -75,6 +105,20 @@ def register_workload(kind: WorkloadKind) -> WorkloadKind:
         raise ValueError(f"workload {kind.name!r} registered twice")
     WORKLOADS[kind.name] = kind
     return kind
+
+
+def register_topology(kind: TopologyKind) -> TopologyKind:
+    if kind.name in TOPOLOGIES:
+        raise ValueError(f"topology {kind.name!r} registered twice")
+    TOPOLOGIES[kind.name] = kind
+    return kind
+
+
+def topology(name: str) -> TopologyKind:
+    try:
+        return TOPOLOGIES[name]
+    except KeyError:
+        raise SpecError("topology", f"{name!r} is not one of {', '.join(TOPOLOGIES)}") from None
 
 
 def protocol(name: str) -> ProtocolKind:
@@ -101,6 +145,7 @@ register_protocol(
         window_caps=lambda s: [s.window_clamp_bytes, s.h2_window_bytes],
         # Linux TCP paces with bbr (its pacing_gain) or when SO_MAX_PACING_RATE is set
         paces=lambda s: s.cc == "bbr" or s.pace_at_path_rate or s.max_pacing_rate_bps is not None,
+        listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h3"],
     )
 )
 register_protocol(
@@ -112,6 +157,8 @@ register_protocol(
         window_caps=lambda s: [s.quic_max_data_bytes],
         # aioquic paces unless told off (rate = cwnd / srtt)
         paces=lambda s: s.quic_pacing != "off",
+        listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h2"],
+        qlog=True,
     )
 )
 
@@ -124,6 +171,8 @@ register_protocol(
         window_caps=lambda s: [],
         # paced at min(cap, measured rate) by a token bucket (proto/fec/session.py)
         paces=lambda s: True,
+        listeners=lambda port: ["--no-h2", "--no-h3", "--fec-port", str(port)],
+        columns=("fec",),
     )
 )
 
@@ -205,6 +254,7 @@ register_workload(
         lambda s: 0,
         lambda s: s.agent_model_s,
         records="agent_round",
+        columns=("agent",),
         link_events=lambda s: _agent_events(s),
         # every round (and as many again, redone) at most its local work, model time and
         # the patience of one request
@@ -213,5 +263,70 @@ register_workload(
             * (s.agent_rounds + s.warmup_requests)
             * (s.agent_local_s + s.agent_model_s + (s.round_timeout_s or s.timeout_s))
         ),
+    )
+)
+
+
+OUTAGE_UNTIL_TOLD_S = 3600.0
+"""A failover's outage lasts until the run ends it (its link events end with the run)."""
+
+
+def _failover(s: Any) -> dict[int, list[str]]:
+    """``outage_at``: the ``link`` edge goes down that long after the upload starts (the
+    client reports ``progress 0`` then), until the run ends."""
+    if s.outage_at_s is None:
+        return {}
+    return {0: [f"outage:at={s.outage_at_s:g}s,for={OUTAGE_UNTIL_TOLD_S:g}s"]}
+
+
+register_workload(
+    WorkloadKind(
+        "upload",
+        # one upload over the two paths of a dual topology (clients.multipath)
+        lambda s: s.size_bytes or workloads.IMAGE_SIZE_BYTES,
+        lambda s: 0,
+        lambda s: 0.0,
+        bounded=False,  # its bound is the two-path model (MODELS.md section 12)
+        records="transfer",
+        link_events=lambda s: _failover(s),
+    )
+)
+
+register_topology(TopologyKind("direct", edges=("link",)))
+register_topology(
+    TopologyKind(
+        "relay", edges=("link", "near_link"), settings=("route",), columns=("relay", "topology")
+    )
+)
+
+
+def _check_dual(s: Any) -> None:
+    """Two paths carry one upload: HTTP/2 in four arms, HTTP/3 only as a migration."""
+    if s.protocol not in ("h2", "h3"):
+        raise SpecError("protocol", f"two paths carry h2 (or h3 migrating), not {s.protocol!r}")
+    if s.protocol == "h3" and (s.multipath != "single" or s.outage_at_s is None):
+        raise SpecError(
+            "protocol", "h3 on two paths: multipath = single with outage_at (a migration)"
+        )
+    if s.outage_at_s is not None and s.protocol == "h2" and s.multipath not in MULTIPATH_FAILOVER:
+        raise SpecError(
+            "outage_at",
+            f"a failover needs multipath {' or '.join(MULTIPATH_FAILOVER)} (or h3 migrating), "
+            f"not {s.multipath!r}",
+        )
+
+
+MULTIPATH_FAILOVER = ("mptcp", "duplicate")
+"""The h2 arms that survive the loss of one path (single and split stop with it)."""
+
+register_topology(
+    TopologyKind(
+        "dual",
+        edges=("link", "link_b"),
+        optional_edges=("exit_link",),
+        settings=("multipath", "outage_at"),
+        workloads=("upload",),
+        check=_check_dual,
+        columns=("dual", "topology"),
     )
 )

@@ -37,9 +37,13 @@ class RecordError(SpecError):
     """A record that does not match its class: the field and what is wrong."""
 
 
-def col(default: Any = None, *, doc: str, unit: str = "", factory: Any = None) -> Any:
-    """A field of a record with its documentation (used by the results README)."""
-    meta = {"doc": doc, "unit": unit}
+def col(
+    default: Any = None, *, doc: str, unit: str = "", factory: Any = None, group: str = ""
+) -> Any:
+    """A field of a record with its documentation (used by the results README). ``group``:
+    the kind of run that fills it (a table keeps a group's columns only when some run of
+    its experiment is of that kind; empty: every run)."""
+    meta = {"doc": doc, "unit": unit, "group": group}
     if factory is not None:
         return field(default_factory=factory, metadata=meta)
     if default is MISSING:
@@ -611,3 +615,27 @@ class AgentRound(Record):
     reconnected_s: float | None = col(
         doc="The first round after a loss: when its new connection was up.", unit="s"
     )
+
+
+@record("transfer", 1)
+class TransferRecord(Record):
+    """One upload over the two paths of a dual topology (clients.multipath), as its client
+    saw it. Times are CLOCK_MONOTONIC; the connections were up before ``start_s``."""
+
+    mode: str = col(REQUIRED, doc="single, mptcp, split, duplicate, or h3-migrate.")
+    size_bytes: int = col(REQUIRED, doc="Payload bytes of the upload.", unit="bytes")
+    start_s: float = col(REQUIRED, doc="The timed transfer began.", unit="s")
+    end_s: float | None = col(doc="The server had every byte (duplicate: once).", unit="s")
+    bytes_sent: int | None = col(doc="Payload bytes the client sent, copies included.")
+    bytes_per_path: list | None = col(doc="Payload bytes sent from each source address.")
+    fractions: list | None = col(doc="split: the share of the payload on each path.")
+    measured_rates_bps: list | None = col(doc="split: each path's probed goodput.", unit="bit/s")
+    detected_s: float | None = col(doc="h3 migration: the path was taken for dead.", unit="s")
+    migrated_s: float | None = col(doc="h3 migration: packets left the second address.")
+    resumed_s: float | None = col(doc="h3 migration: the first ACK after it.", unit="s")
+    sha256_ok: bool | None = col(doc="The server's SHA-256 of what it kept matched.")
+    error: str | None = col(doc="Why the transfer failed.")
+
+    @property
+    def total_s(self) -> float | None:
+        return None if self.end_s is None else self.end_s - self.start_s

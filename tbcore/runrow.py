@@ -8,12 +8,14 @@ bumps the version in ``@record``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import fields
 from typing import Any
 
 from tbcore.records import REQUIRED, Record, col, record
 
 
-@record("run", 3)
+@record("run", 4)
 class RunRow(Record):
     """One run (one client process) of an experiment, valid or not."""
 
@@ -82,22 +84,29 @@ class RunRow(Record):
     )
     server_send_s: float | None = col(doc="Server: first to last response byte written.", unit="s")
     # --- a server on another host (testbed run --remote; harness.remote.path)
-    remote_host: str | None = col(doc="The server's host, as ssh was given it.")
+    remote_host: str | None = col(group="remote", doc="The server's host, as ssh was given it.")
     server_clock_offset_s: float | None = col(
+        group="remote",
         doc="Its CLOCK_MONOTONIC minus ours at the run (harness.remote.clocksync); server times "
         "were moved onto ours by it.",
         unit="s",
     )
     server_clock_error_s: float | None = col(
+        group="remote",
         doc="The offset is true within this (half the best exchange's round trip): so is "
         "every time across the two hosts.",
         unit="s",
     )
-    one_way_up_s: float | None = col(doc="First request byte up, across clocks.", unit="s")
-    one_way_down_s: float | None = col(doc="First response byte down, across clocks.", unit="s")
+    one_way_up_s: float | None = col(
+        group="remote", doc="First request byte up, across clocks.", unit="s"
+    )
+    one_way_down_s: float | None = col(
+        group="remote", doc="First response byte down, across clocks.", unit="s"
+    )
     one_way_flag: str | None = col(
+        group="remote",
         doc="negative: a one-way delay came out below 0 (within the offset's error); "
-        "impossible: below 0 by more than the error (the clocks moved)."
+        "impossible: below 0 by more than the error (the clocks moved).",
     )
     # --- the bound (harness/bounds/, MODELS.md)
     bound_s: float | None = col(doc="Analytic lower bound of the request.", unit="s")
@@ -135,27 +144,73 @@ class RunRow(Record):
     )
     # --- the shared medium of an air= link (netem.emulator.medium; harness.collect.airtime)
     air_busy_s: float | None = col(
+        group="air",
         doc="Medium occupied while the client ran (set-up, request, close), both directions.",
         unit="s",
     )
-    air_frames: int | None = col(doc="Frames the medium carried, both directions.")
-    air_busy_data_s: float | None = col(doc="Medium time of data frames.", unit="s")
+    air_frames: int | None = col(group="air", doc="Frames the medium carried, both directions.")
+    air_busy_data_s: float | None = col(group="air", doc="Medium time of data frames.", unit="s")
     air_busy_ack_s: float | None = col(
+        group="air",
         doc="Medium time of ACK-only frames (TCP without payload; non-TCP <= 128 IP bytes).",
         unit="s",
     )
-    air_frames_data: int | None = col(doc="Data frames, both directions.")
-    air_frames_ack: int | None = col(doc="ACK-only frames, both directions.")
-    air_frames_up: int | None = col(doc="Frames client to server.")
-    air_frames_down: int | None = col(doc="Frames server to client.")
+    air_frames_data: int | None = col(group="air", doc="Data frames, both directions.")
+    air_frames_ack: int | None = col(group="air", doc="ACK-only frames, both directions.")
+    air_frames_up: int | None = col(group="air", doc="Frames client to server.")
+    air_frames_down: int | None = col(group="air", doc="Frames server to client.")
     air_bound_busy_s: float | None = col(
+        group="air",
         doc="The exchange model (harness.bounds.airtime_bound) on the frames carried.",
         unit="s",
     )
-    air_model_error: float | None = col(doc="air_busy_s / air_bound_busy_s - 1.")
+    air_model_error: float | None = col(group="air", doc="air_busy_s / air_bound_busy_s - 1.")
     air_bound_s: float | None = col(
+        group="air",
         doc="Completion bound of those frames: max(all exchanges, data exchanges + processing "
         "+ wired RTT).",
+        unit="s",
+    )
+    # --- the path's shape (a relay, two paths: netem.topologyspec; harness.run.topologies)
+    topology: str | None = col(doc="direct, relay or dual (settings.topology).")
+    route: str | None = col(group="relay", doc="relay: through the relay, or direct past it.")
+    multipath: str | None = col(group="dual", doc="dual: single, mptcp, split or duplicate.")
+    exit_link: str | None = col(group="dual", doc="dual: the shared exit's link, if any.")
+    bytes_near_link: int | None = col(
+        group="relay", doc="Bytes the near_link edge delivered up.", unit="bytes"
+    )
+    bytes_link: int | None = col(
+        group="topology",
+        doc="Bytes the link edge delivered up (a topology of edges).",
+        unit="bytes",
+    )
+    bytes_link_b: int | None = col(group="dual", doc="Bytes link_b delivered up.", unit="bytes")
+    bytes_exit_link: int | None = col(
+        group="dual", doc="Bytes the exit_link edge delivered up.", unit="bytes"
+    )
+    bytes_sent_app: int | None = col(
+        group="dual", doc="dual: payload bytes the client sent (copies included).", unit="bytes"
+    )
+    split_fraction_link: float | None = col(group="dual", doc="split: the payload's share on link.")
+    dropped_outage_link: int | None = col(
+        group="dual", doc="Packets the link edge's outage dropped (up)."
+    )
+    outage_after_start_s: float | None = col(
+        group="dual",
+        doc="failover: the link's outage began this long into the transfer.",
+        unit="s",
+    )
+    recovery_s: float | None = col(
+        group="dual", doc="failover: total_s minus the ideal continuation (its bound).", unit="s"
+    )
+    detected_after_outage_s: float | None = col(
+        group="dual",
+        doc="h3 migration: the path taken for dead, after the outage began.",
+        unit="s",
+    )
+    resumed_after_outage_s: float | None = col(
+        group="dual",
+        doc="h3 migration: the first ACK on the second path, after the outage.",
         unit="s",
     )
     # --- the machine
@@ -218,60 +273,102 @@ class RunRow(Record):
     flights_up: int | None = col(doc="Round trips of the request's critical path, up.")
     flights_down: int | None = col(doc="Round trips of the request's critical path, down.")
     # --- the agent workload (rounds.csv has every round; issue 13)
-    agent_rounds_done: int | None = col(doc="Agent: rounds acknowledged, redone ones included.")
-    agent_redone: int | None = col(doc="Agent: rounds begun again after a loss.")
-    agent_connections: int | None = col(doc="Agent: connections opened for the task.")
-    agent_round_s: float | None = col(doc="Agent: median round (start to action).", unit="s")
-    agent_upload_s: float | None = col(doc="Agent: median upload of a round.", unit="s")
-    agent_encode_s: float | None = col(doc="Agent: mean measured encode per round.", unit="s")
+    agent_rounds_done: int | None = col(
+        group="agent", doc="Agent: rounds acknowledged, redone ones included."
+    )
+    agent_redone: int | None = col(group="agent", doc="Agent: rounds begun again after a loss.")
+    agent_connections: int | None = col(
+        group="agent", doc="Agent: connections opened for the task."
+    )
+    agent_round_s: float | None = col(
+        group="agent", doc="Agent: median round (start to action).", unit="s"
+    )
+    agent_upload_s: float | None = col(
+        group="agent", doc="Agent: median upload of a round.", unit="s"
+    )
+    agent_encode_s: float | None = col(
+        group="agent", doc="Agent: mean measured encode per round.", unit="s"
+    )
     agent_handshake_s: float | None = col(
-        doc="Agent: mean handshake of the connections it opened.", unit="s"
+        group="agent", doc="Agent: mean handshake of the connections it opened.", unit="s"
     )
     outage_start_s: float | None = col(
-        doc="Agent: the link's outage began, from the task start.", unit="s"
+        group="agent", doc="Agent: the link's outage began, from the task start.", unit="s"
     )
-    outage_end_s: float | None = col(doc="Agent: the outage ended, from the task start.", unit="s")
+    outage_end_s: float | None = col(
+        group="agent", doc="Agent: the outage ended, from the task start.", unit="s"
+    )
     outage_detected_s: float | None = col(
-        doc="Agent: the client gave the lost round up, from the task start.", unit="s"
+        group="agent",
+        doc="Agent: the client gave the lost round up, from the task start.",
+        unit="s",
     )
     outage_back_s: float | None = col(
-        doc="Agent: the new connection was up, from the task start.", unit="s"
+        group="agent", doc="Agent: the new connection was up, from the task start.", unit="s"
     )
     deadline_s: float | None = col(
-        doc="Agent: the task's deadline (settings.agent_deadline).", unit="s"
+        group="agent", doc="Agent: the task's deadline (settings.agent_deadline).", unit="s"
     )
-    deadline_met: bool | None = col(doc="Agent: total_s <= deadline_s.")
-    site_busy_s: float | None = col(doc="Agent: the site's model time executed.", unit="s")
+    deadline_met: bool | None = col(group="agent", doc="Agent: total_s <= deadline_s.")
+    site_busy_s: float | None = col(
+        group="agent", doc="Agent: the site's model time executed.", unit="s"
+    )
     site_energy_j: float | None = col(
-        doc="Agent: site_power times site_busy_s (stated power, measured busy time).", unit="J"
+        group="agent",
+        doc="Agent: site_power times site_busy_s (stated power, measured busy time).",
+        unit="J",
     )
     # --- the verdict
     ignored_settings: str | None = col(
         doc="Settings the run's protocol does not use that the level set (fec: TCP/QUIC knobs)."
     )
-    fec_source_symbols: int | None = col(doc="fec: source symbols k of the data transfer.")
-    fec_repair_symbols: int | None = col(doc="fec: repair symbols r of its first round.")
+    fec_source_symbols: int | None = col(
+        group="fec", doc="fec: source symbols k of the data transfer."
+    )
+    fec_repair_symbols: int | None = col(
+        group="fec", doc="fec: repair symbols r of its first round."
+    )
     fec_repair_required: int | None = col(
-        doc="fec: MODELS s10's r for k at the loss the link realised on that direction."
+        group="fec",
+        doc="fec: MODELS s10's r for k at the loss the link realised on that direction.",
     )
     fec_extra_rounds: int | None = col(
-        doc="fec: repair rounds the receiver needed after the first."
+        group="fec", doc="fec: repair rounds the receiver needed after the first."
     )
-    fec_decode_failures: int | None = col(doc="fec: blocks that did not decode from round one.")
-    fec_loss_estimate: float | None = col(doc="fec: the loss rate the sender sized r with.")
-    fec_loss_model: str | None = col(doc="fec: none, binomial, markov (bursts) or fixed.")
-    fec_data_direction: str | None = col(doc="fec: up (asr) or down (tts): the data transfer.")
+    fec_decode_failures: int | None = col(
+        group="fec", doc="fec: blocks that did not decode from round one."
+    )
+    fec_loss_estimate: float | None = col(
+        group="fec", doc="fec: the loss rate the sender sized r with."
+    )
+    fec_loss_model: str | None = col(
+        group="fec", doc="fec: none, binomial, markov (bursts) or fixed."
+    )
+    fec_data_direction: str | None = col(
+        group="fec", doc="fec: up (asr) or down (tts): the data transfer."
+    )
     fec_rate_bps: float | None = col(
-        doc="fec: the client's pacing rate (probe/feedback).", unit="bit/s"
+        group="fec", doc="fec: the client's pacing rate (probe/feedback).", unit="bit/s"
     )
     valid: bool | None = col(doc="The run measured what it was meant to (see invalid_reason).")
     invalid_reason: str | None = col(doc="Every reason the run is invalid, joined by '; '.")
     wall_s: float | None = col(doc="Wall time the harness spent on the run.", unit="s")
 
 
-def run_columns() -> tuple[str, ...]:
-    """The columns of runs.csv, in order (the schema tag last)."""
-    return (*RunRow.field_names(), "schema")
+def run_columns(groups: Collection[str] | None = None) -> tuple[str, ...]:
+    """The columns of runs.csv, in order (the schema tag last): every one, or those of
+    every run and of the kinds of run in ``groups`` (a column's ``group``)."""
+    names = [
+        f.name
+        for f in fields(RunRow)
+        if groups is None or not f.metadata.get("group") or f.metadata["group"] in groups
+    ]
+    return (*names, "schema")
+
+
+def column_groups() -> tuple[str, ...]:
+    """Every group some column belongs to."""
+    return tuple(sorted({f.metadata["group"] for f in fields(RunRow) if f.metadata.get("group")}))
 
 
 def columns_markdown() -> str:
@@ -304,56 +401,6 @@ def readme_with_columns(text: str) -> str:
         _, _, tail = rest.partition(README_END + "\n")
         return head + block + tail
     return text.rstrip("\n") + "\n\n" + block
-
-
-@record("topology_run", 1)
-class TopologyRunRow(Record):
-    """One run of a topology experiment (relay or two paths; harness.run.topology_runs)."""
-
-    run_id: str = col(REQUIRED, doc="Level and repetition.")
-    level: str = col(REQUIRED, doc="The level (arm).")
-    rep: int = col(REQUIRED, doc="Repetition within its level, from 0.")
-    topology: str = col(REQUIRED, doc="relay or dual (settings.topology).")
-    valid: bool = col(REQUIRED, doc="No error and every edge's emulator lateness p99 < 2 ms.")
-    attempt: int = col(
-        default=0, doc="Attempt of the repetition, from 0: an invalid run is made again."
-    )
-    total_s: float | None = col(
-        doc="relay: connect (new) or first request byte (reused) to the last response byte; "
-        "dual: the timed transfer (connections already up).",
-        unit="s",
-    )
-    bound_s: float | None = col(doc="The lower bound of harness.bounds for the run.", unit="s")
-    ratio: float | None = col(doc="total_s / bound_s.")
-    invalid_reason: str | None = col(doc="Why not valid.")
-    error: str | None = col(doc="The client's one-line error, if any.")
-    route: str | None = col(doc="relay experiments: direct or relay.")
-    protocol: str | None = col(doc="h2 or h3.")
-    connection: str | None = col(doc="new or reused.")
-    multipath: str | None = col(doc="dual: single, mptcp, split or duplicate.")
-    exit_link: str | None = col(doc="dual: the shared exit's link string, if any.")
-    bytes_near_link: int | None = col(doc="Bytes the near_link edge delivered up.", unit="bytes")
-    bytes_link: int | None = col(doc="Bytes the link edge delivered up.", unit="bytes")
-    bytes_link_b: int | None = col(doc="Bytes the link_b edge delivered up.", unit="bytes")
-    bytes_exit_link: int | None = col(doc="Bytes the exit_link edge delivered up.", unit="bytes")
-    bytes_sent_app: int | None = col(doc="dual: payload bytes the client sent.", unit="bytes")
-    split_fraction_link: float | None = col(doc="split: share of the payload on link.")
-    dropped_outage_link: int | None = col(doc="Packets the link's outage dropped (up).")
-    outage_after_start_s: float | None = col(
-        doc="failover: the link's outage began this long after the transfer.", unit="s"
-    )
-    recovery_s: float | None = col(
-        doc="failover: total_s minus the ideal continuation (bounds.failover_time_s).", unit="s"
-    )
-    detected_after_outage_s: float | None = col(
-        doc="h3 migration: the client's first probe timeout after the outage began.", unit="s"
-    )
-    resumed_after_outage_s: float | None = col(
-        doc="h3 migration: the first acknowledgement on the second path after the outage "
-        "began (the transfer moved on).",
-        unit="s",
-    )
-    wall_s: float | None = col(doc="Wall time of the run, processes included.", unit="s")
 
 
 if __name__ == "__main__":  # python -m tbcore.runrow [README.md]: print, or update in place

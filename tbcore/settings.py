@@ -42,11 +42,13 @@ QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
 QUIC_PACING_MODES = ("cwnd", "off")
 """``quic_pacing`` words; anything else is a rate."""
 CONNECTION_MODES = ("new", "reused", "0rtt")
-TOPOLOGIES = ("direct", "relay", "dual")
-"""netem.topologyspec.TOPOLOGIES (tbcore imports no other package)."""
+TOPOLOGIES = kinds.TOPOLOGIES
+"""The shapes by name (tbcore.kinds.register_topology; netem.topologyspec builds them)."""
 SCREENSHOT_MODES = ("raw", "webp", "jpeg")
 """tbcore.agent.SCREENSHOT_MODES: raw RGB or a Pillow codec."""
 RECOVERY_MODES = ("committed", "restart")
+ROUTES = ("relay", "direct")
+"""A relay topology's routes: through the relay's proxy, or IP-routed past it."""
 MULTIPATH_MODES = ("single", "mptcp", "split", "duplicate")
 """The arms of an upload over two paths (clients.multipath)."""
 
@@ -345,6 +347,15 @@ knob("link_b", kind="text", default=None, unit="", applies="link", optional=True
      how="dual: the second path (a preset or link string)")  # fmt: skip
 knob("exit_link", kind="text", default=None, unit="", applies="link", optional=True,
      how="dual: a shared exit both paths cross (a preset or link string)")  # fmt: skip
+knob("route", kind="choice", default="relay", unit="", applies="harness",
+     how="relay: the client's requests go to the relay (a reverse proxy with a warm long "
+     "haul) or straight to the server across the same edges", choices=ROUTES)  # fmt: skip
+knob("outage_at", "outage_at_s", kind="duration", default=None, unit="s", applies="harness",
+     how="dual: the link edge goes down this long after the upload starts, for the rest of "
+     "the run (a failover to link_b)", low=0, high=3600, optional=True)  # fmt: skip
+knob("size", "size_bytes", kind="size", default=None, unit="bytes", applies="client",
+     how="upload: the bytes of the upload (None: the 30 MB image)", low=1,
+     high=30_000_000, optional=True)  # fmt: skip
 knob("multipath", kind="choice", default="single", unit="", applies="both",
      how="how an upload uses two paths", choices=MULTIPATH_MODES,
      doc="single (the first path), mptcp (IPPROTO_MPTCP at both ends; the kernel's "

@@ -114,6 +114,10 @@ def attribute_gap(
     it retransmitted although the link dropped nothing, and ``transfer (window/feedback)``
     otherwise, so that a report can say which mechanism to look at.
     """
+    # a bound without parts (a transfer over connections already up: MODELS.md s12) is all
+    # transfer: no set-up and no processing of its own
+    bound_setup_s = bound_setup_s if math.isfinite(bound_setup_s) else 0.0
+    bound_processing_s = bound_processing_s if math.isfinite(bound_processing_s) else 0.0
     handshake_s = 0.0 if not math.isfinite(handshake_s) else handshake_s
     processing_s = bound_processing_s if not math.isfinite(processing_s) else processing_s
     setup_gap = handshake_s - bound_setup_s

@@ -211,23 +211,6 @@ def _run(args: argparse.Namespace) -> int:
         if not _preflight("run", args.backend):
             return EXIT_MISSING
 
-    from harness.run import topology_runs
-
-    if remote is not None and topology_runs.is_topology_file(Path(args.experiment)):
-        raise SpecError("remote", "a relay or two-path topology runs on emulated links only")
-
-    if topology_runs.is_topology_file(Path(args.experiment)):  # relay and two paths (issue 14)
-        out = topology_runs.run_file(
-            Path(args.experiment),
-            quick=args.quick,
-            out_root=Path(args.output or os.environ.get(ENV_OUTPUT) or "results"),
-            backend=args.backend,
-            repetitions=args.reps,
-            link_name=args.link_name or topology_runs.LINK_NAME,
-            attempts=attempts_of(args),
-        )
-        print(out / "report.md")
-        return 0
     spec = specmod.load(args.experiment)
     if args.quick:
         spec = spec.quick_form()

@@ -16,7 +16,9 @@ from typing import Any
 
 from harness import bounds
 from harness.collect.rowparts import RowPart, register_row_part
+from harness.spec.paths import end_to_end
 from netem.linkspec import LinkSpec
+from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.records import AgentRound, RecordError, read_jsonl, write_csv
 from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
@@ -69,7 +71,7 @@ def agent_bound(
 
 def agent_part(
     settings: Settings,
-    link_spec: LinkSpec,
+    path: Topology,
     run_dir: Path,
     error: str | None,
     fired: Sequence[dict[str, Any]],
@@ -126,7 +128,7 @@ def agent_part(
         error = error or "the outage was never given to the link"
     if settings.rate_change_after_round is not None and "rate" not in given:
         error = error or "the rate change was never given to the link"
-    bound = agent_bound(settings, link_spec, upload, encode)
+    bound = agent_bound(settings, end_to_end(path), upload, encode)
     if bound is not None:
         out.update(
             bound_s=bound.total_s,

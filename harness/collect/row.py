@@ -19,14 +19,17 @@ from typing import Any
 
 from harness import bounds
 from harness.collect import acks as ackmod
-from harness.collect import agent_rows  # noqa: F401  (registers the agent rounds' row part)
+from harness.collect import agent_rows, transfer  # noqa: F401  (register their row parts)
 from harness.collect.airtime import AIR_FILE, air_columns
 from harness.collect.rowparts import ROW_PARTS
 from harness.run.progress import LINK_EVENTS_FILE
+from harness.spec.paths import end_to_end
 from harness.store.resultdir import write_jsonl
-from netem.linkspec import LinkSpec, parse_link
+from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
+from netem.topologyspec import Topology
 from tbcore import fecmath, kinds
+from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
 from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
@@ -35,6 +38,8 @@ RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
 SERVER_LOG_FILE = "server.jsonl"
 LINK_STATS_FILE = "link_stats.json"
+EDGE_STATS_FILE = "edge_stats.json"
+"""A topology of several edges: every edge's counters over the run, by edge name."""
 EVENTS_FILE = "events.jsonl"
 QLOG_DIR = "qlog"
 
@@ -154,17 +159,19 @@ def server_phases(events: Sequence[ServerEvent], start_s: float, end_s: float) -
 
 
 def bound_for(
-    settings: Settings, link: LinkSpec, up_bytes: int, down_bytes: int
-) -> bounds.RequestBound | None:
+    settings: Settings, path: Topology, up_bytes: int, down_bytes: int
+) -> bounds.RequestBound | bounds.RelayBound | None:
     """The bound of one request of this level (None for a workload the request bound does
-    not cover, such as the stream, or a link without rates)."""
+    not cover, such as the stream, or a path without rates): a new connection through a
+    relay's warm long haul has its own (bounds.relay_request_time); every other request
+    crosses its path end to end (bounds.request_time)."""
     workload = kinds.workload(settings.workload)
+    link = end_to_end(path)
     if not workload.bounded or link.up.rate_bps is None or link.down.rate_bps is None:
         return None
     protocol = kinds.protocol(settings.protocol)
     window = min((c for c in protocol.window_caps(settings) if c is not None), default=None)
-    return bounds.request_time_for_link(
-        link,
+    request = bounds.RequestArgs(
         upload_bytes=up_bytes,
         download_bytes=down_bytes,
         protocol=settings.protocol,
@@ -174,9 +181,30 @@ def bound_for(
         mss_bytes=protocol.mss(settings),
         window_bytes=window,
     )
+    if path.kind == "relay" and settings.route == "relay" and settings.connection == "new":
+        return relay_bound(path, link, request)
+    return bounds.request_time_for_link(link, **request)
 
 
-def mathis_time_s(settings: Settings, link: LinkSpec, bound: bounds.RequestBound) -> float | None:
+def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> bounds.RelayBound:
+    """MODELS.md sections 1 and 4 on a relay: a new near hop, one warm long-haul exchange."""
+    near, far = path.edge("near_link").spec, path.edge("link").spec
+    assert link.up.rate_bps is not None and link.down.rate_bps is not None
+    return bounds.relay_request_time(
+        protocol=request["protocol"],
+        near_rtt_s=near.rtt_s,
+        long_rtt_s=far.rtt_s,
+        up_bps=link.up.rate_bps,
+        down_bps=link.down.rate_bps,
+        upload_bytes=request["upload_bytes"],
+        download_bytes=request["download_bytes"],
+        processing_s=request["processing_s"],
+        near_up_bps=near.up.rate_bps,
+        near_down_bps=near.down.rate_bps,
+    )
+
+
+def mathis_time_s(link: LinkSpec, bound: bounds.RequestBound) -> float | None:
     """MODELS.md section 8: the data direction sent at min(path, Mathis rate), plus the
     bound's set-up, propagation and processing; None without loss on that direction."""
     upload = bound.upload_bytes >= bound.download_bytes
@@ -194,23 +222,31 @@ def mathis_time_s(settings: Settings, link: LinkSpec, bound: bounds.RequestBound
     )
 
 
-def bound_columns(settings: Settings, link: LinkSpec, values: dict[str, Any]) -> dict[str, Any]:
+BOUND_COLUMNS = (
+    ("bound_setup_s", "setup_s"),
+    ("bound_feedback_s", "feedback_s"),
+    ("bound_window_s", "window_s"),
+    ("bound_serialisation_s", "serialisation_s"),
+    ("bound_propagation_s", "propagation_s"),
+    ("bound_processing_s", "processing_s"),
+    ("bound_retransmission_s", "retransmission_s"),
+    ("bound_expected_s", "expected_s"),
+)
+"""bound_* columns and the part of the bound each holds (a part a bound lacks: 0, or for
+the expected time its total)."""
+
+
+def bound_columns(settings: Settings, path: Topology, values: dict[str, Any]) -> dict[str, Any]:
     """bound_* columns and the ratio of the measured total to the bound."""
-    bound = bound_for(settings, link, int(values["up_bytes"]), int(values["down_bytes"]))
+    bound = bound_for(settings, path, int(values["up_bytes"]), int(values["down_bytes"]))
     if bound is None:
         return {}
-    out: dict[str, Any] = {
-        "bound_s": bound.total_s,
-        "bound_setup_s": bound.setup_s,
-        "bound_feedback_s": bound.feedback_s,
-        "bound_window_s": bound.window_s,
-        "bound_serialisation_s": bound.serialisation_s,
-        "bound_propagation_s": bound.propagation_s,
-        "bound_processing_s": bound.processing_s,
-        "bound_retransmission_s": bound.retransmission_s,
-        "bound_expected_s": bound.expected_s,
-        "bound_mathis_s": mathis_time_s(settings, link, bound),
-    }
+    out: dict[str, Any] = {"bound_s": bound.total_s}
+    for column, part in BOUND_COLUMNS:
+        default = bound.total_s if part == "expected_s" else 0.0
+        out[column] = getattr(bound, part, default)
+    if isinstance(bound, bounds.RequestBound):
+        out["bound_mathis_s"] = mathis_time_s(end_to_end(path), bound)
     if values.get("total_s") is not None and bound.total_s > 0:
         out["ratio"] = values["total_s"] / bound.total_s
     return out
@@ -223,19 +259,24 @@ def sender_paces(settings: Settings) -> bool:
     return kinds.protocol(settings.protocol).paces(settings)
 
 
-def label_columns(settings: Settings, link: LinkSpec) -> dict[str, Any]:
-    """What ran: the row's labels from the settings and the link."""
+def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
+    """What ran: the row's labels from the settings and the path (end to end)."""
+    link = end_to_end(path)
     return {
         "protocol": settings.protocol,
         "connection": settings.connection,
         "workload": settings.workload,
+        "topology": path.kind,
+        "route": settings.route if path.kind == "relay" else None,
+        "multipath": settings.multipath if path.kind == "dual" else None,
         "cc": getattr(settings, kinds.protocol(settings.protocol).cc_attr),
         "paced": sender_paces(settings),
         "rtt_s": link.rtt_s,
         "loss": max(link.up.mean_loss, link.down.mean_loss),
         "up_bps": link.up.rate_bps,
         "down_bps": link.down.rate_bps,
-        "link": str(link),
+        "link": str(path.link_spec),
+        "exit_link": str(path.edge("exit_link").spec) if "exit_link" in path.edge_names else None,
         "ignored_settings": ",".join(settings.ignored()) or None,
     }
 
@@ -326,11 +367,17 @@ class RunFiles:
     run_dir: Path
     plan: dict[str, Any]
     settings: Settings
-    link: LinkSpec
+    path: Topology
+    """The path the run crossed, every edge's spec as the run set it."""
     offset_s: float
     """CLOCK_REALTIME - CLOCK_MONOTONIC when the run started (pcap times are realtime)."""
     started_utc: str | None
     backend: str | None = None
+
+    @property
+    def link(self) -> LinkSpec:
+        """The path end to end (harness.spec.paths.end_to_end)."""
+        return end_to_end(self.path)
 
     @classmethod
     def open(cls, run_dir: Path) -> RunFiles:
@@ -339,11 +386,19 @@ class RunFiles:
             run_dir=run_dir,
             plan=data["run"],
             settings=Settings.from_dict(data["settings"], f"{RUN_FILE}.settings"),
-            link=parse_link(data["link"]),
+            path=Topology.from_dict(data["topology"]),
             offset_s=float(data["clock_offset_s"]),
             started_utc=data.get("started_utc"),
             backend=data.get("backend"),
         )
+
+
+def run_path(run_dir: Path) -> Topology | None:
+    """The path a run crossed (its run.json), None when it cannot be read."""
+    try:
+        return RunFiles.open(run_dir).path
+    except (OSError, ValueError, KeyError, TypeError, SpecError):
+        return None
 
 
 @dataclass
@@ -366,13 +421,14 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     if kind == "request":
         values, error, window = request_row(files, error)
     else:  # another record kind (agent rounds): its registered row part (harness.collect.rowparts)
-        part = ROW_PARTS[kind](files.settings, files.link, run_dir, error, fired_events(run_dir))
+        part = ROW_PARTS[kind](files.settings, files.path, run_dir, error, fired_events(run_dir))
         values, error, window = part.columns, part.error, (part.start_s, part.end_s)
         values.setdefault("sha256_ok", part.sha256_ok)
     upload = int(values["up_bytes"]) >= int(values["down_bytes"])
     values.update(packet_columns(files, upload, *window))
-    link_values, loss_checks = link_columns(run_dir / LINK_STATS_FILE, files.link)
+    link_values, loss_checks = link_columns(run_dir / LINK_STATS_FILE, files.path.link_spec)
     values.update(link_values)
+    values.update(edge_columns(run_dir / EDGE_STATS_FILE))
     values.update(
         air_columns(run_dir / LINK_STATS_FILE, run_dir / AIR_FILE, files.settings, files.link)
     )
@@ -386,7 +442,7 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
         )
     row = RunRow(
         **files.plan,
-        **label_columns(files.settings, files.link),
+        **label_columns(files.settings, files.path),
         started_utc=files.started_utc,
         backend=files.backend,
         **values,
@@ -405,7 +461,7 @@ def request_row(
         # MODELS s10: the serial time of the symbols sent, no retransmission round
         values.update(fec_columns(files.settings, files.link, median_record(records), values))
     else:
-        values.update(bound_columns(files.settings, files.link, values))
+        values.update(bound_columns(files.settings, files.path, values))
     write_events(files.run_dir / EVENTS_FILE, records, events)
     return values, error, window
 
@@ -506,6 +562,29 @@ def remote_columns(path: Path) -> dict[str, Any]:
         if "impossible" in flags
         else next((f for f in flags if f), None),
     }
+
+
+def edge_columns(path: Path) -> dict[str, Any]:
+    """Bytes each edge of a topology delivered upstream, and the worst emulator lateness of
+    any edge (edge_stats.json; a direct link has no such file)."""
+    if not path.exists():
+        return {}
+    edges = json.loads(path.read_text(encoding="utf-8"))
+    out: dict[str, Any] = {}
+    worst: list[float] = []
+    for name, data in edges.items():
+        stats = LinkStats.from_dict(data)
+        out[f"bytes_{name}"] = stats.up.bytes_out
+        if name == "link":
+            out["dropped_outage_link"] = stats.up.dropped_outage
+        if "lateness" in stats.measured:
+            for d in ("up", "down"):
+                value = stats.direction(d).lateness_quantile_s(LATENESS_QUANTILE)
+                if value is not None:
+                    worst.append(value)
+    if worst:
+        out["lateness_p99_s"] = max(worst)
+    return out
 
 
 def link_columns(

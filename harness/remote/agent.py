@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from harness import __version__
-from harness.run.execute import (
+from harness.run.stacks import (
     SERVER_START_TIMEOUT_S,
     SERVER_STOP_TIMEOUT_S,
     popen_endpoint,

@@ -29,10 +29,10 @@ from harness.remote.channel import REPLY_TIMEOUT_S, ChannelError, ControlChannel
 from harness.remote.clocksync import ClockOffset
 from harness.remote.pathprobe import MeasuredPath, ProbePlan
 from harness.report.remote import PROBES_FILE
-from harness.run.execute import testbed_argv
+from harness.run.stacks import testbed_argv
 from harness.store.resultdir import atomic_write_json
 from netem import capture, sysctl, topology
-from netem.linkspec import LinkSpec, parse_link
+from netem.linkspec import LinkSpec
 from tbcore.control import DIR_PLACEHOLDER
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
@@ -100,7 +100,7 @@ class RemotePath:
     def measured_spec(self) -> LinkSpec:
         if self.measured is None:
             raise SpecError("remote", "the path was not measured before the run")
-        return parse_link(self.measured.link_string())
+        return self.measured.link_spec()
 
     @property
     def spec(self) -> LinkSpec:
@@ -114,7 +114,7 @@ class RemotePath:
             return f"the control channel to {self.host.target} ended"
         return None
 
-    def set_spec(self, _spec: LinkSpec) -> None:
+    def set_spec(self, _spec: LinkSpec, *, edge: str | None = None) -> None:
         """The path is what it is: levels that would change it are refused up front."""
 
     def set_sysctls(self, values: Mapping[str, str], roles: Sequence[str]) -> None:
@@ -440,7 +440,7 @@ def check_spec(spec: Any) -> None:
     with different links (the path is measured, not set), route metrics, link events."""
     from tbcore import kinds
 
-    links = {level.settings.link for level in spec.levels}
+    links = {str(level.link) for level in spec.levels}
     if len(links) > 1:
         first, other = sorted(links)[:2]
         raise SpecError(
@@ -449,6 +449,12 @@ def check_spec(spec: Any) -> None:
             "measured, not set (run it on an emulated link, or one link for every level)",
         )
     for level in spec.levels:
+        if level.topology.kind != "direct":
+            raise SpecError(
+                "remote",
+                f"level {level.name!r} has a {level.topology.kind} topology: a real path is "
+                "one direct path (relay and two paths run on emulated links)",
+            )
         settings = level.settings
         if (
             settings.initcwnd is not None

@@ -19,6 +19,7 @@ from typing import Any
 
 from netem import nsexec
 from netem.bench import wilson_interval
+from netem.linkspec import DirectionSpec, LinkSpec
 from netem.probe import ProbeResult, quantile, run_probe
 from tbcore.errors import SpecError
 
@@ -72,20 +73,25 @@ class MeasuredPath:
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "up_loss": self.up_loss, "down_loss": self.down_loss}
 
-    def link_string(self) -> str:
-        """The measured path as a link string (netem.linkspec), for the bounds."""
+    def link_spec(self) -> LinkSpec:
+        """The measured path as a LinkSpec (half the minimum round trip each way, the
+        measured loss and TCP rate of each direction), for the bounds."""
         if self.min_rtt_s is None:
             raise SpecError("path", "the probe saw no round trip: no path to compute a bound on")
-        parts = [f"rtt={self.min_rtt_s * 1e3:.3f}ms"]
-        for name, loss, rate in (
-            ("up", self.up_loss, self.up_rate_bps),
-            ("down", self.down_loss, self.down_rate_bps),
-        ):
-            if loss:
-                parts.append(f"{name}.loss={loss * 100:.4f}%")
-            if rate:
-                parts.append(f"{name}.rate={rate / 1e3:.0f}kbit")
-        return ",".join(parts)
+        return LinkSpec(
+            up=DirectionSpec(
+                delay_s=self.min_rtt_s / 2, loss=self.up_loss or 0.0, rate_bps=self.up_rate_bps
+            ),
+            down=DirectionSpec(
+                delay_s=self.min_rtt_s / 2,
+                loss=self.down_loss or 0.0,
+                rate_bps=self.down_rate_bps,
+            ),
+        )
+
+    def link_string(self) -> str:
+        """The measured path in the link string's words (for people: the report, the log)."""
+        return str(self.link_spec())
 
 
 def from_probe(

@@ -28,6 +28,7 @@ from harness.collect.airtime import air_report_lines
 from harness.report import fec as fecreport
 from harness.report import remote as remote_report
 from harness.report import stream_tables
+from harness.report.paths import paths_section
 from harness.store.resultdir import ResultDir, atomic_write_text
 
 PLOT_DPI = 110
@@ -763,6 +764,7 @@ def build_report(path: Path) -> Path:
     lines = [
         *_head_lines(manifest.get("resolved", {}), path.name, summaries, effects),
         *_per_level_lines(summaries),
+        *paths_section(frame, levels, manifest.get("resolved", {}).get("reference_ms", {})),
         *remote_report.path_section(result.path, frame),
         *_gap_split_lines(summaries),
         *stream_tables.report_sections(result.path, frame),
@@ -773,7 +775,12 @@ def build_report(path: Path) -> Path:
         *_runs_beside_bounds(frame),
         *air_report_lines(frame, levels),
         *_validity_lines(frame, levels, summaries),
-        *fecreport.fec_section(frame, levels, result.plots_dir),
+        *fecreport.fec_section(
+            frame,
+            levels,
+            result.plots_dir,
+            {name: path.link_spec for name, path in result.level_paths().items()},
+        ),
         *_plots_lines(),
         *_how_run_lines(manifest),
     ]

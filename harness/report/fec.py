@@ -10,7 +10,7 @@ experiment without a fec level.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import matplotlib
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from harness import bounds
-from netem.linkspec import parse_link
+from netem.linkspec import LinkSpec
 from tbcore import fecmath
 from tbcore.settings import KNOBS, TCP_DEFAULT_MSS_BYTES
 from tbcore.workloads import AUDIO_SIZE_BYTES
@@ -50,10 +50,9 @@ def _used(runs: pd.DataFrame) -> pd.DataFrame:
     return valid if len(valid) else runs
 
 
-def path_models(link: str, workload: str, processing_s: float) -> dict[str, float]:
+def path_models(spec: LinkSpec, workload: str, processing_s: float) -> dict[str, float]:
     """For the path of a level: MODELS s9's retransmission completion (p50, p99) of the data
     direction at its mean loss, and s10's FEC bound (k + r symbols at the target)."""
-    spec = parse_link(link)
     upload = workload == "asr"
     size = AUDIO_SIZE_BYTES if workload in ("asr", "tts") else 0
     direction = spec.up if upload else spec.down
@@ -81,7 +80,9 @@ def _ms(value: float | None) -> str:
     return "-" if value is None or not np.isfinite(value) else f"{value * 1e3:.0f}"
 
 
-def fec_table(frame: pd.DataFrame, levels: Sequence[str]) -> list[list[str]]:
+def fec_table(
+    frame: pd.DataFrame, levels: Sequence[str], links: Mapping[str, LinkSpec]
+) -> list[list[str]]:
     rows = []
     for level in levels:
         attempts = _measured(frame, level)
@@ -92,7 +93,7 @@ def fec_table(frame: pd.DataFrame, levels: Sequence[str]) -> list[list[str]]:
         first = runs.iloc[0]
         workload = str(first.get("workload"))
         processing = AUDIO_PROCESSING_S if workload in ("asr", "tts") else 0.0
-        models = path_models(str(first["link"]), workload, processing)
+        models = path_models(links[level], workload, processing)
         totals = runs["total_s"].to_numpy(dtype=float)
         quant = [float(np.quantile(totals, q)) for q in QUANTILES]
         is_fec = first.get("protocol") == "fec"
@@ -162,7 +163,9 @@ def plot_distribution(frame: pd.DataFrame, levels: Sequence[str], path: Path) ->
     plt.close(fig)
 
 
-def fec_section(frame: pd.DataFrame, levels: Sequence[str], plots_dir: Path) -> list[str]:
+def fec_section(
+    frame: pd.DataFrame, levels: Sequence[str], plots_dir: Path, links: Mapping[str, LinkSpec]
+) -> list[str]:
     """Markdown lines of the FEC section (and its plot); empty without a fec level."""
     if "protocol" not in frame or not (frame["protocol"] == "fec").any():
         return []
@@ -182,6 +185,6 @@ def fec_section(frame: pd.DataFrame, levels: Sequence[str], plots_dir: Path) -> 
         "| " + " | ".join(HEADERS) + " |",
         "| " + " | ".join("---" for _ in HEADERS) + " |",
     ]
-    lines += ["| " + " | ".join(row) + " |" for row in fec_table(frame, levels)]
+    lines += ["| " + " | ".join(row) + " |" for row in fec_table(frame, levels, links)]
     lines += ["", "![completion time per level, log axis](plots/completion_cdf.png)", ""]
     return lines

@@ -32,7 +32,7 @@ from harness.analysis import playback
 from harness.collect import overhead, streams, streamview
 from harness.store.resultdir import atomic_write_frame
 from netem import names
-from netem.linkspec import resolve_link
+from netem.topologyspec import Topology
 from tbcore.workloads import (
     IMAGE_SIZE_BYTES,
     RETOUCHED_SIZE_BYTES,
@@ -74,7 +74,7 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     if any(r.get("stream_workload") for r in views.records):
         out["streams"] = streams.stream_rows(views, base)
     out["chunks"] = streams.chunk_rows(views, base)
-    link = resolve_link(meta["link"]) if meta.get("link") else None
+    link = Topology.from_dict(meta["topology"]).link_spec if meta.get("topology") else None
     if out["chunks"] and link is not None:
         out["playback"] = _playback(out["chunks"], link, protocol, base)
     out["cancel"] = [

@@ -47,14 +47,6 @@ def experiment_files(directory: Path, names: Sequence[str] | None = None) -> lis
         chosen = list(dict.fromkeys(names))
     else:
         chosen = [n for n in CAMPAIGN_ORDER if n in available]
-    from harness.run import topology_runs
-
-    for name in chosen:
-        if topology_runs.is_topology_file(available[name]):
-            raise SpecError(
-                "experiments",
-                f"{name!r} is a topology experiment: run it with `testbed run {available[name]}`",
-            )
     return [available[n] for n in chosen]
 
 

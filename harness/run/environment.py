@@ -55,24 +55,26 @@ def _version(package: str) -> str:
         return "not installed"
 
 
-def environment(link: Any) -> dict[str, Any]:
-    """The host, and the namespaces' sysctls and qdiscs of a link that is up."""
+def environment(link: Any, backend: str) -> dict[str, Any]:
+    """The host, and the namespaces' sysctls and qdiscs of a link that is up (``backend``:
+    the path's, harness.run.backends; a real path's qdiscs are the other host's business)."""
     info: dict[str, Any] = {
         "kernel": platform.release(),
         "machine": platform.machine(),
         "hostname": platform.node(),
         "cpus": os.cpu_count(),
-        "backend": getattr(link, "backend", None),
-        "link_name": getattr(link, "name", None),
+        "backend": backend,
+        "link_name": link.name,
     }
     try:
         info["sysctls"] = _sysctls(link)
     except Exception as err:  # recorded, never fatal: the run itself does not need it
         info["sysctls_error"] = str(err)
-    try:
-        info["qdiscs"] = _qdiscs(link)
-    except Exception as err:
-        info["qdiscs_error"] = str(err)
+    if backend != "real":
+        try:
+            info["qdiscs"] = _qdiscs(link)
+        except Exception as err:
+            info["qdiscs_error"] = str(err)
     with contextlib.suppress(Exception):
         info["link"] = link.show()
     return info
@@ -87,10 +89,8 @@ def _qdiscs(link: Any) -> dict[str, Any]:
     from netem import topology
 
     qdiscs: dict[str, Any] = {}
-    if getattr(link, "backend", None) == "real":
-        return qdiscs  # the other host's qdiscs are its own business
     for role in ROLES:
-        with topology.ipr(getattr(link, f"{role}_ns")) as ip:
+        with topology.ipr(link.ns(role)) as ip:
             qdiscs[role] = [
                 {
                     "ifindex": q["index"],

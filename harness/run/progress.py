@@ -31,13 +31,17 @@ class ProgressEvents:
         self._thread: threading.Thread | None = None
 
     def on_line(self, line: str) -> None:
-        mark, _, value = line.strip().partition(" ")
-        if mark != "progress" or not value.isdigit():
+        """``progress N`` (the events of N from now) or ``progress N T`` (from the client's
+        CLOCK_MONOTONIC time T: the moment it reached N, whatever the pipe's delay)."""
+        words = line.split()
+        if len(words) not in (2, 3) or words[0] != "progress" or not _is_count(words[1]):
             return
+        value = words[1]
+        base_s = _time_of(words[2]) if len(words) == 3 else None
         for text in self.events.pop(int(value), []):
             given = time.monotonic()
             try:
-                scheduled = self.link.event(text)
+                scheduled = self.link.event(text, base_s=base_s)
                 self.fired.append(
                     {
                         "after_progress": int(value),
@@ -69,3 +73,16 @@ class ProgressEvents:
                 self.log(f"{run_dir.name}: ending the link events failed: {err}")
         atomic_write_json(run_dir / LINK_EVENTS_FILE, self.fired)
         return self.fired
+
+
+def _is_count(text: str) -> bool:
+    return text.isascii() and text.isdigit()
+
+
+def _time_of(text: str) -> float | None:
+    """A client's CLOCK_MONOTONIC stamp, None when it is not a finite number."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None

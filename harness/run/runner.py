@@ -16,7 +16,6 @@ the I/O edge.
 from __future__ import annotations
 
 import collections
-import contextlib
 import math
 import os
 import statistics
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.collect.row import Collected, bound_for, collect_run, label_columns
+from harness.collect.row import Collected, bound_for, collect_run, label_columns, run_path
 from harness.plan.planner import (
     DEFAULT_ATTEMPTS,
     Outcome,
@@ -37,14 +36,15 @@ from harness.plan.planner import (
     remaining,
 )
 from harness.run import machine
+from harness.run.backends import RunPaths, open_paths
 from harness.run.environment import environment, versions
 from harness.run.execute import ERROR_CHARS, RunEnvironment, run_processes
 from harness.run.lock import exclusive_run
 from harness.run.machine import CpuWatch
-from harness.spec.experiment import ExperimentSpec, link_of, resolve_link
+from harness.spec.experiment import ExperimentSpec
 from harness.store.resultdir import ResultDir, utc_stamp
 from harness.validity import rules as judgement
-from netem.linkspec import LinkSpec
+from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.errors import LinkLost, SpecError
 from tbcore.runrow import RunRow
@@ -63,19 +63,18 @@ def execute_run(
     ``effect_s``: the arm effect the run's comparison is about (:func:`effect_scales`).
     The run holds the host's run lock (harness.run.lock) until its row is made: another
     experiment's collection (pcap parsing, seconds of CPU) would otherwise load this one."""
-    settings = env.spec.level(planned.level).settings
-    measured = getattr(env.link, "measured_spec", None)  # a real path: what the probe saw
-    link_spec = measured if measured is not None else link_of(settings).with_seed(planned.link_seed)
+    level = env.spec.level(planned.level)
+    path = env.paths.path_of(level, planned.link_seed)
     run_dir = env.result.fresh_run_dir(planned.run_id)
     wall0 = time.monotonic()
     watch = CpuWatch()
     with exclusive_run(env.log):
-        error = run_processes(env, planned, settings, link_spec, run_dir, watch)
+        error = run_processes(env, planned, level, path, run_dir, watch)
         try:
             row = judge(collect_run(run_dir, error), watch, run_dir, effect_s)
         except Exception as err:  # the files did not make a row: kept, flagged
             reason = f"harness: collecting failed: {type(err).__name__}: {err}"[:ERROR_CHARS]
-            labels = label_columns(settings, link_spec)
+            labels = label_columns(level.settings, path)
             row = RunRow(**planned.to_dict(), **labels, valid=False, invalid_reason=reason)
     row = replace(row, wall_s=time.monotonic() - wall0)
     env.result.save_row(row)
@@ -110,7 +109,9 @@ def disturbance_of(
     path = None
     series = machine.emulator_lateness(run_dir)
     if series is not None:
-        path = judgement.critical_path(series, t0, t1, rtt_s=row.rtt_s, jitter_s=_jitter_s(row))
+        path = judgement.critical_path(
+            series, t0, t1, rtt_s=row.rtt_s, jitter_s=_jitter_s(run_path(run_dir))
+        )
     if path is None:
         waits = [w for w in (row.main_wait_client_s, row.main_wait_server_s) if w is not None]
     else:
@@ -132,15 +133,12 @@ def disturbance_of(
     return disturbance, path
 
 
-def _jitter_s(row: RunRow) -> dict[str, float] | None:
-    """Each direction's configured jitter (what it can add to a packet's sojourn), or None
-    when the row's link cannot be read (then no bottleneck queue is assumed)."""
-    if not row.link:
+def _jitter_s(path: Topology | None) -> dict[str, float] | None:
+    """Each direction's configured jitter on the run's primary edge (what it can add to a
+    packet's sojourn), or None without a path (then no bottleneck queue is assumed)."""
+    if path is None:
         return None
-    try:
-        link = resolve_link(row.link)
-    except SpecError:
-        return None
+    link = path.link_spec
     return {"up": link.up.jitter_s, "down": link.down.jitter_s}
 
 
@@ -214,7 +212,7 @@ def bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
     for lv in spec.levels:
         workload = kinds.workload(lv.settings.workload)
         up, down = workload.up_bytes(lv.settings), workload.down_bytes(lv.settings)
-        bound = bound_for(lv.settings, link_of(lv.settings), up, down)
+        bound = bound_for(lv.settings, lv.topology, up, down)
         out[lv.name] = None if bound is None else bound.total_s
     return out
 
@@ -242,24 +240,16 @@ ProgressHook = Callable[[str, PlannedRun | None, dict[str, Any] | None], None]
 ("done", run, row) and ("plan", None, {"total", "left"})."""
 
 
-def _link_up(name: str, spec: LinkSpec, backend: str) -> Any:
-    try:
-        from netem.link import Link
-    except ImportError as err:
-        raise SpecError("backend", f"the emulated path is not available: {err}") from None
-    return Link.up(name, spec, backend=backend)
-
-
-def _check_link(link: Any, result: ResultDir, run_id: str, *, before: bool) -> None:
-    """Stop (LinkLost) if the link was taken down under the run; a run made on a vanishing
-    link is discarded, not recorded as invalid, so that ``--resume`` makes it again."""
-    lost = link.lost()
+def _check_paths(paths: RunPaths, result: ResultDir, run_id: str, *, before: bool) -> None:
+    """Stop (LinkLost) if a path was taken down under the run; a run made on a vanishing
+    path is discarded, not recorded as invalid, so that ``--resume`` makes it again."""
+    lost = paths.lost()
     if lost is None:
         return
     if not before:
         result.discard_run(run_id)
     raise LinkLost(
-        f"link {link.name} was taken down under the run ({lost}); stopped at run {run_id}, "
+        f"{lost} (taken down under the run); stopped at run {run_id}, "
         f"results so far in {result.path} (testbed run --resume {result.path} goes on)"
     )
 
@@ -290,6 +280,7 @@ def _create(
     output: Path,
     backend: str,
     argv: Sequence[str] | None,
+    remote: bool = False,
 ) -> ResultDir:
     """A new result directory with its manifest (the spec, plan, seeds, versions)."""
     result = ResultDir.create(Path(output), spec.name)
@@ -304,6 +295,7 @@ def _create(
             "command": list(argv) if argv is not None else sys.argv,
             "started_utc": utc_stamp(),
             "backend_requested": backend,
+            "column_groups": spec.column_groups(remote),
         }
     )
     return result
@@ -315,54 +307,44 @@ def _make_runs(
     left: Sequence[PlannedRun],
     by_id: dict[str, PlannedRun],
     outcomes: dict[str, Outcome],
-    backend: str,
-    link_name: str | None,
-    progress: ProgressHook | None,
-    log: Callable[[str], None],
-    attempts: int,
-    remote: RemoteRun | None = None,
+    options: RunOptions,
 ) -> list[dict[str, Any]]:
-    """Bring the link up (or open the remote host's path) and make the runs ``left`` in
-    order; an invalid one is made again after the others (until it is valid or has had
-    ``attempts``); returns the rows made."""
-    name = link_name or f"r{os.getpid() % 100000}"
+    """Bring the paths up (emulated links, or the remote host's path) and make the runs
+    ``left`` in order; an invalid one is made again after the others (until it is valid or
+    has had ``attempts``); returns the rows made."""
+    name = options.link_name or f"r{os.getpid() % 100000}"
+    levels = [run.level for run in left]
     rows: list[dict[str, Any]] = []
-    with contextlib.ExitStack() as stack:
-        if remote is not None:
-            link = stack.enter_context(remote.open(log))
-        else:
-            with exclusive_run(log):  # starting the emulator and namespaces: not beside a run
-                spec_of_first = link_of(spec.level(left[0].level).settings)
-                link = stack.enter_context(_link_up(name, spec_of_first, backend))
-        probes = remote.prober(link, result.path) if remote is not None else None
-        if probes is not None:
-            probes(left[0].block)  # the bounds need the path before the environment
-        env = _environment(spec, result, link, log)
+    opened = open_paths(
+        spec, levels, name=name, backend=options.backend, result_dir=result.path,
+        remote=options.remote, log=options.log,
+    )  # fmt: skip
+    with opened as paths:
+        paths.probe(left[0].block)  # a real path's bounds need it before the environment
+        env = _environment(spec, result, paths, options.log)
         predicted = bound_times(spec)
         queue = collections.deque(left)
         while queue:
             run = queue.popleft()
-            if probes is not None:
-                probes(run.block)
+            paths.probe(run.block)
             if run.attempt > 1:
-                _wait_for_low_steal(log)
-            _check_link(link, result, run.run_id, before=True)
-            if progress:
-                progress("start", run, None)
+                _wait_for_low_steal(options.log)
+            _check_paths(paths, result, run.run_id, before=True)
+            if options.progress:
+                options.progress("start", run, None)
             scales = effect_scales(spec, measured_times(rows), predicted)
             row = execute_run(env, run, scales.get(run.level))
-            _check_link(link, result, run.run_id, before=False)
+            _check_paths(paths, result, run.run_id, before=False)
             rows.append(row)
             outcomes[run.run_id] = Outcome.of_row(row)
-            again = next_attempt(by_id[run.planned_id], outcomes.values(), attempts)
+            again = next_attempt(by_id[run.planned_id], outcomes.values(), options.attempts)
             if again is not None:
                 # at the end of the queue: a host's disturbance comes in bursts (another
                 # job's busy phase), and the runs in between let it pass
                 queue.append(again)
-            if progress:
-                progress("done" if again is None else "retry", run, row)
-        if probes is not None:
-            probes(None)  # after the last block
+            if options.progress:
+                options.progress("done" if again is None else "retry", run, row)
+        paths.probe(None)  # after the last block
     return rows
 
 
@@ -376,13 +358,14 @@ def _wait_for_low_steal(log: Callable[[str], None]) -> None:
 
 
 def _environment(
-    spec: ExperimentSpec, result: ResultDir, link: Any, log: Callable[[str], None]
+    spec: ExperimentSpec, result: ResultDir, paths: RunPaths, log: Callable[[str], None]
 ) -> RunEnvironment:
-    """What every run of the experiment shares (the link, the sysctl defaults to restore),
+    """What every run of the experiment shares (the paths, the sysctl defaults to restore),
     with the host's environment noted in the manifest."""
     keys = sorted({k for lv in spec.levels for k in lv.settings.sysctls})
+    link = paths.primary
     env = RunEnvironment(
-        link=link,
+        paths=paths,
         result=result,
         spec=spec,
         set_route_metrics=any(
@@ -396,9 +379,22 @@ def _environment(
     )
     manifest = result.read_manifest()
     envs = manifest.get("environments", [])
-    envs.append({"at_utc": utc_stamp(), **environment(link)})
+    envs.append({"at_utc": utc_stamp(), **environment(link, paths.backend)})
     result.update_manifest(environments=envs, environment=envs[0])
     return env
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How an experiment's runs are made: the path's backend and link name, the attempts
+    per planned run, and who hears of them."""
+
+    backend: str = "auto"
+    link_name: str | None = None
+    attempts: int = DEFAULT_ATTEMPTS
+    remote: RemoteRun | None = None
+    progress: ProgressHook | None = None
+    log: Callable[[str], None] = lambda _msg: None
 
 
 def run_experiment(
@@ -424,7 +420,7 @@ def run_experiment(
     if resume is not None:
         result = _reopen(spec, plan, resume)
     else:
-        result = _create(spec, plan, output, backend, argv)
+        result = _create(spec, plan, output, backend, argv, remote is not None)
     by_id = {run.run_id: run for run in plan}
     outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
     left = remaining(plan, outcomes, attempts)
@@ -432,10 +428,8 @@ def run_experiment(
         progress("plan", None, {"total": len(plan), "left": len(left), "dir": str(result.path)})
     rows: list[dict[str, Any]] = []
     if left:
-        rows = _make_runs(
-            spec, result, left, by_id, outcomes, backend, link_name, progress, log, attempts,
-            remote,
-        )  # fmt: skip
+        options = RunOptions(backend, link_name, attempts, remote, progress, log)
+        rows = _make_runs(spec, result, left, by_id, outcomes, options)
     with exclusive_run(log):  # the tables and plots take seconds of CPU: not beside a run
         result.write_tables()
         outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}

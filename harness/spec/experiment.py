@@ -42,10 +42,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from netem.linkspec import PRESETS, LinkSpec, parse_link
+from harness.spec.paths import EDGE_KNOBS, check_path, topology_of
+from netem.linkspec import LinkSpec, merge_link
+from netem.topologyspec import Topology
+from tbcore import kinds
 from tbcore.errors import SpecError
-from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, Settings
-from tbcore.units import parse_duration_s
+from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings
 
 CONNECTIONS = CONNECTION_MODES
 
@@ -61,78 +63,6 @@ IPV4_TCP_HEADER_BYTES = 40
 """IPv4 (20) + TCP (20) headers: the largest segment payload is MTU minus this."""
 
 LEVEL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
-
-
-# --- settings: tbcore.settings defines every knob; the link needs netem ------------------------
-
-
-def link_of(settings: Settings) -> LinkSpec:
-    """The emulated path of ``settings.link`` (a preset, maybe with overriding keys)."""
-    return resolve_link(settings.link)
-
-
-def resolve_link(text: str) -> LinkSpec:
-    """The emulated path of a link string (a preset, maybe with overriding keys)."""
-    head, _, rest = text.partition(",")
-    if head.strip() in PRESETS:
-        return parse_link(merge_link(PRESETS[head.strip()], rest))
-    return parse_link(text)
-
-
-def _link_items(text: str) -> list[tuple[str, str]]:
-    head, _, rest = text.partition(",")
-    if head.strip() in PRESETS:
-        text = merge_link(PRESETS[head.strip()], rest)
-    items = []
-    for part in text.split(","):
-        if part.strip():
-            key, _, value = part.partition("=")
-            items.append((key.strip().lower(), value.strip()))
-    return items
-
-
-def _key_name(key: str) -> str:
-    """The key without its direction; ``air`` and ``air.*`` keys (one medium) are whole."""
-    return key if key == "air" or key.startswith("air.") else key.rpartition(".")[2]
-
-
-def merge_link(base: str, overrides: str) -> str:
-    """``base`` with the keys of ``overrides`` replacing its own.
-
-    An unprefixed key replaces the same key of both directions (``loss`` drops ``down.loss``),
-    ``rtt`` replaces every ``delay`` and the other way round.
-    """
-    over = _link_items(overrides) if overrides.strip() else []
-    over_keys = {k for k, _ in over}
-    over_names = {_key_name(k) for k, _ in over}
-    kept = []
-    for key, value in _link_items(base) if base.strip() else []:
-        name = _key_name(key)
-        prefixed = key.startswith(("up.", "down."))
-        if key in over_keys:
-            continue
-        if prefixed and name in over_keys:
-            continue  # unprefixed override covers both directions
-        if not prefixed and name in over_names and name not in ("rtt", "mtu"):
-            # a per-direction override of an unprefixed base key: keep the base for the
-            # other direction by splitting it
-            for direction in ("up", "down"):
-                if f"{direction}.{name}" not in over_keys:
-                    kept.append((f"{direction}.{name}", value))
-            continue
-        if name == "rtt" and over_names & {"delay"}:
-            for direction in ("up", "down"):
-                if f"{direction}.delay" not in over_keys and "delay" not in over_keys:
-                    kept.append((f"{direction}.delay", _half(value)))
-            continue
-        if name == "delay" and "rtt" in over_keys:
-            continue
-        kept.append((key, value))
-    return ",".join(f"{k}={v}" for k, v in [*kept, *over])
-
-
-def _half(rtt: str) -> str:
-    return f"{parse_duration_s('rtt', rtt) / 2.0 * 1e3:g}ms"
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -165,20 +95,17 @@ def parse_settings(
     table: Mapping[str, Any], where: str, base: Settings | None = None
 ) -> tuple[Settings, set[str]]:
     """Apply ``table``'s keys to ``base``; returns the settings and the keys given."""
-    if "link" in table:
-        value = table["link"]
-        if not isinstance(value, str):
-            raise SpecError(f"{where}.link", f"must be a link string or preset, got {value!r}")
-        try:
-            resolve_link(value)
-        except SpecError as err:
-            raise SpecError(f"{where}.link.{err.field}", err.reason) from None
+    for key in EDGE_KNOBS:
+        value = table.get(key)
+        if key in table and not isinstance(value, str):
+            raise SpecError(f"{where}.{key}", f"must be a link string or preset, got {value!r}")
     return Settings.from_table(table, where, base), set(table)
 
 
-def check_consistent(settings: Settings, where: str) -> None:
+def check_consistent(settings: Settings, topology: Topology, where: str) -> None:
     """Combinations that cannot be run, named by the key that makes them impossible."""
-    spec = link_of(settings)
+    spec = topology.link_spec
+    check_path(settings, topology, where)
     if settings.connection == "0rtt" and settings.warmup_requests < 1:
         raise SpecError(
             f"{where}.warmup_requests", "0rtt needs >= 1 warm-up request for a session ticket"
@@ -223,6 +150,13 @@ class Level:
     settings: Settings
     baseline: str
     """The level this one is compared against (itself for the first level)."""
+    topology: Topology
+    """The path of its runs: every edge's LinkSpec, parsed once when the file was read."""
+
+    @property
+    def link(self) -> LinkSpec:
+        """The primary edge (``link``): the whole path of a direct topology."""
+        return self.topology.link_spec
 
 
 @dataclass(frozen=True)
@@ -255,6 +189,8 @@ class ExperimentSpec:
     path: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """The parsed TOML document (for the quick form's re-parse)."""
+    reference_ms: Mapping[str, float] = field(default_factory=dict)
+    """``[reference]``: published medians (ms) by level, shown beside ours in the report."""
 
     def level(self, name: str) -> Level:
         for level in self.levels:
@@ -294,6 +230,19 @@ class ExperimentSpec:
             warmup_runs=self.quick.warmup_runs,
         )
 
+    def column_groups(self, remote: bool = False) -> list[str]:
+        """The runs.csv column groups its levels fill (tbcore.runrow): what their protocols,
+        workloads and topologies register, ``air`` for a shared medium, ``remote`` for a
+        server on another host."""
+        groups: set[str] = {"remote"} if remote else set()
+        for lv in self.levels:
+            groups.update(kinds.protocol(lv.settings.protocol).columns)
+            groups.update(kinds.workload(lv.settings.workload).columns)
+            groups.update(kinds.topology(lv.topology.kind).columns)
+            if any(e.spec.air is not None for e in lv.topology.edges):
+                groups.add("air")
+        return sorted(groups)
+
     def with_repetitions(self, repetitions: int) -> ExperimentSpec:
         _int_range(1, MAX_REPETITIONS)("repetitions", repetitions)
         return replace(self, repetitions=repetitions)
@@ -311,13 +260,15 @@ class ExperimentSpec:
             "seed": self.seed,
             "warmup_runs": self.warmup_runs,
             "fixed": self.fixed.to_dict(),
+            "reference_ms": dict(self.reference_ms),
             "levels": [
                 {
                     "name": lv.name,
                     "baseline": lv.baseline,
                     "overrides": dict(lv.overrides),
                     "settings": lv.settings.to_dict(),
-                    "link_resolved": str(link_of(lv.settings)),
+                    "link_resolved": str(lv.link),
+                    "topology": lv.topology.to_dict(),
                 }
                 for lv in self.levels
             ],
@@ -335,6 +286,7 @@ TOP_KEYS = {
     "fixed",
     "factor",
     "quick",
+    "reference",
 }
 FACTOR_KEYS = {"name", "settings", "levels"}
 QUICK_KEYS = {"repetitions", "warmup_runs", "levels", "requests", "fixed"}
@@ -372,7 +324,29 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
         source=source,
         path=path,
         raw=dict(data),
+        reference_ms=_parse_reference(data.get("reference", {}), levels),
     )
+
+
+MAX_REFERENCE_MS = 86_400_000.0
+"""A published median above a day is a typo in the file, not a measurement."""
+
+
+def _parse_reference(table: Any, levels: list[Level]) -> dict[str, float]:
+    """``[reference]``: level name = a published median in ms (finite, positive)."""
+    if not isinstance(table, dict):
+        raise SpecError("reference", "must be a table of level name = median in ms")
+    names = {lv.name for lv in levels}
+    out: dict[str, float] = {}
+    for key, value in table.items():
+        if key not in names:
+            raise SpecError(f"reference.{key}", "is not a level of the factor")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecError(f"reference.{key}", f"must be a number of ms, got {value!r}")
+        if not 0 < value <= MAX_REFERENCE_MS:
+            raise SpecError(f"reference.{key}", f"must lie in (0, {MAX_REFERENCE_MS:g}] ms")
+        out[key] = float(value)
+    return out
 
 
 def _check_top_keys(data: Mapping[str, Any]) -> None:
@@ -458,21 +432,31 @@ def _parse_level(
                 f"not a setting of factor {factor_name!r} ({', '.join(own)}): "
                 "a level may change only its factor, so this would vary two things",
             )
-    if "link" in table:
-        if not isinstance(table["link"], str):
-            raise SpecError(f"{where}.link", "must be a string of overriding link keys")
-        settings, _ = parse_settings(
-            {**table, "link": merge_link(fixed.link, table["link"])}, where, fixed
-        )
-    else:
-        settings, _ = parse_settings(table, where, fixed)
-    check_consistent(settings, where)
+    settings, _ = parse_settings(_merged_edges(table, fixed, where), where, fixed)
+    topology = topology_of(settings, where)
+    check_consistent(settings, topology, where)
     baseline = raw.get("baseline", earlier[0].name if earlier else level_name)
     if "baseline" in raw and baseline == level_name:
         raise SpecError(f"{where}.baseline", "a level cannot be its own baseline")
     if not isinstance(baseline, str) or (baseline != level_name and baseline not in names):
         raise SpecError(f"{where}.baseline", f"{baseline!r} is not an earlier level")
-    return Level(level_name, dict(table), settings, baseline)
+    return Level(level_name, dict(table), settings, baseline, topology)
+
+
+def _merged_edges(table: Mapping[str, Any], fixed: Settings, where: str) -> dict[str, Any]:
+    """A level's table with each edge it names merged onto the fixed value of that edge
+    (netem.linkspec.merge_link: a level's ``link = "down.loss=14%"`` changes one key)."""
+    out = dict(table)
+    for key in EDGE_KNOBS:
+        if key not in table:
+            continue
+        value = table[key]
+        if not isinstance(value, str):
+            raise SpecError(f"{where}.{key}", "must be a string of overriding link keys")
+        base = getattr(fixed, key)
+        if base is not None and value.strip().lower() not in NONE_WORDS:
+            out[key] = merge_link(base, value)
+    return out
 
 
 def _parse_quick(
@@ -506,8 +490,12 @@ def _parse_quick(
             raise SpecError(
                 f"quick.fixed.{key}", f"is a setting of factor {factor_name!r}: levels set it"
             )
+    if quick_requests is not None and "requests" in own:
+        raise SpecError(
+            "quick.requests", f"requests is a setting of factor {factor_name!r}: levels set it"
+        )
     quick_settings, _ = parse_settings(quick_fixed, "quick.fixed", fixed)
-    check_consistent(quick_settings, "quick.fixed")
+    check_consistent(quick_settings, topology_of(quick_settings, "quick.fixed"), "quick.fixed")
     return Quick(
         repetitions=_int_range(1, MAX_REPETITIONS)(
             "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))

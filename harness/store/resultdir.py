@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from netem.topologyspec import Topology
 from tbcore.errors import SpecError, clip
 from tbcore.records import clean_json, mkstemp_beside
 from tbcore.runrow import RunRow, run_columns
@@ -215,9 +216,16 @@ class ResultDir:
         return rows_frame(self.rows())
 
     def write_tables(self) -> pd.DataFrame:
+        """runs.csv and runs.parquet: every row, with the columns its experiment's kinds of
+        run fill (the manifest's ``column_groups``; all of them when it names none)."""
         frame = self.frame()
-        atomic_write_frame(self.path / "runs.csv", frame)
-        atomic_write_frame(self.path / "runs.parquet", frame)
+        written = frame
+        groups = self.read_manifest().get("column_groups")
+        if isinstance(groups, list):
+            kept = set(run_columns(groups))
+            written = frame[[c for c in frame.columns if c in kept or c not in RUN_COLUMNS]]
+        atomic_write_frame(self.path / "runs.csv", written)
+        atomic_write_frame(self.path / "runs.parquet", written)
         self.write_run_tables()
         return frame
 
@@ -236,6 +244,15 @@ class ResultDir:
                     parts.append(part)
             if parts:
                 atomic_write_frame(self.path / name, pd.concat(parts, ignore_index=True))
+
+    def level_paths(self) -> dict[str, Topology]:
+        """Each level's path as the experiment file set it (the manifest's resolved levels),
+        every edge a LinkSpec: what the report's models are computed on."""
+        out: dict[str, Topology] = {}
+        for level in self.read_manifest().get("resolved", {}).get("levels", []):
+            if isinstance(level, dict) and isinstance(level.get("topology"), dict):
+                out[str(level["name"])] = Topology.from_dict(level["topology"])
+        return out
 
     @property
     def plots_dir(self) -> Path:
