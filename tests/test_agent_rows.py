@@ -9,9 +9,11 @@ import pytest
 
 from harness.collect import agent_rows
 from harness.collect.rowparts import ROW_PARTS
-from netem.linkspec import resolve_link
+from harness.spec.paths import topology_of
 from tbcore.records import AgentRound, read_csv, write_jsonl
 from tbcore.settings import Settings
+
+CLOUD = topology_of(Settings(link="cloud"), "test")
 
 
 def _round(index: int, start: float, **kw: object) -> AgentRound:
@@ -45,7 +47,7 @@ def test_rounds_become_the_row(tmp_path: Path) -> None:
             "end_s": 108.2,
         }
     ]
-    part = ROW_PARTS["agent_round"](settings, resolve_link("cloud"), tmp_path, None, fired)
+    part = ROW_PARTS["agent_round"](settings, CLOUD, tmp_path, None, fired)
     cols = part.columns
     assert part.error is None and part.sha256_ok is True
     assert cols["total_s"] == pytest.approx(116.1 - 100.0)
@@ -65,8 +67,8 @@ def test_rounds_become_the_row(tmp_path: Path) -> None:
 def test_an_unfinished_task_or_a_missing_outage_is_an_error(tmp_path: Path) -> None:
     settings = Settings(workload="agent", agent_rounds=3, link="cloud", outage_after_round=1)
     write_jsonl(tmp_path / "records.jsonl", [_round(0, 100.0)])
-    part = agent_rows.agent_part(settings, resolve_link("cloud"), tmp_path, None, [])
+    part = agent_rows.agent_part(settings, CLOUD, tmp_path, None, [])
     assert part.error == "agent task unfinished: 1 of 3 rounds"
     write_jsonl(tmp_path / "records.jsonl", [_round(i, 100.0 + 4 * i) for i in range(3)])
-    part = agent_rows.agent_part(settings, resolve_link("cloud"), tmp_path, None, [])
+    part = agent_rows.agent_part(settings, CLOUD, tmp_path, None, [])
     assert part.error == "the outage was never given to the link"

@@ -27,4 +27,4 @@ def test_sigusr1_prints_every_threads_stack_and_the_command_goes_on() -> None:
     finally:
         _, stderr = agent.communicate(b"", timeout=30)  # end of input: the agent ends
     assert agent.returncode == 0
-    assert b"Current thread" in stderr and b"remote_agent.py" in stderr
+    assert b"Current thread" in stderr and b"remote/agent.py" in stderr

@@ -17,6 +17,7 @@ from harness.collect.row import (
     server_phases,
 )
 from harness.spec import experiment as specmod
+from harness.spec.paths import topology_of
 from tbcore.records import RequestRecord, ServerEvent
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
@@ -78,7 +79,7 @@ def test_bound_for_uses_the_level_settings() -> None:
     spec = specmod.load(EXPERIMENTS / "connection.toml")
     new = spec.level("h2-new").settings
     reused = spec.level("h2-reused").settings
-    link = specmod.link_of(new)
+    link = topology_of(new, "test")
     b_new = bound_for(new, link, 354_640, 0)
     b_reused = bound_for(reused, link, 354_640, 0)
     assert b_reused is not None and b_new is not None
@@ -90,7 +91,7 @@ def test_bound_for_uses_the_level_settings() -> None:
 
 def test_bound_for_caps_the_window_each_protocol_honours() -> None:
     base = specmod.Settings(link="rtt=100ms,rate=20mbit", workload="retouch")
-    link = specmod.link_of(base)
+    link = topology_of(base, "test")
     up, down = 30_000_000, 5_000_000
 
     def window(**changes: object) -> int | None:
@@ -142,7 +143,7 @@ def test_fec_columns_bound_and_requirement() -> None:
 
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/fec.toml")
     settings = spec.level("tts-l14-fecad").settings
-    link = specmod.link_of(settings)
+    link = topology_of(settings, "test").link_spec
     k, r = 251, 64
     record = RequestRecord(
         request_id=0, protocol="fec", connection="reused", workload="tts", warmup=False,

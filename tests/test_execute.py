@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from harness.collect.row import sender_paces
-from harness.run.execute import client_argv, run_sysctls, server_argv
+from harness.run.execute import run_sysctls
+from harness.run.stacks import client_argv, server_argv
 from harness.spec import experiment as specmod
+from harness.spec.paths import topology_of
 from netem.linkspec import LinkSpec
 from tbcore.settings import Settings
 
@@ -33,7 +35,7 @@ def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
     text = (EXPERIMENTS / "pacing.toml").read_text()
     spec = specmod.loads(text)
     paced = spec.level("paced").settings
-    link = specmod.link_of(paced)
+    link = topology_of(paced, "test").link_spec
     argv = server_argv(paced, link, bind=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     server = settings_passed(argv)
     assert server.max_pacing_rate_bps == link.down.rate_bps == 333e6
@@ -48,7 +50,7 @@ def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
 def test_tuned_quic_arm_sends_unpaced_full_size_datagrams(tmp_path: Path) -> None:
     spec = specmod.load(EXPERIMENTS / "connection.toml")
     tuned = spec.level("h3-reused").settings
-    link = specmod.link_of(tuned)
+    link = topology_of(tuned, "test").link_spec
     for passed in settings_at_both_ends(tuned, link, tmp_path):
         assert passed.quic_pacing == "off" and passed.max_datagram_size_bytes == 1452
     new = spec.level("h3-new").settings
@@ -67,7 +69,7 @@ def test_run_sysctls_carry_slow_start_after_idle_and_the_extras() -> None:
 def test_airtime_arms_carry_their_ack_knobs(tmp_path: Path) -> None:
     spec = specmod.load(EXPERIMENTS / "airtime.toml")
     fewer = spec.level("quic-5ms").settings
-    link = specmod.link_of(fewer)
+    link = topology_of(fewer, "test").link_spec
     for passed in settings_at_both_ends(fewer, link, tmp_path):
         assert passed.quic_ack_delay_s == 0.005
     default = spec.level("quic-1ms").settings
@@ -81,7 +83,7 @@ def test_airtime_arms_carry_their_ack_knobs(tmp_path: Path) -> None:
 def test_fec_arm_runs_the_fec_listener_capped_at_each_directions_rate(tmp_path: Path) -> None:
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/fec.toml")
     settings = spec.level("tts-l14-fecad").settings
-    link = specmod.link_of(settings)
+    link = topology_of(settings, "test").link_spec
     argv = server_argv(settings, link, bind=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     assert argv[argv.index("--fec-port") + 1] == "20001" and "--no-h2" in argv
     assert "--qlog-dir" not in argv
@@ -102,7 +104,7 @@ def test_a_server_that_never_listens_is_stopped_not_orphaned(
     import sys
     from types import SimpleNamespace
 
-    from harness.run import execute
+    from harness.run import stacks as execute
     from netem import nsexec
 
     started: list[subprocess.Popen] = []

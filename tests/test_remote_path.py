@@ -21,7 +21,7 @@ import support_sshd
 from harness.remote import path as remote_path
 from harness.remote.channel import ControlChannel
 from harness.remote.clocksync import ClockOffset
-from harness.run.execute import server_argv
+from harness.run.stacks import server_argv
 from harness.spec.experiment import load as load_spec
 from netem import nsexec
 from netem.linkspec import parse_link

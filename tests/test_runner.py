@@ -6,14 +6,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from harness.collect.row import Collected, bound_for
-from harness.run.execute import ENDPOINT_RR_PRIORITY
 from harness.run.machine import CpuWatch
 from harness.run.runner import effect_scales, judge, measured_times, run_experiment
+from harness.run.stacks import ENDPOINT_RR_PRIORITY
 from harness.spec import experiment as specmod
 from tbcore.procfs import HostCpu
 from tbcore.runrow import RunRow
@@ -111,10 +112,7 @@ def test_judge_without_a_time_or_a_packet_log(tmp_path: Path) -> None:
 def test_effect_scales_come_from_the_bounds_of_level_and_baseline() -> None:
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
     scales = effect_scales(spec)
-    b = {
-        lv.name: bound_for(lv.settings, specmod.link_of(lv.settings), 354_640, 0).total_s
-        for lv in spec.levels
-    }
+    b = {lv.name: bound_for(lv.settings, lv.topology, 354_640, 0).total_s for lv in spec.levels}
     assert scales["h2-reused"] == pytest.approx(b["h2-new"] - b["h2-reused"])
     # h3-new's baseline is the first level, h2-new: a baseline takes its smallest effect
     assert scales["h2-new"] == pytest.approx(
@@ -256,17 +254,17 @@ class _VanishingLink:
 
 
 def test_a_link_taken_down_under_a_run_stops_it_and_discards_the_run(tmp_path: Path) -> None:
-    from harness.run.runner import _check_link
+    from harness.run.runner import _check_paths
     from harness.store.resultdir import ResultDir
     from tbcore.errors import LinkLost
 
     result = ResultDir.create(tmp_path, "exp")
     run_dir = result.fresh_run_dir("0001-a-r0")
     (run_dir / "row.json").write_text("{}")
-    _check_link(_VanishingLink(None), result, "0001-a-r0", before=False)  # whole: nothing
+    _check_paths(_VanishingLink(None), result, "0001-a-r0", before=False)  # whole: nothing
     assert run_dir.exists()
     with pytest.raises(LinkLost, match="namespace tb-ab70-client is gone"):
-        _check_link(_VanishingLink("namespace tb-ab70-client is gone"), result, "0001-a-r0",
+        _check_paths(_VanishingLink("namespace tb-ab70-client is gone"), result, "0001-a-r0",
                     before=False)  # fmt: skip
     assert not run_dir.exists()  # not recorded as an invalid run: --resume makes it again
 
@@ -295,9 +293,12 @@ def test_an_invalid_run_is_made_again_after_the_other_runs(
     spec = specmod.loads(TINY)
     made: list[str] = []
 
-    class FakeLink:
+    class FakePaths:
         def lost(self) -> None:
             return None
+
+        def probe(self, block: int | None) -> None:
+            del block
 
     def fake_run(env: object, run: planmod.PlannedRun, effect_s: float | None) -> dict:
         made.append(run.run_id)
@@ -305,17 +306,17 @@ def test_an_invalid_run_is_made_again_after_the_other_runs(
         return {"run_id": run.run_id, "attempt": run.attempt, "valid": valid}
 
     monkeypatch.setenv("TESTBED_RUN_LOCK", str(tmp_path / "lock"))
-    monkeypatch.setattr(runner, "_link_up", lambda *a: contextlib.nullcontext(FakeLink()))
+    monkeypatch.setattr(runner, "open_paths", lambda *a, **k: contextlib.nullcontext(FakePaths()))
     monkeypatch.setattr(runner, "_environment", lambda *a: None)
     monkeypatch.setattr(runner, "execute_run", fake_run)
     gated: list[str] = []
     monkeypatch.setattr(runner, "_wait_for_low_steal", lambda log: gated.append(made[-1]))
     plan = planmod.plan_for(spec)
     events: list[tuple[str, str]] = []
-    rows = runner._make_runs(
-        spec, None, plan, {r.run_id: r for r in plan}, {}, "userspace", "x",
-        lambda what, run, data: events.append((what, run.run_id)), lambda _m: None, 3,
-    )  # fmt: skip
+    result = SimpleNamespace(path=tmp_path)
+    hook = lambda what, run, data: events.append((what, run.run_id))  # noqa: E731
+    options = runner.RunOptions("userspace", "x", 3, None, hook, lambda _m: None)
+    rows = runner._make_runs(spec, result, plan, {r.run_id: r for r in plan}, {}, options)
     first, second, third = (r.run_id for r in plan)
     assert made == [first, second, third, f"{second}-a2", f"{second}-a3"]
     assert gated == [third, f"{second}-a2"]  # before each re-run, not before a first attempt
@@ -324,8 +325,6 @@ def test_an_invalid_run_is_made_again_after_the_other_runs(
     assert events[-1] == ("done", f"{second}-a3")
     # with one attempt, nothing is made again
     made.clear()
-    runner._make_runs(
-        spec, None, plan, {r.run_id: r for r in plan}, {}, "userspace", "x",
-        None, lambda _m: None, 1,
-    )  # fmt: skip
+    options = runner.RunOptions("userspace", "x", 1, None, None, lambda _m: None)
+    runner._make_runs(spec, result, plan, {r.run_id: r for r in plan}, {}, options)
     assert made == [first, second, third]

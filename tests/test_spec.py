@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.run import topology_runs
-from harness.spec.experiment import link_of, load, loads, merge_link, parse_experiment
+from harness.spec.experiment import load, loads, parse_experiment
+from netem.linkspec import merge_link
 from tbcore.errors import SpecError
 from tbcore.settings import Settings
 
@@ -43,7 +43,7 @@ def test_good_file_parses_into_typed_settings() -> None:
     assert spec.level_names == ("iw10", "iw40")
     assert spec.levels[1].settings.initcwnd == 40
     assert spec.levels[0].settings.processing_audio_s == pytest.approx(0.030)
-    assert link_of(spec.levels[0].settings).rtt_s == pytest.approx(0.2)
+    assert spec.levels[0].link.rtt_s == pytest.approx(0.2)
     assert spec.levels[1].baseline == "iw10"
     assert spec.fixed.initcwnd is None
     assert spec.quick_form().repetitions == 1
@@ -150,7 +150,7 @@ def test_level_link_overrides_merge_onto_the_fixed_link() -> None:
         '{ name = "lossy", link = "down.loss=14%" } ]',
     )
     spec = loads(text)
-    lossy = link_of(spec.level("lossy").settings)
+    lossy = spec.level("lossy").link
     assert lossy.down.loss == pytest.approx(0.14)
     assert lossy.up.loss == 0.0
     assert lossy.rtt_s == pytest.approx(0.2)
@@ -182,11 +182,6 @@ def test_every_shipped_experiment_loads_and_has_a_quick_form() -> None:
     names = {f.stem for f in files}
     assert {"connection", "window", "initcwnd", "congestion", "ack", "pacing", "loss"} <= names
     for path in files:
-        if topology_runs.is_topology_file(path):  # relay and two paths: their own runner
-            full, quick = topology_runs.load(path), topology_runs.load(path, quick=True)
-            assert full.name == path.stem and len(quick.levels) >= 2
-            assert quick.repetitions <= full.repetitions
-            continue
         spec = load(path)
         assert spec.name == path.stem
         quick = spec.quick_form()

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec.paths import EDGE_KNOBS, check_path, topology_of
-from netem.linkspec import LinkSpec, merge_link
+from netem.linkspec import LinkSpec, merge_link, resolve_link
 from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.errors import SpecError
@@ -97,8 +97,15 @@ def parse_settings(
     """Apply ``table``'s keys to ``base``; returns the settings and the keys given."""
     for key in EDGE_KNOBS:
         value = table.get(key)
-        if key in table and not isinstance(value, str):
+        if key not in table:
+            continue
+        if not isinstance(value, str):
             raise SpecError(f"{where}.{key}", f"must be a link string or preset, got {value!r}")
+        if value.strip().lower() not in NONE_WORDS:
+            try:
+                resolve_link(value)
+            except SpecError as err:
+                raise SpecError(f"{where}.{key}.{err.field}", err.reason) from None
     return Settings.from_table(table, where, base), set(table)
 
 
@@ -495,7 +502,10 @@ def _parse_quick(
             "quick.requests", f"requests is a setting of factor {factor_name!r}: levels set it"
         )
     quick_settings, _ = parse_settings(quick_fixed, "quick.fixed", fixed)
-    check_consistent(quick_settings, topology_of(quick_settings, "quick.fixed"), "quick.fixed")
+    for level in levels:  # each level over the quick form's fixed settings must run too
+        table = _merged_edges(level.overrides, quick_settings, "quick.fixed")
+        settings, _ = parse_settings(table, "quick.fixed", quick_settings)
+        check_consistent(settings, topology_of(settings, "quick.fixed"), "quick.fixed")
     return Quick(
         repetitions=_int_range(1, MAX_REPETITIONS)(
             "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))

@@ -220,7 +220,8 @@ class ResultDir:
         run fill (the manifest's ``column_groups``; all of them when it names none)."""
         frame = self.frame()
         written = frame
-        groups = self.read_manifest().get("column_groups")
+        manifest = self.read_manifest() if self.manifest_path.is_file() else {}
+        groups = manifest.get("column_groups")
         if isinstance(groups, list):
             kept = set(run_columns(groups))
             written = frame[[c for c in frame.columns if c in kept or c not in RUN_COLUMNS]]
