@@ -35,8 +35,8 @@ from proto.fec.session import (
     TransferReceived,
     TransferStats,
 )
+from proto.fec.wire import ALPN_FEC
 from proto.tls import client_context
-from servers.fecserver import ALPN_FEC
 from tbcore.records import FecFigures, RequestRecord
 from tbcore.workloads import STREAM_CHUNK_BYTES
 

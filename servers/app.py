@@ -36,6 +36,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+from proto.http import RequestHead
 from servers import chunks
 from tbcore import agent, workloads
 from tbcore.settings import KNOBS
@@ -60,43 +61,6 @@ ROUTES: dict[str, frozenset[str]] = {
 
 UPLOAD_WORKLOAD = {"/asr": "audio", "/retouch": "image"}
 """Which fixed workload each upload route expects (checked, never trusted)."""
-
-
-@dataclass(frozen=True)
-class RequestHead:
-    method: str
-    path: str
-    """Path with query, as sent in ``:path``."""
-    content_length: int | None = None
-    priority: str | None = None
-    """The RFC 9218 ``priority`` header field value, if sent."""
-
-    @classmethod
-    def from_headers(
-        cls, headers: list[tuple[bytes, bytes]] | list[tuple[str, str]]
-    ) -> RequestHead:
-        """Build from HTTP/2 or HTTP/3 header pairs; raises ValueError on a bad head."""
-        values: dict[str, str] = {}
-        for raw_name, raw_value in headers:
-            name = raw_name.decode() if isinstance(raw_name, bytes) else raw_name
-            value = raw_value.decode() if isinstance(raw_value, bytes) else raw_value
-            values[name.lower()] = value
-        method = values.get(":method")
-        path = values.get(":path")
-        if not method or not path:
-            raise ValueError("missing :method or :path")
-        length = values.get("content-length")
-        content_length = None
-        if length is not None:
-            if not length.isdigit():
-                raise ValueError(f"bad content-length {length!r}")
-            content_length = int(length)
-        return cls(
-            method=method,
-            path=path,
-            content_length=content_length,
-            priority=values.get("priority"),
-        )
 
 
 @dataclass

@@ -34,6 +34,7 @@ from proto.fec.session import (
     TransferReceived,
     TransferStats,
 )
+from proto.fec.wire import ALPN_FEC
 from proto.tls import ensure_certificate, server_context
 from servers import app
 from servers.context import ServerContext
@@ -41,7 +42,6 @@ from servers.session import ExchangeStreams, paced_chunks
 from tbcore.errors import SpecError
 
 PROTO = "fec"
-ALPN_FEC = "tb-fec"
 CHUNK_TRANSFER_BASE = 1 << 31
 """Transfer ids of streamed chunks: the upper half, so that they never meet the ids of the
 client's requests (which the responses reuse)."""

@@ -43,9 +43,6 @@ import asyncio
 import hashlib
 import socket
 import ssl
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import h2.config
@@ -56,34 +53,17 @@ import h2.exceptions
 from proto.http2 import start_connection
 from proto.sockopts import apply_tcp_options
 from proto.tls import client_context, ensure_certificate, server_context
-from servers.events import JsonlLog
-from tbcore.errors import SpecError
-from tbcore.records import RelayEvent
-from tbcore.settings import Settings
+from servers.relay_base import (
+    CONNECT_TIMEOUT_S,
+    HOP_BY_HOP,
+    KEEPALIVE_S,
+    RelayConfig,
+    RelayLog,
+    RelayState,
+    StreamCallbacks,
+    fetch,
+)
 from tbcore.tcpinfo import read_tcp_info
-
-DEFAULT_WINDOW_BYTES = 16 * 2**20
-"""HTTP/2 stream and connection windows of both connections (as the server's default)."""
-DEFAULT_WARMUP = 3
-DEFAULT_WARMUP_BYTES = 2_000_000
-"""Each warm-up upload: several BDPs of a 20 Mbit/s path, a sixth of one at 333 Mbit/s /
-200 ms; three rounds grow the window past the 354,640-byte audio on either."""
-CONNECT_TIMEOUT_S = 30.0
-KEEPALIVE_S = 10.0
-"""A PING on an idle upstream this often (RFC 9113 section 6.7; RFC 9000 section 10.1.2):
-well inside the server's 60 s idle timeout (servers.config.DEFAULT_IDLE_TIMEOUT_S) and
-QUIC's (proto.quic.edge.QUIC_IDLE_TIMEOUT_S), so a warm upstream is never closed for idling
-while levels that do not use it run."""
-RELAY_PROTOCOLS = ("h2", "h3")
-HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding"})
-"""RFC 9113 section 8.2.2: connection-specific fields are not forwarded."""
-
-
-class RelayLog(JsonlLog):
-    """The relay's event log: one :class:`tbcore.records.RelayEvent` per JSON line."""
-
-    def emit(self, event: str, **details: Any) -> dict[str, Any]:
-        return self.write(RelayEvent(t=time.monotonic(), event=event, **details).to_dict())
 
 
 class H2Endpoint(asyncio.Protocol):
@@ -179,45 +159,6 @@ class H2Endpoint(asyncio.Protocol):
         data = self.conn.data_to_send()
         if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
-
-
-@dataclass
-class StreamCallbacks:
-    """Where an upstream stream's response goes."""
-
-    on_headers: Callable[[list[tuple[bytes, bytes]], bool], None]
-    on_data: Callable[[bytes], None]
-    on_end: Callable[[], None]
-    on_reset: Callable[[], None]
-
-
-async def fetch(upstream: Any, method: str, path: str, authority: str, body: bytes = b"") -> bytes:
-    """One request on a warm upstream (either side's: ``request`` and ``send_data``),
-    returning the response body; the warm-ups use it."""
-    done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-    received = bytearray()
-
-    def end() -> None:
-        if not done.done():
-            done.set_result(bytes(received))
-
-    def reset() -> None:
-        if not done.done():
-            done.set_exception(ConnectionError(f"{method} {path}: stream reset"))
-
-    headers = [
-        (b":method", method.encode()),
-        (b":scheme", b"https"),
-        (b":authority", authority.encode()),
-        (b":path", path.encode()),
-    ]
-    if body:
-        headers.append((b"content-length", str(len(body)).encode()))
-    callbacks = StreamCallbacks(lambda h, e: None, received.extend, end, reset)
-    sid = upstream.request(headers, callbacks, end=not body)
-    if body:
-        upstream.send_data(sid, body, end=True)
-    return await done
 
 
 class Upstream(H2Endpoint):
@@ -358,72 +299,8 @@ class FrontConnection(H2Endpoint):
         return StreamCallbacks(on_headers, on_data, on_end, on_reset)
 
 
-@dataclass
-class RelayConfig:
-    """The relay's listener, its upstream and the warm-up, each with its unit."""
-
-    bind: str
-    port: int
-    upstream_host: str
-    upstream_port: int
-    log_path: Any = None
-    window_bytes: int = DEFAULT_WINDOW_BYTES
-    warmup: int = DEFAULT_WARMUP
-    warmup_bytes: int = DEFAULT_WARMUP_BYTES
-    settings: Any = field(default_factory=Settings)
-    """The TCP knobs (cc, buffers...) and ``quic_cc`` of both sides."""
-    cert_dir: Any = None
-    protocols: tuple[str, ...] = ("h2",)
-    """The sides to run: h2 (TCP, front and upstream) and/or h3 (QUIC, the same port on UDP)."""
-    upstream_h3_port: int | None = None
-    """The server's HTTP/3 (UDP) port; None: ``upstream_port``."""
-
-    def __post_init__(self) -> None:
-        for name in ("port", "upstream_port"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-                raise SpecError(name, f"must be a port in [0, 65535], got {value!r}")
-        for name in ("warmup", "warmup_bytes"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise SpecError(name, f"must be a whole number >= 0, got {value!r}")
-        if not self.protocols or set(self.protocols) - set(RELAY_PROTOCOLS):
-            raise SpecError("protocols", f"{self.protocols!r}: one or both of h2, h3")
-        if self.upstream_h3_port is None:
-            self.upstream_h3_port = self.upstream_port
-        if self.window_bytes < 65_535 or self.window_bytes > 2**31 - 1:
-            raise SpecError("window_bytes", f"must lie in [65535, 2^31-1], got {self.window_bytes}")
-
-
-class Relay:
-    """The listener, the upstream connection and the event log of one relay process."""
-
-    def __init__(self, config: RelayConfig) -> None:
-        self.config = config
-        self.log = RelayLog(config.log_path)
-        self.upstream: Upstream | None = None
-        self.upstream_h3: Any = None
-        """The HTTP/3 side's upstream (servers.relay_h3.H3Upstream) when it runs."""
-        self.front_ids = 0
-        self._keepalives: list[asyncio.Future[None]] = []
-        self.authority = f"{config.upstream_host}:{config.upstream_port}"
-        self.authority_h3 = f"{config.upstream_host}:{config.upstream_h3_port}"
-
-    def forward_headers(
-        self, headers: list[tuple[bytes, bytes]], authority: str | None = None
-    ) -> list[tuple[bytes, bytes]]:
-        """The request head as sent upstream: no hop-by-hop fields, ``:authority`` the
-        upstream's (``authority``, default the HTTP/2 one)."""
-        authority = self.authority if authority is None else authority
-        out = []
-        for name, value in headers:
-            key = name.lower()
-            if key in HOP_BY_HOP:
-                continue
-            if key == b":authority":
-                value = authority.encode()
-            out.append((name, value))
-        return out
+class Relay(RelayState):
+    """The listener, the upstream connections and the event log of one relay process."""
 
     async def connect_upstream(self) -> Upstream:
         loop = asyncio.get_running_loop()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import ssl
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer, serve
@@ -41,10 +41,14 @@ from proto.quic.edge import (
 from proto.sockopts import set_udp_buffers
 from proto.tls import ensure_certificate
 from servers.config import DEFAULT_UDP_BUFFER_BYTES
-from servers.relay import CONNECT_TIMEOUT_S, HOP_BY_HOP, KEEPALIVE_S, StreamCallbacks, fetch
-
-if TYPE_CHECKING:
-    from servers.relay import Relay
+from servers.relay_base import (
+    CONNECT_TIMEOUT_S,
+    HOP_BY_HOP,
+    KEEPALIVE_S,
+    RelayState,
+    StreamCallbacks,
+    fetch,
+)
 
 UPSTREAM_DATAGRAM_BYTES = 1452
 """The long haul's QUIC datagrams: a 1,500-byte MTU less IPv4 and UDP headers (28 bytes) and
@@ -68,7 +72,7 @@ class CoalescingProtocol(QuicConnectionProtocol):
 class H3Upstream(CoalescingProtocol):
     """The one long-haul QUIC connection: request streams on behalf of many front streams."""
 
-    def __init__(self, quic: Any, *, relay: Relay) -> None:
+    def __init__(self, quic: Any, *, relay: RelayState) -> None:
         super().__init__(quic)
         self.relay = relay
         self.h3 = H3Connection(quic)
@@ -144,7 +148,7 @@ class H3Upstream(CoalescingProtocol):
 class H3Front(CoalescingProtocol):
     """One client's QUIC connection to the relay: every request stream forwarded upstream."""
 
-    def __init__(self, quic: Any, *, relay: Relay, conn_id: int, **kwargs: Any) -> None:
+    def __init__(self, quic: Any, *, relay: RelayState, conn_id: int, **kwargs: Any) -> None:
         super().__init__(quic, **kwargs)
         self.relay = relay
         self.conn_id = conn_id
@@ -232,7 +236,7 @@ class H3Front(CoalescingProtocol):
         return StreamCallbacks(on_headers, on_data, on_end, on_reset)
 
 
-async def connect_upstream_h3(relay: Relay) -> H3Upstream:
+async def connect_upstream_h3(relay: RelayState) -> H3Upstream:
     """Open the long-haul QUIC connection and wait for its handshake."""
     config = relay.config
     configuration = make_quic_configuration(
@@ -263,7 +267,7 @@ async def connect_upstream_h3(relay: Relay) -> H3Upstream:
     return upstream
 
 
-async def warm_h3(relay: Relay, upstream: H3Upstream) -> None:
+async def warm_h3(relay: RelayState, upstream: H3Upstream) -> None:
     """Grow the upstream's congestion window and credit: uploads to /sink, downloads /tts."""
     body = hashlib.shake_256(b"testbed relay warm-up").digest(relay.config.warmup_bytes)
     for _ in range(relay.config.warmup):
@@ -278,7 +282,7 @@ async def warm_h3(relay: Relay, upstream: H3Upstream) -> None:
     relay.log.emit("warmup_done", protocol="h3", rounds=relay.config.warmup, **facts)
 
 
-async def listen_h3(relay: Relay, port: int) -> tuple[QuicServer, tuple[str, int]]:
+async def listen_h3(relay: RelayState, port: int) -> tuple[QuicServer, tuple[str, int]]:
     """Serve HTTP/3 on UDP ``port`` of the relay's address (0: any); returns the server and
     its bound address."""
     config = relay.config

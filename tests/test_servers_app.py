@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from servers.app import AppConfig, Exchange, RequestHead, ResponsePlan
+from proto.http import RequestHead
+from servers.app import AppConfig, Exchange, ResponsePlan
 from tbcore import workloads
 
 CONFIG = AppConfig(processing_audio_s=0.03, processing_image_s=0.3, max_body_bytes=1_000_000)

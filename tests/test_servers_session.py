@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from proto.http import RequestHead
 from servers import app
 from servers.config import ServerConfig
 from servers.context import ServerContext
@@ -40,8 +41,8 @@ def make_edge(tmp_path: Path, **config: Any) -> tuple[RecordingEdge, Path]:
     return RecordingEdge(ctx), path
 
 
-def head(method: str, path: str, length: int | None = None) -> app.RequestHead:
-    return app.RequestHead(method=method, path=path, content_length=length)
+def head(method: str, path: str, length: int | None = None) -> RequestHead:
+    return RequestHead(method=method, path=path, content_length=length)
 
 
 def events(edge: RecordingEdge, path: Path, name: str) -> list[dict[str, Any]]:

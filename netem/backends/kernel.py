@@ -51,7 +51,7 @@ from pyroute2.netlink.rtnl.tcmsg import sched_netem, tcmsg
 from pyroute2.netlink.rtnl.tcmsg.common import tick_in_usec
 
 from netem import capture, names, topology
-from netem.backends import (
+from netem.backends.base import (
     Backend,
     LinkState,
     commit_edge,

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from netem import names, topology
-from netem.backends import (
+from netem.backends.base import (
     Backend,
     LinkState,
     commit_edge,

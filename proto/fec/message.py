@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import struct
 
-from servers.app import RequestHead
+from proto.http import RequestHead
 
 _LENGTH = struct.Struct("!I")
 MAX_HEAD_BYTES = 16_384

@@ -49,6 +49,9 @@ TAG_BYTES = 16
 SECRET_BYTES = 32
 SESSION_ID_BYTES = 8
 
+ALPN_FEC = "tb-fec"
+"""The FEC protocol's control channel: TLS 1.3 with this ALPN (one session per connection)."""
+
 TYPE_DATA = 1
 TYPE_PROBE = 2
 TYPE_REPORT = 3
