@@ -249,6 +249,15 @@ class RunRow(Record):
     disturbance_steal_s: float | None = col(
         doc="CPU steal taken from the endpoints during the request.", unit="s"
     )
+    own_wait_s: float | None = col(
+        doc="CPU: the endpoints' main threads waited this long on the request's critical path "
+        "for the run's own processes (emulator, peer stack): part of what the run measures, "
+        "not a disturbance.",
+        unit="s",
+    )
+    endpoint_cpu_s: float | None = col(
+        doc="CPU: seconds the client and the server computed during the request.", unit="s"
+    )
     effect_scale_s: float | None = col(
         doc="The arm effect of the level's comparison: the bounds' prediction, or the "
         "difference the runs so far showed when larger.",

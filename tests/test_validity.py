@@ -215,3 +215,14 @@ def test_columns_and_combined_verdicts() -> None:
     assert combine((True, None), (True, None)) == (True, None)
     assert combine((False, "a"), (False, "b")) == (False, "a; b")
     assert combine((True, None), (False, "b")) == (False, "b")
+
+
+def test_the_runs_own_wait_is_what_the_foreign_share_leaves() -> None:
+    from harness.validity.rules import foreign_wait_s, own_wait_s
+
+    waits = [0.004, 0.006]
+    assert own_wait_s(waits, 0.0) == pytest.approx(0.010)  # a quiet host: all the run's own
+    assert foreign_wait_s(waits, 0.0) == pytest.approx(0.0)  # ... and no disturbance
+    assert own_wait_s(waits, 0.25) == pytest.approx(0.0075)
+    assert own_wait_s(waits, 0.25) + foreign_wait_s(waits, 0.25) == pytest.approx(0.010)
+    assert own_wait_s([], 0.5) is None and own_wait_s(waits, None) is None

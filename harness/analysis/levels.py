@@ -46,6 +46,11 @@ def analysable(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[mask]
 
 
+def _median_of(runs: pd.DataFrame, column: str) -> float:
+    """The median of a column the frame may lack (NaN then)."""
+    return _median(runs[column]) if column in runs.columns else math.nan
+
+
 @dataclass(frozen=True)
 class LevelSummary:
     level: str
@@ -76,6 +81,11 @@ class LevelSummary:
     min_rwnd_bytes: float = math.nan
     """Median over runs of the smallest receive window the receiver advertised during the
     request (TCP): far below the bytes one round needs, the receiver held the sender."""
+    own_wait_s: float = math.nan
+    """CPU: the endpoints: median wait of their main threads on the critical path for the
+    run's own processes (the emulator, the peer stack on the same cores)."""
+    endpoint_cpu_s: float = math.nan
+    """CPU: the endpoints: median CPU seconds client and server computed in the request."""
 
     def to_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -251,9 +261,9 @@ def level_summary(
                 mathis_s=_median(runs["bound_mathis_s"])
                 if "bound_mathis_s" in runs.columns
                 else math.nan,
-                min_rwnd_bytes=_median(runs["min_rwnd_bytes"])
-                if "min_rwnd_bytes" in runs.columns
-                else math.nan,
+                min_rwnd_bytes=_median_of(runs, "min_rwnd_bytes"),
+                own_wait_s=_median_of(runs, "own_wait_s"),
+                endpoint_cpu_s=_median_of(runs, "endpoint_cpu_s"),
             )
         )
     return out

@@ -627,13 +627,25 @@ def _per_level_lines(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
 def _gap_split_lines(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
     """The gap split by phase and the smallest advertised receive window."""
     return [
-        "Gap split (ms, measured minus bound part): set-up / processing / transfer; and "
-        "the smallest receive window the receiver advertised during the request (TCP, "
-        "median over runs, KB): a window below what a round of slow start sends means the "
-        "receiver, not the sender, held the transfer back.",
+        "Gap split (ms, measured minus bound part): set-up / processing / transfer; the "
+        "smallest receive window the receiver advertised during the request (TCP, median "
+        "over runs, KB): a window below what a round of slow start sends means the "
+        "receiver, not the sender, held the transfer back; and CPU: the endpoints (medians, "
+        "ms): how long their main threads waited on the request's critical path for the "
+        "run's own processes (the emulator and the peer stack share the cores: part of "
+        "what the run measures, not a disturbance), and the CPU time client and server "
+        "computed during the request.",
         "",
         _table(
-            ["level", "set-up", "processing", "transfer", "min rwnd (KB)"],
+            [
+                "level",
+                "set-up",
+                "processing",
+                "transfer",
+                "min rwnd (KB)",
+                "CPU: own waits",
+                "CPU: endpoints computing",
+            ],
             [
                 [
                     s.level,
@@ -641,6 +653,8 @@ def _gap_split_lines(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
                     _ms(s.gap_processing_s),
                     _ms(s.gap_transfer_s),
                     "–" if not math.isfinite(s.min_rwnd_bytes) else f"{s.min_rwnd_bytes / 1e3:.0f}",
+                    _ms(s.own_wait_s),
+                    _ms(s.endpoint_cpu_s),
                 ]
                 for s in summaries
             ],

@@ -101,11 +101,12 @@ def machine_columns(row: RunRow, watch: CpuWatch, t0: float, t1: float) -> dict[
 
 def disturbance_of(
     row: RunRow, watch: CpuWatch, run_dir: Path, t0: float, t1: float
-) -> tuple[judgement.Disturbance, judgement.CriticalPath | None]:
+) -> tuple[judgement.Disturbance, judgement.CriticalPath | None, float | None]:
     """What the host's disturbance could have added to the request (harness.validity.rules):
     emulator lateness on the critical path; the endpoints' main-thread waits while they sent
     the request's flights or worked on the ones that reached them (the whole waits without a
-    packet log), times the foreign share of the host's CPU; their steal."""
+    packet log), times the foreign share of the host's CPU; their steal. Third: the run's
+    own part of those waits (harness.validity.rules.own_wait_s)."""
     path = None
     series = machine.emulator_lateness(run_dir)
     if series is not None:
@@ -130,7 +131,7 @@ def disturbance_of(
         endpoint_wait_s=judgement.foreign_wait_s(waits, row.foreign_cpu_share),
         endpoint_steal_s=steal,
     )
-    return disturbance, path
+    return disturbance, path, judgement.own_wait_s(waits, row.foreign_cpu_share)
 
 
 def _jitter_s(path: Topology | None) -> dict[str, float] | None:
@@ -160,7 +161,7 @@ def judge(
         valid, reason = own
         return replace(row, valid=valid, invalid_reason=reason)
     row = replace(row, **machine_columns(row, watch, t0, t1))
-    disturbance, path = disturbance_of(row, watch, run_dir, t0, t1)
+    disturbance, path, own_wait = disturbance_of(row, watch, run_dir, t0, t1)
     ok, why, limit = judgement.judge_disturbance(disturbance, row.total_s, effect_s)
     valid, reason = judgement.combine(own, (ok, why))
     return replace(
@@ -169,9 +170,19 @@ def judge(
         flights_up=None if path is None else path.flights.get("up"),
         flights_down=None if path is None else path.flights.get("down"),
         disturbance_limit_s=limit,
+        own_wait_s=own_wait,
+        endpoint_cpu_s=_endpoint_cpu_s(row),
         valid=valid,
         invalid_reason=reason,
     )
+
+
+def _endpoint_cpu_s(row: RunRow) -> float | None:
+    """CPU seconds the client and the server used during the request (tick-counted)."""
+    fractions = [f for f in (row.cpu_client, row.cpu_server) if f is not None]
+    if not fractions or row.total_s is None:
+        return None
+    return math.fsum(fractions) * row.total_s
 
 
 def effect_scales(

@@ -368,6 +368,16 @@ def foreign_wait_s(waits_s: Sequence[float], foreign_share: float | None) -> flo
     return math.fsum(waits_s) * min(max(share, 0.0), 1.0)
 
 
+def own_wait_s(waits_s: Sequence[float], foreign_share: float | None) -> float | None:
+    """The part of the main threads' critical-path waits the run's own processes caused
+    (the emulator, the peer stack, the samplers on the same cores): not a disturbance but
+    part of what the run measures, named in its gap ("CPU: the endpoints"); None without a
+    measured wait or share."""
+    if not waits_s or foreign_share is None or not math.isfinite(foreign_share):
+        return None
+    return math.fsum(waits_s) * (1.0 - min(max(foreign_share, 0.0), 1.0))
+
+
 def disturbance_limit_s(total_s: float, effect_s: float | None = None) -> float:
     """The largest disturbance a valid run may carry: :data:`DISTURBANCE_MAX_FRACTION` of its
     measured time and :data:`DISTURBANCE_MAX_EFFECT_FRACTION` of the arm effect (when the
