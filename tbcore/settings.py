@@ -90,9 +90,10 @@ SEND_POLICIES = ("none", "rr", "fifo", "rfc9218")
 PRIORITY_SIGNALS = ("header", "update", "none")
 """How the client signals RFC 9218 priorities: the ``priority`` header (section 5), the
 header and a PRIORITY_UPDATE frame (section 7; HTTP/3), or not at all."""
-CAPTURE_MODES = ("headers", "full", "off")
-"""``capture``: the first 128 bytes of each packet, whole packets (decryptable with the run's
-key log), or none; true and false mean headers and off."""
+CAPTURE_MODES = ("auto", "headers", "full", "off")
+"""``capture``: whole packets where the run's bytes are small, else headers
+(harness.run.capture), the first 128 bytes of each packet, whole packets, or none; true and
+false mean headers and off. Every capture is pcapng with the run's TLS secrets inside."""
 
 
 # --- how a written value becomes a typed one -------------------------------------------------
@@ -489,9 +490,10 @@ knob("site_power", "site_power_w", kind="int", default=None, unit="W", applies="
 knob("mss", "mss_bytes", kind="int", default=TCP_DEFAULT_MSS_BYTES, unit="bytes",
      applies="harness", how="the segment payload the bound assumes for TCP",
      low=TCP_MIN_MSS_BYTES, high=TCP_MAX_MSS_BYTES)  # fmt: skip
-knob("capture", kind="capture", default="headers", unit="", applies="harness",
-     how="client.pcap and server.pcap of the link: headers (ACK timestamps), full "
-     "(whole packets: per-stream arrival, tshark with the key log) or off",
+knob("capture", kind="capture", default="auto", unit="", applies="harness",
+     how="client.pcapng and server.pcapng of the link (TLS secrets inside): auto (whole "
+     "packets up to 32 MiB of run bytes, headers above), headers (ACK timestamps), full "
+     "(whole packets: per-stream arrival, decrypted HTTP/2 and HTTP/3) or off",
      choices=CAPTURE_MODES)  # fmt: skip
 knob("qlog", kind="bool", default=True, unit="", applies="harness",
      how="QUIC qlog (ACK frames) of both ends for h3 runs")  # fmt: skip
