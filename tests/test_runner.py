@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -184,6 +186,17 @@ connection = "new"
 """
 
 
+def _tshark_frames(capture: Path, protocol: str) -> int:
+    """Packets of ``capture`` that tshark decodes as ``protocol`` (no key-log option)."""
+    if shutil.which("tshark") is None:
+        pytest.skip("tshark is not installed")
+    done = subprocess.run(
+        ["tshark", "-n", "-r", str(capture), "-Y", protocol],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    return len(done.stdout.splitlines())
+
+
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(240)
@@ -229,10 +242,16 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
         assert row.measured_rtt_s >= 0.040 - 1e-4
         assert row.ratio >= 0.98
     h2_new = frame[frame["level"] == "h2-new"].iloc[0]
-    assert (path / "runs" / h2_new.run_id / "client.pcap").stat().st_size > 0
+    # whole packets (a voice request is small), the secrets inside: decrypted with no key log
+    h2_dir = path / "runs" / h2_new.run_id
+    assert not (h2_dir / "client.pcap").exists()
+    assert json.loads((h2_dir / "run.json").read_text())["capture"]["mode"] == "full"
+    assert _tshark_frames(h2_dir / "client.pcapng", "http2") > 0
+    assert _tshark_frames(h2_dir / "server.pcapng", "http2") > 0
     assert h2_new.handshake_s >= 0.080 - 1e-3  # TCP + TLS 1.3: at least 2 RTT
     h3 = frame[frame["level"] == "h3-new"].iloc[0]
     assert any((path / "runs" / h3.run_id / "qlog").rglob("*.qlog"))
+    assert _tshark_frames(path / "runs" / h3.run_id / "client.pcapng", "http3") > 0
     reused = frame[frame["level"] == "h2-reused"].iloc[0]
     assert reused.total_s < h2_new.total_s
     # resume on a finished directory makes nothing and loses nothing

@@ -156,27 +156,21 @@ def parse_ipv4_tcp(data: bytes, time_s: float) -> TcpSegment | None:
 
 
 def read_tcp_segments(path: Path) -> list[TcpSegment]:
-    """Every IPv4 TCP segment of a pcap file (I/O edge; scapy's reader)."""
-    from scapy.utils import RawPcapReader
+    """Every IPv4 TCP segment of a pcap or pcapng file (I/O edge: netem.pcapng's reader)."""
+    from netem.pcapng import read_capture
 
     path = Path(path)
     if not path.is_file() or path.stat().st_size == 0:
         return []
+    capture = read_capture(path)
+    skip = LINK_HEADER_BYTES.get(capture.linktype)
+    if skip is None:
+        raise SpecError(path.name, f"unsupported pcap link type {capture.linktype}")
     out: list[TcpSegment] = []
-    try:
-        reader = RawPcapReader(str(path))
-    except Exception as err:  # scapy raises Scapy_Exception for a bad magic
-        raise SpecError(path.name, f"not a pcap file: {err}") from None
-    with reader:
-        skip = LINK_HEADER_BYTES.get(reader.linktype)
-        if skip is None:
-            raise SpecError(path.name, f"unsupported pcap link type {reader.linktype}")
-        scale = 1e-9 if getattr(reader, "nano", False) else 1e-6
-        for data, meta in reader:
-            time_s = meta.sec + meta.usec * scale
-            segment = parse_ipv4_tcp(bytes(data[skip:]), time_s)
-            if segment is not None:
-                out.append(segment)
+    for ts_ns, data, _ in capture.packets:
+        segment = parse_ipv4_tcp(bytes(data[skip:]), ts_ns * 1e-9)
+        if segment is not None:
+            out.append(segment)
     return out
 
 

@@ -3,7 +3,7 @@
 A run directory holds what the execution left (harness/run/execute.py): ``run.json`` (the
 planned run, its settings, the link, the clock offset of the captures), the client's
 ``records.jsonl``, the server's ``server.jsonl``, the link's ``link_stats.json`` and the
-captures (``client.pcap``/``server.pcap`` for h2, ``qlog/`` for h3). :func:`collect_run`
+captures (``client.pcapng``/``server.pcapng`` for h2, ``qlog/`` for h3). :func:`collect_run`
 reads them into a :class:`~tbcore.runrow.RunRow` and writes the derived files
 (``events.jsonl``, ``acks.csv``, ``inflight.csv``); CPU and validity are the runner's.
 """
@@ -25,6 +25,7 @@ from harness.collect.rowparts import ROW_PARTS
 from harness.run.progress import LINK_EVENTS_FILE
 from harness.spec.paths import end_to_end
 from harness.store.resultdir import write_jsonl
+from netem import pcapng
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from netem.topologyspec import Topology
@@ -633,9 +634,8 @@ def packet_columns(
 def _tcp_packets(
     files: RunFiles, upload: bool, start_s: float | None, end_s: float | None
 ) -> dict[str, Any]:
-    segments = ackmod.read_tcp_segments(
-        files.run_dir / ("client.pcap" if upload else "server.pcap")
-    )
+    capture = pcapng.capture_file(files.run_dir, "client" if upload else "server")
+    segments = ackmod.read_tcp_segments(capture) if capture is not None else []
     if not segments:
         return {}
     result = ackmod.tcp_acks(segments, clock_offset_s=files.offset_s)

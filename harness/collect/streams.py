@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.collect import acks, streamview
 from harness.store.resultdir import read_jsonl
+from netem import pcapng
 from tbcore.errors import SpecError
 from tbcore.workloads import STREAM_CHUNK_BYTES, STREAM_CHUNK_DURATION_S
 
@@ -68,10 +69,10 @@ def run_views(run_dir: Path, protocol: str, clock_offset_s: float) -> RunViews:
             traces = acks.read_qlog_traces(run_dir / "qlog" / "client")
             raw = streamview.h3_stream_arrivals(traces, STREAM_CHUNK_BYTES)
         else:
-            pcap = run_dir / "client.pcap"
+            pcap = pcapng.capture_file(run_dir, "client")
             keys = run_dir / "keys.log"
-            if not pcap.exists() or not keys.exists():
-                raise SpecError("capture", "no client.pcap or key log in the run")
+            if pcap is None or not keys.exists():
+                raise SpecError("capture", "no client.pcapng or key log in the run")
             raw = streamview.h2_stream_arrivals(
                 streamview.read_pcap(pcap), keys.read_text(), STREAM_CHUNK_BYTES
             )

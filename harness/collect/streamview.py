@@ -27,8 +27,6 @@ from typing import Any
 from harness.collect import tlsview
 from tbcore.errors import SpecError
 
-PCAP_MAGIC_US = 0xA1B2C3D4
-PCAP_MAGIC_NS = 0xA1B23C4D
 LINK_HEADER_BYTES = {101: 0, 1: 14, 113: 16, 276: 20, 228: 0}
 """pcap link types -> bytes before the IP header (raw, Ethernet, Linux SLL, SLL2, IPv4)."""
 IPPROTO_TCP = 6
@@ -44,30 +42,15 @@ SEQ_MOD = 2**32
 
 
 def read_pcap(path: Path) -> list[tuple[float, bytes]]:
-    """(time_s, IP packet) of every record of a pcap file (microsecond or nanosecond)."""
-    raw = Path(path).read_bytes()
-    if len(raw) < 24:
-        raise SpecError(str(path), "not a pcap file")
-    magic = struct.unpack_from("<I", raw, 0)[0]
-    endian = "<"
-    if magic not in (PCAP_MAGIC_US, PCAP_MAGIC_NS):
-        endian = ">"
-        magic = struct.unpack_from(">I", raw, 0)[0]
-    if magic not in (PCAP_MAGIC_US, PCAP_MAGIC_NS):
-        raise SpecError(str(path), "not a pcap file")
-    scale = 1e-9 if magic == PCAP_MAGIC_NS else 1e-6
-    linktype = struct.unpack_from(endian + "I", raw, 20)[0]
-    skip = LINK_HEADER_BYTES.get(linktype & 0x0FFFFFFF)
+    """(time_s, IP packet) of every record of a pcap (microsecond or nanosecond) or pcapng
+    file."""
+    from netem.pcapng import read_capture
+
+    capture = read_capture(Path(path))
+    skip = LINK_HEADER_BYTES.get(capture.linktype)
     if skip is None:
-        raise SpecError(str(path), f"link type {linktype} not supported")
-    packets = []
-    at = 24
-    while at + 16 <= len(raw):
-        sec, frac, caplen, _ = struct.unpack_from(endian + "IIII", raw, at)
-        at += 16
-        packets.append((sec + frac * scale, raw[at + skip : at + caplen]))
-        at += caplen
-    return packets
+        raise SpecError(str(path), f"link type {capture.linktype} not supported")
+    return [(ts_ns * 1e-9, data[skip:]) for ts_ns, data, _ in capture.packets]
 
 
 TCP_MIN_HEADER_BYTES = 20

@@ -31,7 +31,7 @@ from harness import bounds
 from harness.analysis import playback
 from harness.collect import overhead, streams, streamview
 from harness.store.resultdir import atomic_write_frame
-from netem import names
+from netem import names, pcapng
 from netem.topologyspec import Topology
 from tbcore.workloads import (
     IMAGE_SIZE_BYTES,
@@ -82,12 +82,9 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
         for r in streams.cancel_rows(views, base)
     ]
     workload = row.get("workload") or settings.get("workload", "")
-    if (
-        protocol == "h2"
-        and str(workload).startswith("retouch")
-        and (run_dir / "client.pcap").exists()
-    ):
-        counts = overhead.count(streamview.read_pcap(run_dir / "client.pcap"), CLIENT_ADDR)
+    client_capture = pcapng.capture_file(run_dir, "client")
+    if protocol == "h2" and str(workload).startswith("retouch") and client_capture is not None:
+        counts = overhead.count(streamview.read_pcap(client_capture), CLIENT_ADDR)
         per_segment = bool(settings.get("route_quickack") or settings.get("quickack"))
         extra = {**base, "total_s": row.get("total_s"), "ack_per_segment": per_segment}
         out["overhead"] = overhead.overhead_rows(

@@ -9,6 +9,7 @@ processes is watched by the caller's watcher (``watch(name, pid)`` as the proces
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from typing import Any
 
 from harness.collect.row import EDGE_STATS_FILE, LINK_STATS_FILE, RUN_FILE
 from harness.plan.planner import PlannedRun
+from harness.run import capture as capturemod
 from harness.run.backends import RunPaths
 from harness.run.progress import ProgressEvents
 from harness.run.stacks import (
@@ -171,10 +173,9 @@ def _client_run(
     """The client's part of a run, inside the captures and the link's counters."""
     error = None
     before = {e: link.stats(edge=e) for e in path.edge_names} if env.paths.counts else None
+    plan = capturemod.capture_plan(settings)
     capture = (
-        link.capture(run_dir, mode=settings.capture)
-        if settings.capture != "off"
-        else contextlib.nullcontext()
+        link.capture(run_dir, mode=plan.mode) if plan.mode != "off" else contextlib.nullcontext()
     )
     with capture:
         workload = kinds.workload(settings.workload)
@@ -188,6 +189,9 @@ def _client_run(
         code = _wait_child(procs.client, limit_s)
         if code != 0:
             error = f"client exited {code}: {_tail(run_dir / 'client.stderr')}"
+    if plan.mode != "off":
+        written = capturemod.finish(run_dir)
+        _update_json(run_dir / RUN_FILE, "capture", {**plan.to_dict(), **written})
     if before is not None:  # a real path has no emulator counters
         delta = {e: (link.stats(edge=e) - before[e]).to_dict() for e in path.edge_names}
         atomic_write_json(run_dir / LINK_STATS_FILE, delta["link"])
@@ -237,9 +241,17 @@ def write_run_file(
             "client_argv": argvs[1],
             "sysctls": {role: link.sysctls(role, names) for role in ROLES},
             "clock_offset_s": time.time() - time.monotonic(),
+            "capture": capturemod.capture_plan(settings).to_dict(),
             "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )
+
+
+def _update_json(path: Path, key: str, value: Any) -> None:
+    """One key of a JSON object file set anew (atomically)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data[key] = value
+    atomic_write_json(path, data)
 
 
 def _tail(path: Path, limit: int = 300) -> str:

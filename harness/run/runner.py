@@ -37,6 +37,7 @@ from harness.plan.planner import (
 )
 from harness.run import machine
 from harness.run.backends import RunPaths, open_paths
+from harness.run.capture import capture_plan
 from harness.run.environment import environment, versions
 from harness.run.execute import ERROR_CHARS, RunEnvironment, run_processes
 from harness.run.lock import exclusive_run
@@ -307,6 +308,7 @@ def _create(
             "started_utc": utc_stamp(),
             "backend_requested": backend,
             "column_groups": spec.column_groups(remote),
+            "capture": {lv.name: capture_plan(lv.settings).to_dict() for lv in spec.levels},
         }
     )
     return result

@@ -9,7 +9,7 @@ Layout (shared DESIGN.md, issue 5)::
             row.json           the run's row: written last, it marks the run finished
             events.jsonl       client and server events on one clock
             inflight.csv       sender samples
-            client.pcap, server.pcap (or packets.pcap)
+            client.pcapng, server.pcapng  the captures, TLS secrets inside (harness.run.capture)
             acks.csv           each ACK's arrival at the sender
             qlog/, keys.log
         report.md, plots/*.png
