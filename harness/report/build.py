@@ -28,6 +28,7 @@ from harness.collect.airtime import air_report_lines
 from harness.report import fec as fecreport
 from harness.report import remote as remote_report
 from harness.report import stream_tables
+from harness.report.guard import Guard
 from harness.report.paths import paths_section
 from harness.store.resultdir import ResultDir, atomic_write_text
 
@@ -382,6 +383,47 @@ def _runs_beside_bounds(frame: pd.DataFrame) -> list[str]:
     ]
 
 
+def _below_bound_lines(frame: pd.DataFrame) -> list[str]:
+    """Runs below their lower bound (a finding: a premise of the bound did not hold) and runs
+    whose bound took what their own records showed instead of the plan."""
+    if frame.empty or "total_s" not in frame.columns:
+        return []
+    measured = frame[~frame["warmup"].fillna(False).astype(bool)]
+    below = measured[measured["below_bound"].notna()] if "below_bound" in measured else []
+    rebased = measured[measured["bound_basis"].notna()] if "bound_basis" in measured else []
+    if not len(below) and not len(rebased):
+        return []
+    lines = [
+        "## Below the bound",
+        "",
+        f"{len(below)} of {len(measured)} measured runs were below their lower bound by more "
+        "than the clock's and the emulator's stated error (harness.validity.below_bound): a "
+        "premise of the bound did not hold, and each row names it.",
+        "",
+    ]
+    if len(below):
+        rows = [
+            [str(r["run_id"]), str(r["level"]), _cell(r, "total_s", "{:.3f}"),
+             _cell(r, "bound_s", "{:.3f}"), str(r["below_bound"])]
+            for _, r in below.iterrows()
+        ]  # fmt: skip
+        lines += [_table(["run", "level", "total (s)", "bound (s)", "below"], rows), ""]
+    if len(rebased):
+        basis = [
+            [str(r["run_id"]), str(r["level"]), _cell(r, "bound_s", "{:.3f}"),
+             str(r["bound_basis"])]
+            for _, r in rebased.iterrows()
+        ]  # fmt: skip
+        lines += [
+            f"{len(rebased)} runs have their bound from what their records show happened, not "
+            "from the plan:",
+            "",
+            _table(["run", "level", "bound (s)", "basis"], basis),
+            "",
+        ]
+    return lines
+
+
 def _stack_phases(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
     """Where the stacks spend time the bound does not count (server events)."""
     if frame.empty or "server_receive_s" not in frame.columns:
@@ -548,13 +590,18 @@ def answer_text(
     return "\n".join(f"- {p}" for p in parts)
 
 
-def _plot_all(result: ResultDir, frame: pd.DataFrame, levels: Sequence[str]) -> None:
-    """Draw the four plots of the report into ``plots/``."""
+def _plot_all(result: ResultDir, frame: pd.DataFrame, levels: Sequence[str], guard: Guard) -> None:
+    """Draw the four plots of the report into ``plots/`` (one that fails is noted)."""
     plots = result.plots_dir
-    plot_levels(frame, levels, plots / "levels.png")
-    plot_timeline(frame, levels, plots / "timeline.png")
+    guard.attempt("plot levels.png", plot_levels, frame, levels, plots / "levels.png", default=None)
+    guard.attempt(
+        "plot timeline.png", plot_timeline, frame, levels, plots / "timeline.png", default=None
+    )
     for plot in SERIES_PLOTS:
-        _series_plot(result, frame, levels, plot)
+        guard.attempt(
+            f"plot {plot.png_name}", _series_plot, result, frame, levels, plot, default=False
+        )
+        plt.close("all")  # a plot that failed half-drawn leaves no figure behind
 
 
 def _head_lines(
@@ -723,20 +770,22 @@ def _validity_lines(
     return lines
 
 
-def _plots_lines() -> list[str]:
-    """Links to the four plots."""
-    return [
-        "## Plots",
-        "",
-        "![request time per level](plots/levels.png)",
-        "",
-        "![timeline of the median run per level](plots/timeline.png)",
-        "",
-        "![bytes in flight](plots/inflight.png)",
-        "",
-        "![ACK arrivals](plots/acks.png)",
-        "",
-    ]
+PLOTS = (
+    ("request time per level", "levels.png"),
+    ("timeline of the median run per level", "timeline.png"),
+    ("bytes in flight", "inflight.png"),
+    ("ACK arrivals", "acks.png"),
+)
+"""The report's four plots: (alt text, file in plots/)."""
+
+
+def _plots_lines(plots_dir: Path) -> list[str]:
+    """Links to the plots that were drawn (one that could not be is named above)."""
+    lines = ["## Plots", ""]
+    for alt, name in PLOTS:
+        if (plots_dir / name).is_file():
+            lines += [f"![{alt}](plots/{name})", ""]
+    return lines
 
 
 def _how_run_lines(manifest: dict[str, Any]) -> list[str]:
@@ -764,40 +813,68 @@ def _how_run_lines(manifest: dict[str, Any]) -> list[str]:
 
 
 def build_report(path: Path) -> Path:
-    """Write ``report.md`` and ``plots/*.png`` for the result directory at ``path``."""
+    """Write ``report.md`` and ``plots/*.png`` for the result directory at ``path``. A
+    section (or plot) that cannot be computed for these runs says so in one line and the
+    rest is written (harness.report.guard); its traceback goes to ``report_errors.txt``."""
     result = ResultDir.open(path)
     manifest = result.read_manifest()
     frame = result.frame()
-    baselines = _levels_and_baselines(manifest, frame)
+    resolved = manifest.get("resolved", {})
+    guard = Guard()
+    baselines = guard.attempt(
+        "levels", _levels_and_baselines, manifest, frame, default=_plain_levels(frame)
+    )
     levels = list(baselines)
-    seed = int(manifest.get("resolved", {}).get("seed", 0) or 0)
-    summaries = analysis.level_summary(frame, levels, seed=seed)
-    effects = analysis.effects(frame, baselines, seed=seed)
-    position = analysis.position_effect(frame)
-    _plot_all(result, frame, levels)
-    lines = [
-        *_head_lines(manifest.get("resolved", {}), path.name, summaries, effects),
-        *_per_level_lines(summaries),
-        *paths_section(frame, levels, manifest.get("resolved", {}).get("reference_ms", {})),
-        *remote_report.path_section(result.path, frame),
-        *_gap_split_lines(summaries),
-        *stream_tables.report_sections(result.path, frame),
-        *_bound_parts(frame, levels),
-        *_stack_phases(frame, levels),
-        *_loss_bounds(summaries),
-        *_effect_lines(effects, position),
-        *_runs_beside_bounds(frame),
-        *air_report_lines(frame, levels),
-        *_validity_lines(frame, levels, summaries),
-        *fecreport.fec_section(
-            frame,
-            levels,
-            result.plots_dir,
-            {name: path.link_spec for name, path in result.level_paths().items()},
-        ),
-        *_plots_lines(),
-        *_how_run_lines(manifest),
-    ]
+    seed = int(resolved.get("seed", 0) or 0)
+    summaries = guard.attempt(
+        "per-level statistics", analysis.level_summary, frame, levels, default=[], seed=seed
+    )
+    effects = guard.attempt(
+        "arm effects", analysis.effects, frame, baselines, default=[], seed=seed
+    )
+    position = guard.attempt(
+        "order effect", analysis.position_effect, frame, default=_EMPTY_POSITION
+    )
+    _plot_all(result, frame, levels, guard)
+    links = guard.attempt(
+        "links", lambda: {n: p.link_spec for n, p in result.level_paths().items()}, default={}
+    )
+    sections = [
+        ("answer", _head_lines, resolved, path.name, summaries, effects),
+        ("per level", _per_level_lines, summaries),
+        ("the path's shape", paths_section, frame, levels, resolved.get("reference_ms", {})),
+        ("the real path", remote_report.path_section, result.path, frame),
+        ("gap split", _gap_split_lines, summaries),
+        ("streams, chunks, playback, cancel, overhead", stream_tables.report_sections,
+         result.path, frame),
+        ("the bound's parts", _bound_parts, frame, levels),
+        ("the stacks' phases", _stack_phases, frame, levels),
+        ("loss bounds", _loss_bounds, summaries),
+        ("arm and order effects", _effect_lines, effects, position),
+        ("every run beside its bound", _runs_beside_bounds, frame),
+        ("below the bound", _below_bound_lines, frame),
+        ("shared airtime", air_report_lines, frame, levels),
+        ("validity", _validity_lines, frame, levels, summaries),
+        ("FEC", fecreport.fec_section, frame, levels, result.plots_dir, links),
+        ("plots", _plots_lines, result.plots_dir),
+        ("how it was run", _how_run_lines, manifest),
+    ]  # fmt: skip
+    lines = [line for title, make, *args in sections for line in guard.section(title, make, *args)]
+    lines += guard.lines()
     report = result.path / "report.md"
+    errors = result.path / "report_errors.txt"
+    if guard.failures:
+        atomic_write_text(errors, guard.tracebacks())
+    elif errors.exists():
+        errors.unlink()
     atomic_write_text(report, "\n".join(lines))
     return report
+
+
+_EMPTY_POSITION = pd.DataFrame(columns=["position", "runs", "median_deviation_s"])
+
+
+def _plain_levels(frame: pd.DataFrame) -> dict[str, str]:
+    """Every level of the runs, each its own baseline (when the manifest cannot say)."""
+    names = list(dict.fromkeys(frame["level"])) if "level" in frame.columns else []
+    return {name: name for name in names}

@@ -30,6 +30,7 @@ import pandas as pd
 from harness import bounds
 from harness.analysis import playback
 from harness.collect import overhead, streams, streamview
+from harness.report.guard import Guard
 from harness.store.resultdir import atomic_write_frame
 from netem import names, pcapng
 from netem.topologyspec import Topology
@@ -128,15 +129,18 @@ def _playback(
     return rows
 
 
-def write_tables(result_dir: Path) -> dict[str, pd.DataFrame]:
-    """Build every table of a result directory and write the non-empty ones as CSV."""
+def write_tables(result_dir: Path, guard: Guard | None = None) -> dict[str, pd.DataFrame]:
+    """Build every table of a result directory and write the non-empty ones as CSV; a run
+    whose files make no table is left out (and noted in ``guard``, when given)."""
     collected: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
     runs = Path(result_dir) / "runs"
+    guard = guard if guard is not None else Guard()
     for run_dir in sorted(runs.iterdir()) if runs.is_dir() else []:
         if not (run_dir / "row.json").exists():
             continue
         valid = _run_valid(run_dir)
-        for name, rows in run_tables(run_dir).items():
+        tables = guard.attempt(f"tables of run {run_dir.name}", run_tables, run_dir, default={})
+        for name, rows in tables.items():
             collected[name] += [{**row, "valid": valid} for row in rows]
     frames = {}
     for name, rows in collected.items():
@@ -402,24 +406,17 @@ SECTIONS: dict[str, Callable[[pd.DataFrame], list[str]]] = {
 def tiles_section(runs: pd.DataFrame) -> list[str]:
     """Whole vs tiled image next to the pipeline bound (MODELS.md section 2)."""
     rows = []
-    for level, attempts in runs.groupby("level"):
+    images = runs[runs["workload"].astype(str).str.startswith("retouch")]
+    for level, attempts in images.groupby("level"):
         group, _ = _usable(attempts)
         workload = str(group["workload"].iloc[0])
-        up = float(group["up_bps"].iloc[0])
-        down = float(group["down_bps"].iloc[0])
-        rtt = float(group["rtt_s"].iloc[0])
-        processing = 0.3
         tiles = int(workload.removeprefix("retouch-tiles")) if "tiles" in workload else 1
-        setup = bounds.setup_time_s(
-            str(group["protocol"].iloc[0]), str(group["connection"].iloc[0]), rtt
-        )
-        bound = setup + tiles_bound_s(tiles, up, down, rtt, processing)
         chapter = CHAPTER_TILES_S["tiles" if tiles > 1 else "whole"]
+        bound = _tiles_bound(group.iloc[0], tiles)
         total = pd.to_numeric(group["total_s"], errors="coerce")
         used = int(group["valid"].astype(bool).sum()) if "valid" in group else len(group)
-        rows.append(
-            [str(level), workload, str(used), _ms(total.median()), _ms(bound), _ms(chapter)]
-        )
+        shown = _ms(bound) if bound is not None else "– (no wired rate on the link)"
+        rows.append([str(level), workload, str(used), _ms(total.median()), shown, _ms(chapter)])
     return _section(
         "## Tiles vs the whole image (MODELS.md section 2)",
         [],
@@ -428,6 +425,22 @@ def tiles_section(runs: pd.DataFrame) -> list[str]:
         "section 2 plus the connection set-up of section 4.",
         _table(["level", "workload", "runs", "measured", "pipeline bound", "chapter"], rows),
     )
+
+
+def _tiles_bound(row: pd.Series, tiles: int) -> float | None:
+    """Section 2 plus the set-up of section 4 for a run's link; None when the link has no
+    wired rate in each direction (an air hop alone, a link of delay only)."""
+    up, down, rtt = (
+        pd.to_numeric(row.get(c), errors="coerce") for c in ("up_bps", "down_bps", "rtt_s")
+    )
+    if any(pd.isna(v) for v in (up, down, rtt)) or min(up, down) <= 0:
+        return None
+    setup = bounds.setup_time_s(str(row["protocol"]), str(row["connection"]), float(rtt))
+    return setup + tiles_bound_s(tiles, float(up), float(down), float(rtt), TILES_PROCESSING_S)
+
+
+TILES_PROCESSING_S = 0.3
+"""The image's processing in the chapter's tiles case (0.3 s, split over the tiles)."""
 
 
 def tiles_bound_s(
@@ -465,21 +478,18 @@ def _usable(frame: pd.DataFrame) -> tuple[pd.DataFrame, str]:
 
 
 def report_sections(result_dir: Path, runs: pd.DataFrame | None = None) -> list[str]:
-    """Markdown for every table the result directory has (valid runs only, unless none is)."""
-    frames = write_tables(result_dir)
-    for name, frame in list(frames.items()):
-        usable, note = _usable(frame)
-        frames[name] = usable
-        if note:
-            frames[name].attrs["note"] = note
-    out: list[str] = []
+    """Markdown for every table the result directory has (valid runs only, unless none is);
+    a table that cannot be computed for these runs says so in one line (harness.report.guard)."""
+    guard = Guard()
+    frames = guard.attempt("tables", write_tables, result_dir, guard, default={})
+    out = [f"*{title}: not computed for these runs ({why}).*" for title, why, _ in guard.failures]
     for name in TABLES:
         if name in frames:
-            out += SECTIONS[name](frames[name])
-    if (
-        runs is not None
-        and "workload" in runs
-        and runs["workload"].astype(str).str.startswith("retouch").any()
-    ):
-        out += tiles_section(runs)
+            usable, note = _usable(frames[name])
+            if note:
+                usable.attrs["note"] = note
+            out += guard.section(name, SECTIONS[name], usable)
+    images = runs is not None and "workload" in runs
+    if images and runs["workload"].astype(str).str.startswith("retouch").any():
+        out += guard.section("tiles", tiles_section, runs)
     return out
