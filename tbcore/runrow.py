@@ -122,6 +122,16 @@ class RunRow(Record):
     bound_mathis_s: float | None = col(
         doc="The data direction at min(path, Mathis rate) (MODELS.md section 8).", unit="s"
     )
+    bound_basis: str | None = col(
+        doc="What the bound was computed from: the plan (None), or 'records: ...' when the "
+        "run's own records showed a premise of the planned bound unmet (an agent run with no "
+        "round lost or redone) and the bound took what happened."
+    )
+    below_bound: str | None = col(
+        doc="The run was below its bound by more than the clock's and the emulator's stated "
+        "error (harness.validity.below_bound): by how much, and the premise of the bound the "
+        "run did not meet (or that its records show none)."
+    )
     # --- packets (pcap for h2, qlog for h3), within the request
     acks: int | None = col(doc="ACKs the data sender got during the request.")
     min_rwnd_bytes: int | None = col(doc="Smallest receive window advertised (h2).", unit="bytes")

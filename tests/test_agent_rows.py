@@ -72,3 +72,45 @@ def test_an_unfinished_task_or_a_missing_outage_is_an_error(tmp_path: Path) -> N
     write_jsonl(tmp_path / "records.jsonl", [_round(i, 100.0 + 4 * i) for i in range(3)])
     part = agent_rows.agent_part(settings, CLOUD, tmp_path, None, [])
     assert part.error == "the outage was never given to the link"
+
+
+def test_a_task_that_rode_through_the_outage_gets_the_bound_of_what_happened(
+    tmp_path: Path,
+) -> None:
+    # restart planned after round 1 (two rounds redone), but the transport rode through the
+    # outage: no round lost, none redone (issue 27: the bound took a redo that never came)
+    settings = Settings(
+        workload="agent", agent_rounds=3, connection="reused", link="cloud",
+        outage_after_round=1, outage_s=1.0, recovery="restart",
+    )  # fmt: skip
+    write_jsonl(tmp_path / "records.jsonl", [_round(i, 100.0 + 3.6 * i) for i in range(3)])
+    fired = [{"kind": "outage", "start_s": 104.0, "end_s": 105.0}]
+    cols = agent_rows.agent_part(settings, CLOUD, tmp_path, None, fired).columns
+    planned = agent_rows.agent_bound(settings, CLOUD.link_spec, 798_720, 0.0)
+    plain = agent_rows.agent_bound(
+        Settings(workload="agent", agent_rounds=3, connection="reused", link="cloud"),
+        CLOUD.link_spec, 798_720, 0.0,
+    )  # fmt: skip
+    assert planned is not None and plain is not None
+    assert cols["bound_s"] == pytest.approx(plain.total_s)
+    assert cols["bound_s"] < planned.total_s
+    assert cols["bound_basis"] == (
+        "records: no round lost, 0 redone (0 from the server's store); the plan's bound "
+        "assumed 2 redone"
+    )
+    # the plan held (a round lost, one redone from the store): the planned bound, no basis
+    committed = Settings(
+        workload="agent", agent_rounds=3, connection="reused", link="cloud",
+        outage_after_round=1, outage_s=1.0, recovery="committed",
+    )  # fmt: skip
+    rounds = [
+        _round(0, 100.0),
+        _round(1, 103.6),
+        _round(2, 107.2, end_s=None, round_s=None, error="TimeoutError", detected_s=112.0),
+        _round(2, 112.5, redone=True, executed=False, new_connection=True),
+    ]
+    write_jsonl(tmp_path / "records.jsonl", rounds)
+    cols = agent_rows.agent_part(committed, CLOUD, tmp_path, None, fired).columns
+    assert cols["bound_basis"] is None
+    bound = agent_rows.agent_bound(committed, CLOUD.link_spec, 798_720, 0.0)
+    assert bound is not None and cols["bound_s"] == pytest.approx(bound.total_s)

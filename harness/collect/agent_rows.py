@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,13 +39,59 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return statistics.fmean(kept) if kept else None
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """What an outage did to the task, as planned or as the rounds' records show it."""
+
+    redone_rounds: int
+    outage_s: float
+    """The outage the bound counts (0: no round was lost to it)."""
+    stored_rounds: int
+
+    @classmethod
+    def planned(cls, settings: Settings) -> Recovery:
+        if settings.outage_after_round is None:
+            return cls(0, 0.0, 0)
+        return cls(
+            bounds.agent_redone_rounds(settings.recovery, settings.outage_after_round),
+            settings.outage_s,
+            # committed retries the lost round's id: the server may already have executed it
+            1 if settings.recovery == "committed" else 0,
+        )
+
+    @classmethod
+    def recorded(cls, settings: Settings, rounds: Sequence[AgentRound]) -> Recovery:
+        """From the rounds: those begun again, whether one was lost (given up or failed:
+        only then did the outage cost its length), the redone ones the server answered
+        from its store."""
+        lost = any(r.error is not None or r.detected_s is not None for r in rounds)
+        redone = [r for r in rounds if r.redone]
+        stored = sum(1 for r in redone if r.executed is False)
+        return cls(len(redone), settings.outage_s if lost else 0.0, stored)
+
+    def differs(self, other: Recovery) -> str | None:
+        """The premise of ``other`` (the plan) these records contradict, None if none."""
+        if self == other:
+            return None
+        lost = "a round lost" if self.outage_s else "no round lost"
+        return (
+            f"records: {lost}, {self.redone_rounds} redone ({self.stored_rounds} from the "
+            f"server's store); the plan's bound assumed {other.redone_rounds} redone"
+        )
+
+
 def agent_bound(
-    settings: Settings, link: LinkSpec, upload_bytes: int, encode_s: float
+    settings: Settings,
+    link: LinkSpec,
+    upload_bytes: int,
+    encode_s: float,
+    recovery: Recovery | None = None,
 ) -> bounds.AgentBound | None:
+    """The task's bound for the level (``recovery``: what the outage did; default the plan)."""
     if link.up.rate_bps is None or link.down.rate_bps is None:
         return None
     protocol = kinds.protocol(settings.protocol)
-    outage = settings.outage_after_round is not None
+    recovery = recovery if recovery is not None else Recovery.planned(settings)
     return bounds.agent_task_time(
         rounds=settings.agent_rounds,
         rtt_s=link.rtt_s,
@@ -59,10 +106,9 @@ def agent_bound(
         reply_bytes=REPLY_BYTES,
         initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
         mss_bytes=protocol.mss(settings),
-        redone_rounds=bounds.agent_redone_rounds(settings.recovery, settings.outage_after_round),
-        outage_s=settings.outage_s if outage else 0.0,
-        # committed retries the lost round's id: the server may already have executed it
-        stored_rounds=1 if outage and settings.recovery == "committed" else 0,
+        redone_rounds=recovery.redone_rounds,
+        outage_s=recovery.outage_s,
+        stored_rounds=recovery.stored_rounds,
         warm=settings.warmup_requests > 0,
         rate_change_after_round=settings.rate_change_after_round,
         rate_change_bps=settings.rate_change_bps,
@@ -128,7 +174,12 @@ def agent_part(
         error = error or "the outage was never given to the link"
     if settings.rate_change_after_round is not None and "rate" not in given:
         error = error or "the rate change was never given to the link"
-    bound = agent_bound(settings, end_to_end(path), upload, encode)
+    recovery = Recovery.planned(settings)
+    if settings.outage_after_round is not None and error is None:
+        recorded = Recovery.recorded(settings, rounds)
+        out["bound_basis"] = recorded.differs(recovery)
+        recovery = recorded
+    bound = agent_bound(settings, end_to_end(path), upload, encode, recovery)
     if bound is not None:
         out.update(
             bound_s=bound.total_s,

@@ -25,6 +25,7 @@ from harness.collect.rowparts import ROW_PARTS
 from harness.run.progress import LINK_EVENTS_FILE
 from harness.spec.paths import end_to_end
 from harness.store.resultdir import write_jsonl
+from harness.validity.below_bound import below_bound
 from netem import pcapng
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
@@ -441,12 +442,10 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
             values.get(f"realised_loss_{direction}"),
             files.settings.fec_target,
         )
+    labels = label_columns(files.settings, files.path)
+    values["below_bound"] = below_bound({**labels, **values}, files.settings)
     row = RunRow(
-        **files.plan,
-        **label_columns(files.settings, files.path),
-        started_utc=files.started_utc,
-        backend=files.backend,
-        **values,
+        **files.plan, **labels, started_utc=files.started_utc, backend=files.backend, **values
     )
     return Collected(row, error, window[0], window[1], loss_checks)
 
