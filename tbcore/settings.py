@@ -472,7 +472,7 @@ knob("outage", "outage_s", kind="duration", default=1.0, unit="s", applies="harn
      how="how long the outage of outage_after_round lasts", low=1e-3)  # fmt: skip
 knob("rate_change_after_round", kind="int", default=None, unit="count", applies="harness",
      how="the uplink changes rate once this many rounds are acknowledged", low=1,
-     optional=True, doc="The chapter's six rounds at 6 Mbit/s, then 10.")  # fmt: skip
+     optional=True, doc="The chapter's ten rounds at 6 Mbit/s, then ten at 10.")  # fmt: skip
 knob("rate_change", "rate_change_bps", kind="rate", default=None, unit="bit/s",
      applies="harness", how="the uplink's rate after rate_change_after_round", low=1,
      optional=True)  # fmt: skip

@@ -738,15 +738,22 @@ def test_agent_break_even_rounds() -> None:
         bounds.agent_break_even_rounds(30, 3.0, 0.0)
 
 
-def test_agent_rate_change_after_six_rounds() -> None:
-    # the chapter's six rounds at 6 Mbit/s, then 10 (0.8 MB: 1.0667 s, then 0.64 s of upload)
-    args = {**AGENT, "up_bps": 6e6}
-    task = bounds.agent_task_time(
-        rounds=30, protocol="h2", connection="reused", slow_start=False, warm=True,
-        rate_change_after_round=6, rate_change_bps=10e6, **args,
+def test_agent_rate_change_after_ten_rounds() -> None:
+    # the chapter's §12.5.2 (MODELS.md section 13): ten rounds at 6 Mbit/s, then ten at 10,
+    # 28.7 s, against a constant 8 Mbit/s, 27.6 s (0.8 MB: 1.0667 s, 0.64 s, 0.8 s of upload)
+    args = {**AGENT, "model_s": 0.08}
+    varying = bounds.agent_task_time(
+        rounds=20, protocol="h2", connection="reused", slow_start=False, warm=True,
+        rate_change_after_round=10, rate_change_bps=10e6, **{**args, "up_bps": 6e6},
     )  # fmt: skip
-    assert task.later_rounds == 24
-    assert task.total_s == pytest.approx(6 * (2.5 + 0.8 * 8 / 6) + 24 * (2.5 + 0.64))
+    assert varying.later_rounds == 10
+    assert varying.total_s == pytest.approx(10 * (0.58 + 0.8 * 8 / 6) + 10 * (0.58 + 0.64))
+    assert f"{varying.total_s:.1f}" == "28.7"
+    constant = bounds.agent_task_time(
+        rounds=20, protocol="h2", connection="reused", slow_start=False, warm=True,
+        **{**args, "up_bps": 8e6},
+    )  # fmt: skip
+    assert f"{constant.total_s:.1f}" == "27.6"
 
 
 # --- shared airtime -------------------------------------------------------------------

@@ -31,3 +31,14 @@ def test_counts_data_and_pure_acks_per_direction() -> None:
     assert row["direction"] == "down" and row["acks_for_it"] == 5
     assert row["model_ack_packets"] == pytest.approx(5)  # one ACK per two segments
     assert row["model_wire_bytes"] == 14480 + 10 * 52
+
+
+def test_the_chapters_sizes_beside_the_measured() -> None:
+    # §12.3.2: 1,168-byte payloads, 60-byte headers, 92-byte ACKs; the image round trip's
+    # 30 MB up and 5 MB down are 25,685 + 4,281 packets, and half their ACKs are 1.38 MB
+    up = overhead.chapter_modelled(30_000_000, 1.0)
+    down = overhead.chapter_modelled(5_000_000, 1.0)
+    assert (up["chapter_data_packets"], down["chapter_data_packets"]) == (25_685, 4_281)
+    assert up["chapter_wire_bytes"] == 30_000_000 + 25_685 * 60
+    halved = (up["chapter_ack_wire_bytes"] + down["chapter_ack_wire_bytes"]) / 2
+    assert f"{halved / 1e6:.2f}" == "1.38"
