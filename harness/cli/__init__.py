@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "harness.bench.stacks",  # bench stacks
     "proto.fec.bench",  # bench fec
     "harness.cli.run",  # run, campaign, report
+    "harness.cli.compare",  # compare (two result directories)
     "harness.abuse.bench",  # abuse (attacks on loopback, a benchmark)
     "netem.crossval",  # bench crossval (kernel netem in a VM vs the userspace emulator)
     "harness.cli.remote",  # remote check, clock, agent (a server host over ssh)
