@@ -96,7 +96,7 @@ def test_a_task_that_rode_through_the_outage_gets_the_bound_of_what_happened(
     assert cols["bound_s"] < planned.total_s
     assert cols["bound_basis"] == (
         "records: no round lost, 0 redone (0 from the server's store); the plan's bound "
-        "assumed 2 redone"
+        "assumed a round lost, 2 redone (0 from the store)"
     )
     # the plan held (a round lost, one redone from the store): the planned bound, no basis
     committed = Settings(

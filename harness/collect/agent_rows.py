@@ -76,7 +76,8 @@ class Recovery:
         lost = "a round lost" if self.outage_s else "no round lost"
         return (
             f"records: {lost}, {self.redone_rounds} redone ({self.stored_rounds} from the "
-            f"server's store); the plan's bound assumed {other.redone_rounds} redone"
+            f"server's store); the plan's bound assumed a round lost, {other.redone_rounds} "
+            f"redone ({other.stored_rounds} from the store)"
         )
 
 
