@@ -5,6 +5,8 @@
 # only what is missing. The README, the Dockerfile and .ci/run all install through this file.
 #
 #   TESTBED_INSTALL_VM=1   also install what CI's netem-in-a-VM stage needs (qemu, busybox)
+#   TESTBED_INSTALL_BROWSER=0   leave out Debian's chromium (the campaign's reproduction report
+#                          is rendered in it headless: its screenshot and its test)
 #   PYTHON=python3.12      the interpreter for the venv (default: python3, >= 3.11)
 #   TESTBED_INSTALL_DEPS_ONLY=1   install everything, but do not mark the project installed:
 #                          the Dockerfile runs this with pyproject.toml alone (a layer that
@@ -16,6 +18,7 @@ APT_PACKAGES="python3 python3-venv python3-dev gcc iproute2 iptables tcpdump ipe
 ca-certificates curl nghttp2-client nghttp2-server ngtcp2-client ngtcp2-server tshark \
 openssh-client openssh-server"
 APT_VM_PACKAGES="qemu-system-x86 busybox-static cpio kmod"
+APT_BROWSER_PACKAGES="chromium"
 
 if [ "$(id -u)" -ne 0 ]; then
     echo "harness/install.sh: error: run as root (it installs Debian packages)" >&2
@@ -24,6 +27,7 @@ fi
 
 packages="$APT_PACKAGES"
 [ "${TESTBED_INSTALL_VM:-0}" = "1" ] && packages="$packages $APT_VM_PACKAGES"
+[ "${TESTBED_INSTALL_BROWSER:-1}" = "1" ] && packages="$packages $APT_BROWSER_PACKAGES"
 missing=""
 for pkg in $packages; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \

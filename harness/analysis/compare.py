@@ -121,7 +121,7 @@ def result_dirs(path: Path) -> dict[str, Path]:
         raise SpecError(str(index), f"unreadable: {err}") from None
     out = {}
     for entry in entries:
-        found = _entry_dir(path, entry.get("result_dir"))
+        found = entry_dir(path, entry.get("result_dir"))
         if found is not None:
             out[str(entry["name"])] = found
     return out
@@ -135,7 +135,7 @@ def _experiment_name(path: Path) -> str:
     return str(manifest.get("resolved", {}).get("name") or path.parent.name)
 
 
-def _entry_dir(campaign: Path, recorded: str | None) -> Path | None:
+def entry_dir(campaign: Path, recorded: str | None) -> Path | None:
     """A campaign entry's directory as recorded (relative to where the campaign ran), or
     the same experiment/stamp under this campaign's results root (a moved results tree)."""
     if not recorded:

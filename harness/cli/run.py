@@ -1,9 +1,10 @@
 """``testbed run``, ``testbed campaign`` and ``testbed report``.
 
 ``testbed campaign`` reads its defaults from the environment so that the docker compose
-file can drive it: ``TESTBED_EXPERIMENTS`` (comma-separated names), ``TESTBED_REPS``,
-``TESTBED_ATTEMPTS``, ``TESTBED_BACKEND``, ``TESTBED_QUICK`` (1/true/yes) and
-``TESTBED_OUTPUT``; flags win.
+file can drive it: ``TESTBED_PROFILE`` (quick, full, chapter, chapter-full), else
+``TESTBED_QUICK`` (1/true/yes), ``TESTBED_EXPERIMENTS`` (comma-separated names),
+``TESTBED_REPS``, ``TESTBED_ATTEMPTS``, ``TESTBED_BACKEND`` and ``TESTBED_OUTPUT``; flags
+(``--quick``, ``--chapter``, ``--full``) win.
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ ENV_ATTEMPTS = "TESTBED_ATTEMPTS"
 ENV_BACKEND = "TESTBED_BACKEND"
 ENV_QUICK = "TESTBED_QUICK"
 ENV_OUTPUT = "TESTBED_OUTPUT"
+ENV_PROFILE = "TESTBED_PROFILE"
+
+PROFILES = {
+    "quick": (True, False),
+    "full": (False, False),
+    "chapter": (True, True),
+    "chapter-full": (False, True),
+}
+"""``TESTBED_PROFILE`` (what ``docker compose up`` runs): name -> (quick forms, the chapter's
+experiments). ``quick`` is the main job, ``chapter`` every experiment that reproduces a
+section of the chapter (``testbed campaign --chapter``), ``-full`` the long forms."""
 
 EXIT_MISSING = 2
 """Exit status when the host or container lacks a privilege the testbed needs."""
@@ -304,7 +316,7 @@ def _campaign(args: argparse.Namespace) -> int:
     reps = args.reps if args.reps is not None else env_int(ENV_REPS)
     backend = args.backend or os.environ.get(ENV_BACKEND) or "auto"
     _check_early(backend, args.link_name)
-    quick = args.quick or env_bool(ENV_QUICK)
+    quick, chapter = campaign_profile(args)
     output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
     if args.resume is None:
         paths.check_writable_dir("output", output)
@@ -323,11 +335,35 @@ def _campaign(args: argparse.Namespace) -> int:
         progress_factory=RichProgress,
         link_name=args.link_name,
         attempts=attempts_of(args),
+        chapter=chapter,
     )
     for line in summary.lines():
         print(line)
     print(f"campaign: {time.monotonic() - started:.0f} s, index {summary.index_path}")
+    report = summary.index_path.parent / "index.html"
+    if report.is_file():
+        print(f"reproduction report: {report}")
     return 0 if summary.ok else 1
+
+
+def campaign_profile(
+    args: argparse.Namespace, environ: dict[str, str] | None = None
+) -> tuple[bool, bool]:
+    """(quick forms, the chapter's experiments) from the flags, else ``TESTBED_PROFILE``,
+    else ``TESTBED_QUICK``."""
+    env = environ if environ is not None else os.environ
+    if args.full and args.quick:
+        raise SpecError("full", "give --quick or --full, not both")
+    if args.full and not args.chapter:
+        raise SpecError("full", "only with --chapter (a campaign is full unless --quick)")
+    if args.chapter or args.quick:
+        return (not args.full), bool(args.chapter)
+    profile = env.get(ENV_PROFILE, "").strip()
+    if profile:
+        if profile not in PROFILES:
+            raise SpecError(ENV_PROFILE, f"{profile!r} is not one of {', '.join(PROFILES)}")
+        return PROFILES[profile]
+    return env_bool(ENV_QUICK, dict(env)), False
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -369,10 +405,19 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
     campaign = commands.add_parser(
         "campaign",
-        help="run every shipped experiment (env: TESTBED_EXPERIMENTS, TESTBED_REPS, "
-        "TESTBED_ATTEMPTS, TESTBED_BACKEND, TESTBED_QUICK)",
+        help="run every shipped experiment (env: TESTBED_PROFILE, TESTBED_EXPERIMENTS, "
+        "TESTBED_REPS, TESTBED_ATTEMPTS, TESTBED_BACKEND, TESTBED_QUICK)",
     )
     campaign.add_argument("--quick", action="store_true", help="short forms (< 10 min in all)")
+    campaign.add_argument(
+        "--chapter",
+        action="store_true",
+        help="every experiment that reproduces a section of the chapter, in its order, quick "
+        "forms (< 45 min on a 2-core host); the reproduction report beside the index",
+    )
+    campaign.add_argument(
+        "--full", action="store_true", help="with --chapter: the full forms (a lab machine)"
+    )
     campaign.add_argument("--experiments", default=None, help="names, comma-separated")
     campaign.add_argument("--reps", type=_reps, default=None)
     campaign.add_argument("--backend", default=None)

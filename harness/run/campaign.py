@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
+import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,28 +28,41 @@ from tbcore.errors import SpecError
 
 CAMPAIGN_ORDER = ("connection", "initcwnd", "window", "congestion", "ack", "pacing", "loss")
 """The default campaign (the main job): the one-request experiments of the seed chapter, the
-headline question first. The chapter's later cases (hol, priority, playback, tiles, overhead,
-cancel, fec, airtime, agent-*) run when named (``--experiments``): their quick forms alone
-take longer than this whole campaign."""
+headline question first. ``--chapter`` runs every file that reproduces a section of the
+chapter, topologies included, in the chapter's order (harness.report.chapter.CHAPTER_ORDER);
+a name given with ``--experiments`` runs alone."""
 
 INDEX = "campaign.json"
 
 
-def experiment_files(directory: Path, names: Sequence[str] | None = None) -> list[Path]:
-    """The experiment files to run, in campaign order; unknown names are refused."""
+def experiment_files(
+    directory: Path, names: Sequence[str] | None = None, chapter: bool = False
+) -> list[Path]:
+    """The experiment files to run, in campaign order (``chapter``: every file that
+    reproduces a section of the chapter, in the chapter's order, or those of ``names``);
+    unknown names are refused."""
     available = {p.stem: p for p in sorted(Path(directory).glob("*.toml"))}
     if not available:
         raise SpecError("experiments", f"no *.toml in {directory}")
-    if names:
-        for name in names:
-            if name not in available:
-                raise SpecError(
-                    "experiments", f"{name!r} is not one of {', '.join(sorted(available))}"
-                )
+    for name in names or ():
+        if name not in available:
+            raise SpecError("experiments", f"{name!r} is not one of {', '.join(sorted(available))}")
+    if chapter:
+        order = chapter_order()
+        wanted = set(names) if names else set(order)
+        chosen = [n for n in order if n in wanted and n in available]
+    elif names:
         chosen = list(dict.fromkeys(names))
     else:
         chosen = [n for n in CAMPAIGN_ORDER if n in available]
     return [available[n] for n in chosen]
+
+
+def chapter_order() -> tuple[str, ...]:
+    """The experiments of ``--chapter`` in the chapter's order (harness.report.chapter)."""
+    from harness.report.chapter import CHAPTER_ORDER
+
+    return CHAPTER_ORDER
 
 
 @dataclass
@@ -81,7 +96,12 @@ class CampaignSummary:
 
 
 def _open_index(
-    resume: Path | None, output: Path, quick: bool, reps: int | None, backend: str
+    resume: Path | None,
+    output: Path,
+    quick: bool,
+    reps: int | None,
+    backend: str,
+    chapter: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
     """The campaign index to resume (read from ``resume``) or a new one under ``output``."""
     if resume is not None:
@@ -97,17 +117,22 @@ def _open_index(
         "quick": quick,
         "reps": reps,
         "backend": backend,
+        "chapter": chapter,
         "entries": [],
     }
     return index_path, index
 
 
 def _load_specs(
-    experiments_dir: Path, names: Sequence[str] | None, quick: bool, reps: int | None
+    experiments_dir: Path,
+    names: Sequence[str] | None,
+    quick: bool,
+    reps: int | None,
+    chapter: bool = False,
 ) -> list[specmod.ExperimentSpec]:
     """Load and validate every experiment file before the first run."""
     specs = []
-    for path in experiment_files(experiments_dir, names):
+    for path in experiment_files(experiments_dir, names, chapter):
         spec = specmod.load(path)
         if quick:
             spec = spec.quick_form()
@@ -175,15 +200,20 @@ def run_campaign(
     runner: Callable[..., Any] | None = None,
     link_name: str | None = None,
     attempts: int = DEFAULT_ATTEMPTS,
+    chapter: bool = False,
 ) -> CampaignSummary:
-    """Run the experiments; ``runner`` defaults to :func:`harness.run.runner.run_experiment`."""
+    """Run the experiments (``chapter``: in the chapter's order, harness.report.chapter), then
+    write the reproduction report beside the index (harness.report.reproduction); ``runner``
+    defaults to :func:`harness.run.runner.run_experiment`."""
     if runner is None:
         from harness.run.runner import run_experiment as runner
-    index_path, index = _open_index(resume, output, quick, reps, backend)
+    started = time.monotonic()
+    index_path, index = _open_index(resume, output, quick, reps, backend, chapter)
     if resume is not None:
         quick, reps, backend = index["quick"], index["reps"], index["backend"]
+        chapter = bool(index.get("chapter", False))
         names = [e["name"] for e in index["entries"]]
-    specs = _load_specs(experiments_dir, names, quick, reps)
+    specs = _load_specs(experiments_dir, names, quick, reps, chapter)
     entries = {e["name"]: e for e in index["entries"]}
     for spec in specs:
         entries.setdefault(spec.name, {"name": spec.name, "status": "pending"})
@@ -200,8 +230,32 @@ def run_campaign(
         _run_entry(spec, entry, index, index_path, progress, run)
         atomic_write_json(index_path, index)
     index["finished_utc"] = utc_stamp()
+    index["wall_s"] = float(index.get("wall_s") or 0.0) + time.monotonic() - started
+    atomic_write_json(index_path, index)
+    index.update(reproduction_report(index_path.parent))
     atomic_write_json(index_path, index)
     return CampaignSummary(index_path=index_path, entries=index["entries"])
+
+
+def reproduction_report(directory: Path) -> dict[str, Any]:
+    """The reproduction report of the campaign (report.md, index.html) and, where chromium
+    is installed, its screenshot; what failed is noted in the index, never raised (the
+    experiments' results stand without it)."""
+    from harness.report import browser, reproduction
+
+    out: dict[str, Any] = {}
+    try:
+        written = reproduction.write_reproduction(directory)
+        out["reproduction"] = {k: str(v) for k, v in written.items()}
+    except Exception as err:
+        out["reproduction_error"] = f"{type(err).__name__}: {err}"[:300]
+        return out
+    try:
+        browser.render(written["html"], directory / reproduction.SCREENSHOT)
+        out["reproduction"]["screenshot"] = str(directory / reproduction.SCREENSHOT)
+    except (SpecError, OSError, subprocess.SubprocessError) as err:
+        out["screenshot_error"] = str(err)[:300]
+    return out
 
 
 def _recorder(

@@ -1,0 +1,467 @@
+"""The measures and the chapter's parameters behind harness.report.chapter's findings: the
+chapter's numbers recomputed by harness.bounds, and the measures of findings that are an
+order or a sign (which stream finishes first, which site is chosen), read from a campaign's
+results (harness.report.findings)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+from harness import bounds
+from harness.report.findings import (
+    UNIT_SCALE,
+    Measure,
+    Measured,
+    NotMeasured,
+    Results,
+    fmt,
+    level_difference,
+    level_value,
+    runs_bound,
+    table_medians,
+)
+
+MBIT = 1e6
+R = 0.2
+"""The long haul's round trip (§12.3)."""
+TOLERANCE = 0.10
+"""A measured number within 10 % of the chapter's reproduces it (the chapter's own figures
+are rounded to two or three digits, and its path was a real one)."""
+
+
+def text(value: float, unit: str, source: str) -> Callable[[Results], str]:
+    """A bound computed for the chapter's parameters, with where it comes from."""
+    return lambda _r: f"{fmt(value, unit)} ({source})"
+
+
+def with_runs(
+    value: float, unit: str, source: str, experiment: str, level: str
+) -> Callable[[Results], str]:
+    """The chapter's parameters' bound and the level's runs' own bound (set-up, slow start)."""
+
+    def text(results: Results) -> str:
+        own = runs_bound(results, experiment, level, unit)
+        return f"{fmt(value, unit)} ({source})" + (f"; {own}" if own else "")
+
+    return text
+
+
+# --- the chapter's parameters, through harness.bounds ----------------------------------------
+
+IMAGE = dict(
+    upload_bytes=30_000_000,
+    download_bytes=5_000_000,
+    up_bps=20 * MBIT,
+    down_bps=100 * MBIT,
+    rtt_s=0.1,
+    processing_s=0.3,
+)
+AGENT = dict(
+    rtt_s=0.2,
+    up_bps=6.4 * MBIT,
+    down_bps=6.4 * MBIT,
+    upload_bytes=800_000,
+    local_s=0.3,
+    model_s=2.0,
+    protocol="h2",
+    slow_start=False,
+)
+AUDIO_BYTES = 354_640
+
+
+def image_s() -> float:
+    i = IMAGE
+    return bounds.serial_time(
+        i["upload_bytes"],
+        i["download_bytes"],
+        i["up_bps"],
+        i["down_bps"],
+        i["rtt_s"],
+        i["processing_s"],
+    )
+
+
+def image_with_overhead_s(payload: int, header: int, ack: int) -> float:
+    """Section 7 into section 1: every byte on the wire at the data direction's rate."""
+    up = bounds.wire_bytes(30_000_000, payload, header, ack)[1]
+    down = bounds.wire_bytes(5_000_000, payload, header, ack)[1]
+    return bounds.serial_time(up, down, 20 * MBIT, 100 * MBIT, 0.1, 0.3)
+
+
+def agent_s(rounds: int, **changes: float | str | bool) -> float:
+    args = {**AGENT, **changes}
+    return bounds.agent_task_time(rounds=rounds, connection="reused", **args).total_s  # type: ignore[arg-type]
+
+
+def site_s(model_s: float, rtt_s: float, up_bps: float, rounds: int = 20) -> float:
+    """The remaining rounds on a warm connection at one site (§12.5.2)."""
+    args = dict(AGENT, model_s=model_s, rtt_s=rtt_s, up_bps=up_bps, down_bps=up_bps)
+    return bounds.agent_task_time(rounds=rounds, connection="reused", warm=True, **args).total_s  # type: ignore[arg-type]
+
+
+def audio_packets() -> int:
+    return bounds.wire_bytes(AUDIO_BYTES, bounds.TCP_MSS_BYTES, 0, 0)[0]
+
+
+def voice_request_s(connection: str) -> float:
+    """The voice request on 200 ms, 333 Mbit/s with its set-up and slow start (MODELS 1, 4, 6)."""
+    return bounds.request_time(
+        rtt_s=R, up_bps=333 * MBIT, down_bps=333 * MBIT, upload_bytes=AUDIO_BYTES,
+        download_bytes=0, protocol="h2", connection=connection, processing_s=0.030,
+    ).total_s  # fmt: skip
+
+
+def voice_s() -> float:
+    return bounds.serial_time(AUDIO_BYTES, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030)
+
+
+# --- measures of orders and signs -----------------------------------------------------------
+
+
+def playback_jitter(results: Results) -> Measured:
+    table = results.table("playback", "playback")
+    mine = table[table["level"].astype(str) == "jitter-h2"]
+    if mine.empty:
+        raise NotMeasured("playback: level jitter-h2 is not in this form of the file")
+    stalls = table_medians(mine, ["initial_buffer_s"], "stall_count")
+    at = {round(k * 1e3): v for k, v in stalls.items()}
+    cells = ", ".join(f"{ms} ms: {v:g}" for ms, v in sorted(at.items()))
+    ok = at.get(40, 0) > 0 and at.get(45, 1) == 0
+    plays = [ms for ms, v in sorted(at.items()) if v == 0]
+    reason = (
+        f"on this file's +-30 ms jitter the smallest buffer without a stall is {plays[0]} ms"
+        if plays
+        else "every buffer stalled"
+    )
+    return Measured(
+        f"median stalls by initial buffer: {cells}",
+        ok=ok,
+        runs=mine["run_id"].nunique(),
+        reason=reason,
+    )
+
+
+def playback_shortfall(results: Results) -> Measured:
+    table = results.table("playback", "playback")
+    mine = table[table["level"].astype(str) == "rate-shortfall-h2"]
+    if mine.empty:
+        raise NotMeasured("playback: level rate-shortfall-h2 is not in this form of the file")
+    stalls = table_medians(mine, ["initial_buffer_s"], "stall_count")
+    cells = ", ".join(f"{round(k * 1e3)} ms: {v:g}" for k, v in sorted(stalls.items()))
+    every = all(v > 0 for v in stalls.values())
+    return Measured(
+        f"median stalls by initial buffer: {cells}",
+        ok=every,
+        runs=mine["run_id"].nunique(),
+        reason="every buffer stalls, as the chapter says"
+        if every
+        else "some buffer played through the shortfall",
+    )
+
+
+def shortfall_bound(_results: Results) -> str:
+    from harness.analysis.playback import H2_CHUNK_OVERHEAD_BYTES
+
+    play = 960 * 8 / 0.020
+    receive = 300e3 * 960 / (960 + H2_CHUNK_OVERHEAD_BYTES)
+    empty = bounds.buffer_depletion_s(0.040 * play, play, receive)
+    return (
+        f"40 ms of audio at 384 kbit/s against {receive / 1e3:.0f} kbit/s of audio received "
+        f"empties in {empty:.3f} s (MODELS 3, this file's rates)"
+    )
+
+
+def stream_order(results: Results) -> Measured:
+    table = results.table("priority", "streams")
+    delivered = table_medians(table, ["level", "stream"], "delivered_s")
+
+    def at(level: str, kind: str) -> float:
+        hits = [
+            v for (lv, stream), v in delivered.items() if lv == level and stream.startswith(kind)
+        ]
+        if not hits:
+            raise NotMeasured(f"priority: no {kind} stream of {level}")
+        return hits[0]
+
+    fifo_audio, first_audio = at("fifo-h2", "audio"), at("audio-first-h2", "audio")
+    fifo_image, first_image = at("fifo-h2", "image"), at("audio-first-h2", "image")
+    ok = first_audio < fifo_audio and first_image >= fifo_image - 0.01
+    text = (
+        f"audio done at {fifo_audio * 1e3:.0f} ms (FIFO) vs {first_audio * 1e3:.0f} ms "
+        f"(audio first); image {fifo_image * 1e3:.0f} vs {first_image * 1e3:.0f} ms (HTTP/2)"
+    )
+    return Measured(
+        text,
+        ok=ok,
+        runs=table["run_id"].nunique(),
+        reason="audio first did not move the audio earlier" if not ok else "",
+    )
+
+
+def hol(results: Results) -> Measured:
+    table = results.table("hol", "streams")
+    waits = table_medians(table, ["level", "stream"], "hol_wait_s")
+    audio = {lv: v for (lv, stream), v in waits.items() if str(stream).startswith("audio")}
+    if "h2-l3.6" not in audio or "h3-l3.6" not in audio:
+        raise NotMeasured("hol: the 3.6 % levels are not in these results")
+    h2, h3 = audio["h2-l3.6"], audio["h3-l3.6"]
+    ok = h2 > 0.001 and h3 <= 0.001
+    text = (
+        f"complete audio held {h2 * 1e3:.1f} ms behind the image's retransmissions on "
+        f"HTTP/2, {h3 * 1e3:.1f} ms on HTTP/3 (3.6 % loss, medians)"
+    )
+    return Measured(
+        text,
+        ok=ok,
+        runs=table["run_id"].nunique(),
+        reason="" if ok else "no wait on HTTP/2 in these runs (no loss hit a gap)",
+    )
+
+
+def deadline_chunks(results: Results) -> Measured:
+    table = results.table("priority", "chunks")
+    on_time = table.assign(_on=table["on_time"].astype(str) == "True")
+    per_run = on_time.groupby(["level", "run_id"])["_on"].sum().groupby("level").median()
+    fifo, first = per_run.get("deadline-fifo-h2"), per_run.get("deadline-audio-first-h2")
+    if fifo is None or first is None:
+        raise NotMeasured("priority: the deadline levels are not in these results")
+    ok = fifo < 8 and first == 8
+    text = f"chunks in time of 8: FIFO {fifo:g}, media first {first:g} (HTTP/2, medians)"
+    return Measured(
+        text,
+        ok=ok,
+        runs=table["run_id"].nunique(),
+        reason="" if ok else "the order did not decide the deadline here",
+    )
+
+
+def cancel(results: Results) -> Measured:
+    table = results.table("cancel", "cancel")
+    stopped = pd.to_numeric(table["sending_stopped_s"], errors="coerce")
+    bound = pd.to_numeric(table["bound_s"], errors="coerce")
+    within = int((stopped <= bound).sum())
+    text = (
+        f"sending stopped {stopped.median() * 1e3:.0f} ms after the cancel (bound "
+        f"{bound.median() * 1e3:.0f} ms): {within} of {len(table)} within"
+    )
+    return Measured(
+        text,
+        ok=within == len(table),
+        runs=table["run_id"].nunique(),
+        reason=f"{len(table) - within} streams sent past the bound",
+    )
+
+
+def ack_saving(results: Results) -> Measured:
+    table = results.table("overhead", "overhead")
+    sized = "ack_wire_bytes_at_chapter_size"
+    if sized not in table:
+        raise NotMeasured("overhead.csv has no ACK bytes at the chapter's size (an older run)")
+    per_run = table.groupby(["level", "run_id"])[[sized, "ack_wire_bytes", "total_s"]].agg(
+        {sized: "sum", "ack_wire_bytes": "sum", "total_s": "first"}
+    )
+    med = per_run.groupby("level").median()
+    if not {"ack-per-segment", "delayed-ack"} <= set(med.index):
+        raise NotMeasured("overhead: both ACK levels are needed")
+    saved = med.loc["ack-per-segment", sized] - med.loc["delayed-ack", sized]
+    saved_here = (
+        med.loc["ack-per-segment", "ack_wire_bytes"] - med.loc["delayed-ack", "ack_wire_bytes"]
+    )
+    later = med.loc["delayed-ack", "total_s"] - med.loc["ack-per-segment", "total_s"]
+    text = (
+        f"{saved / 1e6:.2f} MB fewer at 92 bytes an ACK ({saved_here / 1e6:.2f} MB at "
+        f"Linux's 52), completion {later * 1e3:+.0f} ms"
+    )
+    return Measured(text, value=saved / 1e6, runs=per_run.shape[0])
+
+
+def fewer_acks_not_sooner(results: Results) -> Measured:
+    diff = level_difference("ack", "delayed", "per-segment", unit="ms")(results)
+    assert diff.value is not None
+    ok = diff.value > -0.01 * 1e3 * float(results.runs("ack", "per-segment")["total_s"].median())
+    return Measured(
+        diff.text,
+        ok=ok,
+        runs=diff.runs,
+        reason="delayed ACKs ended the request more than 1 % sooner here",
+    )
+
+
+def bbr_vs_loss_based(results: Results) -> Measured:
+    cubic = level_value("congestion", "cubic-l3.6", unit="ms")(results)
+    bbr = level_value("congestion", "bbr-l3.6", unit="ms")(results)
+    assert cubic.value is not None and bbr.value is not None
+    return Measured(
+        f"cubic {fmt(cubic.value, 'ms')}, bbr {fmt(bbr.value, 'ms')} at 3.6 %",
+        ok=bbr.value < cubic.value,
+        runs=cubic.runs + bbr.runs,
+        reason="bbr was not faster here",
+    )
+
+
+def deadline_rate(results: Results) -> Measured:
+    met = {}
+    for level in ("cloud-4.0mbit", "cloud-3.6mbit"):
+        runs = results.runs("agent-deployment", level)
+        met[level] = bool(runs["deadline_met"].astype(str).eq("True").all())
+    ok = met["cloud-4.0mbit"] and not met["cloud-3.6mbit"]
+    text = (
+        f"4.0 Mbit/s {'meets' if met['cloud-4.0mbit'] else 'misses'}, 3.6 Mbit/s "
+        f"{'meets' if met['cloud-3.6mbit'] else 'misses'} the (scaled) deadline"
+    )
+    return Measured(text, ok=ok, runs=2, reason="the threshold is not between 3.6 and 4.0 here")
+
+
+def _site_energy(results: Results) -> dict[str, float]:
+    out = {}
+    for site in ("phone", "near", "cloud"):
+        runs = results.runs("agent-deployment", site)
+        energy = pd.to_numeric(runs["site_energy_j"], errors="coerce")
+        done = pd.to_numeric(runs["agent_rounds_done"], errors="coerce")
+        out[site] = float((energy * 20 / done).median())
+    return out
+
+
+def energies(results: Results) -> Measured:
+    e = _site_energy(results)
+    ok = (
+        518 <= e["phone"] <= 680
+        and abs(e["near"] / 1810 - 1) <= TOLERANCE
+        and abs(e["cloud"] / 1120 - 1) <= TOLERANCE
+    )
+    text = (
+        f"phone {e['phone']:.0f} J, near {e['near'] / 1e3:.2f} kJ, cloud "
+        f"{e['cloud'] / 1e3:.2f} kJ (stated power x measured model time, 20 rounds)"
+    )
+    return Measured(text, ok=ok, runs=3, reason="a site's model time differs from the chapter's")
+
+
+def decision(results: Results) -> Measured:
+    met = {}
+    for site in ("phone", "near", "cloud"):
+        runs = results.runs("agent-deployment", site)
+        met[site] = bool(runs["deadline_met"].astype(str).eq("True").all())
+    e = _site_energy(results)
+    chosen = min((s for s in ("near", "cloud") if met[s]), key=lambda s: e[s], default=None)
+    ok = met["near"] and met["cloud"] and not met["phone"] and chosen == "cloud"
+    text = (
+        f"deadline met: phone {met['phone']}, near {met['near']}, cloud {met['cloud']}; "
+        f"the one meeting it with less energy: {chosen or 'none'}"
+    )
+    return Measured(text, ok=ok, runs=3, reason=f"this campaign chooses {chosen or 'no site'}")
+
+
+def jensen(results: Results) -> Measured:
+    varying = level_value("agent-rate", "6-then-10mbit")(results)
+    constant = level_value("agent-rate", "constant-8mbit")(results)
+    assert varying.value is not None and constant.value is not None
+    ok = varying.value > constant.value and all(
+        abs(m / c - 1) <= TOLERANCE for m, c in ((varying.value, 28.7), (constant.value, 27.6))
+    )
+    text = f"{fmt(varying.value, 's')} varying vs {fmt(constant.value, 's')} constant"
+    return Measured(
+        text,
+        ok=ok,
+        runs=varying.runs + constant.runs,
+        reason="the varying uplink was not slower, or a time is off by over 10 %",
+    )
+
+
+def upload_rate(experiment: str, level: str) -> Measure:
+    """The upload's rate at the server: its bytes over the time it took to read them."""
+
+    def measure(results: Results) -> Measured:
+        runs = results.runs(experiment, level)
+        rate = (
+            pd.to_numeric(runs["up_bytes"], errors="coerce")
+            * 8
+            / pd.to_numeric(runs["server_receive_s"], errors="coerce")
+        )
+        value = float(rate.median()) * UNIT_SCALE["Mbit/s"]
+        if not math.isfinite(value):
+            raise NotMeasured(f"{experiment}/{level}: no server receive time")
+        text = f"{fmt(value, 'Mbit/s')} ({experiment}/{level}: the body read by the server)"
+        return Measured(text, value, runs=len(runs))
+
+    return measure
+
+
+def upload_rounds(experiment: str, level: str) -> Measure:
+    """Rounds of a new connection's upload: the server reads the first flight one round
+    after the request leaves and the last one (rounds - 1) round trips later."""
+
+    def measure(results: Results) -> Measured:
+        runs = results.runs(experiment, level)
+        receive = pd.to_numeric(runs["server_receive_s"], errors="coerce")
+        rtt = pd.to_numeric(runs["rtt_s"], errors="coerce")
+        rounds = float((receive / rtt).median()) + 1
+        if not math.isfinite(rounds):
+            raise NotMeasured(f"{experiment}/{level}: no server receive time")
+        text = (
+            f"{round(rounds)} rounds ({experiment}/{level}: the server read the body over "
+            f"{receive.median() * 1e3:.0f} ms = {rounds - 1:.2f} round trips)"
+        )
+        return Measured(text, float(round(rounds)), runs=len(runs))
+
+    return measure
+
+
+def outage_task(level: str) -> Measure:
+    def measure(results: Results) -> Measured:
+        base = level_value("agent-outage", level)(results)
+        runs = results.runs("agent-outage", level)
+        met = runs["deadline_met"].astype(str).eq("True").all()
+        return Measured(
+            f"{base.text}; deadline {'met' if met else 'missed'}", base.value, runs=base.runs
+        )
+
+    return measure
+
+
+def airtime_image(column: str, level: str, baseline: str | None = None) -> Measure:
+    def measure(results: Results) -> Measured:
+        runs = results.runs("airtime", level)
+        if not runs["workload"].astype(str).eq("retouch").all():
+            raise NotMeasured("airtime: the quick form carries the audio, not the image")
+        if baseline is None:
+            return level_value("airtime", level, column)(results)
+        return level_difference("airtime", level, baseline, column)(results)
+
+    return measure
+
+
+def ack_saving_bound(_results: Results) -> str:
+    """Half of one 92-byte ACK per 1,168-byte packet of the image round trip (MODELS 7)."""
+    from harness.collect.overhead import chapter_modelled
+
+    saved = sum(chapter_modelled(b, 0.5)["chapter_ack_wire_bytes"] for b in (30e6, 5e6))
+    return f"{saved / 1e6:.2f} MB (MODELS 7, half of one 92-byte ACK per 1,168-byte packet)"
+
+
+def window_s() -> float:
+    """30 MB at the 64 KB window's rate on 100 ms (MODELS 5)."""
+    return 30e6 * 8 / bounds.window_throughput_bps(64_000, 0.1, 20 * MBIT)
+
+
+def deadline_rate_bound(_results: Results) -> str:
+    rate = bounds.agent_deadline_rate_bps(
+        rounds=20, deadline_s=45.0, upload_bytes=800_000, rtt_s=R, local_s=0.3, model_s=0.08
+    )
+    return f"{rate / MBIT:.2f} Mbit/s (MODELS 13)"
+
+
+def jensen_bound(_results: Results) -> str:
+    varying = site_s(0.08, R, 6 * MBIT, 10) + site_s(0.08, R, 10 * MBIT, 10)
+    return f"{varying:.1f} s vs {site_s(0.08, R, 8 * MBIT):.1f} s (MODELS 13)"
+
+
+def runs_bound_of(experiment: str, level: str, unit: str = "s") -> Callable[[Results], str]:
+    """The level's runs' own bound (or '–')."""
+    return lambda r: runs_bound(r, experiment, level, unit) or "–"
+
+
+def fixed(text: str) -> Callable[[Results], str]:
+    return lambda _r: text
