@@ -25,7 +25,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 CHECK = ROOT / ".ci" / "compose-check"
 VARIABLES = (
-    "TESTBED_QUICK",
+    "TESTBED_PROFILE",
     "TESTBED_EXPERIMENTS",
     "TESTBED_REPS",
     "TESTBED_ATTEMPTS",
@@ -177,14 +177,14 @@ def test_compose_writes_results_to_the_hosts_results_directory() -> None:
 def test_compose_documents_exactly_its_variables() -> None:
     svc = service()
     assert set(svc["environment"]) == set(VARIABLES)
-    assert svc["environment"]["TESTBED_QUICK"] == "1"  # the quick campaign by default
+    assert svc["environment"]["TESTBED_PROFILE"] == "quick"  # the quick campaign by default
     header = COMPOSE_FILE.read_text().split("\nname:", 1)[0]
     for name in VARIABLES:
         assert name in header
     # a variable set on the host reaches the container
-    env = compose_config(env={"TESTBED_REPS": "7", "TESTBED_QUICK": "0"})
+    env = compose_config(env={"TESTBED_REPS": "7", "TESTBED_PROFILE": "chapter"})
     assert env["services"]["testbed"]["environment"]["TESTBED_REPS"] == "7"
-    assert env["services"]["testbed"]["environment"]["TESTBED_QUICK"] == "0"
+    assert env["services"]["testbed"]["environment"]["TESTBED_PROFILE"] == "chapter"
 
 
 def test_readme_documents_the_variables() -> None:
@@ -201,7 +201,7 @@ def test_container_command_is_the_bare_host_command() -> None:
     svc = service()
     assert svc.get("entrypoint") is None  # the image's plain command, no wrapper
     # the README's command less --quick, which the compose default supplies through
-    # TESTBED_QUICK: a --quick flag here would win over TESTBED_QUICK=0
+    # TESTBED_PROFILE: a --quick flag here would win over TESTBED_PROFILE=chapter
     assert svc["command"] == main_job[:2]
 
 
@@ -212,7 +212,7 @@ def test_campaign_reads_the_compose_variables() -> None:
 
     # the names the compose file sets are the names `testbed campaign` reads
     assert {
-        run_cli.ENV_QUICK,
+        run_cli.ENV_PROFILE,
         run_cli.ENV_EXPERIMENTS,
         run_cli.ENV_REPS,
         run_cli.ENV_ATTEMPTS,
@@ -220,16 +220,17 @@ def test_campaign_reads_the_compose_variables() -> None:
     } == set(VARIABLES)
     svc = service()
     args = build_parser().parse_args(svc["command"][1:])
-    assert args.command == "campaign" and not args.quick
+    assert args.command == "campaign" and not args.quick and not args.chapter
     default = svc["environment"]
-    assert run_cli.env_bool(run_cli.ENV_QUICK, default) is True  # quick unless asked
+    assert run_cli.campaign_profile(args, default) == (True, False)  # quick unless asked
     assert run_cli.env_int(run_cli.ENV_REPS, default) is None
     assert run_cli.attempts_of(args, default) == DEFAULT_ATTEMPTS
-    full = compose_config(env={"TESTBED_QUICK": "0", "TESTBED_REPS": "20", "TESTBED_ATTEMPTS": "1"})
-    env = full["services"]["testbed"]["environment"]
-    assert run_cli.env_bool(run_cli.ENV_QUICK, env) is False
-    assert run_cli.env_int(run_cli.ENV_REPS, env) == 20
-    assert run_cli.attempts_of(args, env) == 1
+    for profile, expected in run_cli.PROFILES.items():
+        env = {"TESTBED_PROFILE": profile, "TESTBED_REPS": "20", "TESTBED_ATTEMPTS": "1"}
+        chosen = compose_config(env=env)["services"]["testbed"]["environment"]
+        assert run_cli.campaign_profile(args, chosen) == expected
+    assert run_cli.env_int(run_cli.ENV_REPS, chosen) == 20
+    assert run_cli.attempts_of(args, chosen) == 1
 
 
 # --- .ci/compose-check ------------------------------------------------------------------

@@ -175,8 +175,32 @@ def agent_part(
         error = error or "the outage was never given to the link"
     if settings.rate_change_after_round is not None and "rate" not in given:
         error = error or "the rate change was never given to the link"
+    out.update(_bound_columns(settings, path, rounds if error is None else None, upload, encode))
+    if out.get("total_s") and out.get("bound_s"):
+        out["ratio"] = out["total_s"] / out["bound_s"]
+    if settings.agent_deadline_s is not None:
+        out["deadline_s"] = settings.agent_deadline_s
+        if "total_s" in out:
+            out["deadline_met"] = out["total_s"] <= settings.agent_deadline_s
+    busy = sum(r.model_s for r in done if r.model_s is not None and r.executed)
+    out["site_busy_s"] = busy
+    if settings.site_power_w is not None:
+        out["site_energy_j"] = bounds.agent_energy_j(settings.site_power_w, busy)
+    return RowPart(out, error, start_s, end_s, sha256_ok)
+
+
+def _bound_columns(
+    settings: Settings,
+    path: Topology,
+    rounds: Sequence[AgentRound] | None,
+    upload: int,
+    encode: float,
+) -> dict[str, Any]:
+    """The task's bound: the plan's, or (an outage whose premise the ``rounds`` contradict)
+    what the rounds show happened, named in ``bound_basis``."""
+    out: dict[str, Any] = {}
     recovery = Recovery.planned(settings)
-    if settings.outage_after_round is not None and error is None:
+    if settings.outage_after_round is not None and rounds is not None:
         recorded = Recovery.recorded(settings, rounds)
         out["bound_basis"] = recorded.differs(recovery)
         recovery = recorded
@@ -188,17 +212,7 @@ def agent_part(
             bound_feedback_s=bound.feedback_s,
             bound_processing_s=(bound.rounds + bound.redone_rounds) * settings.agent_model_s,
         )
-        if out.get("total_s"):
-            out["ratio"] = out["total_s"] / bound.total_s
-    if settings.agent_deadline_s is not None:
-        out["deadline_s"] = settings.agent_deadline_s
-        if "total_s" in out:
-            out["deadline_met"] = out["total_s"] <= settings.agent_deadline_s
-    busy = sum(r.model_s for r in done if r.model_s is not None and r.executed)
-    out["site_busy_s"] = busy
-    if settings.site_power_w is not None:
-        out["site_energy_j"] = bounds.agent_energy_j(settings.site_power_w, busy)
-    return RowPart(out, error, start_s, end_s, sha256_ok)
+    return out
 
 
 register_row_part("agent_round", agent_part)

@@ -20,6 +20,7 @@ from harness.report.findings import (
     fmt,
     level_difference,
     level_value,
+    reads,
     runs_bound,
     table_medians,
 )
@@ -121,6 +122,7 @@ def voice_s() -> float:
 # --- measures of orders and signs -----------------------------------------------------------
 
 
+@reads("playback", "jitter-h2")
 def playback_jitter(results: Results) -> Measured:
     table = results.table("playback", "playback")
     mine = table[table["level"].astype(str) == "jitter-h2"]
@@ -144,6 +146,7 @@ def playback_jitter(results: Results) -> Measured:
     )
 
 
+@reads("playback", "rate-shortfall-h2")
 def playback_shortfall(results: Results) -> Measured:
     table = results.table("playback", "playback")
     mine = table[table["level"].astype(str) == "rate-shortfall-h2"]
@@ -174,6 +177,7 @@ def shortfall_bound(_results: Results) -> str:
     )
 
 
+@reads("priority", "fifo-h2", "audio-first-h2")
 def stream_order(results: Results) -> Measured:
     table = results.table("priority", "streams")
     delivered = table_medians(table, ["level", "stream"], "delivered_s")
@@ -201,6 +205,7 @@ def stream_order(results: Results) -> Measured:
     )
 
 
+@reads("hol", "h2-l3.6", "h3-l3.6")
 def hol(results: Results) -> Measured:
     table = results.table("hol", "streams")
     waits = table_medians(table, ["level", "stream"], "hol_wait_s")
@@ -221,6 +226,7 @@ def hol(results: Results) -> Measured:
     )
 
 
+@reads("priority", "deadline-fifo-h2", "deadline-audio-first-h2")
 def deadline_chunks(results: Results) -> Measured:
     table = results.table("priority", "chunks")
     on_time = table.assign(_on=table["on_time"].astype(str) == "True")
@@ -238,6 +244,7 @@ def deadline_chunks(results: Results) -> Measured:
     )
 
 
+@reads("cancel", "cancel-h2")
 def cancel(results: Results) -> Measured:
     table = results.table("cancel", "cancel")
     stopped = pd.to_numeric(table["sending_stopped_s"], errors="coerce")
@@ -255,6 +262,7 @@ def cancel(results: Results) -> Measured:
     )
 
 
+@reads("overhead", "ack-per-segment", "delayed-ack")
 def ack_saving(results: Results) -> Measured:
     table = results.table("overhead", "overhead")
     sized = "ack_wire_bytes_at_chapter_size"
@@ -278,6 +286,7 @@ def ack_saving(results: Results) -> Measured:
     return Measured(text, value=saved / 1e6, runs=per_run.shape[0])
 
 
+@reads("ack", "delayed", "per-segment")
 def fewer_acks_not_sooner(results: Results) -> Measured:
     diff = level_difference("ack", "delayed", "per-segment", unit="ms")(results)
     assert diff.value is not None
@@ -290,6 +299,7 @@ def fewer_acks_not_sooner(results: Results) -> Measured:
     )
 
 
+@reads("congestion", "cubic-l3.6", "bbr-l3.6")
 def bbr_vs_loss_based(results: Results) -> Measured:
     cubic = level_value("congestion", "cubic-l3.6", unit="ms")(results)
     bbr = level_value("congestion", "bbr-l3.6", unit="ms")(results)
@@ -302,6 +312,7 @@ def bbr_vs_loss_based(results: Results) -> Measured:
     )
 
 
+@reads("agent-deployment", "cloud-4.0mbit", "cloud-3.6mbit")
 def deadline_rate(results: Results) -> Measured:
     met = {}
     for level in ("cloud-4.0mbit", "cloud-3.6mbit"):
@@ -325,6 +336,7 @@ def _site_energy(results: Results) -> dict[str, float]:
     return out
 
 
+@reads("agent-deployment", "phone", "near", "cloud")
 def energies(results: Results) -> Measured:
     e = _site_energy(results)
     ok = (
@@ -339,6 +351,7 @@ def energies(results: Results) -> Measured:
     return Measured(text, ok=ok, runs=3, reason="a site's model time differs from the chapter's")
 
 
+@reads("agent-deployment", "phone", "near", "cloud")
 def decision(results: Results) -> Measured:
     met = {}
     for site in ("phone", "near", "cloud"):
@@ -354,6 +367,7 @@ def decision(results: Results) -> Measured:
     return Measured(text, ok=ok, runs=3, reason=f"this campaign chooses {chosen or 'no site'}")
 
 
+@reads("agent-rate", "6-then-10mbit", "constant-8mbit")
 def jensen(results: Results) -> Measured:
     varying = level_value("agent-rate", "6-then-10mbit")(results)
     constant = level_value("agent-rate", "constant-8mbit")(results)
@@ -386,7 +400,7 @@ def upload_rate(experiment: str, level: str) -> Measure:
         text = f"{fmt(value, 'Mbit/s')} ({experiment}/{level}: the body read by the server)"
         return Measured(text, value, runs=len(runs))
 
-    return measure
+    return reads(experiment, level)(measure)
 
 
 def upload_rounds(experiment: str, level: str) -> Measure:
@@ -406,7 +420,7 @@ def upload_rounds(experiment: str, level: str) -> Measure:
         )
         return Measured(text, float(round(rounds)), runs=len(runs))
 
-    return measure
+    return reads(experiment, level)(measure)
 
 
 def outage_task(level: str) -> Measure:
@@ -418,7 +432,7 @@ def outage_task(level: str) -> Measure:
             f"{base.text}; deadline {'met' if met else 'missed'}", base.value, runs=base.runs
         )
 
-    return measure
+    return reads("agent-outage", level)(measure)
 
 
 def airtime_image(column: str, level: str, baseline: str | None = None) -> Measure:
@@ -430,7 +444,7 @@ def airtime_image(column: str, level: str, baseline: str | None = None) -> Measu
             return level_value("airtime", level, column)(results)
         return level_difference("airtime", level, baseline, column)(results)
 
-    return measure
+    return reads("airtime", level, *([baseline] if baseline else []))(measure)
 
 
 def ack_saving_bound(_results: Results) -> str:

@@ -113,6 +113,17 @@ class Results:
 Measure = Callable[[Results], Measured]
 
 
+def reads(experiment: str, *levels: str) -> Callable[[Measure], Measure]:
+    """Mark a measure with the experiment and levels it reads (``measure.levels``): the
+    chapter campaign's quick forms must carry them (tests/test_chapter.py)."""
+
+    def mark(measure: Measure) -> Measure:
+        measure.levels = (experiment, levels)  # type: ignore[attr-defined]
+        return measure
+
+    return mark
+
+
 def _column(runs: pd.DataFrame, column: str) -> pd.Series:
     if column not in runs:
         raise NotMeasured(f"no {column} in runs.csv")
@@ -149,7 +160,7 @@ def level_value(
         text = f"{fmt(median, unit)} ({experiment}/{level}{interval}, {len(values)} valid{note})"
         return Measured(text, median, runs=len(values))
 
-    return measure
+    return reads(experiment, level)(measure)
 
 
 def level_difference(
@@ -178,7 +189,7 @@ def level_difference(
         )
         return Measured(text, point, runs=len(sides[0]) + len(sides[1]))
 
-    return measure
+    return reads(experiment, level, baseline)(measure)
 
 
 def runs_bound(results: Results, experiment: str, level: str, unit: str = "s") -> str:
