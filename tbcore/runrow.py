@@ -372,6 +372,10 @@ class RunRow(Record):
     valid: bool | None = col(doc="The run measured what it was meant to (see invalid_reason).")
     invalid_reason: str | None = col(doc="Every reason the run is invalid, joined by '; '.")
     wall_s: float | None = col(doc="Wall time the harness spent on the run.", unit="s")
+    lock_wait_s: float | None = col(
+        doc="Of wall_s: waiting for another experiment's run on this host (harness.run.lock).",
+        unit="s",
+    )
 
 
 def run_columns(groups: Collection[str] | None = None) -> tuple[str, ...]:

@@ -102,6 +102,19 @@ def build_rows(results: Results) -> list[Row]:
     return [row_of(f, results) for f in all_findings()]
 
 
+def lock_wait_s(results: Results) -> float:
+    """Seconds the campaign's runs waited for other experiments' runs on the host."""
+    total = 0.0
+    for name in results.dirs:
+        try:
+            frame = results.frame(name)
+        except Exception:
+            continue
+        if "lock_wait_s" in frame:
+            total += float(frame["lock_wait_s"].fillna(0).sum())
+    return total
+
+
 def below_bound_counts(results: Results) -> dict[str, tuple[int, int]]:
     """Per experiment: (measured runs below their bound, measured runs)."""
     out = {}
@@ -212,6 +225,10 @@ def _summary(campaign: Campaign, rows: list[Row]) -> list[str]:
     below_runs = sum(b for b, _ in below.values())
     all_runs = sum(n for _, n in below.values())
     wall = campaign.wall_s
+    waited = lock_wait_s(campaign.results)
+    shared = (
+        f", of which {waited / 60:.1f} min waiting for other experiments' runs" if waited else ""
+    )
     lines = [
         f"Findings: {len(rows)}; reproduced {counts['reproduced']}, differs {counts['differs']}, "
         f"not measurable {counts['not measurable']}.",
@@ -222,7 +239,7 @@ def _summary(campaign: Campaign, rows: list[Row]) -> list[str]:
         f"{len(campaign.index.get('entries', []))} experiments, started "
         f"{campaign.index.get('started_utc', '?')}, finished "
         f"{campaign.index.get('finished_utc', 'not yet')}"
-        + (f", wall time {wall / 60:.1f} min." if wall is not None else "."),
+        + (f", wall time {wall / 60:.1f} min{shared}." if wall is not None else "."),
     ]
     return lines
 

@@ -69,7 +69,7 @@ def execute_run(
     run_dir = env.result.fresh_run_dir(planned.run_id)
     wall0 = time.monotonic()
     watch = CpuWatch()
-    with exclusive_run(env.log):
+    with exclusive_run(env.log) as lock_wait_s:
         error = run_processes(env, planned, level, path, run_dir, watch)
         try:
             row = judge(collect_run(run_dir, error), watch, run_dir, effect_s)
@@ -77,7 +77,7 @@ def execute_run(
             reason = f"harness: collecting failed: {type(err).__name__}: {err}"[:ERROR_CHARS]
             labels = label_columns(level.settings, path)
             row = RunRow(**planned.to_dict(), **labels, valid=False, invalid_reason=reason)
-    row = replace(row, wall_s=time.monotonic() - wall0)
+    row = replace(row, wall_s=time.monotonic() - wall0, lock_wait_s=lock_wait_s)
     env.result.save_row(row)
     return row.to_dict()
 
