@@ -182,7 +182,10 @@ def _cmd_show(args: argparse.Namespace) -> int:
     out = None
     if not args.no_plot:
         out = Path(args.plot or f"{Path(args.paths[0]).name}.png")
-        plot(results, args, out)
+        try:
+            plot(results, args, out)
+        except OSError as err:
+            raise SpecError("plot", f"cannot write {out}: {err.strerror}") from None
     if args.json:
         print(json.dumps({"traces": [s for _, s in results], "plot": out and str(out)}, indent=2))
         return 0

@@ -68,6 +68,7 @@ def test_show_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
         (["trace", "show", "{missing}", "--no-plot"], ("cannot read",)),
         (["trace", "show", "{empty}", "--no-plot"], ("empty",)),
         (["trace", "show", "{good}", "--window", "0ms", "--no-plot"], ("window",)),
+        (["trace", "show", "{good}", "--plot", "{missing}/p.png"], ("plot", "cannot write")),
         (["trace", "make", "constant", "{good}", "--rate", "1mbit"], ("exists", "--force")),
         (["trace", "make", "markov", "{new}", "--states", "8mbit"], ("RATE:MEAN_HOLD",)),
         (["trace", "make", "markov", "{new}", "--states", "8mbit:0s"], ("mean_hold_s",)),
