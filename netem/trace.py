@@ -259,7 +259,7 @@ PARSERS = {"capacity": parse_capacity, "delay": parse_delay}
 # --- files ------------------------------------------------------------------------------
 
 
-def _read(path: str) -> tuple[bytes, tuple[int, ...]]:
+def read_trace_file(path: str) -> tuple[bytes, tuple[int, ...]]:
     """The bytes of a regular trace file and its signature (device, inode, size, mtime)."""
     try:
         info = os.stat(path)
@@ -298,7 +298,7 @@ def load(path: str, kind: str, sha256: str | None = None) -> tuple[str, Parsed]:
             now = ()
         if now == cached[0] and (sha256 is None or sha256 == cached[1]):
             return cached[1], cached[2]
-    data, signature = _read(path)
+    data, signature = read_trace_file(path)
     digest = hashlib.sha256(data).hexdigest()
     if sha256 is not None and digest != sha256:
         raise SpecError(
@@ -368,6 +368,16 @@ class TraceFile:
         if data.get("kind", kind) != kind:
             raise SpecError("trace.kind", f"a {data.get('kind')!r} trace where {kind} belongs")
         return cls(path=data.get("path"), sha256=data.get("sha256"), kind=kind)  # type: ignore[arg-type]
+
+
+def detect_kind(path: str) -> str:
+    """``capacity`` (one column) or ``delay`` (two), by the first line with anything on it."""
+    data, _ = read_trace_file(path)
+    for line in data.splitlines():
+        if line.strip():
+            fields = [f for f in _DELAY_SPLIT.split(line.strip()) if f]
+            return "delay" if len(fields) == 2 else "capacity"
+    raise SpecError("trace", f"trace {path}: empty: no opportunity at all")
 
 
 TRACE_PREFIX = "trace:"

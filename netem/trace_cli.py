@@ -97,21 +97,11 @@ def _describe(parsed: trace.Parsed) -> str:
     return f"period {parsed.period_s:g} s, delay {parsed.min_delay_ms:g}-{parsed.max_delay_ms:g} ms"
 
 
-def detect_kind(path: str) -> str:
-    """``capacity`` (one column) or ``delay`` (two), by the first line with anything on it."""
-    data, _ = trace._read(path)
-    for line in data.splitlines():
-        if line.strip():
-            fields = [f for f in trace._DELAY_SPLIT.split(line.strip()) if f]
-            return "delay" if len(fields) == 2 else "capacity"
-    raise SpecError("trace", f"trace {path}: empty: no opportunity at all")
-
-
 def summarise(path: str, args: argparse.Namespace) -> tuple[Any, dict[str, Any]]:
     """The parsed trace of ``path`` and its summary (a dict, JSON-ready)."""
     try:
         full = trace.resolve_path(path)
-        kind = detect_kind(full)
+        kind = trace.detect_kind(full)
         digest, parsed = trace.load(full, kind)
     except SpecError as err:
         raise SpecError("path", err.reason) from None
