@@ -15,6 +15,8 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
     testbed link down NAME
     testbed link list [--json]
     testbed clean [--name NAME] [--force] [--json]
+    testbed trace make markov|constant|leo OUT ...   (netem/trace_cli.py)
+    testbed trace show PATH [--below 6mbit] [--plot FILE.png]
 
 ``link up`` returns once packets flow and leaves the link running (the userspace emulator is
 a daemon logging to /run/testbed/links/NAME.log); any program can then use it, e.g.
@@ -38,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from netem import backends, clean, doctor
+from netem import backends, clean, doctor, trace_cli
 from netem.events import parse_event
 from netem.link import Link, list_links
 from netem.linkspec import PRESETS
@@ -334,6 +336,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     c.add_argument("--json", action="store_true")
     c.set_defaults(handler=_cmd_clean)
+
+    trace_cli.register(commands)
 
     try:
         bench_module = importlib.import_module("netem.bench")

@@ -238,8 +238,9 @@ class Link:
                 raise SpecError("events", f"expected LinkEvent or a string, got {event!r}")
         if topo is not None and schedule:
             raise SpecError("events", "a topology carries its edges' events: Topology.build")
-        # only the userspace emulator has a shared medium: auto picks it for an air= link
-        chosen = "userspace" if backend == "auto" and link_spec.air else backends.choose(backend)
+        # only the userspace emulator has a shared medium and replays traces: auto picks it
+        userspace_only = link_spec.air is not None or link_spec.has_trace
+        chosen = "userspace" if backend == "auto" and userspace_only else backends.choose(backend)
         extra_sysctls = {k: sysctl.normalise(v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
             sysctl._path(key)  # refuse a bad name before building anything

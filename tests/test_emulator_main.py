@@ -165,3 +165,30 @@ def test_bad_spec_and_missing_devices_fail_in_one_line(tmp_path: Path) -> None:
     lines = missing.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "namespace" in lines[0]
     assert not (tmp_path / "c.pid").exists()
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_both_processes_share_the_traces_origin(
+    tun_path: None, tmp_path: Path, processes: str
+) -> None:
+    (tmp_path / "c").write_text("1\n")
+    (tmp_path / "d").write_text("0 5\n10 8\n")
+    spec = f"up.rate=trace:{tmp_path / 'c'},down.delay=trace:{tmp_path / 'd'},trace_offset=2s"
+    proc, control = start(tmp_path, spec, "--processes", processes)
+    try:
+        client = EmulatorClient(control, timeout_s=10)
+        first = client.trace()
+        assert first["up"]["rate_trace"]["path"] == str(tmp_path / "c")
+        assert first["down"]["delay_trace"]["path"] == str(tmp_path / "d")
+        assert first["up"]["origin_s"] == first["down"]["origin_s"]  # one origin at start
+        assert first["up"]["offset_s"] == first["down"]["offset_s"] == 2.0
+        again = client.set_spec(parse_link(spec))
+        assert again == client.trace()
+        assert again["up"]["origin_s"] == again["down"]["origin_s"] > first["up"]["origin_s"]
+        result = probe(20)  # packets cross both traced directions
+        assert result.received == 20, result
+        assert min(result.down_s) >= 0.005
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0

@@ -274,6 +274,13 @@ def plan_link(spec: LinkSpec) -> dict[str, DirectionPlan]:
         raise SpecError(
             "air", "the netem backend has no shared medium; run air= links on --backend userspace"
         )
+    for name in ("up", "down"):
+        d = spec._direction(name)
+        if d.has_trace:
+            key = "rate" if d.rate_trace is not None else "delay"
+            raise SpecError(
+                f"{name}.{key}", "netem cannot replay a trace; run it on --backend userspace"
+            )
     return {d: plan_direction(spec, d) for d in ("up", "down")}
 
 

@@ -82,9 +82,16 @@ method for each)
     waiting time and refused frames (:class:`netem.stats.AirStats`). An ``air=`` link runs
     in one process (its medium is shared by both directions): ``--processes 2`` is refused.
 ``{"cmd": "set_spec", "spec": LinkSpec.to_dict()}``
-    Change the link live (between runs): rate, queue limit, delay, jitter, loss; the
-    loss and jitter generators restart from the new seeds. Packets already in flight keep
-    their schedule. ``mtu_bytes`` is the device's, which only the topology can change.
+    Change the link live (between runs): rate, queue limit, delay, jitter, loss, traces;
+    the loss and jitter generators restart from the new seeds, the traces from their
+    offsets. Packets already in flight keep their schedule. ``mtu_bytes`` is the device's,
+    which only the topology can change. Returns ``{"trace": ...}`` as ``trace`` does.
+``{"cmd": "trace"}``
+    ``{"trace": {"up": info or null, "down": ...}}``: per direction with a trace, its
+    clock and files (:meth:`netem.emulator.core.LinkDirection.trace_info`): ``origin_s``
+    (CLOCK_MONOTONIC when the traces were at their offset: link up or the last
+    ``set_spec``), ``offset_s``, ``rate_trace`` and ``delay_trace`` (path, sha256, kind),
+    ``delay_interp``. A trace's position at time t is ``offset_s + t - origin_s``.
 ``{"cmd": "capture_start", "dir": PATH, "snaplen": 128}``
     Record every packet at both ends: ``PATH/client.pcap`` (what the client's TUN sent
     and received) and ``PATH/server.pcap``; nanosecond pcap (magic 0xa1b23c4d), raw IP.
@@ -213,9 +220,12 @@ def load_spec(text: str) -> LinkSpec:
 
 
 def make_pump(
-    spec: LinkSpec, direction: str, in_fd: int, out_fd: int, early_s: float
+    spec: LinkSpec, direction: str, in_fd: int, out_fd: int, early_s: float, origin_s: float
 ) -> DirectionPump:
-    core = LinkDirection(direction, getattr(spec, direction), spec.queue_limit_bytes(direction))
+    """One direction's pump; its traces start at ``origin_s``."""
+    core = LinkDirection(
+        direction, getattr(spec, direction), spec.queue_limit_bytes(direction), origin_s
+    )
     return DirectionPump(core, in_fd, out_fd, early_s=early_s)
 
 
@@ -338,7 +348,7 @@ class Emulator:
         cmd = request.get("cmd")
         if cmd == "event":
             request = self.resolve_event(request)
-        if cmd == "end_events" and "at_s" not in request:
+        if cmd in ("end_events", "set_spec") and "at_s" not in request:
             request = {**request, "at_s": time.monotonic()}
         local = self.engine.handle(request)
         if cmd == "capture_start":  # one clock offset for both processes' records
@@ -371,6 +381,8 @@ class Emulator:
             return {**local, **remote}
         if cmd == "events" and remote:
             return {"events": merge_events(local["events"], remote["events"])}
+        if cmd in ("set_spec", "trace") and remote:
+            return {"trace": {**local["trace"], **remote["trace"]}}
         if cmd == "shutdown":
             self.stop.set()
         return local
@@ -476,7 +488,12 @@ async def run_child(engine: Engine, sock: socket.socket) -> None:
 
 
 def fork_child(
-    args: argparse.Namespace, spec: LinkSpec, client_fd: int, server_fd: int, early_s: float
+    args: argparse.Namespace,
+    spec: LinkSpec,
+    client_fd: int,
+    server_fd: int,
+    early_s: float,
+    origin_s: float,
 ) -> tuple[ChildLink, int]:
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
@@ -491,7 +508,7 @@ def fork_child(
             if os.getppid() == 1:
                 os._exit(0)
             set_thread_name(f"tb-{args.name}-dn")
-            pump = make_pump(spec, "down", server_fd, client_fd, early_s)
+            pump = make_pump(spec, "down", server_fd, client_fd, early_s, origin_s)
             engine = Engine(spec, {"down": pump})
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(run_child(engine, child_sock))
@@ -542,12 +559,13 @@ def main(argv: list[str] | None = None) -> int:
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(f"{os.getpid()}\n")
     child: ChildLink | None = None
+    origin_s = time.monotonic()  # the traces' origin until a set_spec: one for both processes
     try:
         if args.processes == 2:
-            child, _ = fork_child(args, spec, client_fd, server_fd, early_s)
-            pumps = {"up": make_pump(spec, "up", client_fd, server_fd, early_s)}
+            child, _ = fork_child(args, spec, client_fd, server_fd, early_s, origin_s)
+            pumps = {"up": make_pump(spec, "up", client_fd, server_fd, early_s, origin_s)}
         else:
-            cores = make_cores(spec)
+            cores = make_cores(spec, origin_s)
             pumps = {
                 "up": DirectionPump(cores["up"], client_fd, server_fd, early_s=early_s),
                 "down": DirectionPump(cores["down"], server_fd, client_fd, early_s=early_s),

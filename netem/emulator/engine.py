@@ -21,6 +21,7 @@ one-way delay as a small constant; the probe's RTT error at 0 ms configured dela
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -195,6 +196,16 @@ def check_directory(value: object, field: str = "dir") -> Path:
     return path
 
 
+def _time_arg(request: dict[str, Any], key: str) -> float:
+    """A CLOCK_MONOTONIC time of a request (default: now)."""
+    value = request.get(key)
+    if value is None:
+        return time.monotonic()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(key, f"must be CLOCK_MONOTONIC seconds, got {value!r}")
+    return float(value)
+
+
 class Engine:
     """The pumps of one process and the control commands that act on them."""
 
@@ -207,11 +218,18 @@ class Engine:
         """Every scheduled event given to this process, in order (see :mod:`netem.events`)."""
 
     def add_event(self, event: ScheduledEvent) -> ScheduledEvent:
-        """Give a resolved event (absolute times) to every direction it concerns."""
+        """Give a resolved event (absolute times) to every direction it concerns (none, if
+        one of them refuses it)."""
+        for pump in self.pumps.values():
+            pump.core.check_event(event)
         for pump in self.pumps.values():
             pump.core.add_event(event)
         self.events.append(event)
         return event
+
+    def trace_info(self) -> dict[str, Any]:
+        """Per direction of this process, its traces and their clock (None: no trace)."""
+        return {name: pump.core.trace_info() for name, pump in self.pumps.items()}
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Answer one control request for this process's directions (see ``__main__``)."""
@@ -224,13 +242,18 @@ class Engine:
                 "cpu": asdict(cpu_snapshot()),
                 "air": medium_snapshot((p.core for p in self.pumps.values()), now),
             }
-        if cmd == "set_spec":
+        if cmd == "set_spec":  # at_s: the parent's time, so both processes' traces agree
             spec = LinkSpec.from_dict(request.get("spec") or {})
+            at_s = _time_arg(request, "at_s")
+            for name, pump in self.pumps.items():  # all or none
+                pump.core.check_spec(getattr(spec, name), at_s)
             set_medium_spec([p.core for p in self.pumps.values()], spec)
             for name, pump in self.pumps.items():
-                pump.core.set_spec(getattr(spec, name), spec.queue_limit_bytes(name))
+                pump.core.set_spec(getattr(spec, name), spec.queue_limit_bytes(name), at_s)
             self.spec = spec
-            return {}
+            return {"trace": self.trace_info()}
+        if cmd == "trace":
+            return {"trace": self.trace_info()}
         if cmd == "capture_start":
             if self.capture_dir is not None:  # a second start would drop the first's records
                 raise SpecError("cmd", "capture_start while a capture runs (capture_stop first)")
