@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bounds_trace import (
+from harness.bounds.trace import (
     direction_transfer_done_s,
     trace_offered_bytes,
     trace_transfer_done_s,

@@ -3,7 +3,7 @@
 * Capacity: UDP offered above the trace's capacity, the bytes that reach the far end per
   100 ms window against the trace's opportunities in the same window, over one period.
 * Bound: TCP transfers on a traced uplink finish at or after the trace's bound
-  (:mod:`harness.bounds_trace`), at three offsets into the trace.
+  (:mod:`harness.bounds.trace`), at three offsets into the trace.
 * Delay: a UDP probe every millisecond across a delay trace with 10 ms steps; its one-way
   delay against the trace at every step.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bounds_trace import trace_transfer_done_s
+from harness.bounds.trace import trace_transfer_done_s
 from netem import backends, clean, names, nsexec
 from netem.link import Link
 from netem.linkspec import parse_link
