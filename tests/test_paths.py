@@ -88,7 +88,7 @@ def test_end_to_end_puts_the_relay_hops_and_the_exit_in_series() -> None:
     [
         (('topology = "relay"', 'topology = "ring"'), "fixed.topology"),
         (('route = "relay"', 'route = "tunnel"'), "factor.levels.relay-new.route"),
-        (('link = "dc-longhaul-clean"', 'link = "rtt=2"'), "factor.levels.direct-new.link.up.rtt"),
+        (('link = "dc-longhaul-clean"', 'link = "rtt=2"'), "fixed.link.up.rtt"),
         (('near_link = "rtt=2ms"\n', ""), "factor.levels.direct-new.near_link"),
         (('topology = "relay"', 'topology = "direct"'), "factor.levels.direct-new.near_link"),
         (('near_link = "rtt=2ms"', 'near_link = "rtt=2ms"\nmultipath = "mptcp"'),
