@@ -250,7 +250,7 @@ class Link:
             raise SpecError("events", "a topology carries its edges' events: Topology.build")
         # only the userspace emulator has a shared medium: auto picks it for an air= link
         chosen = "userspace" if backend == "auto" and link_spec.air else backends.choose(backend)
-        extra_sysctls = {k: sysctl.normalise(v) for k, v in (sysctls or {}).items()}
+        extra_sysctls = {k: sysctl.to_set(k, v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
             sysctl._path(key)  # refuse a bad name before building anything
         if os.geteuid() != 0:
@@ -365,7 +365,7 @@ class Link:
         Returns the previous values per role, ``{role: {name: value}}``, so that
         ``for role, old in prev.items(): link.set_sysctls(old, roles=(role,))`` restores them.
         """
-        checked = {k: sysctl.normalise(v) for k, v in values.items()}
+        checked = {k: sysctl.to_set(k, v) for k, v in values.items()}
         for key in checked:
             sysctl._path(key)
         namespaces = {role: self.ns(role) for role in roles}
