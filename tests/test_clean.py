@@ -291,6 +291,16 @@ FAKE_EMULATOR = "import time\nopen('/proc/self/comm', 'w').write('tb-hos7-emu')\
 and a namespace in its command line."""
 
 
+CLEAN_INSIDE = (
+    "from netem import clean\n"
+    f"found = [p for p in clean.find_processes(None) if clean.is_emulator(p, {FOREIGN_LINK!r})]\n"
+    f"report = clean.clean({FOREIGN_LINK!r})\n"
+    "print('found:', *found, 'killed:', *report.killed)\n"
+)
+"""Run in a new PID and mount namespace that still sees the host's /proc: what its clean
+would take for the fake emulator's link (nothing)."""
+
+
 def _fake_emulator(*prefix: str) -> tuple[subprocess.Popen, int]:
     """A fake emulator (under ``prefix``, e.g. ``unshare``): the process and the fake's pid."""
     argv = [sys.executable, "-c", FAKE_EMULATOR, clean.EMULATOR_MODULE, f"tb-{FOREIGN_LINK}-client"]
@@ -333,6 +343,17 @@ def test_a_process_of_another_pid_and_mount_namespace_is_not_cleaned() -> None:
         _stop(proc)
     twin, pid = _fake_emulator()
     try:
+        # the other way round: a clean in a PID and mount namespace of its own (a container
+        # that even sees this /proc) does not take this environment's emulator for its own
+        inside = subprocess.run(
+            ["unshare", "--fork", "--pid", "--mount", sys.executable, "-c", CLEAN_INSIDE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert inside.returncode == 0, inside.stderr
+        assert inside.stdout.split() == ["found:", "killed:"], inside.stdout
+        assert clean._alive(pid)
         assert clean.in_this_environment(pid) and FOREIGN_LINK in clean.known_links()
         assert pid in clean.clean(FOREIGN_LINK).killed
         assert twin.wait(timeout=10) is not None
