@@ -92,9 +92,17 @@ class _Condemned(Exception):
     is processed."""
 
 
+H2_FLAG_BITS = {"END_STREAM": 0x1, "ACK": 0x1, "END_HEADERS": 0x4, "PADDED": 0x8, "PRIORITY": 0x20}
+"""RFC 9113 section 6: every flag a frame type defines, by hyperframe's name."""
+
+
 def _flag_bits(frame: Any) -> int:
-    """A hyperframe frame's flags as the wire's bits (RFC 9113 section 4.1)."""
-    return sum(flag.bit for flag in frame.defined_flags if flag.name in frame.flags)
+    """A hyperframe frame's flags as the wire's bits (per frame: a loop over the flags set,
+    none for most DATA frames)."""
+    bits = 0
+    for name in frame.flags:
+        bits |= H2_FLAG_BITS.get(name, 0)
+    return bits
 
 
 def _content_bytes(frame: Any) -> int:
