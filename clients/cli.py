@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clients.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ClientConfig
-from tbcore import kinds
+from tbcore import kinds, units
 from tbcore.errors import SpecError
 from tbcore.settings import add_flags, settings_from_flags
 
@@ -31,7 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, "client")
     parser.add_argument("--records", type=Path, default=None, help="JSONL records")
     parser.add_argument("--samples", type=Path, default=None, help="in-flight samples CSV")
-    parser.add_argument("--sample-hz", type=float, default=DEFAULT_SAMPLE_HZ)
+    parser.add_argument("--sample-hz", default=f"{DEFAULT_SAMPLE_HZ:g}", help="samples per s")
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None)
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
@@ -47,7 +47,7 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
         settings=settings_from_flags(args),
         records_path=args.records,
         samples_path=args.samples,
-        sample_hz=args.sample_hz,
+        sample_hz=units.parse_number("sample-hz", args.sample_hz),
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
     )

@@ -8,13 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from tbcore.errors import SpecError
+from tbcore.sampler import DEFAULT_SAMPLE_HZ, check_sample_hz
 from tbcore.settings import HasSettings, Settings
 
 DEFAULT_PORT = 8443
-DEFAULT_SAMPLE_HZ = 1000.0
 DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
 """UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (NOTES-machine.md)."""
-MAX_SAMPLE_HZ = 100_000.0
 
 
 @dataclass
@@ -43,5 +42,4 @@ class ClientConfig(HasSettings):
             raise SpecError("fec-rate", "the FEC client needs the path's rate (e.g. 333mbit)")
         if not 0 < self.port <= 65535:
             raise SpecError("port", f"{self.port} is not in 1..65535")
-        if not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:
-            raise SpecError("sample-hz", f"must be in 1..{MAX_SAMPLE_HZ:g}, got {self.sample_hz}")
+        check_sample_hz("sample-hz", self.sample_hz)

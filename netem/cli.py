@@ -138,6 +138,8 @@ def _cmd_link_up(args: argparse.Namespace) -> int:
         print(f"  emulator pid {info['emulator_pid']}, log {info.get('log')}")
     for warning in info["warnings"]:
         print(f"  warning: {warning}")
+    for line in link.state.extra.get("reaped", []):
+        print(f"  reaped {line}")
     return 0
 
 

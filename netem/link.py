@@ -103,6 +103,16 @@ def _to_topology(spec: LinkSpec | str | Topology) -> Topology | None:
     return None if topo.kind == "direct" else topo
 
 
+def check_name_free(name: str) -> None:
+    """Refuse (one line) a name that a link holds: state file or namespaces."""
+    if _state_path(name).exists() or any(
+        topology.namespace_exists(ns) for ns in topology.link_namespaces(name)
+    ):
+        raise SpecError(
+            "name", f"link {name!r} exists (testbed link down {name}, or testbed clean --name)"
+        )
+
+
 def list_links() -> list[str]:
     """Names of the links with a state file (up, or left by a crash: see ``testbed clean``)."""
     directory = names.STATE_DIR / "links"
@@ -241,17 +251,11 @@ class Link:
         # only the userspace emulator has a shared medium and replays traces: auto picks it
         userspace_only = link_spec.air is not None or link_spec.has_trace
         chosen = "userspace" if backend == "auto" and userspace_only else backends.choose(backend)
-        extra_sysctls = {k: sysctl.normalise(v) for k, v in (sysctls or {}).items()}
+        extra_sysctls = {k: sysctl.to_set(k, v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
             sysctl._path(key)  # refuse a bad name before building anything
         if os.geteuid() != 0:
             raise SpecError("link", "needs root (network namespaces)")
-        if _state_path(name).exists() or any(
-            topology.namespace_exists(ns) for ns in topology.link_namespaces(name)
-        ):
-            raise SpecError(
-                "name", f"link {name!r} exists (testbed link down {name}, or testbed clean --name)"
-            )
         state = LinkState(
             name=name,
             backend=chosen,
@@ -273,7 +277,11 @@ class Link:
         if schedule:
             state.extra["schedule"] = [e.to_dict() for e in schedule]
         impl = backends.get(chosen)
-        _claim(state)  # atomically: of two processes racing for one name, one gets it
+        with clean.reaped() as reaped:  # what dead runs left goes first
+            if reaped:
+                state.extra["reaped"] = reaped
+            check_name_free(name)
+            _claim(state)  # atomically: of two processes racing for one name, one gets it
         try:
             impl.up(state)
             wanted = sysctl.link_sysctls(link_spec, slow_start_after_idle=slow_start_after_idle)
@@ -358,7 +366,7 @@ class Link:
         Returns the previous values per role, ``{role: {name: value}}``, so that
         ``for role, old in prev.items(): link.set_sysctls(old, roles=(role,))`` restores them.
         """
-        checked = {k: sysctl.normalise(v) for k, v in values.items()}
+        checked = {k: sysctl.to_set(k, v) for k, v in values.items()}
         for key in checked:
             sysctl._path(key)
         namespaces = {role: self.ns(role) for role in roles}

@@ -40,6 +40,7 @@ from tbcore.units import (
     parse_probability,
     parse_queue,
     parse_rate_bps,
+    parse_whole,
 )
 
 ETHERNET_MTU_BYTES = 1500
@@ -479,10 +480,7 @@ def parse_link(text: str) -> LinkSpec:
             raise SpecError(f"{direction}.{err.field}", err.reason) from None
     mtu_bytes = ETHERNET_MTU_BYTES
     if mtu is not None:
-        try:
-            mtu_bytes = int(mtu)
-        except ValueError:
-            raise SpecError("mtu", f"{mtu!r} is not a whole number of bytes") from None
+        mtu_bytes = parse_whole("mtu", mtu)
     air_spec = None if air is None and not air_options else parse_air(air, air_options)
     return LinkSpec(up=directions["up"], down=directions["down"], mtu_bytes=mtu_bytes, air=air_spec)
 
@@ -553,10 +551,7 @@ def _parse_direction(direction: str, values: dict[str, str]) -> DirectionSpec:
     if "queue" in values:
         kwargs["queue_bytes"], kwargs["queue_packets"] = parse_queue("queue", values["queue"])
     if "seed" in values:
-        try:
-            kwargs["seed"] = int(values["seed"])
-        except ValueError:
-            raise SpecError("seed", f"{values['seed']!r} is not a whole number") from None
+        kwargs["seed"] = parse_whole("seed", values["seed"])
     return DirectionSpec(**kwargs)
 
 

@@ -90,7 +90,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--samples", type=Path, default=None, help="sender-side in-flight samples (CSV)"
     )
-    parser.add_argument("--sample-hz", type=float, default=CONFIG_DEFAULTS["sample_hz"])
+    parser.add_argument(
+        "--sample-hz", default=f"{CONFIG_DEFAULTS['sample_hz']:g}", help="samples per s"
+    )
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
@@ -156,7 +158,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         log_path=args.log,
         max_body_bytes=units.parse_size_bytes("max-body", args.max_body),
         samples_path=args.samples,
-        sample_hz=args.sample_hz,
+        sample_hz=units.parse_number("sample-hz", args.sample_hz),
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
         cert_dir=args.cert_dir,

@@ -16,6 +16,7 @@ from servers.guard import (
     RETRY_MODES,
 )
 from tbcore.errors import SpecError
+from tbcore.sampler import check_sample_hz
 from tbcore.settings import HasSettings, Settings
 
 DEFAULT_MAX_BODY_BYTES = 64_000_000
@@ -83,6 +84,7 @@ class ServerConfig(HasSettings):
             raise SpecError("h2-port", "at least one of h2, h3 and fec must listen")
         if self.fec_port is not None and self.settings.fec_rate_bps is None:
             raise SpecError("fec-rate", "the FEC server needs the path's rate (e.g. 333mbit)")
+        check_sample_hz("sample-hz", self.sample_hz)
         if self.max_body_bytes < 0:
             raise SpecError("max-body", "must be >= 0 bytes")
         for name in ("idle_timeout_s", "head_timeout_s", "handshake_timeout_s"):

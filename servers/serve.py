@@ -18,7 +18,6 @@ import uvloop
 from servers.config import ServerConfig
 from servers.context import ServerContext
 from servers.events import EventLog
-from servers.fecserver import start_fec
 from servers.h2server import start_h2
 from servers.h3server import start_h3
 from tbcore import workloads
@@ -84,6 +83,10 @@ async def serve(
             log.emit("listening", proto="h3", addr=f"{host}:{port}")
             print(f"listening h3 udp {host}:{port}", file=out, flush=True)
         if config.fec_port is not None:
+            # imported here: the FEC stack (numpy, raptorq) is 15 MB a server without a FEC
+            # listener would carry for nothing
+            from servers.fecserver import start_fec
+
             fec_listener, (host, port) = await start_fec(ctx)
             log.emit("listening", proto="fec", addr=f"{host}:{port}")
             print(f"listening fec udp {host}:{port}", file=out, flush=True)

@@ -15,6 +15,7 @@ construction (:meth:`Knob.check`) and writes to the JSON document.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
@@ -78,6 +79,8 @@ TCP_NOTSENT_LOWAT (a larger value was a TypeError in the server, every run inval
 SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_-]+)+", re.ASCII)
 """A namespaced sysctl as /proc/sys spells it, dots between words (no spaces): checked when
 the experiment is read, before a result directory or a link exists."""
+SYSCTL_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x7f"
+"""What ``str.splitlines`` breaks at (and DEL): none belongs in a sysctl value."""
 AIOQUIC_MAX_ACK_DELAY_S = 0.025
 """The max_ack_delay aioquic advertises (25 ms, its transport parameters): a receiver must
 not delay an ACK longer than it (RFC 9000 section 13.2.1), so a longer ACK delay is refused."""
@@ -105,11 +108,9 @@ def _bool(name: str, value: Any) -> bool:
 
 
 def _whole(name: str, value: Any) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise SpecError(name, f"must be a whole number, got {value!r}")
-    return value
+    return units.parse_whole(name, value)
 
 
 def _size(name: str, value: Any) -> int:
@@ -142,14 +143,9 @@ def _text(name: str, value: Any) -> str:
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise SpecError(name, f"must be a number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise SpecError(name, f"must be a number, got {value!r}")
-    return float(value)
+    return units.parse_number(name, value)
 
 
 def _redundancy(name: str, value: Any) -> str:
@@ -174,6 +170,20 @@ def _capture(name: str, value: Any) -> str:
     return _text(name, value)
 
 
+def sysctl_value(name: str, value: Any) -> str:
+    """A sysctl value as written: a whole number, or one line of text (words separated by
+    spaces or tabs, as ``tcp_rmem``'s three numbers). A line break or another control
+    character is refused: /proc/sys takes the first line and drops the rest unsaid."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SpecError(name, f"must be a number or string, got {value!r}")
+    text = str(value)
+    if any(ch in SYSCTL_LINE_BREAKS or (ord(ch) < 0x20 and ch != "\t") for ch in text):
+        raise SpecError(name, f"{text!r} is not one line")
+    if not text.strip():
+        raise SpecError(name, "is empty")
+    return text
+
+
 def _table(name: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise SpecError(name, "must be a table of sysctl = value")
@@ -181,9 +191,7 @@ def _table(name: str, value: Any) -> dict[str, str]:
     for key, val in value.items():
         if not isinstance(key, str) or not SYSCTL_NAME.fullmatch(key):
             raise SpecError(f"{name}.{key}", "only net.* sysctls of the namespaces may be set")
-        if isinstance(val, bool) or not isinstance(val, (int, str)):
-            raise SpecError(f"{name}.{key}", f"must be a number or string, got {val!r}")
-        out[key] = str(val)
+        out[key] = sysctl_value(f"{name}.{key}", val)
     return out
 
 
@@ -264,9 +272,12 @@ class Knob:
             if value not in QUIC_PACING_MODES:
                 raise SpecError(name, f"{value!r}: use cwnd, off or a rate")
             return
-        if self.low is not None and value < self.low:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(name, f"{value!r} is not a finite number")
+        # written so that a NaN that got this far fails them too
+        if self.low is not None and not self.low <= value:
             raise SpecError(name, f"must be at least {self.low:g} {self.unit}".rstrip())
-        if self.high is not None and value > self.high:
+        if self.high is not None and not value <= self.high:
             raise SpecError(name, f"must be at most {self.high:g} {self.unit}".rstrip())
 
     @property
@@ -570,7 +581,7 @@ class _SettingsBase:
         if missing:
             raise SpecError(f"{where}.{missing[0]}", "missing")
         try:
-            return cls(**{a: (dict(v) if a == "sysctls" else v) for a, v in data.items()})
+            return cls(**{a: (dict(v) if isinstance(v, Mapping) else v) for a, v in data.items()})
         except SpecError as err:
             raise SpecError(f"{where}.{err.field}", err.reason) from None
 
