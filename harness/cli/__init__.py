@@ -20,7 +20,7 @@ from harness import __version__
 from tbcore.errors import LinkLost, SpecError, clip
 
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "netem.cli": ("doctor", "link", "clean", "bench link"),
+    "netem.cli": ("doctor", "link", "clean", "trace", "bench link"),
     "harness.cli.bounds": ("bounds",),
     "servers.cli": ("serve", "workload", "relay"),
     "clients.cli": ("client",),
