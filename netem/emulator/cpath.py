@@ -104,7 +104,8 @@ def medium_args(air: AirSpec) -> tuple:
     (:mod:`netem.air`): the C path only counts symbols at the data rate."""
     if air.ampdu_frames > MAX_AMPDU_FRAMES:
         raise SpecError(
-            "air.ampdu", f"{air.ampdu_frames} frames: the C path gathers at most 256 (--path python)"
+            "air.ampdu",
+            f"{air.ampdu_frames} frames: the C path gathers at most 256 (--path python)",
         )
     return (
         air.access_ns,
