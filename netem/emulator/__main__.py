@@ -104,6 +104,10 @@ method for each)
 ``{"cmd": "events"}``
     ``{"events": [ScheduledEvent.to_dict(), ...]}``: every event so far, with the packets
     each outage dropped per direction.
+``{"cmd": "path"}``
+    Which packet path moves the packets (``{"path": "python"}``, or ``{"path": "c",
+    "offload": ..., "coalesce_s": ..., "counters": {...}}`` with the C thread's wake-ups,
+    reads, super-packets cut and writes so far).
 ``{"cmd": "shutdown"}``
     Clean exit, as on SIGTERM.
 
@@ -130,11 +134,19 @@ from typing import Any
 
 import uvloop
 
-from netem.emulator import control
+from netem.emulator import control, cpath
+from netem.emulator.cengine import CEngine
 from netem.emulator.clock import set_thread_name, set_timer_slack_ns
 from netem.emulator.core import LinkDirection
 from netem.emulator.engine import DEFAULT_EARLY_S, DirectionPump, Engine
 from netem.emulator.medium import make_cores
+from netem.emulator.options import (
+    DEFAULT_COALESCE_S,
+    DEFAULT_PATH,
+    MAX_COALESCE_S,
+    PATHS,
+    EmulatorOptions,
+)
 from netem.emulator.pcap import write_merged
 from netem.emulator.tun import open_tun, wait_running
 from netem.events import LinkEvent, ScheduledEvent
@@ -171,12 +183,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU scheduling of the emulator: fifo (real-time), nice (-20) or normal",
     )
     parser.add_argument(
+        "--path",
+        choices=PATHS,
+        default=DEFAULT_PATH,
+        help="the per-packet path: c (netem/emulator/csrc) or python (the reference core)",
+    )
+    parser.add_argument(
+        "--offload",
+        choices=("on", "off"),
+        default=None,
+        help="C path only: take TCP super-packets from the senders (TSO, IFF_VNET_HDR) and "
+        "cut them into segments before the loss draw (default on)",
+    )
+    parser.add_argument(
+        "--coalesce-us",
+        type=float,
+        default=None,
+        help="C path only: on dense traffic, at most one timer wake-up per direction per this "
+        f"many µs (default {DEFAULT_COALESCE_S * 1e6:g}, at most {MAX_COALESCE_S * 1e6:g})",
+    )
+    parser.add_argument(
         "--early-us",
         type=float,
         default=DEFAULT_EARLY_S * 1e6,
         help="wake this long before a departure and spin the rest (µs)",
     )
     return parser
+
+
+def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
+    """``--offload`` and ``--coalesce-us`` belong to the C path, which must be built."""
+    if args.coalesce_us is not None and not math.isfinite(args.coalesce_us):
+        raise SpecError("coalesce-us", f"must be finite, got {args.coalesce_us!r}")
+    EmulatorOptions(
+        path=args.path,
+        offload=None if args.offload is None else args.offload == "on",
+        coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
+    )
+    if args.path == "python":
+        return
+    cpath.require()
+    if spec.air is not None:
+        cpath.medium_args(spec.air)  # what the C medium cannot gather is refused here
+    if args.offload is None:
+        args.offload = "on"
+    if args.coalesce_us is None:
+        args.coalesce_us = DEFAULT_COALESCE_S * 1e6
 
 
 SCHED_POLICIES = ("fifo", "nice", "normal")
@@ -212,11 +264,31 @@ def load_spec(text: str) -> LinkSpec:
     return LinkSpec.from_dict(data)
 
 
-def make_pump(
-    spec: LinkSpec, direction: str, in_fd: int, out_fd: int, early_s: float
-) -> DirectionPump:
-    core = LinkDirection(direction, getattr(spec, direction), spec.queue_limit_bytes(direction))
-    return DirectionPump(core, in_fd, out_fd, early_s=early_s)
+def make_engine(
+    args: argparse.Namespace, spec: LinkSpec, fds: dict[str, tuple[int, int]], early_s: float
+) -> Engine:
+    """The engine of the directions in ``fds`` (name: (in_fd, out_fd)), on the packet path
+    ``args.path`` asked for: the C thread, or asyncio pumps around the Python core."""
+    if args.path == "c":
+        return CEngine.build(
+            spec,
+            fds,
+            early_s=early_s,
+            coalesce_s=args.coalesce_us * 1e-6,
+            vnet_hdr=args.offload == "on",
+        )
+    if set(fds) == {"up", "down"}:
+        cores = make_cores(spec)  # an air= link's directions share its medium
+    else:
+        cores = {
+            name: LinkDirection(name, getattr(spec, name), spec.queue_limit_bytes(name))
+            for name in fds
+        }
+    pumps = {
+        name: DirectionPump(cores[name], in_fd, out_fd, early_s=early_s)
+        for name, (in_fd, out_fd) in fds.items()
+    }
+    return Engine(spec, pumps)
 
 
 FULL_GC_EVERY_REQUESTS = 64
@@ -369,6 +441,9 @@ class Emulator:
             return self._merge_capture({**local, **remote})
         if cmd == "packet_log_stop":
             return {**local, **remote}
+        if cmd == "path" and "counters" in remote:
+            counters = {k: v + remote["counters"].get(k, 0) for k, v in local["counters"].items()}
+            return {**local, "counters": counters}
         if cmd == "events" and remote:
             return {"events": merge_events(local["events"], remote["events"])}
         if cmd == "shutdown":
@@ -412,8 +487,7 @@ async def run_parent(args: argparse.Namespace, engine: Engine, child: ChildLink 
     emulator = Emulator(engine, child)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, emulator.stop.set)
-    for pump in engine.pumps.values():
-        pump.start(loop)
+    engine.start(loop)
     server = await control.start_server(emulator.handle, args.control)
     base_s = time.monotonic()
     for event in args.events:  # the link's own schedule: from ready on
@@ -426,8 +500,7 @@ async def run_parent(args: argparse.Namespace, engine: Engine, child: ChildLink 
         await emulator.stop.wait()
     finally:
         server.close()
-        for pump in engine.pumps.values():
-            pump.stop()
+        engine.stop()
         final = await emulator.finish()
         print(json.dumps({"final_stats": final}), flush=True)
     return 0
@@ -439,8 +512,7 @@ async def run_child(engine: Engine, sock: socket.socket) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    for pump in engine.pumps.values():
-        pump.start(loop)
+    engine.start(loop)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=control.MAX_LINE_BYTES)
 
     async def handle(request: dict[str, Any]) -> dict[str, Any]:
@@ -465,8 +537,7 @@ async def run_child(engine: Engine, sock: socket.socket) -> None:
     task = asyncio.create_task(serve())
     await stop.wait()
     task.cancel()
-    for pump in engine.pumps.values():
-        pump.stop()
+    engine.stop()
     # a capture or log left running by a parent that died is written where it was asked
     with contextlib.suppress(SpecError, OSError):
         if engine.capture_dir is not None:
@@ -491,8 +562,7 @@ def fork_child(
             if os.getppid() == 1:
                 os._exit(0)
             set_thread_name(f"tb-{args.name}-dn")
-            pump = make_pump(spec, "down", server_fd, client_fd, early_s)
-            engine = Engine(spec, {"down": pump})
+            engine = make_engine(args, spec, {"down": (server_fd, client_fd)}, early_s)
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(run_child(engine, child_sock))
         except BaseException as err:  # the child must never return into the parent's code
@@ -514,6 +584,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecError("early-us", f"must be finite and >= 0, got {args.early_us!r}")
         if spec.air is not None and args.processes != 1:
             raise SpecError("processes", "an air= link shares one medium: it runs in one process")
+        check_path_options(args, spec)
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -531,8 +602,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client_device = args.client_device or args.device
         server_device = args.server_device or args.device
-        client_fd = open_tun(client_device, args.client_ns)
-        server_fd = open_tun(server_device, args.server_ns)
+        vnet_hdr = args.path == "c" and args.offload == "on"
+        client_fd = open_tun(client_device, args.client_ns, vnet_hdr=vnet_hdr)
+        server_fd = open_tun(server_device, args.server_ns, vnet_hdr=vnet_hdr)
         for device, netns in ((client_device, args.client_ns), (server_device, args.server_ns)):
             wait_running(device, netns)
     except SpecError as err:
@@ -543,16 +615,11 @@ def main(argv: list[str] | None = None) -> int:
     pid_file.write_text(f"{os.getpid()}\n")
     child: ChildLink | None = None
     try:
+        fds = {"up": (client_fd, server_fd), "down": (server_fd, client_fd)}
         if args.processes == 2:
             child, _ = fork_child(args, spec, client_fd, server_fd, early_s)
-            pumps = {"up": make_pump(spec, "up", client_fd, server_fd, early_s)}
-        else:
-            cores = make_cores(spec)
-            pumps = {
-                "up": DirectionPump(cores["up"], client_fd, server_fd, early_s=early_s),
-                "down": DirectionPump(cores["down"], server_fd, client_fd, early_s=early_s),
-            }
-        engine = Engine(spec, pumps)
+            del fds["down"]
+        engine = make_engine(args, spec, fds, early_s)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(run_parent(args, engine, child))
     finally:

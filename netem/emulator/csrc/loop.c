@@ -43,6 +43,8 @@ double mono_now(void)
 
 static void arm(struct pump *u, double when)
 {
+    if (when == u->armed_at)
+        return;
     struct itimerspec its;
     memset(&its, 0, sizeof(its));
     double whole = floor(when);
@@ -79,6 +81,7 @@ static void write_out(void *ctx, int dir, struct slot *s, double due, double now
     struct loop *L = u->loop;
     const void *from = L->vnet ? (const void *)&s->vh : (const void *)s->data;
     size_t n = L->vnet ? VNET_HDR_BYTES + s->len : s->len;
+    L->counters.writes++;
     if (write(u->out_fd, from, n) < 0)
         L->path->d[dir].st.write_errors++;
     else if (u->capturing)
@@ -97,8 +100,12 @@ static void release(struct pump *u)
         if (!path_next_deadline(L->path, u->dir, &deadline))
             return;
         if (deadline - u->last_release < L->dense_gap_s) {
-            /* dense: even when it is due already, back to epoll first, so that reads and
-             * the other direction are served between two batches */
+            /* dense: back to epoll first, even when it is due already, so that reads and
+             * the other direction are served between two batches; and the timer on a grid
+             * of coalesce_s shared by both directions (a NIC's interrupt moderation): at
+             * most one wake-up per coalesce_s for both, each packet at most that late */
+            if (L->coalesce_s > 0)
+                deadline = ceil(deadline / L->coalesce_s) * L->coalesce_s;
             arm(u, deadline);
             return;
         }
@@ -141,6 +148,7 @@ static void on_readable(struct pump *u)
             }
             break;
         }
+        L->counters.reads++;
         if ((size_t)r <= hdr)
             continue;
         struct vnet_hdr vh;
@@ -152,6 +160,7 @@ static void on_readable(struct pump *u)
         if (vh.gso_type != VNET_GSO_NONE) {
             size_t got = gso_segment(pool, &vh, pkt, len, u->batch + n, MAX_SEGMENTS);
             if (got) {
+                L->counters.super_packets++;
                 n += got;
                 continue;
             }
@@ -176,13 +185,14 @@ static void on_readable(struct pump *u)
             capture_add(&u->cap_sent, u->snaplen, u->offset_ns, now, s->data, s->len);
         path_receive(L->path, u->dir, now, s);
     }
-    if (isnan(u->armed_at))
-        release(u);
+    release(u); /* re-arms the timer only if the head's time changed */
 }
 
 #define TAG_INPUT 0
 #define TAG_TIMER 1
 #define TAG_WAKE 2
+
+static void handle_events(struct loop *L, struct epoll_event *ev, int n);
 
 static void *loop_main(void *arg)
 {
@@ -191,6 +201,7 @@ static void *loop_main(void *arg)
     struct epoll_event ev[8];
     while (!L->stop) {
         int n = epoll_wait(L->epfd, ev, 8, -1);
+        L->counters.wakeups++;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -198,24 +209,38 @@ static void *loop_main(void *arg)
             break;
         }
         pthread_mutex_lock(L->lock);
-        for (int i = 0; i < n; i++) {
-            uint32_t tag = ev[i].data.u32;
-            if ((tag & 3) == TAG_WAKE)
-                continue;
-            struct pump *u = &L->pumps[tag >> 2];
-            if ((tag & 3) == TAG_INPUT) {
-                on_readable(u);
-            } else {
-                uint64_t expiries;
-                if (read(u->timer_fd, &expiries, sizeof(expiries)) < 0 && errno == EAGAIN)
-                    continue;
-                u->armed_at = NAN;
+        handle_events(L, ev, n);
+        /* whatever else is due by now leaves in this wake-up too, without one of its own */
+        for (int i = 0; i < L->n_pumps; i++) {
+            double deadline;
+            struct pump *u = &L->pumps[i];
+            if (path_next_deadline(L->path, u->dir, &deadline) && deadline <= mono_now())
                 release(u);
-            }
         }
         pthread_mutex_unlock(L->lock);
     }
     return NULL;
+}
+
+static void handle_events(struct loop *L, struct epoll_event *ev, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t tag = ev[i].data.u32;
+        if ((tag & 3) == TAG_WAKE)
+            continue;
+        struct pump *u = &L->pumps[tag >> 2];
+        if ((tag & 3) == TAG_INPUT) {
+            on_readable(u);
+        } else {
+            u->armed_at = NAN;
+            L->counters.timer_wakeups++;
+            release(u);
+            /* timerfd_settime clears the expiry; without a new deadline, read it */
+            uint64_t expiries;
+            if (isnan(u->armed_at) && read(u->timer_fd, &expiries, sizeof(expiries)) < 0)
+                (void)expiries;
+        }
+    }
 }
 
 static int watch(struct loop *L, int fd, uint32_t tag)

@@ -19,13 +19,19 @@ struct pump {
     struct buf cap_sent, cap_recv;
 };
 
+/* What the thread did, for the benchmark's CPU per packet and per wake-up. */
+struct loop_counters {
+    uint64_t wakeups, timer_wakeups, reads, super_packets, writes;
+};
+
 struct loop {
+    struct loop_counters counters;
     struct path *path;
     pthread_mutex_t *lock;
     struct pump pumps[N_DIRS];
     int n_pumps;
     int epfd, wake_fd;
-    double early_s, dense_gap_s;
+    double early_s, dense_gap_s, coalesce_s;
     int vnet;
     pthread_t thread;
     volatile int stop;

@@ -507,13 +507,14 @@ static PyObject *Path_capture_take(PathObject *self, PyObject *args)
     return Py_BuildValue("(NN)", take_buf(&sent), take_buf(&recv));
 }
 
-/* start([(dir, in_fd, out_fd), ...], early_s, dense_gap_s, vnet) */
+/* start([(dir, in_fd, out_fd), ...], early_s, dense_gap_s, coalesce_s, vnet) */
 static PyObject *Path_start(PathObject *self, PyObject *args)
 {
     PyObject *pumps;
-    double early_s, dense_gap_s;
+    double early_s, dense_gap_s, coalesce_s;
     int vnet;
-    if (!PyArg_ParseTuple(args, "O!ddp", &PyList_Type, &pumps, &early_s, &dense_gap_s, &vnet))
+    if (!PyArg_ParseTuple(args, "O!dddp", &PyList_Type, &pumps, &early_s, &dense_gap_s,
+                          &coalesce_s, &vnet))
         return NULL;
     if (self->loop.running) {
         PyErr_SetString(PyExc_RuntimeError, "the packet thread runs already");
@@ -540,6 +541,7 @@ static PyObject *Path_start(PathObject *self, PyObject *args)
     L->lock = &self->lock;
     L->early_s = early_s;
     L->dense_gap_s = dense_gap_s;
+    L->coalesce_s = coalesce_s;
     L->vnet = vnet;
     L->err[0] = 0;
     if (loop_start(L) < 0) {
@@ -562,6 +564,16 @@ static PyObject *Path_error(PathObject *self, PyObject *Py_UNUSED(ignored))
     if (!self->loop.err[0])
         Py_RETURN_NONE;
     return PyUnicode_FromString(self->loop.err);
+}
+
+static PyObject *Path_loop_counters(PathObject *self, PyObject *Py_UNUSED(ignored))
+{
+    LOCK(self);
+    struct loop_counters c = self->loop.counters;
+    UNLOCK(self);
+    return Py_BuildValue("{sKsKsKsKsK}", "wakeups", c.wakeups, "timer_wakeups",
+                         c.timer_wakeups, "reads", c.reads, "super_packets", c.super_packets,
+                         "writes", c.writes);
 }
 
 static PyObject *Path_pool_slots(PathObject *self, PyObject *Py_UNUSED(ignored))
@@ -635,6 +647,7 @@ static PyMethodDef Path_methods[] = {
     {"start", (PyCFunction)Path_start, METH_VARARGS, NULL},
     {"stop", (PyCFunction)Path_stop, METH_NOARGS, NULL},
     {"error", (PyCFunction)Path_error, METH_NOARGS, NULL},
+    {"loop_counters", (PyCFunction)Path_loop_counters, METH_NOARGS, NULL},
     {"pool_slots", (PyCFunction)Path_pool_slots, METH_NOARGS, NULL},
     {"segment", (PyCFunction)Path_segment, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
