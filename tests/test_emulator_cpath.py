@@ -13,6 +13,7 @@ the medium's accounts and the outages' drop counts must be equal too.
 from __future__ import annotations
 
 import math
+import os
 import random
 import struct
 from dataclasses import asdict
@@ -270,3 +271,100 @@ def test_a_medium_cannot_come_or_go() -> None:
 def test_the_c_path_refuses_an_aggregate_it_cannot_gather() -> None:
     with pytest.raises(SpecError, match=r"air\.ampdu"):
         cpath.CPath(parse_link("rtt=10ms,air=54mbit/6mbit,air.ampdu=300"))
+
+
+# --- segmentation of TCP super-packets (csrc/gso.c) ----------------------------------------
+
+VNET_NEEDS_CSUM = 1
+GSO_TCPV4, GSO_UDP, GSO_TCPV6 = 1, 3, 4
+
+
+def vnet_header(gso_type: int, gso_size: int, hdr_len: int, csum_start: int) -> bytes:
+    return struct.pack("<BBHHHH", VNET_NEEDS_CSUM, gso_type, hdr_len, gso_size, csum_start, 16)
+
+
+def ones_sum(data: bytes) -> int:
+    if len(data) % 2:
+        data += b"\0"
+    total = sum(struct.unpack(f"!{len(data) // 2}H", data))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return total
+
+
+def tcp_checksum_ok(pseudo: bytes, segment: bytes) -> bool:
+    return ones_sum(pseudo + segment) == 0xFFFF
+
+
+def complete_partial(segment: bytes, start: int, offset: int) -> bytes:
+    """What a NIC (or the kernel for CHECKSUM_PARTIAL) does: sum from csum_start with the
+    field holding the pseudo-header sum, store the complement at csum_start + offset."""
+    value = (~ones_sum(segment[start:])) & 0xFFFF
+    at = start + offset
+    return segment[:at] + struct.pack("!H", value) + segment[at + 2 :]
+
+
+def super_packet_v4(payload: bytes, seq: int, flags: int) -> bytes:
+    ip = struct.pack(
+        "!BBHHHBBH4s4s",
+        0x45,
+        0,
+        52 + len(payload),
+        0xFFFE,
+        0x4000,
+        64,
+        6,
+        0,
+        bytes([198, 18, 1, 2]),
+        bytes([198, 18, 2, 2]),
+    )
+    th = struct.pack("!HHIIBBHHH", 40000, 5201, seq, 7, 8 << 4, flags, 512, 0xABCD, 0)
+    return ip + th + bytes(12) + payload
+
+
+def test_a_tcp_v4_super_packet_is_cut_as_the_kernel_would() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    payload = bytes(range(256)) * 40  # 10,240 bytes: 7 full segments and one of 104
+    packet = super_packet_v4(payload, 0xFFFFF000, 0x80 | 0x10 | 0x08 | 0x01)  # CWR ACK PSH FIN
+    segments = path.native.segment(vnet_header(GSO_TCPV4, 1448, 52, 20), packet)
+    assert len(segments) == 8
+    for i, (header, seg) in enumerate(segments):
+        flags, gso_type, _, _, start, offset = struct.unpack("<BBHHHH", header)
+        assert (flags, gso_type, start, offset) == (VNET_NEEDS_CSUM, 0, 20, 16)
+        chunk = payload[i * 1448 : (i + 1) * 1448]
+        assert seg[52:] == chunk and len(seg) == 52 + len(chunk)
+        total, ip_id = struct.unpack_from("!HH", seg, 2)
+        assert total == len(seg) and ip_id == (0xFFFE + i) & 0xFFFF
+        assert ones_sum(seg[:20]) == 0xFFFF  # IP header checksum
+        seq = struct.unpack_from("!I", seg, 24)[0]
+        assert seq == (0xFFFFF000 + i * 1448) & 0xFFFFFFFF  # wraps past 2**32
+        tcp_flags = seg[33]
+        assert bool(tcp_flags & 0x80) == (i == 0)  # CWR on the first only
+        assert bool(tcp_flags & 0x09) == (i == 7) and tcp_flags & 0x10  # FIN, PSH on the last
+        pseudo = seg[12:20] + struct.pack("!BBH", 0, 6, len(seg) - 20)
+        assert tcp_checksum_ok(pseudo, complete_partial(seg, 20, 16)[20:])
+
+
+def test_a_tcp_v6_super_packet_is_cut() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    payload = os.urandom(3000)
+    src, dst = bytes(15) + b"\1", bytes(15) + b"\2"
+    ip6 = struct.pack("!IHBB16s16s", 6 << 28, 32 + len(payload), 6, 64, src, dst)
+    th = struct.pack("!HHIIBBHHH", 40000, 5201, 1000, 7, 8 << 4, 0x18, 512, 0, 0)
+    segments = path.native.segment(
+        vnet_header(GSO_TCPV6, 1428, 72, 40), ip6 + th + bytes(12) + payload
+    )
+    assert [len(s) - 72 for _, s in segments] == [1428, 1428, 144]
+    for i, (_, seg) in enumerate(segments):
+        assert struct.unpack_from("!H", seg, 4)[0] == len(seg) - 40
+        assert struct.unpack_from("!I", seg, 44)[0] == 1000 + i * 1428
+        pseudo = src + dst + struct.pack("!IxxxB", len(seg) - 40, 6)
+        assert tcp_checksum_ok(pseudo, complete_partial(seg, 40, 16)[40:])
+
+
+def test_what_is_not_a_tcp_super_packet_is_not_cut() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    packet = super_packet_v4(bytes(5000), 1, 0x10)
+    assert path.native.segment(vnet_header(GSO_UDP, 1448, 52, 20), packet) == []
+    assert path.native.segment(vnet_header(GSO_TCPV4, 0, 52, 20), packet) == []
+    assert path.native.segment(vnet_header(GSO_TCPV6, 1448, 52, 20), packet) == []  # not v6
