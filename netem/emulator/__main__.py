@@ -6,7 +6,8 @@ Contract with the topology (netem/backends, the userspace backend)
 Before starting the process, the topology creates, in each of the client and server
 namespaces, a persistent TUN device named ``tb-eth`` (``IFF_TUN | IFF_NO_PI``, not
 multi-queue), with the MTU of the spec, the address (198.18.1.2/24 client, 198.18.2.2/24
-server, :mod:`netem.names`), a route to the peer's /24 over the device, offloads off, and
+server, :mod:`netem.names`), a route to the peer's /24 over the device, offloads off (the C
+path's ``--offload on`` switches TSO back on and cuts what it gets, see below), and
 the device up. Then it runs::
 
     python -m netem.emulator --name NAME \\
@@ -47,6 +48,24 @@ The process
 
 Options with measured defaults
 ------------------------------
+``--path c|python`` (default c)
+    Which per-packet path moves the packets: the C path (:mod:`netem.emulator.cengine`,
+    ``csrc/``: a packet thread of its own, batched reads, a timerfd per direction on a
+    coalescing grid, no allocation per packet once warm) or the Python reference
+    (:mod:`netem.emulator.engine` around :mod:`netem.emulator.core`). Both run the same
+    pipeline on the same generators; tests/test_emulator_cpath.py holds them equal packet
+    for packet. The control socket, the stats, the capture and the packet log are the same.
+``--offload on|off`` (C path, default on)
+    Attach with ``IFF_VNET_HDR`` and switch TSO back on (the topology switches it off): the
+    senders' stacks hand over TCP super-packets of up to 64 KB, which the C path cuts into
+    wire-sized segments (as the kernel's GSO would) before the loss draw, so every segment
+    meets the loss model, the queue and the clock on its own. One read instead of up to 44,
+    and the sender's stack (which runs in the emulator's ``write()`` of each ACK) builds one
+    skb instead of 44.
+``--coalesce-us`` (C path, default 100)
+    On dense traffic the timerfds fire on a grid of this period shared by both directions,
+    and each wake-up releases everything due: at most one timer wake-up per period, each
+    packet at most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
 ``--processes 1|2`` (default 1)
     2 runs the ``down`` direction in a forked second process, so the two directions can
     use both cores; the parent serves the control socket and forwards every command to
