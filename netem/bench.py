@@ -629,7 +629,12 @@ def cli(args: argparse.Namespace) -> int:
     if args.no_load:
         config = replace(config, load=False)
     progress = None if args.json else (lambda msg: print(f"bench link: {msg}", flush=True))
-    emulator = None if args.path is None else EmulatorOptions(path=args.path)
+    emulator = EmulatorOptions(
+        path=args.path,
+        offload=None if args.offload is None else args.offload == "on",
+        coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
+    )
+    emulator = None if emulator.empty else emulator
     if emulator is not None and args.backend == "netem":
         raise SpecError("path", "the netem backend has no userspace emulator")
     doc = run_bench(
@@ -655,6 +660,14 @@ def register(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--name", default="bench", help="name of the temporary link")
     parser.add_argument(
         "--path", choices=PATHS, help="the userspace emulator's packet path (default: c)"
+    )
+    parser.add_argument(
+        "--offload", choices=("on", "off"), help="C path: take TCP super-packets (default on)"
+    )
+    parser.add_argument(
+        "--coalesce-us",
+        type=float,
+        help="C path: the timer grid on dense traffic, µs (default: the emulator's)",
     )
     parser.add_argument(
         "--no-load", action="store_true", help="skip the loaded rows at 333 Mbit/s and 1 Gbit/s"

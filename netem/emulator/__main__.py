@@ -234,11 +234,16 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
     """``--offload`` and ``--coalesce-us`` belong to the C path, which must be built."""
     if args.coalesce_us is not None and not math.isfinite(args.coalesce_us):
         raise SpecError("coalesce-us", f"must be finite, got {args.coalesce_us!r}")
-    EmulatorOptions(
-        path=args.path,
-        offload=None if args.offload is None else args.offload == "on",
-        coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
-    )
+    flags = {"emulator.path": "path", "emulator.offload": "offload"}
+    flags["emulator.coalesce_s"] = "coalesce-us"
+    try:
+        EmulatorOptions(
+            path=args.path,
+            offload=None if args.offload is None else args.offload == "on",
+            coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
+        )
+    except SpecError as err:  # named by the command-line option
+        raise SpecError(flags.get(err.field, err.field), err.reason) from None
     if args.path == "python":
         return
     cpath.require()
