@@ -17,15 +17,20 @@ PATHS = ("c", "python")
 """``c``: the C packet path (:mod:`netem.emulator.cengine`); ``python``: the reference core
 in asyncio pumps (:mod:`netem.emulator.engine`)."""
 DEFAULT_PATH = "c"
-DEFAULT_COALESCE_S = 100e-6
+DEFAULT_COALESCE_S = 300e-6
 """On dense traffic (a departure less than :data:`netem.emulator.engine.DENSE_GAP_S` after
-the previous release) the C path's timer wakes a direction at most once per 100 µs and
-releases everything due by then, as a NIC coalesces its interrupts (Linux drivers' rx-usecs
-defaults are 3-100 µs). Measured on these VMs (README, "The emulated path"): a wake-up of
-the packet thread costs about 15-20 µs of CPU, mostly the context switches, against
-2-4 µs for the packet's own write; one wake-up per packet at 333 Mbit/s would take half a
-core. Sparse traffic (the RTT probe, requests) is released on time (early wake-up and a
-short spin), never coalesced."""
+the previous release) the C path's timers fire on a grid of 300 µs shared by both
+directions, and each wake-up releases everything due by then, as a NIC moderates its
+interrupts: at most one timer wake-up per 300 µs, each packet at most that late. On these
+VMs a wake-up of the packet thread costs about 20 µs of CPU (the context switches) against
+a few µs for a packet's own read and write, so the grid sets the CPU: measured at 200 ms
+and 333 Mbit/s with kernel TCP (README, "The packet path in C"; 3 alternating rounds, load
+average 4-8 from other sessions), 100 µs took 0.38-0.43 of a core (lateness p99 130-140
+µs), 200 µs 0.30-0.33 (210-220 µs), 300 µs 0.24-0.26 (280-290 µs), the Python path
+0.81-0.84 (150-180 µs up, 260-360 µs on the ACK direction). 300 µs is the issue's quarter
+of a core; the ACK direction's one-way error under that load stays below the Python
+path's (p99 0.33-0.34 ms against 0.44-0.55 ms). Sparse traffic (the RTT probe, requests)
+is released on time (early wake-up and a short spin), never coalesced."""
 MAX_COALESCE_S = 1e-3
 """A millisecond of batching is the most the link's timing allows: the lateness targets are
 0.3 ms median and 1 ms p99 of RTT error (netem/bench.py)."""

@@ -78,6 +78,66 @@ static void drop(struct path *p, struct direction *d, double now, int reason, st
     pool_put(&p->pool, s);
 }
 
+/* The serialisation stage: admission to the drop-tail byte queue and the time the packet's
+ * last bit leaves the bottleneck (tx_done), or -1 for a refusal. This is where a rate
+ * schedule plugs in: a constant rate (RATE_CONSTANT, changed by rate events, seconds per
+ * byte `spb`) gives max(now, previous tx_done) + size * spb; a capacity trace of delivery
+ * opportunities (Mahimahi's format, bytes per millisecond stamp) would answer the same
+ * question from its own cursor, with the same queue in front of it. NAN: refused. */
+static double serialise(struct direction *d, double now, uint64_t size, double spb)
+{
+    struct dstats *st = &d->st;
+    while (d->queue.len && ring_front(&d->queue)->t1 <= now)
+        d->backlog_bytes -= (int64_t)ring_pop(&d->queue).size;
+    int64_t backlog = d->backlog_bytes + (int64_t)size;
+    if (backlog > d->queue_limit_bytes)
+        return NAN;
+    double tx_done = (now > d->tx_done ? now : d->tx_done) + (double)size * spb;
+    if (!ring_push(&d->queue, (struct ent){.t1 = tx_done, .size = size}))
+        return NAN; /* out of memory: refused like a full queue */
+    d->tx_done = tx_done;
+    d->backlog_bytes = backlog;
+    if ((uint64_t)backlog > st->max_backlog_bytes)
+        st->max_backlog_bytes = (uint64_t)backlog;
+    if (d->queue.len > st->max_backlog_packets)
+        st->max_backlog_packets = d->queue.len;
+    return tx_done;
+}
+
+/* The propagation stage: when a packet that left the bottleneck at tx_done reaches the far
+ * end. A delay schedule (a trace of one-way delays) plugs in here, keyed by tx_done; the
+ * no-reordering rule after it holds for any schedule. */
+static double arrival_due(struct direction *d, double tx_done)
+{
+    double due = tx_done + d->delay_s;
+    if (d->jitter_s != 0.0) {
+        double a = -d->jitter_s, b = d->jitter_s;
+        due += a + (b - a) * mt_random(&d->jitter_rng);
+    }
+    if (due < d->last_due)
+        due = d->last_due;
+    d->last_due = due;
+    return due;
+}
+
+/* The seconds per byte in force at `now` (0 with *limited 0: no rate), rate events first. */
+static double rate_in_force(struct direction *d, double now, int *limited)
+{
+    *limited = d->rate_kind != RATE_UNLIMITED;
+    double spb = d->seconds_per_byte;
+    if (d->has_timeline && has_rates(d)) {
+        int rated = 0;
+        double rate = rate_at(d, now, d->rate_bps, &rated);
+        *limited = *limited || rated;
+        if (*limited) {
+            spb = 8.0 / rate;
+            if (d->queue_limit_bytes < 0)
+                d->queue_limit_bytes = (int64_t)1 << 62;
+        }
+    }
+    return spb;
+}
+
 /* LinkDirection.receive: loss draw, outage, drop-tail queue and serialisation, loss
  * applied, delay and jitter. */
 void direction_receive(struct path *p, struct direction *d, double now, struct slot *s)
@@ -87,8 +147,6 @@ void direction_receive(struct path *p, struct direction *d, double now, struct s
     st->packets_in++;
     st->bytes_in += size;
     int lost = loss_draw(d);
-    int limited = d->rate_kind != RATE_UNLIMITED;
-    double spb = d->seconds_per_byte;
     if (d->has_timeline) {
         struct event *outage = outage_at(d, now);
         if (outage) {
@@ -97,59 +155,22 @@ void direction_receive(struct path *p, struct direction *d, double now, struct s
             drop(p, d, now, DROP_OUTAGE, s);
             return;
         }
-        if (has_rates(d)) {
-            int rated = 0;
-            double rate = rate_at(d, now, d->rate_bps, &rated);
-            limited = limited || rated;
-            if (limited) {
-                spb = 8.0 / rate;
-                if (d->queue_limit_bytes < 0)
-                    d->queue_limit_bytes = (int64_t)1 << 62;
-            }
-        }
     }
-    double tx_done;
-    if (!limited) {
-        tx_done = now;
-    } else {
-        while (d->queue.len && ring_front(&d->queue)->t1 <= now)
-            d->backlog_bytes -= (int64_t)ring_pop(&d->queue).size;
-        int64_t backlog = d->backlog_bytes + (int64_t)size;
-        if (backlog > d->queue_limit_bytes) {
-            st->dropped_queue++;
-            st->bytes_dropped_queue += size;
-            drop(p, d, now, DROP_QUEUE, s);
-            return;
-        }
-        tx_done = (now > d->tx_done ? now : d->tx_done) + (double)size * spb;
-        d->tx_done = tx_done;
-        struct ent q = {.t1 = tx_done, .size = size};
-        if (!ring_push(&d->queue, q)) { /* out of memory: refused like a full queue */
-            st->dropped_queue++;
-            st->bytes_dropped_queue += size;
-            drop(p, d, now, DROP_QUEUE, s);
-            return;
-        }
-        d->backlog_bytes = backlog;
-        if ((uint64_t)backlog > st->max_backlog_bytes)
-            st->max_backlog_bytes = (uint64_t)backlog;
-        if (d->queue.len > st->max_backlog_packets)
-            st->max_backlog_packets = d->queue.len;
+    int limited;
+    double spb = rate_in_force(d, now, &limited);
+    double tx_done = limited ? serialise(d, now, size, spb) : now;
+    if (isnan(tx_done)) {
+        st->dropped_queue++;
+        st->bytes_dropped_queue += size;
+        drop(p, d, now, DROP_QUEUE, s);
+        return;
     }
     if (lost) {
         st->dropped_loss++;
         drop(p, d, now, DROP_LOSS, s);
         return;
     }
-    double due = tx_done + d->delay_s;
-    if (d->jitter_s != 0.0) {
-        double a = -d->jitter_s, b = d->jitter_s;
-        due += a + (b - a) * mt_random(&d->jitter_rng);
-    }
-    if (due < d->last_due)
-        due = d->last_due;
-    d->last_due = due;
-    struct ent e = {.t1 = due, .t2 = now, .pkt = s};
+    struct ent e = {.t1 = arrival_due(d, tx_done), .t2 = now, .pkt = s};
     if (!ring_push(&d->line, e)) {
         st->dropped_queue++;
         st->bytes_dropped_queue += size;

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,6 +198,9 @@ static void handle_events(struct loop *L, struct epoll_event *ev, int n);
 static void *loop_main(void *arg)
 {
     struct loop *L = arg;
+    sigset_t all; /* signals are the Python main thread's (SIGTERM, SIGINT: its handlers) */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     struct epoll_event ev[8];
     while (!L->stop) {
