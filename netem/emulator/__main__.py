@@ -62,7 +62,7 @@ Options with measured defaults
     meets the loss model, the queue and the clock on its own. One read instead of up to 44,
     and the sender's stack (which runs in the emulator's ``write()`` of each ACK) builds one
     skb instead of 44.
-``--coalesce-us`` (C path, default 100)
+``--coalesce-us`` (C path, default 300)
     On dense traffic the timerfds fire on a grid of this period shared by both directions,
     and each wake-up releases everything due: at most one timer wake-up per period, each
     packet at most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
