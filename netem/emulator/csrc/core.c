@@ -236,6 +236,15 @@ int path_next_deadline(struct path *p, int dir, double *deadline)
     return have;
 }
 
+int path_second_due(struct path *p, int dir, double *due)
+{
+    struct ring *line = &p->d[dir].line;
+    if (line->len < 2)
+        return 0;
+    *due = line->buf[(line->head + 1) & (line->cap - 1)].t1;
+    return 1;
+}
+
 void path_receive(struct path *p, int dir, double now, struct slot *s)
 {
     struct medium *m = p->medium;

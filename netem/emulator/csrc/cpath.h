@@ -192,6 +192,8 @@ int path_next_deadline(struct path *p, int dir, double *deadline);
  * back to the pool); returns how many. */
 typedef void (*departure_fn)(void *ctx, int dir, struct slot *s, double due, double now);
 size_t path_pop_due(struct path *p, int dir, double now, departure_fn out, void *ctx);
+/* The departure time of the second packet in line (the batching decision of loop.c). */
+int path_second_due(struct path *p, int dir, double *due);
 void medium_advance(struct path *p, double now);
 void direction_receive(struct path *p, struct direction *d, double now, struct slot *s);
 int frame_is_ack(const uint8_t *pkt, size_t len);

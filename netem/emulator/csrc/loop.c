@@ -102,11 +102,16 @@ static void release(struct pump *u)
             return;
         if (deadline - u->last_release < L->dense_gap_s) {
             /* dense: back to epoll first, even when it is due already, so that reads and
-             * the other direction are served between two batches; and the timer on a grid
-             * of coalesce_s shared by both directions (a NIC's interrupt moderation): at
-             * most one wake-up per coalesce_s for both, each packet at most that late */
-            if (L->coalesce_s > 0)
-                deadline = ceil(deadline / L->coalesce_s) * L->coalesce_s;
+             * the other direction are served between two batches; and, when the wake-up
+             * would carry more than one packet, the timer on a grid of coalesce_s shared
+             * by both directions (a NIC's interrupt moderation): at most one wake-up per
+             * coalesce_s for both, each packet at most that late. A packet alone in its
+             * grid period gains nothing from waiting: it is woken for on time. */
+            if (L->coalesce_s > 0) {
+                double grid = ceil(deadline / L->coalesce_s) * L->coalesce_s, second;
+                if (path_second_due(L->path, u->dir, &second) && second <= grid)
+                    deadline = grid;
+            }
             arm(u, deadline);
             return;
         }
