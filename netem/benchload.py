@@ -112,12 +112,12 @@ def iperf_argv(server_addr: str, case: LoadCase, duration_s: float, omit_s: floa
     return argv
 
 
-def goodput_bps(stdout: bytes, udp: bool) -> float:
+def goodput_bps(stdout: bytes) -> float:
+    """The receiver's payload rate (``sum_received``: for UDP, ``sum`` is the sender's)."""
     import json
 
     try:
-        end = json.loads(stdout)["end"]
-        return float(end["sum" if udp else "sum_received"]["bits_per_second"])
+        return float(json.loads(stdout)["end"]["sum_received"]["bits_per_second"])
     except (ValueError, KeyError, TypeError) as err:
         raise RuntimeError(f"iperf3 gave no receiver result: {err}") from None
 
@@ -166,7 +166,7 @@ def measure_case(link: Any, case: LoadCase, duration_s: float, omit_s: float) ->
         "link": case.link,
         "proto": "udp" if case.udp else "tcp",
         "configured_bps": case.rate_bps,
-        "goodput_bps": goodput_bps(stdout, case.udp),
+        "goodput_bps": goodput_bps(stdout),
         "link_out_bps": delivered,
         "link_fraction": delivered / case.rate_bps,
         "down_median_error_s": quantile(errors, 0.5) if errors else None,
