@@ -269,6 +269,41 @@ def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> Rate
         server.wait(timeout=10)
 
 
+def measure_rates(link: Any, config: BenchConfig, say: Callable[[str], None]) -> list[dict]:
+    """The rate rows: UDP and TCP at each configured rate on the 20 ms path."""
+    rows = []
+    for rate_bps in config.rates_bps:
+        spec = f"rtt={RATE_RTT},rate={rate_bps / 1e6:g}mbit"
+        link.set_spec(spec)
+        for udp in (True, False):
+            proto = "udp" if udp else "tcp"
+            say(f"{proto} at {spec}")
+            run = iperf(link, udp=udp, rate_bps=rate_bps, config=config)
+            # the link's rate counts IP packets; iperf3 counts payload
+            payload, overhead = (
+                (UDP_PAYLOAD_BYTES, UDP_OVERHEAD_BYTES)
+                if udp
+                else (TCP_MSS_BYTES, TCP_OVERHEAD_BYTES)
+            )
+            delivered = run.goodput_bps * (payload + overhead) / payload
+            rows.append(
+                {
+                    "proto": proto,
+                    "link": spec,
+                    "configured_bps": rate_bps,
+                    "goodput_bps": run.goodput_bps,
+                    "delivered_bps": delivered,
+                    "error_fraction": delivered / rate_bps - 1.0,
+                    "link_in_bps": run.link_in_bps,
+                    "link_out_bps": run.link_out_bps,
+                    "link_error_fraction": run.link_out_bps / rate_bps - 1.0,
+                    "receiver_drops": run.receiver_drops,
+                    **load_row(run.window),
+                }
+            )
+    return rows
+
+
 def run_bench(
     *,
     backend: str = "auto",
@@ -318,35 +353,7 @@ def run_bench(
                     loss_row("emulator", direction, LOSS_FRACTION, d.dropped_loss, d.loss_trials)
                 )
 
-        for rate_bps in config.rates_bps:
-            spec = f"rtt={RATE_RTT},rate={rate_bps / 1e6:g}mbit"
-            link.set_spec(spec)
-            for udp in (True, False):
-                proto = "udp" if udp else "tcp"
-                say(f"{proto} at {spec}")
-                run = iperf(link, udp=udp, rate_bps=rate_bps, config=config)
-                # the link's rate counts IP packets; iperf3 counts payload
-                payload, overhead = (
-                    (UDP_PAYLOAD_BYTES, UDP_OVERHEAD_BYTES)
-                    if udp
-                    else (TCP_MSS_BYTES, TCP_OVERHEAD_BYTES)
-                )
-                delivered = run.goodput_bps * (payload + overhead) / payload
-                doc["rate"].append(
-                    {
-                        "proto": proto,
-                        "link": spec,
-                        "configured_bps": rate_bps,
-                        "goodput_bps": run.goodput_bps,
-                        "delivered_bps": delivered,
-                        "error_fraction": delivered / rate_bps - 1.0,
-                        "link_in_bps": run.link_in_bps,
-                        "link_out_bps": run.link_out_bps,
-                        "link_error_fraction": run.link_out_bps / rate_bps - 1.0,
-                        "receiver_drops": run.receiver_drops,
-                        **load_row(run.window),
-                    }
-                )
+        doc["rate"] = measure_rates(link, config, say)
         air = doc["backend"] == "userspace"
         if config.load:
             doc["load"] = measure_load(link, config.load_duration_s, config.load_omit_s, say)
