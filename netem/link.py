@@ -35,6 +35,7 @@ from netem import backends, clean, names, sysctl, topology
 from netem.backends import LinkState, commit_edge, edge_state, topology_of
 from netem.backends.userspace import process_alive
 from netem.capture import snaplen_of
+from netem.emulator.options import EmulatorOptions
 from netem.events import LinkEvent, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
@@ -90,6 +91,17 @@ def _to_spec(spec: LinkSpec | str) -> LinkSpec:
     if isinstance(spec, str):
         return resolve_link(spec)
     raise SpecError("spec", f"expected a LinkSpec or a link string, got {type(spec).__name__}")
+
+
+def emulator_options(backend: str, options: EmulatorOptions | None) -> EmulatorOptions | None:
+    """The emulator options asked for: only the userspace backend has an emulator."""
+    if options is None or options.empty:
+        return None
+    if not isinstance(options, EmulatorOptions):
+        raise SpecError("emulator", f"must be EmulatorOptions, got {options!r}")
+    if backend != "userspace":
+        raise SpecError("emulator", f"the {backend} backend has no userspace emulator")
+    return options
 
 
 def _to_topology(spec: LinkSpec | str | Topology) -> Topology | None:
@@ -215,6 +227,7 @@ class Link:
         sysctls: Mapping[str, str | int] | None = None,
         events: Sequence[LinkEvent | str] | None = None,
         persistent: bool = False,
+        emulator: EmulatorOptions | None = None,
     ) -> Link:
         """Build link ``name`` and return it once packets flow (the emulator is ready).
 
@@ -236,6 +249,9 @@ class Link:
         namespace, every edge its own emulator (userspace) or router (netem). ``events`` are
         scheduled on the ``link`` edge from link up on (:mod:`netem.events`; a topology
         carries its edges' events itself).
+
+        ``emulator`` chooses the userspace emulator's packet path and its knobs
+        (:class:`netem.emulator.options.EmulatorOptions`); None: the emulator's defaults.
         """
         names.check_link_name(name)
         topo = _to_topology(spec)
@@ -251,6 +267,7 @@ class Link:
         # only the userspace emulator has a shared medium and replays traces: auto picks it
         userspace_only = link_spec.air is not None or link_spec.has_trace
         chosen = "userspace" if backend == "auto" and userspace_only else backends.choose(backend)
+        emulator = emulator_options(chosen, emulator)
         extra_sysctls = {k: sysctl.to_set(k, v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
             sysctl._path(key)  # refuse a bad name before building anything
@@ -276,6 +293,8 @@ class Link:
             state.extra["topology"] = topo.to_dict()
         if schedule:
             state.extra["schedule"] = [e.to_dict() for e in schedule]
+        if emulator is not None:
+            state.extra["emulator"] = emulator.to_dict()
         impl = backends.get(chosen)
         with clean.reaped() as reaped:  # what dead runs left goes first
             if reaped:

@@ -81,9 +81,12 @@ def probe(count: int = 50) -> ProbeResult:
         )
 
 
+@pytest.mark.parametrize("path", ["c", "python"])
 @pytest.mark.parametrize("processes", ["1", "2"])
-def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str) -> None:
-    proc, control = start(tmp_path, "up.delay=20ms,down.delay=10ms", "--processes", processes)
+def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str, path: str) -> None:
+    proc, control = start(
+        tmp_path, "up.delay=20ms,down.delay=10ms", "--processes", processes, "--path", path
+    )
     pid_file = control.with_suffix(".pid")
     try:
         assert pid_file.read_text().strip() == str(proc.pid)
@@ -92,6 +95,7 @@ def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str) -> 
         client = EmulatorClient(control, timeout_s=10)
         before = client.stats()
         assert before.processes == int(processes)
+        assert client.request("path")["path"] == path
         client.capture_start(tmp_path / "cap", snaplen=200)
         client.packet_log_start(tmp_path / "log")
         result = probe()
@@ -160,6 +164,14 @@ def test_bad_spec_and_missing_devices_fail_in_one_line(tmp_path: Path) -> None:
     assert split.stderr.decode().strip() == (
         "emulator: error: processes: an air= link shares one medium: it runs in one process"
     )
+    for extra, message in (
+        (["--path", "python", "--offload", "on"], "offload: only the C path takes it (path c)"),
+        (["--path", "python", "--coalesce-us", "50"], "coalesce-us: only the C path takes it"),
+        (["--coalesce-us", "5000"], "coalesce-us: must lie in [0, 1 ms], got 0.005"),
+    ):
+        refused = subprocess.run([*base, "--spec-json", "{}", *extra], capture_output=True)
+        assert refused.returncode == 2
+        assert refused.stderr.decode().strip().startswith(f"emulator: error: {message}")
     missing = subprocess.run([*base, "--spec-json", "{}"], capture_output=True, timeout=30)
     assert missing.returncode == 1
     lines = missing.stderr.decode().strip().splitlines()

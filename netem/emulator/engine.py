@@ -217,6 +217,15 @@ class Engine:
         self.events: list[ScheduledEvent] = []
         """Every scheduled event given to this process, in order (see :mod:`netem.events`)."""
 
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start moving packets (each pump on ``loop``)."""
+        for pump in self.pumps.values():
+            pump.start(loop)
+
+    def stop(self) -> None:
+        for pump in self.pumps.values():
+            pump.stop()
+
     def add_event(self, event: ScheduledEvent) -> ScheduledEvent:
         """Give a resolved event (absolute times) to every direction it concerns (none, if
         one of them refuses it)."""
@@ -294,6 +303,8 @@ class Engine:
                 if pump.core.timeline is not None:
                     pump.core.timeline.refresh()
             return {"ended": len(changed)}
+        if cmd == "path":  # which packet path moves this process's directions
+            return {"path": "python"}
         if cmd in ("ping", "shutdown"):
             return {}
         raise SpecError("cmd", f"unknown command {cmd!r}")
