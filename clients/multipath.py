@@ -30,7 +30,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from clients.config import ClientConfig
@@ -321,10 +321,6 @@ async def _duplicate(
     else:
         result.error = "; ".join(p.error for p in paths if p.error) or "no complete copy"
     return result
-
-
-def with_mode(config: MultipathConfig, mode: str) -> MultipathConfig:
-    return replace(config, mode=mode)
 
 
 def main(argv: list[str] | None = None) -> int:

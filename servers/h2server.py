@@ -730,10 +730,6 @@ class H2Listener:
         for protocol in list(self.protocols):
             protocol._close()
 
-    def close_clients(self) -> None:
-        for protocol in list(self.protocols):
-            protocol._close()
-
 
 MAX_REFUSAL_LOG_LINES = 100
 """Refused connections are counted; only the first ones get a log line each."""

@@ -425,17 +425,6 @@ def markdown(results: list[AttackResult]) -> str:
     return "\n".join(lines)
 
 
-def load_results(path: Path) -> list[AttackResult]:
-    """Results written with ``--json``."""
-    import json
-
-    results = []
-    for data in json.loads(path.read_text()):
-        probes = [Probe(**p) for p in data.pop("probes")]
-        results.append(AttackResult(**data, probes=probes))
-    return results
-
-
 def parse_attacks(text: str) -> list[Attack]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:

@@ -180,11 +180,6 @@ def read_tcp_segments(path: Path) -> list[TcpSegment]:
     return out
 
 
-def _seq_after(a: int, b: int) -> bool:
-    """a > b in 32-bit sequence space (RFC 793 comparisons)."""
-    return 0 < (a - b) % SEQ_MOD < 2**31
-
-
 @dataclass
 class _Conn:
     index: int

@@ -11,9 +11,9 @@ seed (:func:`netem.emulator.loss.loss_rng`, :func:`~netem.emulator.loss.jitter_r
 
 :class:`CPath` is sans-I/O when driven with :meth:`CPath.receive`, :meth:`CPath.pop_due`
 and :meth:`CPath.next_deadline` (each takes ``now``), which is how the tests compare it
-with the Python core packet for packet; :class:`CDirection` gives one direction the
-Python core's interface. The packet thread that moves real packets lives in C as well
-(``csrc/loop.c``); :mod:`netem.emulator.cengine` starts it and answers control commands.
+with the Python core packet for packet. The packet thread that moves real packets lives
+in C as well (``csrc/loop.c``); :mod:`netem.emulator.cengine` starts it and answers
+control commands.
 """
 
 from __future__ import annotations
@@ -229,29 +229,3 @@ class CPath:
         log.data = bytearray(data)
         log.dropped_records = dropped
         return log
-
-
-class CDirection:
-    """One direction of a :class:`CPath` with the Python core's sans-I/O interface
-    (``receive``, ``pop_due``, ``next_deadline``, ``stats``)."""
-
-    def __init__(self, path: CPath, direction: str) -> None:
-        self.path = path
-        self.direction = direction
-
-    def receive(self, now: float, packet: bytes) -> None:
-        self.path.receive(self.direction, now, packet)
-
-    def pop_due(self, now: float) -> list[bytes]:
-        return self.path.pop_due(self.direction, now)
-
-    def next_deadline(self) -> float | None:
-        return self.path.next_deadline(self.direction)
-
-    @property
-    def stats(self) -> DirectionStats:
-        return self.path.stats(self.direction)
-
-    @property
-    def in_flight_packets(self) -> int:
-        return self.path.native.in_flight(DIRECTION_INDEX[self.direction])
