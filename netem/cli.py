@@ -262,18 +262,8 @@ def _cmd_clean(args: argparse.Namespace) -> int:
     return 0 if report.ok else EXIT_LEFTOVERS
 
 
-def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add this package's subcommands to ``testbed``."""
-    p = commands.add_parser("doctor", help="what this host can do, and the backend auto picks")
-    p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--backend",
-        choices=backends.BACKEND_CHOICES,
-        default="auto",
-        help="check for this backend's needs (netem needs no /dev/net/tun)",
-    )
-    p.set_defaults(handler=_cmd_doctor)
-
+def _register_link(commands: argparse._SubParsersAction) -> None:
+    """``testbed link up|event|events|show|down|list``."""
     link = commands.add_parser("link", help="a persistent emulated path: up, show, down, list")
     sub = link.add_subparsers(dest="link_command", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="bring a link up and leave it running")
@@ -324,6 +314,21 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     ls = sub.add_parser("list", help="links that are up")
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=_cmd_link_list)
+
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add this package's subcommands to ``testbed``."""
+    p = commands.add_parser("doctor", help="what this host can do, and the backend auto picks")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--backend",
+        choices=backends.BACKEND_CHOICES,
+        default="auto",
+        help="check for this backend's needs (netem needs no /dev/net/tun)",
+    )
+    p.set_defaults(handler=_cmd_doctor)
+
+    _register_link(commands)
 
     c = commands.add_parser(
         "clean",

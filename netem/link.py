@@ -125,6 +125,70 @@ def check_name_free(name: str) -> None:
         )
 
 
+def _schedule(events: Sequence[LinkEvent | str] | None, topo: Topology | None) -> list[LinkEvent]:
+    """``Link.up``'s events, parsed (a topology carries its edges' events itself)."""
+    schedule = [parse_event(e) if isinstance(e, str) else e for e in events or ()]
+    for event in schedule:
+        if not isinstance(event, LinkEvent):
+            raise SpecError("events", f"expected LinkEvent or a string, got {event!r}")
+    if topo is not None and schedule:
+        raise SpecError("events", "a topology carries its edges' events: Topology.build")
+    return schedule
+
+
+def _new_state(
+    name: str,
+    backend: str,
+    spec: LinkSpec,
+    persistent: bool,
+    slow_start_after_idle: bool | None,
+) -> LinkState:
+    """The record of a link about to be built by this process."""
+    return LinkState(
+        name=name,
+        backend=backend,
+        spec=spec,
+        client_ns=names.namespace(name, "client"),
+        server_ns=names.namespace(name, "server"),
+        router_ns=names.namespace(name, "router") if backend == "netem" else None,
+        client_addr=names.CLIENT_ADDR,
+        server_addr=names.SERVER_ADDR,
+        created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        owner_pid=os.getpid(),
+        owner_start_ticks=clean.start_ticks(os.getpid()),
+        persistent=persistent,
+        slow_start_after_idle=slow_start_after_idle,
+        extra={"status": "starting"},
+    )
+
+
+def _bring_up(
+    state: LinkState,
+    topo: Topology | None,
+    slow_start_after_idle: bool | None,
+    extra_sysctls: Mapping[str, str],
+) -> None:
+    """The backend builds the claimed link and the namespaces get their sysctls; on any
+    failure (or Ctrl-C) everything built so far goes before the exception propagates."""
+    impl = backends.get(state.backend)
+    try:
+        impl.up(state)
+        wanted = sysctl.link_sysctls(state.spec, slow_start_after_idle=slow_start_after_idle)
+        wanted.update(extra_sysctls)
+        roles = [*ENDPOINT_ROLES, *(["relay"] if topo and "relay" in topo.nodes else [])]
+        for role in roles:
+            applied = sysctl.apply_link_sysctls(names.namespace(state.name, role), wanted)
+            state.sysctls[role] = applied.values
+            state.warnings.extend(f"{role}: {w}" for w in applied.warnings)
+        state.extra["status"] = "up"
+        _save(state)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            impl.down(state)
+        clean.clean(state.name, force=True)
+        raise
+
+
 def list_links() -> list[str]:
     """Names of the links with a state file (up, or left by a crash: see ``testbed clean``)."""
     directory = names.STATE_DIR / "links"
@@ -258,12 +322,7 @@ class Link:
         if isinstance(spec, Topology) and topo is None:
             spec = spec.link_spec
         link_spec = topo.link_spec if topo is not None else _to_spec(spec)  # type: ignore[arg-type]
-        schedule = [parse_event(e) if isinstance(e, str) else e for e in events or ()]
-        for event in schedule:
-            if not isinstance(event, LinkEvent):
-                raise SpecError("events", f"expected LinkEvent or a string, got {event!r}")
-        if topo is not None and schedule:
-            raise SpecError("events", "a topology carries its edges' events: Topology.build")
+        schedule = _schedule(events, topo)
         # only the userspace emulator has a shared medium and replays traces: auto picks it
         userspace_only = link_spec.air is not None or link_spec.has_trace
         chosen = "userspace" if backend == "auto" and userspace_only else backends.choose(backend)
@@ -273,50 +332,19 @@ class Link:
             sysctl._path(key)  # refuse a bad name before building anything
         if os.geteuid() != 0:
             raise SpecError("link", "needs root (network namespaces)")
-        state = LinkState(
-            name=name,
-            backend=chosen,
-            spec=link_spec,
-            client_ns=names.namespace(name, "client"),
-            server_ns=names.namespace(name, "server"),
-            router_ns=names.namespace(name, "router") if chosen == "netem" else None,
-            client_addr=names.CLIENT_ADDR,
-            server_addr=names.SERVER_ADDR,
-            created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-            owner_pid=os.getpid(),
-            owner_start_ticks=clean.start_ticks(os.getpid()),
-            persistent=persistent,
-            slow_start_after_idle=slow_start_after_idle,
-            extra={"status": "starting"},
-        )
+        state = _new_state(name, chosen, link_spec, persistent, slow_start_after_idle)
         if topo is not None:
             state.extra["topology"] = topo.to_dict()
         if schedule:
             state.extra["schedule"] = [e.to_dict() for e in schedule]
         if emulator is not None:
             state.extra["emulator"] = emulator.to_dict()
-        impl = backends.get(chosen)
         with clean.reaped() as reaped:  # what dead runs left goes first
             if reaped:
                 state.extra["reaped"] = reaped
             check_name_free(name)
             _claim(state)  # atomically: of two processes racing for one name, one gets it
-        try:
-            impl.up(state)
-            wanted = sysctl.link_sysctls(link_spec, slow_start_after_idle=slow_start_after_idle)
-            wanted.update(extra_sysctls)
-            roles = [*ENDPOINT_ROLES, *(["relay"] if topo and "relay" in topo.nodes else [])]
-            for role in roles:
-                applied = sysctl.apply_link_sysctls(names.namespace(name, role), wanted)
-                state.sysctls[role] = applied.values
-                state.warnings.extend(f"{role}: {w}" for w in applied.warnings)
-            state.extra["status"] = "up"
-            _save(state)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                impl.down(state)
-            clean.clean(name, force=True)
-            raise
+        _bring_up(state, topo, slow_start_after_idle, extra_sysctls)
         return cls(state)
 
     @classmethod
