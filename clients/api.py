@@ -36,14 +36,14 @@ The workloads ``image`` (30 MB down) and ``sink`` (30 MB up) exist for ``bench s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import IO, Any
 
 import uvloop
 
 from clients import fecclient, h2client, h3client
 from clients.config import ClientConfig
-from clients.workload import REQUEST_WORKLOADS, RequestSpec, multi_specs, request_spec
+from clients.workload import RequestSpec, exchange_specs
 from proto.quic.edge import quic_counters
 from proto.tls import client_context
 from tbcore.records import SAMPLE_RECORDS, QuicRecovery, RequestRecord, tcp_info_of, write_jsonl
@@ -65,25 +65,7 @@ class _Run:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         settings = config.settings
-        if settings.workload == "multi":
-            self.specs = multi_specs(
-                settings.stream_list,
-                settings.chunks,
-                signal_priority=settings.priority_signal != "none",
-                cancel_after_chunks=settings.cancel_after_chunks,
-                player_buffer_s=settings.player_buffer_s,
-            )
-        elif settings.workload in REQUEST_WORKLOADS or settings.workload.startswith("retouch-"):
-            self.specs = [
-                request_spec(
-                    settings.workload,
-                    settings.chunks,
-                    settings.cancel_after_chunks,
-                    settings.player_buffer_s,
-                )
-            ]
-        else:  # a workload that builds its own requests (agent: one per round) sets them
-            self.specs = [RequestSpec(settings.workload, "GET", "/")]
+        self.specs = exchange_specs(settings)
         self.records: list[RequestRecord] = []
         sample = SAMPLE_RECORDS[config.settings.protocol]
         self.sampler = Sampler(sample, config.sample_hz) if config.samples_path else None
@@ -105,15 +87,23 @@ class _Run:
 
     # -- connections -----------------------------------------------------------------------
     async def connect(self, early: bool = False) -> Any:
-        config = self.config
         self.conn_index += 1
-        if config.settings.protocol == "fec":
-            return await fecclient.open_connection(config)
-        if config.settings.protocol == "h2":
-            if self.tls is None:
-                self.tls = client_context(config.keylog_path)
-            session = self.session if config.settings.resume else None
-            return await h2client.open_connection(config, self.tls, session)
+        return await OPENERS[self.config.settings.protocol](self, early)
+
+    async def open_fec(self, early: bool) -> Any:
+        del early
+        return await fecclient.open_connection(self.config)
+
+    async def open_h2(self, early: bool) -> Any:
+        del early
+        config = self.config
+        if self.tls is None:
+            self.tls = client_context(config.keylog_path)
+        session = self.session if config.settings.resume else None
+        return await h2client.open_connection(config, self.tls, session)
+
+    async def open_h3(self, early: bool) -> Any:
+        config = self.config
         if self.keylog is None and config.keylog_path is not None:
             config.keylog_path.parent.mkdir(parents=True, exist_ok=True)
             self.keylog = config.keylog_path.open("a", buffering=1)
@@ -155,7 +145,7 @@ class _Run:
             conn.priority_update = self.config.settings.priority_signal == "update"
 
         async def one(spec: RequestSpec, rec: RequestRecord, position: int) -> None:
-            if self.config.settings.workload == "multi":
+            if spec.shared:
                 rec.stream_workload = spec.workload
                 rec.stream_index = position
             try:
@@ -279,6 +269,15 @@ class _Run:
             await self.close(conn)
         for index in range(config.settings.warmup_requests, total):
             await self.run_on_new(index, early=True)
+
+
+OPENERS: dict[str, Callable[[_Run, bool], Awaitable[Any]]] = {
+    "h2": _Run.open_h2,
+    "h3": _Run.open_h3,
+    "fec": _Run.open_fec,
+}
+"""How the client opens a connection of each protocol (tbcore.kinds.PROTOCOLS), given the
+run (its TLS context, session, ticket) and whether to send early data."""
 
 
 def _connection_dead(conn: Any) -> bool:

@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tbcore import kinds
 from tbcore.errors import SpecError
-from tbcore.settings import HasSettings, Settings
+from tbcore.settings import HasSettings, Settings, by_attr
 
 DEFAULT_PORT = 8443
 DEFAULT_SAMPLE_HZ = 1000.0
@@ -39,8 +40,12 @@ class ClientConfig(HasSettings):
 
     def __post_init__(self) -> None:
         self.check_settings()
-        if self.settings.protocol == "fec" and self.settings.fec_rate_bps is None:
-            raise SpecError("fec-rate", "the FEC client needs the path's rate (e.g. 333mbit)")
+        rate_attr = kinds.protocol(self.settings.protocol).path_rate_attr
+        if rate_attr is not None and getattr(self.settings, rate_attr) is None:
+            flag = by_attr()[rate_attr].flag[2:]
+            raise SpecError(
+                flag, f"the {self.settings.protocol} client needs the path's rate (e.g. 333mbit)"
+            )
         if not 0 < self.port <= 65535:
             raise SpecError("port", f"{self.port} is not in 1..65535")
         if not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:

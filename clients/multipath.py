@@ -529,9 +529,16 @@ def run_transfer(
     import uvloop
 
     config = upload_config(settings, host, port, sources)
-    if settings.protocol == "h3":
-        return transfer_record(uvloop.run(run_quic_migration(config, started)), "h3-migrate")
-    return transfer_record(uvloop.run(run_multipath(config, started)), config.mode)
+    run, label = TRANSFERS[settings.protocol]
+    return transfer_record(uvloop.run(run(config, started)), label or config.mode)
+
+
+TRANSFERS: dict[str, tuple[Callable[..., Any], str | None]] = {
+    "h2": (run_multipath, None),
+    "h3": (run_quic_migration, "h3-migrate"),
+}
+"""How each protocol that crosses two paths (tbcore.kinds.ProtocolKind.upload_mode) carries
+the upload, and the mode its record names (None: the ``multipath`` arm)."""
 
 
 if __name__ == "__main__":

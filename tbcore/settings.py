@@ -508,21 +508,20 @@ class _SettingsBase:
     def __post_init__(self) -> None:
         for item in KNOBS.values():
             item.check(item.key, getattr(self, item.attr))
-        if self.protocol == "fec" and self.connection == "0rtt":  # type: ignore[attr-defined]
-            raise SpecError("connection", "fec has new and reused sessions, no 0rtt")
-        if self.connection == "0rtt" and self.protocol != "h3":  # type: ignore[attr-defined]
+        s: Any = self
+        kind = kinds.protocol(s.protocol)
+        if s.connection not in kind.connections:
+            able = [p.name for p in kinds.PROTOCOLS.values() if s.connection in p.connections]
             raise SpecError(
-                "connection",
-                "0rtt needs h3: Python's ssl has no TLS 1.3 early data (use resume for h2)",
+                "connection", f"{s.connection} needs {' or '.join(able)}: {kind.connection_note}"
             )
-        multi = self.workload == "multi"  # type: ignore[attr-defined]
-        if multi and not self.streams:  # type: ignore[attr-defined]
-            raise SpecError("streams", "workload multi needs streams, e.g. 'result,tts'")
-        if not multi and self.streams:  # type: ignore[attr-defined]
+        takes_streams = "streams" in kinds.traits_of(kinds.workload(s.workload))
+        if takes_streams and not s.streams:
+            raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
+        if not takes_streams and s.streams:
             raise SpecError("streams", "only workload multi takes streams")
-        cancel = self.cancel_after_chunks  # type: ignore[attr-defined]
-        if cancel is not None and cancel >= self.chunks:  # type: ignore[attr-defined]
-            raise SpecError("cancel_after", f"must be below chunks ({self.chunks})")  # type: ignore[attr-defined]
+        if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
+            raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
 
     @property
     def stream_list(self) -> tuple[str, ...]:
@@ -617,15 +616,16 @@ class _SettingsBase:
         """What one end applies: ``pace_at_path_rate`` resolved to that end's sending rate;
         for fec, the configured rate of that end's direction as the cap (unless given)."""
         current: Any = self
-        if current.protocol == "fec" and current.fec_rate_bps is None and path_rate_bps:
-            current = replace(current, fec_rate_bps=path_rate_bps)
+        attr = kinds.protocol(current.protocol).path_rate_attr
+        if attr is not None and getattr(current, attr) is None and path_rate_bps:
+            current = replace(current, **{attr: path_rate_bps})
         if not current.pace_at_path_rate:
             return current  # type: ignore[no-any-return]
         return replace(current, max_pacing_rate_bps=path_rate_bps, pace_at_path_rate=False)  # type: ignore[no-any-return]
 
     def ignored(self) -> list[str]:
         """Settings this run's protocol does not use that differ from their default."""
-        if self.protocol != "fec":  # type: ignore[attr-defined]
+        if "fec" not in kinds.traits_of(kinds.protocol(self.protocol)):  # type: ignore[attr-defined]
             return []
         defaults = Settings()
         return [a for a in FEC_IGNORED if getattr(self, a) != getattr(defaults, a)]

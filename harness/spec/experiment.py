@@ -47,7 +47,7 @@ from netem.linkspec import LinkSpec, merge_link, resolve_link
 from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.errors import SpecError
-from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings
+from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings, by_attr
 
 CONNECTIONS = CONNECTION_MODES
 
@@ -117,13 +117,15 @@ def check_consistent(settings: Settings, topology: Topology, where: str) -> None
         raise SpecError(
             f"{where}.warmup_requests", "0rtt needs >= 1 warm-up request for a session ticket"
         )
-    if settings.protocol == "fec" and settings.fec_rate_bps is None:
+    rate_attr = kinds.protocol(settings.protocol).path_rate_attr
+    if rate_attr is not None and getattr(settings, rate_attr) is None:
+        key = by_attr()[rate_attr].key
         for name in ("up", "down"):
             if getattr(spec, name).rate_bps is None:
                 raise SpecError(
-                    f"{where}.fec_rate",
-                    f"fec paces at a measured rate capped by the path's: the link has no "
-                    f"{name} rate (set one, or fec_rate)",
+                    f"{where}.{key}",
+                    f"{settings.protocol} paces at a measured rate capped by the path's: the "
+                    f"link has no {name} rate (set one, or {key})",
                 )
     if settings.resume and settings.warmup_requests < 1:
         raise SpecError(f"{where}.warmup_requests", "resume needs >= 1 warm-up request")
