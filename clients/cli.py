@@ -44,7 +44,7 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(
         host=args.host,
         port=args.port,
-        settings=settings_from_flags(args),
+        settings=settings_from_flags(args, scoped=True),
         records_path=args.records,
         samples_path=args.samples,
         sample_hz=args.sample_hz,

@@ -17,6 +17,10 @@ from typing import Any
 from tbcore import agent, fecmath, workloads
 from tbcore.errors import SpecError
 
+INITIAL_WINDOW_PACKETS = 10
+"""RFC 6928 (TCP, Linux's TCP_INIT_CWND, what a route without ``initcwnd`` gets) and RFC 9002
+section 7.2 (QUIC: 10 datagrams up to 1472 bytes; aioquic's K_INITIAL_WINDOW)."""
+
 
 @dataclass(frozen=True)
 class ProtocolKind:
@@ -59,6 +63,8 @@ class ProtocolKind:
     upload_mode: Callable[[Any], str] | None = None
     """How it carries one upload over two paths (the dual topology), from the settings: an
     arm of ``multipath`` or :data:`MIGRATE`; None: it cannot."""
+    initial_window: Callable[[Any], int] = lambda s: INITIAL_WINDOW_PACKETS
+    """Its initial congestion window in full packets for the bound, from the settings."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +103,9 @@ class WorkloadKind:
 
 @dataclass(frozen=True)
 class TopologyKind:
-    """One shape of the path (netem.topologyspec), as the spec stage checks it: the settings
-    only it applies and the workloads it carries. Its run-stage behaviour (the relay's
+    """One shape of the path (netem.topologyspec), as the spec stage checks it: its edges,
+    the workloads it carries, what it cannot run (the knobs only some shapes apply name them
+    in their tbcore.settings.Scope). Its run-stage behaviour (the relay's
     process, the client's addresses) is registered in harness.run.topologies."""
 
     name: str
@@ -106,8 +113,6 @@ class TopologyKind:
     """The link knobs it needs (``link`` first) ..."""
     optional_edges: tuple[str, ...] = ()
     """... and those it may have."""
-    settings: tuple[str, ...] = ()
-    """Knobs (keys) that take effect on this topology only: refused elsewhere when set."""
     workloads: tuple[str, ...] | None = None
     """The workloads it carries (None: every one that is not bound to another topology)."""
     check: Callable[[Any], None] = lambda s: None
@@ -189,6 +194,7 @@ register_protocol(
         mss=lambda s: s.mss_bytes,
         # TCP's clamp and HTTP/2's flow-control window
         window_caps=lambda s: [s.window_clamp_bytes, s.h2_window_bytes],
+        initial_window=lambda s: s.initcwnd or INITIAL_WINDOW_PACKETS,  # the route metric
         # Linux TCP paces with bbr (its pacing_gain) or when SO_MAX_PACING_RATE is set
         paces=lambda s: s.cc == "bbr" or s.pace_at_path_rate or s.max_pacing_rate_bps is not None,
         listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h3"],
@@ -205,6 +211,7 @@ register_protocol(
         cc_attr="quic_cc",
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
+        # initial_window: aioquic's own, whatever the route metric says
         # aioquic paces unless told off (rate = cwnd / srtt)
         paces=lambda s: s.quic_pacing != "off",
         listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h2"],
@@ -383,11 +390,7 @@ register_workload(
 )
 
 register_topology(TopologyKind("direct", edges=("link",)))
-register_topology(
-    TopologyKind(
-        "relay", edges=("link", "near_link"), settings=("route",), columns=("relay", "topology")
-    )
-)
+register_topology(TopologyKind("relay", edges=("link", "near_link"), columns=("relay", "topology")))
 
 
 def _check_dual(s: Any) -> None:
@@ -418,7 +421,6 @@ register_topology(
         "dual",
         edges=("link", "link_b"),
         optional_edges=("exit_link",),
-        settings=("multipath", "outage_at"),
         workloads=("upload",),
         check=_check_dual,
         columns=("dual", "topology"),

@@ -32,7 +32,7 @@ from tbcore import fecmath, kinds
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
-from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
+from tbcore.settings import Settings
 
 RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
@@ -177,7 +177,7 @@ def bound_for(
         protocol=settings.protocol,
         connection=settings.connection,
         processing_s=workload.processing_s(settings),
-        initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
+        initcwnd_segments=protocol.initial_window(settings),
         mss_bytes=protocol.mss(settings),
         window_bytes=window,
     )
