@@ -37,6 +37,8 @@ class ClientConfig(HasSettings):
     """Bind the client's socket to this local address first (one path of a dual topology:
     its source rule routes it over that path); None: the kernel picks."""
     udp_buffer_bytes: int = DEFAULT_UDP_BUFFER_BYTES
+    applied_path: Path | None = None
+    """Where the client records what it put in force (tbcore.records.AppliedRecord, JSONL)."""
 
     def __post_init__(self) -> None:
         self.check_settings()

@@ -93,6 +93,8 @@ class WorkloadKind:
     """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
     parts: int = 1
     """Independently processed parts of its upload (the tile pipeline, MODELS.md section 2)."""
+    protocols: tuple[str, ...] = ()
+    """The protocols its client runs it over, by name or trait (empty: every one)."""
     traits: tuple[str, ...] = ()
     """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope):
     ``request`` (request records: requests, warm-ups, connections), ``chunks`` (a streamed
@@ -171,8 +173,10 @@ def workload(name: str) -> WorkloadKind:
 
 
 def traits_of(kind: ProtocolKind | WorkloadKind | TopologyKind) -> frozenset[str]:
-    """A kind's name and its traits: what a knob's scope may name."""
-    return frozenset((kind.name, *kind.traits))
+    """A kind's name and its traits: what a knob's scope may name (a workload the request
+    bound covers, ``bounded``, also carries ``bounded``)."""
+    bounded = ("bounded",) if getattr(kind, "bounded", False) else ()
+    return frozenset((kind.name, *kind.traits, *bounded))
 
 
 MIGRATE = "migrate"
@@ -352,6 +356,7 @@ register_workload(
         lambda s: s.agent_model_s,
         records="agent_round",
         columns=("agent",),
+        protocols=("http",),  # its client resumes over TLS sessions or tickets: not fec
         link_events=lambda s: _agent_events(s),
         # every round (and as many again, redone) at most its local work, model time and
         # the patience of one request

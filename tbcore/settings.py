@@ -584,8 +584,9 @@ knob("site_power", "site_power_w", kind="int", default=None, unit="W", applies="
      optional=True, scope=Scope(workloads=("agent",)))  # fmt: skip
 # the harness alone
 knob("mss", "mss_bytes", kind="int", default=TCP_DEFAULT_MSS_BYTES, unit="bytes",
-     applies="harness", how="the segment payload the bound assumes for TCP",
-     low=TCP_MIN_MSS_BYTES, high=TCP_MAX_MSS_BYTES, scope=Scope(protocols=("tcp",)))  # fmt: skip
+     applies="harness", how="the segment payload TCP's request and agent bounds assume",
+     low=TCP_MIN_MSS_BYTES, high=TCP_MAX_MSS_BYTES,
+     scope=Scope(protocols=("tcp",), workloads=("bounded",)))  # fmt: skip
 knob("capture", kind="capture", default="headers", unit="", applies="harness",
      how="client.pcap and server.pcap of the link: headers (ACK timestamps), full "
      "(whole packets: per-stream arrival, tshark with the key log) or off",
@@ -613,7 +614,17 @@ class _SettingsBase:
             raise SpecError(
                 "connection", f"{s.connection} needs {' or '.join(able)}: {kind.connection_note}"
             )
-        takes_streams = "streams" in kinds.traits_of(kinds.workload(s.workload))
+        work = kinds.workload(s.workload)
+        if work.protocols and kinds.traits_of(kind).isdisjoint(work.protocols):
+            able = [
+                p.name
+                for p in kinds.PROTOCOLS.values()
+                if not kinds.traits_of(p).isdisjoint(work.protocols)
+            ]
+            raise SpecError(
+                "protocol", f"workload {s.workload} runs over {', '.join(able)}, not {s.protocol!r}"
+            )
+        takes_streams = "streams" in kinds.traits_of(work)
         if takes_streams and not s.streams:
             raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:

@@ -107,3 +107,12 @@ def test_the_protocol_s_registration_decides_its_connections_and_rate() -> None:
     assert Settings(protocol="fec").for_end(20e6).fec_rate_bps == 20e6
     assert Settings(protocol="h2").for_end(20e6).fec_rate_bps is None
     assert kinds.traits_of(kinds.protocol("h2")) >= {"h2", "tcp"}
+
+
+def test_a_workload_runs_over_the_protocols_it_names() -> None:
+    with pytest.raises(SpecError) as err:
+        Settings(protocol="fec", workload="agent")  # its client resumes sessions: not fec
+    assert err.value.field == "protocol" and "h2, h3" in err.value.reason
+    assert Settings(protocol="h3", workload="agent").workload == "agent"
+    assert "bounded" in kinds.traits_of(kinds.workload("asr"))
+    assert "bounded" not in kinds.traits_of(kinds.workload("stream"))

@@ -149,7 +149,7 @@ def test_every_scope_names_registered_kinds_and_knobs() -> None:
         ("outage", {"workload": "agent"}, False),
         ("outage", {"workload": "agent", "outage_after_round": 3}, True),
         ("screenshot_quality", {"workload": "agent", "screenshot": "webp"}, True),
-        ("link", {"protocol": "fec", "workload": "agent"}, True),
+        ("link", {"protocol": "fec", "workload": "stream"}, True),
     ],
 )
 def test_a_knob_takes_effect_where_its_scope_says(key: str, settings: dict, applies: bool) -> None:

@@ -201,6 +201,8 @@ def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> 
         processing_s=request["processing_s"],
         near_up_bps=near.up.rate_bps,
         near_down_bps=near.down.rate_bps,
+        initcwnd_segments=request["initcwnd_segments"],
+        mss_bytes=request["mss_bytes"],
     )
 
 
