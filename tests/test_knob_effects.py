@@ -445,27 +445,28 @@ def _read_back(run_dir: Path, key: str) -> Any:
     return client[client.index("--host") + 1], (run_dir / "relay.jsonl").exists()
 
 
-@pytest.mark.root
-@pytest.mark.slow
-def test_link_knobs_change_what_the_namespaces_read_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TESTBED_RUN_LOCK", "off")
-    runs = _runs(_experiment("", LINK_FLIPS), tmp_path, "knobs1")
-    for key in LINK_FLIPS:
-        before, after = _read_back(runs["default"], key), _read_back(runs["flipped"], key)
-        assert before != after, f"{key}: {before} read back for both"
+RELAY_FLIPS = {"route": '"direct"', "route_quickack": "true"}
+RELAY_FIXED = 'topology = "relay"\nnear_link = "rtt=2ms"'
 
 
 @pytest.mark.root
 @pytest.mark.slow
-def test_route_and_route_metrics_take_effect_on_a_relay(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("fixed", "flips", "name"),
+    [("", LINK_FLIPS, "knobs1"), (RELAY_FIXED, RELAY_FLIPS, "knobs2")],
+    ids=["direct", "relay"],
+)
+def test_link_knobs_change_what_the_harness_reads_back(
+    fixed: str,
+    flips: Mapping[str, str],
+    name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """An experiment of two levels on link ``name``: each knob the second flips must read
+    back otherwise (sysctls, route metrics, capture, the path, the relay's route)."""
     monkeypatch.setenv("TESTBED_RUN_LOCK", "off")
-    flips = {"route": '"direct"', "route_quickack": "true"}
-    spec = _experiment('topology = "relay"\nnear_link = "rtt=2ms"', flips)
-    runs = _runs(spec, tmp_path, "knobs2")
+    runs = _runs(_experiment(fixed, flips), tmp_path, name)
     for key in flips:
         before, after = _read_back(runs["default"], key), _read_back(runs["flipped"], key)
         assert before != after, f"{key}: {before} read back for both"
