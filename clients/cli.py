@@ -34,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-hz", default=f"{DEFAULT_SAMPLE_HZ:g}", help="samples per s")
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None)
+    parser.add_argument(
+        "--applied", type=Path, default=None, help="JSONL: what the client put in force"
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
     parser.add_argument(
         "--sources", default=None, help="workload upload: ADDR_LINK,ADDR_LINK_B (two paths)"
@@ -44,12 +47,13 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(
         host=args.host,
         port=args.port,
-        settings=settings_from_flags(args),
+        settings=settings_from_flags(args, scoped=True),
         records_path=args.records,
         samples_path=args.samples,
         sample_hz=units.parse_number("sample-hz", args.sample_hz),
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
+        applied_path=args.applied,
     )
 
 
@@ -102,7 +106,7 @@ def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:
     """One upload over two paths (clients.multipath): ``progress 0 T`` on stdout when the
     timed transfer begins (a failover is scheduled from T), the TransferRecord to --records."""
     from clients.multipath import run_transfer
-    from tbcore.records import write_jsonl
+    from tbcore.records import AppliedLog, write_jsonl
 
     text = args.sources or ""
     sources = tuple(s.strip() for s in text.split(","))
@@ -112,7 +116,11 @@ def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:
     def started(t: float) -> None:
         print(f"progress 0 {t!r}", flush=True)
 
-    record = run_transfer(config.settings, config.host, config.port, sources, started)  # type: ignore[arg-type]
+    applied = AppliedLog(config.applied_path, "client")
+    try:
+        record = run_transfer(config.settings, config.host, config.port, sources, started, applied)  # type: ignore[arg-type]
+    finally:
+        applied.close()
     if config.records_path is not None:
         write_jsonl(config.records_path, [record])
     if not args.quiet:

@@ -49,7 +49,7 @@ from typing import Any
 
 from netem import nsexec
 from netem.air import AirSpec
-from netem.benchload import check_compare, measure_load
+from netem.benchload import check_compare, load_row, measure_load
 from netem.emulator.options import PATHS, EmulatorOptions
 from netem.linkspec import parse_link
 from netem.probe import probe_link, quantile
@@ -143,25 +143,6 @@ def loss_row(
         "realised": lost / trials,
         "wilson99": [low, high],
         "inside": low <= configured <= high,
-    }
-
-
-def load_row(delta: LinkStats) -> dict[str, Any]:
-    """The emulator's lateness and CPU, and the host's load, over one measurement."""
-    from netem.benchload import cpu_columns
-
-    cpu = delta.cpu
-    lateness = [delta.up.lateness_quantile_s(0.99), delta.down.lateness_quantile_s(0.99)]
-    known = [v for v in lateness if v is not None]
-    return {
-        "lateness_p99_s": max(known) if known else None,
-        "lateness_max_s": max(delta.up.lateness_max_s, delta.down.lateness_max_s),
-        "emulator_cpu_cores": delta.emulator_cpu_fraction,
-        **cpu_columns(delta),
-        "host_busy": None if cpu.host_total_s <= 0 else cpu.host_busy_s / cpu.host_total_s,
-        "host_steal": cpu.steal_fraction,
-        "queue_drops": delta.up.dropped_queue + delta.down.dropped_queue,
-        "write_errors": delta.up.write_errors + delta.down.write_errors,
     }
 
 

@@ -125,8 +125,6 @@ def goodput_bps(stdout: bytes) -> float:
 def measure_case(link: Any, case: LoadCase, duration_s: float, omit_s: float) -> dict[str, Any]:
     """One loaded row: iperf3 across ``link`` (already at ``case.link``), the probe beside it
     once iperf3 is past its omitted start, the link's counters over the probe's window."""
-    from netem.bench import load_row
-
     server = nsexec.popen(
         link.server_ns,
         ["iperf3", "-s", "-1", "-B", link.server_addr, "-p", str(IPERF_PORT)],
@@ -196,3 +194,20 @@ def measure_load(
         say(f"{case.label} at {case.link}, probe alongside")
         rows.append(measure_case(link, case, duration_s, omit_s))
     return rows
+
+
+def load_row(delta: LinkStats) -> dict[str, Any]:
+    """The emulator's lateness and CPU, and the host's load, over one measurement."""
+    cpu = delta.cpu
+    lateness = [delta.up.lateness_quantile_s(0.99), delta.down.lateness_quantile_s(0.99)]
+    known = [v for v in lateness if v is not None]
+    return {
+        "lateness_p99_s": max(known) if known else None,
+        "lateness_max_s": max(delta.up.lateness_max_s, delta.down.lateness_max_s),
+        "emulator_cpu_cores": delta.emulator_cpu_fraction,
+        **cpu_columns(delta),
+        "host_busy": None if cpu.host_total_s <= 0 else cpu.host_busy_s / cpu.host_total_s,
+        "host_steal": cpu.steal_fraction,
+        "queue_drops": delta.up.dropped_queue + delta.down.dropped_queue,
+        "write_errors": delta.up.write_errors + delta.down.write_errors,
+    }

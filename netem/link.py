@@ -429,6 +429,11 @@ class Link:
         """Current values of sysctls in the namespace of ``role``."""
         return sysctl.read_many(self.ns(role), names_)
 
+    def route_metrics(self, role: str) -> dict[str, dict[str, int]]:
+        """The metrics of ``role``'s routes as the kernel has them (pyroute2), by
+        destination: what :meth:`set_route_metrics` put in force."""
+        return {r["dst"]: r["metrics"] for r in topology.routes(self.ns(role))}
+
     def set_route_metrics(
         self,
         role: str,
@@ -457,6 +462,7 @@ class Link:
                     gateway=gateway,
                     initcwnd=initcwnd,
                     initrwnd=initrwnd,
+                    quickack=quickack,
                 )
             return
         ep = topology.endpoints(self.name, self.backend)[role]

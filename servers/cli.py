@@ -85,6 +85,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fec-port", type=int, default=None, help="FEC listener, UDP + TLS control (0: any)"
     )
     parser.add_argument("--log", type=Path, default=None, help="JSONL event log")
+    parser.add_argument(
+        "--applied", type=Path, default=None, help="JSONL: what the server put in force"
+    )
     add_flags(parser, "server")
     parser.add_argument("--max-body", default="64mb", help="413 above this body size")
     parser.add_argument(
@@ -156,6 +159,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         fec_port=args.fec_port,
         settings=settings_from_flags(args),
         log_path=args.log,
+        applied_path=args.applied,
         max_body_bytes=units.parse_size_bytes("max-body", args.max_body),
         samples_path=args.samples,
         sample_hz=units.parse_number("sample-hz", args.sample_hz),

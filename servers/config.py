@@ -49,6 +49,8 @@ class ServerConfig(HasSettings):
     """The run's :class:`tbcore.settings.Settings` (socket, QUIC, HTTP/2, processing)."""
     log_path: Path | None = None
     """JSONL event log (CLOCK_MONOTONIC seconds)."""
+    applied_path: Path | None = None
+    """Where the server records what it put in force (tbcore.records.AppliedRecord, JSONL)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     samples_path: Path | None = None
     """In-flight samples of the server as sender (TCP_INFO / aioquic recovery), CSV, written

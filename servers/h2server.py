@@ -23,7 +23,7 @@ import h2.settings
 
 from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H2
-from proto.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
+from proto.sockopts import apply_tcp_options, read_tcp_options, rearm_quickack, tcp_socket
 from proto.tls import ensure_certificate, server_context
 from servers import app
 from servers.context import ServerContext
@@ -196,6 +196,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             self._log("error", reason=f"socket option: {err}")
         start_connection(self.h2, self.ctx.config.settings.h2_window_bytes)
         self._flush()
+        self._record_applied()
         ssl_object = transport.get_extra_info("ssl_object")
         self._log(
             "connection_open",
@@ -204,6 +205,18 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             resumed=bool(ssl_object.session_reused) if ssl_object else None,
         )
         self._schedule_idle_check()
+
+    def _record_applied(self) -> None:
+        """The connection's socket options as the kernel has them, TCP_QUICKACK re-arming,
+        HTTP/2 connection window and the send order of its response streams (AppliedRecord)."""
+        settings = self.ctx.config.settings
+        applied, conn = self.ctx.applied, self.conn_id
+        if self.sock is not None:
+            tcp = {**read_tcp_options(self.sock), "quickack": settings.quickack}
+            applied.write("tcp", tcp, conn)
+        applied.write("h2", {"h2_window": self.h2.inbound_flow_control_window}, conn)
+        gated = settings.send_policy != POLICY_NONE  # the pump's gate (_run_pump)
+        applied.write("streams", {"send_policy": self.scheduler.policy if gated else None}, conn)
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()

@@ -21,7 +21,7 @@ from servers.events import EventLog
 from servers.h2server import start_h2
 from servers.h3server import start_h3
 from tbcore import workloads
-from tbcore.records import ServerSample
+from tbcore.records import AppliedLog, ServerSample
 from tbcore.sampler import Sampler
 
 MEMORY_TRIM_INTERVAL_S = 5.0
@@ -54,7 +54,8 @@ async def serve(
     set (or SIGINT/SIGTERM when ``stop`` is None)."""
     log = EventLog(config.log_path)
     sampler = Sampler(ServerSample, config.sample_hz) if config.samples_path is not None else None
-    ctx = ServerContext(config=config, log=log, sampler=sampler)
+    applied = AppliedLog(config.applied_path, "server")
+    ctx = ServerContext(config=config, log=log, sampler=sampler, applied=applied)
     loop = asyncio.get_running_loop()
     keylog: IO[str] | None = None
     if config.keylog_path is not None:
@@ -107,6 +108,7 @@ async def serve(
             sampler.stop()
             sampler.write_csv(config.samples_path)
         log.close()
+        applied.close()
         if keylog is not None:
             keylog.close()
 

@@ -92,7 +92,7 @@ def test_end_to_end_puts_the_relay_hops_and_the_exit_in_series() -> None:
         (('near_link = "rtt=2ms"\n', ""), "factor.levels.direct-new.near_link"),
         (('topology = "relay"', 'topology = "direct"'), "factor.levels.direct-new.near_link"),
         (('near_link = "rtt=2ms"', 'near_link = "rtt=2ms"\nmultipath = "mptcp"'),
-         "factor.levels.direct-new.multipath"),
+         "fixed.multipath"),
         (('near_link = "rtt=2ms"', 'near_link = "rtt=2ms"\nworkload = "upload"'),
          "factor.levels.direct-new.workload"),
     ],

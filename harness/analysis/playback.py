@@ -34,12 +34,6 @@ from tbcore.workloads import (
 
 INITIAL_BUFFERS_S = (0.040, 0.045, 0.060, 0.120)
 """The initial buffers the issue asks for."""
-H2_CHUNK_OVERHEAD_BYTES = 9 + 22 + 52
-"""Per 960-byte chunk on the wire over HTTP/2: DATA frame header (RFC 9113 4.1), a TLS 1.3
-record (5 header + 1 type + 16 tag) and IPv4 + TCP with timestamps (20 + 32)."""
-H3_CHUNK_OVERHEAD_BYTES = 3 + 28 + 1 + 8 + 8 + 16
-"""Per chunk over HTTP/3: DATA frame header (type + 2-byte length), IPv4 + UDP (28), a
-short header (1 + 8-byte connection ID), STREAM frame header (about 8) and the AEAD tag."""
 STREAM_PLAY_BPS = STREAM_CHUNK_BYTES * 8 / STREAM_CHUNK_DURATION_S
 """384 kbit/s: what the 24 kHz 16-bit mono stream plays."""
 CAUSE_NOT_PRODUCED = "not_produced"

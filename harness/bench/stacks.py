@@ -16,6 +16,7 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -24,6 +25,8 @@ import uvloop
 from clients.api import run_requests
 from clients.config import ClientConfig
 from servers.process import ServerProcess
+from tbcore import kinds
+from tbcore.errors import SpecError
 from tbcore.records import RequestRecord
 from tbcore.settings import Settings
 from tbcore.workloads import AUDIO_SIZE_BYTES
@@ -91,7 +94,7 @@ def bench_protocol(
 ) -> list[dict]:
     rows = []
     args = ["--max-datagram-size", str(max_datagram_size), "--max-body", "40mb"]
-    args += ["--no-h3"] if protocol == "h2" else ["--no-h2"]
+    args += kinds.protocol(protocol).listeners(0)  # this protocol alone, on a free port
     if not batching:
         args.append("--no-quic-batching")
     args += ["--quic-pacing", pacing]
@@ -160,23 +163,40 @@ def bench_protocol(
     return rows
 
 
+def _h2_rows(args: argparse.Namespace) -> list[dict]:
+    return bench_protocol("h2", args.reps, args.max_datagram_size, "h2")
+
+
+def _h3_rows(args: argparse.Namespace) -> list[dict]:
+    mds = args.max_datagram_size
+    rows = []
+    if args.baseline:
+        # before: aioquic's defaults (1200-byte datagrams, a sendto and a transmit
+        # per datagram, pacing at cwnd/srtt), then the datagram size alone
+        rows += bench_protocol("h3", args.reps, 1200, "h3 1200 aioquic", batching=False)
+        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} unbatched", batching=False)
+    rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched")
+    rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched nopace", pacing="off")
+    return rows
+
+
+VARIANTS: dict[str, Callable[[argparse.Namespace], list[dict]]] = {
+    "h2": _h2_rows,
+    "h3": _h3_rows,
+}
+"""The stack variants the bench measures, by protocol (each a row per transfer)."""
+
+
 def run_bench(args: argparse.Namespace) -> int:
     protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
     load_before = os.getloadavg()
     stat_before = cpu_times()
     rows: list[dict] = []
-    mds = args.max_datagram_size
     for protocol in protocols:
-        if protocol == "h2":
-            rows += bench_protocol("h2", args.reps, mds, "h2")
-            continue
-        if args.baseline:
-            # before: aioquic's defaults (1200-byte datagrams, a sendto and a transmit
-            # per datagram, pacing at cwnd/srtt), then the datagram size alone
-            rows += bench_protocol("h3", args.reps, 1200, "h3 1200 aioquic", batching=False)
-            rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} unbatched", batching=False)
-        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched")
-        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched nopace", pacing="off")
+        if protocol not in VARIANTS:
+            raise SpecError("protocols", f"{protocol!r}: the bench runs {', '.join(VARIANTS)}")
+    for protocol in protocols:
+        rows += VARIANTS[protocol](args)
     steal = steal_fraction(stat_before, cpu_times())
     table = pd.DataFrame(rows)
     with pd.option_context("display.width", 160, "display.max_columns", 20):

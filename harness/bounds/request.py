@@ -7,7 +7,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Required, TypedDict, Unpack
 
+from tbcore import kinds
 from tbcore.errors import SpecError
+from tbcore.settings import Settings
 
 if TYPE_CHECKING:
     from netem.linkspec import LinkSpec
@@ -15,8 +17,6 @@ if TYPE_CHECKING:
 from harness.bounds.base import (
     BITS_PER_BYTE,
     INITCWND_SEGMENTS,
-    QUIC_MAX_DATAGRAM_BYTES,
-    TCP_MSS_BYTES,
     _count,
     _loss,
     _non_negative,
@@ -24,6 +24,9 @@ from harness.bounds.base import (
 )
 from harness.bounds.retransmission import retransmission_rounds
 from harness.bounds.setup import setup_rtts
+
+DEFAULT_SETTINGS = Settings()
+"""The knobs' defaults: a protocol's full packet when the caller gives no MSS."""
 
 
 @dataclass(frozen=True)
@@ -202,9 +205,11 @@ def _transfer(
     mss_bytes: int | None,
 ) -> tuple[float, float, int, int, float, int, int]:
     """The checked rates, sizes, processing, initial window and MSS of a request (``mss_bytes``
-    None: :data:`TCP_MSS_BYTES` for h2, :data:`QUIC_MAX_DATAGRAM_BYTES` otherwise)."""
+    None: the protocol's full packet at the default settings, tbcore.kinds.ProtocolKind.mss:
+    :data:`TCP_MSS_BYTES` for h2, :data:`QUIC_MAX_DATAGRAM_BYTES` for h3)."""
     if mss_bytes is None:
-        mss_bytes = TCP_MSS_BYTES if protocol == "h2" else QUIC_MAX_DATAGRAM_BYTES
+        setup_rtts(protocol, "reused")  # a protocol the bounds know (one-line SpecError)
+        mss_bytes = kinds.protocol(protocol).mss(DEFAULT_SETTINGS)
     return (
         _positive("up_bps", up_bps),
         _positive("down_bps", down_bps),

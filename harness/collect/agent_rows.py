@@ -21,7 +21,7 @@ from netem.linkspec import LinkSpec
 from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.records import AgentRound, RecordError, read_jsonl, write_csv
-from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
+from tbcore.settings import Settings
 
 REPLY_BYTES = 256
 """About the action's JSON (tbcore.agent.action_for): the reply the bound counts."""
@@ -57,7 +57,7 @@ def agent_bound(
         connection=settings.connection,
         encode_s=encode_s,
         reply_bytes=REPLY_BYTES,
-        initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
+        initcwnd_segments=protocol.initial_window(settings),
         mss_bytes=protocol.mss(settings),
         redone_rounds=bounds.agent_redone_rounds(settings.recovery, settings.outage_after_round),
         outage_s=settings.outage_s if outage else 0.0,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from tbcore import fecmath, kinds
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
-from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
+from tbcore.settings import Settings
 
 RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
@@ -177,7 +177,7 @@ def bound_for(
         protocol=settings.protocol,
         connection=settings.connection,
         processing_s=workload.processing_s(settings),
-        initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
+        initcwnd_segments=protocol.initial_window(settings),
         mss_bytes=protocol.mss(settings),
         window_bytes=window,
     )
@@ -201,6 +201,8 @@ def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> 
         processing_s=request["processing_s"],
         near_up_bps=near.up.rate_bps,
         near_down_bps=near.down.rate_bps,
+        initcwnd_segments=request["initcwnd_segments"],
+        mss_bytes=request["mss_bytes"],
     )
 
 
@@ -450,6 +452,19 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     return Collected(row, error, window[0], window[1], loss_checks)
 
 
+BoundColumns = Callable[["RunFiles", Sequence[RequestRecord], dict[str, Any]], dict[str, Any]]
+
+BOUNDS: dict[str, BoundColumns] = {
+    "request": lambda files, records, values: bound_columns(files.settings, files.path, values),
+    # MODELS s10: the serial time of the symbols sent, no retransmission round
+    "fec": lambda files, records, values: fec_columns(
+        files.settings, files.link, median_record(records), values
+    ),
+}
+"""The bound_* columns of a run of request records, by its protocol's model
+(tbcore.kinds.ProtocolKind.bound)."""
+
+
 def request_row(
     files: RunFiles, error: str | None
 ) -> tuple[dict[str, Any], str | None, tuple[float | None, float | None]]:
@@ -457,11 +472,8 @@ def request_row(
     records = read_jsonl(files.run_dir / RECORDS_FILE, RequestRecord)
     events = read_jsonl(files.run_dir / SERVER_LOG_FILE, ServerEvent)
     values, error, window = request_columns(files.settings, records, events, error)
-    if files.settings.protocol == "fec":
-        # MODELS s10: the serial time of the symbols sent, no retransmission round
-        values.update(fec_columns(files.settings, files.link, median_record(records), values))
-    else:
-        values.update(bound_columns(files.settings, files.path, values))
+    model = kinds.protocol(files.settings.protocol).bound
+    values.update(BOUNDS[model](files, records, values))
     write_events(files.run_dir / EVENTS_FILE, records, events)
     return values, error, window
 
@@ -620,11 +632,11 @@ def packet_columns(
     files: RunFiles, upload: bool, start_s: float | None, end_s: float | None
 ) -> dict[str, Any]:
     """acks.csv and inflight.csv of the data sender; counts within the request window."""
-    transport = kinds.protocol(files.settings.protocol).transport
-    if files.settings.protocol == "fec":
-        return {}  # datagrams without ACKs: the FEC figures are in the fec_* columns
-    if transport == "tcp":
+    kind = kinds.protocol(files.settings.protocol)
+    if kind.transport == "tcp":
         return _tcp_packets(files, upload, start_s, end_s)
+    if not kind.qlog:
+        return {}  # datagrams without ACKs (fec: its figures are in the fec_* columns)
     out = _quic_packets(files, upload, start_s, end_s)
     _trim_qlog(files.run_dir / QLOG_DIR)
     return out

@@ -33,6 +33,8 @@ from harness.collect import overhead, streams, streamview
 from harness.store.resultdir import atomic_write_frame
 from netem import names
 from netem.topologyspec import Topology
+from tbcore import kinds
+from tbcore.errors import SpecError
 from tbcore.workloads import (
     IMAGE_SIZE_BYTES,
     RETOUCHED_SIZE_BYTES,
@@ -82,11 +84,7 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
         for r in streams.cancel_rows(views, base)
     ]
     workload = row.get("workload") or settings.get("workload", "")
-    if (
-        protocol == "h2"
-        and str(workload).startswith("retouch")
-        and (run_dir / "client.pcap").exists()
-    ):
+    if _counts_overhead(protocol, str(workload)) and (run_dir / "client.pcap").exists():
         counts = overhead.count(streamview.read_pcap(run_dir / "client.pcap"), CLIENT_ADDR)
         per_segment = bool(settings.get("route_quickack") or settings.get("quickack"))
         extra = {**base, "total_s": row.get("total_s"), "ack_per_segment": per_segment}
@@ -94,6 +92,23 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
             counts, extra, int(settings.get("mss_bytes", 1448)), per_segment
         )
     return out
+
+
+def _counts_overhead(protocol: str, workload: str) -> bool:
+    """Whether the overhead table counts this run: an upload over TCP (MODELS.md section 7
+    counts TCP segments and ACKs in the client's capture)."""
+    try:
+        return kinds.protocol(protocol).transport == "tcp" and "overhead" in kinds.traits_of(
+            kinds.workload(workload)
+        )
+    except SpecError:
+        return False
+
+
+def _image_upload(workload: Any) -> bool:
+    """A workload of the tiles section: the image upload, whole or in tiles."""
+    kind = kinds.WORKLOADS.get(str(workload))
+    return kind is not None and "image_processing" in kind.traits
 
 
 def _playback(
@@ -104,11 +119,7 @@ def _playback(
         mine = [r for r in chunk_rows if r["request_id"] == request_id]
         mine.sort(key=lambda r: r["chunk"])
         times = [playback.ChunkTimes(r["produced_s"], r["arrived_s"], r["read_s"]) for r in mine]
-        overhead_bytes = (
-            playback.H2_CHUNK_OVERHEAD_BYTES
-            if protocol == "h2"
-            else playback.H3_CHUNK_OVERHEAD_BYTES
-        )
+        overhead_bytes = kinds.protocol(protocol).chunk_overhead_bytes
         predicted = playback.predicted_arrivals(
             len(times),
             down_rate_bps=link.down.rate_bps,
@@ -412,7 +423,7 @@ def tiles_section(runs: pd.DataFrame) -> list[str]:
         down = float(group["down_bps"].iloc[0])
         rtt = float(group["rtt_s"].iloc[0])
         processing = 0.3
-        tiles = int(workload.removeprefix("retouch-tiles")) if "tiles" in workload else 1
+        tiles = kinds.workload(workload).parts
         setup = bounds.setup_time_s(
             str(group["protocol"].iloc[0]), str(group["connection"].iloc[0]), rtt
         )
@@ -479,10 +490,6 @@ def report_sections(result_dir: Path, runs: pd.DataFrame | None = None) -> list[
     for name in TABLES:
         if name in frames:
             out += SECTIONS[name](frames[name])
-    if (
-        runs is not None
-        and "workload" in runs
-        and runs["workload"].astype(str).str.startswith("retouch").any()
-    ):
+    if runs is not None and "workload" in runs and any(map(_image_upload, runs["workload"])):
         out += tiles_section(runs)
     return out

@@ -223,7 +223,7 @@ def write_run_file(
     argvs: tuple[list[str], list[str]],
 ) -> None:
     """run.json: what collection needs to read the run's other files, and how it ran."""
-    names = [*sorted(run_sysctls(settings)), "net.ipv4.tcp_no_metrics_save"]
+    applied = path_applied(env, link, settings)
     atomic_write_json(
         run_dir / RUN_FILE,
         {
@@ -235,11 +235,24 @@ def write_run_file(
             "backend": env.paths.backend,
             "server_argv": argvs[0],
             "client_argv": argvs[1],
-            "sysctls": {role: link.sysctls(role, names) for role in ROLES},
+            "sysctls": applied["sysctls"],
+            "applied": applied,
             "clock_offset_s": time.time() - time.monotonic(),
             "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         },
     )
+
+
+def path_applied(env: RunEnvironment, link: Any, settings: Settings) -> dict[str, Any]:
+    """What the harness put in force on the namespaces, read back: the sysctls a level of the
+    experiment sets (and tcp_no_metrics_save) and, where it sets them, the route metrics
+    (pyroute2)."""
+    others = {name for values in env.sysctl_defaults.values() for name in values}
+    names = [*sorted({*run_sysctls(settings), *others}), "net.ipv4.tcp_no_metrics_save"]
+    out: dict[str, Any] = {"sysctls": {role: link.sysctls(role, names) for role in ROLES}}
+    if env.set_route_metrics:
+        out["route_metrics"] = {role: link.route_metrics(role) for role in ROLES}
+    return out
 
 
 def _tail(path: Path, limit: int = 300) -> str:

@@ -292,6 +292,17 @@ class _Queued:
     probe_count: int = 0
 
 
+def fec_in_force(endpoint: FecEndpoint) -> dict[str, Any]:
+    """What an FEC session runs with, by knob key: its rate cap and redundancy (the target
+    only where the adaptive redundancy uses it)."""
+    redundancy = endpoint.redundancy
+    return {
+        "fec_rate": endpoint.cap_bps,
+        "fec_redundancy": str(redundancy),
+        "fec_target": redundancy.target if redundancy.mode == "adaptive" else None,
+    }
+
+
 class FecEndpoint:
     """One end of one session: ``is_client`` picks the direction keys."""
 

@@ -516,3 +516,20 @@ def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
         "packets_lost": protocol.packets_lost,
         "pto_count": loss._pto_count,
     }
+
+
+def quic_in_force(protocol: WatchedProtocol) -> dict[str, Any]:
+    """What a QUIC connection runs with as aioquic holds it (this module is the one adapter
+    to its internals), by knob key: congestion control and pacer classes, datagram size,
+    flow-control credit, ACK delay, and whether datagrams leave in GSO batches."""
+    quic = protocol._quic
+    pacer = quic._loss._pacer
+    return {
+        "quic_cc": type(quic._loss._cc).__name__,
+        "max_datagram_size": quic._max_datagram_size,
+        "quic_max_data": [quic.configuration.max_data, getattr(quic, "window_bytes", None)],
+        "quic_pacing": [type(pacer).__name__, getattr(pacer, "fixed_rate_bps", None)],
+        "max_pacing_rate": getattr(pacer, "max_rate_bps", None),
+        "quic_ack_delay": quic._ack_delay,
+        "quic_batching": protocol.gso_socket is not None,
+    }
