@@ -21,12 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from netem.emulator.cpath import DIRECTION_INDEX, CPath
-from netem.emulator.engine import DENSE_GAP_S, ENDS, Engine
+from netem.emulator.engine import DENSE_GAP_S, ENDS, Engine, end_time_arg
 from netem.emulator.pcap import DEFAULT_MEMORY_LIMIT_BYTES
 from netem.emulator.stats import cpu_snapshot
 from netem.events import ScheduledEvent, end_events
 from netem.linkspec import LinkSpec
-from tbcore.errors import SpecError
 
 
 class CPump:
@@ -127,39 +126,38 @@ class CEngine(Engine):
             print(f"emulator: error: packet thread: {error}", file=sys.stderr, flush=True)
             self._reported_error = error
 
-    def handle(self, request: dict[str, Any]) -> dict[str, Any]:
-        cmd = request.get("cmd")
-        if cmd == "stats":
-            self._check_thread()
-            now = time.monotonic()
-            air = self.path.air_stats(now)
-            return {
-                "time_s": now,
-                "directions": {n: asdict(self.path.stats(n)) for n in self.pumps},
-                "cpu": asdict(cpu_snapshot()),
-                "air": None if air is None else air.to_dict(),
-            }
-        if cmd == "set_spec":
-            spec = LinkSpec.from_dict(request.get("spec") or {})
-            self.path.set_spec(spec)
-            self.spec = spec
-            return {}
-        if cmd == "end_events":
-            at_s = request.get("at_s")
-            if isinstance(at_s, bool) or not isinstance(at_s, (int, float)):
-                raise SpecError("at_s", f"must be CLOCK_MONOTONIC seconds, got {at_s!r}")
-            changed = end_events(self.events, float(at_s))
-            for event in changed:
-                self.path.set_event_end(self.events.index(event), event.end_s)
-            return {"ended": len(changed)}
-        if cmd == "path":
-            return {
-                "path": "c",
-                "offload": self.vnet_hdr,
-                "coalesce_s": self.coalesce_s,
-                "counters": self.path.native.loop_counters(),
-            }
-        if cmd == "events":
-            for index, event in enumerate(self.events):
-                self.path.fill_drops(index, event)
-        return super().handle(request)
+    def cmd_stats(self, request: dict[str, Any]) -> dict[str, Any]:
+        self._check_thread()
+        now = time.monotonic()
+        air = self.path.air_stats(now)
+        return {
+            "time_s": now,
+            "directions": {n: asdict(self.path.stats(n)) for n in self.pumps},
+            "cpu": asdict(cpu_snapshot()),
+            "air": None if air is None else air.to_dict(),
+        }
+
+    def cmd_set_spec(self, request: dict[str, Any]) -> dict[str, Any]:
+        spec = LinkSpec.from_dict(request.get("spec") or {})
+        self.path.set_spec(spec)
+        self.spec = spec
+        return {}
+
+    def cmd_end_events(self, request: dict[str, Any]) -> dict[str, Any]:
+        changed = end_events(self.events, end_time_arg(request))
+        for event in changed:
+            self.path.set_event_end(self.events.index(event), event.end_s)
+        return {"ended": len(changed)}
+
+    def cmd_path(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "path": "c",
+            "offload": self.vnet_hdr,
+            "coalesce_s": self.coalesce_s,
+            "counters": self.path.native.loop_counters(),
+        }
+
+    def cmd_events(self, request: dict[str, Any]) -> dict[str, Any]:
+        for index, event in enumerate(self.events):
+            self.path.fill_drops(index, event)
+        return super().cmd_events(request)
