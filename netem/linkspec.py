@@ -631,7 +631,9 @@ PRESETS: dict[str, str] = {
     "near": "rtt=20ms,rate=80mbit",
     "cloud": "rtt=200ms,rate=6.4mbit",
 }
-"""Named paths; ``parse_link("dc-longhaul")`` expands one, extra keys may follow it."""
+"""Named paths; ``resolve_link("dc-longhaul")`` expands one, extra keys may follow it (the
+experiment files and ``testbed link up`` resolve them; ``parse_link`` takes key=value pairs
+only)."""
 
 
 def resolve_link(text: str) -> LinkSpec:
