@@ -219,7 +219,9 @@ class NoPacer(QuicPacketPacer):
 class ControlPacer(RatePacer):
     """A :class:`RatePacer` at the pacing rate the congestion control sets on every ACK
     (BBR's pacing_gain x bw), capped by ``max_rate_bps``; aioquic's cwnd / srtt updates are
-    ignored. The rate is read before each datagram, as Linux reads sk_pacing_rate."""
+    ignored. The rate is read before each datagram, as Linux reads sk_pacing_rate. Its
+    bucket is the control's burst (Linux's TSO/GSO burst: two datagrams at low rates,
+    about 1 ms of sending at high ones), at least the timers' 2 ms."""
 
     def __init__(
         self,
@@ -239,6 +241,12 @@ class ControlPacer(RatePacer):
         if rate != self._rate_bytes and rate > 0:
             self._rate_bytes = rate
             self._set_rate(rate)
+
+    def _set_rate(self, rate_bytes: float) -> None:
+        self.packet_time = self._max_datagram_size / rate_bytes
+        burst = self.control.burst_datagrams * self.packet_time
+        self.bucket_max = max(burst, 2 * PACING_TIMER_GRANULARITY_S)
+        self.bucket_time = min(self.bucket_time, self.bucket_max)
 
     def next_send_time(self, now: float) -> float | None:  # type: ignore[override]
         self._follow()

@@ -544,6 +544,12 @@ class BbrCongestionControl(QuicCongestionControl):
         if self.full_bw_reached or rate > self.pacing_rate_bytes_per_s:
             self.pacing_rate_bytes_per_s = rate
 
+    @property
+    def burst_datagrams(self) -> int:
+        """How many datagrams Linux would let leave at once at this pacing rate (one
+        TSO/GSO burst, bbr_tso_segs_goal): the pacer's bucket."""
+        return self._tso_segs_goal()
+
     def _tso_segs_goal(self) -> int:
         """bbr_tso_segs_goal: datagrams in one GSO burst of ~1 ms at the pacing rate."""
         burst = min(int(self.pacing_rate_bytes_per_s) >> PACING_SHIFT, GSO_MAX_BYTES)
