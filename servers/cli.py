@@ -6,7 +6,7 @@ Interface for the harness (issue 5)::
         [--settings JSON|FILE]
         [--cc reno|cubic|bbr] [--window-clamp BYTES] [--sndbuf BYTES] [--rcvbuf BYTES]
         [--max-pacing-rate RATE] [--notsent-lowat BYTES] [--quickack]
-        [--quic-cc reno|cubic] [--max-datagram-size N] [--quic-max-data BYTES]
+        [--quic-cc reno|cubic|bbr] [--max-datagram-size N] [--quic-max-data BYTES]
         [--h2-window BYTES] [--processing-audio 30ms] [--processing-image 300ms]
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
         [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-quic-batching]
@@ -24,8 +24,9 @@ then serves until SIGINT/SIGTERM (exit status 0). A port of 0 picks a free one (
 from the line). Sizes take units (``64kb``, ``16MiB``), rates ``333mbit``, durations ``30ms``.
 ``--quic-max-data`` pins QUIC's connection and stream flow-control windows to that size
 (aioquic grows them otherwise); ``--h2-window`` sets HTTP/2's (default 16 MiB).
-``--quic-pacing``: ``cwnd`` is aioquic's pacer (rate cwnd/srtt, at most 16 datagrams per
-timer wake-up, i.e. ~186 Mbit/s at 1452 bytes), ``off`` sends cwnd-limited bursts (as Linux
+``--quic-pacing``: ``cwnd`` is the control's own pacing (reno, cubic: aioquic's pacer at
+cwnd/srtt, at most 16 datagrams per timer wake-up, i.e. ~186 Mbit/s at 1452 bytes; bbr: its
+pacing_gain x bw), ``off`` sends cwnd-limited bursts (as Linux
 reno/cubic without fq), a rate paces at that rate; ``--max-pacing-rate`` caps QUIC's pacer
 too. ``--no-quic-batching`` restores aioquic's one sendto and one transmit per datagram (for
 ``bench stacks`` comparisons). ``--samples`` writes the server's sender-side in-flight

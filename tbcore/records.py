@@ -148,8 +148,19 @@ QUIC_SAMPLE_FIELDS = (
     "packets_sent",
     "packets_lost",
     "pto_count",
+    "pacing_rate",
+    "delivery_rate",
+    "bbr_mode",
+    "bbr_bw",
+    "bbr_min_rtt_us",
+    "bbr_pacing_gain",
+    "bbr_cwnd_gain",
 )
-"""Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units)."""
+"""Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units):
+``pacing_rate`` (bytes/s) is the pacer's; ``delivery_rate`` and the ``bbr_*`` columns only a
+BBR control fills, in the units of the kernel's tcp_bbr_info (TCP_CC_INFO): bw in bytes/s,
+min RTT in µs, gains x 256; ``bbr_mode`` is enum bbr_mode (0 Startup, 1 Drain, 2 ProbeBW,
+3 ProbeRTT)."""
 
 
 def _snapshot(name: str, doc: str, columns: tuple[str, ...]) -> Any:

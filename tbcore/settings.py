@@ -38,8 +38,9 @@ NONE_WORDS = ("none", "auto", "off")
 
 TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
 """What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
-QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
-"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``)."""
+QUIC_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``): its own
+reno and cubic, and the testbed's bbr (proto.quic.bbr: Linux tcp_bbr.c, BBR version 1)."""
 QUIC_PACING_MODES = ("cwnd", "off")
 """``quic_pacing`` words; anything else is a rate."""
 CONNECTION_MODES = ("new", "reused", "0rtt")
@@ -501,7 +502,8 @@ knob("max_datagram_size", "max_datagram_size_bytes", kind="size",
      high=QUIC_MAX_DATAGRAM_BYTES, scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("quic_pacing", kind="pacing", default="cwnd", unit="bit/s", applies="both",
      how="the QUIC sender's pacer", low=1,
-     doc="cwnd (aioquic's pacer, cwnd/srtt), off (cwnd-limited bursts, as Linux reno/cubic "
+     doc="cwnd (the control's own pacing: aioquic's pacer at cwnd/srtt for reno and cubic, "
+     "bbr's pacing_gain x bw for bbr), off (cwnd-limited bursts, as Linux reno/cubic "
      "without fq) or a rate such as 333mbit.", scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("quic_ack_delay", "quic_ack_delay_s", kind="duration", default=None, unit="s",
      applies="both", how="aioquic receiver's ACK delay (its _ack_delay)", low=0,
