@@ -22,6 +22,13 @@ INITIAL_WINDOW_PACKETS = 10
 section 7.2 (QUIC: 10 datagrams up to 1472 bytes; aioquic's K_INITIAL_WINDOW)."""
 
 
+TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
+QUIC_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``): its own
+reno and cubic, and the testbed's bbr (proto.quic.bbr: Linux tcp_bbr.c, BBR version 1)."""
+
+
 @dataclass(frozen=True)
 class ProtocolKind:
     """One application protocol over one transport."""
@@ -29,8 +36,8 @@ class ProtocolKind:
     name: str
     transport: str
     """``tcp`` or ``udp``: how the harness reads ACKs (pcap of TCP, qlog of QUIC)."""
-    cc_attr: str
-    """The settings field naming its congestion control (``cc`` or ``quic_cc``)."""
+    cc_of: Callable[[Any], str | None]
+    """Its congestion control from the settings (``cc``; QUIC's ``quic_cc`` when given)."""
     mss: Callable[[Any], int]
     """The payload of one full-sized packet for the bound, from the settings."""
     window_caps: Callable[[Any], list[int | None]]
@@ -65,6 +72,9 @@ class ProtocolKind:
     arm of ``multipath`` or :data:`MIGRATE`; None: it cannot."""
     initial_window: Callable[[Any], int] = lambda s: INITIAL_WINDOW_PACKETS
     """Its initial congestion window in full packets for the bound, from the settings."""
+    controls: Callable[[Any], tuple[str, ...]] = lambda s: ()
+    """The congestion controls its stack has (empty: it takes none; ``cc`` is refused
+    when it names another)."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +204,8 @@ register_protocol(
     ProtocolKind(
         name="h2",
         transport="tcp",
-        cc_attr="cc",
+        cc_of=lambda s: s.cc,
+        controls=lambda s: TCP_CONGESTION_CONTROLS,
         mss=lambda s: s.mss_bytes,
         # TCP's clamp and HTTP/2's flow-control window
         window_caps=lambda s: [s.window_clamp_bytes, s.h2_window_bytes],
@@ -212,7 +223,8 @@ register_protocol(
     ProtocolKind(
         name="h3",
         transport="udp",
-        cc_attr="quic_cc",
+        cc_of=lambda s: s.quic_control,
+        controls=lambda s: QUIC_CONGESTION_CONTROLS,
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
         # initial_window: aioquic's own, whatever the route metric says
@@ -231,7 +243,7 @@ register_protocol(
     ProtocolKind(
         name="fec",
         transport="udp",
-        cc_attr="fec_redundancy",  # no congestion control: the redundancy is its choice
+        cc_of=lambda s: s.fec_redundancy,  # no congestion control: the redundancy is its choice
         mss=lambda s: fecmath.FEC_SYMBOL_BYTES,
         window_caps=lambda s: [],
         # paced at min(cap, measured rate) by a token bucket (proto/fec/session.py)

@@ -36,11 +36,10 @@ harness on the namespaces and routes (link), or the harness alone (bound, captur
 NONE_WORDS = ("none", "auto", "off")
 """How a file or flag says "leave the kernel or library default" for an optional knob."""
 
-TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
-"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
-QUIC_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
-"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``): its own
-reno and cubic, and the testbed's bbr (proto.quic.bbr: Linux tcp_bbr.c, BBR version 1)."""
+TCP_CONGESTION_CONTROLS = kinds.TCP_CONGESTION_CONTROLS
+QUIC_CONGESTION_CONTROLS = kinds.QUIC_CONGESTION_CONTROLS
+CONGESTION_CONTROLS = tuple(dict.fromkeys((*TCP_CONGESTION_CONTROLS, *QUIC_CONGESTION_CONTROLS)))
+"""What ``cc`` may name; each protocol's stack takes its own (tbcore.kinds ``controls``)."""
 QUIC_PACING_MODES = ("cwnd", "off")
 """``quic_pacing`` words; anything else is a rate."""
 CONNECTION_MODES = ("new", "reused", "0rtt")
@@ -451,11 +450,16 @@ knob("multipath", kind="choice", default="single", unit="", applies="both",
      scope=Scope(protocols=("tcp",), topologies=("dual",)))  # fmt: skip
 # congestion control and the namespaces
 knob("cc", kind="choice", default="cubic", unit="", applies="both",
-     how="TCP_CONGESTION on every TCP socket", choices=TCP_CONGESTION_CONTROLS,
-     scope=Scope(protocols=("tcp",)))  # fmt: skip
-knob("quic_cc", kind="choice", default="reno", unit="", applies="both",
-     how="aioquic congestion_control_algorithm", choices=QUIC_CONGESTION_CONTROLS,
-     scope=Scope(protocols=("quic",)))  # fmt: skip
+     how="the congestion control of the level's transport: TCP_CONGESTION on every TCP "
+     "socket (the kernel's), aioquic's registered control for QUIC",
+     choices=CONGESTION_CONTROLS, scope=Scope(protocols=("tcp", "quic")),
+     doc="One name for both stacks: 'bbr' is the kernel's BBR v1 for h2 and the same "
+     "algorithm (proto/quic/bbr.py) for h3; a control the level's stack lacks is "
+     "refused.")  # fmt: skip
+knob("quic_cc", kind="choice", default=None, unit="", applies="both",
+     how="an explicit override of cc for QUIC (aioquic congestion_control_algorithm)",
+     choices=QUIC_CONGESTION_CONTROLS, scope=Scope(protocols=("quic",)), optional=True,
+     doc="None: cc.")  # fmt: skip
 knob("slow_start_after_idle", kind="bool", default=True, unit="", applies="link",
      how="net.ipv4.tcp_slow_start_after_idle in both namespaces",
      scope=Scope(protocols=("tcp",)))  # fmt: skip
@@ -613,6 +617,13 @@ class _SettingsBase:
             item.check(item.key, getattr(self, item.attr))
         s: Any = self
         kind = kinds.protocol(s.protocol)
+        controls, control = kind.controls(s), kind.cc_of(s)
+        if controls and control not in controls:
+            key = "quic_cc" if s.quic_cc else "cc"
+            raise SpecError(
+                key,
+                f"{s.protocol}'s stack has no {control!r} (its controls: {', '.join(controls)})",
+            )
         if s.connection not in kind.connections:
             able = [p.name for p in kinds.PROTOCOLS.values() if s.connection in p.connections]
             raise SpecError(
@@ -633,6 +644,12 @@ class _SettingsBase:
             raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
+
+    @property
+    def quic_control(self) -> str:
+        """QUIC's congestion control: ``quic_cc`` when given, else ``cc`` (one name for both
+        stacks)."""
+        return self.quic_cc or self.cc  # type: ignore[attr-defined,no-any-return]
 
     @property
     def stream_list(self) -> tuple[str, ...]:

@@ -59,7 +59,7 @@ WORKLOAD_BASE: dict[str, dict[str, Any]] = {
 GROUPS: dict[str, dict[str, Any]] = {
     "a": {
         "cc": "reno", "window_clamp": "8mb", "sndbuf": "4mb", "notsent_lowat": "1mb",
-        "quickack": True, "quic_cc": "cubic", "max_datagram_size": 1452, "quic_pacing": "off",
+        "quickack": True, "quic_cc": "reno", "max_datagram_size": 1452, "quic_pacing": "off",
         "quic_batching": False, "quic_max_data": "64mb", "h2_window": "32mb",
         "fec_redundancy": "10%", "fec_rate": "500mbit", "chunks": 4, "streams": "stream,tts",
         "priority_signal": "none", "requests": 2, "connection": "reused", "timeout": "30s",

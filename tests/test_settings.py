@@ -89,7 +89,7 @@ def test_flags_of_an_end_are_its_knobs_and_override_the_document(tmp_path) -> No
 
 def test_a_registered_protocol_becomes_a_valid_choice() -> None:
     kind = kinds.ProtocolKind(
-        name="e1test", transport="udp", cc_attr="quic_cc", mss=lambda s: 1200,
+        name="e1test", transport="udp", cc_of=lambda s: s.quic_control, mss=lambda s: 1200,
         window_caps=lambda s: [], paces=lambda s: False,
     )  # fmt: skip
     kinds.register_protocol(kind)

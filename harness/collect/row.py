@@ -271,7 +271,7 @@ def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
         "topology": path.kind,
         "route": settings.route if path.kind == "relay" else None,
         "multipath": settings.multipath if path.kind == "dual" else None,
-        "cc": getattr(settings, kinds.protocol(settings.protocol).cc_attr),
+        "cc": kinds.protocol(settings.protocol).cc_of(settings),
         "paced": sender_paces(settings),
         "rtt_s": link.rtt_s,
         "loss": max(link.up.mean_loss, link.down.mean_loss),

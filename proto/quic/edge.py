@@ -457,7 +457,7 @@ def quic_configuration_of(
     :class:`~servers.config.ServerConfig` and a :class:`~clients.config.ClientConfig` share."""
     return make_quic_configuration(
         is_client=is_client,
-        cc=config.settings.quic_cc,
+        cc=config.settings.quic_control,
         max_datagram_size=config.settings.max_datagram_size_bytes,
         fixed_window_bytes=config.settings.quic_max_data_bytes,
         qlog_dir=config.qlog_dir,
@@ -671,8 +671,10 @@ def quic_in_force(protocol: WatchedProtocol) -> dict[str, Any]:
     flow-control credit, ACK delay, and whether datagrams leave in GSO batches."""
     quic = protocol._quic
     pacer = quic._loss._pacer
+    control = type(quic._loss._cc).__name__
     return {
-        "quic_cc": type(quic._loss._cc).__name__,
+        "cc": control,  # cc names QUIC's control too (quic_cc overrides it)
+        "quic_cc": control,
         "max_datagram_size": quic._max_datagram_size,
         "quic_max_data": [quic.configuration.max_data, getattr(quic, "window_bytes", None)],
         "quic_pacing": [type(pacer).__name__, getattr(pacer, "fixed_rate_bps", None)],
