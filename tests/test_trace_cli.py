@@ -21,6 +21,15 @@ SHIPPED = {
         "--seed",
         "2",
     ],
+    "cell-slow.up": [
+        "markov",
+        "--states",
+        "10mbit:6s,6mbit:5s,3mbit:4s,1.5mbit:3s",
+        "--duration",
+        "160s",
+        "--seed",
+        "4",
+    ],
     "leo.delay": ["leo"],
     "const-12mbit.up": ["constant", "--rate", "12mbit", "--duration", "1ms"],
 }
