@@ -30,6 +30,15 @@ SHIPPED = {
         "--seed",
         "4",
     ],
+    "cell-dips.down": [
+        "markov",
+        "--states",
+        "8mbit:3s,2mbit:2s,0.4mbit:1.5s,0.1mbit:1s",
+        "--duration",
+        "60s",
+        "--seed",
+        "3",
+    ],
     "leo.delay": ["leo"],
     "const-12mbit.up": ["constant", "--rate", "12mbit", "--duration", "1ms"],
 }
