@@ -321,8 +321,10 @@ _PLAYBACK = _GroupedSection(
     title="## Playback (MODELS.md sections 2-3)",
     text="Measured: read times through the player that waits for a missing chunk; stalls are "
     "WebRTC's concealment events, stall time its concealed duration. Predicted: the chunk "
-    "pipeline from the link parameters alone, then the playback recurrence. Drop rule: "
-    "slots played as concealment.",
+    "pipeline from the link parameters alone (on a traced downlink, each chunk through the "
+    "trace from where it was when the request began), then the playback recurrence: a "
+    "model, not a bound on stalls (a stream whose first chunk comes later than modelled "
+    "starts playing later and has more slack). Drop rule: slots played as concealment.",
     columns=(
         _LEVEL,
         _PROTOCOL,
