@@ -36,3 +36,33 @@ def test_a_clock_checks_its_numbers() -> None:
         TraceClock(1.0, -1.0)
     with pytest.raises(SpecError, match="origin_s"):
         TraceClock(float("nan"), 0.0)
+
+
+@pytest.mark.root
+@pytest.mark.timeout(120)
+def test_a_live_link_reports_where_its_traces_restarted() -> None:
+    """Link.set_spec restarts a traced direction at its offset and returns its clock;
+    Link.trace() reports the same clock; a direction without a trace has none."""
+    import time
+
+    from netem import clean
+    from netem.link import Link
+    from netem.linkspec import resolve_link
+
+    name = "tbxtrc"
+    clean.clean(name, force=True)
+    spec = resolve_link("rtt=20ms,up.rate=trace:cell-markov.up,down.rate=10mbit")
+    try:
+        with Link.up(name, spec, backend="userspace") as link:
+            before = time.monotonic()
+            moved = resolve_link(
+                "rtt=20ms,up.rate=trace:cell-markov.up,up.trace_offset=7s,down.rate=10mbit"
+            )
+            clocks = link.set_spec(moved)
+            assert set(clocks) == {"up"}
+            assert clocks["up"].offset_s == 7.0
+            assert before <= clocks["up"].origin_s <= time.monotonic()
+            assert link.trace() == clocks
+            assert clocks["up"].position_s(clocks["up"].origin_s + 1.5) == 8.5
+    finally:
+        clean.clean(name, force=True)
