@@ -117,16 +117,7 @@ def agent_part(
     )
     if start_s is not None and end_s is not None:
         out["total_s"] = end_s - start_s
-        detected = [r.detected_s for r in rounds if r.detected_s is not None]
-        back = [r.reconnected_s for r in rounds if r.reconnected_s is not None]
-        outages = [f for f in fired if f.get("kind") == "outage"]
-        if outages:
-            out["outage_start_s"] = outages[0]["start_s"] - start_s
-            out["outage_end_s"] = outages[0]["end_s"] - start_s
-        if detected:
-            out["outage_detected_s"] = detected[0] - start_s
-        if back:
-            out["outage_back_s"] = back[0] - start_s
+        out.update(outage_timeline(rounds, fired, start_s))
     given = {f.get("kind") for f in fired if "start_s" in f}
     if settings.outage_after_round is not None and "outage" not in given:
         error = error or "the outage was never given to the link"
@@ -160,6 +151,25 @@ def agent_part(
     if settings.site_power_w is not None:
         out["site_energy_j"] = bounds.agent_energy_j(settings.site_power_w, busy)
     return RowPart(out, error, start_s, end_s, sha256_ok)
+
+
+def outage_timeline(
+    rounds: Sequence[AgentRound], fired: Sequence[dict[str, Any]], start_s: float
+) -> dict[str, Any]:
+    """When the outage began and ended, when the client gave the lost round up and when its
+    new connection was up, from the task's start."""
+    out: dict[str, Any] = {}
+    detected = [r.detected_s for r in rounds if r.detected_s is not None]
+    back = [r.reconnected_s for r in rounds if r.reconnected_s is not None]
+    outages = [f for f in fired if f.get("kind") == "outage"]
+    if outages:
+        out["outage_start_s"] = outages[0]["start_s"] - start_s
+        out["outage_end_s"] = outages[0]["end_s"] - start_s
+    if detected:
+        out["outage_detected_s"] = detected[0] - start_s
+    if back:
+        out["outage_back_s"] = back[0] - start_s
+    return out
 
 
 def _run_json(run_dir: Path) -> dict[str, Any]:
