@@ -34,3 +34,16 @@ def test_trace_columns_say_where_and_what_was_offered() -> None:
     assert "trace_position_down_s" not in out
     assert trace_columns(PATH, {}, 12.0, 14.0) == {}
     assert trace_columns(PATH, clocks, None, None) == {}
+
+
+def test_a_handshake_may_wait_for_the_longest_gap_between_opportunities() -> None:
+    from harness.collect.traces import handshake_slack_s
+
+    assert handshake_slack_s(PATH) == pytest.approx(0.001)  # "1": one every millisecond
+    slow = topology_of(
+        Settings(link="rtt=200ms,up.rate=trace:cell-slow.up,down.rate=trace:cell-dips.down"),
+        "t",
+    )
+    assert handshake_slack_s(slow) > 0.008  # 1.5 Mbit/s: 8 ms between opportunities
+    assert handshake_slack_s(topology_of(Settings(link="rtt=200ms,rate=5mbit"), "t")) == 0.0
+    assert handshake_slack_s(None) == 0.0

@@ -10,6 +10,7 @@ on the one CLOCK_MONOTONIC every process of a run shares. The bound of the run
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -59,3 +60,24 @@ def trace_columns(
         offered = direction_bottleneck(spec, position).offered_bytes(0.0, end_s - start_s)
         out[f"offered_{direction}_bps"] = offered * 8 / (end_s - start_s)
     return out
+
+
+def longest_gap_s(spec: Any) -> float:
+    """The longest wait between two of a direction's capacity opportunities (across the
+    trace's wrap too); 0 without a capacity trace. A handshake packet may wait this long."""
+    if spec.rate_trace is None:
+        return 0.0
+    stamps = spec.rate_trace.capacity.stamps_ms
+    period = spec.rate_trace.capacity.period_ms
+    gaps = [b - a for a, b in itertools.pairwise(stamps)]
+    gaps.append(period - stamps[-1] + stamps[0])
+    return max(gaps) / 1e3
+
+
+def handshake_slack_s(path: Topology | None) -> float:
+    """What a traced path may add to a handshake's round trip beyond its propagation: each
+    direction's longest wait for an opportunity (the RTT check allows it)."""
+    if path is None:
+        return 0.0
+    link = path.link_spec
+    return longest_gap_s(link.up) + longest_gap_s(link.down)

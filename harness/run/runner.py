@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.collect.row import Collected, bound_for, collect_run, label_columns, run_path
+from harness.collect.traces import handshake_slack_s
 from harness.plan.planner import (
     DEFAULT_ATTEMPTS,
     Outcome,
@@ -162,7 +163,8 @@ def judge(
     own = judgement.run_validity(
         error=collected.error,
         sha256_ok=row.sha256_ok,
-        configured_rtt_s=row.rtt_s,
+        # on a capacity trace a handshake packet may wait for its opportunity
+        configured_rtt_s=row.rtt_s + handshake_slack_s(run_path(run_dir)),
         # beside competing flows the handshake crosses their standing queue by design: the
         # link's fidelity is then judged by the emulator's lateness, not by that RTT
         measured_rtt_s=None if row.cross is not None else row.measured_rtt_s,
