@@ -75,7 +75,7 @@ def test_rates_every_100_ms_from_the_requests_start() -> None:
 def test_the_fair_share_of_section_15() -> None:
     assert fair_share(CrossTraffic("tcp", 1, cc="cubic"), 1e6) == 0.5
     assert fair_share(CrossTraffic("tcp", 4, cc="bbr"), None) == pytest.approx(0.2)
-    udp = CrossTraffic("udp", 1, rate_bps=15e6 * 1460 / 1488)  # 15 Mbit/s on the wire
+    udp = CrossTraffic("udp", 1, rate_bps=15e6 * 1448 / 1476)  # 15 Mbit/s on the wire
     assert fair_share(udp, 20e6) == pytest.approx(0.25)
     assert fair_share(udp, 10e6) is None  # it leaves nothing
     assert fair_share(udp, None) is None

@@ -34,8 +34,9 @@ CROSS_RUN_FILE = "cross.json"
 CROSS_TABLE = "cross.csv"
 BIN_S = 0.1
 """cross.csv's bins: each flow's rate every 100 ms (iperf3's interval)."""
-UDP_PAYLOAD_BYTES = 1460
-"""iperf3's UDP datagram payload on a 1500-byte path (its default -l for IPv4)."""
+UDP_PAYLOAD_BYTES = 1448
+"""iperf3's UDP datagram payload on a 1500-byte path: 3.12 takes the control connection's
+TCP MSS (1448 with timestamps) as its UDP length (``blksize`` in its report here)."""
 IPV4_UDP_HEADER_BYTES = 28
 MIN_FLOW_FRACTION = 0.01
 """A connection with less than 1 % of the competitors' bytes is iperf3's control channel,
