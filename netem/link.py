@@ -40,6 +40,7 @@ from netem.events import LinkEvent, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
 from netem.topologyspec import Topology, parse_topology
+from netem.traceclock import TraceClock, clocks_of
 from tbcore.errors import SpecError
 
 ENDPOINT_ROLES = ("client", "server")
@@ -398,12 +399,20 @@ class Link:
         commit_edge(self._state, edge or "link", view)
         _save(self._state)
 
-    def set_spec(self, spec: LinkSpec | str, *, edge: str | None = None) -> None:
+    def set_spec(self, spec: LinkSpec | str, *, edge: str | None = None) -> dict[str, TraceClock]:
         """Change the path (or one ``edge`` of a topology) in place, between runs: packets in
-        flight may see either."""
+        flight may see either. A direction's traces restart at their offset now; returns
+        the clock of each direction with a trace (``{}`` without one): a run records it."""
         view = self._edge(edge)
-        self._backend.set_spec(view, _to_spec(spec))
+        report = self._backend.set_spec(view, _to_spec(spec))
         self._commit(edge, view)
+        return clocks_of(report)
+
+    def trace(self, edge: str | None = None) -> dict[str, TraceClock]:
+        """Where ``edge``'s traces are (default ``link``): per direction with a trace, the
+        CLOCK_MONOTONIC moment they were at their offset (link up or the last
+        :meth:`set_spec`) and that offset (netem.traceclock); ``{}`` without a trace."""
+        return clocks_of(self._backend.trace(self._edge(edge)))
 
     def set_sysctls(
         self, values: Mapping[str, str | int], roles: Sequence[str] = ENDPOINT_ROLES

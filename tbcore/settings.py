@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields, make_dataclass, replac
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tbcore import fecmath, kinds, units
+from tbcore import cross, fecmath, kinds, units
 from tbcore.errors import SpecError, require_schema
 
 SETTINGS_SCHEMA = "testbed.settings"
@@ -93,6 +93,8 @@ SEND_POLICIES = ("none", "rr", "fifo", "rfc9218")
 PRIORITY_SIGNALS = ("header", "update", "none")
 """How the client signals RFC 9218 priorities: the ``priority`` header (section 5), the
 header and a PRIORITY_UPDATE frame (section 7; HTTP/3), or not at all."""
+TRACE_STARTS = ("fixed", "spread")
+"""``trace_start``: every run at the link's trace_offset, or spread over one period."""
 CAPTURE_MODES = ("headers", "full", "off")
 """``capture``: the first 128 bytes of each packet, whole packets (decryptable with the run's
 key log), or none; true and false mean headers and off."""
@@ -184,6 +186,12 @@ def sysctl_value(name: str, value: Any) -> str:
     return text
 
 
+def _cross(name: str, value: Any) -> str:
+    """``tcp:N:cc`` or ``udp:RATE`` (tbcore.cross), kept as written once checked."""
+    cross.parse_cross(name, value, TCP_CONGESTION_CONTROLS)
+    return str(value).strip().lower()
+
+
 def _table(name: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise SpecError(name, "must be a table of sysctl = value")
@@ -210,6 +218,7 @@ KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
     "table": (_table, (dict,)),
     "streams": (_streams, (str,)),
     "capture": (_capture, (str,)),
+    "cross": (_cross, (str,)),
 }
 """The kinds of knob value: how each is written and what it is once typed."""
 
@@ -323,6 +332,9 @@ class Knob:
                     raise SpecError(name, f"{item!r} is not one of {', '.join(STREAM_WORKLOADS)}")
         if self.kind == "redundancy":
             fecmath.parse_redundancy(name, value)
+            return
+        if self.kind == "cross":
+            cross.parse_cross(name, value, TCP_CONGESTION_CONTROLS)
             return
         if self.kind == "pacing" and isinstance(value, str):
             if value not in QUIC_PACING_MODES:
@@ -602,6 +614,22 @@ knob("capture", kind="capture", default="headers", unit="", applies="harness",
 knob("qlog", kind="bool", default=True, unit="", applies="harness",
      how="QUIC qlog (ACK frames) of both ends for h3 runs",
      scope=Scope(protocols=("quic",)))  # fmt: skip
+# links that vary: where a run starts in its traces, competing traffic (issue 28)
+knob("trace_start", kind="choice", default="fixed", unit="", applies="harness",
+     how="where each run's traces start: at the link's trace_offset (fixed), or repetition "
+     "r of R at trace_offset + r/R of the longest trace's period (spread)",
+     choices=TRACE_STARTS, scope=EVERYWHERE,
+     doc="spread samples the trace's start evenly over one period, so that a level's runs "
+     "give the distribution over where a task can begin (harness.spec.traces).")  # fmt: skip
+knob("cross", kind="cross", default=None, unit="", applies="harness", optional=True,
+     how="competing traffic across the bottleneck, started cross_lead before the client: "
+     "tcp:N:cc (N bulk iperf3 TCP flows) or udp:RATE (one constant-rate iperf3 stream)",
+     scope=EVERYWHERE,
+     doc="In the direction the request's data goes; harness.run.cross.")  # fmt: skip
+knob("cross_lead", "cross_lead_s", kind="duration", default=3.0, unit="s", applies="harness",
+     how="how long the competing flows run before the measured client starts", low=0.1,
+     high=600, scope=Scope(needs="cross"),
+     doc="Long enough for their windows to settle (MODELS.md section 15).")  # fmt: skip
 
 
 # --- the settings of one run -----------------------------------------------------------------

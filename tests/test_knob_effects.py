@@ -31,11 +31,14 @@ from clients.config import ClientConfig
 from clients.multipath import run_multipath, upload_config
 from harness.collect.agent_rows import agent_part
 from harness.collect.row import bound_for
+from harness.run.cross import client_argv as cross_client_argv
+from harness.run.cross import cross_of
 from harness.run.execute import run_sysctls
 from harness.run.runner import run_experiment
 from harness.run.stacks import client_argv, server_argv
 from harness.spec.experiment import check_consistent, loads
 from harness.spec.paths import topology_of
+from harness.spec.traces import run_path
 from servers.process import ServerProcess
 from tbcore import kinds
 from tbcore.records import AppliedLog, AppliedRecord
@@ -289,11 +292,13 @@ HARNESS_FLIPS: dict[str, Any] = {
     "rate_change_after_round": 2, "rate_change": "10mbit", "agent_deadline": "45s",
     "site_power": 700, "slow_start_after_idle": False, "sysctls": {"net.ipv4.tcp_sack": "0"},
     "initcwnd": 20, "initrwnd": 30, "route_quickack": True, "capture": "full",
+    "trace_start": "spread", "cross": "tcp:2:cubic", "cross_lead": "10s",
 }  # fmt: skip
 HARNESS_NEEDED: dict[str, dict[str, Any]] = {
     "outage": {"outage_after_round": 3},
     "rate_change_after_round": {"rate_change": "10mbit"},
     "rate_change": {"rate_change_after_round": 2},
+    "cross_lead": {"cross": "tcp:1:cubic"},
 }
 """Knobs that act only beside another, compared over it."""
 ROOT_ONLY = {"initcwnd", "initrwnd", "route_quickack", "capture", "route"}
@@ -316,6 +321,14 @@ def harness_view(key: str, settings: Settings, topology: Any, run_dir: Path) -> 
         return topology.to_dict()  # run.json's topology, each edge's spec the link is set to
     if key in ("slow_start_after_idle", "sysctls"):
         return run_sysctls(settings)
+    if key == "trace_start":  # a traced path's second repetition starts further in
+        return run_path(topology, settings, 1, 2).to_dict()
+    if key in ("cross", "cross_lead"):  # the competing flows' iperf3 command
+        traffic = cross_of(settings)
+        return None if traffic is None else cross_client_argv(
+            traffic, server="198.18.2.2", port=1, direction="up",
+            duration_s=settings.cross_lead_s + 1.0,
+        )  # fmt: skip
     if key in ("outage_at", "outage_after_round", "outage", "rate_change_after_round",
                "rate_change"):  # fmt: skip
         return kind.link_events(settings)

@@ -129,7 +129,8 @@ def test_every_scope_names_registered_kinds_and_knobs() -> None:
     ("key", "settings", "applies"),
     [
         ("cc", {"protocol": "h2"}, True),
-        ("cc", {"protocol": "h3"}, False),
+        ("cc", {"protocol": "h3"}, True),
+        ("cc", {"protocol": "fec"}, False),
         ("quic_cc", {"protocol": "h2"}, False),
         ("quic_cc", {"protocol": "h3"}, True),
         ("max_pacing_rate", {"protocol": "h3"}, True),
@@ -159,15 +160,23 @@ def test_a_knob_takes_effect_where_its_scope_says(key: str, settings: dict, appl
         assert "\n" not in reason and ("only" in reason)
 
 
-def test_cc_on_http3_names_the_protocols_that_apply_it() -> None:
-    reason = KNOBS["cc"].scope.refusal(Settings(protocol="h3"))
-    assert reason == "takes effect on protocol h2 only, not 'h3'"
+def test_cc_on_fec_names_the_protocols_that_apply_it() -> None:
+    reason = KNOBS["cc"].scope.refusal(Settings(protocol="fec"))
+    assert reason is not None and "h2" in reason and "h3" in reason and "'fec'" in reason
+
+
+def test_cc_names_the_control_of_each_stack_and_a_missing_one_is_refused() -> None:
+    assert Settings(protocol="h3", cc="bbr").quic_control == "bbr"
+    assert Settings(protocol="h3", cc="bbr", quic_cc="reno").quic_control == "reno"
+    with pytest.raises(SpecError) as err:  # a stack without the control: one line
+        Settings(protocol="h3", cc="vegas")
+    assert err.value.field == "cc"
 
 
 def test_ignored_lists_the_set_knobs_the_run_does_not_apply() -> None:
-    assert Settings(protocol="h3", cc="bbr").ignored() == ["cc"]
-    assert Settings(protocol="h2", cc="bbr").ignored() == []
-    assert Settings(protocol="h3", cc="cubic").ignored() == []  # the default: nothing asked
+    assert Settings(protocol="fec", cc="bbr").ignored() == ["cc"]
+    assert Settings(protocol="h3", cc="bbr").ignored() == []  # cc names QUIC's control too
+    assert Settings(protocol="h3", h2_window_bytes=2**25).ignored() == ["h2_window"]
     fec = Settings(protocol="fec", window_clamp_bytes=65536, quic_pacing="off", requests=3)
     assert fec.ignored() == ["window_clamp", "quic_pacing"]
     assert Settings(workload="agent", outage_s=4.0).ignored() == ["outage"]
@@ -176,11 +185,11 @@ def test_ignored_lists_the_set_knobs_the_run_does_not_apply() -> None:
 def test_a_client_flag_its_run_does_not_apply_is_refused() -> None:
     parser = argparse.ArgumentParser()
     add_flags(parser, "client")
-    args = parser.parse_args(["--protocol", "h3", "--cc", "bbr"])
-    assert settings_from_flags(args).cc == "bbr"  # a server's flags: every protocol it serves
+    args = parser.parse_args(["--protocol", "h3", "--h2-window", "32mb"])
+    assert settings_from_flags(args).h2_window_bytes == 32_000_000  # a server's: every protocol
     with pytest.raises(SpecError) as err:
         settings_from_flags(args, scoped=True)
-    assert err.value.field == "cc" and "h2" in err.value.reason
+    assert err.value.field == "h2-window" and "h2" in err.value.reason
     fine = parser.parse_args(["--protocol", "h3", "--quic-cc", "cubic", "--cancel-after", "none"])
     assert settings_from_flags(fine, scoped=True).quic_cc == "cubic"
 

@@ -283,12 +283,21 @@ def _protocols(fixed: str = "", h2: str = "", h3: str = "", quick: str = "") -> 
 
 
 def test_a_level_setting_a_knob_its_protocol_does_not_apply_is_refused() -> None:
-    refused = _refused(_protocols(h3=', cc = "bbr"'))
-    assert refused.field == "factor.levels.h3.cc"
-    assert refused.reason == "takes effect on protocol h2 only, not 'h3'"
-    assert _refused(_protocols(h2=', quic_cc = "cubic"')).field == "factor.levels.h2.quic_cc"
+    refused = _refused(_protocols(h3=', quic_cc = "reno"', h2=', quic_cc = "cubic"'))
+    assert refused.field == "factor.levels.h2.quic_cc"
+    assert refused.reason.startswith("takes effect on protocol h3")
     # the default named explicitly is still a request for an effect it would not have
-    assert _refused(_protocols(h3=', cc = "cubic"')).field == "factor.levels.h3.cc"
+    assert _refused(_protocols(h2=', quic_cc = "reno"')).field == "factor.levels.h2.quic_cc"
+
+
+def test_cc_names_the_control_of_either_stack() -> None:
+    """Issue 25: one cc for both stacks; quic_cc only overrides it for QUIC."""
+    spec = loads(_protocols(fixed='cc = "bbr"'))
+    assert spec.level("h2").settings.cc == "bbr"
+    assert spec.level("h3").settings.quic_control == "bbr"
+    assert spec.level("h3").settings.ignored() == []
+    override = loads(_protocols(fixed='cc = "bbr"', h3=', quic_cc = "reno"'))
+    assert override.level("h3").settings.quic_control == "reno"
 
 
 def test_a_fixed_knob_no_level_applies_is_refused() -> None:
@@ -300,10 +309,10 @@ def test_a_fixed_knob_no_level_applies_is_refused() -> None:
 
 
 def test_a_fixed_knob_some_levels_apply_is_ignored_by_the_others() -> None:
-    spec = loads(_protocols(fixed='cc = "bbr"\nwindow_clamp = "64kb"'))
+    spec = loads(_protocols(fixed='h2_window = "32mb"\nwindow_clamp = "64kb"'))
     ignored = {lv.name: lv.settings.ignored() for lv in spec.levels}
-    assert ignored == {"h2": [], "h3": ["cc", "window_clamp"]}
-    assert spec.level("h2").settings.cc == "bbr"
+    assert ignored == {"h2": [], "h3": ["window_clamp", "h2_window"]}
+    assert spec.level("h2").settings.h2_window_bytes == 32_000_000
 
 
 def test_a_level_may_cancel_a_fixed_knob_with_none() -> None:

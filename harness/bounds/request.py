@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tbcore import kinds
-from tbcore.errors import SpecError
 from tbcore.settings import Settings
 
 if TYPE_CHECKING:
-    from netem.linkspec import LinkSpec
+    pass
 
 from harness.bounds.base import (
     BITS_PER_BYTE,
@@ -294,36 +293,4 @@ def request_time(
         up_retransmission_rounds=float(k_up),
         down_retransmission_rounds=float(k_down),
         retransmission_s=extra_rounds * rtt,
-    )
-
-
-class RequestArgs(TypedDict, total=False):
-    """The arguments of :func:`request_time` other than the path's (round trip, rates and
-    losses), as :func:`request_time_for_link` takes them; the defaults are
-    :func:`request_time`'s."""
-
-    upload_bytes: Required[int]
-    download_bytes: Required[int]
-    protocol: Required[str]
-    connection: Required[str]
-    processing_s: float
-    initcwnd_segments: int
-    mss_bytes: int | None
-    window_bytes: int | None
-
-
-def request_time_for_link(link: LinkSpec, **request: Unpack[RequestArgs]) -> RequestBound:
-    """:func:`request_time` on a :class:`~netem.linkspec.LinkSpec`: its round trip, each
-    direction's rate and mean loss (Gilbert-Elliott included, as its stationary rate); the
-    rest (:class:`RequestArgs`) passes through."""
-    for name in ("up", "down"):
-        if getattr(link, name).rate_bps is None:
-            raise SpecError(f"{name}.rate", "the bound needs a rate on both directions")
-    return request_time(
-        rtt_s=link.rtt_s,
-        up_bps=link.up.rate_bps,  # type: ignore[arg-type]
-        down_bps=link.down.rate_bps,  # type: ignore[arg-type]
-        up_loss=link.up.mean_loss,
-        down_loss=link.down.mean_loss,
-        **request,
     )

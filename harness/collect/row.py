@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,13 +21,17 @@ from harness import bounds
 from harness.collect import acks as ackmod
 from harness.collect import agent_rows, transfer  # noqa: F401  (register their row parts)
 from harness.collect.airtime import AIR_FILE, air_columns
+from harness.collect.cross import cross_columns
 from harness.collect.rowparts import ROW_PARTS
+from harness.collect.traces import positions_at, run_clocks, trace_columns
 from harness.run.progress import LINK_EVENTS_FILE
+from harness.spec.cross import data_direction
 from harness.spec.paths import end_to_end
 from harness.store.resultdir import write_jsonl
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from netem.topologyspec import Topology
+from netem.traceclock import TraceClock
 from tbcore import fecmath, kinds
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
@@ -158,16 +162,34 @@ def server_phases(events: Sequence[ServerEvent], start_s: float, end_s: float) -
 # --- the bound -------------------------------------------------------------------------------
 
 
+AnyRequestBound = bounds.RequestBound | bounds.TraceRequestBound | bounds.RelayBound
+
+
+def _has_capacity(link: LinkSpec) -> bool:
+    """Both directions have a rate or a capacity trace (what the request bound needs)."""
+    return all(d.rate_bps is not None or d.rate_trace is not None for d in (link.up, link.down))
+
+
 def bound_for(
-    settings: Settings, path: Topology, up_bytes: int, down_bytes: int
-) -> bounds.RequestBound | bounds.RelayBound | None:
+    settings: Settings,
+    path: Topology,
+    up_bytes: int,
+    down_bytes: int,
+    positions_s: Mapping[str, float] | None = None,
+    *,
+    shares: Mapping[str, float] | None = None,
+    extra_rtt_s: float = 0.0,
+) -> AnyRequestBound | None:
     """The bound of one request of this level (None for a workload the request bound does
     not cover, such as the stream, or a path without rates): a new connection through a
     relay's warm long haul has its own (bounds.relay_request_time); every other request
-    crosses its path end to end (bounds.request_time)."""
+    crosses its path end to end (bounds.request_time_for_link). On a traced link
+    ``positions_s`` says where each direction's trace was at the request's start (the run's
+    trace clock; default: the traces' offsets). ``shares`` and ``extra_rtt_s``: the request's
+    part of each direction's capacity and a standing queue (MODELS.md section 15)."""
     workload = kinds.workload(settings.workload)
     link = end_to_end(path)
-    if not workload.bounded or link.up.rate_bps is None or link.down.rate_bps is None:
+    if not workload.bounded or not _has_capacity(link):
         return None
     protocol = kinds.protocol(settings.protocol)
     window = min((c for c in protocol.window_caps(settings) if c is not None), default=None)
@@ -181,9 +203,19 @@ def bound_for(
         mss_bytes=protocol.mss(settings),
         window_bytes=window,
     )
-    if path.kind == "relay" and settings.route == "relay" and settings.connection == "new":
+    fair = bool(shares) or extra_rtt_s > 0
+    if (
+        not fair
+        and path.kind == "relay"
+        and settings.route == "relay"
+        and settings.connection == "new"
+    ):
+        if link.up.rate_bps is None or link.down.rate_bps is None:
+            return None  # a relay's bound holds fixed rates
         return relay_bound(path, link, request)
-    return bounds.request_time_for_link(link, **request)
+    return bounds.request_time_for_link(
+        link, positions_s=positions_s, shares=shares, extra_rtt_s=extra_rtt_s, **request
+    )
 
 
 def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> bounds.RelayBound:
@@ -238,9 +270,17 @@ BOUND_COLUMNS = (
 the expected time its total)."""
 
 
-def bound_columns(settings: Settings, path: Topology, values: dict[str, Any]) -> dict[str, Any]:
-    """bound_* columns and the ratio of the measured total to the bound."""
-    bound = bound_for(settings, path, int(values["up_bytes"]), int(values["down_bytes"]))
+def bound_columns(
+    settings: Settings,
+    path: Topology,
+    values: dict[str, Any],
+    positions_s: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """bound_* columns and the ratio of the measured total to the bound (``positions_s``:
+    the traces' positions at the request's start, :func:`bound_for`)."""
+    bound = bound_for(
+        settings, path, int(values["up_bytes"]), int(values["down_bytes"]), positions_s
+    )
     if bound is None:
         return {}
     out: dict[str, Any] = {"bound_s": bound.total_s}
@@ -375,6 +415,10 @@ class RunFiles:
     """CLOCK_REALTIME - CLOCK_MONOTONIC when the run started (pcap times are realtime)."""
     started_utc: str | None
     backend: str | None = None
+    clocks: dict[str, TraceClock] = field(default_factory=dict)
+    """The primary edge's trace clocks, by direction (harness.collect.traces)."""
+    port: int | None = None
+    """The port the run's server listened on."""
 
     @property
     def link(self) -> LinkSpec:
@@ -392,6 +436,8 @@ class RunFiles:
             offset_s=float(data["clock_offset_s"]),
             started_utc=data.get("started_utc"),
             backend=data.get("backend"),
+            clocks=run_clocks(data),
+            port=data.get("port"),
         )
 
 
@@ -428,6 +474,8 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
         values.setdefault("sha256_ok", part.sha256_ok)
     upload = int(values["up_bytes"]) >= int(values["down_bytes"])
     values.update(packet_columns(files, upload, *window))
+    if files.settings.cross is not None:
+        values.update(competing_columns(files, values, window))
     link_values, loss_checks = link_columns(run_dir / LINK_STATS_FILE, files.path.link_spec)
     values.update(link_values)
     values.update(edge_columns(run_dir / EDGE_STATS_FILE))
@@ -452,12 +500,27 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     return Collected(row, error, window[0], window[1], loss_checks)
 
 
-BoundColumns = Callable[["RunFiles", Sequence[RequestRecord], dict[str, Any]], dict[str, Any]]
+Window = tuple[float | None, float | None]
+BoundColumns = Callable[
+    ["RunFiles", Sequence[RequestRecord], dict[str, Any], Window], dict[str, Any]
+]
+
+
+def _request_bound(
+    files: RunFiles, records: Sequence[RequestRecord], values: dict[str, Any], window: Window
+) -> dict[str, Any]:
+    """MODELS sections 1, 4-6 from where each trace was at the request's start, and what
+    the traces offered over the request."""
+    positions = positions_at(files.clocks, window[0])
+    out = bound_columns(files.settings, files.path, values, positions)
+    out.update(trace_columns(files.path, files.clocks, *window))
+    return out
+
 
 BOUNDS: dict[str, BoundColumns] = {
-    "request": lambda files, records, values: bound_columns(files.settings, files.path, values),
+    "request": _request_bound,
     # MODELS s10: the serial time of the symbols sent, no retransmission round
-    "fec": lambda files, records, values: fec_columns(
+    "fec": lambda files, records, values, window: fec_columns(
         files.settings, files.link, median_record(records), values
     ),
 }
@@ -473,9 +536,37 @@ def request_row(
     events = read_jsonl(files.run_dir / SERVER_LOG_FILE, ServerEvent)
     values, error, window = request_columns(files.settings, records, events, error)
     model = kinds.protocol(files.settings.protocol).bound
-    values.update(BOUNDS[model](files, records, values))
+    values.update(BOUNDS[model](files, records, values, window))
     write_events(files.run_dir / EVENTS_FILE, records, events)
     return values, error, window
+
+
+def competing_columns(
+    files: RunFiles, values: dict[str, Any], window: tuple[float | None, float | None]
+) -> dict[str, Any]:
+    """A run beside competing traffic (harness.collect.cross): the flows' bytes and the
+    request's share while it ran, and its bound at its fair share behind the standing queue
+    (MODELS.md section 15)."""
+    out, queue = cross_columns(
+        files.settings, files.link, files.run_dir, files.offset_s, files.port, window
+    )
+    measured_rtt = values.get("measured_rtt_s")
+    if queue is None and measured_rtt is not None:
+        queue = max(0.0, measured_rtt - files.link.rtt_s)
+    out["standing_queue_s"] = queue
+    share = out.get("fair_share")
+    if share is None or values.get("up_bytes") is None:
+        return out
+    positions = positions_at(files.clocks, window[0])
+    bound = bound_for(
+        files.settings, files.path, int(values["up_bytes"]), int(values["down_bytes"]),
+        positions, shares={data_direction(files.settings): share}, extra_rtt_s=queue or 0.0,
+    )  # fmt: skip
+    if bound is not None:
+        out["bound_fair_s"] = bound.total_s
+        if values.get("total_s") is not None and bound.total_s > 0:
+            out["ratio_fair"] = values["total_s"] / bound.total_s
+    return out
 
 
 def fired_events(run_dir: Path) -> list[dict[str, Any]]:
@@ -648,6 +739,9 @@ def _tcp_packets(
     segments = ackmod.read_tcp_segments(
         files.run_dir / ("client.pcap" if upload else "server.pcap")
     )
+    if files.settings.cross is not None and files.port is not None:
+        # the request's own connections: competing flows are not its ACKs
+        segments = [s for s in segments if files.port in (s.sport, s.dport)]
     if not segments:
         return {}
     result = ackmod.tcp_acks(segments, clock_offset_s=files.offset_s)

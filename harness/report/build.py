@@ -29,6 +29,7 @@ from harness.report import fec as fecreport
 from harness.report import remote as remote_report
 from harness.report import stream_tables
 from harness.report.paths import paths_section
+from harness.report.varying import varying_sections
 from harness.store.resultdir import ResultDir, atomic_write_text
 
 PLOT_DPI = 110
@@ -782,6 +783,7 @@ def build_report(path: Path) -> Path:
         *remote_report.path_section(result.path, frame),
         *_gap_split_lines(summaries),
         *stream_tables.report_sections(result.path, frame),
+        *varying_sections(result.path, frame, levels),
         *_bound_parts(frame, levels),
         *_stack_phases(frame, levels),
         *_loss_bounds(summaries),

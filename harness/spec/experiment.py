@@ -42,7 +42,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness.spec.cross import check_cross
 from harness.spec.paths import EDGE_KNOBS, check_path, topology_of
+from harness.spec.traces import check_repetitions, check_trace_start
 from netem.linkspec import LinkSpec, merge_link, resolve_link
 from netem.topologyspec import Topology
 from tbcore import kinds
@@ -113,6 +115,8 @@ def check_consistent(settings: Settings, topology: Topology, where: str) -> None
     """Combinations that cannot be run, named by the key that makes them impossible."""
     spec = topology.link_spec
     check_path(settings, topology, where)
+    check_trace_start(settings, topology, where)
+    check_cross(settings, topology, where)
     if settings.connection == "0rtt" and settings.warmup_requests < 1:
         raise SpecError(
             f"{where}.warmup_requests", "0rtt needs >= 1 warm-up request for a session ticket"
@@ -257,9 +261,15 @@ class ExperimentSpec:
             groups.update(kinds.topology(lv.topology.kind).columns)
             if any(e.spec.air is not None for e in lv.topology.edges):
                 groups.add("air")
+            if any(e.spec.has_trace for e in lv.topology.edges):
+                groups.add("trace")
+            if lv.settings.cross is not None:
+                groups.add("cross")
         return sorted(groups)
 
     def with_repetitions(self, repetitions: int) -> ExperimentSpec:
+        """``--reps N``: a command-line override, taken as given (``trace_start = spread``
+        over one repetition starts its one run at the offset)."""
         _int_range(1, MAX_REPETITIONS)("repetitions", repetitions)
         return replace(self, repetitions=repetitions)
 
@@ -329,6 +339,8 @@ def parse_experiment(
     levels = _parse_levels(raw_levels, own, factor_name, fixed)
     applied = {k: v for k, v in fixed_table.items() if k not in moot}
     refuse_unapplied(applied, [lv.settings for lv in levels], "fixed")
+    for level in levels:
+        check_repetitions(level.settings, repetitions, "repetitions")
     return ExperimentSpec(
         name=name,
         question=question.strip(),
@@ -539,19 +551,21 @@ def _parse_quick(
         )
     quick_settings, _ = parse_settings(quick_fixed, "quick.fixed", fixed)
     runs = []  # the settings of the levels the quick form runs
+    quick_repetitions = _int_range(1, MAX_REPETITIONS)(
+        "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))
+    )
     for level in levels:  # each level over the quick form's fixed settings must run too
         table = _merged_edges(level.overrides, quick_settings, "quick.fixed")
         settings, _ = parse_settings(table, "quick.fixed", quick_settings)
         check_consistent(settings, topology_of(settings, "quick.fixed"), "quick.fixed")
         if quick_levels is None or level.name in quick_levels:
             runs.append(settings)
+            check_repetitions(settings, quick_repetitions, "quick.repetitions")
     refuse_unapplied(quick_fixed, runs, "quick.fixed")
     if quick_requests is not None:
         refuse_unapplied({"requests": quick_requests}, runs, "quick")
     return Quick(
-        repetitions=_int_range(1, MAX_REPETITIONS)(
-            "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))
-        ),
+        repetitions=quick_repetitions,
         warmup_runs=_int_range(0, 100)("quick.warmup_runs", quick_table.get("warmup_runs", 0)),
         levels=quick_levels,
         requests=quick_requests,

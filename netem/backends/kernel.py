@@ -495,11 +495,12 @@ class KernelBackend(Backend):
                 timer.cancel()
         topology.remove_path(state.name)
 
-    def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
+    def set_spec(self, state: LinkState, spec: LinkSpec) -> dict[str, Any]:
         if spec.mtu_bytes != state.spec.mtu_bytes:
             raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
         self._replace_plans(state, plan_link(spec))
         state.spec = spec
+        return {}  # no traces on this backend (plan_link refuses them)
 
     def _replace_plans(self, state: LinkState, plans: dict[str, DirectionPlan]) -> None:
         assert state.router_ns is not None

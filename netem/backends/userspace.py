@@ -298,13 +298,17 @@ class UserspaceBackend(Backend):
         if pid is not None and (proc := _DAEMONS.pop(pid, None)) is not None:
             proc.poll()  # reaped already (process_alive): poll records it, no warning at exit
 
-    def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
+    def set_spec(self, state: LinkState, spec: LinkSpec) -> dict[str, Any]:
         if spec.mtu_bytes != state.spec.mtu_bytes:
             raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
         if (spec.air is None) != (state.spec.air is None):
             raise SpecError("air", "a shared medium cannot come or go while the link is up")
-        self.client(state).set_spec(spec)
+        report = self.client(state).set_spec(spec)
         state.spec = spec
+        return report
+
+    def trace(self, state: LinkState) -> dict[str, Any]:
+        return self.client(state).trace()
 
     def stats(self, state: LinkState) -> LinkStats:
         return self.client(state).stats()
