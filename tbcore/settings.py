@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields, make_dataclass, replac
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tbcore import fecmath, kinds, units
+from tbcore import fecmath, kinds, quicstack, units
 from tbcore.errors import SpecError, require_schema
 
 SETTINGS_SCHEMA = "testbed.settings"
@@ -506,6 +506,11 @@ knob("capture", kind="capture", default="headers", unit="", applies="harness",
      choices=CAPTURE_MODES)  # fmt: skip
 knob("qlog", kind="bool", default=True, unit="", applies="harness",
      how="QUIC qlog (ACK frames) of both ends for h3 runs")  # fmt: skip
+knob("quic_stack", kind="choice", default=quicstack.DEFAULT_QUIC_STACK, unit="",
+     applies="both", how="which HTTP/3 implementation serves and requests (protocol h3 only)",
+     choices=quicstack.QUIC_STACKS,
+     doc="aioquic (the testbed's Python stack) or ngtcp2 (Debian's gtlsserver/gtlsclient "
+     "0.12.1, C; the workloads and knobs it can carry: tbcore.quicstack).")  # fmt: skip
 
 
 # --- the settings of one run -----------------------------------------------------------------
@@ -534,6 +539,7 @@ class _SettingsBase:
         cancel = self.cancel_after_chunks  # type: ignore[attr-defined]
         if cancel is not None and cancel >= self.chunks:  # type: ignore[attr-defined]
             raise SpecError("cancel_after", f"must be below chunks ({self.chunks})")  # type: ignore[attr-defined]
+        quicstack.check(self)
 
     @property
     def stream_list(self) -> tuple[str, ...]:

@@ -28,7 +28,7 @@ from harness.store.resultdir import write_jsonl
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from netem.topologyspec import Topology
-from tbcore import fecmath, kinds
+from tbcore import fecmath, kinds, quicstack
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
@@ -259,6 +259,14 @@ def sender_paces(settings: Settings) -> bool:
     return kinds.protocol(settings.protocol).paces(settings)
 
 
+def run_control(settings: Settings) -> str:
+    """The congestion control the run's transport ran: the protocol's knob, or for HTTP/3
+    the one its QUIC stack takes (tbcore.quicstack.control_of: ngtcp2 reads ``cc``)."""
+    if settings.protocol == "h3":
+        return quicstack.control_of(settings)
+    return str(getattr(settings, kinds.protocol(settings.protocol).cc_attr))
+
+
 def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
     """What ran: the row's labels from the settings and the path (end to end)."""
     link = end_to_end(path)
@@ -269,7 +277,8 @@ def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
         "topology": path.kind,
         "route": settings.route if path.kind == "relay" else None,
         "multipath": settings.multipath if path.kind == "dual" else None,
-        "cc": getattr(settings, kinds.protocol(settings.protocol).cc_attr),
+        "cc": run_control(settings),
+        "quic_stack": settings.quic_stack if settings.protocol == "h3" else None,
         "paced": sender_paces(settings),
         "rtt_s": link.rtt_s,
         "loss": max(link.up.mean_loss, link.down.mean_loss),
@@ -699,5 +708,6 @@ def _trim_qlog(directory: Path) -> None:
         (directory / "TRIMMED").write_text(
             f"{total} bytes of qlog removed (cap {KEEP_QLOG_BYTES})\n"
         )
-        for path in directory.rglob("*.qlog"):
-            path.unlink()
+        for pattern in ("*.qlog", "*.sqlog"):
+            for path in directory.rglob(pattern):
+                path.unlink()
