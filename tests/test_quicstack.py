@@ -145,3 +145,22 @@ def test_an_experiment_level_is_refused_in_one_line_before_anything_runs() -> No
     )
     assert [lv.settings.quic_stack for lv in spec.levels] == ["aioquic", "ngtcp2"]
 
+
+def test_the_shipped_experiment_compares_three_stacks_with_one_control_each() -> None:
+    from pathlib import Path
+
+    from harness.spec.experiment import load
+
+    spec = load(Path(__file__).parent.parent / "experiments" / "h3-stacks.toml")
+    arms = {
+        lv.name: (
+            lv.settings.protocol,
+            lv.settings.quic_stack,
+            label_columns(lv.settings, lv.topology)["cc"],
+        )
+        for lv in spec.levels
+    }
+    assert arms["h2-cubic"][2] == arms["aioquic-cubic"][2] == arms["ngtcp2-cubic"][2] == "cubic"
+    assert arms["ngtcp2-bbr"] == ("h3", "ngtcp2", "bbr") and arms["h2-bbr"][2] == "bbr"
+    for lv in spec.levels:
+        assert lv.settings.processing_audio_s == 0 and lv.settings.workload == "tts"
