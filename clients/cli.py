@@ -7,7 +7,8 @@
 [--keylog FILE] [--timeout 60s]`` (one flag per knob of tbcore.settings the client applies,
 each overriding the settings document) runs the requests
 (see :mod:`clients.api`), prints one summary line per request, writes the records, and exits
-1 if any measured request failed (0 otherwise; 2 on bad input).
+1 if any measured request failed (0 otherwise; 2 on bad input). With ``--quic-stack
+ngtcp2`` (protocol h3) Debian's gtlsclient makes the requests (clients/ngtcp2.py).
 """
 
 from __future__ import annotations

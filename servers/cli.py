@@ -52,6 +52,10 @@ Unusable values (``--bind`` not an address of this host, an unwritable ``--log``
 ``--settings`` takes the run's settings document (tbcore.settings, what the harness
 passes); each knob flag (one per knob the server applies) overrides it.
 
+``--quic-stack ngtcp2`` (or a settings document with ``quic_stack = "ngtcp2"``) serves
+HTTP/3 with Debian's gtlsserver instead (servers/ngtcp2.py): ``--no-h2``, the same listening
+line, log, qlog directory and key log; the workloads it carries: tbcore.quicstack.
+
 ``testbed workload path NAME`` / ``testbed workload sha256 NAME`` (audio, image, retouched).
 """
 
