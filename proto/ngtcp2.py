@@ -14,7 +14,8 @@ The settings as flags (:func:`common_flags`), one factor at a time against aioqu
 - ``-q``: no debug output (it triples gtlsclient's CPU per packet, measured).
 
 ngtcp2's own defaults that stay: an initial RTT of 333 ms (RFC 9002 section 6.2.2; aioquic
-uses 100 ms), its ACK threshold of 2 packets, its pacer.
+uses 100 ms), its ACK threshold of 2 packets; no pacing (its windows leave as bursts,
+tbcore.quicstack.paces).
 """
 
 from __future__ import annotations

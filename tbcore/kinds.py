@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tbcore import agent, fecmath, workloads
+from tbcore import agent, fecmath, quicstack, workloads
 from tbcore.errors import SpecError
 
 
@@ -155,8 +155,8 @@ register_protocol(
         cc_attr="quic_cc",
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
-        # aioquic paces unless told off (rate = cwnd / srtt)
-        paces=lambda s: s.quic_pacing != "off",
+        # aioquic paces unless told off (rate = cwnd / srtt); ngtcp2's binaries never
+        paces=lambda s: quicstack.paces(s),
         listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h2"],
         qlog=True,
     )

@@ -57,4 +57,3 @@ def test_the_summary_is_the_median_per_stack() -> None:
 
 def test_a_process_tree_s_cpu_includes_this_process() -> None:
     assert datagrams.tree_runtime_s(os.getpid()) > 0
-

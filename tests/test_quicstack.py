@@ -164,3 +164,11 @@ def test_the_shipped_experiment_compares_three_stacks_with_one_control_each() ->
     assert arms["ngtcp2-bbr"] == ("h3", "ngtcp2", "bbr") and arms["h2-bbr"][2] == "bbr"
     for lv in spec.levels:
         assert lv.settings.processing_audio_s == 0 and lv.settings.workload == "tts"
+
+
+def test_ngtcp2_sends_its_windows_unpaced() -> None:
+    from harness.collect.row import sender_paces
+
+    assert not sender_paces(ngtcp2(cc="cubic")) and not sender_paces(ngtcp2(cc="bbr"))
+    assert sender_paces(ngtcp2(quic_stack="aioquic"))  # aioquic's pacer
+    assert not sender_paces(ngtcp2(quic_stack="aioquic", quic_pacing="off"))
