@@ -7,7 +7,8 @@
 [--keylog FILE] [--timeout 60s]`` (one flag per knob of tbcore.settings the client applies,
 each overriding the settings document) runs the requests
 (see :mod:`clients.api`), prints one summary line per request, writes the records, and exits
-1 if any measured request failed (0 otherwise; 2 on bad input).
+1 if any measured request failed (0 otherwise; 2 on bad input). With ``--quic-stack
+ngtcp2`` (protocol h3) Debian's gtlsclient makes the requests (clients/ngtcp2.py).
 """
 
 from __future__ import annotations
@@ -65,11 +66,21 @@ def _client(args: argparse.Namespace) -> int:
     return RUNNERS[records](config, args)
 
 
+REQUEST_STACKS = {
+    "aioquic": ("clients.api", "run_requests_sync"),
+    "ngtcp2": ("clients.ngtcp2", "run_requests"),
+}
+"""Who makes the requests, by ``settings.quic_stack`` (tbcore.quicstack): the testbed's own
+clients (h2, aioquic's h3, fec; clients.api), or gtlsclient (clients.ngtcp2). Each takes
+the ClientConfig and returns the RequestRecords it wrote."""
+
+
 def _requests(config: ClientConfig, args: argparse.Namespace) -> int:
     """Request records (clients.api): one line per request, 1 if a measured one failed."""
-    from clients.api import run_requests_sync
+    import importlib
 
-    records = run_requests_sync(config)
+    module, name = REQUEST_STACKS[config.settings.quic_stack]
+    records = getattr(importlib.import_module(module), name)(config)
     failed = 0
     for record in records:
         total = (

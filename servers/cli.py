@@ -53,6 +53,10 @@ Unusable values (``--bind`` not an address of this host, an unwritable ``--log``
 ``--settings`` takes the run's settings document (tbcore.settings, what the harness
 passes); each knob flag (one per knob the server applies) overrides it.
 
+``--quic-stack ngtcp2`` (or a settings document with ``quic_stack = "ngtcp2"``) serves
+HTTP/3 with Debian's gtlsserver instead (servers/ngtcp2.py): ``--no-h2``, the same listening
+line, log, qlog directory and key log; the workloads it carries: tbcore.quicstack.
+
 ``testbed workload path NAME`` / ``testbed workload sha256 NAME`` (audio, image, retouched).
 """
 
@@ -69,7 +73,7 @@ from servers.config import DEFAULT_PORT, ServerConfig
 from servers.guard import RETRY_MODES
 from tbcore import paths, units, workloads
 from tbcore.errors import SpecError
-from tbcore.settings import add_flags, settings_from_flags
+from tbcore.settings import Settings, add_flags, settings_from_flags
 
 CONFIG_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
 """The default of each :class:`ServerConfig` field: the defaults of its flags, so that
@@ -179,10 +183,21 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from servers.serve import run
+SERVE_STACKS = {"aioquic": "servers.serve", "ngtcp2": "servers.ngtcp2"}
+"""The module whose ``run(config) -> int`` serves, by ``settings.quic_stack``
+(tbcore.quicstack): the testbed's own servers (h2, aioquic's h3, fec), or gtlsserver."""
+NGTCP2_SERVE_BASE = {"protocol": "h3", "workload": "tts", "processing_audio_s": 0.0}
+"""``testbed serve --quic-stack ngtcp2`` without a settings document: a level ngtcp2 can
+run (tbcore.quicstack refuses the default h2/asr/30 ms ones); the harness passes its own."""
 
-    return run(config_from_args(args))
+
+def _serve(args: argparse.Namespace) -> int:
+    import importlib
+
+    if args.settings is None and args.knob_quic_stack not in (None, "aioquic"):
+        args.settings = Settings(**NGTCP2_SERVE_BASE).to_json()
+    config = config_from_args(args)
+    return int(importlib.import_module(SERVE_STACKS[config.settings.quic_stack]).run(config))
 
 
 def _relay(args: argparse.Namespace) -> int:

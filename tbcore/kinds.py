@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tbcore import agent, fecmath, workloads
+from tbcore import agent, fecmath, quicstack, workloads
 from tbcore.errors import SpecError
 
 INITIAL_WINDOW_PACKETS = 10
@@ -24,9 +24,11 @@ section 7.2 (QUIC: 10 datagrams up to 1472 bytes; aioquic's K_INITIAL_WINDOW).""
 
 TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
 """What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
-QUIC_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
-"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``): its own
-reno and cubic, and the testbed's bbr (proto.quic.bbr: Linux tcp_bbr.c, BBR version 1)."""
+QUIC_CONGESTION_CONTROLS = tuple(
+    dict.fromkeys((*quicstack.AIOQUIC_CONGESTION_CONTROLS, *quicstack.NGTCP2_CONGESTION_CONTROLS))
+)
+"""What the QUIC stacks have, all told: aioquic's (reno, cubic, the testbed's bbr) and
+ngtcp2's (its bbr2 too); each level's stack takes its own (quicstack.controls_of)."""
 
 
 @dataclass(frozen=True)
@@ -223,13 +225,12 @@ register_protocol(
     ProtocolKind(
         name="h3",
         transport="udp",
-        cc_of=lambda s: s.quic_control,
-        controls=lambda s: QUIC_CONGESTION_CONTROLS,
+        cc_of=lambda s: quicstack.control_of(s),
+        controls=lambda s: quicstack.controls_of(s),
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
-        # initial_window: aioquic's own, whatever the route metric says
-        # aioquic paces unless told off (rate = cwnd / srtt)
-        paces=lambda s: s.quic_pacing != "off",
+        # aioquic paces unless told off (rate = cwnd / srtt); ngtcp2's binaries never
+        paces=lambda s: quicstack.paces(s),
         listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h2"],
         qlog=True,
         traits=("quic", "http", "sessions"),

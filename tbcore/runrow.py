@@ -34,6 +34,9 @@ class RunRow(Record):
     connection: str | None = col(doc="new, reused or 0rtt.")
     workload: str | None = col(doc="asr, tts, retouch, stream...")
     cc: str | None = col(doc="Congestion control of the protocol's transport.")
+    quic_stack: str | None = col(
+        doc="h3: the QUIC implementation, aioquic or ngtcp2 (tbcore.quicstack); None otherwise."
+    )
     paced: bool | None = col(doc="The data sender paces (bbr, a pacing rate, aioquic's pacer).")
     link: str | None = col(
         doc="The link as configured (netem.linkspec string); on a real path (backend real), "

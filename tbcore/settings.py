@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields, make_dataclass, replac
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tbcore import cross, fecmath, kinds, units
+from tbcore import cross, fecmath, kinds, quicstack, units
 from tbcore.errors import SpecError, require_schema
 
 SETTINGS_SCHEMA = "testbed.settings"
@@ -630,6 +630,11 @@ knob("cross_lead", "cross_lead_s", kind="duration", default=3.0, unit="s", appli
      how="how long the competing flows run before the measured client starts", low=0.1,
      high=600, scope=Scope(needs="cross"),
      doc="Long enough for their windows to settle (MODELS.md section 15).")  # fmt: skip
+knob("quic_stack", kind="choice", default=quicstack.DEFAULT_QUIC_STACK, unit="",
+     applies="both", how="which HTTP/3 implementation serves and requests (protocol h3 only)",
+     choices=quicstack.QUIC_STACKS, scope=Scope(protocols=("quic",)),
+     doc="aioquic (the testbed's Python stack) or ngtcp2 (Debian's gtlsserver/gtlsclient "
+     "0.12.1, C; the workloads and knobs it can carry: tbcore.quicstack).")  # fmt: skip
 
 
 # --- the settings of one run -----------------------------------------------------------------
@@ -672,6 +677,7 @@ class _SettingsBase:
             raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
+        quicstack.check(s)
 
     @property
     def quic_control(self) -> str:

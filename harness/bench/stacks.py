@@ -1,4 +1,5 @@
-"""``testbed bench stacks``: loopback goodput and CPU cost of the HTTP/2 and HTTP/3 stacks.
+"""``testbed bench stacks``: loopback goodput and CPU cost of the HTTP/2 and HTTP/3 stacks,
+then CPU per datagram of each QUIC stack, aioquic beside ngtcp2 (harness.bench.datagrams).
 
 For each protocol, against a ``testbed serve`` subprocess on 127.0.0.1: 30 MB down
 (``GET /image``) and 30 MB up (``POST /sink``) on a warm, reused connection, ``--reps``
@@ -24,6 +25,8 @@ import uvloop
 
 from clients.api import run_requests
 from clients.config import ClientConfig
+from harness.bench.datagrams import run_datagrams
+from harness.bench.datagrams import summary as datagram_summary
 from servers.process import ServerProcess
 from tbcore import kinds
 from tbcore.errors import SpecError
@@ -197,10 +200,16 @@ def run_bench(args: argparse.Namespace) -> int:
             raise SpecError("protocols", f"{protocol!r}: the bench runs {', '.join(VARIANTS)}")
     for protocol in protocols:
         rows += VARIANTS[protocol](args)
+    quic_stacks = [s.strip() for s in args.quic_stacks.split(",") if s.strip()]
+    datagram_rows = run_datagrams(quic_stacks, args.reps) if quic_stacks else []
     steal = steal_fraction(stat_before, cpu_times())
-    table = pd.DataFrame(rows)
     with pd.option_context("display.width", 160, "display.max_columns", 20):
-        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if rows:
+            print(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if datagram_rows:
+            print(f"\nCPU per datagram, {quic_stacks} (5 MB result down, loopback, medians):")
+            table = pd.DataFrame(datagram_summary(datagram_rows))
+            print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(
         f"load: loadavg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
         f"steal {steal * 100:.1f} % of CPU time during the bench; {os.cpu_count()} CPUs"
@@ -218,4 +227,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     stacks.add_argument("--reps", type=int, default=3, help="repetitions of each transfer")
     stacks.add_argument("--max-datagram-size", type=int, default=1452)
     stacks.add_argument("--baseline", action="store_true", help="also run aioquic defaults (1200)")
+    stacks.add_argument(
+        "--quic-stacks",
+        default="aioquic,ngtcp2",
+        help="QUIC stacks of the CPU-per-datagram table (harness.bench.datagrams; root); "
+        "empty: none",
+    )
     stacks.set_defaults(handler=run_bench)

@@ -312,6 +312,7 @@ def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
         "route": settings.route if path.kind == "relay" else None,
         "multipath": settings.multipath if path.kind == "dual" else None,
         "cc": kinds.protocol(settings.protocol).cc_of(settings),
+        "quic_stack": settings.quic_stack if settings.protocol == "h3" else None,
         "paced": sender_paces(settings),
         "rtt_s": link.rtt_s,
         "loss": max(link.up.mean_loss, link.down.mean_loss),
@@ -805,5 +806,6 @@ def _trim_qlog(directory: Path) -> None:
         (directory / "TRIMMED").write_text(
             f"{total} bytes of qlog removed (cap {KEEP_QLOG_BYTES})\n"
         )
-        for path in directory.rglob("*.qlog"):
-            path.unlink()
+        for pattern in ("*.qlog", "*.sqlog"):
+            for path in directory.rglob(pattern):
+                path.unlink()
