@@ -67,6 +67,28 @@ async def _close(conn: Any) -> None:
             transport.abort() if hasattr(transport, "abort") else transport.close()
 
 
+def _record_agent(run: _Run, plan: RoundPlan, warmup: int, per_round: bool) -> None:
+    """The agent layer of what the client puts in force (tbcore.records.AppliedRecord)."""
+    settings = run.config.settings
+    run.applied.write(
+        "agent",
+        {
+            "agent_rounds": plan.rounds - warmup,
+            "warmup_requests": warmup,
+            "agent_local": settings.agent_local_s,
+            "screenshot": settings.screenshot,
+            # the quality reaches a codec only (raw bytes have none)
+            "screenshot_quality": None
+            if settings.screenshot == "raw"
+            else settings.screenshot_quality,
+            "recovery": plan.recovery,
+            "round_timeout": settings.timeout_s,
+            "timeout": settings.timeout_s,
+            "connection": "per round" if per_round else "one",
+        },
+    )
+
+
 async def run_agent(config: ClientConfig) -> list[AgentRound]:
     settings = config.settings
     timeout_s = settings.round_timeout_s or settings.timeout_s
@@ -82,6 +104,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     after_loss = False
     per_round = settings.connection in ("new", "0rtt")
     closing: list[asyncio.Task[None]] = []
+    _record_agent(run, plan, warmup, per_round)
     try:
         while not plan.finished:
             index, op, redone = plan.next_round()
@@ -134,6 +157,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
             write_jsonl(config.records_path, rounds)
         if run.keylog is not None:
             run.keylog.close()
+        run.applied.close()
     return rounds
 
 

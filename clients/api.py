@@ -36,17 +36,24 @@ The workloads ``image`` (30 MB down) and ``sink`` (30 MB up) exist for ``bench s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import IO, Any
 
 import uvloop
 
 from clients import fecclient, h2client, h3client
 from clients.config import ClientConfig
-from clients.workload import REQUEST_WORKLOADS, RequestSpec, multi_specs, request_spec
+from clients.workload import RequestSpec, exchange_specs
 from proto.quic.edge import quic_counters
 from proto.tls import client_context
-from tbcore.records import SAMPLE_RECORDS, QuicRecovery, RequestRecord, tcp_info_of, write_jsonl
+from tbcore.records import (
+    SAMPLE_RECORDS,
+    AppliedLog,
+    QuicRecovery,
+    RequestRecord,
+    tcp_info_of,
+    write_jsonl,
+)
 from tbcore.sampler import Sampler
 from tbcore.tcpinfo import read_tcp_info
 
@@ -65,25 +72,11 @@ class _Run:
     def __init__(self, config: ClientConfig) -> None:
         self.config = config
         settings = config.settings
-        if settings.workload == "multi":
-            self.specs = multi_specs(
-                settings.stream_list,
-                settings.chunks,
-                signal_priority=settings.priority_signal != "none",
-                cancel_after_chunks=settings.cancel_after_chunks,
-                player_buffer_s=settings.player_buffer_s,
-            )
-        elif settings.workload in REQUEST_WORKLOADS or settings.workload.startswith("retouch-"):
-            self.specs = [
-                request_spec(
-                    settings.workload,
-                    settings.chunks,
-                    settings.cancel_after_chunks,
-                    settings.player_buffer_s,
-                )
-            ]
-        else:  # a workload that builds its own requests (agent: one per round) sets them
-            self.specs = [RequestSpec(settings.workload, "GET", "/")]
+        self.specs = exchange_specs(settings)
+        self.applied = AppliedLog(config.applied_path, "client")
+        """What this client puts in force, as it does (tbcore.records.AppliedRecord)."""
+        self.offered = False
+        """Whether the connection being opened offered a saved TLS session or ticket."""
         self.records: list[RequestRecord] = []
         sample = SAMPLE_RECORDS[config.settings.protocol]
         self.sampler = Sampler(sample, config.sample_hz) if config.samples_path else None
@@ -105,20 +98,57 @@ class _Run:
 
     # -- connections -----------------------------------------------------------------------
     async def connect(self, early: bool = False) -> Any:
-        config = self.config
         self.conn_index += 1
-        if config.settings.protocol == "fec":
-            return await fecclient.open_connection(config)
-        if config.settings.protocol == "h2":
-            if self.tls is None:
-                self.tls = client_context(config.keylog_path)
-            session = self.session if config.settings.resume else None
-            return await h2client.open_connection(config, self.tls, session)
+        self.offered = False
+        conn = await OPENERS[self.config.settings.protocol](self, early)
+        self.applied.write("connection", {"resume": self.offered, "early": early}, self.conn_index)
+        for layer, values in conn.applied().items():
+            self.applied.write(layer, values, self.conn_index)
+        return conn
+
+    def record_workload(self, total: int, mode: str) -> None:
+        """The workload layer: the requests as built (what goes on the wire) and the loop
+        that makes them (``total`` requests, warm-ups first, ``mode`` connections)."""
+        settings = self.config.settings
+        specs = self.specs
+        streamed = [s for s in specs if s.stream_chunks]
+        self.applied.write(
+            "workload",
+            {
+                "workload": [s.workload for s in specs],
+                "streams": [s.workload for s in specs if s.shared],
+                "chunks": [s.stream_chunks for s in streamed],
+                "cancel_after": [s.cancel_after_chunks for s in streamed],
+                "player_buffer": [s.player_buffer_s for s in streamed],
+                "priority_signal": [s.priority for s in specs],
+                "connection": mode,
+                "requests": total - settings.warmup_requests,
+                "warmup_requests": settings.warmup_requests,
+                "timeout": settings.timeout_s,
+            },
+        )
+
+    async def open_fec(self, early: bool) -> Any:
+        del early
+        return await fecclient.open_connection(self.config)
+
+    async def open_h2(self, early: bool) -> Any:
+        del early
+        config = self.config
+        if self.tls is None:
+            self.tls = client_context(config.keylog_path)
+        session = self.session if config.settings.resume else None
+        self.offered = session is not None
+        return await h2client.open_connection(config, self.tls, session)
+
+    async def open_h3(self, early: bool) -> Any:
+        config = self.config
         if self.keylog is None and config.keylog_path is not None:
             config.keylog_path.parent.mkdir(parents=True, exist_ok=True)
             self.keylog = config.keylog_path.open("a", buffering=1)
         use_ticket = config.settings.resume or config.settings.connection == "0rtt"
         ticket = self.ticket if use_ticket else None
+        self.offered = ticket is not None
         return await h3client.open_connection(config, ticket, early=early, keylog=self.keylog)
 
     def stamp_connection(self, record: RequestRecord, conn: Any) -> None:
@@ -155,7 +185,7 @@ class _Run:
             conn.priority_update = self.config.settings.priority_signal == "update"
 
         async def one(spec: RequestSpec, rec: RequestRecord, position: int) -> None:
-            if self.config.settings.workload == "multi":
+            if spec.shared:
                 rec.stream_workload = spec.workload
                 rec.stream_index = position
             try:
@@ -212,14 +242,14 @@ class _Run:
     async def run(self) -> list[RequestRecord]:
         config = self.config
         total = config.settings.warmup_requests + config.settings.requests
-        if config.settings.connection == "reused":
-            await self.run_reused(total)
-        elif config.settings.connection == "new":
-            for index in range(total):
-                await self.run_on_new(index)
-        else:
-            await self.run_0rtt(total)
+        mode = config.settings.connection
+        self.record_workload(total, mode)
+        await MODES[mode](self, total)
         return self.records
+
+    async def run_new(self, total: int) -> None:
+        for index in range(total):
+            await self.run_on_new(index)
 
     async def run_on_new(self, index: int, early: bool = False) -> None:
         try:
@@ -281,6 +311,22 @@ class _Run:
             await self.run_on_new(index, early=True)
 
 
+MODES: dict[str, Callable[[_Run, int], Awaitable[None]]] = {
+    "new": _Run.run_new,
+    "reused": _Run.run_reused,
+    "0rtt": _Run.run_0rtt,
+}
+"""How the client makes ``total`` requests for each ``connection`` mode."""
+
+OPENERS: dict[str, Callable[[_Run, bool], Awaitable[Any]]] = {
+    "h2": _Run.open_h2,
+    "h3": _Run.open_h3,
+    "fec": _Run.open_fec,
+}
+"""How the client opens a connection of each protocol (tbcore.kinds.PROTOCOLS), given the
+run (its TLS context, session, ticket) and whether to send early data."""
+
+
 def _connection_dead(conn: Any) -> bool:
     if isinstance(conn, fecclient.FecClient):
         return conn.writer.is_closing() or conn.failed is not None
@@ -302,6 +348,7 @@ async def run_requests(config: ClientConfig) -> list[RequestRecord]:
             run.sampler.write_csv(config.samples_path)
         if run.keylog is not None:
             run.keylog.close()
+        run.applied.close()
 
 
 def run_requests_sync(config: ClientConfig) -> list[RequestRecord]:

@@ -7,7 +7,8 @@
 [--keylog FILE] [--timeout 60s]`` (one flag per knob of tbcore.settings the client applies,
 each overriding the settings document) runs the requests
 (see :mod:`clients.api`), prints one summary line per request, writes the records, and exits
-1 if any measured request failed (0 otherwise; 2 on bad input).
+1 if any measured request failed (0 otherwise; 2 on bad input). With ``--quic-stack
+ngtcp2`` (protocol h3) Debian's gtlsclient makes the requests (clients/ngtcp2.py).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from clients.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ClientConfig
-from tbcore import kinds
+from tbcore import kinds, units
 from tbcore.errors import SpecError
 from tbcore.settings import add_flags, settings_from_flags
 
@@ -31,9 +32,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, "client")
     parser.add_argument("--records", type=Path, default=None, help="JSONL records")
     parser.add_argument("--samples", type=Path, default=None, help="in-flight samples CSV")
-    parser.add_argument("--sample-hz", type=float, default=DEFAULT_SAMPLE_HZ)
+    parser.add_argument("--sample-hz", default=f"{DEFAULT_SAMPLE_HZ:g}", help="samples per s")
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None)
+    parser.add_argument(
+        "--applied", type=Path, default=None, help="JSONL: what the client put in force"
+    )
     parser.add_argument("--quiet", action="store_true", help="no per-request lines")
     parser.add_argument(
         "--sources", default=None, help="workload upload: ADDR_LINK,ADDR_LINK_B (two paths)"
@@ -44,12 +48,13 @@ def config_from_args(args: argparse.Namespace) -> ClientConfig:
     return ClientConfig(
         host=args.host,
         port=args.port,
-        settings=settings_from_flags(args),
+        settings=settings_from_flags(args, scoped=True),
         records_path=args.records,
         samples_path=args.samples,
-        sample_hz=args.sample_hz,
+        sample_hz=units.parse_number("sample-hz", args.sample_hz),
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
+        applied_path=args.applied,
     )
 
 
@@ -61,11 +66,21 @@ def _client(args: argparse.Namespace) -> int:
     return RUNNERS[records](config, args)
 
 
+REQUEST_STACKS = {
+    "aioquic": ("clients.api", "run_requests_sync"),
+    "ngtcp2": ("clients.ngtcp2", "run_requests"),
+}
+"""Who makes the requests, by ``settings.quic_stack`` (tbcore.quicstack): the testbed's own
+clients (h2, aioquic's h3, fec; clients.api), or gtlsclient (clients.ngtcp2). Each takes
+the ClientConfig and returns the RequestRecords it wrote."""
+
+
 def _requests(config: ClientConfig, args: argparse.Namespace) -> int:
     """Request records (clients.api): one line per request, 1 if a measured one failed."""
-    from clients.api import run_requests_sync
+    import importlib
 
-    records = run_requests_sync(config)
+    module, name = REQUEST_STACKS[config.settings.quic_stack]
+    records = getattr(importlib.import_module(module), name)(config)
     failed = 0
     for record in records:
         total = (
@@ -102,7 +117,7 @@ def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:
     """One upload over two paths (clients.multipath): ``progress 0 T`` on stdout when the
     timed transfer begins (a failover is scheduled from T), the TransferRecord to --records."""
     from clients.multipath import run_transfer
-    from tbcore.records import write_jsonl
+    from tbcore.records import AppliedLog, write_jsonl
 
     text = args.sources or ""
     sources = tuple(s.strip() for s in text.split(","))
@@ -112,7 +127,11 @@ def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:
     def started(t: float) -> None:
         print(f"progress 0 {t!r}", flush=True)
 
-    record = run_transfer(config.settings, config.host, config.port, sources, started)  # type: ignore[arg-type]
+    applied = AppliedLog(config.applied_path, "client")
+    try:
+        record = run_transfer(config.settings, config.host, config.port, sources, started, applied)  # type: ignore[arg-type]
+    finally:
+        applied.close()
     if config.records_path is not None:
         write_jsonl(config.records_path, [record])
     if not args.quiet:

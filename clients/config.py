@@ -7,14 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tbcore import kinds
 from tbcore.errors import SpecError
-from tbcore.settings import HasSettings, Settings
+from tbcore.sampler import DEFAULT_SAMPLE_HZ, check_sample_hz
+from tbcore.settings import HasSettings, Settings, by_attr
 
 DEFAULT_PORT = 8443
-DEFAULT_SAMPLE_HZ = 1000.0
 DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
 """UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (NOTES-machine.md)."""
-MAX_SAMPLE_HZ = 100_000.0
 
 
 @dataclass
@@ -36,12 +36,17 @@ class ClientConfig(HasSettings):
     """Bind the client's socket to this local address first (one path of a dual topology:
     its source rule routes it over that path); None: the kernel picks."""
     udp_buffer_bytes: int = DEFAULT_UDP_BUFFER_BYTES
+    applied_path: Path | None = None
+    """Where the client records what it put in force (tbcore.records.AppliedRecord, JSONL)."""
 
     def __post_init__(self) -> None:
         self.check_settings()
-        if self.settings.protocol == "fec" and self.settings.fec_rate_bps is None:
-            raise SpecError("fec-rate", "the FEC client needs the path's rate (e.g. 333mbit)")
+        rate_attr = kinds.protocol(self.settings.protocol).path_rate_attr
+        if rate_attr is not None and getattr(self.settings, rate_attr) is None:
+            flag = by_attr()[rate_attr].flag[2:]
+            raise SpecError(
+                flag, f"the {self.settings.protocol} client needs the path's rate (e.g. 333mbit)"
+            )
         if not 0 < self.port <= 65535:
             raise SpecError("port", f"{self.port} is not in 1..65535")
-        if not 1 <= self.sample_hz <= MAX_SAMPLE_HZ:
-            raise SpecError("sample-hz", f"must be in 1..{MAX_SAMPLE_HZ:g}, got {self.sample_hz}")
+        check_sample_hz("sample-hz", self.sample_hz)

@@ -34,6 +34,7 @@ from proto.fec.session import (
     TransferFailed,
     TransferReceived,
     TransferStats,
+    fec_in_force,
 )
 from proto.fec.wire import ALPN_FEC
 from proto.tls import client_context
@@ -138,6 +139,10 @@ class FecClient:
             "received_datagrams": endpoint.received_datagrams,
             "loss_ppm": int(endpoint.peer_loss.loss * 1e6),
         }
+
+    def applied(self) -> dict[str, dict[str, Any]]:
+        """What this session runs with (tbcore.records.AppliedRecord)."""
+        return {"fec": fec_in_force(self.endpoint)}
 
     def counters(self) -> dict[str, Any]:
         endpoint = self.endpoint

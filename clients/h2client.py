@@ -26,7 +26,7 @@ from clients import player_edge
 from clients.config import ClientConfig
 from clients.workload import RequestSpec, ResponseCollector
 from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from proto.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
+from proto.sockopts import apply_tcp_options, read_tcp_options, rearm_quickack, tcp_socket
 from proto.tls import ALPN_H2
 from tbcore.records import RequestRecord
 from tbcore.tcpinfo import read_tcp_info
@@ -178,6 +178,16 @@ class H2Client:
 
     def tcp_info(self) -> dict[str, int]:
         return read_tcp_info(self.protocol.sock)
+
+    def applied(self) -> dict[str, dict[str, Any]]:
+        """What this connection runs with, by layer (tbcore.records.AppliedRecord): its
+        socket's options as the kernel has them, TCP_QUICKACK re-arming, the HTTP/2
+        connection window (its SETTINGS take effect only once acknowledged)."""
+        proto = self.protocol
+        return {
+            "tcp": {**read_tcp_options(proto.sock), "quickack": proto.quickack},
+            "h2": {"h2_window": proto.h2.inbound_flow_control_window},
+        }
 
     async def request(
         self, spec: RequestSpec, record: RequestRecord, timeout_s: float

@@ -32,6 +32,7 @@ from proto.quic.edge import (
     quic_configuration_of,
     quic_connection_of,
     quic_counters,
+    quic_in_force,
     stream_fully_sent,
 )
 from tbcore.records import RequestRecord
@@ -126,6 +127,10 @@ class H3Client:
 
     def counters(self) -> dict[str, Any]:
         return quic_counters(self.protocol)
+
+    def applied(self) -> dict[str, dict[str, Any]]:
+        """What this connection runs with (tbcore.records.AppliedRecord), as aioquic has it."""
+        return {"quic": quic_in_force(self.protocol)}
 
     async def wait_handshake(self, timeout_s: float) -> None:
         await asyncio.wait_for(asyncio.shield(self.protocol.handshake_event), timeout_s)

@@ -30,7 +30,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from clients.config import ClientConfig
@@ -39,8 +39,8 @@ from clients.workload import RequestSpec
 from proto.tls import client_context
 from tbcore import workloads
 from tbcore.errors import SpecError
-from tbcore.records import RequestRecord, TransferRecord
-from tbcore.settings import MULTIPATH_MODES
+from tbcore.records import NO_APPLIED_LOG, AppliedLog, RequestRecord, TransferRecord
+from tbcore.settings import MULTIPATH_MODES, Settings
 
 DEFAULT_CHUNK_BYTES = 1_000_000
 DEFAULT_PROBE_BYTES = 3_000_000
@@ -63,6 +63,11 @@ class MultipathConfig:
     probe_bytes: int = DEFAULT_PROBE_BYTES
     cc: str | None = None
     timeout_s: float = 300.0
+    settings: Any = None
+    """The run's settings (tbcore.settings.Settings), whose socket, HTTP/2 and QUIC knobs
+    every connection of the upload takes; None: the knobs' defaults."""
+    applied: AppliedLog = NO_APPLIED_LOG
+    """Where the upload and its connections record what they put in force."""
 
     def __post_init__(self) -> None:
         if self.mode not in MULTIPATH_MODES:
@@ -117,16 +122,25 @@ def payload(size_bytes: int) -> memoryview:
     return memoryview(workloads.workload_bytes("image"))[:size_bytes]
 
 
-def _client_config(config: MultipathConfig, source: str | None, mptcp: bool) -> ClientConfig:
-    return ClientConfig.of(
-        protocol="h2",
-        host=config.host,
-        port=config.port,
+def _client_config(
+    config: MultipathConfig, source: str | None, mptcp: bool = False, protocol: str = "h2"
+) -> ClientConfig:
+    """One connection's config: the run's knobs, this arm's protocol, socket and source."""
+    base = config.settings if config.settings is not None else Settings()
+    settings = base.replace(
+        protocol=protocol,
         cc=config.cc or "cubic",
         multipath="mptcp" if mptcp else "single",
-        source_addr=source,
         timeout_s=config.timeout_s,
     )
+    return ClientConfig(host=config.host, port=config.port, settings=settings, source_addr=source)
+
+
+async def _opened(config: MultipathConfig, client: Any, index: int) -> Any:
+    """``client`` (a new connection), its layers recorded as connection ``index``."""
+    for layer, values in client.applied().items():
+        config.applied.write(layer, values, index)
+    return client
 
 
 async def _post(client: H2Client, path: str, body: bytes, timeout_s: float) -> dict[str, Any]:
@@ -211,8 +225,14 @@ async def run_multipath(
         sources: list[str | None] = [config.sources[0] if mode == "single" else None]
     else:
         sources = list(config.sources)
+    config.applied.write(
+        "upload", {"multipath": mode, "size": config.size_bytes, "timeout": config.timeout_s}
+    )
     clients = [
-        await open_connection(_client_config(config, s, mode == "mptcp"), tls) for s in sources
+        await _opened(
+            config, await open_connection(_client_config(config, s, mode == "mptcp"), tls), i
+        )
+        for i, s in enumerate(sources)
     ]
     paths = [PathResult(source=s or "mptcp") for s in sources]
     try:
@@ -321,10 +341,6 @@ async def _duplicate(
     else:
         result.error = "; ".join(p.error for p in paths if p.error) or "no complete copy"
     return result
-
-
-def with_mode(config: MultipathConfig, mode: str) -> MultipathConfig:
-    return replace(config, mode=mode)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -436,14 +452,12 @@ async def run_quic_migration(
     from clients import h3client
     from proto.quic.edge import make_udp_socket, quic_counters
 
-    client_config = ClientConfig.of(
-        protocol="h3",
-        host=config.host,
-        port=config.port,
-        source_addr=config.sources[0],
-        timeout_s=config.timeout_s,
+    client_config = _client_config(config, config.sources[0], protocol="h3")
+    config.applied.write(
+        "upload",
+        {"multipath": "h3-migrate", "size": config.size_bytes, "timeout": config.timeout_s},
     )
-    client = await h3client.open_connection(client_config)
+    client = await _opened(config, await h3client.open_connection(client_config), 0)
     protocol = client.protocol
     body = bytes(payload(config.size_bytes))
     spec = RequestSpec(
@@ -508,8 +522,15 @@ def transfer_record(result: MultipathResult | MigrationResult, mode: str) -> Tra
     )  # fmt: skip
 
 
-def upload_config(settings: Any, host: str, port: int, sources: tuple[str, str]) -> MultipathConfig:
-    """The upload a run's settings ask for (settings.multipath, settings.size, settings.cc)."""
+def upload_config(
+    settings: Any,
+    host: str,
+    port: int,
+    sources: tuple[str, str],
+    applied: AppliedLog = NO_APPLIED_LOG,
+) -> MultipathConfig:
+    """The upload a run's settings ask for (settings.multipath, settings.size, settings.cc,
+    and the other knobs of each connection)."""
     return MultipathConfig(
         mode=settings.multipath,
         host=host,
@@ -518,20 +539,34 @@ def upload_config(settings: Any, host: str, port: int, sources: tuple[str, str])
         size_bytes=settings.size_bytes or workloads.IMAGE_SIZE_BYTES,
         cc=settings.cc,
         timeout_s=settings.timeout_s,
+        settings=settings,
+        applied=applied,
     )
 
 
 def run_transfer(
-    settings: Any, host: str, port: int, sources: tuple[str, str], started: Callable[[float], None]
+    settings: Any,
+    host: str,
+    port: int,
+    sources: tuple[str, str],
+    started: Callable[[float], None],
+    applied: AppliedLog = NO_APPLIED_LOG,
 ) -> TransferRecord:
     """One upload over two paths as ``settings`` ask: HTTP/2 by ``settings.multipath``, or
     HTTP/3 from the first path migrating to the second (``protocol = h3``)."""
     import uvloop
 
-    config = upload_config(settings, host, port, sources)
-    if settings.protocol == "h3":
-        return transfer_record(uvloop.run(run_quic_migration(config, started)), "h3-migrate")
-    return transfer_record(uvloop.run(run_multipath(config, started)), config.mode)
+    config = upload_config(settings, host, port, sources, applied)
+    run, label = TRANSFERS[settings.protocol]
+    return transfer_record(uvloop.run(run(config, started)), label or config.mode)
+
+
+TRANSFERS: dict[str, tuple[Callable[..., Any], str | None]] = {
+    "h2": (run_multipath, None),
+    "h3": (run_quic_migration, "h3-migrate"),
+}
+"""How each protocol that crosses two paths (tbcore.kinds.ProtocolKind.upload_mode) carries
+the upload, and the mode its record names (None: the ``multipath`` arm)."""
 
 
 if __name__ == "__main__":

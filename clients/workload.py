@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tbcore import workloads
 
@@ -31,6 +32,12 @@ class RequestSpec:
     """stream workload: cancel the response once this many chunks have been read."""
     player_buffer_s: float | None = None
     """stream workload: play the chunks with a real-clock player (this initial buffer)."""
+    shared: bool = False
+    """One of several requests sent at once on one connection (workload multi): its record
+    names its stream (``stream_workload``, ``stream_index``)."""
+    echo_in_body: bool = False
+    """The server may report the upload's checksum in a JSON answer instead of headers
+    (ASR's transcript carries ``upload_sha256`` and ``upload_length``)."""
 
     def headers(self, authority: str) -> list[tuple[str, str]]:
         head = [
@@ -56,10 +63,12 @@ class _Route:
     """Fixed workload sent as the body (its SHA-256 must come back), if any."""
     download: str | None = None
     """Fixed workload expected as the response body (bytes and SHA-256), if any."""
+    echo_in_body: bool = False
+    """The answer is JSON that carries the upload's checksum (RequestSpec.echo_in_body)."""
 
 
 WORKLOAD_ROUTES: dict[str, _Route] = {
-    "asr": _Route("POST", "/asr", upload="audio"),
+    "asr": _Route("POST", "/asr", upload="audio", echo_in_body=True),
     "tts": _Route("GET", "/tts", download="audio"),
     "retouch": _Route("POST", "/retouch", upload="image", download="retouched"),
     "result": _Route("GET", "/result", download="retouched"),  # the 5 MB image result
@@ -67,8 +76,6 @@ WORKLOAD_ROUTES: dict[str, _Route] = {
     "sink": _Route("POST", "/sink", upload="image"),  # bench: 30 MB up
 }
 """The request of each fixed workload (``stream`` is built from its chunk count)."""
-REQUEST_WORKLOADS = frozenset({*WORKLOAD_ROUTES, "stream"})
-"""Workloads of one fixed request (:func:`request_spec`); others build theirs per request."""
 
 
 STREAM_LABELS = {"tts": "audio", "stream": "audio", "result": "image", "retouch": "image"}
@@ -98,39 +105,20 @@ def multi_specs(
         label = STREAM_LABELS.get(name)
         if signal_priority and label is not None:
             spec = replace(spec, priority=PRIORITY_SIGNALS[label])
-        specs.append(spec)
+        specs.append(replace(spec, shared=True))
     return specs
 
 
-def request_spec(
-    workload: str,
-    chunks: int = 50,
-    cancel_after_chunks: int | None = None,
-    player_buffer_s: float | None = None,
+SpecBuilder = Callable[[str, int, "int | None", "float | None"], RequestSpec]
+"""(workload, chunks, cancel_after_chunks, player_buffer_s) -> the workload's request."""
+
+
+def _routed(
+    workload: str, chunks: int, cancel_after_chunks: int | None, player_buffer_s: float | None
 ) -> RequestSpec:
-    """The request of a workload: asr, tts, retouch, stream, or the bench's image and sink."""
-    if workload.startswith("retouch-tiles"):
-        spec = request_spec("retouch")
-        tiles = workload.removeprefix("retouch-tiles")
-        # the response starts before the upload ends, so its head cannot echo the upload's
-        # checksum: the server checks it at the end and logs an error if it differs
-        return replace(
-            spec, workload=workload, path=f"/retouch?tiles={tiles}", expect_upload_sha256=None
-        )
-    if workload == "stream":
-        return RequestSpec(
-            "stream",
-            "GET",
-            f"/stream?chunks={chunks}",
-            expect_down_sha256=workloads.stream_sha256(chunks),
-            expect_down_bytes=chunks * workloads.STREAM_CHUNK_BYTES,
-            stream_chunks=chunks,
-            cancel_after_chunks=cancel_after_chunks,
-            player_buffer_s=player_buffer_s,
-        )
-    route = WORKLOAD_ROUTES.get(workload)
-    if route is None:
-        raise ValueError(f"unknown workload {workload!r}")
+    """A fixed request of :data:`WORKLOAD_ROUTES`: its body, what must come back."""
+    del chunks, cancel_after_chunks, player_buffer_s
+    route = WORKLOAD_ROUTES[workload]
     up, down = route.upload, route.download
     return RequestSpec(
         workload,
@@ -140,7 +128,100 @@ def request_spec(
         expect_down_sha256=workloads.workload_sha256(down) if down else None,
         expect_down_bytes=workloads.get_workload(down).size_bytes if down else None,
         expect_upload_sha256=workloads.workload_sha256(up) if up else None,
+        echo_in_body=route.echo_in_body,
     )
+
+
+def _stream(
+    workload: str, chunks: int, cancel_after_chunks: int | None, player_buffer_s: float | None
+) -> RequestSpec:
+    """``chunks`` 20 ms chunks of audio, maybe cancelled or played as they arrive."""
+    return RequestSpec(
+        workload,
+        "GET",
+        f"/stream?chunks={chunks}",
+        expect_down_sha256=workloads.stream_sha256(chunks),
+        expect_down_bytes=chunks * workloads.STREAM_CHUNK_BYTES,
+        stream_chunks=chunks,
+        cancel_after_chunks=cancel_after_chunks,
+        player_buffer_s=player_buffer_s,
+    )
+
+
+def _tiled(tiles: int) -> SpecBuilder:
+    """The retouch upload in ``tiles`` independently processed parts."""
+
+    def build(
+        workload: str, chunks: int, cancel_after_chunks: int | None, player_buffer_s: float | None
+    ) -> RequestSpec:
+        spec = _routed("retouch", chunks, cancel_after_chunks, player_buffer_s)
+        # the response starts before the upload ends, so its head cannot echo the upload's
+        # checksum: the server checks it at the end and logs an error if it differs
+        return replace(
+            spec, workload=workload, path=f"/retouch?tiles={tiles}", expect_upload_sha256=None
+        )
+
+    return build
+
+
+SPEC_BUILDERS: dict[str, SpecBuilder] = {
+    **{name: _routed for name in WORKLOAD_ROUTES},
+    "stream": _stream,
+    "retouch-tiles3": _tiled(3),
+}
+"""The request of each workload of one fixed request, by name (tbcore.kinds.WORKLOADS)."""
+REQUEST_WORKLOADS = frozenset(SPEC_BUILDERS)
+"""Workloads of one fixed request (:func:`request_spec`); others build theirs per request."""
+
+
+def request_spec(
+    workload: str,
+    chunks: int = 50,
+    cancel_after_chunks: int | None = None,
+    player_buffer_s: float | None = None,
+) -> RequestSpec:
+    """The request of a workload: asr, tts, retouch, stream, or the bench's image and sink."""
+    builder = SPEC_BUILDERS.get(workload)
+    if builder is None:
+        raise ValueError(f"unknown workload {workload!r}")
+    return builder(workload, chunks, cancel_after_chunks, player_buffer_s)
+
+
+def _one_request(settings: Any) -> list[RequestSpec]:
+    return [
+        request_spec(
+            settings.workload,
+            settings.chunks,
+            settings.cancel_after_chunks,
+            settings.player_buffer_s,
+        )
+    ]
+
+
+def _streams(settings: Any) -> list[RequestSpec]:
+    return multi_specs(
+        settings.stream_list,
+        settings.chunks,
+        signal_priority=settings.priority_signal != "none",
+        cancel_after_chunks=settings.cancel_after_chunks,
+        player_buffer_s=settings.player_buffer_s,
+    )
+
+
+EXCHANGES: dict[str, Callable[[Any], list[RequestSpec]]] = {
+    **{name: _one_request for name in SPEC_BUILDERS},
+    "multi": _streams,
+}
+"""The requests of one exchange of a workload, from the run's settings, by name."""
+
+
+def exchange_specs(settings: Any) -> list[RequestSpec]:
+    """The requests the client sends at once per exchange. A workload without an entry builds
+    its own requests per exchange (agent: one per round), so it starts from a placeholder."""
+    build = EXCHANGES.get(settings.workload)
+    if build is None:
+        return [RequestSpec(settings.workload, "GET", "/")]
+    return build(settings)
 
 
 @dataclass
@@ -238,7 +319,7 @@ class ResponseCollector:
         if spec.expect_upload_sha256 is not None:
             echoed = self.headers.get("x-upload-sha256")
             echoed_length = self.headers.get("x-upload-length")
-            if echoed is None and spec.workload == "asr":
+            if echoed is None and spec.echo_in_body:
                 try:
                     answer = json.loads(self.body)
                     echoed = answer.get("upload_sha256")

@@ -67,9 +67,11 @@ if [ ! -x .venv/bin/python ]; then
     echo "install: virtual environment .venv ($("$PYTHON" --version))"
     "$PYTHON" -m venv .venv
 fi
-# Reinstall only when the project's metadata changed since the last install.
+# Reinstall only when the project's metadata or the C sources of the emulator's packet path
+# (built by pip as an extension module) changed since the last install.
 stamp=.venv/.testbed-installed
-want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+csrc=$(ls setup.py netem/emulator/csrc/*.c netem/emulator/csrc/*.h 2>/dev/null || true)
+want=$(cat pyproject.toml $csrc | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "install: pip install -e '.[test]' (log: .venv/pip-install.log)"
     if ! .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]' \

@@ -22,9 +22,15 @@ On the backend in use (or a forced one), through the :class:`netem.link.Link` AP
   nothing more; and kernel TCP across ``air=54mbit/6mbit`` behind 20 ms, whose iperf3
   goodput should reach the medium's capacity for the ACK ratio the link carried:
   ``1448 * 8 / (exchange(1500) + acks/data * exchange(52))`` bits per second.
-* For every measurement: the emulator's lateness p99, its CPU (cores), and the host's busy
-  and steal fractions (the load the number was taken under).
+* **Load** (:mod:`netem.benchload`): the emulator at the rates of issue 29 on the 200 ms
+  path, TCP at 333 Mbit/s, UDP and TCP at 1 Gbit/s, with the probe alongside: delivered
+  rate, RTT error under load, each direction's lateness p99, and the emulator's CPU per
+  packet and per Mbit/s.
+* For every measurement: the emulator's lateness p99, its CPU (cores, and per packet
+  delivered), and the host's busy and steal fractions (the load the number was taken under).
 
+``--path c|python`` picks the emulator's packet path (the C path by default, the Python
+reference to compare); ``--compare mahimahi`` is refused (:func:`netem.benchload.check_compare`).
 ``--quick`` runs a short version (a test runs it); ``--json`` prints the JSON document.
 """
 
@@ -37,12 +43,14 @@ import os
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
 from netem import nsexec
 from netem.air import AirSpec
+from netem.benchload import check_compare, load_row, measure_load
+from netem.emulator.options import PATHS, EmulatorOptions
 from netem.linkspec import parse_link
 from netem.probe import probe_link, quantile
 from netem.stats import LinkStats
@@ -93,6 +101,11 @@ class BenchConfig:
     rate_duration_s: float = 6.0
     rate_omit_s: float = 2.0
     rates_bps: tuple[float, ...] = RATES_BPS
+    load_duration_s: float = 10.0
+    """Each loaded row (netem.benchload): iperf3's measured part, the probe inside it."""
+    load_omit_s: float = 4.0
+    """iperf3's omitted start at 200 ms (TCP's slow start to 1 Gbit/s takes about 3 s)."""
+    load: bool = True
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -102,6 +115,7 @@ class BenchConfig:
             rate_duration_s=2.0,
             rate_omit_s=1.0,
             rates_bps=(20e6, 100e6),
+            load=False,
         )
 
 
@@ -129,22 +143,6 @@ def loss_row(
         "realised": lost / trials,
         "wilson99": [low, high],
         "inside": low <= configured <= high,
-    }
-
-
-def load_row(delta: LinkStats) -> dict[str, Any]:
-    """The emulator's lateness and CPU, and the host's load, over one measurement."""
-    cpu = delta.cpu
-    lateness = [delta.up.lateness_quantile_s(0.99), delta.down.lateness_quantile_s(0.99)]
-    known = [v for v in lateness if v is not None]
-    return {
-        "lateness_p99_s": max(known) if known else None,
-        "lateness_max_s": max(delta.up.lateness_max_s, delta.down.lateness_max_s),
-        "emulator_cpu_cores": delta.emulator_cpu_fraction,
-        "host_busy": None if cpu.host_total_s <= 0 else cpu.host_busy_s / cpu.host_total_s,
-        "host_steal": cpu.steal_fraction,
-        "queue_drops": delta.up.dropped_queue + delta.down.dropped_queue,
-        "write_errors": delta.up.write_errors + delta.down.write_errors,
     }
 
 
@@ -252,12 +250,48 @@ def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> Rate
         server.wait(timeout=10)
 
 
+def measure_rates(link: Any, config: BenchConfig, say: Callable[[str], None]) -> list[dict]:
+    """The rate rows: UDP and TCP at each configured rate on the 20 ms path."""
+    rows = []
+    for rate_bps in config.rates_bps:
+        spec = f"rtt={RATE_RTT},rate={rate_bps / 1e6:g}mbit"
+        link.set_spec(spec)
+        for udp in (True, False):
+            proto = "udp" if udp else "tcp"
+            say(f"{proto} at {spec}")
+            run = iperf(link, udp=udp, rate_bps=rate_bps, config=config)
+            # the link's rate counts IP packets; iperf3 counts payload
+            payload, overhead = (
+                (UDP_PAYLOAD_BYTES, UDP_OVERHEAD_BYTES)
+                if udp
+                else (TCP_MSS_BYTES, TCP_OVERHEAD_BYTES)
+            )
+            delivered = run.goodput_bps * (payload + overhead) / payload
+            rows.append(
+                {
+                    "proto": proto,
+                    "link": spec,
+                    "configured_bps": rate_bps,
+                    "goodput_bps": run.goodput_bps,
+                    "delivered_bps": delivered,
+                    "error_fraction": delivered / rate_bps - 1.0,
+                    "link_in_bps": run.link_in_bps,
+                    "link_out_bps": run.link_out_bps,
+                    "link_error_fraction": run.link_out_bps / rate_bps - 1.0,
+                    "receiver_drops": run.receiver_drops,
+                    **load_row(run.window),
+                }
+            )
+    return rows
+
+
 def run_bench(
     *,
     backend: str = "auto",
     name: str = "bench",
     config: BenchConfig | None = None,
     progress: Callable[[str], None] | None = None,
+    emulator: EmulatorOptions | None = None,
 ) -> dict[str, Any]:
     """Measure the link backend; returns the JSON document :func:`print_table` shows."""
     from netem.link import Link
@@ -274,9 +308,10 @@ def run_bench(
         "loss": [],
         "rate": [],
     }
-    with Link.up(name, RTT_LINK, backend=backend) as link:
+    with Link.up(name, RTT_LINK, backend=backend, emulator=emulator) as link:
         doc["backend"] = link.backend
         doc["emulator_processes"] = link.stats().processes
+        doc["emulator"] = emulator_path(link)
         say(f"RTT at {RTT_LINK}")
         row, _ = measure_probe(link, config.rtt_probes, config.rtt_interval_s)
         doc["rtt"].append({"label": "200 ms, no loss", "link": RTT_LINK, **row})
@@ -299,38 +334,12 @@ def run_bench(
                     loss_row("emulator", direction, LOSS_FRACTION, d.dropped_loss, d.loss_trials)
                 )
 
-        for rate_bps in config.rates_bps:
-            spec = f"rtt={RATE_RTT},rate={rate_bps / 1e6:g}mbit"
-            link.set_spec(spec)
-            for udp in (True, False):
-                proto = "udp" if udp else "tcp"
-                say(f"{proto} at {spec}")
-                run = iperf(link, udp=udp, rate_bps=rate_bps, config=config)
-                # the link's rate counts IP packets; iperf3 counts payload
-                payload, overhead = (
-                    (UDP_PAYLOAD_BYTES, UDP_OVERHEAD_BYTES)
-                    if udp
-                    else (TCP_MSS_BYTES, TCP_OVERHEAD_BYTES)
-                )
-                delivered = run.goodput_bps * (payload + overhead) / payload
-                doc["rate"].append(
-                    {
-                        "proto": proto,
-                        "link": spec,
-                        "configured_bps": rate_bps,
-                        "goodput_bps": run.goodput_bps,
-                        "delivered_bps": delivered,
-                        "error_fraction": delivered / rate_bps - 1.0,
-                        "link_in_bps": run.link_in_bps,
-                        "link_out_bps": run.link_out_bps,
-                        "link_error_fraction": run.link_out_bps / rate_bps - 1.0,
-                        "receiver_drops": run.receiver_drops,
-                        **load_row(run.window),
-                    }
-                )
+        doc["rate"] = measure_rates(link, config, say)
         air = doc["backend"] == "userspace"
+        if config.load:
+            doc["load"] = measure_load(link, config.load_duration_s, config.load_omit_s, say)
     if air:
-        doc["air"] = measure_air(name, config, say)
+        doc["air"] = measure_air(name, config, say, emulator)
     doc["host"]["loadavg_end"] = os.getloadavg()
     return doc
 
@@ -348,14 +357,29 @@ def air_tcp_model_bps(air: AirSpec, acks_per_data: float) -> float:
     return TCP_MSS_BYTES * 8 / (per_segment_ns / 1e9)
 
 
-def measure_air(name: str, config: BenchConfig, say: Callable[[str], None]) -> dict[str, Any]:
+def emulator_path(link: Any) -> dict[str, Any] | None:
+    """The userspace emulator's packet path and knobs (its ``path`` command), or None."""
+    if link.backend != "userspace":
+        return None
+    from netem.emulator.control import EmulatorClient
+
+    answer = EmulatorClient(link._state.control_path).request("path")
+    return {k: v for k, v in answer.items() if k != "counters"}
+
+
+def measure_air(
+    name: str,
+    config: BenchConfig,
+    say: Callable[[str], None],
+    emulator: EmulatorOptions | None = None,
+) -> dict[str, Any]:
     """The air rows: probe RTT across the medium, and kernel TCP against its capacity."""
     from netem.link import Link
 
     air = parse_link(AIR).air
     assert air is not None
     out: dict[str, Any] = {"link_rtt": AIR_RTT_LINK, "link_rate": AIR_RATE_LINK}
-    with Link.up(f"{name}a", AIR_RTT_LINK, backend="userspace") as link:
+    with Link.up(f"{name}a", AIR_RTT_LINK, backend="userspace", emulator=emulator) as link:
         say(f"RTT at {AIR_RTT_LINK}")
         row, _ = measure_probe(link, config.rtt_probes, config.rtt_interval_s)
         model = air_probe_model_s(air)
@@ -393,11 +417,15 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e6:.0f}"
 
 
+def _num(value: float | None, fmt: str) -> str:
+    return "-" if value is None else fmt.format(value)
+
+
 def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:.1f}"
 
 
-LOAD_COLUMNS = ("lateness p99 µs", "emu CPU %", "host busy %", "steal %")
+LOAD_COLUMNS = ("lateness p99 µs", "emu CPU %", "CPU µs/pkt", "host busy %", "steal %")
 """The last columns of the RTT and rate tables: the load a row was measured under."""
 
 
@@ -406,6 +434,7 @@ def _load_cells(row: dict[str, Any]) -> tuple[str, ...]:
     return (
         _us(row["lateness_p99_s"]),
         _pct(row["emulator_cpu_cores"]),
+        _num(row.get("emulator_cpu_us_per_packet"), "{:.1f}"),
         _pct(row["host_busy"]),
         _pct(row["host_steal"]),
     )
@@ -425,8 +454,12 @@ def print_table(doc: dict[str, Any]) -> None:
     from rich.console import Console
 
     console = Console(width=max(140, Console().width))
+    path = doc.get("emulator") or {}
+    knobs = "".join(f", {k} {v}" for k, v in path.items() if k != "path")
     console.print(
-        f"backend {doc.get('backend')}, {doc.get('emulator_processes')} emulator process(es), "
+        f"backend {doc.get('backend')}"
+        + (f", {path['path']} packet path{knobs}" if path else "")
+        + f", {doc.get('emulator_processes')} emulator process(es), "
         f"{doc['host']['cpus']} CPUs, load average {doc['host']['loadavg_start'][0]:.2f} at "
         f"start{' (quick run)' if doc['quick'] else ''}"
     )
@@ -488,8 +521,49 @@ def print_table(doc: dict[str, Any]) -> None:
             *_load_cells(r),
         )
     console.print(rate)
+    if doc.get("load"):
+        print_load(console, doc["load"])
     if doc.get("air"):
         print_air(console, doc["air"])
+
+
+def print_load(console: Any, rows: list[dict[str, Any]]) -> None:
+    table = _table(
+        "Under load at 200 ms (iperf3, the probe alongside; targets in issue 29)",
+        (
+            "run",
+            "goodput Mbit/s",
+            "link out Mbit/s",
+            "of rate %",
+            "down err median ms",
+            "down err p99 ms",
+            "late p99 up µs",
+            "late p99 down µs",
+            "emu CPU %",
+            "CPU µs/pkt",
+            "CPU %/100 Mbit/s",
+            "host busy %",
+            "steal %",
+        ),
+    )
+    for r in rows:
+        per_mbit = r.get("emulator_cpu_cores_per_mbit_s")
+        table.add_row(
+            r["label"],
+            f"{r['goodput_bps'] / 1e6:.1f}",
+            f"{r['link_out_bps'] / 1e6:.1f}",
+            _pct(r["link_fraction"]),
+            _ms(r["down_median_error_s"]),
+            _ms(r["down_p99_error_s"]),
+            _us(r["up_lateness_p99_s"]),
+            _us(r["down_lateness_p99_s"]),
+            _pct(r["emulator_cpu_cores"]),
+            _num(r.get("emulator_cpu_us_per_packet"), "{:.1f}"),
+            _num(None if per_mbit is None else per_mbit * 1e4, "{:.1f}"),
+            _pct(r["host_busy"]),
+            _pct(r["host_steal"]),
+        )
+    console.print(table)
 
 
 def print_air(console: Any, air: dict[str, Any]) -> None:
@@ -538,9 +612,22 @@ def print_air(console: Any, air: dict[str, Any]) -> None:
 
 
 def cli(args: argparse.Namespace) -> int:
+    check_compare(args.compare)
     config = BenchConfig.quick() if args.quick else BenchConfig()
+    if args.no_load:
+        config = replace(config, load=False)
     progress = None if args.json else (lambda msg: print(f"bench link: {msg}", flush=True))
-    doc = run_bench(backend=args.backend, name=args.name, config=config, progress=progress)
+    emulator = EmulatorOptions(
+        path=args.path,
+        offload=None if args.offload is None else args.offload == "on",
+        coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
+    )
+    emulator = None if emulator.empty else emulator
+    if emulator is not None and args.backend == "netem":
+        raise SpecError("path", "the netem backend has no userspace emulator")
+    doc = run_bench(
+        backend=args.backend, name=args.name, config=config, progress=progress, emulator=emulator
+    )
     if args.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -559,4 +646,24 @@ def register(bench: argparse._SubParsersAction) -> None:
     parser.add_argument("--quick", action="store_true", help="a short run (about 30 s)")
     parser.add_argument("--json", action="store_true", help="print the JSON document")
     parser.add_argument("--name", default="bench", help="name of the temporary link")
+    parser.add_argument(
+        "--path", choices=PATHS, help="the userspace emulator's packet path (default: c)"
+    )
+    parser.add_argument(
+        "--offload", choices=("on", "off"), help="C path: take TCP super-packets (default on)"
+    )
+    parser.add_argument(
+        "--coalesce-us",
+        type=float,
+        help="C path: the timer grid on dense traffic, µs (default: the emulator's)",
+    )
+    parser.add_argument(
+        "--no-load", action="store_true", help="skip the loaded rows at 333 Mbit/s and 1 Gbit/s"
+    )
+    parser.add_argument(
+        "--compare",
+        metavar="EMULATOR",
+        help="mahimahi: compare with Mahimahi's mm-delay/mm-link (refused while they are not "
+        "on the PATH)",
+    )
     parser.set_defaults(handler=cli)

@@ -7,8 +7,20 @@ namespace is one of the namespaces being removed (an iperf3 or tcpdump left insi
 the namespace, and its devices, alive after the unmount), then the namespaces themselves,
 ``tb-`` devices in the host namespace, and the files in ``/run/testbed/links``.
 
+Only this environment's processes are candidates (issue 26): a process in another PID or
+mount namespace (a container's, seen from the host, or the host's, from a container that
+shares its PID namespace) is not this environment's leftover, whatever its name, so a host's
+``clean`` leaves a container's runs alone and the other way round. The one exception to the
+mount namespace is a process inside a network namespace that this environment's
+``/run/netns`` names (``ip netns exec`` gives what it starts a mount namespace of its own).
+
 With a name, only that link's traces are touched (tests use this so that they never touch
 another test's link); without, everything named ``tb-`` that no living process owns.
+
+Reaping (issue 26): :func:`reaped`, which ``Link.up`` (so ``testbed run``, ``--resume``
+and ``testbed link up``) enters before it creates anything, removes every link whose state
+file names an owner that is gone (pid and start time) and that is not a link left up on
+purpose; under a lock, so that no two processes reap and re-create one name at once.
 
 Ownership (issue 17): a link whose state file names a live owner (the ``testbed run`` or
 test that brought it up, checked by pid and start time), or a link left up on purpose by
@@ -20,12 +32,14 @@ kernel-backend link (no process of its own). ``link down`` always removes its li
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
 import re
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,13 +92,36 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def _net_inode(pid: int) -> int | None:
+def _ns_inode(pid: int | str, kind: str) -> int | None:
+    """The inode of a process's namespace of ``kind`` (``net``, ``pid``, ``mnt``)."""
     try:
-        link = os.readlink(f"/proc/{pid}/ns/net")
+        link = os.readlink(f"/proc/{pid}/ns/{kind}")
     except OSError:
         return None
-    match = re.match(r"net:\[(\d+)\]", link)
+    match = re.fullmatch(kind + r":\[(\d+)\]", link)
     return int(match.group(1)) if match else None
+
+
+def _net_inode(pid: int) -> int | None:
+    return _ns_inode(pid, "net")
+
+
+def in_this_environment(pid: int, netns_inodes: set[int] | frozenset[int] = frozenset()) -> bool:
+    """Whether ``pid`` runs in this process's PID namespace and in its mount namespace, or
+    (same PID namespace) inside one of ``netns_inodes``, the network namespaces this mount
+    namespace's ``/run/netns`` names. Unreadable namespaces (the process is gone) are not."""
+    pid_ns = _ns_inode(pid, "pid")
+    if pid_ns is None or pid_ns != _ns_inode("self", "pid"):
+        return False
+    mnt_ns = _ns_inode(pid, "mnt")
+    if mnt_ns is not None and mnt_ns == _ns_inode("self", "mnt"):
+        return True
+    return bool(netns_inodes) and _net_inode(pid) in netns_inodes
+
+
+def _emulators(link: str | None) -> list[int]:
+    """This environment's emulator processes (of ``link``, when given)."""
+    return [pid for pid in _pids() if is_emulator(pid, link) and in_this_environment(pid)]
 
 
 def describe(pid: int) -> str:
@@ -154,7 +191,7 @@ def find_processes(link: str | None) -> list[int]:
             found.add(pid)
     found.discard(me)
     # a zombie is already dead: its parent (init, once ours died) has only to reap it
-    return sorted(pid for pid in found if _alive(pid))
+    return sorted(pid for pid in found if _alive(pid) and in_this_environment(pid, inodes))
 
 
 def kill_processes(pids: list[int], timeout_s: float = TERM_TIMEOUT_S) -> list[int]:
@@ -230,6 +267,70 @@ def link_in_use(link: str) -> str | None:
     return None
 
 
+REAP_LOCK = "reap.lock"
+"""In :data:`netem.names.STATE_DIR` (not in ``links/``, which a full clean empties): held
+while orphans are reaped and a new link claims its name."""
+
+
+def orphan_reason(link: str) -> str | None:
+    """Why ``link`` is what a dead run left (one line), or None when it is not, or not
+    certainly: its state file names an owner that is gone (pid and start time), and it is
+    not a link ``testbed link up`` finished and left up on purpose (its owner exits by
+    design). A state file that does not parse (being written, or foreign) is no orphan."""
+    try:
+        data = json.loads(names.state_file(link).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    pid = data.get("owner_pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or pid == os.getpid():
+        return None
+    ticks = data.get("owner_start_ticks")
+    if process_alive(pid, ticks if isinstance(ticks, int) else None):
+        return None
+    extra = data.get("extra")
+    status = extra.get("status") if isinstance(extra, dict) else None
+    if data.get("persistent", True) and status == "up":
+        return None
+    return f"its owner, pid {pid}, is gone"
+
+
+def _orphans() -> dict[str, str]:
+    directory = names.STATE_DIR / "links"
+    if not directory.is_dir():
+        return {}
+    found = {}
+    for path in sorted(directory.glob("*.json")):
+        if names.LINK_NAME_RE.fullmatch(path.stem):
+            reason = orphan_reason(path.stem)
+            if reason is not None:
+                found[path.stem] = reason
+    return found
+
+
+@contextlib.contextmanager
+def reaped() -> Iterator[list[str]]:
+    """Hold the reap lock, remove every orphan link (:func:`orphan_reason`) and yield one
+    line per link removed; a new link claimed inside the block cannot be taken for an orphan
+    by another process reaping at the same time."""
+    names.STATE_DIR.mkdir(parents=True, exist_ok=True)
+    fd = os.open(names.STATE_DIR / REAP_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        lines = []
+        for link, reason in _orphans().items():
+            report = _clean(link)
+            lines.append(
+                f"link {link} ({reason}): removed {len(report.namespaces)} namespaces, "
+                f"{len(report.killed)} processes"
+                + (f"; still there: {', '.join(report.remaining)}" if report.remaining else "")
+            )
+        yield lines
+    finally:
+        os.close(fd)  # releases the lock
+
+
 LINK_OF_NAME = re.compile(r"tb-([a-z0-9]{1,10})-")
 """The link a namespace, device or thread name belongs to (``tb-NAME-...``)."""
 
@@ -244,7 +345,7 @@ def known_links() -> set[str]:
             if names.LINK_NAME_RE.fullmatch(stem):
                 found.add(stem)
     traces = list(topology.list_namespaces())
-    traces += [_comm(pid) for pid in _pids() if is_emulator(pid, None)]
+    traces += [_comm(pid) for pid in _emulators(None)]
     with contextlib.suppress(OSError):
         traces += _host_devices(names.PREFIX)
     for trace in traces:
@@ -315,9 +416,7 @@ def leftovers(link: str | None = None) -> list[str]:
             for ns in topology.link_namespaces(link)
             if topology.namespace_exists(ns)
         ]
-    out += [
-        f"process {pid} ({_comm(pid)})" for pid in _pids() if _alive(pid) and is_emulator(pid, link)
-    ]
+    out += [f"process {pid} ({_comm(pid)})" for pid in _emulators(link) if _alive(pid)]
     prefix = names.PREFIX if link is None else f"{names.PREFIX}{link}-"
     with contextlib.suppress(OSError):
         out += [f"device {d}" for d in _host_devices(prefix)]

@@ -15,6 +15,8 @@ and ``bench link`` (registered by :mod:`netem.bench` when it is there).
     testbed link down NAME
     testbed link list [--json]
     testbed clean [--name NAME] [--force] [--json]
+    testbed trace make markov|constant|leo OUT ...   (netem/trace_cli.py)
+    testbed trace show PATH [--below 6mbit] [--plot FILE.png]
 
 ``link up`` returns once packets flow and leaves the link running (the userspace emulator is
 a daemon logging to /run/testbed/links/NAME.log); any program can then use it, e.g.
@@ -38,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from netem import backends, clean, doctor
+from netem import backends, clean, doctor, trace_cli
 from netem.events import parse_event
 from netem.link import Link, list_links
 from netem.linkspec import PRESETS
@@ -136,6 +138,8 @@ def _cmd_link_up(args: argparse.Namespace) -> int:
         print(f"  emulator pid {info['emulator_pid']}, log {info.get('log')}")
     for warning in info["warnings"]:
         print(f"  warning: {warning}")
+    for line in link.state.extra.get("reaped", []):
+        print(f"  reaped {line}")
     return 0
 
 
@@ -258,18 +262,8 @@ def _cmd_clean(args: argparse.Namespace) -> int:
     return 0 if report.ok else EXIT_LEFTOVERS
 
 
-def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add this package's subcommands to ``testbed``."""
-    p = commands.add_parser("doctor", help="what this host can do, and the backend auto picks")
-    p.add_argument("--json", action="store_true")
-    p.add_argument(
-        "--backend",
-        choices=backends.BACKEND_CHOICES,
-        default="auto",
-        help="check for this backend's needs (netem needs no /dev/net/tun)",
-    )
-    p.set_defaults(handler=_cmd_doctor)
-
+def _register_link(commands: argparse._SubParsersAction) -> None:
+    """``testbed link up|event|events|show|down|list``."""
     link = commands.add_parser("link", help="a persistent emulated path: up, show, down, list")
     sub = link.add_subparsers(dest="link_command", metavar="ACTION", required=True)
     up = sub.add_parser("up", help="bring a link up and leave it running")
@@ -321,6 +315,21 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     ls.add_argument("--json", action="store_true")
     ls.set_defaults(handler=_cmd_link_list)
 
+
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add this package's subcommands to ``testbed``."""
+    p = commands.add_parser("doctor", help="what this host can do, and the backend auto picks")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--backend",
+        choices=backends.BACKEND_CHOICES,
+        default="auto",
+        help="check for this backend's needs (netem needs no /dev/net/tun)",
+    )
+    p.set_defaults(handler=_cmd_doctor)
+
+    _register_link(commands)
+
     c = commands.add_parser(
         "clean",
         help="remove every tb- namespace, device and emulator process that no living process "
@@ -334,6 +343,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     c.add_argument("--json", action="store_true")
     c.set_defaults(handler=_cmd_clean)
+
+    trace_cli.register(commands)
 
     try:
         bench_module = importlib.import_module("netem.bench")

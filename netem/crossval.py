@@ -47,7 +47,7 @@ from netem.stats import LinkStats, host_cpu_s
 from tbcore.errors import SpecError, require_schema
 from tbcore.stats import median_difference_ci, quantile, tost_shift
 from tbcore.tcpinfo import parse_tcp_info, read_tcp_info_raw
-from tbcore.units import parse_count
+from tbcore.units import format_rate, parse_count
 from tbcore.workloads import AUDIO_SIZE_BYTES
 
 SCHEMA_VERSION = 1
@@ -285,6 +285,13 @@ def comparisons(parts: Sequence[Part]) -> list[dict[str, Any]]:
     return out
 
 
+def why_they_differ(spec: LinkSpec) -> str:
+    """Why the two backends can differ on ``spec``, by construction (not by measurement)."""
+    rate = format_rate(spec.up.rate_bps) if spec.up.rate_bps else "unlimited"
+    loss = f"{spec.up.mean_loss * 100:g} %"
+    return WHY_THEY_DIFFER.format(rate=rate, loss=loss)
+
+
 WHY_THEY_DIFFER = """\
 Why the two can differ, by construction (not by measurement):
 
@@ -292,8 +299,8 @@ Why the two can differ, by construction (not by measurement):
   recovery (RACK-TLP, SACK handling), cubic and bbr differ in detail between releases.
 - Where loss happens: netem drops at enqueue, before its tbf child's rate limit, so a lost
   packet takes no bottleneck time; the emulator drops after the bottleneck (see
-  netem/emulator/core.py). Below the 20 Mbit/s rate (cubic under 14 % loss never gets near
-  it) this changes nothing; a bbr sender that fills the rate loses up to 14 % of the
+  netem/emulator/core.py). Below the {rate} rate (cubic under {loss} loss rarely gets near
+  it) this changes nothing; a bbr sender that fills the rate loses up to {loss} of the
   bottleneck time to lost packets on the emulator.
 - Loss draws: the emulator is seeded (the same sequence at every link up); netem's loss is
   unseeded. Each upload continues the sequence, so runs differ on both, but the emulator's
@@ -303,7 +310,7 @@ Why the two can differ, by construction (not by measurement):
   is the probe RTT's tail in the netem rows. The emulator is a Python process on the host
   between two TUN devices, releasing packets about 0.1 to 0.3 ms late (shared
   NOTES-machine.md).
-- Sample size: with 14 % loss, cubic's upload time is heavy-tailed (retransmission
+- Sample size: with {loss} loss, cubic's upload time can be heavy-tailed (retransmission
   timeouts with exponential back-off), so ten runs give a median whose 95 % interval spans
   seconds; the comparison excludes large differences, not small ones.
 """
@@ -329,6 +336,7 @@ def closing_note(parts: Sequence[Part]) -> str:
             )
         )
     by = {p.backend: p for p in parts}
+    spec = resolve_link(parts[0].link if parts else SCENARIO_LINK)
     if {"userspace", "netem"} <= set(by):
         probes = {b: p.probe for b, p in by.items()}
         if all(probes.values()):
@@ -338,9 +346,10 @@ def closing_note(parts: Sequence[Part]) -> str:
                 f"vs {1e3 * statistics.median(u.rtts_s):.2f} ms (emulator), p99 "
                 f"{1e3 * quantile(k.rtts_s, 0.99):.2f} vs {1e3 * quantile(u.rtts_s, 0.99):.2f}"
                 f" ms; loss counted by the backends {100 * _counter_loss(by['netem'], 'up'):.1f}"
-                f" % vs {100 * _counter_loss(by['userspace'], 'up'):.1f} % (14 % configured)."
+                f" % vs {100 * _counter_loss(by['userspace'], 'up'):.1f} % "
+                f"({100 * spec.up.mean_loss:g} % configured)."
             )
-    return "\n".join(lines) + "\n\n" + WHY_THEY_DIFFER
+    return "\n".join(lines) + "\n\n" + why_they_differ(spec)
 
 
 def _fmt(value: float, digits: int = 2) -> str:

@@ -35,10 +35,12 @@ from netem import backends, clean, names, sysctl, topology
 from netem.backends import LinkState, commit_edge, edge_state, topology_of
 from netem.backends.userspace import process_alive
 from netem.capture import snaplen_of
+from netem.emulator.options import EmulatorOptions
 from netem.events import LinkEvent, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
 from netem.topologyspec import Topology, parse_topology
+from netem.traceclock import TraceClock, clocks_of
 from tbcore.errors import SpecError
 
 ENDPOINT_ROLES = ("client", "server")
@@ -92,6 +94,17 @@ def _to_spec(spec: LinkSpec | str) -> LinkSpec:
     raise SpecError("spec", f"expected a LinkSpec or a link string, got {type(spec).__name__}")
 
 
+def emulator_options(backend: str, options: EmulatorOptions | None) -> EmulatorOptions | None:
+    """The emulator options asked for: only the userspace backend has an emulator."""
+    if options is None or options.empty:
+        return None
+    if not isinstance(options, EmulatorOptions):
+        raise SpecError("emulator", f"must be EmulatorOptions, got {options!r}")
+    if backend != "userspace":
+        raise SpecError("emulator", f"the {backend} backend has no userspace emulator")
+    return options
+
+
 def _to_topology(spec: LinkSpec | str | Topology) -> Topology | None:
     """A multi-link topology, or None for one direct link (the original shape)."""
     if isinstance(spec, Topology):
@@ -101,6 +114,80 @@ def _to_topology(spec: LinkSpec | str | Topology) -> Topology | None:
     else:
         return None
     return None if topo.kind == "direct" else topo
+
+
+def check_name_free(name: str) -> None:
+    """Refuse (one line) a name that a link holds: state file or namespaces."""
+    if _state_path(name).exists() or any(
+        topology.namespace_exists(ns) for ns in topology.link_namespaces(name)
+    ):
+        raise SpecError(
+            "name", f"link {name!r} exists (testbed link down {name}, or testbed clean --name)"
+        )
+
+
+def _schedule(events: Sequence[LinkEvent | str] | None, topo: Topology | None) -> list[LinkEvent]:
+    """``Link.up``'s events, parsed (a topology carries its edges' events itself)."""
+    schedule = [parse_event(e) if isinstance(e, str) else e for e in events or ()]
+    for event in schedule:
+        if not isinstance(event, LinkEvent):
+            raise SpecError("events", f"expected LinkEvent or a string, got {event!r}")
+    if topo is not None and schedule:
+        raise SpecError("events", "a topology carries its edges' events: Topology.build")
+    return schedule
+
+
+def _new_state(
+    name: str,
+    backend: str,
+    spec: LinkSpec,
+    persistent: bool,
+    slow_start_after_idle: bool | None,
+) -> LinkState:
+    """The record of a link about to be built by this process."""
+    return LinkState(
+        name=name,
+        backend=backend,
+        spec=spec,
+        client_ns=names.namespace(name, "client"),
+        server_ns=names.namespace(name, "server"),
+        router_ns=names.namespace(name, "router") if backend == "netem" else None,
+        client_addr=names.CLIENT_ADDR,
+        server_addr=names.SERVER_ADDR,
+        created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        owner_pid=os.getpid(),
+        owner_start_ticks=clean.start_ticks(os.getpid()),
+        persistent=persistent,
+        slow_start_after_idle=slow_start_after_idle,
+        extra={"status": "starting"},
+    )
+
+
+def _bring_up(
+    state: LinkState,
+    topo: Topology | None,
+    slow_start_after_idle: bool | None,
+    extra_sysctls: Mapping[str, str],
+) -> None:
+    """The backend builds the claimed link and the namespaces get their sysctls; on any
+    failure (or Ctrl-C) everything built so far goes before the exception propagates."""
+    impl = backends.get(state.backend)
+    try:
+        impl.up(state)
+        wanted = sysctl.link_sysctls(state.spec, slow_start_after_idle=slow_start_after_idle)
+        wanted.update(extra_sysctls)
+        roles = [*ENDPOINT_ROLES, *(["relay"] if topo and "relay" in topo.nodes else [])]
+        for role in roles:
+            applied = sysctl.apply_link_sysctls(names.namespace(state.name, role), wanted)
+            state.sysctls[role] = applied.values
+            state.warnings.extend(f"{role}: {w}" for w in applied.warnings)
+        state.extra["status"] = "up"
+        _save(state)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            impl.down(state)
+        clean.clean(state.name, force=True)
+        raise
 
 
 def list_links() -> list[str]:
@@ -205,6 +292,7 @@ class Link:
         sysctls: Mapping[str, str | int] | None = None,
         events: Sequence[LinkEvent | str] | None = None,
         persistent: bool = False,
+        emulator: EmulatorOptions | None = None,
     ) -> Link:
         """Build link ``name`` and return it once packets flow (the emulator is ready).
 
@@ -226,69 +314,38 @@ class Link:
         namespace, every edge its own emulator (userspace) or router (netem). ``events`` are
         scheduled on the ``link`` edge from link up on (:mod:`netem.events`; a topology
         carries its edges' events itself).
+
+        ``emulator`` chooses the userspace emulator's packet path and its knobs
+        (:class:`netem.emulator.options.EmulatorOptions`); None: the emulator's defaults.
         """
         names.check_link_name(name)
         topo = _to_topology(spec)
         if isinstance(spec, Topology) and topo is None:
             spec = spec.link_spec
         link_spec = topo.link_spec if topo is not None else _to_spec(spec)  # type: ignore[arg-type]
-        schedule = [parse_event(e) if isinstance(e, str) else e for e in events or ()]
-        for event in schedule:
-            if not isinstance(event, LinkEvent):
-                raise SpecError("events", f"expected LinkEvent or a string, got {event!r}")
-        if topo is not None and schedule:
-            raise SpecError("events", "a topology carries its edges' events: Topology.build")
-        # only the userspace emulator has a shared medium: auto picks it for an air= link
-        chosen = "userspace" if backend == "auto" and link_spec.air else backends.choose(backend)
-        extra_sysctls = {k: sysctl.normalise(v) for k, v in (sysctls or {}).items()}
+        schedule = _schedule(events, topo)
+        # only the userspace emulator has a shared medium and replays traces: auto picks it
+        userspace_only = link_spec.air is not None or link_spec.has_trace
+        chosen = "userspace" if backend == "auto" and userspace_only else backends.choose(backend)
+        emulator = emulator_options(chosen, emulator)
+        extra_sysctls = {k: sysctl.to_set(k, v) for k, v in (sysctls or {}).items()}
         for key in extra_sysctls:
             sysctl._path(key)  # refuse a bad name before building anything
         if os.geteuid() != 0:
             raise SpecError("link", "needs root (network namespaces)")
-        if _state_path(name).exists() or any(
-            topology.namespace_exists(ns) for ns in topology.link_namespaces(name)
-        ):
-            raise SpecError(
-                "name", f"link {name!r} exists (testbed link down {name}, or testbed clean --name)"
-            )
-        state = LinkState(
-            name=name,
-            backend=chosen,
-            spec=link_spec,
-            client_ns=names.namespace(name, "client"),
-            server_ns=names.namespace(name, "server"),
-            router_ns=names.namespace(name, "router") if chosen == "netem" else None,
-            client_addr=names.CLIENT_ADDR,
-            server_addr=names.SERVER_ADDR,
-            created_at=datetime.now(UTC).isoformat(timespec="milliseconds"),
-            owner_pid=os.getpid(),
-            owner_start_ticks=clean.start_ticks(os.getpid()),
-            persistent=persistent,
-            slow_start_after_idle=slow_start_after_idle,
-            extra={"status": "starting"},
-        )
+        state = _new_state(name, chosen, link_spec, persistent, slow_start_after_idle)
         if topo is not None:
             state.extra["topology"] = topo.to_dict()
         if schedule:
             state.extra["schedule"] = [e.to_dict() for e in schedule]
-        impl = backends.get(chosen)
-        _claim(state)  # atomically: of two processes racing for one name, one gets it
-        try:
-            impl.up(state)
-            wanted = sysctl.link_sysctls(link_spec, slow_start_after_idle=slow_start_after_idle)
-            wanted.update(extra_sysctls)
-            roles = [*ENDPOINT_ROLES, *(["relay"] if topo and "relay" in topo.nodes else [])]
-            for role in roles:
-                applied = sysctl.apply_link_sysctls(names.namespace(name, role), wanted)
-                state.sysctls[role] = applied.values
-                state.warnings.extend(f"{role}: {w}" for w in applied.warnings)
-            state.extra["status"] = "up"
-            _save(state)
-        except BaseException:
-            with contextlib.suppress(Exception):
-                impl.down(state)
-            clean.clean(name, force=True)
-            raise
+        if emulator is not None:
+            state.extra["emulator"] = emulator.to_dict()
+        with clean.reaped() as reaped:  # what dead runs left goes first
+            if reaped:
+                state.extra["reaped"] = reaped
+            check_name_free(name)
+            _claim(state)  # atomically: of two processes racing for one name, one gets it
+        _bring_up(state, topo, slow_start_after_idle, extra_sysctls)
         return cls(state)
 
     @classmethod
@@ -342,12 +399,20 @@ class Link:
         commit_edge(self._state, edge or "link", view)
         _save(self._state)
 
-    def set_spec(self, spec: LinkSpec | str, *, edge: str | None = None) -> None:
+    def set_spec(self, spec: LinkSpec | str, *, edge: str | None = None) -> dict[str, TraceClock]:
         """Change the path (or one ``edge`` of a topology) in place, between runs: packets in
-        flight may see either."""
+        flight may see either. A direction's traces restart at their offset now; returns
+        the clock of each direction with a trace (``{}`` without one): a run records it."""
         view = self._edge(edge)
-        self._backend.set_spec(view, _to_spec(spec))
+        report = self._backend.set_spec(view, _to_spec(spec))
         self._commit(edge, view)
+        return clocks_of(report)
+
+    def trace(self, edge: str | None = None) -> dict[str, TraceClock]:
+        """Where ``edge``'s traces are (default ``link``): per direction with a trace, the
+        CLOCK_MONOTONIC moment they were at their offset (link up or the last
+        :meth:`set_spec`) and that offset (netem.traceclock); ``{}`` without a trace."""
+        return clocks_of(self._backend.trace(self._edge(edge)))
 
     def set_sysctls(
         self, values: Mapping[str, str | int], roles: Sequence[str] = ENDPOINT_ROLES
@@ -357,7 +422,7 @@ class Link:
         Returns the previous values per role, ``{role: {name: value}}``, so that
         ``for role, old in prev.items(): link.set_sysctls(old, roles=(role,))`` restores them.
         """
-        checked = {k: sysctl.normalise(v) for k, v in values.items()}
+        checked = {k: sysctl.to_set(k, v) for k, v in values.items()}
         for key in checked:
             sysctl._path(key)
         namespaces = {role: self.ns(role) for role in roles}
@@ -372,6 +437,11 @@ class Link:
     def sysctls(self, role: str, names_: Sequence[str]) -> dict[str, str]:
         """Current values of sysctls in the namespace of ``role``."""
         return sysctl.read_many(self.ns(role), names_)
+
+    def route_metrics(self, role: str) -> dict[str, dict[str, int]]:
+        """The metrics of ``role``'s routes as the kernel has them (pyroute2), by
+        destination: what :meth:`set_route_metrics` put in force."""
+        return {r["dst"]: r["metrics"] for r in topology.routes(self.ns(role))}
 
     def set_route_metrics(
         self,
@@ -401,6 +471,7 @@ class Link:
                     gateway=gateway,
                     initcwnd=initcwnd,
                     initrwnd=initrwnd,
+                    quickack=quickack,
                 )
             return
         ep = topology.endpoints(self.name, self.backend)[role]

@@ -7,10 +7,18 @@ A :class:`LinkSpec` holds two :class:`DirectionSpec`: ``up`` (client -> server) 
     up.rate=20mbit,down.rate=100mbit         one direction each
     rtt=200ms,down.loss=14%,rate=333mbit     the dc-longhaul shape: loss downstream only
     down.gemodel=1%/30%/100%/0%              Gilbert-Elliott loss, netem's p/r/1-h/1-k
+    up.rate=trace:cell.up,trace_offset=12.5s a recorded capacity trace (Mahimahi's format)
+    delay=trace:leo.delay,delay_interp=linear a one-way delay trace (:mod:`netem.trace`)
 
 Unprefixed keys apply to both directions first; ``up.``/``down.`` keys then override them,
 whatever their order in the string. ``rtt`` and ``delay`` are exclusive: ``rtt`` sets each
 one-way delay to half of it.
+
+Traces (userspace backend only): ``rate=trace:PATH`` replaces a direction's fixed rate with
+the delivery opportunities of a capacity trace, ``delay=trace:PATH`` its fixed delay with a
+delay trace. ``trace_offset`` starts a direction's traces that far in (positions wrap);
+``delay_interp`` is ``step`` (default) or ``linear``. Given without a prefix, these two apply
+to the directions that have a trace (and are refused if none has).
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, TypeVar
 
 from netem.air import AirSpec, format_air, parse_air
+from netem.trace import INTERPOLATIONS, TraceFile, is_trace_value, open_trace
 from tbcore import units
 from tbcore.errors import SpecError
 from tbcore.units import (
@@ -31,6 +40,7 @@ from tbcore.units import (
     parse_probability,
     parse_queue,
     parse_rate_bps,
+    parse_whole,
 )
 
 ETHERNET_MTU_BYTES = 1500
@@ -128,8 +138,17 @@ class DirectionSpec:
     """Seed of this direction's loss and jitter generator. The generator mixes the direction
     name into it, so one seed gives the two directions different but repeatable patterns,
     and two arms with equal seeds see equal patterns."""
+    rate_trace: TraceFile | None = None
+    """A capacity trace (Mahimahi's format) instead of ``rate_bps``, when set."""
+    delay_trace: TraceFile | None = None
+    """A one-way delay trace instead of ``delay_s`` (and jitter), when set."""
+    delay_interp: str = "step"
+    """Between the delay trace's points: ``step`` (hold) or ``linear``."""
+    trace_offset_s: float = 0.0
+    """Where this direction's traces start, seconds into them (positions wrap)."""
 
     def __post_init__(self) -> None:
+        self._check_traces()
         _check_number("delay_s", self.delay_s, minimum=0.0)
         _check_number("jitter_s", self.jitter_s, minimum=0.0)
         if self.delay_s + self.jitter_s > MAX_RTT_S:
@@ -171,6 +190,62 @@ class DirectionSpec:
         if not _is_whole(self.seed) or self.seed < 0:
             raise SpecError("seed", f"must be a whole number >= 0, got {self.seed!r}")
 
+    def _check_traces(self) -> None:
+        """Each trace where it belongs, and no setting beside it that it would override."""
+        for name, kind in (("rate_trace", "capacity"), ("delay_trace", "delay")):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, TraceFile) or value.kind != kind):
+                raise SpecError(name, f"must be a {kind} TraceFile, got {value!r}")
+        if self.rate_trace is not None and self.rate_bps is not None:
+            raise SpecError("rate", "give a rate or a capacity trace, not both")
+        if self.delay_trace is not None:
+            if self.delay_s or self.jitter_s:
+                raise SpecError("delay", "a delay trace replaces delay and jitter: not both")
+            if self.delay_trace.delay.max_delay_ms / 1e3 > MAX_RTT_S:
+                raise SpecError("delay", f"the trace's delays exceed {MAX_RTT_S:g} s")
+        if self.delay_interp not in INTERPOLATIONS:
+            raise SpecError("delay_interp", f"must be step or linear, got {self.delay_interp!r}")
+        if self.delay_interp != "step" and self.delay_trace is None:
+            raise SpecError("delay_interp", "has no effect without a delay trace")
+        _check_number("trace_offset_s", self.trace_offset_s, minimum=0.0)
+        if self.trace_offset_s > units.MAX_DURATION_S:
+            raise SpecError("trace_offset_s", f"{self.trace_offset_s!r} s is more than a day")
+        if self.trace_offset_s and self.rate_trace is None and self.delay_trace is None:
+            raise SpecError("trace_offset", "has no effect without a rate or delay trace")
+
+    @property
+    def has_trace(self) -> bool:
+        return self.rate_trace is not None or self.delay_trace is not None
+
+    @property
+    def mean_rate_bps(self) -> float | None:
+        """The fixed rate, or the capacity trace's mean over its period; None: no limit."""
+        if self.rate_trace is not None:
+            return self.rate_trace.capacity.mean_rate_bps
+        return self.rate_bps
+
+    @property
+    def min_delay_s(self) -> float:
+        """The least one-way delay this direction adds (the fixed delay, or the trace's
+        minimum): what a lower bound may count on."""
+        if self.delay_trace is not None:
+            return self.delay_trace.delay.min_delay_ms / 1e3
+        return self.delay_s
+
+    @property
+    def max_delay_s(self) -> float:
+        """The most one-way delay this direction adds (jitter included)."""
+        if self.delay_trace is not None:
+            return self.delay_trace.delay.max_delay_ms / 1e3
+        return self.delay_s + self.jitter_s
+
+    @property
+    def mean_delay_s(self) -> float:
+        """The fixed delay, or the delay trace's time-weighted mean."""
+        if self.delay_trace is not None:
+            return self.delay_trace.delay.mean_delay_ms(self.delay_interp) / 1e3
+        return self.delay_s
+
     @property
     def mean_loss(self) -> float:
         """The loss rate this direction is configured for, whatever the model."""
@@ -203,7 +278,7 @@ class LinkSpec:
         for name in ("up", "down"):
             if not isinstance(getattr(self, name), DirectionSpec):
                 raise SpecError(name, "must be a DirectionSpec")
-        rtt_s = self.up.delay_s + self.down.delay_s + self.up.jitter_s + self.down.jitter_s
+        rtt_s = self.up.max_delay_s + self.down.max_delay_s
         if rtt_s > MAX_RTT_S:
             raise SpecError("rtt", f"{rtt_s:g} s is longer than the {MAX_RTT_S:g} s a link allows")
         if self.air is not None and not isinstance(self.air, AirSpec):
@@ -211,15 +286,21 @@ class LinkSpec:
 
     @property
     def rtt_s(self) -> float:
-        """Round-trip propagation delay: the sum of both one-way delays."""
-        return self.up.delay_s + self.down.delay_s
+        """Round-trip propagation delay: the sum of both one-way delays (with a delay
+        trace, its least delay: the round trip never falls below this)."""
+        return self.up.min_delay_s + self.down.min_delay_s
+
+    @property
+    def has_trace(self) -> bool:
+        return self.up.has_trace or self.down.has_trace
 
     def bdp_bytes(self, direction: str) -> int | None:
-        """Bandwidth-delay product of one direction: its rate times the round trip."""
-        spec = self._direction(direction)
-        if spec.rate_bps is None:
+        """Bandwidth-delay product of one direction: its rate times the round trip (with
+        traces, the capacity trace's mean rate and the delay traces' mean delays)."""
+        rate_bps = self._direction(direction).mean_rate_bps
+        if rate_bps is None:
             return None
-        return math.ceil(spec.rate_bps / 8.0 * self.rtt_s)
+        return math.ceil(rate_bps / 8.0 * (self.up.mean_delay_s + self.down.mean_delay_s))
 
     def queue_limit_bytes(self, direction: str) -> int | None:
         """The drop-tail limit in bytes: the one given, or one BDP (at least 64 MTUs)."""
@@ -251,7 +332,7 @@ class LinkSpec:
         )
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self)  # a TraceFile becomes its fields (path, sha256, kind)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LinkSpec:
@@ -294,6 +375,9 @@ def _direction_from_dict(prefix: str, data: object) -> DirectionSpec:
     try:
         if values.get("gemodel") is not None:
             values["gemodel"] = _gemodel_from_dict(values["gemodel"])
+        for key, kind in (("rate_trace", "capacity"), ("delay_trace", "delay")):
+            if values.get(key) is not None:
+                values[key] = TraceFile.from_dict(values[key], kind)
         return DirectionSpec(**values)
     except SpecError as err:
         raise SpecError(f"{prefix}.{err.field}", err.reason) from None
@@ -313,7 +397,20 @@ def _gemodel_from_dict(data: object) -> GilbertElliott:
 
 # --- the string form --------------------------------------------------------------------
 
-LINK_KEYS = ("rtt", "delay", "jitter", "loss", "gemodel", "rate", "queue", "seed", "mtu", "air")
+LINK_KEYS = (
+    "rtt",
+    "delay",
+    "jitter",
+    "loss",
+    "gemodel",
+    "rate",
+    "queue",
+    "seed",
+    "mtu",
+    "air",
+    "trace_offset",
+    "delay_interp",
+)
 """Keys of the string form; all but rtt, mtu and air take an ``up.``/``down.`` prefix. ``air``
 (one medium for both directions) takes ``air.KEY`` options instead (:data:`netem.air.AIR_KEYS`)."""
 
@@ -370,9 +467,11 @@ def parse_link(text: str) -> LinkSpec:
             both[name] = value
     if "rtt" in both and "delay" in both:
         raise SpecError("rtt", "give rtt or delay, not both")
+    if "rtt" in both and is_trace_value(both["rtt"]):
+        raise SpecError("rtt", "a round trip takes a duration; a delay trace is delay=trace:PATH")
     directions = {}
     for direction in ("up", "down"):
-        merged = {**both, **per[direction]}
+        merged = _merged(both, per, direction)
         try:
             directions[direction] = _parse_direction(direction, merged)
         except SpecError as err:
@@ -381,16 +480,58 @@ def parse_link(text: str) -> LinkSpec:
             raise SpecError(f"{direction}.{err.field}", err.reason) from None
     mtu_bytes = ETHERNET_MTU_BYTES
     if mtu is not None:
-        try:
-            mtu_bytes = int(mtu)
-        except ValueError:
-            raise SpecError("mtu", f"{mtu!r} is not a whole number of bytes") from None
+        mtu_bytes = parse_whole("mtu", mtu)
     air_spec = None if air is None and not air_options else parse_air(air, air_options)
     return LinkSpec(up=directions["up"], down=directions["down"], mtu_bytes=mtu_bytes, air=air_spec)
 
 
+TRACE_OPTIONS = {"trace_offset": ("rate", "delay"), "delay_interp": ("delay",)}
+"""Options of a direction's traces, and the keys whose trace they need."""
+
+
+def _traced(values: dict[str, str], keys: tuple[str, ...]) -> bool:
+    return any(is_trace_value(values.get(key, "")) for key in keys)
+
+
+def _merged(both: dict[str, str], per: dict[str, dict[str, str]], direction: str) -> dict[str, str]:
+    """One direction's keys: the unprefixed ones, overridden by its own. An unprefixed trace
+    option this direction has no trace for is left out (it is the other direction's); one
+    that no direction can use is refused."""
+    merged = {**both, **per[direction]}
+    other = {**both, **per["down" if direction == "up" else "up"]}
+    for option, keys in TRACE_OPTIONS.items():
+        if option not in both or option in per[direction] or _traced(merged, keys):
+            continue
+        if not _traced(other, keys):
+            raise SpecError(option, f"has no effect: no direction has a {'/'.join(keys)} trace")
+        del merged[option]
+    return merged
+
+
+def _parse_traces(values: dict[str, str], kwargs: dict[str, Any]) -> None:
+    """The trace keys of one direction (``rate``/``delay`` as ``trace:PATH``, and options)."""
+    if is_trace_value(values.get("rate", "")):
+        kwargs["rate_trace"] = _open("rate", values.pop("rate"), "capacity")
+    if is_trace_value(values.get("delay", "")):
+        kwargs["delay_trace"] = _open("delay", values.pop("delay"), "delay")
+        values.pop("rtt", None)
+    if "trace_offset" in values:
+        kwargs["trace_offset_s"] = parse_duration_s("trace_offset", values["trace_offset"])
+    if "delay_interp" in values:
+        kwargs["delay_interp"] = values["delay_interp"].lower()
+
+
+def _open(key: str, value: str, kind: str) -> TraceFile:
+    try:
+        return open_trace(value, kind)
+    except SpecError as err:
+        raise SpecError(key, err.reason) from None
+
+
 def _parse_direction(direction: str, values: dict[str, str]) -> DirectionSpec:
     kwargs: dict[str, Any] = {}
+    values = dict(values)
+    _parse_traces(values, kwargs)
     if "rtt" in values:
         if "delay" in values:
             # an unprefixed rtt and a prefixed delay: the prefixed one wins for this direction
@@ -410,10 +551,7 @@ def _parse_direction(direction: str, values: dict[str, str]) -> DirectionSpec:
     if "queue" in values:
         kwargs["queue_bytes"], kwargs["queue_packets"] = parse_queue("queue", values["queue"])
     if "seed" in values:
-        try:
-            kwargs["seed"] = int(values["seed"])
-        except ValueError:
-            raise SpecError("seed", f"{values['seed']!r} is not a whole number") from None
+        kwargs["seed"] = parse_whole("seed", values["seed"])
     return DirectionSpec(**kwargs)
 
 
@@ -432,33 +570,48 @@ def _parse_gemodel(text: str) -> GilbertElliott:
 
 
 def format_link(spec: LinkSpec) -> str:
-    """The canonical string of a spec; ``parse_link(format_link(s)) == s`` up to rounding."""
+    """The canonical string of a spec; ``parse_link(format_link(s)) == s`` up to rounding
+    (and while its trace files are unchanged)."""
     parts: list[str] = []
     for name in ("up", "down"):
-        d: DirectionSpec = getattr(spec, name)
-        parts.append(f"{name}.delay={format_duration(d.delay_s)}")
-        if d.jitter_s:
-            parts.append(f"{name}.jitter={format_duration(d.jitter_s)}")
-        if d.gemodel is not None:
-            g = d.gemodel
-            parts.append(
-                f"{name}.gemodel={format_percent(g.p)}/{format_percent(g.r)}/"
-                f"{format_percent(g.loss_bad)}/{format_percent(g.loss_good)}"
-            )
-        elif d.loss:
-            parts.append(f"{name}.loss={format_percent(d.loss)}")
-        if d.rate_bps is not None:
-            parts.append(f"{name}.rate={format_rate(d.rate_bps)}")
-        if d.queue_bytes is not None:
-            parts.append(f"{name}.queue={d.queue_bytes}b")
-        if d.queue_packets is not None:
-            parts.append(f"{name}.queue={d.queue_packets}p")
-        parts.append(f"{name}.seed={d.seed}")
+        parts += _format_direction(name, getattr(spec, name))
     if spec.mtu_bytes != ETHERNET_MTU_BYTES:
         parts.append(f"mtu={spec.mtu_bytes}")
     if spec.air is not None:
         parts.append(format_air(spec.air))
     return ",".join(parts)
+
+
+def _format_direction(name: str, d: DirectionSpec) -> list[str]:
+    parts = []
+    if d.delay_trace is not None:
+        parts.append(f"{name}.delay={d.delay_trace.text()}")
+        if d.delay_interp != "step":
+            parts.append(f"{name}.delay_interp={d.delay_interp}")
+    else:
+        parts.append(f"{name}.delay={format_duration(d.delay_s)}")
+    if d.jitter_s:
+        parts.append(f"{name}.jitter={format_duration(d.jitter_s)}")
+    if d.gemodel is not None:
+        g = d.gemodel
+        parts.append(
+            f"{name}.gemodel={format_percent(g.p)}/{format_percent(g.r)}/"
+            f"{format_percent(g.loss_bad)}/{format_percent(g.loss_good)}"
+        )
+    elif d.loss:
+        parts.append(f"{name}.loss={format_percent(d.loss)}")
+    if d.rate_bps is not None:
+        parts.append(f"{name}.rate={format_rate(d.rate_bps)}")
+    if d.rate_trace is not None:
+        parts.append(f"{name}.rate={d.rate_trace.text()}")
+    if d.trace_offset_s:
+        parts.append(f"{name}.trace_offset={format_duration(d.trace_offset_s)}")
+    if d.queue_bytes is not None:
+        parts.append(f"{name}.queue={d.queue_bytes}b")
+    if d.queue_packets is not None:
+        parts.append(f"{name}.queue={d.queue_packets}p")
+    parts.append(f"{name}.seed={d.seed}")
+    return parts
 
 
 # --- presets: measured paths, each citing its source (shared DESIGN.md, "Reference paths") ---
@@ -478,7 +631,9 @@ PRESETS: dict[str, str] = {
     "near": "rtt=20ms,rate=80mbit",
     "cloud": "rtt=200ms,rate=6.4mbit",
 }
-"""Named paths; ``parse_link("dc-longhaul")`` expands one, extra keys may follow it."""
+"""Named paths; ``resolve_link("dc-longhaul")`` expands one, extra keys may follow it (the
+experiment files and ``testbed link up`` resolve them; ``parse_link`` takes key=value pairs
+only)."""
 
 
 def resolve_link(text: str) -> LinkSpec:

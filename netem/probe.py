@@ -238,11 +238,8 @@ def run_probe(
     sock = open_udp(client_addr, 0, client_ns)
     sock.setblocking(False)
     padding = b"\0" * (size_bytes - MIN_SIZE_BYTES)
-    space = socket.CMSG_SPACE(_TIMESPEC.size)
-    seen: set[int] = set()
+    replies = _Replies(result)
     echo_before = echo.received if echo is not None else 0
-    highest = -1
-    echoed_max = 0
     start = time.monotonic()
     end_of_sending = start + count * interval_s
     try:
@@ -265,37 +262,53 @@ def run_probe(
                     break
                 next_send = start + seq * interval_s if seq < count else end_of_sending + drain_s
                 ready, _, _ = select.select([sock], [], [], max(0.0, next_send - now))
-                if not ready:
-                    continue
-                while True:
-                    try:
-                        data, ancdata, _, _ = sock.recvmsg(65535, space)
-                    except BlockingIOError:
-                        break
-                    app_ns = time.time_ns()
-                    if len(data) < MIN_SIZE_BYTES or data[:4] != MAGIC:
-                        continue
-                    _, rseq, send_ns = _REQUEST.unpack_from(data)
-                    echo_rx_ns, echo_tx_ns, echo_count = _ECHO.unpack_from(data, _REQUEST.size)
-                    if rseq in seen:
-                        result.duplicates += 1
-                        continue
-                    seen.add(rseq)
-                    if rseq < highest:
-                        result.reordered += 1
-                    highest = max(highest, rseq)
-                    echoed_max = max(echoed_max, echo_count)
-                    rx_ns = _kernel_time_ns(ancdata) or app_ns
-                    result.received += 1
-                    result.seqs.append(rseq)
-                    result.rtt_s.append(((rx_ns - send_ns) - (echo_tx_ns - echo_rx_ns)) * 1e-9)
-                    result.app_rtt_s.append((app_ns - send_ns) * 1e-9)
-                    result.up_s.append((echo_rx_ns - send_ns) * 1e-9)
-                    result.down_s.append((rx_ns - echo_tx_ns) * 1e-9)
+                if ready:
+                    replies.drain(sock)
     finally:
         sock.close()
-    result.echoed = echo.received - echo_before if echo is not None else echoed_max
+    result.echoed = echo.received - echo_before if echo is not None else replies.echoed_max
     return result
+
+
+@dataclass
+class _Replies:
+    """What the replies so far said: each seen once, the highest sequence number, the
+    largest count the echo reported."""
+
+    result: ProbeResult
+    seen: set[int] = field(default_factory=set)
+    highest: int = -1
+    echoed_max: int = 0
+
+    def drain(self, sock: socket.socket) -> None:
+        """Read every reply waiting on ``sock`` into the result."""
+        space = socket.CMSG_SPACE(_TIMESPEC.size)
+        result = self.result
+        while True:
+            try:
+                data, ancdata, _, _ = sock.recvmsg(65535, space)
+            except BlockingIOError:
+                return
+            app_ns = time.time_ns()
+            if len(data) < MIN_SIZE_BYTES or data[:4] != MAGIC:
+                continue
+            _, rseq, send_ns = _REQUEST.unpack_from(data)
+            echo_rx_ns, echo_tx_ns, echo_count = _ECHO.unpack_from(data, _REQUEST.size)
+            if rseq in self.seen:
+                result.duplicates += 1
+                continue
+            self.seen.add(rseq)
+            if rseq < self.highest:
+                result.reordered += 1
+            self.highest = max(self.highest, rseq)
+            self.echoed_max = max(self.echoed_max, echo_count)
+            rx_ns = _kernel_time_ns(ancdata) or app_ns
+            result.received += 1
+            result.seqs.append(rseq)
+            result.rtt_s.append(((rx_ns - send_ns) - (echo_tx_ns - echo_rx_ns)) * 1e-9)
+            result.app_rtt_s.append((app_ns - send_ns) * 1e-9)
+            result.up_s.append((echo_rx_ns - send_ns) * 1e-9)
+            result.down_s.append((rx_ns - echo_tx_ns) * 1e-9)
 
 
 def summary(result: ProbeResult, configured_rtt_s: float | None = None) -> dict[str, object]:

@@ -120,11 +120,6 @@ class DirectionStats:
     def lateness_quantile_s(self, q: float) -> float | None:
         return histogram_quantile_s(self.lateness_hist, q)
 
-    @property
-    def lateness_mean_s(self) -> float | None:
-        n = self.lateness_samples
-        return None if n == 0 else self.lateness_sum_s / n
-
     def __sub__(self, other: DirectionStats) -> DirectionStats:
         """What happened between snapshot ``other`` and this one.
 

@@ -24,6 +24,7 @@ from netem import procsys
 from netem.linkspec import LinkSpec
 from netem.nsexec import in_netns
 from tbcore.errors import SpecError
+from tbcore.settings import sysctl_value
 
 PROC_SYS = Path("/proc/sys")
 
@@ -63,6 +64,14 @@ def normalise(value: str | int) -> str:
     return " ".join(str(value).split())
 
 
+def to_set(name: str, value: str | int | bool) -> str:
+    """A value to write, checked (a number or one line of text: a line break would set only
+    the first line, tbcore.settings.sysctl_value) and in the kernel's spelling."""
+    if isinstance(value, bool):
+        value = int(value)
+    return normalise(sysctl_value(f"sysctl {name}", value))
+
+
 def read(ns: str | None, name: str) -> str:
     """The value of sysctl ``name`` in force inside namespace ``ns``.
 
@@ -98,7 +107,7 @@ def _write_text(ns: str | None, path: Path, text: str) -> None:
 def write(ns: str | None, name: str, value: str | int) -> None:
     """Set sysctl ``name`` inside namespace ``ns``. Raises PermissionError if read-only."""
     path = _path(name)
-    text = normalise(value)
+    text = to_set(name, value)
     with in_netns(ns):
         if not path.exists():
             raise SpecError("sysctl", f"{name}: no such sysctl in this kernel")
@@ -127,7 +136,7 @@ def _refusal_reason(name: str) -> str:
 
 def set_many(ns: str | None, values: Mapping[str, str | int]) -> dict[str, str]:
     """Set several sysctls in ``ns``; returns the previous values (to restore them)."""
-    checked = {name: normalise(value) for name, value in values.items()}
+    checked = {name: to_set(name, value) for name, value in values.items()}
     for name in checked:
         _path(name)
     previous: dict[str, str] = {}
@@ -214,7 +223,7 @@ def apply_link_sysctls(ns: str, values: Mapping[str, str | int]) -> AppliedSysct
     """
     result = AppliedSysctls()
     for name, raw in values.items():
-        value = normalise(raw)
+        value = to_set(name, raw)
         core = name.startswith("net.core.")
         if core and not exists(ns, name):
             current = read_host(name)

@@ -549,17 +549,6 @@ def mptcp_state_of(mptcp: Any) -> dict[str, Any]:
     return out
 
 
-def mptcp_state(ns: str) -> dict[str, Any]:
-    from pyroute2 import MPTCP
-
-    with in_netns(ns):
-        mptcp = MPTCP()
-    try:
-        return mptcp_state_of(mptcp)
-    finally:
-        mptcp.close()
-
-
 def configure_topology_mptcp(link: str, topo: Topology) -> None:
     """Two paths: the client's second address is a subflow endpoint; both ends' limits."""
     if topo.kind != "dual":

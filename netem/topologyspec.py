@@ -24,7 +24,7 @@ and per-path sockets bind that address).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from netem.events import LinkEvent
@@ -391,16 +391,3 @@ def parse_topology(text: str) -> Topology:
     if "link" not in values:
         raise SpecError("link", f"topology {kind!r} needs it")
     return Topology.build(kind, **values)  # type: ignore[arg-type]
-
-
-@dataclass
-class EdgeRuntime:
-    """What a backend keeps per edge of a running topology (userspace: its emulator)."""
-
-    edge: str
-    emulator_pid: int | None = None
-    emulator_start_ticks: int | None = None
-    control_path: str | None = None
-    log_path: str | None = None
-    router_ns: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)

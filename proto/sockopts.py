@@ -100,3 +100,37 @@ def set_udp_buffers(sock: socket.socket, size_bytes: int) -> None:
             sock.setsockopt(socket.SOL_SOCKET, force, size_bytes)
         except OSError:
             sock.setsockopt(socket.SOL_SOCKET, plain, size_bytes)
+
+
+SO_PROTOCOL = 38
+"""<asm-generic/socket.h>: the socket's protocol (IPPROTO_TCP, or IPPROTO_MPTCP)."""
+
+
+def read_tcp_options(sock: Any) -> dict[str, Any]:
+    """The TCP knobs in force on ``sock``, read back with getsockopt, by knob key (what an
+    applied record shows: the kernel's value, doubled buffers and all); None where the socket
+    does not answer (an MPTCP socket refuses some TCP options with EOPNOTSUPP). TCP_QUICKACK
+    is not here: it reads 1 on any fresh connection (it reports !pingpong), so only the
+    re-arming policy says whether it is kept on."""
+
+    def read(level: int, option: int, size: int = 0) -> Any:
+        try:
+            return sock.getsockopt(level, option, size) if size else sock.getsockopt(level, option)
+        except OSError:
+            return None
+
+    pacing = read(socket.SOL_SOCKET, SO_MAX_PACING_RATE, 8)
+    protocol = read(socket.SOL_SOCKET, SO_PROTOCOL)
+    try:
+        cc: str | None = get_congestion_control(sock)
+    except OSError:
+        cc = None
+    return {
+        "cc": cc,
+        "window_clamp": read(socket.IPPROTO_TCP, TCP_WINDOW_CLAMP),
+        "sndbuf": read(socket.SOL_SOCKET, socket.SO_SNDBUF),
+        "rcvbuf": read(socket.SOL_SOCKET, socket.SO_RCVBUF),
+        "max_pacing_rate": None if pacing is None else int.from_bytes(pacing, "little"),
+        "notsent_lowat": read(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT),
+        "multipath": "mptcp" if protocol == IPPROTO_MPTCP else "tcp",
+    }

@@ -71,6 +71,8 @@ class ResponsePlan:
     headers: list[tuple[str, str]]
     body: bytes = b""
     processing_s: float = 0.0
+    processing_knob: str | None = None
+    """The setting (tbcore.settings key) ``processing_s`` comes from, if any."""
     stream_chunks: int = 0
     """When > 0, ``body`` is empty and the edge streams that many chunks (see workloads)."""
     chunk_interval_s: float = workloads.STREAM_CHUNK_DURATION_S
@@ -178,6 +180,7 @@ class Exchange:
         plan = _workload_plan(
             "retouched", "application/octet-stream", self.config.processing_image_s
         )
+        plan.processing_knob = "processing_image"
         plan.tiles = self.tiles
         return plan
 
@@ -259,13 +262,16 @@ class Exchange:
             headers=headers,
             body=body,
             processing_s=self.config.processing_audio_s,
+            processing_knob="processing_audio",
             error=None if ok else f"upload does not match workload {expected}",
         )
 
     def _route_tts(self) -> ResponsePlan:
-        return _workload_plan(
+        plan = _workload_plan(
             "audio", "audio/L16;rate=16000;channels=1", self.config.processing_audio_s
         )
+        plan.processing_knob = "processing_audio"
+        return plan
 
     def _route_retouch(self) -> ResponsePlan:
         ok, expected = self._upload_check()
@@ -279,12 +285,14 @@ class Exchange:
             plan = _error(422, f"upload does not match workload {expected}", self._upload_headers())
             plan.stop_reading = False
             return plan
-        return _workload_plan(
+        plan = _workload_plan(
             "retouched",
             "application/octet-stream",
             self.config.processing_image_s,
             self._upload_headers(),
         )
+        plan.processing_knob = "processing_image"
+        return plan
 
     def _route_image(self) -> ResponsePlan:
         return _workload_plan("image", "application/octet-stream")
@@ -344,7 +352,13 @@ class Exchange:
             ("x-agent-executed", "1" if executed else "0"),
             *self._upload_headers(),
         ]
-        return ResponsePlan(status=200, headers=headers, body=body, processing_s=wait_s)
+        return ResponsePlan(
+            status=200,
+            headers=headers,
+            body=body,
+            processing_s=wait_s,
+            processing_knob="agent_model" if executed else None,
+        )
 
     def _route_stream(self) -> ResponsePlan:
         query = parse_qs(urlsplit(self.head.path).query)

@@ -6,7 +6,7 @@ Interface for the harness (issue 5)::
         [--settings JSON|FILE]
         [--cc reno|cubic|bbr] [--window-clamp BYTES] [--sndbuf BYTES] [--rcvbuf BYTES]
         [--max-pacing-rate RATE] [--notsent-lowat BYTES] [--quickack]
-        [--quic-cc reno|cubic] [--max-datagram-size N] [--quic-max-data BYTES]
+        [--quic-cc reno|cubic|bbr] [--max-datagram-size N] [--quic-max-data BYTES]
         [--h2-window BYTES] [--processing-audio 30ms] [--processing-image 300ms]
         [--max-body BYTES] [--qlog-dir DIR] [--keylog FILE] [--cert-dir DIR]
         [--no-h2 | --no-h3] [--quic-pacing cwnd|off|RATE] [--no-quic-batching]
@@ -24,8 +24,9 @@ then serves until SIGINT/SIGTERM (exit status 0). A port of 0 picks a free one (
 from the line). Sizes take units (``64kb``, ``16MiB``), rates ``333mbit``, durations ``30ms``.
 ``--quic-max-data`` pins QUIC's connection and stream flow-control windows to that size
 (aioquic grows them otherwise); ``--h2-window`` sets HTTP/2's (default 16 MiB).
-``--quic-pacing``: ``cwnd`` is aioquic's pacer (rate cwnd/srtt, at most 16 datagrams per
-timer wake-up, i.e. ~186 Mbit/s at 1452 bytes), ``off`` sends cwnd-limited bursts (as Linux
+``--quic-pacing``: ``cwnd`` is the control's own pacing (reno, cubic: aioquic's pacer at
+cwnd/srtt, at most 16 datagrams per timer wake-up, i.e. ~186 Mbit/s at 1452 bytes; bbr: its
+pacing_gain x bw), ``off`` sends cwnd-limited bursts (as Linux
 reno/cubic without fq), a rate paces at that rate; ``--max-pacing-rate`` caps QUIC's pacer
 too. ``--no-quic-batching`` restores aioquic's one sendto and one transmit per datagram (for
 ``bench stacks`` comparisons). ``--samples`` writes the server's sender-side in-flight
@@ -52,6 +53,10 @@ Unusable values (``--bind`` not an address of this host, an unwritable ``--log``
 ``--settings`` takes the run's settings document (tbcore.settings, what the harness
 passes); each knob flag (one per knob the server applies) overrides it.
 
+``--quic-stack ngtcp2`` (or a settings document with ``quic_stack = "ngtcp2"``) serves
+HTTP/3 with Debian's gtlsserver instead (servers/ngtcp2.py): ``--no-h2``, the same listening
+line, log, qlog directory and key log; the workloads it carries: tbcore.quicstack.
+
 ``testbed workload path NAME`` / ``testbed workload sha256 NAME`` (audio, image, retouched).
 """
 
@@ -68,7 +73,7 @@ from servers.config import DEFAULT_PORT, ServerConfig
 from servers.guard import RETRY_MODES
 from tbcore import paths, units, workloads
 from tbcore.errors import SpecError
-from tbcore.settings import add_flags, settings_from_flags
+from tbcore.settings import Settings, add_flags, settings_from_flags
 
 CONFIG_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(ServerConfig)}
 """The default of each :class:`ServerConfig` field: the defaults of its flags, so that
@@ -85,12 +90,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fec-port", type=int, default=None, help="FEC listener, UDP + TLS control (0: any)"
     )
     parser.add_argument("--log", type=Path, default=None, help="JSONL event log")
+    parser.add_argument(
+        "--applied", type=Path, default=None, help="JSONL: what the server put in force"
+    )
     add_flags(parser, "server")
     parser.add_argument("--max-body", default="64mb", help="413 above this body size")
     parser.add_argument(
         "--samples", type=Path, default=None, help="sender-side in-flight samples (CSV)"
     )
-    parser.add_argument("--sample-hz", type=float, default=CONFIG_DEFAULTS["sample_hz"])
+    parser.add_argument(
+        "--sample-hz", default=f"{CONFIG_DEFAULTS['sample_hz']:g}", help="samples per s"
+    )
     parser.add_argument("--qlog-dir", type=Path, default=None)
     parser.add_argument("--keylog", type=Path, default=None, help="SSLKEYLOGFILE-format file")
     parser.add_argument("--cert-dir", type=Path, default=None)
@@ -154,9 +164,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         fec_port=args.fec_port,
         settings=settings_from_flags(args),
         log_path=args.log,
+        applied_path=args.applied,
         max_body_bytes=units.parse_size_bytes("max-body", args.max_body),
         samples_path=args.samples,
-        sample_hz=args.sample_hz,
+        sample_hz=units.parse_number("sample-hz", args.sample_hz),
         qlog_dir=args.qlog_dir,
         keylog_path=args.keylog,
         cert_dir=args.cert_dir,
@@ -172,10 +183,21 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from servers.serve import run
+SERVE_STACKS = {"aioquic": "servers.serve", "ngtcp2": "servers.ngtcp2"}
+"""The module whose ``run(config) -> int`` serves, by ``settings.quic_stack``
+(tbcore.quicstack): the testbed's own servers (h2, aioquic's h3, fec), or gtlsserver."""
+NGTCP2_SERVE_BASE = {"protocol": "h3", "workload": "tts", "processing_audio_s": 0.0}
+"""``testbed serve --quic-stack ngtcp2`` without a settings document: a level ngtcp2 can
+run (tbcore.quicstack refuses the default h2/asr/30 ms ones); the harness passes its own."""
 
-    return run(config_from_args(args))
+
+def _serve(args: argparse.Namespace) -> int:
+    import importlib
+
+    if args.settings is None and args.knob_quic_stack not in (None, "aioquic"):
+        args.settings = Settings(**NGTCP2_SERVE_BASE).to_json()
+    config = config_from_args(args)
+    return int(importlib.import_module(SERVE_STACKS[config.settings.quic_stack]).run(config))
 
 
 def _relay(args: argparse.Namespace) -> int:

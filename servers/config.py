@@ -16,6 +16,7 @@ from servers.guard import (
     RETRY_MODES,
 )
 from tbcore.errors import SpecError
+from tbcore.sampler import check_sample_hz
 from tbcore.settings import HasSettings, Settings
 
 DEFAULT_MAX_BODY_BYTES = 64_000_000
@@ -48,6 +49,8 @@ class ServerConfig(HasSettings):
     """The run's :class:`tbcore.settings.Settings` (socket, QUIC, HTTP/2, processing)."""
     log_path: Path | None = None
     """JSONL event log (CLOCK_MONOTONIC seconds)."""
+    applied_path: Path | None = None
+    """Where the server records what it put in force (tbcore.records.AppliedRecord, JSONL)."""
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     samples_path: Path | None = None
     """In-flight samples of the server as sender (TCP_INFO / aioquic recovery), CSV, written
@@ -83,6 +86,7 @@ class ServerConfig(HasSettings):
             raise SpecError("h2-port", "at least one of h2, h3 and fec must listen")
         if self.fec_port is not None and self.settings.fec_rate_bps is None:
             raise SpecError("fec-rate", "the FEC server needs the path's rate (e.g. 333mbit)")
+        check_sample_hz("sample-hz", self.sample_hz)
         if self.max_body_bytes < 0:
             raise SpecError("max-body", "must be >= 0 bytes")
         for name in ("idle_timeout_s", "head_timeout_s", "handshake_timeout_s"):

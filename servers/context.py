@@ -10,6 +10,7 @@ from typing import Any
 from servers.app import AppConfig
 from servers.config import ServerConfig
 from servers.events import EventLog
+from tbcore.records import NO_APPLIED_LOG, AppliedLog
 from tbcore.sampler import Sampler
 
 
@@ -19,6 +20,8 @@ class ServerContext:
     log: EventLog
     sampler: Sampler | None = None
     """Sender-side in-flight sampler (one response at a time), when asked for."""
+    applied: AppliedLog = NO_APPLIED_LOG
+    """What the server puts in force, per connection and response (AppliedRecord)."""
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def sample_response(

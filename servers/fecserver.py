@@ -33,6 +33,7 @@ from proto.fec.session import (
     TransferFailed,
     TransferReceived,
     TransferStats,
+    fec_in_force,
 )
 from proto.fec.wire import ALPN_FEC
 from proto.tls import ensure_certificate, server_context
@@ -238,6 +239,7 @@ class FecListener:
             now=now,
         )
         session = FecServerSession(self.ctx, conn_id, endpoint)
+        self.ctx.applied.write("fec", fec_in_force(endpoint), conn_id)
         loop = asyncio.get_running_loop()
         session.driver = EndpointDriver(endpoint, self.io, None, session.on_event, loop)
         self.sessions[session_id] = session

@@ -1,7 +1,9 @@
 """Abuse limits of the servers, without I/O: counters over a time window, admission of
 connections per source and in total, and the HTTP/2 per-connection abuse verdicts
 (CVE-2023-44487 rapid reset, a peer that keeps sending on a reset stream, a request head
-that never completes).
+that never completes, and the control-frame floods of the 2019 advisories: CVE-2019-9512
+ping, 9513 priority, 9514 reset, 9515 settings, 9518 empty frames, and replies the peer
+never reads).
 
 Every method takes ``now`` (CLOCK_MONOTONIC seconds); the asyncio edges in
 :mod:`servers.h2server` and :mod:`servers.h3server` call them and act on the verdict
@@ -28,6 +30,34 @@ RESET_STREAM_GRACE_BYTES = 1024 * 1024
 """DATA a peer may send on one stream after the server reset it, beyond the stream's
 flow-control window: what was in flight before the RST_STREAM arrived is at most a window
 (RFC 9113 section 6.4: frames in flight are to be expected); more is a peer ignoring it."""
+MAX_SETTINGS_PER_WINDOW = 50
+"""SETTINGS frames (and their ACKs) a client may send per window (CVE-2019-9515): a client
+sends its SETTINGS once and acknowledges the server's once (RFC 9113 section 6.5); a change
+mid-connection is rare. Every one costs the server an ACK."""
+MAX_PINGS_PER_WINDOW = 100
+"""PING frames per window (CVE-2019-9512): 10/s, ten times a client that measures its RTT
+every 100 ms; the testbed's relay sends one every 10 s. Every PING costs a PING ACK."""
+MAX_EMPTY_FRAMES_PER_WINDOW = 100
+"""DATA or HEADERS frames with nothing in them and without END_STREAM, and empty
+CONTINUATION frames without END_HEADERS, per window (CVE-2019-9518): they carry nothing, so
+a correct sender has no reason for them; a few are tolerated."""
+MAX_PRIORITY_PER_WINDOW = MAX_STREAMS_PER_WINDOW
+"""PRIORITY frames per window (CVE-2019-9513's priority churn): one for every stream a
+client may open in the window (browsers send one per request, or a few at the start)."""
+MAX_WINDOW_UPDATES_PER_WINDOW = 1_000
+"""WINDOW_UPDATE frames per window beyond :data:`WINDOW_UPDATES_PER_DATA_FRAME` for every DATA
+frame the server sent: a client credits what it received (a stream and the connection per
+frame at most); updates for nothing cost the server a parse and a wake-up of its sender."""
+WINDOW_UPDATES_PER_DATA_FRAME = 2
+"""A stream's and the connection's update for each DATA frame received (RFC 9113 6.9)."""
+MAX_SERVER_RESETS_PER_WINDOW = MAX_STREAMS_PER_WINDOW
+"""RST_STREAM frames the server may be made to send per window (CVE-2019-9514: frames on
+closed streams and refused requests each draw one): one for every stream a client may open."""
+MAX_UNREAD_REPLIES = 1_000
+"""Replies (SETTINGS ACK, PING ACK, RST_STREAM) the server may queue while the peer does not
+read (the transport's writing paused: kernel and write buffers full). A client that reads
+nothing while it makes the server answer a thousand frames is not reading at all; Go's
+server closes at 10,000 queued control frames (its fix of CVE-2019-9512/9515)."""
 RESET_STREAMS_TRACKED = 128
 """Reset streams whose late DATA is counted (the most recent ones; older ones drop out)."""
 DEFAULT_HEAD_TIMEOUT_S = 10.0
@@ -123,6 +153,14 @@ class Admission:
         return self._per_source.get(source, 0)
 
 
+H2_DATA, H2_HEADERS, H2_PRIORITY, H2_RST_STREAM, H2_SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
+H2_PING, H2_WINDOW_UPDATE, H2_CONTINUATION = 0x6, 0x8, 0x9
+"""Frame types (RFC 9113 section 6)."""
+H2_FLAG_ACK = H2_FLAG_END_STREAM = 0x1
+H2_FLAG_END_HEADERS = 0x4
+"""Frame flags (RFC 9113 sections 6.1, 6.2, 6.5, 6.7)."""
+
+
 @dataclass(frozen=True)
 class H2Limits:
     """Per-connection HTTP/2 limits (see the module constants for each reason)."""
@@ -131,6 +169,39 @@ class H2Limits:
     max_peer_resets: int = MAX_PEER_RESETS_PER_WINDOW
     max_streams: int = MAX_STREAMS_PER_WINDOW
     reset_stream_grace_bytes: int = RESET_STREAM_GRACE_BYTES
+    max_settings: int = MAX_SETTINGS_PER_WINDOW
+    max_pings: int = MAX_PINGS_PER_WINDOW
+    max_empty_frames: int = MAX_EMPTY_FRAMES_PER_WINDOW
+    max_priority: int = MAX_PRIORITY_PER_WINDOW
+    max_window_updates: int = MAX_WINDOW_UPDATES_PER_WINDOW
+    max_server_resets: int = MAX_SERVER_RESETS_PER_WINDOW
+    max_unread_replies: int = MAX_UNREAD_REPLIES
+
+
+def is_empty_frame(frame_type: int, flags: int, content_bytes: int) -> bool:
+    """CVE-2019-9518's frames: DATA or HEADERS with no content and without END_STREAM, or a
+    CONTINUATION with no content and without END_HEADERS (``content_bytes``: the data or the
+    header block fragment, padding excluded)."""
+    if content_bytes:
+        return False
+    if frame_type in (H2_DATA, H2_HEADERS):
+        return not flags & H2_FLAG_END_STREAM
+    return frame_type == H2_CONTINUATION and not flags & H2_FLAG_END_HEADERS
+
+
+class _Budget:
+    """One kind of frame counted over the window, and what the verdict calls it."""
+
+    def __init__(self, limit: int, window_s: float, name: str, advisory: str) -> None:
+        self.counter = WindowCounter(limit, window_s)
+        self.name = name
+        self.advisory = advisory
+
+    def add(self, now: float) -> str | None:
+        if not self.counter.add(now):
+            return None
+        counter = self.counter
+        return f"more than {counter.limit} {self.name} in {counter.window_s:g} s ({self.advisory})"
 
 
 class H2AbuseGuard:
@@ -145,6 +216,71 @@ class H2AbuseGuard:
         self._late_bytes: OrderedDict[int, int] = OrderedDict()
         self.resets_seen = 0
         self.streams_seen = 0
+        window = limits.window_s
+        self._received = {
+            H2_SETTINGS: _Budget(limits.max_settings, window, "SETTINGS", "CVE-2019-9515"),
+            H2_PING: _Budget(limits.max_pings, window, "PING", "CVE-2019-9512"),
+            H2_PRIORITY: _Budget(limits.max_priority, window, "PRIORITY", "CVE-2019-9513"),
+        }
+        self._empty = _Budget(limits.max_empty_frames, window, "empty frames", "CVE-2019-9518")
+        self._window_updates = _Budget(
+            limits.max_window_updates, window, "WINDOW_UPDATE beyond the DATA sent", "flood"
+        )
+        self._server_resets = _Budget(
+            limits.max_server_resets, window, "RST_STREAM drawn from the server", "CVE-2019-9514"
+        )
+        self._update_credit = 0
+        """WINDOW_UPDATE frames the DATA sent so far entitle the peer to."""
+        self.writing_paused = False
+        self.unread_replies = 0
+        """Replies queued since the transport last stopped taking writes."""
+
+    # -- frames as they arrive and leave (the control-frame floods) ------------------------
+    def on_frame_received(
+        self, frame_type: int, flags: int, content_bytes: int, now: float
+    ) -> str | None:
+        """Every frame the peer sent, before it is processed."""
+        if frame_type == H2_RST_STREAM:
+            return self.on_peer_reset(now)
+        if is_empty_frame(frame_type, flags, content_bytes):
+            return self._empty.add(now)
+        if frame_type == H2_WINDOW_UPDATE:
+            if self._update_credit > 0:
+                self._update_credit -= 1
+                return None
+            return self._window_updates.add(now)
+        budget = self._received.get(frame_type)
+        return None if budget is None else budget.add(now)
+
+    def on_frame_sent(self, frame_type: int, flags: int, now: float) -> str | None:
+        """Every frame the server queues for sending."""
+        if frame_type == H2_DATA:
+            self._update_credit += WINDOW_UPDATES_PER_DATA_FRAME
+            return None
+        reply = frame_type == H2_RST_STREAM or (
+            frame_type in (H2_SETTINGS, H2_PING) and flags & H2_FLAG_ACK
+        )
+        if not reply:
+            return None
+        if self.writing_paused:
+            self.unread_replies += 1
+            if self.unread_replies > self.limits.max_unread_replies:
+                return (
+                    f"{self.unread_replies} replies queued while the peer reads nothing "
+                    "(CVE-2019-9512/9515: ACKs never read)"
+                )
+        if frame_type == H2_RST_STREAM:
+            return self._server_resets.add(now)
+        return None
+
+    def on_writing_paused(self) -> None:
+        """The transport's buffer is full: what is queued now waits for the peer to read."""
+        self.writing_paused = True
+
+    def on_writing_resumed(self) -> None:
+        """The peer read: the buffer drained below its low-water mark."""
+        self.writing_paused = False
+        self.unread_replies = 0
 
     def on_stream_opened(self, now: float) -> str | None:
         self.streams_seen += 1

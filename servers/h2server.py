@@ -23,7 +23,7 @@ import h2.settings
 
 from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H2
-from proto.sockopts import apply_tcp_options, rearm_quickack, tcp_socket
+from proto.sockopts import apply_tcp_options, read_tcp_options, rearm_quickack, tcp_socket
 from proto.tls import ensure_certificate, server_context
 from servers import app
 from servers.context import ServerContext
@@ -63,14 +63,51 @@ standing in the accept queue in front of a normal client's."""
 
 class GuardedH2Connection(h2.connection.H2Connection):
     """``H2Connection`` that reports DATA on closed streams (h2 answers it with RST_STREAM
-    and credits the connection window, so a peer may go on sending for ever)."""
+    and credits the connection window, so a peer may go on sending for ever), every frame
+    before it is processed (``on_frame_received`` may raise to stop the parse there) and
+    every frame queued for sending."""
 
     on_closed_stream_data: Any = None
+    on_frame_received: Any = None
+    on_frames_sent: Any = None
 
     def _handle_data_on_closed_stream(self, events: Any, exc: Any, frame: Any) -> Any:
         if self.on_closed_stream_data is not None:
             self.on_closed_stream_data(frame.stream_id, frame.flow_controlled_length)
         return super()._handle_data_on_closed_stream(events, exc, frame)
+
+    def _receive_frame(self, frame: Any) -> Any:
+        if self.on_frame_received is not None:
+            self.on_frame_received(frame)
+        return super()._receive_frame(frame)
+
+    def _prepare_for_sending(self, frames: Any) -> None:
+        if self.on_frames_sent is not None and frames:
+            self.on_frames_sent(frames)
+        super()._prepare_for_sending(frames)
+
+
+class _Condemned(Exception):
+    """Raised from inside h2's parse when a frame passes an abuse budget: nothing after it
+    is processed."""
+
+
+H2_FLAG_BITS = {"END_STREAM": 0x1, "ACK": 0x1, "END_HEADERS": 0x4, "PADDED": 0x8, "PRIORITY": 0x20}
+"""RFC 9113 section 6: every flag a frame type defines, by hyperframe's name."""
+
+
+def _flag_bits(frame: Any) -> int:
+    """A hyperframe frame's flags as the wire's bits (per frame: a loop over the flags set,
+    none for most DATA frames)."""
+    bits = 0
+    for name in frame.flags:
+        bits |= H2_FLAG_BITS.get(name, 0)
+    return bits
+
+
+def _content_bytes(frame: Any) -> int:
+    """DATA's data or a header block fragment, padding excluded; 0 for other frames."""
+    return len(getattr(frame, "data", b""))
 
 
 SEND_LOWAT_BYTES = 64 * 1024
@@ -119,7 +156,11 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             h2.config.H2Configuration(client_side=False, header_encoding=None)
         )
         self.h2.on_closed_stream_data = self._on_closed_stream_data
+        self.h2.on_frame_received = self._on_frame_received
+        self.h2.on_frames_sent = self._on_frames_sent
         self.guard = H2AbuseGuard(H2Limits(), ctx.config.settings.h2_window_bytes)
+        self._verdict: str | None = None
+        """An abuse verdict reached while h2 queued frames, acted on after the parse."""
         self.head_deadline = HeadDeadline(ctx.config.head_timeout_s)
         self._head_handle: asyncio.TimerHandle | None = None
         self._abuse: str | None = None
@@ -155,6 +196,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             self._log("error", reason=f"socket option: {err}")
         start_connection(self.h2, self.ctx.config.settings.h2_window_bytes)
         self._flush()
+        self._record_applied()
         ssl_object = transport.get_extra_info("ssl_object")
         self._log(
             "connection_open",
@@ -163,6 +205,18 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             resumed=bool(ssl_object.session_reused) if ssl_object else None,
         )
         self._schedule_idle_check()
+
+    def _record_applied(self) -> None:
+        """The connection's socket options as the kernel has them, TCP_QUICKACK re-arming,
+        HTTP/2 connection window and the send order of its response streams (AppliedRecord)."""
+        settings = self.ctx.config.settings
+        applied, conn = self.ctx.applied, self.conn_id
+        if self.sock is not None:
+            tcp = {**read_tcp_options(self.sock), "quickack": settings.quickack}
+            applied.write("tcp", tcp, conn)
+        applied.write("h2", {"h2_window": self.h2.inbound_flow_control_window}, conn)
+        gated = settings.send_policy != POLICY_NONE  # the pump's gate (_run_pump)
+        applied.write("streams", {"send_policy": self.scheduler.policy if gated else None}, conn)
 
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
@@ -178,10 +232,14 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             except h2.exceptions.ProtocolError as err:
                 self._protocol_error(now, err)
                 return
+            except _Condemned as verdict:
+                return self._condemn(str(verdict), now)
             for event in events:
                 if self._abuse is not None:
                     return
                 self._handle_event(event, now)
+            if self._verdict is not None:
+                return self._condemn(self._verdict, now)
             self._flush()
         self._update_head_deadline(now)
 
@@ -221,6 +279,22 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             )
         else:
             self._update_head_deadline(now)
+
+    def _on_frame_received(self, frame: Any) -> None:
+        reason = self.guard.on_frame_received(
+            frame.type, _flag_bits(frame), _content_bytes(frame), time.monotonic()
+        )
+        if reason is not None:
+            raise _Condemned(reason)
+
+    def _on_frames_sent(self, frames: Any) -> None:
+        if self._abuse is not None:
+            return  # the GOAWAY and what h2 still queues after the verdict
+        now = time.monotonic()
+        for frame in frames:
+            reason = self.guard.on_frame_sent(frame.type, _flag_bits(frame), now)
+            if reason is not None and self._verdict is None:
+                self._verdict = reason
 
     def _on_closed_stream_data(self, stream_id: int, size_bytes: int) -> None:
         if self._abuse is None:
@@ -276,9 +350,11 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writable.clear()
+        self.guard.on_writing_paused()
 
     def resume_writing(self) -> None:
         self._writable.set()
+        self.guard.on_writing_resumed()
 
     # -- h2 events -----------------------------------------------------------------------
     def _handle_event(self, event: h2.events.Event, now: float) -> None:
@@ -295,10 +371,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         elif isinstance(event, h2.events.StreamEnded):
             self._on_end(event.stream_id, now)
         elif isinstance(event, h2.events.StreamReset):
-            if event.remote_reset:
-                reason = self.guard.on_peer_reset(now)
-                if reason is not None:
-                    return self._condemn(reason, now)
+            # the peer's RST_STREAM frames are counted as they arrive (_on_frame_received)
             self._drop_stream(event.stream_id)
             self._on_reset(event.stream_id, event.error_code, now)
         elif isinstance(event, h2.events.UnknownFrameReceived):
@@ -667,10 +740,6 @@ class H2Listener:
         self.sock.close()
         for task in list(self._pending):
             task.cancel()
-        for protocol in list(self.protocols):
-            protocol._close()
-
-    def close_clients(self) -> None:
         for protocol in list(self.protocols):
             protocol._close()
 

@@ -37,6 +37,7 @@ from proto.quic.edge import (
     quic_configuration_of,
     quic_connection_of,
     quic_counters,
+    quic_in_force,
     stream_fully_sent,
 )
 from proto.tls import ensure_certificate
@@ -411,6 +412,10 @@ class H3Listener(asyncio.DatagramProtocol):
         protocol.connection_made(self.transport)  # type: ignore[arg-type]
         protocol.gso_socket = self.sock
         protocol.coalesce_transmit = self.sock is not None
+        self.ctx.applied.write("quic", quic_in_force(protocol), conn_id)
+        scheduler = getattr(quic, "scheduler", None)
+        policy = {"send_policy": scheduler.policy if scheduler is not None else None}
+        self.ctx.applied.write("streams", policy, conn_id)
         cids: set[bytes] = set()
 
         def issued(cid: bytes) -> None:

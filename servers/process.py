@@ -95,13 +95,6 @@ class ServerProcess:
             self._stderr = None
         return self.proc.returncode
 
-    def stderr_text(self) -> str:
-        """What the server wrote to stderr so far."""
-        if self._stderr is None:
-            return ""
-        self._stderr.seek(0)
-        return self._stderr.read().decode(errors="replace")
-
     def __enter__(self) -> ServerProcess:
         return self.start()
 

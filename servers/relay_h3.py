@@ -241,7 +241,7 @@ async def connect_upstream_h3(relay: RelayState) -> H3Upstream:
     config = relay.config
     configuration = make_quic_configuration(
         is_client=True,
-        cc=config.settings.quic_cc,
+        cc=config.settings.quic_control,
         max_datagram_size=UPSTREAM_DATAGRAM_BYTES,
         fixed_window_bytes=config.window_bytes,
     )
@@ -289,7 +289,7 @@ async def listen_h3(relay: RelayState, port: int) -> tuple[QuicServer, tuple[str
     paths = ensure_certificate(config.cert_dir)
     configuration = make_quic_configuration(
         is_client=False,
-        cc=config.settings.quic_cc,
+        cc=config.settings.quic_control,
         max_datagram_size=config.settings.max_datagram_size_bytes,
     )
     configuration.load_cert_chain(paths.cert, paths.key)

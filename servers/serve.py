@@ -18,11 +18,10 @@ import uvloop
 from servers.config import ServerConfig
 from servers.context import ServerContext
 from servers.events import EventLog
-from servers.fecserver import start_fec
 from servers.h2server import start_h2
 from servers.h3server import start_h3
 from tbcore import workloads
-from tbcore.records import ServerSample
+from tbcore.records import AppliedLog, ServerSample
 from tbcore.sampler import Sampler
 
 MEMORY_TRIM_INTERVAL_S = 5.0
@@ -55,7 +54,8 @@ async def serve(
     set (or SIGINT/SIGTERM when ``stop`` is None)."""
     log = EventLog(config.log_path)
     sampler = Sampler(ServerSample, config.sample_hz) if config.samples_path is not None else None
-    ctx = ServerContext(config=config, log=log, sampler=sampler)
+    applied = AppliedLog(config.applied_path, "server")
+    ctx = ServerContext(config=config, log=log, sampler=sampler, applied=applied)
     loop = asyncio.get_running_loop()
     keylog: IO[str] | None = None
     if config.keylog_path is not None:
@@ -84,6 +84,10 @@ async def serve(
             log.emit("listening", proto="h3", addr=f"{host}:{port}")
             print(f"listening h3 udp {host}:{port}", file=out, flush=True)
         if config.fec_port is not None:
+            # imported here: the FEC stack (numpy, raptorq) is 15 MB a server without a FEC
+            # listener would carry for nothing
+            from servers.fecserver import start_fec
+
             fec_listener, (host, port) = await start_fec(ctx)
             log.emit("listening", proto="fec", addr=f"{host}:{port}")
             print(f"listening fec udp {host}:{port}", file=out, flush=True)
@@ -104,6 +108,7 @@ async def serve(
             sampler.stop()
             sampler.write_csv(config.samples_path)
         log.close()
+        applied.close()
         if keylog is not None:
             keylog.close()
 

@@ -14,8 +14,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tbcore import agent, fecmath, workloads
+from tbcore import agent, fecmath, quicstack, workloads
 from tbcore.errors import SpecError
+
+INITIAL_WINDOW_PACKETS = 10
+"""RFC 6928 (TCP, Linux's TCP_INIT_CWND, what a route without ``initcwnd`` gets) and RFC 9002
+section 7.2 (QUIC: 10 datagrams up to 1472 bytes; aioquic's K_INITIAL_WINDOW)."""
+
+
+TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
+"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
+QUIC_CONGESTION_CONTROLS = tuple(
+    dict.fromkeys((*quicstack.AIOQUIC_CONGESTION_CONTROLS, *quicstack.NGTCP2_CONGESTION_CONTROLS))
+)
+"""What the QUIC stacks have, all told: aioquic's (reno, cubic, the testbed's bbr) and
+ngtcp2's (its bbr2 too); each level's stack takes its own (quicstack.controls_of)."""
 
 
 @dataclass(frozen=True)
@@ -25,8 +38,8 @@ class ProtocolKind:
     name: str
     transport: str
     """``tcp`` or ``udp``: how the harness reads ACKs (pcap of TCP, qlog of QUIC)."""
-    cc_attr: str
-    """The settings field naming its congestion control (``cc`` or ``quic_cc``)."""
+    cc_of: Callable[[Any], str | None]
+    """Its congestion control from the settings (``cc``; QUIC's ``quic_cc`` when given)."""
     mss: Callable[[Any], int]
     """The payload of one full-sized packet for the bound, from the settings."""
     window_caps: Callable[[Any], list[int | None]]
@@ -39,6 +52,31 @@ class ProtocolKind:
     """Whether its ends write qlog (the harness reads QUIC's ACKs from it)."""
     columns: tuple[str, ...] = ()
     """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
+    traits: tuple[str, ...] = ()
+    """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope): ``tcp``
+    (kernel TCP sockets, route metrics, TCP sysctls), ``quic`` (aioquic), ``http`` (HTTP
+    request streams with RFC 9218 priorities), ``sessions`` (TLS session resumption)."""
+    connections: tuple[str, ...] = ("new", "reused")
+    """The ``connection`` modes it runs (tbcore.settings.CONNECTION_MODES)."""
+    connection_note: str = ""
+    """Why the other modes are refused (the one-line reason)."""
+    path_rate_attr: str | None = None
+    """A settings field capping its sender's rate that each end fills with the configured rate
+    of the direction it sends on when the file leaves it None (fec_rate); such a protocol
+    needs a rate on both directions of the path."""
+    bound: str = "request"
+    """The model of its run's bound (harness.collect.row.BOUNDS): ``request`` (MODELS.md
+    sections 1-8: set-up, slow start, window) or ``fec`` (section 10: the symbols sent)."""
+    chunk_overhead_bytes: int = 0
+    """Wire bytes besides the payload per streamed chunk (the playback prediction)."""
+    upload_mode: Callable[[Any], str] | None = None
+    """How it carries one upload over two paths (the dual topology), from the settings: an
+    arm of ``multipath`` or :data:`MIGRATE`; None: it cannot."""
+    initial_window: Callable[[Any], int] = lambda s: INITIAL_WINDOW_PACKETS
+    """Its initial congestion window in full packets for the bound, from the settings."""
+    controls: Callable[[Any], tuple[str, ...]] = lambda s: ()
+    """The congestion controls its stack has (empty: it takes none; ``cc`` is refused
+    when it names another)."""
 
 
 @dataclass(frozen=True)
@@ -65,12 +103,23 @@ class WorkloadKind:
     stdout): {N: [netem.events string, ...]}, from the settings."""
     columns: tuple[str, ...] = ()
     """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
+    parts: int = 1
+    """Independently processed parts of its upload (the tile pipeline, MODELS.md section 2)."""
+    protocols: tuple[str, ...] = ()
+    """The protocols its client runs it over, by name or trait (empty: every one)."""
+    traits: tuple[str, ...] = ()
+    """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope):
+    ``request`` (request records: requests, warm-ups, connections), ``chunks`` (a streamed
+    response of chunks), ``streams`` (several requests at once on one connection),
+    ``audio_processing`` / ``image_processing`` (the server's sleep per request),
+    ``overhead`` (an upload whose segments the overhead table counts)."""
 
 
 @dataclass(frozen=True)
 class TopologyKind:
-    """One shape of the path (netem.topologyspec), as the spec stage checks it: the settings
-    only it applies and the workloads it carries. Its run-stage behaviour (the relay's
+    """One shape of the path (netem.topologyspec), as the spec stage checks it: its edges,
+    the workloads it carries, what it cannot run (the knobs only some shapes apply name them
+    in their tbcore.settings.Scope). Its run-stage behaviour (the relay's
     process, the client's addresses) is registered in harness.run.topologies."""
 
     name: str
@@ -78,14 +127,14 @@ class TopologyKind:
     """The link knobs it needs (``link`` first) ..."""
     optional_edges: tuple[str, ...] = ()
     """... and those it may have."""
-    settings: tuple[str, ...] = ()
-    """Knobs (keys) that take effect on this topology only: refused elsewhere when set."""
     workloads: tuple[str, ...] | None = None
     """The workloads it carries (None: every one that is not bound to another topology)."""
     check: Callable[[Any], None] = lambda s: None
     """Combinations of settings the shape cannot run (SpecError naming the key)."""
     columns: tuple[str, ...] = ()
     """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
+    traits: tuple[str, ...] = ()
+    """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope)."""
 
 
 PROTOCOLS: dict[str, ProtocolKind] = {}
@@ -135,30 +184,59 @@ def workload(name: str) -> WorkloadKind:
         raise SpecError("workload", f"{name!r} is not one of {', '.join(WORKLOADS)}") from None
 
 
+def traits_of(kind: ProtocolKind | WorkloadKind | TopologyKind) -> frozenset[str]:
+    """A kind's name and its traits: what a knob's scope may name (a workload the request
+    bound covers, ``bounded``, also carries ``bounded``)."""
+    bounded = ("bounded",) if getattr(kind, "bounded", False) else ()
+    return frozenset((kind.name, *kind.traits, *bounded))
+
+
+MIGRATE = "migrate"
+"""The upload over two paths of a protocol that migrates its one connection from the first
+path to the second when the first fails (QUIC, RFC 9000 section 9)."""
+
+H2_CHUNK_OVERHEAD_BYTES = 9 + 22 + 52
+"""Per 960-byte chunk on the wire over HTTP/2: DATA frame header (RFC 9113 4.1), a TLS 1.3
+record (5 header + 1 type + 16 tag) and IPv4 + TCP with timestamps (20 + 32)."""
+H3_CHUNK_OVERHEAD_BYTES = 3 + 28 + 1 + 8 + 8 + 16
+"""Per chunk over HTTP/3: DATA frame header (type + 2-byte length), IPv4 + UDP (28), a
+short header (1 + 8-byte connection ID), STREAM frame header (about 8) and the AEAD tag."""
+
 register_protocol(
     ProtocolKind(
         name="h2",
         transport="tcp",
-        cc_attr="cc",
+        cc_of=lambda s: s.cc,
+        controls=lambda s: TCP_CONGESTION_CONTROLS,
         mss=lambda s: s.mss_bytes,
         # TCP's clamp and HTTP/2's flow-control window
         window_caps=lambda s: [s.window_clamp_bytes, s.h2_window_bytes],
+        initial_window=lambda s: s.initcwnd or INITIAL_WINDOW_PACKETS,  # the route metric
         # Linux TCP paces with bbr (its pacing_gain) or when SO_MAX_PACING_RATE is set
         paces=lambda s: s.cc == "bbr" or s.pace_at_path_rate or s.max_pacing_rate_bps is not None,
         listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h3"],
+        traits=("tcp", "http", "sessions"),
+        connection_note="Python's ssl has no TLS 1.3 early data (use resume for h2)",
+        chunk_overhead_bytes=H2_CHUNK_OVERHEAD_BYTES,
+        upload_mode=lambda s: s.multipath,
     )
 )
 register_protocol(
     ProtocolKind(
         name="h3",
         transport="udp",
-        cc_attr="quic_cc",
+        cc_of=lambda s: quicstack.control_of(s),
+        controls=lambda s: quicstack.controls_of(s),
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
-        # aioquic paces unless told off (rate = cwnd / srtt)
-        paces=lambda s: s.quic_pacing != "off",
+        # aioquic paces unless told off (rate = cwnd / srtt); ngtcp2's binaries never
+        paces=lambda s: quicstack.paces(s),
         listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h2"],
         qlog=True,
+        traits=("quic", "http", "sessions"),
+        connections=("new", "reused", "0rtt"),
+        chunk_overhead_bytes=H3_CHUNK_OVERHEAD_BYTES,
+        upload_mode=lambda s: MIGRATE,
     )
 )
 
@@ -166,22 +244,34 @@ register_protocol(
     ProtocolKind(
         name="fec",
         transport="udp",
-        cc_attr="fec_redundancy",  # no congestion control: the redundancy is its choice
+        cc_of=lambda s: s.fec_redundancy,  # no congestion control: the redundancy is its choice
         mss=lambda s: fecmath.FEC_SYMBOL_BYTES,
         window_caps=lambda s: [],
         # paced at min(cap, measured rate) by a token bucket (proto/fec/session.py)
         paces=lambda s: True,
         listeners=lambda port: ["--no-h2", "--no-h3", "--fec-port", str(port)],
         columns=("fec",),
+        connection_note="fec has new and reused sessions",
+        path_rate_attr="fec_rate_bps",
+        bound="fec",
+        # datagrams over UDP as HTTP/3's (its symbol headers are not modelled)
+        chunk_overhead_bytes=H3_CHUNK_OVERHEAD_BYTES,
     )
 )
 
 _AUDIO = workloads.AUDIO_SIZE_BYTES
+_REQUEST = ("request",)
+_AUDIO_REQUEST = ("request", "audio_processing")
+_IMAGE_UPLOAD = ("request", "image_processing", "overhead")
 register_workload(
-    WorkloadKind("asr", lambda s: _AUDIO, lambda s: 0, lambda s: s.processing_audio_s)
+    WorkloadKind(
+        "asr", lambda s: _AUDIO, lambda s: 0, lambda s: s.processing_audio_s, traits=_AUDIO_REQUEST
+    )
 )
 register_workload(
-    WorkloadKind("tts", lambda s: 0, lambda s: _AUDIO, lambda s: s.processing_audio_s)
+    WorkloadKind(
+        "tts", lambda s: 0, lambda s: _AUDIO, lambda s: s.processing_audio_s, traits=_AUDIO_REQUEST
+    )
 )
 register_workload(
     WorkloadKind(
@@ -189,6 +279,7 @@ register_workload(
         lambda s: workloads.IMAGE_SIZE_BYTES,
         lambda s: workloads.RETOUCHED_SIZE_BYTES,
         lambda s: s.processing_image_s,
+        traits=_IMAGE_UPLOAD,
     )
 )
 register_workload(
@@ -198,13 +289,26 @@ register_workload(
         lambda s: s.chunks * workloads.STREAM_CHUNK_BYTES,
         lambda s: 0.0,
         bounded=False,
+        traits=("request", "chunks"),
     )
 )
 register_workload(
-    WorkloadKind("image", lambda s: 0, lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0.0)
+    WorkloadKind(
+        "image",
+        lambda s: 0,
+        lambda s: workloads.IMAGE_SIZE_BYTES,
+        lambda s: 0.0,
+        traits=_REQUEST,
+    )
 )
 register_workload(
-    WorkloadKind("result", lambda s: 0, lambda s: workloads.RETOUCHED_SIZE_BYTES, lambda s: 0.0)
+    WorkloadKind(
+        "result",
+        lambda s: 0,
+        lambda s: workloads.RETOUCHED_SIZE_BYTES,
+        lambda s: 0.0,
+        traits=_REQUEST,
+    )
 )
 _STREAM_DOWN: dict[str, Callable[[Any], int]] = {
     "tts": lambda s: _AUDIO,
@@ -218,6 +322,8 @@ register_workload(
         lambda s: sum(_STREAM_DOWN[name](s) for name in s.stream_list),
         lambda s: 0.0,
         bounded=False,  # streams share the path: per-stream times in streams.csv
+        # what its streams apply: the stream's chunks, the audio's processing
+        traits=("request", "streams", "chunks", "audio_processing"),
     )
 )
 register_workload(
@@ -227,10 +333,18 @@ register_workload(
         lambda s: workloads.RETOUCHED_SIZE_BYTES,
         lambda s: s.processing_image_s,
         bounded=False,  # its bound is the tile pipeline (MODELS.md section 2)
+        parts=3,
+        traits=_IMAGE_UPLOAD,
     )
 )
 register_workload(
-    WorkloadKind("sink", lambda s: workloads.IMAGE_SIZE_BYTES, lambda s: 0, lambda s: 0.0)
+    WorkloadKind(
+        "sink",
+        lambda s: workloads.IMAGE_SIZE_BYTES,
+        lambda s: 0,
+        lambda s: 0.0,
+        traits=_REQUEST,
+    )
 )
 
 
@@ -255,6 +369,7 @@ register_workload(
         lambda s: s.agent_model_s,
         records="agent_round",
         columns=("agent",),
+        protocols=("http",),  # its client resumes over TLS sessions or tickets: not fec
         link_events=lambda s: _agent_events(s),
         # every round (and as many again, redone) at most its local work, model time and
         # the patience of one request
@@ -293,22 +408,22 @@ register_workload(
 )
 
 register_topology(TopologyKind("direct", edges=("link",)))
-register_topology(
-    TopologyKind(
-        "relay", edges=("link", "near_link"), settings=("route",), columns=("relay", "topology")
-    )
-)
+register_topology(TopologyKind("relay", edges=("link", "near_link"), columns=("relay", "topology")))
 
 
 def _check_dual(s: Any) -> None:
     """Two paths carry one upload: HTTP/2 in four arms, HTTP/3 only as a migration."""
-    if s.protocol not in ("h2", "h3"):
-        raise SpecError("protocol", f"two paths carry h2 (or h3 migrating), not {s.protocol!r}")
-    if s.protocol == "h3" and (s.multipath != "single" or s.outage_at_s is None):
+    carries = protocol(s.protocol).upload_mode
+    if carries is None:
+        able = [p.name for p in PROTOCOLS.values() if p.upload_mode is not None]
+        raise SpecError("protocol", f"two paths carry {' or '.join(able)}, not {s.protocol!r}")
+    mode = carries(s)
+    if mode == MIGRATE and s.outage_at_s is None:
         raise SpecError(
-            "protocol", "h3 on two paths: multipath = single with outage_at (a migration)"
+            "protocol",
+            f"{s.protocol} on two paths: multipath = single with outage_at (a migration)",
         )
-    if s.outage_at_s is not None and s.protocol == "h2" and s.multipath not in MULTIPATH_FAILOVER:
+    if s.outage_at_s is not None and mode not in (*MULTIPATH_FAILOVER, MIGRATE):
         raise SpecError(
             "outage_at",
             f"a failover needs multipath {' or '.join(MULTIPATH_FAILOVER)} (or h3 migrating), "
@@ -324,7 +439,6 @@ register_topology(
         "dual",
         edges=("link", "link_b"),
         optional_edges=("exit_link",),
-        settings=("multipath", "outage_at"),
         workloads=("upload",),
         check=_check_dual,
         columns=("dual", "topology"),

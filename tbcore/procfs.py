@@ -110,6 +110,28 @@ def process_cpu_s(pid: int) -> float | None:
     return None if text is None else parse_process_cpu_s(text)
 
 
+def parse_children(text: str) -> list[int]:
+    """The pids of /proc/PID/task/TID/children (space-separated)."""
+    return [int(word) for word in text.split() if word.isdigit()]
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of a process (every thread's), [] when it is gone. Needs
+    /proc/PID/task/TID/children (CONFIG_PROC_CHILDREN)."""
+    out: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return out
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as handle:
+                out += parse_children(handle.read())
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return out
+
+
 SCHED_POLICIES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "deadline"}
 """sched(7) policy numbers, as /proc/PID/stat's field 41 gives them."""
 

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import tempfile
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, asdict, dataclass, field, fields, make_dataclass
 from pathlib import Path
@@ -147,8 +148,19 @@ QUIC_SAMPLE_FIELDS = (
     "packets_sent",
     "packets_lost",
     "pto_count",
+    "pacing_rate",
+    "delivery_rate",
+    "bbr_mode",
+    "bbr_bw",
+    "bbr_min_rtt_us",
+    "bbr_pacing_gain",
+    "bbr_cwnd_gain",
 )
-"""Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units)."""
+"""Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units):
+``pacing_rate`` (bytes/s) is the pacer's; ``delivery_rate`` and the ``bbr_*`` columns only a
+BBR control fills, in the units of the kernel's tcp_bbr_info (TCP_CC_INFO): bw in bytes/s,
+min RTT in µs, gains x 256; ``bbr_mode`` is enum bbr_mode (0 Startup, 1 Drain, 2 ProbeBW,
+3 ProbeRTT)."""
 
 
 def _snapshot(name: str, doc: str, columns: tuple[str, ...]) -> Any:
@@ -639,3 +651,69 @@ class TransferRecord(Record):
     @property
     def total_s(self) -> float | None:
         return None if self.end_s is None else self.end_s - self.start_s
+
+
+# --- what each end put in force ----------------------------------------------------------------
+
+APPLIED_LAYERS = frozenset(
+    {
+        "server",  # the server process: its application's settings
+        "response",  # one response: the processing its route slept (which knob it came from)
+        "streams",  # a connection's send order of response streams (proto.priority)
+        "workload",  # the client's requests as built and the loop that makes them
+        "connection",  # one client connection: what it offered (a TLS session, a ticket)
+        "tcp",  # one TCP socket's options read back with getsockopt, and TCP_QUICKACK re-arming
+        "h2",  # one HTTP/2 connection's local settings
+        "quic",  # one QUIC connection's configuration and sender as aioquic holds them
+        "fec",  # one FEC session's rate cap and redundancy
+        "agent",  # the agent task as its client runs it
+        "upload",  # an upload over two paths as its client runs it
+    }
+)
+"""What an :class:`AppliedRecord` describes."""
+
+
+@record("applied", 1)
+class AppliedRecord(Record):
+    """What one end of a run put in force, read back where the kernel or the library can
+    tell (getsockopt, aioquic's connection, h2's local settings, the FEC session, the
+    requests as built): one record per layer and connection, each value under the key of
+    the knob (tbcore.settings.KNOBS) it answers, so that a knob that changed nothing shows."""
+
+    t: float = col(REQUIRED, doc="time.monotonic() when it was read.", unit="s")
+    role: str = col(REQUIRED, doc="server, client or relay.")
+    layer: str = col(REQUIRED, doc="One of APPLIED_LAYERS.")
+    conn: int | None = col(doc="The connection within its process, for a per-connection layer.")
+    values: dict[str, Any] = col(factory=dict, doc="By knob key: the value in force.")
+
+    def __post_init__(self) -> None:
+        if self.layer not in APPLIED_LAYERS:
+            raise RecordError("layer", f"{self.layer!r} is not one of {sorted(APPLIED_LAYERS)}")
+
+
+class AppliedLog:
+    """An end's :class:`AppliedRecord` lines, appended as each is known (``path=None``:
+    nothing is kept), so that a run cut short still says what it had put in force."""
+
+    def __init__(self, path: Path | None, role: str) -> None:
+        self.path = Path(path) if path is not None else None
+        self.role = role
+        self._handle: Any = None
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._handle = self.path.open("a", buffering=1, encoding="utf-8")
+
+    def write(self, layer: str, values: Mapping[str, Any], conn: int | None = None) -> None:
+        if self._handle is None:
+            return
+        made = AppliedRecord(time.monotonic(), self.role, layer, conn, dict(values))
+        self._handle.write(made.to_json() + "\n")
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None
+
+
+NO_APPLIED_LOG = AppliedLog(None, "")
+"""An :class:`AppliedLog` that keeps nothing (an end run without ``--applied``)."""

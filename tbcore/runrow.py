@@ -34,6 +34,9 @@ class RunRow(Record):
     connection: str | None = col(doc="new, reused or 0rtt.")
     workload: str | None = col(doc="asr, tts, retouch, stream...")
     cc: str | None = col(doc="Congestion control of the protocol's transport.")
+    quic_stack: str | None = col(
+        doc="h3: the QUIC implementation, aioquic or ngtcp2 (tbcore.quicstack); None otherwise."
+    )
     paced: bool | None = col(doc="The data sender paces (bbr, a pacing rate, aioquic's pacer).")
     link: str | None = col(
         doc="The link as configured (netem.linkspec string); on a real path (backend real), "
@@ -223,6 +226,66 @@ class RunRow(Record):
         doc="h3 migration: the first ACK on the second path, after the outage.",
         unit="s",
     )
+    # --- a link that follows a capacity trace (harness.collect.traces; issue 28)
+    trace_position_up_s: float | None = col(
+        group="trace",
+        doc="Where the uplink's traces were when the measured work began (seconds into "
+        "them, wrapping with their period): the bound starts there.",
+        unit="s",
+    )
+    trace_position_down_s: float | None = col(
+        group="trace", doc="The same for the downlink's traces.", unit="s"
+    )
+    offered_up_bps: float | None = col(
+        group="trace",
+        doc="The mean capacity the uplink offered while the measured work ran (its trace's "
+        "opportunities, or its fixed rate).",
+        unit="bit/s",
+    )
+    offered_down_bps: float | None = col(
+        group="trace", doc="The same for the downlink.", unit="bit/s"
+    )
+    # --- competing traffic on the bottleneck (harness.run.cross, harness.collect.cross)
+    cross: str | None = col(group="cross", doc="The competing traffic (settings.cross).")
+    cross_flows: int | None = col(group="cross", doc="Competing flows seen in the capture.")
+    cross_bytes: int | None = col(
+        group="cross",
+        doc="IP bytes the competing flows delivered across the bottleneck while the measured "
+        "request ran (the receiving end's capture).",
+        unit="bytes",
+    )
+    cross_bps: float | None = col(
+        group="cross", doc="cross_bytes over the request's time.", unit="bit/s"
+    )
+    request_wire_bytes: int | None = col(
+        group="cross",
+        doc="IP bytes of the measured request's data direction delivered in the same window.",
+        unit="bytes",
+    )
+    request_share: float | None = col(
+        group="cross",
+        doc="The request's part of what the bottleneck delivered in that direction while it "
+        "ran: request_wire_bytes / (request_wire_bytes + cross_bytes).",
+    )
+    fair_share: float | None = col(
+        group="cross",
+        doc="MODELS.md section 15: 1 / (n + 1) beside n TCP flows; beside a UDP stream, the "
+        "part of the capacity it leaves.",
+    )
+    standing_queue_s: float | None = col(
+        group="cross",
+        doc="The least time the request's data packets waited in the bottleneck's queue "
+        "beyond their own serialisation (the emulator's packet log), or the handshake RTT "
+        "above the configured one without it.",
+        unit="s",
+    )
+    bound_fair_s: float | None = col(
+        group="cross",
+        doc="The request's bound at its fair share of the rate, its round trips crossing the "
+        "standing queue (MODELS.md section 15): a model, not a lower bound.",
+        unit="s",
+    )
+    ratio_fair: float | None = col(group="cross", doc="total_s / bound_fair_s.")
     # --- the machine
     cpu_client: float | None = col(doc="Client CPU per wall second during the request.")
     cpu_server: float | None = col(doc="Server CPU per wall second during the request.")

@@ -15,10 +15,20 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tbcore.errors import SpecError
 from tbcore.records import SCHEMA_KEY, Record
 
 DEFAULT_SAMPLE_HZ = 1000.0
 MIN_SAMPLE_HZ = 1.0
+MAX_SAMPLE_HZ = 100_000.0
+"""A sample every 10 us: beyond it the reads (a getsockopt each) cannot keep the period."""
+
+
+def check_sample_hz(field: str, hz: float) -> float:
+    """``hz`` within MIN_SAMPLE_HZ..MAX_SAMPLE_HZ (NaN and the infinities are not)."""
+    if not MIN_SAMPLE_HZ <= hz <= MAX_SAMPLE_HZ:
+        raise SpecError(field, f"must be in {MIN_SAMPLE_HZ:g}..{MAX_SAMPLE_HZ:g} Hz, got {hz!r}")
+    return hz
 
 
 class Sampler:
@@ -29,8 +39,7 @@ class Sampler:
     ) -> None:
         """``columns``: the probe's keys, or a sample record class (tbcore.records) whose
         fields after ``t`` and ``request_id`` they are; its schema tag then ends each row."""
-        if hz < MIN_SAMPLE_HZ:
-            raise ValueError(f"sample rate {hz} Hz is below {MIN_SAMPLE_HZ} Hz")
+        check_sample_hz("sample_hz", hz)
         self.record: type[Record] | None = None
         if isinstance(columns, type) and issubclass(columns, Record):
             self.record = columns

@@ -15,13 +15,14 @@ construction (:meth:`Knob.check`) and writes to the JSON document.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from tbcore import fecmath, kinds, units
+from tbcore import cross, fecmath, kinds, quicstack, units
 from tbcore.errors import SpecError, require_schema
 
 SETTINGS_SCHEMA = "testbed.settings"
@@ -35,10 +36,10 @@ harness on the namespaces and routes (link), or the harness alone (bound, captur
 NONE_WORDS = ("none", "auto", "off")
 """How a file or flag says "leave the kernel or library default" for an optional knob."""
 
-TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
-"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
-QUIC_CONGESTION_CONTROLS = ("reno", "cubic")
-"""What aioquic 1.7 registers (``QuicConfiguration.congestion_control_algorithm``)."""
+TCP_CONGESTION_CONTROLS = kinds.TCP_CONGESTION_CONTROLS
+QUIC_CONGESTION_CONTROLS = kinds.QUIC_CONGESTION_CONTROLS
+CONGESTION_CONTROLS = tuple(dict.fromkeys((*TCP_CONGESTION_CONTROLS, *QUIC_CONGESTION_CONTROLS)))
+"""What ``cc`` may name; each protocol's stack takes its own (tbcore.kinds ``controls``)."""
 QUIC_PACING_MODES = ("cwnd", "off")
 """``quic_pacing`` words; anything else is a rate."""
 CONNECTION_MODES = ("new", "reused", "0rtt")
@@ -78,6 +79,8 @@ TCP_NOTSENT_LOWAT (a larger value was a TypeError in the server, every run inval
 SYSCTL_NAME = re.compile(r"net(\.[A-Za-z0-9_-]+)+", re.ASCII)
 """A namespaced sysctl as /proc/sys spells it, dots between words (no spaces): checked when
 the experiment is read, before a result directory or a link exists."""
+SYSCTL_LINE_BREAKS = "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029\x7f"
+"""What ``str.splitlines`` breaks at (and DEL): none belongs in a sysctl value."""
 AIOQUIC_MAX_ACK_DELAY_S = 0.025
 """The max_ack_delay aioquic advertises (25 ms, its transport parameters): a receiver must
 not delay an ACK longer than it (RFC 9000 section 13.2.1), so a longer ACK delay is refused."""
@@ -90,6 +93,8 @@ SEND_POLICIES = ("none", "rr", "fifo", "rfc9218")
 PRIORITY_SIGNALS = ("header", "update", "none")
 """How the client signals RFC 9218 priorities: the ``priority`` header (section 5), the
 header and a PRIORITY_UPDATE frame (section 7; HTTP/3), or not at all."""
+TRACE_STARTS = ("fixed", "spread")
+"""``trace_start``: every run at the link's trace_offset, or spread over one period."""
 CAPTURE_MODES = ("auto", "headers", "full", "off")
 """``capture``: whole packets where the run's bytes are small, else headers
 (harness.run.capture), the first 128 bytes of each packet, whole packets, or none; true and
@@ -106,11 +111,9 @@ def _bool(name: str, value: Any) -> bool:
 
 
 def _whole(name: str, value: Any) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise SpecError(name, f"must be a whole number, got {value!r}")
-    return value
+    return units.parse_whole(name, value)
 
 
 def _size(name: str, value: Any) -> int:
@@ -143,14 +146,9 @@ def _text(name: str, value: Any) -> str:
 
 
 def _number(name: str, value: Any) -> float:
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise SpecError(name, f"must be a number, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise SpecError(name, f"must be a number, got {value!r}")
-    return float(value)
+    return units.parse_number(name, value)
 
 
 def _redundancy(name: str, value: Any) -> str:
@@ -175,6 +173,26 @@ def _capture(name: str, value: Any) -> str:
     return _text(name, value)
 
 
+def sysctl_value(name: str, value: Any) -> str:
+    """A sysctl value as written: a whole number, or one line of text (words separated by
+    spaces or tabs, as ``tcp_rmem``'s three numbers). A line break or another control
+    character is refused: /proc/sys takes the first line and drops the rest unsaid."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise SpecError(name, f"must be a number or string, got {value!r}")
+    text = str(value)
+    if any(ch in SYSCTL_LINE_BREAKS or (ord(ch) < 0x20 and ch != "\t") for ch in text):
+        raise SpecError(name, f"{text!r} is not one line")
+    if not text.strip():
+        raise SpecError(name, "is empty")
+    return text
+
+
+def _cross(name: str, value: Any) -> str:
+    """``tcp:N:cc`` or ``udp:RATE`` (tbcore.cross), kept as written once checked."""
+    cross.parse_cross(name, value, TCP_CONGESTION_CONTROLS)
+    return str(value).strip().lower()
+
+
 def _table(name: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise SpecError(name, "must be a table of sysctl = value")
@@ -182,9 +200,7 @@ def _table(name: str, value: Any) -> dict[str, str]:
     for key, val in value.items():
         if not isinstance(key, str) or not SYSCTL_NAME.fullmatch(key):
             raise SpecError(f"{name}.{key}", "only net.* sysctls of the namespaces may be set")
-        if isinstance(val, bool) or not isinstance(val, (int, str)):
-            raise SpecError(f"{name}.{key}", f"must be a number or string, got {val!r}")
-        out[key] = str(val)
+        out[key] = sysctl_value(f"{name}.{key}", val)
     return out
 
 
@@ -203,8 +219,63 @@ KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
     "table": (_table, (dict,)),
     "streams": (_streams, (str,)),
     "capture": (_capture, (str,)),
+    "cross": (_cross, (str,)),
 }
 """The kinds of knob value: how each is written and what it is once typed."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Where a knob takes effect: on each axis the kinds of tbcore.kinds that apply it, named
+    by a kind's name or by one of its traits (any of them will do); an empty axis: every
+    kind. The spec stage refuses a knob a level sets where it has no effect, and a fixed one
+    no level applies; a run records under ``ignored_settings`` the fixed ones it does not
+    apply (:meth:`Settings.ignored`)."""
+
+    protocols: tuple[str, ...] = ()
+    workloads: tuple[str, ...] = ()
+    topologies: tuple[str, ...] = ()
+    needs: str | None = None
+    """Another knob (key) that must be away from its default for this one to act (an
+    outage's length acts only with the round it follows)."""
+
+    def axes(self) -> tuple[tuple[str, tuple[str, ...], Mapping[str, Any]], ...]:
+        """(settings field, the traits it must have, the registry of its kinds) per axis."""
+        return (
+            ("protocol", self.protocols, kinds.PROTOCOLS),
+            ("workload", self.workloads, kinds.WORKLOADS),
+            ("topology", self.topologies, kinds.TOPOLOGIES),
+        )
+
+    def kinds_of(self, axis: str) -> list[str]:
+        """The registered kinds of ``axis`` (protocol, workload, topology) that apply it."""
+        for name, wanted, registry in self.axes():
+            if name == axis:
+                return [k for k, kind in registry.items() if _covers(wanted, kind)]
+        raise ValueError(f"no axis {axis!r}")
+
+    def refusal(self, settings: Any) -> str | None:
+        """Why the knob has no effect on a run of ``settings``; None when it takes effect."""
+        for name, wanted, registry in self.axes():
+            value = getattr(settings, name)
+            kind = registry.get(value)
+            if kind is None or _covers(wanted, kind):
+                continue
+            able = ", ".join(self.kinds_of(name))
+            return f"takes effect on {name} {able} only, not {value!r}"
+        if self.needs is not None:
+            other = KNOBS[self.needs]
+            if getattr(settings, other.attr) == other.default:
+                return f"takes effect only with {self.needs} set (not {other.default!r})"
+        return None
+
+
+def _covers(wanted: tuple[str, ...], kind: Any) -> bool:
+    return not wanted or not kinds.traits_of(kind).isdisjoint(wanted)
+
+
+EVERYWHERE = Scope()
+"""A knob every protocol, workload and topology applies."""
 
 
 @dataclass(frozen=True)
@@ -232,6 +303,8 @@ class Knob:
     high: float | None = None
     optional: bool = False
     """None is a value: the kernel's or library's default."""
+    scope: Scope = EVERYWHERE
+    """The protocols, workloads and topologies it takes effect on."""
 
     def parse(self, name: str, value: Any) -> Any:
         """The written form (TOML value or flag text) -> the typed form, checked."""
@@ -261,13 +334,19 @@ class Knob:
         if self.kind == "redundancy":
             fecmath.parse_redundancy(name, value)
             return
+        if self.kind == "cross":
+            cross.parse_cross(name, value, TCP_CONGESTION_CONTROLS)
+            return
         if self.kind == "pacing" and isinstance(value, str):
             if value not in QUIC_PACING_MODES:
                 raise SpecError(name, f"{value!r}: use cwnd, off or a rate")
             return
-        if self.low is not None and value < self.low:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(name, f"{value!r} is not a finite number")
+        # written so that a NaN that got this far fails them too
+        if self.low is not None and not self.low <= value:
             raise SpecError(name, f"must be at least {self.low:g} {self.unit}".rstrip())
-        if self.high is not None and value > self.high:
+        if self.high is not None and not value <= self.high:
             raise SpecError(name, f"must be at most {self.high:g} {self.unit}".rstrip())
 
     @property
@@ -300,203 +379,264 @@ def by_attr() -> dict[str, Knob]:
 # what runs
 knob("link", kind="text", default="dc-longhaul-clean", unit="", applies="link",
      how="the emulated path of both directions", doc="A preset name or link string "
-     "(netem.linkspec), a level's value overriding keys of the fixed one.")  # fmt: skip
+     "(netem.linkspec), a level's value overriding keys of the fixed one.",
+     scope=EVERYWHERE)  # fmt: skip
 knob("protocol", kind="choice", default="h2", unit="", applies="client",
      how="which stack serves and requests", choices=kinds.PROTOCOLS,
-     doc="h2 (TLS 1.3 over TCP), h3 (QUIC), or another of tbcore.kinds.PROTOCOLS.")  # fmt: skip
+     doc="h2 (TLS 1.3 over TCP), h3 (QUIC), or another of tbcore.kinds.PROTOCOLS.",
+     scope=EVERYWHERE)  # fmt: skip
 knob("connection", kind="choice", default="new", unit="", applies="client",
      how="connection per request", choices=CONNECTION_MODES,
-     doc="new connection per request, one reused connection, or QUIC 0rtt.")  # fmt: skip
+     doc="new connection per request, one reused connection, or QUIC 0rtt.",
+     scope=Scope(workloads=("request", "agent")))  # fmt: skip
 knob("workload", kind="choice", default="asr", unit="", applies="client",
      how="the request the client makes and the server answers",
      choices=kinds.WORKLOADS,
-     doc="One of tbcore.kinds.WORKLOADS (image and sink: the 30 MB bench transfers).")  # fmt: skip
+     doc="One of tbcore.kinds.WORKLOADS (image and sink: the 30 MB bench transfers).",
+     scope=EVERYWHERE)  # fmt: skip
 knob("chunks", kind="int", default=50, unit="count", applies="client",
      how="chunks the stream workload asks for", low=1, high=MAX_STREAM_CHUNKS,
-     doc="Chunks of the stream workload (20 ms of audio each).")  # fmt: skip
+     doc="Chunks of the stream workload (20 ms of audio each).",
+     scope=Scope(workloads=("chunks",)))  # fmt: skip
 knob("streams", kind="streams", default="", unit="", applies="client",
      how="multi: the requests sent at once on one connection, in this order",
-     doc="STREAM_WORKLOADS, comma-separated: 'result,tts'.")  # fmt: skip
+     doc="STREAM_WORKLOADS, comma-separated: 'result,tts'.",
+     scope=Scope(workloads=("streams",)))  # fmt: skip
 knob("priority_signal", kind="choice", default="header", unit="", applies="client",
      how="RFC 9218 priority of each stream: header, header + PRIORITY_UPDATE, or none",
-     choices=PRIORITY_SIGNALS)  # fmt: skip
+     choices=PRIORITY_SIGNALS,
+     scope=Scope(protocols=("http",), workloads=("streams",)))  # fmt: skip
 knob("cancel_after", "cancel_after_chunks", kind="int", default=None, unit="count",
      applies="client", how="stream: RST_STREAM / STOP_SENDING after this many chunks read",
-     low=1, high=MAX_STREAM_CHUNKS - 1, optional=True)  # fmt: skip
+     low=1, high=MAX_STREAM_CHUNKS - 1, optional=True,
+     scope=Scope(protocols=("http",), workloads=("chunks",)))  # fmt: skip
 knob("player_buffer", "player_buffer_s", kind="duration", default=None, unit="s",
      applies="client", how="stream: a real-clock player with this initial buffer plays it",
-     low=0, high=10, optional=True)  # fmt: skip
+     low=0, high=10, optional=True,
+     scope=Scope(protocols=("http",), workloads=("chunks",)))  # fmt: skip
 knob("send_policy", kind="choice", default="none", unit="", applies="server",
      how="which response stream of a connection sends next (proto.priority)",
      choices=SEND_POLICIES,
-     doc="none (aioquic's round robin, HTTP/2 writes freely), rr, fifo or rfc9218.")  # fmt: skip
+     doc="none (aioquic's round robin, HTTP/2 writes freely), rr, fifo or rfc9218.",
+     scope=Scope(protocols=("http",), workloads=("streams",)))  # fmt: skip
 knob("requests", kind="int", default=1, unit="count", applies="client",
-     how="measured requests of one client process", low=1, high=MAX_REQUESTS)  # fmt: skip
+     how="measured requests of one client process", low=1, high=MAX_REQUESTS,
+     scope=Scope(workloads=("request",)))  # fmt: skip
 knob("warmup_requests", kind="int", default=0, unit="count", applies="client",
      how="requests made first and flagged warm-up", low=0, high=MAX_REQUESTS,
-     doc="Made first in the same client process (reused: on the same connection).")  # fmt: skip
+     doc="Made first in the same client process (reused: on the same connection).",
+     scope=Scope(workloads=("request", "agent")))  # fmt: skip
 knob("resume", kind="bool", default=False, unit="", applies="client",
-     how="TLS session resumption on a new TCP connection (needs a warm-up request)")  # fmt: skip
+     how="TLS session resumption on a new TCP connection (needs a warm-up request)",
+     scope=Scope(protocols=("sessions",), workloads=("request", "agent")))  # fmt: skip
 # topologies beyond one link (netem.topologyspec, issue 14)
 knob("topology", kind="choice", default="direct", unit="", applies="link",
      how="the shape: nodes and edges, a LinkSpec per edge", choices=TOPOLOGIES,
      doc="direct (client - link - server), relay (client - near_link - relay - link - "
-     "server) or dual (two paths, link and link_b, optionally behind exit_link).")  # fmt: skip
+     "server) or dual (two paths, link and link_b, optionally behind exit_link).",
+     scope=EVERYWHERE)  # fmt: skip
 knob("near_link", kind="text", default=None, unit="", applies="link", optional=True,
-     how="relay: the client's hop to the relay (a preset or link string)")  # fmt: skip
+     how="relay: the client's hop to the relay (a preset or link string)",
+     scope=Scope(topologies=("relay",)))  # fmt: skip
 knob("link_b", kind="text", default=None, unit="", applies="link", optional=True,
-     how="dual: the second path (a preset or link string)")  # fmt: skip
+     how="dual: the second path (a preset or link string)",
+     scope=Scope(topologies=("dual",)))  # fmt: skip
 knob("exit_link", kind="text", default=None, unit="", applies="link", optional=True,
-     how="dual: a shared exit both paths cross (a preset or link string)")  # fmt: skip
+     how="dual: a shared exit both paths cross (a preset or link string)",
+     scope=Scope(topologies=("dual",)))  # fmt: skip
 knob("route", kind="choice", default="relay", unit="", applies="harness",
      how="relay: the client's requests go to the relay (a reverse proxy with a warm long "
-     "haul) or straight to the server across the same edges", choices=ROUTES)  # fmt: skip
+     "haul) or straight to the server across the same edges", choices=ROUTES,
+     scope=Scope(topologies=("relay",)))  # fmt: skip
 knob("outage_at", "outage_at_s", kind="duration", default=None, unit="s", applies="harness",
      how="dual: the link edge goes down this long after the upload starts, for the rest of "
-     "the run (a failover to link_b)", low=0, high=3600, optional=True)  # fmt: skip
+     "the run (a failover to link_b)", low=0, high=3600, optional=True,
+     scope=Scope(topologies=("dual",)))  # fmt: skip
 knob("size", "size_bytes", kind="size", default=None, unit="bytes", applies="client",
      how="upload: the bytes of the upload (None: the 30 MB image)", low=1,
-     high=30_000_000, optional=True)  # fmt: skip
+     high=30_000_000, optional=True, scope=Scope(workloads=("upload",)))  # fmt: skip
 knob("multipath", kind="choice", default="single", unit="", applies="both",
      how="how an upload uses two paths", choices=MULTIPATH_MODES,
      doc="single (the first path), mptcp (IPPROTO_MPTCP at both ends; the kernel's "
      "subflows), split (one connection per path, bytes in proportion to measured rates) "
-     "or duplicate (every chunk on both; the receiver keeps the first copy).")  # fmt: skip
+     "or duplicate (every chunk on both; the receiver keeps the first copy).",
+     scope=Scope(protocols=("tcp",), topologies=("dual",)))  # fmt: skip
 # congestion control and the namespaces
 knob("cc", kind="choice", default="cubic", unit="", applies="both",
-     how="TCP_CONGESTION on every TCP socket", choices=TCP_CONGESTION_CONTROLS)  # fmt: skip
-knob("quic_cc", kind="choice", default="reno", unit="", applies="both",
-     how="aioquic congestion_control_algorithm", choices=QUIC_CONGESTION_CONTROLS)  # fmt: skip
+     how="the congestion control of the level's transport: TCP_CONGESTION on every TCP "
+     "socket (the kernel's), aioquic's registered control for QUIC",
+     choices=CONGESTION_CONTROLS, scope=Scope(protocols=("tcp", "quic")),
+     doc="One name for both stacks: 'bbr' is the kernel's BBR v1 for h2 and the same "
+     "algorithm (proto/quic/bbr.py) for h3; a control the level's stack lacks is "
+     "refused.")  # fmt: skip
+knob("quic_cc", kind="choice", default=None, unit="", applies="both",
+     how="an explicit override of cc for QUIC (aioquic congestion_control_algorithm)",
+     choices=QUIC_CONGESTION_CONTROLS, scope=Scope(protocols=("quic",)), optional=True,
+     doc="None: cc.")  # fmt: skip
 knob("slow_start_after_idle", kind="bool", default=True, unit="", applies="link",
-     how="net.ipv4.tcp_slow_start_after_idle in both namespaces")  # fmt: skip
+     how="net.ipv4.tcp_slow_start_after_idle in both namespaces",
+     scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("initcwnd", kind="int", default=None, unit="segments", applies="link",
      how="route metric initcwnd in both namespaces", low=1, high=MAX_INITCWND_SEGMENTS,
-     optional=True, doc="None: the kernel's 10 (RFC 6928).")  # fmt: skip
+     optional=True, doc="None: the kernel's 10 (RFC 6928).",
+     scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("initrwnd", kind="int", default=None, unit="segments", applies="link",
      how="route metric initrwnd in both namespaces", low=1, high=MAX_INITCWND_SEGMENTS,
-     optional=True)  # fmt: skip
+     optional=True, scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("route_quickack", kind="bool", default=False, unit="", applies="link",
      how="route metric quickack in both namespaces: every segment acknowledged at once",
      doc="An ACK per segment, which TCP_QUICKACK (quickack) alone does not hold: Linux "
-     "falls back to delayed ACKs between reads.")  # fmt: skip
+     "falls back to delayed ACKs between reads.", scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("sysctls", kind="table", default={}, unit="", applies="link",
      how="extra net.* sysctls in both namespaces",
-     doc='e.g. {"net.ipv4.tcp_sack" = "1"}')  # fmt: skip
+     doc='e.g. {"net.ipv4.tcp_sack" = "1"}', scope=EVERYWHERE)  # fmt: skip
 # sockets (both ends alike)
 knob("window_clamp", "window_clamp_bytes", kind="size", default=None, unit="bytes",
      applies="both", how="TCP_WINDOW_CLAMP", low=1024, high=SOCKOPT_MAX_BYTES, optional=True,
-     doc="A fixed TCP window; None for autotuning.")  # fmt: skip
+     doc="A fixed TCP window; None for autotuning.", scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("sndbuf", "sndbuf_bytes", kind="size", default=None, unit="bytes", applies="both",
-     how="SO_SNDBUF", low=4096, high=SOCKOPT_MAX_BYTES, optional=True)  # fmt: skip
+     how="SO_SNDBUF", low=4096, high=SOCKOPT_MAX_BYTES, optional=True,
+     scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("rcvbuf", "rcvbuf_bytes", kind="size", default=None, unit="bytes", applies="both",
-     how="SO_RCVBUF", low=4096, high=SOCKOPT_MAX_BYTES, optional=True)  # fmt: skip
+     how="SO_RCVBUF", low=4096, high=SOCKOPT_MAX_BYTES, optional=True,
+     scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("max_pacing_rate", "max_pacing_rate_bps", kind="rate", default=None, unit="bit/s",
      applies="both", how="SO_MAX_PACING_RATE (bytes/s to the kernel); caps QUIC's pacer too",
-     low=1, optional=True)  # fmt: skip
+     low=1, optional=True, scope=Scope(protocols=("tcp", "quic")))  # fmt: skip
 knob("pace_at_path_rate", kind="bool", default=False, unit="", applies="harness",
-     how="each end's max_pacing_rate set to the rate of the direction it sends on")  # fmt: skip
+     how="each end's max_pacing_rate set to the rate of the direction it sends on",
+     scope=Scope(protocols=("tcp", "quic")))  # fmt: skip
 knob("notsent_lowat", "notsent_lowat_bytes", kind="size", default=None, unit="bytes",
      applies="both", how="TCP_NOTSENT_LOWAT", low=1, high=SOCKOPT_MAX_BYTES,
-     optional=True)  # fmt: skip
+     optional=True, scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("quickack", kind="bool", default=False, unit="", applies="both",
-     how="TCP_QUICKACK after each read: an ACK per segment instead of delayed ACKs")  # fmt: skip
+     how="TCP_QUICKACK after each read: an ACK per segment instead of delayed ACKs",
+     scope=Scope(protocols=("tcp",)))  # fmt: skip
 # QUIC and HTTP/2
 knob("max_datagram_size", "max_datagram_size_bytes", kind="size",
      default=QUIC_MIN_DATAGRAM_BYTES, unit="bytes", applies="both",
      how="aioquic max_datagram_size", low=QUIC_MIN_DATAGRAM_BYTES,
-     high=QUIC_MAX_DATAGRAM_BYTES)  # fmt: skip
+     high=QUIC_MAX_DATAGRAM_BYTES, scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("quic_pacing", kind="pacing", default="cwnd", unit="bit/s", applies="both",
      how="the QUIC sender's pacer", low=1,
-     doc="cwnd (aioquic's pacer, cwnd/srtt), off (cwnd-limited bursts, as Linux reno/cubic "
-     "without fq) or a rate such as 333mbit.")  # fmt: skip
+     doc="cwnd (the control's own pacing: aioquic's pacer at cwnd/srtt for reno and cubic, "
+     "bbr's pacing_gain x bw for bbr), off (cwnd-limited bursts, as Linux reno/cubic "
+     "without fq) or a rate such as 333mbit.", scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("quic_ack_delay", "quic_ack_delay_s", kind="duration", default=None, unit="s",
      applies="both", how="aioquic receiver's ACK delay (its _ack_delay)", low=0,
      high=AIOQUIC_MAX_ACK_DELAY_S, optional=True,
      doc="How long a receiver waits after an ack-eliciting packet before an ACK of its "
-     "own: aioquic's only ACK-frequency knob, at most its max_ack_delay. None: 1 ms.")  # fmt: skip
+     "own: aioquic's only ACK-frequency knob, at most its max_ack_delay. None: 1 ms.",
+     scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("quic_batching", kind="bool", default=True, unit="", applies="both",
      how="QUIC: runs of datagrams as UDP GSO segments, one transmit per batch read",
-     doc="false: aioquic's one sendto and one transmit per datagram (bench stacks).")  # fmt: skip
+     doc="false: aioquic's one sendto and one transmit per datagram (bench stacks).",
+     scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("quic_max_data", "quic_max_data_bytes", kind="size", default=None, unit="bytes",
      applies="both", how="aioquic max_data and max_stream_data, fixed", low=1024,
-     optional=True, doc="None: aioquic's self-growing windows.")  # fmt: skip
+     optional=True, doc="None: aioquic's self-growing windows.",
+     scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("h2_window", "h2_window_bytes", kind="size", default=H2_DEFAULT_WINDOW_BYTES,
      unit="bytes", applies="both", how="HTTP/2 stream and connection flow-control windows",
-     low=H2_MIN_WINDOW_BYTES, high=H2_MAX_WINDOW_BYTES)  # fmt: skip
+     low=H2_MIN_WINDOW_BYTES, high=H2_MAX_WINDOW_BYTES, scope=Scope(protocols=("h2",)))  # fmt: skip
 # the FEC protocol (servers/fec*.py; ignored by h2 and h3)
 knob("fec_rate", "fec_rate_bps", kind="rate", default=None, unit="bit/s", applies="both",
      how="FEC: the cap on the sender's rate; the harness sets each end's to the configured "
      "rate of the direction it sends on", low=1, optional=True,
-     doc="The stacks refuse to start fec without it.")  # fmt: skip
+     doc="The stacks refuse to start fec without it.", scope=Scope(protocols=("fec",)))  # fmt: skip
 knob("fec_redundancy", kind="redundancy", default="adaptive", unit="", applies="both",
      how="FEC: repair symbols from the receiver's loss estimate, or a fixed percentage",
      doc="'adaptive' (binomial at fec_target; Markov when the loss comes in bursts) or "
-     "'25.7%'.")  # fmt: skip
+     "'25.7%'.", scope=Scope(protocols=("fec",)))  # fmt: skip
 knob("fec_target", kind="number", default=0.999, unit="", applies="both",
      how="FEC: the adaptive redundancy's success probability per transfer (MODELS.md s10)",
-     low=0.5, high=0.999999)  # fmt: skip
-FEC_IGNORED = ("cc", "quic_cc", "initcwnd", "initrwnd", "window_clamp_bytes",
-               "notsent_lowat_bytes", "quickack", "max_pacing_rate_bps", "pace_at_path_rate",
-               "max_datagram_size_bytes", "quic_pacing", "quic_batching", "quic_max_data_bytes",
-               "h2_window_bytes", "resume", "slow_start_after_idle")  # fmt: skip
-"""Settings a fec run ignores (recorded as ignored, not refused: one file holds every arm)."""
+     low=0.5, high=0.999999, scope=Scope(protocols=("fec",)))  # fmt: skip
 
 # the server's work, the client's patience
 knob("processing_audio", "processing_audio_s", kind="duration", default=0.030, unit="s",
-     applies="server", how="asyncio.sleep per audio request (asr, tts)", low=0)  # fmt: skip
+     applies="server", how="asyncio.sleep per audio request (asr, tts)", low=0,
+     scope=Scope(workloads=("audio_processing",)))  # fmt: skip
 knob("processing_image", "processing_image_s", kind="duration", default=0.300, unit="s",
-     applies="server", how="asyncio.sleep per image request (retouch)", low=0)  # fmt: skip
+     applies="server", how="asyncio.sleep per image request (retouch)", low=0,
+     scope=Scope(workloads=("image_processing",)))  # fmt: skip
 knob("timeout", "timeout_s", kind="duration", default=60.0, unit="s", applies="client",
-     how="limit on each connect and each request", low=1e-3)  # fmt: skip
+     how="limit on each connect and each request", low=1e-3, scope=EVERYWHERE)  # fmt: skip
 # the agent workload (issue 13; the chapter's §12.1.3, §12.3.1, §12.5)
 knob("agent_rounds", kind="int", default=30, unit="count", applies="client",
      how="rounds of the agent task (one screenshot up, one action back each)", low=1,
-     high=MAX_REQUESTS)  # fmt: skip
+     high=MAX_REQUESTS, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("agent_local", "agent_local_s", kind="duration", default=0.3, unit="s",
      applies="client", how="client work per round: capture (Pillow render) then the rest "
-     "of the duration waited", low=0)  # fmt: skip
+     "of the duration waited", low=0, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("agent_model", "agent_model_s", kind="duration", default=2.0, unit="s",
      applies="server", how="asyncio.sleep per executed round (the model's decision)",
-     low=0)  # fmt: skip
+     low=0, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("screenshot", kind="choice", default="raw", unit="", applies="client",
-     how="raw RGB (798,720 bytes) or a Pillow codec", choices=SCREENSHOT_MODES)  # fmt: skip
+     how="raw RGB (798,720 bytes) or a Pillow codec", choices=SCREENSHOT_MODES,
+     scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("screenshot_quality", kind="int", default=80, unit="", applies="client",
-     how="the codec's quality (Pillow quality=)", low=1, high=100)  # fmt: skip
+     how="the codec's quality (Pillow quality=)", low=1, high=100,
+     scope=Scope(workloads=("agent",), needs="screenshot"))  # fmt: skip
 knob("recovery", kind="choice", default="committed", unit="", applies="client",
      how="after a lost round: resume after the last acknowledged one, or redo all",
-     choices=RECOVERY_MODES)  # fmt: skip
+     choices=RECOVERY_MODES, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("outage_after_round", kind="int", default=None, unit="count", applies="harness",
      how="the link drops everything both ways once this many rounds are acknowledged",
-     low=1, optional=True)  # fmt: skip
+     low=1, optional=True, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("outage", "outage_s", kind="duration", default=1.0, unit="s", applies="harness",
-     how="how long the outage of outage_after_round lasts", low=1e-3)  # fmt: skip
+     how="how long the outage of outage_after_round lasts", low=1e-3,
+     scope=Scope(workloads=("agent",), needs="outage_after_round"))  # fmt: skip
 knob("rate_change_after_round", kind="int", default=None, unit="count", applies="harness",
      how="the uplink changes rate once this many rounds are acknowledged", low=1,
-     optional=True, doc="The chapter's ten rounds at 6 Mbit/s, then ten at 10.")  # fmt: skip
+     optional=True, doc="The chapter's ten rounds at 6 Mbit/s, then ten at 10.",
+     scope=Scope(workloads=("agent",), needs="rate_change"))  # fmt: skip
 knob("rate_change", "rate_change_bps", kind="rate", default=None, unit="bit/s",
      applies="harness", how="the uplink's rate after rate_change_after_round", low=1,
-     optional=True)  # fmt: skip
+     optional=True, scope=Scope(workloads=("agent",), needs="rate_change_after_round"))  # fmt: skip
 knob("round_timeout", "round_timeout_s", kind="duration", default=None, unit="s",
      applies="client", how="agent: a round without its action this long after its first "
      "byte is lost (outage detection); None: settings.timeout", low=1e-3,
-     optional=True)  # fmt: skip
+     optional=True, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("agent_deadline", "agent_deadline_s", kind="duration", default=None, unit="s",
      applies="harness", how="agent: the task's deadline (deadline_met in the row)", low=1e-3,
-     optional=True)  # fmt: skip
+     optional=True, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("site_power", "site_power_w", kind="int", default=None, unit="W", applies="harness",
      how="agent: the model site's stated power (site_energy_j = power x busy time)", low=0,
-     optional=True)  # fmt: skip
+     optional=True, scope=Scope(workloads=("agent",)))  # fmt: skip
 # the harness alone
 knob("mss", "mss_bytes", kind="int", default=TCP_DEFAULT_MSS_BYTES, unit="bytes",
-     applies="harness", how="the segment payload the bound assumes for TCP",
-     low=TCP_MIN_MSS_BYTES, high=TCP_MAX_MSS_BYTES)  # fmt: skip
+     applies="harness", how="the segment payload TCP's request and agent bounds assume",
+     low=TCP_MIN_MSS_BYTES, high=TCP_MAX_MSS_BYTES,
+     scope=Scope(protocols=("tcp",), workloads=("bounded",)))  # fmt: skip
 knob("capture", kind="capture", default="auto", unit="", applies="harness",
      how="client.pcapng and server.pcapng of the link (TLS secrets inside): auto (whole "
      "packets up to 32 MiB of run bytes, headers above), headers (ACK timestamps), full "
      "(whole packets: per-stream arrival, decrypted HTTP/2 and HTTP/3) or off",
-     choices=CAPTURE_MODES)  # fmt: skip
+     choices=CAPTURE_MODES, scope=EVERYWHERE)  # fmt: skip
 knob("qlog", kind="bool", default=True, unit="", applies="harness",
-     how="QUIC qlog (ACK frames) of both ends for h3 runs")  # fmt: skip
+     how="QUIC qlog (ACK frames) of both ends for h3 runs",
+     scope=Scope(protocols=("quic",)))  # fmt: skip
+# links that vary: where a run starts in its traces, competing traffic (issue 28)
+knob("trace_start", kind="choice", default="fixed", unit="", applies="harness",
+     how="where each run's traces start: at the link's trace_offset (fixed), or repetition "
+     "r of R at trace_offset + r/R of the longest trace's period (spread)",
+     choices=TRACE_STARTS, scope=EVERYWHERE,
+     doc="spread samples the trace's start evenly over one period, so that a level's runs "
+     "give the distribution over where a task can begin (harness.spec.traces).")  # fmt: skip
+knob("cross", kind="cross", default=None, unit="", applies="harness", optional=True,
+     how="competing traffic across the bottleneck, started cross_lead before the client: "
+     "tcp:N:cc (N bulk iperf3 TCP flows) or udp:RATE (one constant-rate iperf3 stream)",
+     scope=EVERYWHERE,
+     doc="In the direction the request's data goes; harness.run.cross.")  # fmt: skip
+knob("cross_lead", "cross_lead_s", kind="duration", default=3.0, unit="s", applies="harness",
+     how="how long the competing flows run before the measured client starts", low=0.1,
+     high=600, scope=Scope(needs="cross"),
+     doc="Long enough for their windows to settle (MODELS.md section 15).")  # fmt: skip
+knob("quic_stack", kind="choice", default=quicstack.DEFAULT_QUIC_STACK, unit="",
+     applies="both", how="which HTTP/3 implementation serves and requests (protocol h3 only)",
+     choices=quicstack.QUIC_STACKS, scope=Scope(protocols=("quic",)),
+     doc="aioquic (the testbed's Python stack) or ngtcp2 (Debian's gtlsserver/gtlsclient "
+     "0.12.1, C; the workloads and knobs it can carry: tbcore.quicstack).")  # fmt: skip
 
 
 # --- the settings of one run -----------------------------------------------------------------
@@ -510,21 +650,42 @@ class _SettingsBase:
     def __post_init__(self) -> None:
         for item in KNOBS.values():
             item.check(item.key, getattr(self, item.attr))
-        if self.protocol == "fec" and self.connection == "0rtt":  # type: ignore[attr-defined]
-            raise SpecError("connection", "fec has new and reused sessions, no 0rtt")
-        if self.connection == "0rtt" and self.protocol != "h3":  # type: ignore[attr-defined]
+        s: Any = self
+        kind = kinds.protocol(s.protocol)
+        controls, control = kind.controls(s), kind.cc_of(s)
+        if controls and control not in controls:
+            key = "quic_cc" if s.quic_cc else "cc"
             raise SpecError(
-                "connection",
-                "0rtt needs h3: Python's ssl has no TLS 1.3 early data (use resume for h2)",
+                key,
+                f"{s.protocol}'s stack has no {control!r} (its controls: {', '.join(controls)})",
             )
-        multi = self.workload == "multi"  # type: ignore[attr-defined]
-        if multi and not self.streams:  # type: ignore[attr-defined]
-            raise SpecError("streams", "workload multi needs streams, e.g. 'result,tts'")
-        if not multi and self.streams:  # type: ignore[attr-defined]
-            raise SpecError("streams", "only workload multi takes streams")
-        cancel = self.cancel_after_chunks  # type: ignore[attr-defined]
-        if cancel is not None and cancel >= self.chunks:  # type: ignore[attr-defined]
-            raise SpecError("cancel_after", f"must be below chunks ({self.chunks})")  # type: ignore[attr-defined]
+        if s.connection not in kind.connections:
+            able = [p.name for p in kinds.PROTOCOLS.values() if s.connection in p.connections]
+            raise SpecError(
+                "connection", f"{s.connection} needs {' or '.join(able)}: {kind.connection_note}"
+            )
+        work = kinds.workload(s.workload)
+        if work.protocols and kinds.traits_of(kind).isdisjoint(work.protocols):
+            able = [
+                p.name
+                for p in kinds.PROTOCOLS.values()
+                if not kinds.traits_of(p).isdisjoint(work.protocols)
+            ]
+            raise SpecError(
+                "protocol", f"workload {s.workload} runs over {', '.join(able)}, not {s.protocol!r}"
+            )
+        takes_streams = "streams" in kinds.traits_of(work)
+        if takes_streams and not s.streams:
+            raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
+        if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
+            raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
+        quicstack.check(s)
+
+    @property
+    def quic_control(self) -> str:
+        """QUIC's congestion control: ``quic_cc`` when given, else ``cc`` (one name for both
+        stacks)."""
+        return self.quic_cc or self.cc  # type: ignore[attr-defined,no-any-return]
 
     @property
     def stream_list(self) -> tuple[str, ...]:
@@ -572,7 +733,7 @@ class _SettingsBase:
         if missing:
             raise SpecError(f"{where}.{missing[0]}", "missing")
         try:
-            return cls(**{a: (dict(v) if a == "sysctls" else v) for a, v in data.items()})
+            return cls(**{a: (dict(v) if isinstance(v, Mapping) else v) for a, v in data.items()})
         except SpecError as err:
             raise SpecError(f"{where}.{err.field}", err.reason) from None
 
@@ -619,18 +780,22 @@ class _SettingsBase:
         """What one end applies: ``pace_at_path_rate`` resolved to that end's sending rate;
         for fec, the configured rate of that end's direction as the cap (unless given)."""
         current: Any = self
-        if current.protocol == "fec" and current.fec_rate_bps is None and path_rate_bps:
-            current = replace(current, fec_rate_bps=path_rate_bps)
+        attr = kinds.protocol(current.protocol).path_rate_attr
+        if attr is not None and getattr(current, attr) is None and path_rate_bps:
+            current = replace(current, **{attr: path_rate_bps})
         if not current.pace_at_path_rate:
             return current  # type: ignore[no-any-return]
         return replace(current, max_pacing_rate_bps=path_rate_bps, pace_at_path_rate=False)  # type: ignore[no-any-return]
 
     def ignored(self) -> list[str]:
-        """Settings this run's protocol does not use that differ from their default."""
-        if self.protocol != "fec":  # type: ignore[attr-defined]
-            return []
-        defaults = Settings()
-        return [a for a in FEC_IGNORED if getattr(self, a) != getattr(defaults, a)]
+        """The knobs (keys) set away from their default that this run's protocol, workload or
+        topology does not apply (their :class:`Scope`): fixed settings meant for the
+        experiment's other levels, since the spec stage refuses every other such knob."""
+        return [
+            item.key
+            for item in KNOBS.values()
+            if getattr(self, item.attr) != item.default and item.scope.refusal(self) is not None
+        ]
 
 
 def _field_of(item: Knob) -> tuple[str, Any, Any]:
@@ -704,15 +869,24 @@ def add_flags(parser: Any, end: str) -> None:
                                 help=f"{item.how} ({item.unit or item.kind})")  # fmt: skip
 
 
-def settings_from_flags(args: Any) -> Settings:
-    """The settings of :func:`add_flags`' flags: the document, then each flag given."""
+def settings_from_flags(args: Any, scoped: bool = False) -> Settings:
+    """The settings of :func:`add_flags`' flags: the document, then each flag given. With
+    ``scoped`` (a process that runs one protocol and workload: the client) a flag whose knob
+    the resulting protocol, workload or topology does not apply is refused."""
     base = Settings.load(args.settings) if args.settings else Settings()
     changes = {}
+    given = []
     for item in KNOBS.values():
         value = getattr(args, f"knob_{item.attr}", None)
         if value is not None:
             changes[item.attr] = value if item.kind == "bool" else item.parse(item.flag[2:], value)
+            given.append(item)
     try:
-        return replace(base, **changes)
+        settings = replace(base, **changes)
     except SpecError as err:
         raise SpecError(err.field.replace("_", "-"), err.reason) from None
+    for item in given if scoped else ():
+        reason = item.scope.refusal(settings)
+        if reason is not None and getattr(settings, item.attr) is not None:
+            raise SpecError(item.flag[2:], reason)
+    return settings

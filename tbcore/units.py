@@ -18,6 +18,8 @@ _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-zµ%/]*)\s*$", re.ASCII)
 """ASCII digits only (``re.ASCII``): ``\\d`` would take full-width ``２００`` for 200."""
 _WHOLE = re.compile(r"^\s*[+-]?[0-9]+\s*$", re.ASCII)
+_PLAIN_NUMBER = re.compile(rf"^\s*{_NUMBER}\s*$", re.ASCII)
+"""A decimal number, ASCII digits: not ``float()``'s ``nan``, ``inf``, ``1_000`` or ``٥``."""
 
 MIN_RATE_BPS = 1e3
 """1 kbit/s: below it one 1500-byte packet takes 12 s to serialise, longer than any RTT
@@ -86,11 +88,72 @@ def _split(field: str, text: str) -> tuple[float, str]:
     return value, match.group("unit")
 
 
+def finite(field: str, value: int | float) -> float:
+    """A number given as a number, as a finite float: NaN, the infinities and integers too
+    large for a float (TOML and JSON allow all three) are refused, in one line."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SpecError(field, f"must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise SpecError(field, f"a {len(str(abs(value)))}-digit number is too large") from None
+    if not math.isfinite(number):
+        raise SpecError(field, f"{value!r} is not a finite number")
+    return number
+
+
+def _to_float(value: int | float) -> float:
+    """``float(value)``, an integer too large for a float being infinite (the callers refuse
+    what is not finite, each in its own words)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _negative(value: float) -> bool:
+    """Below zero, or ``-0``: a sign that says nothing is a typo, not a zero."""
+    if isinstance(value, int):
+        return value < 0
+    return math.copysign(1.0, value) < 0
+
+
+def parse_number(field: str, text: str | int | float) -> float:
+    """A plain finite number: ``"0.999"`` -> 0.999, ``2`` -> 2.0 (ASCII digits; ``nan``,
+    ``inf``, ``1_000`` and ``٥`` refused)."""
+    if not isinstance(text, str):
+        return finite(field, text)
+    if _PLAIN_NUMBER.match(text) is None:
+        raise SpecError(field, f"{text!r} is not a number (ASCII digits)")
+    return finite(field, float(text))
+
+
+def parse_whole(
+    field: str, text: str | int, low: int | None = None, high: int | None = None
+) -> int:
+    """A whole number written with ASCII digits and an optional sign (``"1500"``, 1500),
+    within ``low`` and ``high`` when given. ``"²"``, ``"٥"`` and ``"５"`` are refused (Python's
+    ``int()`` takes some of them), and so are ``1_500`` and ``True``."""
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise SpecError(field, f"{text!r} is not a whole number")
+    if isinstance(text, str):
+        if _WHOLE.match(text) is None:
+            raise SpecError(field, f"{text!r} is not a whole number (ASCII digits)")
+        value = int(text)
+    else:
+        value = text
+    if low is not None and value < low:
+        raise SpecError(field, f"must be at least {low}, got {value}")
+    if high is not None and value > high:
+        raise SpecError(field, f"must be at most {high}, got {value}")
+    return value
+
+
 def parse_duration_s(field: str, text: str | float | int) -> float:
     """``"200ms"`` -> 0.2. A bare number is refused: the unit of a delay is never implied."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
-        if not math.isfinite(value) or value < 0:
+        value = _to_float(text)
+        if not math.isfinite(value) or _negative(value):
             raise SpecError(field, f"{text!r} must be a finite duration >= 0")
         return _check_duration(field, text, value)
     value, unit = _split(field, text)
@@ -99,7 +162,7 @@ def parse_duration_s(field: str, text: str | float | int) -> float:
     scale = DURATION_UNITS_S.get(unit.lower() if unit != "µs" else unit)
     if scale is None:
         raise SpecError(field, f"unknown duration unit {unit!r} (use s, ms, us, ns)")
-    if value < 0:
+    if _negative(value):
         raise SpecError(field, f"{text!r} is negative")
     return _check_duration(field, text, value * scale)
 
@@ -113,7 +176,7 @@ def _check_duration(field: str, text: object, seconds: float) -> float:
 def parse_rate_bps(field: str, text: str | float | int) -> float:
     """``"333mbit"`` -> 333e6 bits per second. Numbers given as numbers are bit/s."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
-        value = float(text)
+        value = _to_float(text)
     else:
         value, unit = _split(field, text)
         key = unit.lower()
@@ -148,7 +211,7 @@ def parse_size_bytes(field: str, text: str | int) -> int:
         if scale is None:
             raise SpecError(field, f"unknown size unit {unit!r} (use b, kb, mb, gb, kib, mib)")
         value *= scale
-    if value < 0:
+    if _negative(value):
         raise SpecError(field, f"size must be >= 0 bytes, got {text!r}")
     if value > MAX_SIZE_BYTES:
         raise SpecError(field, f"{text!r} is larger than 1 TiB (at most 2^40 bytes)")
@@ -159,15 +222,7 @@ def parse_size_bytes(field: str, text: str | int) -> int:
 
 def parse_count(field: str, text: str | int) -> int:
     """A whole number >= 1 (repetitions, runs, segments): ``"10"`` -> 10."""
-    if isinstance(text, bool) or (isinstance(text, str) and not _WHOLE.match(text)):
-        raise SpecError(field, f"{text!r} is not a whole number")
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise SpecError(field, f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise SpecError(field, f"must be >= 1, got {value}")
-    return value
+    return parse_whole(field, text, low=1)
 
 
 def parse_queue(field: str, text: str | int) -> tuple[int | None, int | None]:
@@ -186,7 +241,7 @@ def _share(field: str, text: str | float | int, example: str) -> float:
     if isinstance(text, bool):
         raise SpecError(field, f"expected a number or a string, got {text!r}")
     if isinstance(text, (int, float)):
-        return float(text)
+        return _to_float(text)
     value, unit = _split(field, text)
     if unit == "%":
         return value / 100.0

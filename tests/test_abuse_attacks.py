@@ -14,6 +14,7 @@ from aioquic.quic.packet import QuicPacketType, pull_quic_header
 
 from harness.abuse import attacks
 from harness.abuse.bench import probe
+from servers.guard import H2Limits
 from servers.process import ServerProcess
 
 pytestmark = pytest.mark.timeout(120)
@@ -131,4 +132,65 @@ def test_a_slow_data_frame_is_not_a_slow_head(server: tuple[ServerProcess, Path]
         assert attacks._drain(sock) is not None  # still open
     finally:
         sock.close()
+    assert not any(e["event"] == "abuse" for e in _events(log))
+
+
+@pytest.mark.parametrize(
+    ("kind", "advisory"),
+    [
+        ("settings", "CVE-2019-9515"),
+        ("ping", "CVE-2019-9512"),
+        ("empty-data", "CVE-2019-9518"),
+        ("priority", "CVE-2019-9513"),
+        ("window-update", "WINDOW_UPDATE"),
+        ("reset", "CVE-2019-9514"),
+    ],
+)
+def test_a_control_frame_flood_ends_in_goaway_and_the_server_still_serves(
+    server: tuple[ServerProcess, Path], kind: str, advisory: str
+) -> None:
+    proc, log = server
+    outcome = attacks.control_flood(_target(proc), duration_s=2.0, kind=kind, frames=1_000_000)
+    abuse = [e for e in _events(log) if e["event"] == "abuse"]
+    assert abuse and advisory in abuse[0]["reason"], (outcome, abuse)
+    # the source is refused for a while after: one connection condemned, not one per retry
+    assert len(abuse) == 1, abuse
+    assert "1 GOAWAY" in outcome, outcome  # it reads the GOAWAY behind the replies
+    assert asyncio.run(probe("h2", proc.ports["h2"])) is not None
+    assert asyncio.run(probe("h3", proc.ports["h3"])) is not None
+
+
+def test_a_client_that_credits_every_data_frame_is_not_a_flood(
+    server: tuple[ServerProcess, Path],
+) -> None:
+    """30 MB down in 16 KiB frames, a stream and a connection WINDOW_UPDATE for each: 3,662
+    updates, beyond the budget for updates that credit nothing."""
+    import h2.events
+
+    proc, log = server
+    sock = attacks._tls(_target(proc))
+    conn = attacks._h2_client()
+    conn.send_headers(
+        1, [(":method", "GET"), (":path", "/image"), (":scheme", "https"), (":authority", "x")],
+        end_stream=True,
+    )  # fmt: skip
+    received = frames = 0
+    ended = False
+    try:
+        sock.sendall(conn.data_to_send())
+        while not ended:
+            chunk = sock.recv(1 << 20)
+            assert chunk, "the server closed the connection"
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.DataReceived):
+                    received += len(event.data)
+                    frames += 1
+                    conn.increment_flow_control_window(event.flow_controlled_length)
+                    if event.stream_ended is None:
+                        conn.increment_flow_control_window(event.flow_controlled_length, 1)
+                ended = ended or isinstance(event, h2.events.StreamEnded)
+            sock.sendall(conn.data_to_send())
+    finally:
+        sock.close()
+    assert received == 30_000_000 and frames > H2Limits().max_window_updates
     assert not any(e["event"] == "abuse" for e in _events(log))

@@ -114,3 +114,46 @@ def test_a_task_that_rode_through_the_outage_gets_the_bound_of_what_happened(
     assert cols["bound_basis"] is None
     bound = agent_rows.agent_bound(committed, CLOUD.link_spec, 798_720, 0.0)
     assert bound is not None and cols["bound_s"] == pytest.approx(bound.total_s)
+
+
+def test_on_a_traced_uplink_the_bound_follows_the_trace_from_the_tasks_start(
+    tmp_path: Path,
+) -> None:
+    """The one-line trace "1" (12 Mbit/s) on the uplink, its clock at 90 s with offset 2 s:
+    the task's bound is the task at 12 Mbit/s, each round's network time has its bound
+    from where the trace was at its first byte (round_trace.csv), and the row says where the
+    trace was when the task began."""
+    import json
+
+    settings = Settings(
+        workload="agent", agent_rounds=2, connection="reused", warmup_requests=1,
+        link="rtt=200ms,up.rate=trace:const-12mbit.up,down.rate=6.4mbit", agent_model_s=0.08,
+    )  # fmt: skip
+    path = topology_of(settings, "test")
+    rounds = [
+        _round(1, 100.0, end_s=101.2, round_s=1.2, upload_s=0.01, reply_s=0.8, model_s=0.08),
+        _round(2, 101.2, end_s=102.4, round_s=1.2, upload_s=0.01, reply_s=0.8, model_s=0.08),
+    ]
+    write_jsonl(tmp_path / "records.jsonl", rounds)
+    clock = {"origin_s": 90.0, "offset_s": 2.0}
+    (tmp_path / "run.json").write_text(json.dumps({"traces": {"link": {"up": clock}}}))
+    part = ROW_PARTS["agent_round"](settings, path, tmp_path, None, [])
+    fixed = agent_rows.agent_bound(
+        Settings(**{**settings.to_dict(), "link": "rtt=200ms,up.rate=12mbit,down.rate=6.4mbit"}),
+        topology_of(Settings(link="rtt=200ms,up.rate=12mbit,down.rate=6.4mbit"), "t").link_spec,
+        798_720,
+        0.0,
+    )
+    assert fixed is not None
+    assert part.columns["bound_s"] == pytest.approx(fixed.total_s, abs=2 * 1e-3)
+    assert part.columns["ratio"] == pytest.approx(2.4 / part.columns["bound_s"])
+    assert part.columns["trace_position_up_s"] == pytest.approx(12.0)
+    assert part.columns["offered_up_bps"] == pytest.approx(12e6, rel=1e-3)
+    table = (tmp_path / agent_rows.ROUND_TRACE_FILE).read_text().splitlines()
+    assert table[0].split(",") == list(agent_rows.ROUND_TRACE_COLUMNS)
+    first = dict(zip(table[0].split(","), table[1].split(","), strict=True))
+    assert float(first["first_byte_s"]) == pytest.approx(0.39)  # 101.2 - 0.8 - 0.01 - 100
+    assert float(first["position_up_s"]) == pytest.approx(12.39)
+    assert float(first["network_s"]) == pytest.approx(0.81 - 0.08)
+    upload_s = 798_720 * 8 / 12e6
+    assert float(first["network_bound_s"]) == pytest.approx(upload_s + 0.2, abs=2e-3)

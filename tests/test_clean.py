@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -280,3 +282,212 @@ def test_a_link_taken_down_under_its_user_is_reported_lost() -> None:
         reason = link.lost()
         assert reason is not None and ("gone" in reason or "exited" in reason)
     _nothing_left(name)
+
+
+FOREIGN_LINK = "hos7"
+"""A link name no test or run uses: the fake emulators below are named after it."""
+FAKE_EMULATOR = "import time\nopen('/proc/self/comm', 'w').write('tb-hos7-emu')\ntime.sleep(120)\n"
+"""What looks like an emulator of link hos7 to ``clean``: its thread name, and the module
+and a namespace in its command line."""
+
+
+CLEAN_INSIDE = (
+    "from netem import clean\n"
+    f"found = [p for p in clean.find_processes(None) if clean.is_emulator(p, {FOREIGN_LINK!r})]\n"
+    f"report = clean.clean({FOREIGN_LINK!r})\n"
+    "print('found:', *found, 'killed:', *report.killed)\n"
+)
+"""Run in a new PID and mount namespace that still sees the host's /proc: what its clean
+would take for the fake emulator's link (nothing)."""
+
+
+def _fake_emulator(*prefix: str) -> tuple[subprocess.Popen, int]:
+    """A fake emulator (under ``prefix``, e.g. ``unshare``): the process and the fake's pid."""
+    argv = [sys.executable, "-c", FAKE_EMULATOR, clean.EMULATOR_MODULE, f"tb-{FOREIGN_LINK}-client"]
+    proc = subprocess.Popen([*prefix, *argv], start_new_session=True)
+    fake: list[int] = []
+
+    def named() -> bool:
+        if not prefix:
+            fake[:] = [proc.pid]
+        else:  # unshare --fork: the fake is its child
+            children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+            with contextlib.suppress(OSError):
+                fake[:] = [int(c) for c in children.read_text().split()]
+        return bool(fake) and clean._comm(fake[0]) == f"tb-{FOREIGN_LINK}-emu"
+
+    assert _wait_for(named, timeout_s=20), "the fake emulator did not start"
+    return proc, fake[0]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+@pytest.mark.root
+def test_a_process_of_another_pid_and_mount_namespace_is_not_cleaned() -> None:
+    """As a container's emulator seen from the host: a link ``clean`` does not know, in a
+    PID and mount namespace of its own. Its twin in this environment is cleaned."""
+    proc, fake = _fake_emulator("unshare", "--fork", "--pid", "--mount")
+    try:
+        assert clean.is_emulator(fake, FOREIGN_LINK)  # it does look like one
+        assert not clean.in_this_environment(fake)
+        assert fake not in clean.find_processes(None)
+        assert FOREIGN_LINK not in clean.known_links()
+        report = clean.clean(FOREIGN_LINK)
+        assert fake not in report.killed and report.ok, report
+        assert clean._alive(fake) and clean.leftovers(FOREIGN_LINK) == []
+    finally:
+        _stop(proc)
+    twin, pid = _fake_emulator()
+    try:
+        # the other way round: a clean in a PID and mount namespace of its own (a container
+        # that even sees this /proc) does not take this environment's emulator for its own
+        inside = subprocess.run(
+            ["unshare", "--fork", "--pid", "--mount", sys.executable, "-c", CLEAN_INSIDE],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert inside.returncode == 0, inside.stderr
+        assert inside.stdout.split() == ["found:", "killed:"], inside.stdout
+        assert clean._alive(pid)
+        assert clean.in_this_environment(pid) and FOREIGN_LINK in clean.known_links()
+        assert pid in clean.clean(FOREIGN_LINK).killed
+        assert twin.wait(timeout=10) is not None
+    finally:
+        if twin.poll() is None:
+            _stop(twin)
+
+
+# -- reaping what SIGKILLed runs left (issue 26) ------------------------------------------
+
+OWNER = (
+    "import sys, time\n"
+    "from netem.link import Link\n"
+    "Link.up(sys.argv[1], 'rtt=10ms', backend='userspace')\n"
+    "print('up', flush=True)\n"
+    "time.sleep(120)\n"
+)
+"""A process that owns a link (as ``testbed run`` does) and would hold it for two minutes."""
+
+
+def _owner_of(link: str) -> subprocess.Popen[str]:
+    """Start a link-owning process and return once its link is up."""
+    proc = subprocess.Popen([sys.executable, "-c", OWNER, link], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    assert ready and proc.stdout.readline().strip() == "up", "the owner did not bring its link up"
+    return proc
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    proc.kill()
+    proc.wait(timeout=10)
+
+
+def _orphan_traces(link: str) -> tuple[list[str], int | None]:
+    """The namespaces of ``link`` that exist, and its emulator's pid if it runs."""
+    spaces = [ns for ns in topology.link_namespaces(link) if topology.namespace_exists(ns)]
+    try:
+        state = Link.attach(link).state
+    except Exception:
+        return spaces, None
+    pid = state.emulator_pid
+    return spaces, pid if pid is not None and clean._alive(pid) else None
+
+
+@pytest.mark.root
+def test_links_of_sigkilled_owners_are_reaped_by_the_next_link_up() -> None:
+    """Three owners of one name killed in turn, each next one brings the same name up (the
+    re-run with the same --link-name); another link's up reaps the last."""
+    name, other = "hos1", "hos2"
+    clean.clean(name)
+    clean.clean(other)
+    previous: int | None = None
+    try:
+        for _ in range(3):
+            owner = _owner_of(name)  # reaps the previous owner's link, then makes its own
+            if previous is not None:
+                assert not clean._alive(previous), "the orphan's emulator still runs"
+            _kill(owner)
+            spaces, previous = _orphan_traces(name)
+            assert spaces and previous is not None  # SIGKILL leaves the link: an orphan
+            assert clean.orphan_reason(name) is not None
+        with Link.up(other, "rtt=10ms", backend="userspace") as link:
+            reaped = link.state.extra.get("reaped", [])
+            assert any(line.startswith(f"link {name} ") for line in reaped), reaped
+            assert _orphan_traces(name) == ([], None)
+            assert not clean._alive(previous)
+            assert name not in list_links()
+    finally:
+        clean.clean(name)
+        clean.clean(other)
+
+
+@pytest.mark.root
+def test_a_live_owner_and_a_link_left_up_on_purpose_are_not_reaped() -> None:
+    alive, kept, new = "hos3", "hos4", "hos5"
+    for link in (alive, kept, new):
+        clean.clean(link, force=True)
+    owner = _owner_of(alive)
+    try:
+        up = subprocess.run(
+            [*TESTBED, "link", "up", kept, "rtt=10ms", "--backend", "userspace"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert up.returncode == 0, up.stderr
+        assert clean.orphan_reason(alive) is None and clean.orphan_reason(kept) is None
+        with Link.up(new, "rtt=10ms", backend="userspace") as link:
+            assert not [r for r in link.state.extra.get("reaped", []) if "hos" in r]
+            for held in (alive, kept):
+                spaces, emulator = _orphan_traces(held)
+                assert spaces and emulator is not None, held
+    finally:
+        _kill(owner)
+        for link in (alive, kept, new):
+            clean.clean(link, force=True)
+
+
+@pytest.fixture
+def orphan_state() -> Iterator[Path]:
+    """A state file of link hos6 (no namespaces: orphans are told from the file alone)."""
+    path = names.state_file("hos6")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    yield path
+    path.unlink(missing_ok=True)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    ("state", "orphan"),
+    [
+        ({"persistent": False}, True),  # a run's link, owner gone
+        ({"persistent": True, "extra": {"status": "starting"}}, True),  # link up killed early
+        ({"persistent": True, "extra": {"status": "up"}}, False),  # left up on purpose
+        ({"persistent": False, "owner_start_ticks": 1}, True),  # a recycled pid
+        ({"persistent": False, "owner_pid": "1"}, False),  # not an owner this can check
+    ],
+)
+def test_orphans_are_links_whose_owner_is_gone(
+    orphan_state: Path, state: dict, orphan: bool
+) -> None:
+    dead = _sleeper()
+    dead.kill()
+    dead.wait()
+    orphan_state.write_text(json.dumps({"owner_pid": dead.pid, **state}))
+    assert (clean.orphan_reason("hos6") is not None) is orphan
+    live = _sleeper()
+    try:
+        fields = {"owner_pid": live.pid, "owner_start_ticks": clean.start_ticks(live.pid)}
+        orphan_state.write_text(json.dumps({**state, **fields}))
+        assert clean.orphan_reason("hos6") is None  # whatever else it says: its owner lives
+    finally:
+        live.kill()
+        live.wait()
+    orphan_state.write_text('{"owner_pid": ')  # being written: not known to be an orphan
+    assert clean.orphan_reason("hos6") is None

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+import pytest
 
 from netem.emulator.core import LinkDirection
 from netem.emulator.loss import loss_rng
+from netem.events import LinkEvent
 from netem.linkspec import DirectionSpec, GilbertElliott, LinkSpec
+from netem.trace import TraceFile, open_trace
+from tbcore.errors import SpecError
 
 
 def packet(size: int, tag: int = 0) -> bytes:
@@ -246,3 +252,79 @@ def test_rate_event_on_an_unlimited_direction_adds_a_bottleneck() -> None:
     core.receive(0.0, packet(1000))
     core.receive(0.0, packet(1000))
     assert [round(t, 9) for t, _ in drain(core)] == [0.001, 0.002]
+
+
+# --- traces -----------------------------------------------------------------------------
+
+
+def trace_file(tmp_path: Path, name: str, text: str, kind: str) -> TraceFile:
+    path = tmp_path / name
+    path.write_text(text)
+    return open_trace(f"trace:{path}", kind)
+
+
+def test_a_capacity_trace_paces_the_queue_and_keeps_its_drop_tail(tmp_path: Path) -> None:
+    rate = trace_file(tmp_path, "c", "1\n", "capacity")  # 1500 B each ms from the origin
+    core = LinkDirection("up", DirectionSpec(delay_s=0.01, rate_trace=rate), 3000, now=5.0)
+    for i in range(4):
+        core.receive(5.0, packet(1500, i))
+    assert core.stats.dropped_queue == 2  # 3000 bytes of queue: two packets
+    core.receive(5.0015, packet(1500, 9))  # the first has left at 5.001
+    assert [round(t, 9) for t, _ in drain(core)] == [5.011, 5.012, 5.013]
+
+
+def test_set_spec_restarts_the_trace_at_its_offset_after_the_queued_packets(tmp_path: Path) -> None:
+    rate = trace_file(tmp_path, "c", "10\n20\n", "capacity")  # 10, 20 | 30, 40 ms
+    core = LinkDirection("up", DirectionSpec(rate_bps=12e6), 10**6)
+    core.receive(0.0, packet(1500))  # leaves at 1 ms
+    core.set_spec(DirectionSpec(rate_trace=rate, trace_offset_s=0.015), 10**6, now=0.0005)
+    assert core.trace_info() == {
+        "origin_s": 0.0005,
+        "offset_s": 0.015,
+        "rate_trace": rate.to_dict(),
+        "delay_trace": None,
+        "delay_interp": "step",
+    }
+    core.receive(0.0006, packet(1500))  # position 15.1 ms: the next stamp is 20, at 5.5 ms
+    assert [round(t, 9) for t, _ in drain(core)] == [0.001, 0.0055]
+
+
+def test_a_delay_trace_sets_each_packets_delay_at_its_departure(tmp_path: Path) -> None:
+    delay = trace_file(tmp_path, "d", "0 50\n10 20\n20 30\n", "delay")
+    core = LinkDirection("up", DirectionSpec(delay_trace=delay), None, now=1.0)
+    core.receive(1.005, packet(100))  # 50 ms
+    core.receive(1.025, packet(100))  # 30 ms
+    core.receive(1.031, packet(100))  # wrapped to position 1 ms: 50 ms
+    assert [round(t, 9) for t, _ in drain(core)] == [1.055, 1.055, 1.081]
+
+
+def test_a_falling_delay_never_overtakes_a_packet_in_flight(tmp_path: Path) -> None:
+    delay = trace_file(tmp_path, "d", "0 50\n10 5\n", "delay")
+    core = LinkDirection("up", DirectionSpec(delay_trace=delay), None)
+    for i, t in enumerate((0.009, 0.011, 0.055, 0.071)):
+        core.receive(t, packet(100, i))
+    departures = drain(core)
+    # 0.011 + 5 ms would pass the packet sent at 0.009 (due 0.059): it follows it instead
+    assert [round(t, 9) for t, _ in departures] == [0.059, 0.059, 0.060, 0.076]
+    assert [int.from_bytes(p[:4], "big") for _, p in departures] == [0, 1, 2, 3]
+
+
+def test_linear_delay_interpolates_between_points(tmp_path: Path) -> None:
+    delay = trace_file(tmp_path, "d", "0 10\n10 20\n", "delay")
+    spec = DirectionSpec(delay_trace=delay, delay_interp="linear")
+    core = LinkDirection("up", spec, None)
+    core.receive(0.005, packet(100))  # 15 ms
+    assert [round(t, 9) for t, _ in drain(core)] == [0.020]
+
+
+def test_a_rate_event_on_a_capacity_trace_is_refused(tmp_path: Path) -> None:
+    rate = trace_file(tmp_path, "c", "1\n", "capacity")
+    core = LinkDirection("up", DirectionSpec(rate_trace=rate), 10**6)
+    with pytest.raises(SpecError, match=r"up\.rate: a capacity trace"):
+        core.add_event(LinkEvent("rate", rate_bps=1e6).resolve(0.0))
+    core.add_event(LinkEvent("outage", duration_s=1.0).resolve(0.0))  # outages are fine
+    fixed = LinkDirection("up", DirectionSpec(rate_bps=1e6), 10**6)
+    fixed.add_event(LinkEvent("rate", rate_bps=2e6, at_s=5.0, duration_s=2.0).resolve(0.0))
+    with pytest.raises(SpecError, match="rate event"):
+        fixed.set_spec(DirectionSpec(rate_trace=rate), 10**6, now=1.0)
+    fixed.set_spec(DirectionSpec(rate_trace=rate), 10**6, now=8.0)  # refused only while due

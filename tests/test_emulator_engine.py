@@ -168,3 +168,31 @@ def test_set_spec_and_errors(wire: Wire, tmp_path: Path) -> None:
     engine.handle({"cmd": "packet_log_start", "dir": str(tmp_path)})
     with pytest.raises(SpecError, match="packet_log_stop first"):
         engine.handle({"cmd": "packet_log_start", "dir": str(tmp_path)})
+
+
+def test_set_spec_restarts_the_traces_at_the_given_time_and_trace_reports_them(
+    wire: Wire, tmp_path: Path
+) -> None:
+    from tbcore.errors import SpecError
+
+    (tmp_path / "c").write_text("1\n")
+    engine = make_engine(parse_link("delay=5ms"), wire)
+    assert engine.handle({"cmd": "trace"}) == {"trace": {"up": None, "down": None}}
+    traced = parse_link(f"up.rate=trace:{tmp_path / 'c'},trace_offset=3s")
+    reply = engine.handle({"cmd": "set_spec", "spec": traced.to_dict(), "at_s": 42.0})
+    up = reply["trace"]["up"]
+    assert (up["origin_s"], up["offset_s"], up["rate_trace"]["path"]) == (
+        42.0,
+        3.0,
+        str(tmp_path / "c"),
+    )
+    assert reply["trace"]["down"] is None
+    assert engine.handle({"cmd": "trace"}) == reply
+    # a rate event on the traced direction is refused, for both directions or none
+    event = {"kind": "rate", "start_s": 50.0, "end_s": None, "rate_bps": 1e6, "given_s": 50.0}
+    with pytest.raises(SpecError, match=r"up\.rate"):
+        engine.handle({"cmd": "event", "scheduled": event})
+    assert engine.events == [] and engine.pumps["down"].core.timeline is None
+    engine.handle({"cmd": "event", "scheduled": {**event, "directions": ["down"]}})
+    with pytest.raises(SpecError, match="at_s"):
+        engine.handle({"cmd": "set_spec", "spec": traced.to_dict(), "at_s": "soon"})

@@ -81,9 +81,12 @@ def probe(count: int = 50) -> ProbeResult:
         )
 
 
+@pytest.mark.parametrize("path", ["c", "python"])
 @pytest.mark.parametrize("processes", ["1", "2"])
-def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str) -> None:
-    proc, control = start(tmp_path, "up.delay=20ms,down.delay=10ms", "--processes", processes)
+def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str, path: str) -> None:
+    proc, control = start(
+        tmp_path, "up.delay=20ms,down.delay=10ms", "--processes", processes, "--path", path
+    )
     pid_file = control.with_suffix(".pid")
     try:
         assert pid_file.read_text().strip() == str(proc.pid)
@@ -92,6 +95,7 @@ def test_contract_round_trip(tun_path: None, tmp_path: Path, processes: str) -> 
         client = EmulatorClient(control, timeout_s=10)
         before = client.stats()
         assert before.processes == int(processes)
+        assert client.request("path")["path"] == path
         client.capture_start(tmp_path / "cap", snaplen=200)
         client.packet_log_start(tmp_path / "log")
         result = probe()
@@ -160,8 +164,43 @@ def test_bad_spec_and_missing_devices_fail_in_one_line(tmp_path: Path) -> None:
     assert split.stderr.decode().strip() == (
         "emulator: error: processes: an air= link shares one medium: it runs in one process"
     )
+    for extra, message in (
+        (["--path", "python", "--offload", "on"], "offload: only the C path takes it (path c)"),
+        (["--path", "python", "--coalesce-us", "50"], "coalesce-us: only the C path takes it"),
+        (["--coalesce-us", "5000"], "coalesce-us: must lie in [0, 1 ms], got 0.005"),
+    ):
+        refused = subprocess.run([*base, "--spec-json", "{}", *extra], capture_output=True)
+        assert refused.returncode == 2
+        assert refused.stderr.decode().strip().startswith(f"emulator: error: {message}")
     missing = subprocess.run([*base, "--spec-json", "{}"], capture_output=True, timeout=30)
     assert missing.returncode == 1
     lines = missing.stderr.decode().strip().splitlines()
     assert len(lines) == 1 and "namespace" in lines[0]
     assert not (tmp_path / "c.pid").exists()
+
+
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_both_processes_share_the_traces_origin(
+    tun_path: None, tmp_path: Path, processes: str
+) -> None:
+    (tmp_path / "c").write_text("1\n")
+    (tmp_path / "d").write_text("0 5\n10 8\n")
+    spec = f"up.rate=trace:{tmp_path / 'c'},down.delay=trace:{tmp_path / 'd'},trace_offset=2s"
+    proc, control = start(tmp_path, spec, "--processes", processes)
+    try:
+        client = EmulatorClient(control, timeout_s=10)
+        first = client.trace()
+        assert first["up"]["rate_trace"]["path"] == str(tmp_path / "c")
+        assert first["down"]["delay_trace"]["path"] == str(tmp_path / "d")
+        assert first["up"]["origin_s"] == first["down"]["origin_s"]  # one origin at start
+        assert first["up"]["offset_s"] == first["down"]["offset_s"] == 2.0
+        again = client.set_spec(parse_link(spec))
+        assert again == client.trace()
+        assert again["up"]["origin_s"] == again["down"]["origin_s"] > first["up"]["origin_s"]
+        result = probe(20)  # packets cross both traced directions
+        assert result.received == 20, result
+        assert min(result.down_s) >= 0.005
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0

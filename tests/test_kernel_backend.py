@@ -8,6 +8,7 @@ in the VM guest, tests/test_link.py with TESTBED_BACKEND=netem).
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 from pyroute2.netlink.rtnl.tcmsg import sched_netem, sched_tbf, tcmsg
@@ -143,6 +144,22 @@ def test_air_link_refused_before_anything_is_built() -> None:
     with pytest.raises(SpecError) as err:
         kernel.KernelBackend().up(state)  # type: ignore[arg-type]
     assert err.value.field == "air"
+
+
+@pytest.mark.parametrize(
+    ("key", "text", "field"),
+    [("rate", "1\n", "up.rate"), ("down.delay", "0 10\n10 20\n", "down.delay")],
+)
+def test_a_trace_is_refused_in_one_line_naming_the_userspace_backend(
+    tmp_path: Path, key: str, text: str, field: str
+) -> None:
+    (tmp_path / "t").write_text(text)
+    fields = {"spec": parse_link(f"{key}=trace:{tmp_path / 't'}"), "name": "trx", "extra": {}}
+    state = type("State", (), fields)()
+    with pytest.raises(SpecError) as err:
+        kernel.KernelBackend().up(state)  # type: ignore[arg-type]  # before anything is built
+    assert err.value.field == field
+    assert "userspace" in str(err.value) and "\n" not in str(err.value)
 
 
 def _encode_decode(kind: str, options: dict) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -391,3 +392,100 @@ def test_an_unprefixed_override_replaces_the_presets_direction_keys() -> None:
 def test_preset_override_errors_name_the_key() -> None:
     assert_spec_error(lambda: resolve_link("dc-longhaul,loss=200%"), "up.loss")
     assert_spec_error(lambda: resolve_link("dc-longhaul,colour=blue"), "colour")
+
+
+# --- traces -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def traces(tmp_path: Path) -> dict[str, Path]:
+    files = {"cap": "1\n2\n3\n4\n", "other": "0\n0\n5\n", "delay": "0 10\n10 30\n"}
+    paths = {}
+    for name, text in files.items():
+        paths[name] = tmp_path / name
+        paths[name].write_text(text)
+    return paths
+
+
+def test_rate_trace_on_both_directions_with_an_offset(traces: dict[str, Path]) -> None:
+    spec = parse_link(f"rtt=40ms,rate=trace:{traces['cap']},trace_offset=12.5s")
+    for d in (spec.up, spec.down):
+        assert d.rate_bps is None and d.rate_trace is not None
+        assert d.rate_trace.path == str(traces["cap"])
+        assert d.trace_offset_s == 12.5
+        assert d.mean_rate_bps == 12e6
+    # the default queue: one BDP at the trace's mean rate (here the 64-MTU floor)
+    assert spec.queue_limit_bytes("up") == MIN_DEFAULT_QUEUE_BYTES
+
+
+def test_per_direction_traces_offsets_and_interpolation(traces: dict[str, Path]) -> None:
+    spec = parse_link(
+        f"rtt=40ms,up.rate=trace:{traces['cap']},down.rate=trace:{traces['other']},"
+        f"down.trace_offset=1s,up.delay=trace:{traces['delay']},delay_interp=linear"
+    )
+    assert spec.up.rate_trace is not None and spec.down.rate_trace is not None
+    assert spec.down.rate_trace.capacity.period_ms == 5
+    assert (spec.up.trace_offset_s, spec.down.trace_offset_s) == (0.0, 1.0)
+    assert spec.up.delay_trace is not None and spec.up.delay_s == 0.0
+    assert spec.up.delay_interp == "linear" and spec.down.delay_interp == "step"
+    assert spec.down.delay_s == 0.02  # rtt's half, the up delay being the trace
+    assert spec.rtt_s == pytest.approx(0.010 + 0.020)  # the trace's least delay
+    assert spec.up.mean_delay_s == pytest.approx(0.020)
+
+
+def test_an_unprefixed_offset_applies_to_the_traced_direction_only(
+    traces: dict[str, Path],
+) -> None:
+    spec = parse_link(f"rate=10mbit,up.rate=trace:{traces['cap']},trace_offset=2s")
+    assert spec.up.trace_offset_s == 2.0 and spec.down.trace_offset_s == 0.0
+
+
+def test_traced_specs_round_trip_through_the_string_and_the_dict(
+    traces: dict[str, Path],
+) -> None:
+    spec = parse_link(
+        f"up.rate=trace:{traces['cap']},trace_offset=250ms,down.delay=trace:{traces['delay']},"
+        "down.delay_interp=linear,up.delay=5ms"
+    )
+    assert parse_link(format_link(spec)) == spec
+    assert LinkSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    assert spec.to_dict()["up"]["rate_trace"]["sha256"] == spec.up.rate_trace.sha256  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "words"),
+    [
+        ("up.rate=trace:{missing}", "up.rate", ("trace", "cap-no", "cannot read")),
+        ("rate=trace:{delay}", "up.rate", ("line 1", "two columns")),
+        ("delay=trace:{cap}", "up.delay", ("line 1", "one column")),
+        ("rate=trace:", "up.rate", ("needs a file",)),
+        ("trace_offset=1s,rate=1mbit", "trace_offset", ("no effect",)),
+        ("up.trace_offset=1s,down.rate=trace:{cap}", "up.trace_offset", ("no effect",)),
+        ("delay_interp=linear,rate=trace:{cap}", "delay_interp", ("no effect",)),
+        ("delay=trace:{delay},delay_interp=cubic", "up.delay_interp", ("step or linear",)),
+        ("rate=trace:{cap},trace_offset=-1s", "up.trace_offset", ("negative",)),
+        ("rate=trace:{cap},trace_offset=2", "up.trace_offset", ("unit",)),
+        ("rtt=trace:{delay}", "rtt", ("delay=trace",)),
+        ("delay=trace:{delay},jitter=1ms", "up.delay", ("jitter",)),
+    ],
+)
+def test_bad_trace_keys_name_the_key(
+    traces: dict[str, Path], text: str, field: str, words: tuple[str, ...]
+) -> None:
+    names = {k: str(v) for k, v in traces.items()} | {"missing": str(traces["cap"]) + "-no"}
+    with pytest.raises(SpecError) as err:
+        parse_link(text.format(**names))
+    assert err.value.field == field
+    for word in words:
+        assert word in str(err.value)
+
+
+def test_direction_spec_refuses_a_trace_beside_the_setting_it_replaces(
+    traces: dict[str, Path],
+) -> None:
+    cap = parse_link(f"rate=trace:{traces['cap']}").up.rate_trace
+    delay = parse_link(f"delay=trace:{traces['delay']}").up.delay_trace
+    assert_spec_error(lambda: DirectionSpec(rate_bps=1e6, rate_trace=cap), "rate")
+    assert_spec_error(lambda: DirectionSpec(delay_s=0.01, delay_trace=delay), "delay")
+    assert_spec_error(lambda: DirectionSpec(rate_trace=delay), "rate_trace")
+    assert_spec_error(lambda: DirectionSpec(trace_offset_s=1.0), "trace_offset")

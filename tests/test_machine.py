@@ -4,6 +4,8 @@ emulator's packet log read back."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -114,3 +116,28 @@ def test_one_quiet_second_inside_a_spell_is_not_its_end() -> None:
     # 12 %, 1 %, 9 % (the spell is back), then three quiet seconds
     waited, steal = _wait_on([0.12, 0.01, 0.09, 0.01, 0.0, 0.01], quiet_windows=3)
     assert waited == 6.0 and steal == pytest.approx(0.01)
+
+
+BURN_S = 0.3
+"""CPU a grandchild spends in the test below (a busy loop, 0.3 s of one core)."""
+
+
+def test_a_stack_working_in_its_child_is_counted_under_its_name(tmp_path: Path) -> None:
+    # ngtcp2's binaries run under their testbed edge: the edge (watched) sleeps, its child
+    # computes; the child's CPU is the stack's, even after it exited
+    burn = tmp_path / "burn.py"
+    burn.write_text(
+        "import time\nt = time.process_time()\nwhile time.process_time() - t < "
+        f"{BURN_S}:\n    pass\n"
+    )
+    edge = "import subprocess, sys, time; subprocess.run([sys.executable, sys.argv[1]]); "
+    edge += "time.sleep(0.2)"
+    proc = subprocess.Popen([sys.executable, "-c", edge, str(burn)])
+    watch = CpuWatch()
+    with watch:
+        watch.watch("server", proc.pid)
+        proc.wait(timeout=30)
+    assert len(watch.pids["server"]) >= 2  # the edge and the child it started
+    seen = [v["server"] for _, v, _ in watch.samples if v.get("server") is not None]
+    assert seen == sorted(seen)  # the child's exit takes nothing away
+    assert seen[-1] >= BURN_S * 0.8

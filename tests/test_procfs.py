@@ -9,8 +9,10 @@ import pytest
 from tbcore.errors import SpecError
 from tbcore.procfs import (
     CLOCK_TICKS_PER_S,
+    child_pids,
     cpu_pressure_s,
     host_cpu,
+    parse_children,
     parse_host_cpu,
     parse_process_cpu_s,
     parse_process_sched,
@@ -68,3 +70,17 @@ def test_live_readers_of_this_process() -> None:
     assert process_cpu_s(2**22 + 7) is None and thread_schedstats(2**22 + 7) is None
     assert process_rss_bytes(2**22 + 7) is None
     assert cpu_pressure_s("/nonexistent") is None
+
+
+def test_children_of_a_process() -> None:
+    import subprocess
+    import sys
+
+    assert parse_children("12 345 \n") == [12, 345] and parse_children("") == []
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+    try:
+        assert proc.pid in child_pids(os.getpid())
+    finally:
+        proc.kill()
+        proc.wait()
+    assert child_pids(2**22 + 1) == []  # no such process

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from tbcore.records import (
+    NO_APPLIED_LOG,
     RECORD_TYPES,
+    AppliedLog,
+    AppliedRecord,
     QuicRecovery,
     RecordError,
     RequestRecord,
@@ -103,3 +106,18 @@ def test_every_record_type_documents_every_field() -> None:
     for cls in RECORD_TYPES.values():
         for item in fields(cls):
             assert item.metadata.get("doc"), f"{cls.__name__}.{item.name}"
+
+
+def test_an_applied_log_appends_typed_records_as_they_come(tmp_path: Path) -> None:
+    path = tmp_path / "client-applied.jsonl"
+    log = AppliedLog(path, "client")
+    log.write("tcp", {"cc": "reno", "window_clamp": 65536}, conn=0)
+    assert len(path.read_text().splitlines()) == 1  # on disk before the run ends
+    log.write("workload", {"chunks": [4]})
+    log.close()
+    first, second = read_jsonl(path, AppliedRecord)
+    assert (first.role, first.layer, first.conn, first.values["cc"]) == ("client", "tcp", 0, "reno")
+    assert second.values == {"chunks": [4]} and second.conn is None
+    with pytest.raises(RecordError):
+        AppliedRecord(0.0, "client", "colour", None, {})
+    NO_APPLIED_LOG.write("tcp", {"cc": "reno"})  # keeps nothing, raises nothing

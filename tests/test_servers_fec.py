@@ -17,8 +17,8 @@ from clients.api import run_requests
 from clients.config import ClientConfig
 from proto.fec import message as fecmessage
 from proto.fec import wire
+from proto.fec.wire import ALPN_FEC
 from servers.events import read_events
-from servers.fecserver import ALPN_FEC
 from servers.process import ServerProcess
 from tbcore.errors import SpecError
 

@@ -5,6 +5,17 @@ from __future__ import annotations
 import pytest
 
 from servers.guard import (
+    H2_CONTINUATION,
+    H2_DATA,
+    H2_FLAG_ACK,
+    H2_FLAG_END_HEADERS,
+    H2_FLAG_END_STREAM,
+    H2_HEADERS,
+    H2_PING,
+    H2_PRIORITY,
+    H2_RST_STREAM,
+    H2_SETTINGS,
+    H2_WINDOW_UPDATE,
     MAX_PEER_RESETS_PER_WINDOW,
     RESET_STREAM_GRACE_BYTES,
     RESET_STREAMS_TRACKED,
@@ -15,6 +26,7 @@ from servers.guard import (
     RetryPolicy,
     SourceRateLimiter,
     WindowCounter,
+    is_empty_frame,
 )
 
 pytestmark = pytest.mark.timeout(30)
@@ -118,3 +130,106 @@ def test_source_rate_limiter_buckets_and_bounded_memory() -> None:
     for source in ("c", "d", "e"):
         limiter.allow(source, 0.2)
     assert len(limiter._buckets) == 3 and limiter.dropped == 3
+
+
+# -- control-frame floods (the 2019 advisories) ---------------------------------------------
+
+
+def _flood(
+    guard: H2AbuseGuard, count: int, frame_type: int, flags: int = 0, now: float = 50.0
+) -> list[str | None]:
+    """``count`` frames at one instant; the verdicts, in order."""
+    return [guard.on_frame_received(frame_type, flags, 0, now) for _ in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("frame_type", "flags", "limit", "advisory"),
+    [
+        (H2_SETTINGS, 0, H2Limits().max_settings, "CVE-2019-9515"),
+        (H2_SETTINGS, H2_FLAG_ACK, H2Limits().max_settings, "CVE-2019-9515"),
+        (H2_PING, 0, H2Limits().max_pings, "CVE-2019-9512"),
+        (H2_PING, H2_FLAG_ACK, H2Limits().max_pings, "CVE-2019-9512"),
+        (H2_PRIORITY, 0, H2Limits().max_priority, "CVE-2019-9513"),
+        (H2_DATA, 0, H2Limits().max_empty_frames, "CVE-2019-9518"),
+        (H2_HEADERS, H2_FLAG_END_HEADERS, H2Limits().max_empty_frames, "CVE-2019-9518"),
+        (H2_RST_STREAM, 0, H2Limits().max_peer_resets, "CVE-2023-44487"),
+        (H2_WINDOW_UPDATE, 0, H2Limits().max_window_updates, "WINDOW_UPDATE"),
+    ],
+)
+def test_a_control_frame_flood_is_condemned_after_its_budget_and_not_before(
+    frame_type: int, flags: int, limit: int, advisory: str
+) -> None:
+    guard = H2AbuseGuard(H2Limits(), stream_window_bytes=65_535)
+    verdicts = _flood(guard, limit + 1, frame_type, flags)
+    assert verdicts[:limit] == [None] * limit
+    assert verdicts[limit] is not None and advisory in verdicts[limit]
+
+
+def test_control_frames_spread_over_time_are_fine() -> None:
+    limits = H2Limits()
+    guard = H2AbuseGuard(limits, stream_window_bytes=65_535)
+    step = limits.window_s / limits.max_settings * 1.01
+    for i in range(5 * limits.max_settings):
+        assert guard.on_frame_received(H2_SETTINGS, 0, 0, i * step) is None
+        assert guard.on_frame_received(H2_PING, 0, 0, i * step) is None
+
+
+def test_each_kind_has_its_own_budget() -> None:
+    """A connection's SETTINGS do not use up its PING allowance, and frames with content
+    (a request's HEADERS, DATA with bytes) are not empty frames."""
+    limits = H2Limits()
+    guard = H2AbuseGuard(limits, stream_window_bytes=65_535)
+    assert _flood(guard, limits.max_settings, H2_SETTINGS) == [None] * limits.max_settings
+    assert _flood(guard, limits.max_pings, H2_PING) == [None] * limits.max_pings
+    for _ in range(10 * limits.max_empty_frames):
+        assert guard.on_frame_received(H2_DATA, 0, 16_384, 50.0) is None
+        assert guard.on_frame_received(H2_HEADERS, H2_FLAG_END_HEADERS, 40, 50.0) is None
+
+
+def test_empty_frames_are_those_without_content_and_without_an_end() -> None:
+    assert is_empty_frame(H2_DATA, 0, 0)
+    assert not is_empty_frame(H2_DATA, H2_FLAG_END_STREAM, 0)  # how a body is ended
+    assert not is_empty_frame(H2_DATA, 0, 1)
+    assert is_empty_frame(H2_HEADERS, H2_FLAG_END_HEADERS, 0)
+    assert not is_empty_frame(H2_HEADERS, H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS, 0)
+    assert is_empty_frame(H2_CONTINUATION, 0, 0)
+    assert not is_empty_frame(H2_CONTINUATION, H2_FLAG_END_HEADERS, 0)
+    assert not is_empty_frame(H2_PING, 0, 0)  # a PING has its own budget
+
+
+def test_window_updates_are_credited_two_per_data_frame_sent() -> None:
+    limits = H2Limits()
+    guard = H2AbuseGuard(limits, stream_window_bytes=65_535)
+    data_frames = 5_000
+    for _ in range(data_frames):
+        assert guard.on_frame_sent(H2_DATA, 0, 50.0) is None
+    allowed = 2 * data_frames + limits.max_window_updates
+    verdicts = _flood(guard, allowed + 1, H2_WINDOW_UPDATE)
+    assert verdicts[:allowed] == [None] * allowed and verdicts[allowed] is not None
+
+
+def test_resets_the_server_is_made_to_send_are_bounded() -> None:
+    limits = H2Limits()
+    guard = H2AbuseGuard(limits, stream_window_bytes=65_535)
+    verdicts = [
+        guard.on_frame_sent(H2_RST_STREAM, 0, 50.0) for _ in range(limits.max_server_resets + 1)
+    ]
+    assert verdicts[-1] is not None and "CVE-2019-9514" in verdicts[-1]
+    assert all(v is None for v in verdicts[:-1])
+
+
+def test_replies_queued_while_the_peer_reads_nothing_are_bounded() -> None:
+    limits = H2Limits(max_unread_replies=10, max_server_resets=10**6)
+    guard = H2AbuseGuard(limits, stream_window_bytes=65_535)
+    for _ in range(100):  # the transport takes them: no backlog
+        assert guard.on_frame_sent(H2_PING, H2_FLAG_ACK, 1.0) is None
+    guard.on_writing_paused()
+    assert guard.on_frame_sent(H2_SETTINGS, 0, 1.0) is None  # the server's own, not a reply
+    for _ in range(10):
+        assert guard.on_frame_sent(H2_PING, H2_FLAG_ACK, 1.0) is None
+    guard.on_writing_resumed()  # the peer read: the count starts again
+    guard.on_writing_paused()
+    replies = [guard.on_frame_sent(H2_SETTINGS, H2_FLAG_ACK, 2.0) for _ in range(10)]
+    assert replies == [None] * 10
+    reason = guard.on_frame_sent(H2_RST_STREAM, 0, 2.0)
+    assert reason is not None and "reads nothing" in reason

@@ -260,3 +260,18 @@ def test_idle_connection_is_closed_by_the_server(tmp_path: Path) -> None:
         tls.close()
     closed = [e for e in read_events(log) if e["event"] == "connection_closed"]
     assert closed and closed[0]["reason"] == "idle timeout"
+
+
+def test_frame_flags_reach_the_guard_as_the_wire_spells_them() -> None:
+    """The abuse guard reads RFC 9113's flag bits: an ACK is a reply, END_STREAM ends a body."""
+    from hyperframe.frame import DataFrame, HeadersFrame, PingFrame, SettingsFrame
+
+    from servers.guard import H2_FLAG_ACK, H2_FLAG_END_HEADERS, H2_FLAG_END_STREAM
+    from servers.h2server import _content_bytes, _flag_bits
+
+    assert _flag_bits(SettingsFrame(0, flags=["ACK"])) == H2_FLAG_ACK
+    assert _flag_bits(PingFrame(0)) == 0
+    ends = HeadersFrame(1, b"", flags=["END_STREAM", "END_HEADERS"])
+    assert _flag_bits(ends) == H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS
+    assert _content_bytes(DataFrame(1, b"abc", flags=["PADDED"], pad_length=5)) == 3
+    assert _content_bytes(PingFrame(0)) == 0

@@ -287,3 +287,106 @@ def test_ack_delay_beyond_max_ack_delay_is_refused(tmp_path: Path, bad: object) 
     with pytest.raises(SpecError) as err:
         make_quic_connection(configuration, None, ack_delay_s=bad)  # type: ignore[arg-type]
     assert err.value.field == "quic-ack-delay"
+
+
+# --- BBR on aioquic: its pacer, its ACK hook, its app-limited check -----------------------
+
+
+def test_bbr_connection_gets_the_control_pacer_and_the_ack_hook(tmp_path: Path) -> None:
+    from proto.quic.bbr import BbrCongestionControl
+    from proto.quic.edge import ControlPacer, congestion_control_of
+
+    client, _server = connections(
+        tmp_path,
+        server_config={"cc": "bbr"},
+        client_config={"cc": "bbr"},
+        window=None,
+        max_pacing_rate_bps=100e6,
+    )
+    control = congestion_control_of(client)
+    assert isinstance(control, BbrCongestionControl)
+    pacer = client._loss._pacer
+    assert isinstance(pacer, ControlPacer) and pacer.control is control
+    # SO_MAX_PACING_RATE's counterpart caps BBR's own rate too (sk_max_pacing_rate)
+    assert control.max_pacing_rate_bytes_per_s == 100e6 / 8
+    assert "on_ack_received_then_end" in client._loss.on_ack_received.__qualname__
+
+
+def test_control_pacer_follows_the_controls_rate_capped() -> None:
+    from proto.quic.bbr import BbrCongestionControl
+    from proto.quic.edge import ControlPacer
+
+    control = BbrCongestionControl(max_datagram_size=1200)
+    pacer = ControlPacer(max_datagram_size=1200, control=control, max_rate_bps=80e6)
+    control.pacing_rate_bytes_per_s = 1e6  # 8 Mbit/s: below the cap
+    assert pacer.next_send_time(1.0) is None  # a full bucket
+    sent = 0
+    while pacer.next_send_time(1.0) is None:
+        pacer.update_after_send(1.0)
+        sent += 1
+    # the bucket: Linux's burst at 8 Mbit/s (2 datagrams, 2.4 ms); then one per 1.2 ms
+    assert sent == 2
+    assert pacer.next_send_time(1.0) == pytest.approx(1.0 + 1200 / 1e6)
+    # and the control learns when the next datagram may leave (its tcp_wstamp_ns)
+    assert control.departure_time_s == pytest.approx(1.0 + 1200 / 1e6)
+    aioquic_update = 10**9  # aioquic's cwnd / srtt update is ignored
+    pacer.update_rate(aioquic_update, 0.001)
+    assert pacer.rate_bytes_per_s == 1e6
+    control.pacing_rate_bytes_per_s = 50e6  # 400 Mbit/s: the cap holds it at 80
+    pacer.next_send_time(2.0)
+    assert pacer.rate_bytes_per_s == pytest.approx(80e6 / 8)
+
+
+def test_bbr_download_in_memory_reaches_probe_bw_and_paces_at_its_rate(tmp_path: Path) -> None:
+    from support_quicpath import Download, make_path
+
+    from proto.quic.bbr import BbrMode
+
+    path = make_path(tmp_path, cc="bbr", rtt_s=0.040, rate_bps=10e6, queue_bytes=100_000)
+    download = Download(path, 3_000_000)
+    download.run(limit_s=30.0)
+    assert bytes(download.received) == bytes(i % 251 for i in range(3_000_000))
+    control = path.server._loss._cc
+    assert control.mode == BbrMode.PROBE_BW
+    assert control.bandwidth_bytes_per_s == pytest.approx(10e6 / 8, rel=0.03)
+    assert control.min_rtt_s == pytest.approx(0.040, abs=0.003)
+    assert path.server._loss._pacer.rate_bytes_per_s == control.pacing_rate_bytes_per_s
+    # ~2.4 s at 10 Mbit/s plus start-up: the path was kept full
+    assert download.done_at_s is not None and download.done_at_s < 3.3
+
+
+def test_bbr_under_random_loss_beats_reno_in_memory(tmp_path: Path) -> None:
+    from support_quicpath import Download, make_path
+
+    times = {}
+    for cc in ("reno", "bbr"):
+        path = make_path(tmp_path / cc, cc=cc, rtt_s=0.2, rate_bps=333e6, down_loss=0.14)
+        download = Download(path, 354_640)
+        download.run(limit_s=60.0)
+        assert len(download.received) == 354_640
+        times[cc] = download.done_at_s
+    # the chapter's path: Reno halves its window at every loss, BBR does not
+    assert times["bbr"] is not None and times["reno"] is not None
+    assert times["bbr"] < 4.0 < 2 * times["bbr"] < times["reno"]
+
+
+def test_app_limited_check_marks_a_sender_with_nothing_to_send(tmp_path: Path) -> None:
+    from proto.quic.edge import app_limited_check, congestion_control_of
+
+    client, server = connections(
+        tmp_path, server_config={"cc": "bbr"}, client_config={"cc": "bbr"}, window=None
+    )
+    check = app_limited_check(client)
+    assert check is not None
+    control = congestion_control_of(client)
+    now = 0.0
+    client.connect(SERVER_ADDR, now=now)
+    for _ in range(10):
+        now += 0.001
+        exchange(client, server, now)
+    control.delivery.app_limited_until_bytes = 0
+    check()  # nothing queued, a window with room, no pacing wait
+    assert control.delivery.is_app_limited
+    # reno has no delivery-rate sampling: no check
+    reno_client, _ = connections(tmp_path, server_config={}, client_config={}, window=None)
+    assert app_limited_check(reno_client) is None

@@ -89,7 +89,7 @@ def test_flags_of_an_end_are_its_knobs_and_override_the_document(tmp_path) -> No
 
 def test_a_registered_protocol_becomes_a_valid_choice() -> None:
     kind = kinds.ProtocolKind(
-        name="e1test", transport="udp", cc_attr="quic_cc", mss=lambda s: 1200,
+        name="e1test", transport="udp", cc_of=lambda s: s.quic_control, mss=lambda s: 1200,
         window_caps=lambda s: [], paces=lambda s: False,
     )  # fmt: skip
     kinds.register_protocol(kind)
@@ -101,3 +101,113 @@ def test_a_registered_protocol_becomes_a_valid_choice() -> None:
         del kinds.PROTOCOLS["e1test"]
     with pytest.raises(SpecError, match="protocol"):
         Settings(protocol="e1test")
+
+
+# --- where a knob takes effect (its Scope) ---------------------------------------------------
+
+
+def test_every_scope_names_registered_kinds_and_knobs() -> None:
+    traits = {
+        axis: set().union(*(kinds.traits_of(k) for k in registry.values()))
+        for axis, registry in (
+            ("protocol", kinds.PROTOCOLS),
+            ("workload", kinds.WORKLOADS),
+            ("topology", kinds.TOPOLOGIES),
+        )
+    }
+    for knob in KNOBS.values():
+        scope = knob.scope
+        assert set(scope.protocols) <= traits["protocol"], knob.key
+        assert set(scope.workloads) <= traits["workload"], knob.key
+        assert set(scope.topologies) <= traits["topology"], knob.key
+        assert scope.needs is None or scope.needs in KNOBS, knob.key
+        for axis in ("protocol", "workload", "topology"):
+            assert scope.kinds_of(axis), (knob.key, axis)  # some kind applies it
+
+
+@pytest.mark.parametrize(
+    ("key", "settings", "applies"),
+    [
+        ("cc", {"protocol": "h2"}, True),
+        ("cc", {"protocol": "h3"}, True),
+        ("cc", {"protocol": "fec"}, False),
+        ("quic_cc", {"protocol": "h2"}, False),
+        ("quic_cc", {"protocol": "h3"}, True),
+        ("max_pacing_rate", {"protocol": "h3"}, True),
+        ("max_pacing_rate", {"protocol": "fec"}, False),
+        ("h2_window", {"protocol": "h3"}, False),
+        ("fec_target", {"protocol": "h2"}, False),
+        ("chunks", {"workload": "stream"}, True),
+        ("chunks", {"workload": "asr"}, False),
+        ("requests", {"workload": "agent"}, False),
+        ("warmup_requests", {"workload": "agent"}, True),
+        ("processing_audio", {"workload": "retouch"}, False),
+        ("processing_image", {"workload": "retouch-tiles3"}, True),
+        ("send_policy", {"workload": "multi", "streams": "result,tts"}, True),
+        ("send_policy", {"workload": "multi", "streams": "result,tts", "protocol": "fec"}, False),
+        ("route", {"topology": "direct"}, False),
+        ("route", {"topology": "relay"}, True),
+        ("outage", {"workload": "agent"}, False),
+        ("outage", {"workload": "agent", "outage_after_round": 3}, True),
+        ("screenshot_quality", {"workload": "agent", "screenshot": "webp"}, True),
+        ("link", {"protocol": "fec", "workload": "stream"}, True),
+    ],
+)
+def test_a_knob_takes_effect_where_its_scope_says(key: str, settings: dict, applies: bool) -> None:
+    reason = KNOBS[key].scope.refusal(Settings(**settings))
+    assert (reason is None) == applies, reason
+    if reason is not None:
+        assert "\n" not in reason and ("only" in reason)
+
+
+def test_cc_on_fec_names_the_protocols_that_apply_it() -> None:
+    reason = KNOBS["cc"].scope.refusal(Settings(protocol="fec"))
+    assert reason is not None and "h2" in reason and "h3" in reason and "'fec'" in reason
+
+
+def test_cc_names_the_control_of_each_stack_and_a_missing_one_is_refused() -> None:
+    assert Settings(protocol="h3", cc="bbr").quic_control == "bbr"
+    assert Settings(protocol="h3", cc="bbr", quic_cc="reno").quic_control == "reno"
+    with pytest.raises(SpecError) as err:  # a stack without the control: one line
+        Settings(protocol="h3", cc="vegas")
+    assert err.value.field == "cc"
+
+
+def test_ignored_lists_the_set_knobs_the_run_does_not_apply() -> None:
+    assert Settings(protocol="fec", cc="bbr").ignored() == ["cc"]
+    assert Settings(protocol="h3", cc="bbr").ignored() == []  # cc names QUIC's control too
+    assert Settings(protocol="h3", h2_window_bytes=2**25).ignored() == ["h2_window"]
+    fec = Settings(protocol="fec", window_clamp_bytes=65536, quic_pacing="off", requests=3)
+    assert fec.ignored() == ["window_clamp", "quic_pacing"]
+    assert Settings(workload="agent", outage_s=4.0).ignored() == ["outage"]
+
+
+def test_a_client_flag_its_run_does_not_apply_is_refused() -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, "client")
+    args = parser.parse_args(["--protocol", "h3", "--h2-window", "32mb"])
+    assert settings_from_flags(args).h2_window_bytes == 32_000_000  # a server's: every protocol
+    with pytest.raises(SpecError) as err:
+        settings_from_flags(args, scoped=True)
+    assert err.value.field == "h2-window" and "h2" in err.value.reason
+    fine = parser.parse_args(["--protocol", "h3", "--quic-cc", "cubic", "--cancel-after", "none"])
+    assert settings_from_flags(fine, scoped=True).quic_cc == "cubic"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", float("nan"), float("-inf")])
+def test_a_number_knob_refuses_what_is_not_finite(value: object) -> None:
+    with pytest.raises(SpecError) as err:
+        Settings.from_table({"fec_target": value}, "fixed")
+    assert err.value.field == "fixed.fec_target"
+    assert "finite" in err.value.reason or "not a number" in err.value.reason
+    with pytest.raises(SpecError):
+        Settings(fec_target=float("nan"))
+
+
+@pytest.mark.parametrize("value", ["1\n2", "1\r", "", "\x00"])
+def test_a_sysctl_value_is_one_line(value: str) -> None:
+    with pytest.raises(SpecError) as err:
+        Settings.from_table({"sysctls": {"net.ipv4.tcp_sack": value}}, "fixed")
+    assert err.value.field == "fixed.sysctls.net.ipv4.tcp_sack"
+    rmem = {"net.ipv4.tcp_rmem": "4096\t131072 6291456"}
+    assert Settings.from_table({"sysctls": rmem}, "fixed").sysctls == rmem

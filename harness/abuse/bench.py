@@ -51,6 +51,9 @@ RECOVERY_RUN_PROBES = 4
 """Back to normal: the first of this many consecutive probes (two of each protocol) all
 within RECOVERED_FACTOR of their quiet latency. One late probe on a shared host is noise,
 not a server that has not recovered."""
+FLOOD_FRAMES = 5_000_000
+"""Frames a control-frame flood sends at most (in its 5 s: the issue's SETTINGS flood sent
+34.8 MB, about 2.3 million frames)."""
 TABLE_WIDTH_CHARS = 200
 """The rich table is printed at least this wide (narrower terminals wrap every cell)."""
 
@@ -101,6 +104,24 @@ ATTACKS: dict[str, Attack] = {
             5.0,
             attacks.send_after_reset,
             {"max_bytes": 500_000_000},
+        ),
+        *(
+            Attack(
+                f"{kind}-flood",
+                f"HTTP/2 {flood.what} frames as fast as they go, up to {FLOOD_FRAMES:,}, "
+                f"nothing read ({cve})",
+                5.0,
+                attacks.control_flood,
+                {"kind": kind, "frames": FLOOD_FRAMES},
+            )
+            for kind, flood, cve in (
+                ("settings", attacks.FLOODS["settings"], "CVE-2019-9515"),
+                ("ping", attacks.FLOODS["ping"], "CVE-2019-9512"),
+                ("empty-data", attacks.FLOODS["empty-data"], "CVE-2019-9518"),
+                ("priority", attacks.FLOODS["priority"], "CVE-2019-9513"),
+                ("window-update", attacks.FLOODS["window-update"], "control-frame flood"),
+                ("reset", attacks.FLOODS["reset"], "CVE-2019-9514"),
+            )
         ),
     )
 }
@@ -402,17 +423,6 @@ def markdown(results: list[AttackResult]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + " --- |" * len(COLUMNS)]
     lines += ["| " + " | ".join(cells(r)) + " |" for r in results]
     return "\n".join(lines)
-
-
-def load_results(path: Path) -> list[AttackResult]:
-    """Results written with ``--json``."""
-    import json
-
-    results = []
-    for data in json.loads(path.read_text()):
-        probes = [Probe(**p) for p in data.pop("probes")]
-        results.append(AttackResult(**data, probes=probes))
-    return results
 
 
 def parse_attacks(text: str) -> list[Attack]:

@@ -26,6 +26,7 @@ from typing import Any
 
 from clients.player import RULE_DROP, RULE_WAIT, replay
 from harness import bounds
+from harness.bounds.bottleneck import Bottleneck
 from tbcore.workloads import (
     STREAM_CHUNK_BYTES,
     STREAM_CHUNK_DURATION_S,
@@ -34,12 +35,9 @@ from tbcore.workloads import (
 
 INITIAL_BUFFERS_S = (0.040, 0.045, 0.060, 0.120)
 """The initial buffers the issue asks for."""
-H2_CHUNK_OVERHEAD_BYTES = 9 + 22 + 52
-"""Per 960-byte chunk on the wire over HTTP/2: DATA frame header (RFC 9113 4.1), a TLS 1.3
-record (5 header + 1 type + 16 tag) and IPv4 + TCP with timestamps (20 + 32)."""
-H3_CHUNK_OVERHEAD_BYTES = 3 + 28 + 1 + 8 + 8 + 16
-"""Per chunk over HTTP/3: DATA frame header (type + 2-byte length), IPv4 + UDP (28), a
-short header (1 + 8-byte connection ID), STREAM frame header (about 8) and the AEAD tag."""
+TRACE_BUFFERS_S = (0.040, 0.120, 0.5, 1.0, 2.0, 4.0)
+"""On a downlink that follows a capacity trace, slow spells last seconds: buffers up to 4 s
+(issue 28's playback-trace)."""
 STREAM_PLAY_BPS = STREAM_CHUNK_BYTES * 8 / STREAM_CHUNK_DURATION_S
 """384 kbit/s: what the 24 kHz 16-bit mono stream plays."""
 CAUSE_NOT_PRODUCED = "not_produced"
@@ -78,6 +76,30 @@ def predicted_arrivals(
         [down_delay_s] * chunks,
     )
     return [up_delay_s + r for r in arrivals]
+
+
+def predicted_arrivals_through(
+    chunks: int,
+    *,
+    down: Bottleneck,
+    down_delay_s: float,
+    up_delay_s: float,
+    overhead_bytes: int,
+    chunk_s: float = STREAM_CHUNK_DURATION_S,
+    processing_s: float = STREAM_CHUNK_PROCESSING_S,
+) -> list[float]:
+    """Section 2 with the downlink's bottleneck instead of a fixed rate (harness.bounds
+    .bottleneck: a capacity trace at the position it had at the request's start): chunk
+    ``i`` is ready at ``up_delay + i * tau``, processed in ``processing_s``, then leaves when
+    the trace's opportunities have carried it after the chunks before it, and arrives
+    ``down_delay_s`` later (seconds from the request start)."""
+    size = STREAM_CHUNK_BYTES + overhead_bytes
+    arrivals = []
+    processed = 0.0
+    for index in range(chunks):
+        processed = max(up_delay_s + index * chunk_s, processed) + processing_s
+        arrivals.append(down.serve(size, processed) + down_delay_s)
+    return arrivals
 
 
 def stall_causes(

@@ -1,4 +1,5 @@
-"""``testbed bench stacks``: loopback goodput and CPU cost of the HTTP/2 and HTTP/3 stacks.
+"""``testbed bench stacks``: loopback goodput and CPU cost of the HTTP/2 and HTTP/3 stacks,
+then CPU per datagram of each QUIC stack, aioquic beside ngtcp2 (harness.bench.datagrams).
 
 For each protocol, against a ``testbed serve`` subprocess on 127.0.0.1: 30 MB down
 (``GET /image``) and 30 MB up (``POST /sink``) on a warm, reused connection, ``--reps``
@@ -16,6 +17,7 @@ import os
 import resource
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -23,7 +25,11 @@ import uvloop
 
 from clients.api import run_requests
 from clients.config import ClientConfig
+from harness.bench.datagrams import run_datagrams
+from harness.bench.datagrams import summary as datagram_summary
 from servers.process import ServerProcess
+from tbcore import kinds
+from tbcore.errors import SpecError
 from tbcore.records import RequestRecord
 from tbcore.settings import Settings
 from tbcore.workloads import AUDIO_SIZE_BYTES
@@ -91,7 +97,7 @@ def bench_protocol(
 ) -> list[dict]:
     rows = []
     args = ["--max-datagram-size", str(max_datagram_size), "--max-body", "40mb"]
-    args += ["--no-h3"] if protocol == "h2" else ["--no-h2"]
+    args += kinds.protocol(protocol).listeners(0)  # this protocol alone, on a free port
     if not batching:
         args.append("--no-quic-batching")
     args += ["--quic-pacing", pacing]
@@ -160,27 +166,50 @@ def bench_protocol(
     return rows
 
 
+def _h2_rows(args: argparse.Namespace) -> list[dict]:
+    return bench_protocol("h2", args.reps, args.max_datagram_size, "h2")
+
+
+def _h3_rows(args: argparse.Namespace) -> list[dict]:
+    mds = args.max_datagram_size
+    rows = []
+    if args.baseline:
+        # before: aioquic's defaults (1200-byte datagrams, a sendto and a transmit
+        # per datagram, pacing at cwnd/srtt), then the datagram size alone
+        rows += bench_protocol("h3", args.reps, 1200, "h3 1200 aioquic", batching=False)
+        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} unbatched", batching=False)
+    rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched")
+    rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched nopace", pacing="off")
+    return rows
+
+
+VARIANTS: dict[str, Callable[[argparse.Namespace], list[dict]]] = {
+    "h2": _h2_rows,
+    "h3": _h3_rows,
+}
+"""The stack variants the bench measures, by protocol (each a row per transfer)."""
+
+
 def run_bench(args: argparse.Namespace) -> int:
     protocols = [p.strip() for p in args.protocols.split(",") if p.strip()]
     load_before = os.getloadavg()
     stat_before = cpu_times()
     rows: list[dict] = []
-    mds = args.max_datagram_size
     for protocol in protocols:
-        if protocol == "h2":
-            rows += bench_protocol("h2", args.reps, mds, "h2")
-            continue
-        if args.baseline:
-            # before: aioquic's defaults (1200-byte datagrams, a sendto and a transmit
-            # per datagram, pacing at cwnd/srtt), then the datagram size alone
-            rows += bench_protocol("h3", args.reps, 1200, "h3 1200 aioquic", batching=False)
-            rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} unbatched", batching=False)
-        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched")
-        rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched nopace", pacing="off")
+        if protocol not in VARIANTS:
+            raise SpecError("protocols", f"{protocol!r}: the bench runs {', '.join(VARIANTS)}")
+    for protocol in protocols:
+        rows += VARIANTS[protocol](args)
+    quic_stacks = [s.strip() for s in args.quic_stacks.split(",") if s.strip()]
+    datagram_rows = run_datagrams(quic_stacks, args.reps) if quic_stacks else []
     steal = steal_fraction(stat_before, cpu_times())
-    table = pd.DataFrame(rows)
     with pd.option_context("display.width", 160, "display.max_columns", 20):
-        print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if rows:
+            print(pd.DataFrame(rows).to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if datagram_rows:
+            print(f"\nCPU per datagram, {quic_stacks} (5 MB result down, loopback, medians):")
+            table = pd.DataFrame(datagram_summary(datagram_rows))
+            print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(
         f"load: loadavg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
         f"steal {steal * 100:.1f} % of CPU time during the bench; {os.cpu_count()} CPUs"
@@ -198,4 +227,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     stacks.add_argument("--reps", type=int, default=3, help="repetitions of each transfer")
     stacks.add_argument("--max-datagram-size", type=int, default=1452)
     stacks.add_argument("--baseline", action="store_true", help="also run aioquic defaults (1200)")
+    stacks.add_argument(
+        "--quic-stacks",
+        default="aioquic,ngtcp2",
+        help="QUIC stacks of the CPU-per-datagram table (harness.bench.datagrams; root); "
+        "empty: none",
+    )
     stacks.set_defaults(handler=run_bench)

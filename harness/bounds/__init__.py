@@ -14,12 +14,14 @@ worked example of MODELS.md (``testbed bounds``). This package re-exports their 
 
 from harness.bounds.agent import (  # noqa: F401
     AgentBound,
+    AgentTraceBound,
     agent_break_even_rounds,
     agent_deadline_rate_bps,
     agent_energy_j,
     agent_recovery_cost_s,
     agent_redone_rounds,
     agent_round_time,
+    agent_task_on_trace,
     agent_task_time,
 )
 from harness.bounds.airtime import (  # noqa: F401
@@ -59,6 +61,10 @@ from harness.bounds.fec import (  # noqa: F401
 from harness.bounds.mathis import (  # noqa: F401
     mathis_throughput_bps,
 )
+from harness.bounds.onlink import (  # noqa: F401
+    RequestArgs,
+    request_time_for_link,
+)
 from harness.bounds.overhead import (  # noqa: F401
     wire_bytes,
 )
@@ -77,11 +83,9 @@ from harness.bounds.relay import (  # noqa: F401
 from harness.bounds.request import (  # noqa: F401
     DirectionRounds,
     Parts,
-    RequestArgs,
     RequestBound,
     direction_rounds,
     request_time,
-    request_time_for_link,
 )
 from harness.bounds.retransmission import (  # noqa: F401
     retransmission_rounds,
@@ -96,6 +100,11 @@ from harness.bounds.setup import (  # noqa: F401
 )
 from harness.bounds.slowstart import (  # noqa: F401
     slow_start_rounds,
+)
+from harness.bounds.trace import (  # noqa: F401
+    TraceRequestBound,
+    direction_bottleneck,
+    trace_request_time,
 )
 from harness.bounds.twopaths import (  # noqa: F401
     duplicate_failover_time_s,

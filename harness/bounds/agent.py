@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
-
-from tbcore.errors import SpecError
-
-if TYPE_CHECKING:
-    pass
+from typing import Any
 
 from harness.bounds.base import BITS_PER_BYTE, INITCWND_SEGMENTS, _count, _non_negative, _positive
 from harness.bounds.request import RequestBound, request_time
+from harness.bounds.trace import trace_request_time
+from tbcore.errors import SpecError
 
 
 @dataclass(frozen=True)
@@ -207,4 +204,88 @@ def agent_break_even_rounds(rounds: int, raw_round_s: float, compressed_round_s:
         count
         * (_positive("raw_round_s", raw_round_s) - compressed_round_s)
         / _positive("compressed_round_s", compressed_round_s)
+    )
+
+
+# --- the task on a path whose capacity follows a trace (MODELS.md sections 13 and 14) -------
+
+
+@dataclass(frozen=True)
+class AgentTraceBound:
+    """The lower bound of an agent task on a traced path: the rounds one after the other, each
+    round's request through the same bottlenecks (harness.bounds.trace), so that every
+    round's upload meets the rates the trace offers when it can start. With ``b_i`` the rate
+    the uplink offered during round ``i``'s upload this is section 13's ``fixed + sum S/b_i``
+    (the chapter's ``T = 11.6 + sum 6.4 / b_i`` s)."""
+
+    rounds: int
+    total_s: float
+    setup_s: float
+    """Set-up of every connection the task opened (section 4)."""
+    feedback_s: float
+    """Slow-start idle time of those connections (section 6)."""
+    processing_s: float
+    """Model time of every round."""
+    round_s: tuple[float, ...]
+    """Each round: local work, encode, its request."""
+    upload_s: tuple[float, ...]
+    """Each round's upload: first byte offered to its last byte out of the uplink."""
+    offered_bps: tuple[float, ...]
+    """The rate the uplink offered during each round's upload (``b_i``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def agent_task_on_trace(
+    *,
+    rounds: int,
+    up: Any,
+    down: Any,
+    up_delay_s: float,
+    down_delay_s: float,
+    upload_bytes: int,
+    local_s: float,
+    model_s: float,
+    protocol: str,
+    connection: str,
+    encode_s: float = 0.0,
+    reply_bytes: int = 0,
+    initcwnd_segments: int = INITCWND_SEGMENTS,
+    mss_bytes: int | None = None,
+    warm: bool = False,
+) -> AgentTraceBound:
+    """``rounds`` serial rounds whose requests cross the bottlenecks ``up`` and ``down``
+    (:class:`~harness.bounds.bottleneck.Bottleneck`, positioned where the traces were at the
+    task's start): a new connection per round (``new``, ``0rtt``) or one for the task
+    (``reused``; ``warm``: open and grown when the task starts)."""
+    count = _count("rounds", rounds, minimum=1)
+    before = _non_negative("local_s", local_s) + _non_negative("encode_s", encode_s)
+    now = 0.0
+    setup = feedback = 0.0
+    round_s, upload_s, offered = [], [], []
+    for index in range(count):
+        opening = connection in ("new", "0rtt") or (index == 0 and not warm)
+        kind = ("0rtt" if connection == "0rtt" else "new") if opening else "reused"
+        request = trace_request_time(
+            up=up, down=down, up_delay_s=up_delay_s, down_delay_s=down_delay_s,
+            upload_bytes=upload_bytes, download_bytes=reply_bytes, protocol=protocol,
+            connection=kind, processing_s=model_s, initcwnd_segments=initcwnd_segments,
+            mss_bytes=mss_bytes, start_s=now + before,
+        )  # fmt: skip
+        setup += request.setup_s
+        feedback += request.feedback_s
+        round_s.append(before + request.total_s)
+        upload_s.append(request.upload_done_s - request.setup_s)
+        offered.append(request.up_offered_bps)
+        now += round_s[-1]
+    return AgentTraceBound(
+        rounds=count,
+        total_s=now,
+        setup_s=setup,
+        feedback_s=feedback,
+        processing_s=count * _non_negative("model_s", model_s),
+        round_s=tuple(round_s),
+        upload_s=tuple(upload_s),
+        offered_bps=tuple(offered),
     )

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from tbcore.errors import SpecError
+from tbcore import kinds
+from tbcore.settings import Settings
 
 if TYPE_CHECKING:
-    from netem.linkspec import LinkSpec
+    pass
 
 from harness.bounds.base import (
     BITS_PER_BYTE,
     INITCWND_SEGMENTS,
-    QUIC_MAX_DATAGRAM_BYTES,
-    TCP_MSS_BYTES,
     _count,
     _loss,
     _non_negative,
@@ -24,6 +23,9 @@ from harness.bounds.base import (
 )
 from harness.bounds.retransmission import retransmission_rounds
 from harness.bounds.setup import setup_rtts
+
+DEFAULT_SETTINGS = Settings()
+"""The knobs' defaults: a protocol's full packet when the caller gives no MSS."""
 
 
 @dataclass(frozen=True)
@@ -202,9 +204,11 @@ def _transfer(
     mss_bytes: int | None,
 ) -> tuple[float, float, int, int, float, int, int]:
     """The checked rates, sizes, processing, initial window and MSS of a request (``mss_bytes``
-    None: :data:`TCP_MSS_BYTES` for h2, :data:`QUIC_MAX_DATAGRAM_BYTES` otherwise)."""
+    None: the protocol's full packet at the default settings, tbcore.kinds.ProtocolKind.mss:
+    :data:`TCP_MSS_BYTES` for h2, :data:`QUIC_MAX_DATAGRAM_BYTES` for h3)."""
     if mss_bytes is None:
-        mss_bytes = TCP_MSS_BYTES if protocol == "h2" else QUIC_MAX_DATAGRAM_BYTES
+        setup_rtts(protocol, "reused")  # a protocol the bounds know (one-line SpecError)
+        mss_bytes = kinds.protocol(protocol).mss(DEFAULT_SETTINGS)
     return (
         _positive("up_bps", up_bps),
         _positive("down_bps", down_bps),
@@ -289,36 +293,4 @@ def request_time(
         up_retransmission_rounds=float(k_up),
         down_retransmission_rounds=float(k_down),
         retransmission_s=extra_rounds * rtt,
-    )
-
-
-class RequestArgs(TypedDict, total=False):
-    """The arguments of :func:`request_time` other than the path's (round trip, rates and
-    losses), as :func:`request_time_for_link` takes them; the defaults are
-    :func:`request_time`'s."""
-
-    upload_bytes: Required[int]
-    download_bytes: Required[int]
-    protocol: Required[str]
-    connection: Required[str]
-    processing_s: float
-    initcwnd_segments: int
-    mss_bytes: int | None
-    window_bytes: int | None
-
-
-def request_time_for_link(link: LinkSpec, **request: Unpack[RequestArgs]) -> RequestBound:
-    """:func:`request_time` on a :class:`~netem.linkspec.LinkSpec`: its round trip, each
-    direction's rate and mean loss (Gilbert-Elliott included, as its stationary rate); the
-    rest (:class:`RequestArgs`) passes through."""
-    for name in ("up", "down"):
-        if getattr(link, name).rate_bps is None:
-            raise SpecError(f"{name}.rate", "the bound needs a rate on both directions")
-    return request_time(
-        rtt_s=link.rtt_s,
-        up_bps=link.up.rate_bps,  # type: ignore[arg-type]
-        down_bps=link.down.rate_bps,  # type: ignore[arg-type]
-        up_loss=link.up.mean_loss,
-        down_loss=link.down.mean_loss,
-        **request,
     )

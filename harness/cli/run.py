@@ -202,6 +202,19 @@ def _check_early(backend: str, link_name: str | None) -> None:
         names.check_link_name(link_name)
 
 
+def _reap(command: str, link_name: str | None) -> None:
+    """Before anything is created: the links of runs that died (SIGKILL) go, and a link
+    name a living link holds is refused here rather than after an empty result directory."""
+    from netem import clean
+    from netem.link import check_name_free
+
+    with clean.reaped() as lines:
+        for line in lines:
+            print(f"testbed {command}: reaped {line}", file=sys.stderr)
+        if link_name is not None:
+            check_name_free(link_name)
+
+
 def _preflight(command: str, backend: str) -> bool:
     """Before anything is created: one line per piece this host or container lacks."""
     from netem import doctor
@@ -222,6 +235,9 @@ def _run(args: argparse.Namespace) -> int:
         _check_early(args.backend, args.link_name)
         if not _preflight("run", args.backend):
             return EXIT_MISSING
+
+    if remote is None:
+        _reap("run", args.link_name)
 
     spec = specmod.load(args.experiment)
     if args.quick:
@@ -323,6 +339,7 @@ def _campaign(args: argparse.Namespace) -> int:
 
     if not _preflight("campaign", backend):
         return EXIT_MISSING
+    _reap("campaign", args.link_name)
     started = time.monotonic()
     summary = run_campaign(
         experiments_dir=Path(args.experiments_dir),

@@ -9,7 +9,8 @@ in the sender's ``snd_nxt - snd_una``). The pcap is read with scapy's RawPcapRea
 IPv4/TCP headers are then unpacked with ``struct`` (full scapy dissection costs ~100 µs per
 packet, which is seconds for a 30 MB transfer; the fields needed are fixed-offset).
 
-QUIC: from the sender's qlog (aioquic 0.3 JSON): each received packet carrying an ACK
+QUIC: from the sender's qlog (aioquic 0.3 JSON; ngtcp2's JSON-SEQ read into the same
+shape, proto.qlogseq): each received packet carrying an ACK
 frame is a row with the largest acknowledged packet number, and the sender's
 ``bytes_in_flight`` from the ``recovery:metrics_updated`` event that follows it.
 
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.store.resultdir import atomic_write_text
+from proto import qlogseq
 from tbcore.errors import SpecError
 
 TCP_FIN = 0x01
@@ -172,11 +174,6 @@ def read_tcp_segments(path: Path) -> list[TcpSegment]:
         if segment is not None:
             out.append(segment)
     return out
-
-
-def _seq_after(a: int, b: int) -> bool:
-    """a > b in 32-bit sequence space (RFC 793 comparisons)."""
-    return 0 < (a - b) % SEQ_MOD < 2**31
 
 
 @dataclass
@@ -372,7 +369,9 @@ def _with_inflight(row: dict[str, Any], inflight: int) -> AckRow:
 
 
 def read_qlog_traces(directory: Path) -> list[dict[str, Any]]:
-    """Every trace of every ``*.qlog``/``*.json`` file in a directory (I/O edge)."""
+    """Every trace of every ``*.qlog``/``*.json`` file in a directory (aioquic's JSON) and of
+    every ``*.sqlog`` (JSON-SEQ, ngtcp2's, anchored by its edge: proto.qlogseq), all in
+    aioquic's trace shape (I/O edge)."""
     traces: list[dict[str, Any]] = []
     directory = Path(directory)
     if not directory.is_dir():
@@ -383,6 +382,9 @@ def read_qlog_traces(directory: Path) -> list[dict[str, Any]]:
         except (OSError, json.JSONDecodeError) as err:
             raise SpecError(path.name, f"not a qlog JSON file: {err}") from None
         traces.extend(data.get("traces", []))
+    for path in sorted(directory.glob(f"*{qlogseq.SEQ_SUFFIX}")):
+        seq = qlogseq.parse_qlog_seq(path.read_text(encoding="utf-8", errors="replace"), path.name)
+        traces.append(qlogseq.aioquic_trace(seq))
     return traces
 
 

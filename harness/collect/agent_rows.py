@@ -9,20 +9,24 @@ the recovery mode must redo.
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from harness import bounds
 from harness.collect.rowparts import RowPart, register_row_part
+from harness.collect.traces import positions_at, run_clocks, trace_columns
 from harness.spec.paths import end_to_end
+from harness.store.resultdir import atomic_write_text
 from netem.linkspec import LinkSpec
 from netem.topologyspec import Topology
+from netem.traceclock import TraceClock
 from tbcore import kinds
 from tbcore.records import AgentRound, RecordError, read_jsonl, write_csv
-from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
+from tbcore.settings import Settings
 
 REPLY_BYTES = 256
 """About the action's JSON (tbcore.agent.action_for): the reply the bound counts."""
@@ -105,7 +109,7 @@ def agent_bound(
         connection=settings.connection,
         encode_s=encode_s,
         reply_bytes=REPLY_BYTES,
-        initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
+        initcwnd_segments=protocol.initial_window(settings),
         mss_bytes=protocol.mss(settings),
         redone_rounds=recovery.redone_rounds,
         outage_s=recovery.outage_s,
@@ -160,22 +164,20 @@ def agent_part(
     )
     if start_s is not None and end_s is not None:
         out["total_s"] = end_s - start_s
-        detected = [r.detected_s for r in rounds if r.detected_s is not None]
-        back = [r.reconnected_s for r in rounds if r.reconnected_s is not None]
-        outages = [f for f in fired if f.get("kind") == "outage"]
-        if outages:
-            out["outage_start_s"] = outages[0]["start_s"] - start_s
-            out["outage_end_s"] = outages[0]["end_s"] - start_s
-        if detected:
-            out["outage_detected_s"] = detected[0] - start_s
-        if back:
-            out["outage_back_s"] = back[0] - start_s
+        out.update(outage_timeline(rounds, fired, start_s))
     given = {f.get("kind") for f in fired if "start_s" in f}
     if settings.outage_after_round is not None and "outage" not in given:
         error = error or "the outage was never given to the link"
     if settings.rate_change_after_round is not None and "rate" not in given:
         error = error or "the rate change was never given to the link"
-    out.update(_bound_columns(settings, path, rounds if error is None else None, upload, encode))
+    link = end_to_end(path)
+    if link.up.rate_trace is not None or link.down.rate_trace is not None:
+        clocks = run_clocks(_run_json(run_dir))
+        out.update(trace_part(settings, path, clocks, done, upload, encode, run_dir))
+        out.update(trace_columns(path, clocks, start_s, end_s))
+    else:
+        recorded = rounds if error is None else None
+        out.update(_bound_columns(settings, path, recorded, upload, encode))
     if out.get("total_s") and out.get("bound_s"):
         out["ratio"] = out["total_s"] / out["bound_s"]
     if settings.agent_deadline_s is not None:
@@ -213,6 +215,119 @@ def _bound_columns(
             bound_processing_s=(bound.rounds + bound.redone_rounds) * settings.agent_model_s,
         )
     return out
+
+
+def outage_timeline(
+    rounds: Sequence[AgentRound], fired: Sequence[dict[str, Any]], start_s: float
+) -> dict[str, Any]:
+    """When the outage began and ended, when the client gave the lost round up and when its
+    new connection was up, from the task's start."""
+    out: dict[str, Any] = {}
+    detected = [r.detected_s for r in rounds if r.detected_s is not None]
+    back = [r.reconnected_s for r in rounds if r.reconnected_s is not None]
+    outages = [f for f in fired if f.get("kind") == "outage"]
+    if outages:
+        out["outage_start_s"] = outages[0]["start_s"] - start_s
+        out["outage_end_s"] = outages[0]["end_s"] - start_s
+    if detected:
+        out["outage_detected_s"] = detected[0] - start_s
+    if back:
+        out["outage_back_s"] = back[0] - start_s
+    return out
+
+
+def _run_json(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def trace_part(
+    settings: Settings,
+    path: Topology,
+    clocks: Mapping[str, TraceClock],
+    done: Sequence[AgentRound],
+    upload: int,
+    encode: float,
+    run_dir: Path,
+) -> dict[str, Any]:
+    """On a traced path: the task's bound from where the traces were when it began (each
+    round's upload at the rates the trace offered then, MODELS.md sections 13 and 14), and
+    round_trace.csv: per round, its network time beside the earliest its screenshot could
+    have crossed from the moment its first byte was written."""
+    link = end_to_end(path)
+    if settings.outage_after_round is not None or not done:
+        return {}  # an outage is not part of the trace bound
+    start = min(r.start_s for r in done if r.start_s is not None)
+    positions = positions_at(clocks, start)
+    bound = bounds.agent_task_on_trace(
+        rounds=settings.agent_rounds,
+        up=bounds.direction_bottleneck(link.up, positions.get("up")),
+        down=bounds.direction_bottleneck(link.down, positions.get("down")),
+        up_delay_s=link.up.min_delay_s, down_delay_s=link.down.min_delay_s,
+        upload_bytes=upload, local_s=settings.agent_local_s, model_s=settings.agent_model_s,
+        protocol=settings.protocol, connection=settings.connection, encode_s=encode,
+        reply_bytes=REPLY_BYTES,
+        initcwnd_segments=kinds.protocol(settings.protocol).initial_window(settings),
+        mss_bytes=kinds.protocol(settings.protocol).mss(settings),
+        warm=settings.warmup_requests > 0,
+    )  # fmt: skip
+    rows = round_trace_rows(link, clocks, done, start)
+    write_csv_rows(run_dir / ROUND_TRACE_FILE, ROUND_TRACE_COLUMNS, rows)
+    return {
+        "bound_s": bound.total_s,
+        "bound_setup_s": bound.setup_s,
+        "bound_feedback_s": bound.feedback_s,
+        "bound_processing_s": bound.processing_s,
+    }
+
+
+ROUND_TRACE_FILE = "round_trace.csv"
+ROUND_TRACE_COLUMNS = (
+    "round", "attempt", "first_byte_s", "position_up_s", "upload_bytes", "network_s",
+    "network_bound_s", "offered_up_bps",
+)  # fmt: skip
+"""round_trace.csv: a round's first request byte (from the task's start) and where the
+uplink's trace was then; its network time (first request byte to the action, less the
+model's time) and the least that time could be (the screenshot through the uplink from that
+moment, one round trip, the reply); the rate the uplink offered to it (its ``b_i``)."""
+
+
+def round_trace_rows(
+    link: LinkSpec, clocks: Mapping[str, TraceClock], done: Sequence[AgentRound], start_s: float
+) -> list[dict[str, Any]]:
+    rows = []
+    for r in done:
+        if None in (r.end_s, r.reply_s, r.upload_s, r.upload_bytes):
+            continue
+        first = r.end_s - r.reply_s - r.upload_s  # type: ignore[operator]
+        positions = positions_at(clocks, first)
+        up = bounds.direction_bottleneck(link.up, positions.get("up"))
+        down = bounds.direction_bottleneck(link.down, positions.get("down"))
+        upload_s = up.serve(r.upload_bytes, 0.0)  # type: ignore[arg-type]
+        reply_s = down.serve(REPLY_BYTES, upload_s + link.up.min_delay_s) - upload_s
+        rows.append(
+            {
+                "round": r.round,
+                "attempt": r.attempt,
+                "first_byte_s": first - start_s,
+                "position_up_s": positions.get("up"),
+                "upload_bytes": r.upload_bytes,
+                "network_s": r.end_s - first - (r.model_s or 0.0),  # type: ignore[operator]
+                "network_bound_s": upload_s + reply_s + link.down.min_delay_s,
+                "offered_up_bps": r.upload_bytes * 8 / upload_s if upload_s > 0 else None,  # type: ignore[operator]
+            }
+        )
+    return rows
+
+
+def write_csv_rows(path: Path, columns: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> None:
+    lines = [",".join(columns)]
+    for row in rows:
+        lines.append(",".join("" if row.get(c) is None else f"{row[c]}" for c in columns))
+    atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 register_row_part("agent_round", agent_part)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,11 @@ from harness import bounds
 from harness.collect import acks as ackmod
 from harness.collect import agent_rows, transfer  # noqa: F401  (register their row parts)
 from harness.collect.airtime import AIR_FILE, air_columns
+from harness.collect.cross import cross_columns
 from harness.collect.rowparts import ROW_PARTS
+from harness.collect.traces import positions_at, run_clocks, trace_columns
 from harness.run.progress import LINK_EVENTS_FILE
+from harness.spec.cross import data_direction
 from harness.spec.paths import end_to_end
 from harness.store.resultdir import write_jsonl
 from harness.validity.below_bound import below_bound
@@ -30,11 +33,12 @@ from netem import pcapng
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from netem.topologyspec import Topology
+from netem.traceclock import TraceClock
 from tbcore import fecmath, kinds
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
-from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
+from tbcore.settings import Settings
 
 RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
@@ -160,16 +164,34 @@ def server_phases(events: Sequence[ServerEvent], start_s: float, end_s: float) -
 # --- the bound -------------------------------------------------------------------------------
 
 
+AnyRequestBound = bounds.RequestBound | bounds.TraceRequestBound | bounds.RelayBound
+
+
+def _has_capacity(link: LinkSpec) -> bool:
+    """Both directions have a rate or a capacity trace (what the request bound needs)."""
+    return all(d.rate_bps is not None or d.rate_trace is not None for d in (link.up, link.down))
+
+
 def bound_for(
-    settings: Settings, path: Topology, up_bytes: int, down_bytes: int
-) -> bounds.RequestBound | bounds.RelayBound | None:
+    settings: Settings,
+    path: Topology,
+    up_bytes: int,
+    down_bytes: int,
+    positions_s: Mapping[str, float] | None = None,
+    *,
+    shares: Mapping[str, float] | None = None,
+    extra_rtt_s: float = 0.0,
+) -> AnyRequestBound | None:
     """The bound of one request of this level (None for a workload the request bound does
     not cover, such as the stream, or a path without rates): a new connection through a
     relay's warm long haul has its own (bounds.relay_request_time); every other request
-    crosses its path end to end (bounds.request_time)."""
+    crosses its path end to end (bounds.request_time_for_link). On a traced link
+    ``positions_s`` says where each direction's trace was at the request's start (the run's
+    trace clock; default: the traces' offsets). ``shares`` and ``extra_rtt_s``: the request's
+    part of each direction's capacity and a standing queue (MODELS.md section 15)."""
     workload = kinds.workload(settings.workload)
     link = end_to_end(path)
-    if not workload.bounded or link.up.rate_bps is None or link.down.rate_bps is None:
+    if not workload.bounded or not _has_capacity(link):
         return None
     protocol = kinds.protocol(settings.protocol)
     window = min((c for c in protocol.window_caps(settings) if c is not None), default=None)
@@ -179,13 +201,23 @@ def bound_for(
         protocol=settings.protocol,
         connection=settings.connection,
         processing_s=workload.processing_s(settings),
-        initcwnd_segments=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
+        initcwnd_segments=protocol.initial_window(settings),
         mss_bytes=protocol.mss(settings),
         window_bytes=window,
     )
-    if path.kind == "relay" and settings.route == "relay" and settings.connection == "new":
+    fair = bool(shares) or extra_rtt_s > 0
+    if (
+        not fair
+        and path.kind == "relay"
+        and settings.route == "relay"
+        and settings.connection == "new"
+    ):
+        if link.up.rate_bps is None or link.down.rate_bps is None:
+            return None  # a relay's bound holds fixed rates
         return relay_bound(path, link, request)
-    return bounds.request_time_for_link(link, **request)
+    return bounds.request_time_for_link(
+        link, positions_s=positions_s, shares=shares, extra_rtt_s=extra_rtt_s, **request
+    )
 
 
 def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> bounds.RelayBound:
@@ -203,6 +235,8 @@ def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> 
         processing_s=request["processing_s"],
         near_up_bps=near.up.rate_bps,
         near_down_bps=near.down.rate_bps,
+        initcwnd_segments=request["initcwnd_segments"],
+        mss_bytes=request["mss_bytes"],
     )
 
 
@@ -238,9 +272,17 @@ BOUND_COLUMNS = (
 the expected time its total)."""
 
 
-def bound_columns(settings: Settings, path: Topology, values: dict[str, Any]) -> dict[str, Any]:
-    """bound_* columns and the ratio of the measured total to the bound."""
-    bound = bound_for(settings, path, int(values["up_bytes"]), int(values["down_bytes"]))
+def bound_columns(
+    settings: Settings,
+    path: Topology,
+    values: dict[str, Any],
+    positions_s: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """bound_* columns and the ratio of the measured total to the bound (``positions_s``:
+    the traces' positions at the request's start, :func:`bound_for`)."""
+    bound = bound_for(
+        settings, path, int(values["up_bytes"]), int(values["down_bytes"]), positions_s
+    )
     if bound is None:
         return {}
     out: dict[str, Any] = {"bound_s": bound.total_s}
@@ -271,7 +313,8 @@ def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
         "topology": path.kind,
         "route": settings.route if path.kind == "relay" else None,
         "multipath": settings.multipath if path.kind == "dual" else None,
-        "cc": getattr(settings, kinds.protocol(settings.protocol).cc_attr),
+        "cc": kinds.protocol(settings.protocol).cc_of(settings),
+        "quic_stack": settings.quic_stack if settings.protocol == "h3" else None,
         "paced": sender_paces(settings),
         "rtt_s": link.rtt_s,
         "loss": max(link.up.mean_loss, link.down.mean_loss),
@@ -375,6 +418,10 @@ class RunFiles:
     """CLOCK_REALTIME - CLOCK_MONOTONIC when the run started (pcap times are realtime)."""
     started_utc: str | None
     backend: str | None = None
+    clocks: dict[str, TraceClock] = field(default_factory=dict)
+    """The primary edge's trace clocks, by direction (harness.collect.traces)."""
+    port: int | None = None
+    """The port the run's server listened on."""
 
     @property
     def link(self) -> LinkSpec:
@@ -392,6 +439,8 @@ class RunFiles:
             offset_s=float(data["clock_offset_s"]),
             started_utc=data.get("started_utc"),
             backend=data.get("backend"),
+            clocks=run_clocks(data),
+            port=data.get("port"),
         )
 
 
@@ -428,6 +477,8 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
         values.setdefault("sha256_ok", part.sha256_ok)
     upload = int(values["up_bytes"]) >= int(values["down_bytes"])
     values.update(packet_columns(files, upload, *window))
+    if files.settings.cross is not None:
+        values.update(competing_columns(files, values, window))
     link_values, loss_checks = link_columns(run_dir / LINK_STATS_FILE, files.path.link_spec)
     values.update(link_values)
     values.update(edge_columns(run_dir / EDGE_STATS_FILE))
@@ -450,6 +501,34 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     return Collected(row, error, window[0], window[1], loss_checks)
 
 
+Window = tuple[float | None, float | None]
+BoundColumns = Callable[
+    ["RunFiles", Sequence[RequestRecord], dict[str, Any], Window], dict[str, Any]
+]
+
+
+def _request_bound(
+    files: RunFiles, records: Sequence[RequestRecord], values: dict[str, Any], window: Window
+) -> dict[str, Any]:
+    """MODELS sections 1, 4-6 from where each trace was at the request's start, and what
+    the traces offered over the request."""
+    positions = positions_at(files.clocks, window[0])
+    out = bound_columns(files.settings, files.path, values, positions)
+    out.update(trace_columns(files.path, files.clocks, *window))
+    return out
+
+
+BOUNDS: dict[str, BoundColumns] = {
+    "request": _request_bound,
+    # MODELS s10: the serial time of the symbols sent, no retransmission round
+    "fec": lambda files, records, values, window: fec_columns(
+        files.settings, files.link, median_record(records), values
+    ),
+}
+"""The bound_* columns of a run of request records, by its protocol's model
+(tbcore.kinds.ProtocolKind.bound)."""
+
+
 def request_row(
     files: RunFiles, error: str | None
 ) -> tuple[dict[str, Any], str | None, tuple[float | None, float | None]]:
@@ -457,13 +536,38 @@ def request_row(
     records = read_jsonl(files.run_dir / RECORDS_FILE, RequestRecord)
     events = read_jsonl(files.run_dir / SERVER_LOG_FILE, ServerEvent)
     values, error, window = request_columns(files.settings, records, events, error)
-    if files.settings.protocol == "fec":
-        # MODELS s10: the serial time of the symbols sent, no retransmission round
-        values.update(fec_columns(files.settings, files.link, median_record(records), values))
-    else:
-        values.update(bound_columns(files.settings, files.path, values))
+    model = kinds.protocol(files.settings.protocol).bound
+    values.update(BOUNDS[model](files, records, values, window))
     write_events(files.run_dir / EVENTS_FILE, records, events)
     return values, error, window
+
+
+def competing_columns(
+    files: RunFiles, values: dict[str, Any], window: tuple[float | None, float | None]
+) -> dict[str, Any]:
+    """A run beside competing traffic (harness.collect.cross): the flows' bytes and the
+    request's share while it ran, and its bound at its fair share behind the standing queue
+    (MODELS.md section 15)."""
+    out, queue = cross_columns(
+        files.settings, files.link, files.run_dir, files.offset_s, files.port, window
+    )
+    measured_rtt = values.get("measured_rtt_s")
+    if queue is None and measured_rtt is not None:
+        queue = max(0.0, measured_rtt - files.link.rtt_s)
+    out["standing_queue_s"] = queue
+    share = out.get("fair_share")
+    if share is None or values.get("up_bytes") is None:
+        return out
+    positions = positions_at(files.clocks, window[0])
+    bound = bound_for(
+        files.settings, files.path, int(values["up_bytes"]), int(values["down_bytes"]),
+        positions, shares={data_direction(files.settings): share}, extra_rtt_s=queue or 0.0,
+    )  # fmt: skip
+    if bound is not None:
+        out["bound_fair_s"] = bound.total_s
+        if values.get("total_s") is not None and bound.total_s > 0:
+            out["ratio_fair"] = values["total_s"] / bound.total_s
+    return out
 
 
 def fired_events(run_dir: Path) -> list[dict[str, Any]]:
@@ -620,11 +724,11 @@ def packet_columns(
     files: RunFiles, upload: bool, start_s: float | None, end_s: float | None
 ) -> dict[str, Any]:
     """acks.csv and inflight.csv of the data sender; counts within the request window."""
-    transport = kinds.protocol(files.settings.protocol).transport
-    if files.settings.protocol == "fec":
-        return {}  # datagrams without ACKs: the FEC figures are in the fec_* columns
-    if transport == "tcp":
+    kind = kinds.protocol(files.settings.protocol)
+    if kind.transport == "tcp":
         return _tcp_packets(files, upload, start_s, end_s)
+    if not kind.qlog:
+        return {}  # datagrams without ACKs (fec: its figures are in the fec_* columns)
     out = _quic_packets(files, upload, start_s, end_s)
     _trim_qlog(files.run_dir / QLOG_DIR)
     return out
@@ -635,6 +739,9 @@ def _tcp_packets(
 ) -> dict[str, Any]:
     capture = pcapng.capture_file(files.run_dir, "client" if upload else "server")
     segments = ackmod.read_tcp_segments(capture) if capture is not None else []
+    if files.settings.cross is not None and files.port is not None:
+        # the request's own connections: competing flows are not its ACKs
+        segments = [s for s in segments if files.port in (s.sport, s.dport)]
     if not segments:
         return {}
     result = ackmod.tcp_acks(segments, clock_offset_s=files.offset_s)
@@ -698,5 +805,6 @@ def _trim_qlog(directory: Path) -> None:
         (directory / "TRIMMED").write_text(
             f"{total} bytes of qlog removed (cap {KEEP_QLOG_BYTES})\n"
         )
-        for path in directory.rglob("*.qlog"):
-            path.unlink()
+        for pattern in ("*.qlog", "*.sqlog"):
+            for path in directory.rglob(pattern):
+                path.unlink()

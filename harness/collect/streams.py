@@ -23,6 +23,7 @@ from typing import Any
 from harness.collect import acks, streamview
 from harness.store.resultdir import read_jsonl
 from netem import pcapng
+from tbcore import kinds
 from tbcore.errors import SpecError
 from tbcore.workloads import STREAM_CHUNK_BYTES, STREAM_CHUNK_DURATION_S
 
@@ -65,7 +66,7 @@ def run_views(run_dir: Path, protocol: str, clock_offset_s: float) -> RunViews:
     arrivals: dict[int, streamview.StreamArrival] = {}
     error = None
     try:
-        if protocol == "h3":
+        if kinds.protocol(protocol).qlog:  # QUIC's receiver view is its qlog
             traces = acks.read_qlog_traces(run_dir / "qlog" / "client")
             raw = streamview.h3_stream_arrivals(traces, STREAM_CHUNK_BYTES)
         else:

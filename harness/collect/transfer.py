@@ -11,6 +11,7 @@ from typing import Any
 from harness import bounds
 from harness.collect.rowparts import RowPart, register_row_part
 from netem.topologyspec import Topology
+from tbcore import kinds
 from tbcore.records import RecordError, TransferRecord, read_jsonl
 from tbcore.settings import Settings
 
@@ -31,15 +32,18 @@ def transfer_bound_s(
     (duplicate), or the ideal continuation after the outage of ``link`` at ``outage_at``
     seconds into the transfer (a failover)."""
     a, b, exit_bps = path_rates(path)
-    mode = settings.multipath
+    carries = kinds.protocol(settings.protocol).upload_mode
+    if carries is None:
+        raise RecordError("protocol", f"{settings.protocol} carries no upload over two paths")
+    mode = carries(settings)
     if outage_at is not None:
         at = max(0.0, outage_at)
         if mode == "duplicate":  # the surviving copy never shared the work
             return bounds.duplicate_failover_time_s(size, [a, b], at, 0, exit_bps)
-        if settings.protocol == "h3":  # one path until the outage, then the other
+        if mode == kinds.MIGRATE:  # one path until the outage, then the other
             return bounds.failover_time_s(size, [a], at, b, exit_bps)
         return bounds.failover_time_s(size, [a, b], at, b, exit_bps)
-    if mode == "single" or settings.protocol == "h3":
+    if mode in ("single", kinds.MIGRATE):
         return bounds.split_time_s(size, [a], exit_bps)
     if mode == "duplicate":
         return bounds.duplicate_time_s(size, [a, b], exit_bps)

@@ -470,3 +470,9 @@ def check_spec(spec: Any) -> None:
                 "remote",
                 f"level {level.name!r} schedules link events, which a real path does not take",
             )
+        if settings.cross is not None:
+            raise SpecError(
+                "remote",
+                f"level {level.name!r} sets cross: competing flows run in the testbed's own "
+                "namespaces (an emulated link), not on a real path",
+            )

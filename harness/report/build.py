@@ -30,6 +30,7 @@ from harness.report import remote as remote_report
 from harness.report import stream_tables
 from harness.report.guard import Guard
 from harness.report.paths import paths_section
+from harness.report.varying import varying_sections
 from harness.store.resultdir import ResultDir, atomic_write_text
 
 PLOT_DPI = 110
@@ -847,6 +848,7 @@ def build_report(path: Path) -> Path:
         ("gap split", _gap_split_lines, summaries),
         ("streams, chunks, playback, cancel, overhead", stream_tables.report_sections,
          result.path, frame),
+        ("varying links", varying_sections, result.path, frame, levels),
         ("the bound's parts", _bound_parts, frame, levels),
         ("the stacks' phases", _stack_phases, frame, levels),
         ("loss bounds", _loss_bounds, summaries),

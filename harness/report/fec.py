@@ -22,12 +22,12 @@ import pandas as pd
 
 from harness import bounds
 from netem.linkspec import LinkSpec
-from tbcore import fecmath
-from tbcore.settings import KNOBS, TCP_DEFAULT_MSS_BYTES
-from tbcore.workloads import AUDIO_SIZE_BYTES
+from tbcore import fecmath, kinds
+from tbcore.settings import TCP_DEFAULT_MSS_BYTES, Settings
 
 QUANTILES = (0.5, 0.9, 0.99)
-AUDIO_PROCESSING_S = KNOBS["processing_audio"].default
+DEFAULT_SETTINGS = Settings()
+"""The workloads' sizes and processing at the knobs' defaults (the frame has no settings)."""
 FEC_TARGET = 0.999
 """MODELS.md section 10's target, for the path's own FEC bound (the runs' is in bound_s)."""
 
@@ -53,8 +53,10 @@ def _used(runs: pd.DataFrame) -> pd.DataFrame:
 def path_models(spec: LinkSpec, workload: str, processing_s: float) -> dict[str, float]:
     """For the path of a level: MODELS s9's retransmission completion (p50, p99) of the data
     direction at its mean loss, and s10's FEC bound (k + r symbols at the target)."""
-    upload = workload == "asr"
-    size = AUDIO_SIZE_BYTES if workload in ("asr", "tts") else 0
+    kind = kinds.workload(workload)
+    up_bytes, down_bytes = kind.up_bytes(DEFAULT_SETTINGS), kind.down_bytes(DEFAULT_SETTINGS)
+    upload = up_bytes > down_bytes
+    size = max(up_bytes, down_bytes)
     direction = spec.up if upload else spec.down
     rate = direction.rate_bps or math.inf
     loss = direction.mean_loss
@@ -92,7 +94,7 @@ def fec_table(
         valid = int(_valid_mask(attempts).sum())
         first = runs.iloc[0]
         workload = str(first.get("workload"))
-        processing = AUDIO_PROCESSING_S if workload in ("asr", "tts") else 0.0
+        processing = kinds.workload(workload).processing_s(DEFAULT_SETTINGS)
         models = path_models(links[level], workload, processing)
         totals = runs["total_s"].to_numpy(dtype=float)
         quant = [float(np.quantile(totals, q)) for q in QUANTILES]

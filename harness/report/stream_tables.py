@@ -30,10 +30,13 @@ import pandas as pd
 from harness import bounds
 from harness.analysis import playback
 from harness.collect import overhead, streams, streamview
+from harness.collect.traces import positions_at, run_clocks
 from harness.report.guard import Guard
 from harness.store.resultdir import atomic_write_frame
 from netem import names, pcapng
 from netem.topologyspec import Topology
+from tbcore import kinds
+from tbcore.errors import SpecError
 from tbcore.workloads import (
     IMAGE_SIZE_BYTES,
     RETOUCHED_SIZE_BYTES,
@@ -77,14 +80,20 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     out["chunks"] = streams.chunk_rows(views, base)
     link = Topology.from_dict(meta["topology"]).link_spec if meta.get("topology") else None
     if out["chunks"] and link is not None:
-        out["playback"] = _playback(out["chunks"], link, protocol, base)
+        starts = {
+            r["request_id"]: streams.group_start(views.records, r["request_id"])
+            for r in views.records
+            if r.get("request_id") is not None
+        }
+        positions = {k: positions_at(run_clocks(meta), v) for k, v in starts.items()}
+        out["playback"] = _playback(out["chunks"], link, protocol, base, positions)
     out["cancel"] = [
         {**r, "bound_s": (link.down.delay_s if link else math.nan) + STREAM_CHUNK_DURATION_S}
         for r in streams.cancel_rows(views, base)
     ]
     workload = row.get("workload") or settings.get("workload", "")
     client_capture = pcapng.capture_file(run_dir, "client")
-    if protocol == "h2" and str(workload).startswith("retouch") and client_capture is not None:
+    if _counts_overhead(protocol, str(workload)) and client_capture is not None:
         counts = overhead.count(streamview.read_pcap(client_capture), CLIENT_ADDR)
         per_segment = bool(settings.get("route_quickack") or settings.get("quickack"))
         extra = {**base, "total_s": row.get("total_s"), "ack_per_segment": per_segment}
@@ -94,26 +103,57 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def _counts_overhead(protocol: str, workload: str) -> bool:
+    """Whether the overhead table counts this run: an upload over TCP (MODELS.md section 7
+    counts TCP segments and ACKs in the client's capture)."""
+    try:
+        return kinds.protocol(protocol).transport == "tcp" and "overhead" in kinds.traits_of(
+            kinds.workload(workload)
+        )
+    except SpecError:
+        return False
+
+
+def _image_upload(workload: Any) -> bool:
+    """A workload of the tiles section: the image upload, whole or in tiles."""
+    kind = kinds.WORKLOADS.get(str(workload))
+    return kind is not None and "image_processing" in kind.traits
+
+
 def _playback(
-    chunk_rows: list[dict[str, Any]], link: Any, protocol: str, base: Mapping[str, Any]
+    chunk_rows: list[dict[str, Any]],
+    link: Any,
+    protocol: str,
+    base: Mapping[str, Any],
+    positions: Mapping[Any, Mapping[str, float]] | None = None,
 ) -> list[dict[str, Any]]:
+    """playback.csv's rows of one run: per request and initial buffer, measured beside the
+    model (a traced downlink: the model through the trace from where it was when the request
+    began, ``positions`` by request id; more and longer buffers)."""
     rows = []
     for request_id in sorted({r["request_id"] for r in chunk_rows}):
         mine = [r for r in chunk_rows if r["request_id"] == request_id]
         mine.sort(key=lambda r: r["chunk"])
         times = [playback.ChunkTimes(r["produced_s"], r["arrived_s"], r["read_s"]) for r in mine]
-        overhead_bytes = (
-            playback.H2_CHUNK_OVERHEAD_BYTES
-            if protocol == "h2"
-            else playback.H3_CHUNK_OVERHEAD_BYTES
-        )
-        predicted = playback.predicted_arrivals(
-            len(times),
-            down_rate_bps=link.down.rate_bps,
-            down_delay_s=link.down.delay_s,
-            up_delay_s=link.up.delay_s,
-            overhead_bytes=overhead_bytes,
-        )
+        overhead_bytes = kinds.protocol(protocol).chunk_overhead_bytes
+        traced = link.down.rate_trace is not None
+        if traced:
+            where = (positions or {}).get(request_id, {}).get("down")
+            predicted = playback.predicted_arrivals_through(
+                len(times),
+                down=bounds.direction_bottleneck(link.down, where),
+                down_delay_s=link.down.min_delay_s,
+                up_delay_s=link.up.min_delay_s,
+                overhead_bytes=overhead_bytes,
+            )
+        else:
+            predicted = playback.predicted_arrivals(
+                len(times),
+                down_rate_bps=link.down.rate_bps,
+                down_delay_s=link.down.delay_s,
+                up_delay_s=link.up.delay_s,
+                overhead_bytes=overhead_bytes,
+            )
         receive_bps = None
         if link.down.rate_bps:
             receive_bps = (
@@ -125,6 +165,7 @@ def _playback(
             {**base, "request_id": request_id},
             receive_bps=receive_bps,
             jitter_s=link.down.jitter_s,
+            initial_buffers_s=playback.TRACE_BUFFERS_S if traced else playback.INITIAL_BUFFERS_S,
         )
     return rows
 
@@ -296,8 +337,10 @@ _PLAYBACK = _GroupedSection(
     title="## Playback (MODELS.md sections 2-3)",
     text="Measured: read times through the player that waits for a missing chunk; stalls are "
     "WebRTC's concealment events, stall time its concealed duration. Predicted: the chunk "
-    "pipeline from the link parameters alone, then the playback recurrence. Drop rule: "
-    "slots played as concealment.",
+    "pipeline from the link parameters alone (on a traced downlink, each chunk through the "
+    "trace from where it was when the request began), then the playback recurrence: a "
+    "model, not a bound on stalls (a stream whose first chunk comes later than modelled "
+    "starts playing later and has more slack). Drop rule: slots played as concealment.",
     columns=(
         _LEVEL,
         _PROTOCOL,
@@ -413,11 +456,11 @@ SECTIONS: dict[str, Callable[[pd.DataFrame], list[str]]] = {
 def tiles_section(runs: pd.DataFrame) -> list[str]:
     """Whole vs tiled image next to the pipeline bound (MODELS.md section 2)."""
     rows = []
-    images = runs[runs["workload"].astype(str).str.startswith("retouch")]
+    images = runs[runs["workload"].map(_image_upload)]
     for level, attempts in images.groupby("level"):
         group, _ = _usable(attempts)
         workload = str(group["workload"].iloc[0])
-        tiles = int(workload.removeprefix("retouch-tiles")) if "tiles" in workload else 1
+        tiles = kinds.workload(workload).parts
         chapter = CHAPTER_TILES_S["tiles" if tiles > 1 else "whole"]
         bound = _tiles_bound(group.iloc[0], tiles)
         total = pd.to_numeric(group["total_s"], errors="coerce")
@@ -496,7 +539,6 @@ def report_sections(result_dir: Path, runs: pd.DataFrame | None = None) -> list[
             if note:
                 usable.attrs["note"] = note
             out += guard.section(name, SECTIONS[name], usable)
-    images = runs is not None and "workload" in runs
-    if images and runs["workload"].astype(str).str.startswith("retouch").any():
+    if runs is not None and "workload" in runs and any(map(_image_upload, runs["workload"])):
         out += guard.section("tiles", tiles_section, runs)
     return out

@@ -25,6 +25,7 @@ from harness.collect.row import EDGE_STATS_FILE, LINK_STATS_FILE, RUN_FILE
 from harness.plan.planner import PlannedRun
 from harness.run import capture as capturemod
 from harness.run.backends import RunPaths
+from harness.run.cross import competing
 from harness.run.progress import ProgressEvents
 from harness.run.stacks import (
     SERVER_STOP_TIMEOUT_S,
@@ -143,7 +144,7 @@ def _run(
     """The body of :func:`run_processes`; the processes it starts go into ``procs``."""
     settings = level.settings
     link = env.paths.link_for(level)
-    prepare_link(env, link, settings, path)
+    clocks = prepare_link(env, link, settings, path)
     shape = topology_run(path.kind)
     port = env.port_base + planned.seq % PORT_SPAN
     link_spec = path.link_spec
@@ -151,13 +152,22 @@ def _run(
     s_argv = server_argv(settings, link_spec, bind=link.server_addr, port=port, run_dir=run_dir)
     c_argv = client_argv(settings, link_spec, host=target.host, port=target.port, run_dir=run_dir)
     c_argv += list(target.client_args)
-    write_run_file(env, link, planned, settings, path, run_dir, (s_argv, c_argv))
+    write_run_file(
+        env,
+        link,
+        planned,
+        settings,
+        path,
+        run_dir,
+        (s_argv, c_argv),
+        {"port": port, "traces": clocks},
+    )
     procs.server = env.paths.start_server(link, s_argv, run_dir)
     with watch, shape.middle(link, settings, run_dir, port):
         watch.watch("server", procs.server.pid)
         for pid in env.paths.emulator_pids(link):
             watch.watch("emulator", pid)
-        return _client_run(env, link, settings, path, run_dir, c_argv, watch, procs)
+        return _client_run(env, link, settings, path, run_dir, c_argv, watch, procs, planned.seq)
 
 
 def _client_run(
@@ -169,23 +179,26 @@ def _client_run(
     c_argv: list[str],
     watch: Any,
     procs: RunProcesses,
+    seq: int = 0,
 ) -> str | None:
-    """The client's part of a run, inside the captures and the link's counters."""
+    """The client's part of a run, inside the competing traffic (harness.run.cross), the
+    captures and the link's counters."""
     error = None
     before = {e: link.stats(edge=e) for e in path.edge_names} if env.paths.counts else None
     plan = capturemod.capture_plan(settings)
     capture = (
         link.capture(run_dir, mode=plan.mode) if plan.mode != "off" else contextlib.nullcontext()
     )
-    with capture:
-        workload = kinds.workload(settings.workload)
+    workload = kinds.workload(settings.workload)
+    limit_s = workload.run_limit_s(settings) + CLIENT_TIMEOUT_MARGIN_S
+    beside = competing(link, settings, seq=seq, run_dir=run_dir, duration_s=limit_s, watch=watch)
+    with beside, capture:
         planned_events = workload.link_events(settings)
         procs.client = start_client(link.client_ns, c_argv, run_dir, piped=bool(planned_events))
         if planned_events:
             procs.progress = ProgressEvents(link, planned_events, env.log)
             procs.progress.follow(procs.client.stdout)
         watch.watch("client", procs.client.pid)
-        limit_s = workload.run_limit_s(settings) + CLIENT_TIMEOUT_MARGIN_S
         code = _wait_child(procs.client, limit_s)
         if code != 0:
             error = f"client exited {code}: {_tail(run_dir / 'client.stderr')}"
@@ -200,10 +213,17 @@ def _client_run(
     return error
 
 
-def prepare_link(env: RunEnvironment, link: Any, settings: Settings, path: Topology) -> None:
-    """The path's specs, the namespaces' sysctls and route metrics for this run."""
+def prepare_link(
+    env: RunEnvironment, link: Any, settings: Settings, path: Topology
+) -> dict[str, dict[str, dict[str, float]]]:
+    """The path's specs, the namespaces' sysctls and route metrics for this run. Returns the
+    trace clock of every traced direction, by edge (netem.traceclock): where the traces
+    restarted, which the run's bound needs."""
+    clocks: dict[str, dict[str, dict[str, float]]] = {}
     for edge in path.edges:
-        link.set_spec(edge.spec, edge=edge.name)
+        started = link.set_spec(edge.spec, edge=edge.name) or {}
+        if started:
+            clocks[edge.name] = {d: c.to_dict() for d, c in started.items()}
     for role in stack_roles(path):
         values = {**env.sysctl_defaults.get(role, {}), **run_sysctls(settings)}
         link.set_sysctls(values, (role,))
@@ -215,6 +235,7 @@ def prepare_link(env: RunEnvironment, link: Any, settings: Settings, path: Topol
                 initrwnd=settings.initrwnd,
                 quickack=settings.route_quickack,
             )
+    return clocks
 
 
 def write_run_file(
@@ -225,9 +246,11 @@ def write_run_file(
     path: Topology,
     run_dir: Path,
     argvs: tuple[list[str], list[str]],
+    extra: dict[str, Any] | None = None,
 ) -> None:
-    """run.json: what collection needs to read the run's other files, and how it ran."""
-    names = [*sorted(run_sysctls(settings)), "net.ipv4.tcp_no_metrics_save"]
+    """run.json: what collection needs to read the run's other files, and how it ran;
+    ``extra``: the server's port and the trace clocks by edge (``traces``)."""
+    applied = path_applied(env, link, settings)
     atomic_write_json(
         run_dir / RUN_FILE,
         {
@@ -239,10 +262,12 @@ def write_run_file(
             "backend": env.paths.backend,
             "server_argv": argvs[0],
             "client_argv": argvs[1],
-            "sysctls": {role: link.sysctls(role, names) for role in ROLES},
+            "sysctls": applied["sysctls"],
+            "applied": applied,
             "clock_offset_s": time.time() - time.monotonic(),
             "capture": capturemod.capture_plan(settings).to_dict(),
             "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+            **(extra or {}),
         },
     )
 
@@ -252,6 +277,18 @@ def _update_json(path: Path, key: str, value: Any) -> None:
     data = json.loads(path.read_text(encoding="utf-8"))
     data[key] = value
     atomic_write_json(path, data)
+
+
+def path_applied(env: RunEnvironment, link: Any, settings: Settings) -> dict[str, Any]:
+    """What the harness put in force on the namespaces, read back: the sysctls a level of the
+    experiment sets (and tcp_no_metrics_save) and, where it sets them, the route metrics
+    (pyroute2)."""
+    others = {name for values in env.sysctl_defaults.values() for name in values}
+    names = [*sorted({*run_sysctls(settings), *others}), "net.ipv4.tcp_no_metrics_save"]
+    out: dict[str, Any] = {"sysctls": {role: link.sysctls(role, names) for role in ROLES}}
+    if env.set_route_metrics:
+        out["route_metrics"] = {role: link.route_metrics(role) for role in ROLES}
+    return out
 
 
 def _tail(path: Path, limit: int = 300) -> str:

@@ -62,6 +62,7 @@ class CpuWatch:
         self.pids: dict[str, list[int]] = {}
         self.samples: list[tuple[float, dict[str, float | None], procfs.HostCpu]] = []
         self._thread_waits: dict[tuple[str, int, int], tuple[float, int]] = {}
+        self._cpu_last: dict[tuple[str, int], float] = {}
         self.sched: dict[str, str | None] = {}
         """How each named process's first pid was scheduled (procfs.process_sched), read
         when it was watched."""
@@ -77,17 +78,22 @@ class CpuWatch:
     def sample(self) -> None:
         values: dict[str, float | None] = {}
         for name, pids in list(self.pids.items()):
-            total = 0.0
+            # a stack's work may run in a child (ngtcp2's binaries under their testbed
+            # edge): every descendant counts under its name, a finished one with its last
+            # value (a process's own utime/stime, never its reaped children's)
+            for pid in list(pids):
+                pids.extend(c for c in procfs.child_pids(pid) if c not in pids)
             alive = False
             for pid in pids:
                 value = proc_cpu_s(pid)
                 if value is not None:
-                    total += value
+                    self._cpu_last[(name, pid)] = value
                     alive = True
                 # a thread that exits takes its counter with it: keep each thread's last
                 # value so that the sum never goes down
                 for tid, stat in (proc_runqueue_waits_s(pid) or {}).items():
                     self._thread_waits[(name, pid, tid)] = stat
+            total = sum(self._cpu_last.get((name, pid), 0.0) for pid in pids)
             values[name] = total if alive else None
             mine = [w for (n, _, _), w in self._thread_waits.items() if n == name]
             main = [w for (n, p, t), w in self._thread_waits.items() if n == name and p == t]

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness.collect.row import Collected, bound_for, collect_run, label_columns, run_path
+from harness.collect.traces import handshake_slack_s
 from harness.plan.planner import (
     DEFAULT_ATTEMPTS,
     Outcome,
@@ -43,6 +44,7 @@ from harness.run.execute import ERROR_CHARS, RunEnvironment, run_processes
 from harness.run.lock import exclusive_run
 from harness.run.machine import CpuWatch
 from harness.spec.experiment import ExperimentSpec
+from harness.spec.traces import run_path as path_at_start
 from harness.store.resultdir import ResultDir, utc_stamp
 from harness.validity import rules as judgement
 from netem.topologyspec import Topology
@@ -55,6 +57,9 @@ if TYPE_CHECKING:
 
 WATCHED = ("client", "server", "emulator")
 """The processes whose CPU is watched during a run."""
+OWN = (*WATCHED, "cross")
+"""The run's own processes: the watched ones and its competing traffic (harness.run.cross),
+whose CPU is part of what the run measures, not a disturbance."""
 
 
 def execute_run(
@@ -65,7 +70,12 @@ def execute_run(
     The run holds the host's run lock (harness.run.lock) until its row is made: another
     experiment's collection (pcap parsing, seconds of CPU) would otherwise load this one."""
     level = env.spec.level(planned.level)
-    path = env.paths.path_of(level, planned.link_seed)
+    path = path_at_start(
+        env.paths.path_of(level, planned.link_seed),
+        level.settings,
+        planned.rep,
+        env.spec.repetitions,
+    )
     run_dir = env.result.fresh_run_dir(planned.run_id)
     wall0 = time.monotonic()
     watch = CpuWatch()
@@ -94,7 +104,7 @@ def machine_columns(row: RunRow, watch: CpuWatch, t0: float, t1: float) -> dict[
         out["cpu_emulator"] = row.cpu_emulator_run
     out["main_wait_client_s"] = watch.main_wait_s("client", t0, t1)
     out["main_wait_server_s"] = watch.main_wait_s("server", t0, t1)
-    out["foreign_cpu_share"] = watch.foreign_share(t0, t1, WATCHED)
+    out["foreign_cpu_share"] = watch.foreign_share(t0, t1, OWN)
     out["sched_client"] = watch.sched.get("client")
     out["sched_server"] = watch.sched.get("server")
     return out
@@ -154,8 +164,11 @@ def judge(
     own = judgement.run_validity(
         error=collected.error,
         sha256_ok=row.sha256_ok,
-        configured_rtt_s=row.rtt_s,
-        measured_rtt_s=row.measured_rtt_s,
+        # on a capacity trace a handshake packet may wait for its opportunity
+        configured_rtt_s=row.rtt_s + handshake_slack_s(run_path(run_dir)),
+        # beside competing flows the handshake crosses their standing queue by design: the
+        # link's fidelity is then judged by the emulator's lateness, not by that RTT
+        measured_rtt_s=None if row.cross is not None else row.measured_rtt_s,
         loss=collected.loss_checks,
     )
     if t0 is None or t1 is None:

@@ -73,7 +73,7 @@ def _stack_argv(
     here: aioquic refuses a missing one) for a protocol that writes qlog."""
     document = write_settings(run_dir, f"{role}-settings.json", settings)
     argv = [*testbed_argv(), command, *own, "--keylog", str(run_dir / "keys.log")]
-    argv += ["--settings", str(document)]
+    argv += ["--settings", str(document), "--applied", str(run_dir / f"{role}-applied.jsonl")]
     if settings.qlog and kinds.protocol(settings.protocol).qlog:
         qlog = run_dir / QLOG_DIR / role
         qlog.mkdir(parents=True, exist_ok=True)

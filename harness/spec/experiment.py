@@ -42,12 +42,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from harness.spec.cross import check_cross
 from harness.spec.paths import EDGE_KNOBS, check_path, topology_of
+from harness.spec.traces import check_repetitions, check_trace_start
 from netem.linkspec import LinkSpec, merge_link, resolve_link
 from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.errors import SpecError
-from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings
+from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings, by_attr
 
 CONNECTIONS = CONNECTION_MODES
 
@@ -113,17 +115,21 @@ def check_consistent(settings: Settings, topology: Topology, where: str) -> None
     """Combinations that cannot be run, named by the key that makes them impossible."""
     spec = topology.link_spec
     check_path(settings, topology, where)
+    check_trace_start(settings, topology, where)
+    check_cross(settings, topology, where)
     if settings.connection == "0rtt" and settings.warmup_requests < 1:
         raise SpecError(
             f"{where}.warmup_requests", "0rtt needs >= 1 warm-up request for a session ticket"
         )
-    if settings.protocol == "fec" and settings.fec_rate_bps is None:
+    rate_attr = kinds.protocol(settings.protocol).path_rate_attr
+    if rate_attr is not None and getattr(settings, rate_attr) is None:
+        key = by_attr()[rate_attr].key
         for name in ("up", "down"):
             if getattr(spec, name).rate_bps is None:
                 raise SpecError(
-                    f"{where}.fec_rate",
-                    f"fec paces at a measured rate capped by the path's: the link has no "
-                    f"{name} rate (set one, or fec_rate)",
+                    f"{where}.{key}",
+                    f"{settings.protocol} paces at a measured rate capped by the path's: the "
+                    f"link has no {name} rate (set one, or {key})",
                 )
     if settings.resume and settings.warmup_requests < 1:
         raise SpecError(f"{where}.warmup_requests", "resume needs >= 1 warm-up request")
@@ -216,7 +222,14 @@ class ExperimentSpec:
             data = {k: v for k, v in self.raw.items() if k != "quick"}
             data["fixed"] = {**data.get("fixed", {}), **self.quick.fixed}
             data["quick"] = {k: v for k, v in self.raw.get("quick", {}).items() if k != "fixed"}
-            base = parse_experiment(data, source=self.source, path=self.path)
+            # the full form's fixed settings the quick one makes moot (a workload's own
+            # processing, say) are its runs' ignored_settings; its own keys were checked
+            base = parse_experiment(
+                data,
+                source=self.source,
+                path=self.path,
+                moot=set(data["fixed"]) - set(self.quick.fixed),
+            )
             return base.quick_form()
         levels = self.levels
         if self.quick.levels is not None:
@@ -248,9 +261,15 @@ class ExperimentSpec:
             groups.update(kinds.topology(lv.topology.kind).columns)
             if any(e.spec.air is not None for e in lv.topology.edges):
                 groups.add("air")
+            if any(e.spec.has_trace for e in lv.topology.edges):
+                groups.add("trace")
+            if lv.settings.cross is not None:
+                groups.add("cross")
         return sorted(groups)
 
     def with_repetitions(self, repetitions: int) -> ExperimentSpec:
+        """``--reps N``: a command-line override, taken as given (``trace_start = spread``
+        over one repetition starts its one run at the offset)."""
         _int_range(1, MAX_REPETITIONS)("repetitions", repetitions)
         return replace(self, repetitions=repetitions)
 
@@ -299,8 +318,11 @@ FACTOR_KEYS = {"name", "settings", "levels"}
 QUICK_KEYS = {"repetitions", "warmup_runs", "levels", "requests", "fixed"}
 
 
-def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") -> ExperimentSpec:
-    """Validate a parsed TOML document. Raises :class:`SpecError` naming the first bad key."""
+def parse_experiment(
+    data: Mapping[str, Any], source: str = "", path: str = "", moot: Collection[str] = ()
+) -> ExperimentSpec:
+    """Validate a parsed TOML document. Raises :class:`SpecError` naming the first bad key.
+    ``moot``: fixed keys no level need apply (the full form's, in its quick form)."""
     _check_top_keys(data)
     name = data.get("name")
     if not isinstance(name, str) or not name or not set(name) <= LEVEL_NAME_CHARS:
@@ -315,6 +337,10 @@ def parse_experiment(data: Mapping[str, Any], source: str = "", path: str = "") 
     fixed, _ = parse_settings(fixed_table, "fixed")
     factor_name, own, raw_levels = _parse_factor(data.get("factor"))
     levels = _parse_levels(raw_levels, own, factor_name, fixed)
+    applied = {k: v for k, v in fixed_table.items() if k not in moot}
+    refuse_unapplied(applied, [lv.settings for lv in levels], "fixed")
+    for level in levels:
+        check_repetitions(level.settings, repetitions, "repetitions")
     return ExperimentSpec(
         name=name,
         question=question.strip(),
@@ -442,12 +468,34 @@ def _parse_level(
     settings, _ = parse_settings(_merged_edges(table, fixed, where), where, fixed)
     topology = topology_of(settings, where)
     check_consistent(settings, topology, where)
+    refuse_without_effect(table, settings, where)
     baseline = raw.get("baseline", earlier[0].name if earlier else level_name)
     if "baseline" in raw and baseline == level_name:
         raise SpecError(f"{where}.baseline", "a level cannot be its own baseline")
     if not isinstance(baseline, str) or (baseline != level_name and baseline not in names):
         raise SpecError(f"{where}.baseline", f"{baseline!r} is not an earlier level")
     return Level(level_name, dict(table), settings, baseline, topology)
+
+
+def refuse_without_effect(table: Mapping[str, Any], settings: Settings, where: str) -> None:
+    """A key of ``table`` (a level's) that the level's protocol, workload or topology does not
+    apply (its knob's scope) is refused, unless it says "none" (cancelling a fixed value)."""
+    for key in table:
+        item = KNOBS[key]
+        reason = item.scope.refusal(settings)
+        if reason is not None and getattr(settings, item.attr) is not None:
+            raise SpecError(f"{where}.{key}", reason)
+
+
+def refuse_unapplied(table: Mapping[str, Any], runs: Collection[Settings], where: str) -> None:
+    """A key of ``table`` (fixed settings) that none of ``runs`` (the levels' settings)
+    applies is refused; one that some apply is recorded by the others as ignored
+    (Settings.ignored)."""
+    for key in table:
+        item = KNOBS[key]
+        reasons = [item.scope.refusal(settings) for settings in runs]
+        if all(reasons) and any(getattr(s, item.attr) is not None for s in runs):
+            raise SpecError(f"{where}.{key}", f"no level applies it: it {reasons[0]}")
 
 
 def _merged_edges(table: Mapping[str, Any], fixed: Settings, where: str) -> dict[str, Any]:
@@ -502,14 +550,22 @@ def _parse_quick(
             "quick.requests", f"requests is a setting of factor {factor_name!r}: levels set it"
         )
     quick_settings, _ = parse_settings(quick_fixed, "quick.fixed", fixed)
+    runs = []  # the settings of the levels the quick form runs
+    quick_repetitions = _int_range(1, MAX_REPETITIONS)(
+        "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))
+    )
     for level in levels:  # each level over the quick form's fixed settings must run too
         table = _merged_edges(level.overrides, quick_settings, "quick.fixed")
         settings, _ = parse_settings(table, "quick.fixed", quick_settings)
         check_consistent(settings, topology_of(settings, "quick.fixed"), "quick.fixed")
+        if quick_levels is None or level.name in quick_levels:
+            runs.append(settings)
+            check_repetitions(settings, quick_repetitions, "quick.repetitions")
+    refuse_unapplied(quick_fixed, runs, "quick.fixed")
+    if quick_requests is not None:
+        refuse_unapplied({"requests": quick_requests}, runs, "quick")
     return Quick(
-        repetitions=_int_range(1, MAX_REPETITIONS)(
-            "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))
-        ),
+        repetitions=quick_repetitions,
         warmup_runs=_int_range(0, 100)("quick.warmup_runs", quick_table.get("warmup_runs", 0)),
         levels=quick_levels,
         requests=quick_requests,

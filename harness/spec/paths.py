@@ -12,7 +12,7 @@ from netem.linkspec import DirectionSpec, LinkSpec
 from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.errors import SpecError
-from tbcore.settings import KNOBS, Settings
+from tbcore.settings import Settings
 
 EDGE_KNOBS = ("link", "near_link", "link_b", "exit_link")
 """The knobs that name an edge of the path (a preset or link string each)."""
@@ -41,20 +41,9 @@ def topology_of(settings: Settings, where: str) -> Topology:
 
 
 def check_path(settings: Settings, topology: Topology, where: str) -> None:
-    """Refuse a setting the shape does not apply (set away from its default) and a workload
-    the shape does not carry: nothing runs that would ignore what the file asked."""
+    """Refuse what the shape cannot run and a workload it does not carry (a setting only
+    some shapes apply is its knob's scope: tbcore.settings.Scope, checked by the caller)."""
     shape = kinds.topology(topology.kind)
-    defaults = Settings()
-    for other in kinds.TOPOLOGIES.values():
-        for key in other.settings:
-            if other.name == shape.name:
-                continue
-            attr = KNOBS[key].attr
-            if getattr(settings, attr) != getattr(defaults, attr):
-                raise SpecError(
-                    f"{where}.{key}",
-                    f"takes effect on topology {other.name!r} only, not {shape.name!r}",
-                )
     try:
         shape.check(settings)
     except SpecError as err:

@@ -230,9 +230,10 @@ class ResultDir:
         self.write_run_tables()
         return frame
 
-    PER_RUN_TABLES = ("rounds.csv",)
-    """Tables a run may write in its directory (the agent's rounds): gathered beside
-    runs.csv with a run_id column, in plan order."""
+    PER_RUN_TABLES = ("rounds.csv", "round_trace.csv", "cross.csv")
+    """Tables a run may write in its directory (the agent's rounds, each round's share of a
+    traced uplink, the competing flows' rates): gathered beside runs.csv with a run_id
+    column, in plan order."""
 
     def write_run_tables(self) -> None:
         for name in self.PER_RUN_TABLES:

@@ -14,7 +14,6 @@ another.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 
 from netem.backends import kernel, userspace  # noqa: F401  (importing them registers them)
 from netem.backends.base import (  # noqa: F401  (what callers of netem.backends use)
@@ -75,10 +74,3 @@ def choose(name: str = "auto") -> str:
         ok, _ = probe("netem")
         return "netem" if ok else "userspace"
     return name
-
-
-def iter_available() -> Iterator[tuple[str, bool, str]]:
-    """(name, usable, reason) of every backend."""
-    for name in backend_names():
-        ok, reason = probe(name)
-        yield name, ok, reason

@@ -156,8 +156,16 @@ class Backend(ABC):
         """Remove everything of the link. Idempotent; never raises for what is already gone."""
 
     @abstractmethod
-    def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
-        """Change the emulated path in place (between runs); updates ``state.spec``."""
+    def set_spec(self, state: LinkState, spec: LinkSpec) -> dict[str, Any]:
+        """Change the emulated path in place (between runs); updates ``state.spec``.
+        Returns :meth:`trace`'s report for the new spec (traces restart at their offset)."""
+
+    def trace(self, state: LinkState) -> dict[str, Any]:
+        """Per direction (``up``, ``down``) with a trace, its clock and files (the userspace
+        emulator's ``trace`` command, netem.traceclock); ``{}`` on a backend without
+        traces (the kernel backend refuses them)."""
+        del state
+        return {}
 
     @abstractmethod
     def stats(self, state: LinkState) -> LinkStats:

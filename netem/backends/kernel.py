@@ -274,6 +274,13 @@ def plan_link(spec: LinkSpec) -> dict[str, DirectionPlan]:
         raise SpecError(
             "air", "the netem backend has no shared medium; run air= links on --backend userspace"
         )
+    for name in ("up", "down"):
+        d = spec._direction(name)
+        if d.has_trace:
+            key = "rate" if d.rate_trace is not None else "delay"
+            raise SpecError(
+                f"{name}.{key}", "netem cannot replay a trace; run it on --backend userspace"
+            )
     return {d: plan_direction(spec, d) for d in ("up", "down")}
 
 
@@ -488,11 +495,12 @@ class KernelBackend(Backend):
                 timer.cancel()
         topology.remove_path(state.name)
 
-    def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
+    def set_spec(self, state: LinkState, spec: LinkSpec) -> dict[str, Any]:
         if spec.mtu_bytes != state.spec.mtu_bytes:
             raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
         self._replace_plans(state, plan_link(spec))
         state.spec = spec
+        return {}  # no traces on this backend (plan_link refuses them)
 
     def _replace_plans(self, state: LinkState, plans: dict[str, DirectionPlan]) -> None:
         assert state.router_ns is not None

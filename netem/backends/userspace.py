@@ -33,6 +33,7 @@ from netem.backends.base import (
     topology_of,
 )
 from netem.emulator.control import ControlError, EmulatorClient
+from netem.emulator.options import EmulatorOptions
 from netem.events import LinkEvent, ScheduledEvent
 from netem.linkspec import LinkSpec
 from netem.readiness import wait_for_marker
@@ -108,6 +109,7 @@ def emulator_argv(
     ]
     if devices is not None:
         argv += ["--client-device", devices[0], "--server-device", devices[1]]
+    argv += EmulatorOptions.from_dict(state.extra.get("emulator", {})).argv()
     if events:
         argv += ["--events-json", json.dumps([e.to_dict() for e in events])]
     if ready_fd is not None:
@@ -189,6 +191,8 @@ class UserspaceBackend(Backend):
         topology.build_topology_tun(state.name, topo, mtu_bytes=state.spec.mtu_bytes)
         for edge in topo.edges:  # one emulator per edge (see the module docstring)
             view = edge_state(state, edge.name)
+            if "emulator" in state.extra:  # the packet path asked for, on every edge
+                view.extra["emulator"] = state.extra["emulator"]
             try:
                 self._start_emulator(
                     view,
@@ -294,13 +298,17 @@ class UserspaceBackend(Backend):
         if pid is not None and (proc := _DAEMONS.pop(pid, None)) is not None:
             proc.poll()  # reaped already (process_alive): poll records it, no warning at exit
 
-    def set_spec(self, state: LinkState, spec: LinkSpec) -> None:
+    def set_spec(self, state: LinkState, spec: LinkSpec) -> dict[str, Any]:
         if spec.mtu_bytes != state.spec.mtu_bytes:
             raise SpecError("mtu_bytes", "the MTU of a link cannot change while it is up")
         if (spec.air is None) != (state.spec.air is None):
             raise SpecError("air", "a shared medium cannot come or go while the link is up")
-        self.client(state).set_spec(spec)
+        report = self.client(state).set_spec(spec)
         state.spec = spec
+        return report
+
+    def trace(self, state: LinkState) -> dict[str, Any]:
+        return self.client(state).trace()
 
     def stats(self, state: LinkState) -> LinkStats:
         return self.client(state).stats()

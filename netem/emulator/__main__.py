@@ -6,7 +6,8 @@ Contract with the topology (netem/backends, the userspace backend)
 Before starting the process, the topology creates, in each of the client and server
 namespaces, a persistent TUN device named ``tb-eth`` (``IFF_TUN | IFF_NO_PI``, not
 multi-queue), with the MTU of the spec, the address (198.18.1.2/24 client, 198.18.2.2/24
-server, :mod:`netem.names`), a route to the peer's /24 over the device, offloads off, and
+server, :mod:`netem.names`), a route to the peer's /24 over the device, offloads off (the C
+path's ``--offload on`` switches TSO back on and cuts what it gets, see below), and
 the device up. Then it runs::
 
     python -m netem.emulator --name NAME \\
@@ -47,6 +48,24 @@ The process
 
 Options with measured defaults
 ------------------------------
+``--path c|python`` (default c)
+    Which per-packet path moves the packets: the C path (:mod:`netem.emulator.cengine`,
+    ``csrc/``: a packet thread of its own, batched reads, a timerfd per direction on a
+    coalescing grid, no allocation per packet once warm) or the Python reference
+    (:mod:`netem.emulator.engine` around :mod:`netem.emulator.core`). Both run the same
+    pipeline on the same generators; tests/test_emulator_cpath.py holds them equal packet
+    for packet. The control socket, the stats, the capture and the packet log are the same.
+``--offload on|off`` (C path, default on)
+    Attach with ``IFF_VNET_HDR`` and switch TSO back on (the topology switches it off): the
+    senders' stacks hand over TCP super-packets of up to 64 KB, which the C path cuts into
+    wire-sized segments (as the kernel's GSO would) before the loss draw, so every segment
+    meets the loss model, the queue and the clock on its own. One read instead of up to 44,
+    and the sender's stack (which runs in the emulator's ``write()`` of each ACK) builds one
+    skb instead of 44.
+``--coalesce-us`` (C path, default 300)
+    On dense traffic the timerfds fire on a grid of this period shared by both directions,
+    and each wake-up releases everything due: at most one timer wake-up per period, each
+    packet at most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
 ``--processes 1|2`` (default 1)
     2 runs the ``down`` direction in a forked second process, so the two directions can
     use both cores; the parent serves the control socket and forwards every command to
@@ -82,9 +101,16 @@ method for each)
     waiting time and refused frames (:class:`netem.stats.AirStats`). An ``air=`` link runs
     in one process (its medium is shared by both directions): ``--processes 2`` is refused.
 ``{"cmd": "set_spec", "spec": LinkSpec.to_dict()}``
-    Change the link live (between runs): rate, queue limit, delay, jitter, loss; the
-    loss and jitter generators restart from the new seeds. Packets already in flight keep
-    their schedule. ``mtu_bytes`` is the device's, which only the topology can change.
+    Change the link live (between runs): rate, queue limit, delay, jitter, loss, traces;
+    the loss and jitter generators restart from the new seeds, the traces from their
+    offsets. Packets already in flight keep their schedule. ``mtu_bytes`` is the device's,
+    which only the topology can change. Returns ``{"trace": ...}`` as ``trace`` does.
+``{"cmd": "trace"}``
+    ``{"trace": {"up": info or null, "down": ...}}``: per direction with a trace, its
+    clock and files (:meth:`netem.emulator.core.LinkDirection.trace_info`): ``origin_s``
+    (CLOCK_MONOTONIC when the traces were at their offset: link up or the last
+    ``set_spec``), ``offset_s``, ``rate_trace`` and ``delay_trace`` (path, sha256, kind),
+    ``delay_interp``. A trace's position at time t is ``offset_s + t - origin_s``.
 ``{"cmd": "capture_start", "dir": PATH, "snaplen": 128}``
     Record every packet at both ends: ``PATH/client.pcap`` (what the client's TUN sent
     and received) and ``PATH/server.pcap``; nanosecond pcap (magic 0xa1b23c4d), raw IP.
@@ -104,6 +130,10 @@ method for each)
 ``{"cmd": "events"}``
     ``{"events": [ScheduledEvent.to_dict(), ...]}``: every event so far, with the packets
     each outage dropped per direction.
+``{"cmd": "path"}``
+    Which packet path moves the packets (``{"path": "python"}``, or ``{"path": "c",
+    "offload": ..., "coalesce_s": ..., "counters": {...}}`` with the C thread's wake-ups,
+    reads, super-packets cut and writes so far).
 ``{"cmd": "shutdown"}``
     Clean exit, as on SIGTERM.
 
@@ -130,11 +160,19 @@ from typing import Any
 
 import uvloop
 
-from netem.emulator import control
+from netem.emulator import control, cpath
+from netem.emulator.cengine import CEngine
 from netem.emulator.clock import set_thread_name, set_timer_slack_ns
 from netem.emulator.core import LinkDirection
 from netem.emulator.engine import DEFAULT_EARLY_S, DirectionPump, Engine
 from netem.emulator.medium import make_cores
+from netem.emulator.options import (
+    DEFAULT_COALESCE_S,
+    DEFAULT_PATH,
+    MAX_COALESCE_S,
+    PATHS,
+    EmulatorOptions,
+)
 from netem.emulator.pcap import write_merged
 from netem.emulator.tun import open_tun, wait_running
 from netem.events import LinkEvent, ScheduledEvent
@@ -171,12 +209,62 @@ def build_parser() -> argparse.ArgumentParser:
         help="CPU scheduling of the emulator: fifo (real-time), nice (-20) or normal",
     )
     parser.add_argument(
+        "--path",
+        choices=PATHS,
+        default=None,
+        help="the per-packet path: c (netem/emulator/csrc) or python (the reference core); "
+        "default c, python for a link that replays a trace",
+    )
+    parser.add_argument(
+        "--offload",
+        choices=("on", "off"),
+        default=None,
+        help="C path only: take TCP super-packets from the senders (TSO, IFF_VNET_HDR) and "
+        "cut them into segments before the loss draw (default on)",
+    )
+    parser.add_argument(
+        "--coalesce-us",
+        type=float,
+        default=None,
+        help="C path only: on dense traffic, at most one timer wake-up per direction per this "
+        f"many µs (default {DEFAULT_COALESCE_S * 1e6:g}, at most {MAX_COALESCE_S * 1e6:g})",
+    )
+    parser.add_argument(
         "--early-us",
         type=float,
         default=DEFAULT_EARLY_S * 1e6,
         help="wake this long before a departure and spin the rest (µs)",
     )
     return parser
+
+
+def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
+    """``--offload`` and ``--coalesce-us`` belong to the C path, which must be built."""
+    if args.coalesce_us is not None and not math.isfinite(args.coalesce_us):
+        raise SpecError("coalesce-us", f"must be finite, got {args.coalesce_us!r}")
+    flags = {"emulator.path": "path", "emulator.offload": "offload"}
+    flags["emulator.coalesce_s"] = "coalesce-us"
+    try:
+        EmulatorOptions(
+            path=args.path,
+            offload=None if args.offload is None else args.offload == "on",
+            coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
+        )
+    except SpecError as err:  # named by the command-line option
+        raise SpecError(flags.get(err.field, err.field), err.reason) from None
+    if args.path is None:  # the C path, unless the link replays a trace (the Python core's)
+        args.path = "python" if spec.has_trace else DEFAULT_PATH
+    if args.path == "python":
+        return
+    if spec.has_trace:
+        raise SpecError("path", "the C packet path does not replay traces: use --path python")
+    cpath.require()
+    if spec.air is not None:
+        cpath.medium_args(spec.air)  # what the C medium cannot gather is refused here
+    if args.offload is None:
+        args.offload = "on"
+    if args.coalesce_us is None:
+        args.coalesce_us = DEFAULT_COALESCE_S * 1e6
 
 
 SCHED_POLICIES = ("fifo", "nice", "normal")
@@ -212,11 +300,36 @@ def load_spec(text: str) -> LinkSpec:
     return LinkSpec.from_dict(data)
 
 
-def make_pump(
-    spec: LinkSpec, direction: str, in_fd: int, out_fd: int, early_s: float
-) -> DirectionPump:
-    core = LinkDirection(direction, getattr(spec, direction), spec.queue_limit_bytes(direction))
-    return DirectionPump(core, in_fd, out_fd, early_s=early_s)
+def make_engine(
+    args: argparse.Namespace,
+    spec: LinkSpec,
+    fds: dict[str, tuple[int, int]],
+    early_s: float,
+    origin_s: float,
+) -> Engine:
+    """The engine of the directions in ``fds`` (name: (in_fd, out_fd)), on the packet path
+    ``args.path`` asked for: the C thread, or asyncio pumps around the Python core (whose
+    traces start at ``origin_s``)."""
+    if args.path == "c":
+        return CEngine.build(
+            spec,
+            fds,
+            early_s=early_s,
+            coalesce_s=args.coalesce_us * 1e-6,
+            vnet_hdr=args.offload == "on",
+        )
+    if set(fds) == {"up", "down"}:
+        cores = make_cores(spec, origin_s)  # an air= link's directions share its medium
+    else:
+        cores = {
+            name: LinkDirection(name, getattr(spec, name), spec.queue_limit_bytes(name), origin_s)
+            for name in fds
+        }
+    pumps = {
+        name: DirectionPump(cores[name], in_fd, out_fd, early_s=early_s)
+        for name, (in_fd, out_fd) in fds.items()
+    }
+    return Engine(spec, pumps)
 
 
 FULL_GC_EVERY_REQUESTS = 64
@@ -338,7 +451,7 @@ class Emulator:
         cmd = request.get("cmd")
         if cmd == "event":
             request = self.resolve_event(request)
-        if cmd == "end_events" and "at_s" not in request:
+        if cmd in ("end_events", "set_spec") and "at_s" not in request:
             request = {**request, "at_s": time.monotonic()}
         local = self.engine.handle(request)
         if cmd == "capture_start":  # one clock offset for both processes' records
@@ -369,8 +482,13 @@ class Emulator:
             return self._merge_capture({**local, **remote})
         if cmd == "packet_log_stop":
             return {**local, **remote}
+        if cmd == "path" and "counters" in remote:
+            counters = {k: v + remote["counters"].get(k, 0) for k, v in local["counters"].items()}
+            return {**local, "counters": counters}
         if cmd == "events" and remote:
             return {"events": merge_events(local["events"], remote["events"])}
+        if cmd in ("set_spec", "trace") and remote:
+            return {"trace": {**local["trace"], **remote["trace"]}}
         if cmd == "shutdown":
             self.stop.set()
         return local
@@ -412,8 +530,7 @@ async def run_parent(args: argparse.Namespace, engine: Engine, child: ChildLink 
     emulator = Emulator(engine, child)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, emulator.stop.set)
-    for pump in engine.pumps.values():
-        pump.start(loop)
+    engine.start(loop)
     server = await control.start_server(emulator.handle, args.control)
     base_s = time.monotonic()
     for event in args.events:  # the link's own schedule: from ready on
@@ -426,8 +543,7 @@ async def run_parent(args: argparse.Namespace, engine: Engine, child: ChildLink 
         await emulator.stop.wait()
     finally:
         server.close()
-        for pump in engine.pumps.values():
-            pump.stop()
+        engine.stop()
         final = await emulator.finish()
         print(json.dumps({"final_stats": final}), flush=True)
     return 0
@@ -439,8 +555,7 @@ async def run_child(engine: Engine, sock: socket.socket) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    for pump in engine.pumps.values():
-        pump.start(loop)
+    engine.start(loop)
     reader, writer = await asyncio.open_unix_connection(sock=sock, limit=control.MAX_LINE_BYTES)
 
     async def handle(request: dict[str, Any]) -> dict[str, Any]:
@@ -465,8 +580,7 @@ async def run_child(engine: Engine, sock: socket.socket) -> None:
     task = asyncio.create_task(serve())
     await stop.wait()
     task.cancel()
-    for pump in engine.pumps.values():
-        pump.stop()
+    engine.stop()
     # a capture or log left running by a parent that died is written where it was asked
     with contextlib.suppress(SpecError, OSError):
         if engine.capture_dir is not None:
@@ -476,7 +590,12 @@ async def run_child(engine: Engine, sock: socket.socket) -> None:
 
 
 def fork_child(
-    args: argparse.Namespace, spec: LinkSpec, client_fd: int, server_fd: int, early_s: float
+    args: argparse.Namespace,
+    spec: LinkSpec,
+    client_fd: int,
+    server_fd: int,
+    early_s: float,
+    origin_s: float,
 ) -> tuple[ChildLink, int]:
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
@@ -491,8 +610,7 @@ def fork_child(
             if os.getppid() == 1:
                 os._exit(0)
             set_thread_name(f"tb-{args.name}-dn")
-            pump = make_pump(spec, "down", server_fd, client_fd, early_s)
-            engine = Engine(spec, {"down": pump})
+            engine = make_engine(args, spec, {"down": (server_fd, client_fd)}, early_s, origin_s)
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 runner.run(run_child(engine, child_sock))
         except BaseException as err:  # the child must never return into the parent's code
@@ -514,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SpecError("early-us", f"must be finite and >= 0, got {args.early_us!r}")
         if spec.air is not None and args.processes != 1:
             raise SpecError("processes", "an air= link shares one medium: it runs in one process")
+        check_path_options(args, spec)
     except SpecError as err:
         print(f"emulator: error: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -531,8 +650,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         client_device = args.client_device or args.device
         server_device = args.server_device or args.device
-        client_fd = open_tun(client_device, args.client_ns)
-        server_fd = open_tun(server_device, args.server_ns)
+        vnet_hdr = args.path == "c" and args.offload == "on"
+        client_fd = open_tun(client_device, args.client_ns, vnet_hdr=vnet_hdr)
+        server_fd = open_tun(server_device, args.server_ns, vnet_hdr=vnet_hdr)
         for device, netns in ((client_device, args.client_ns), (server_device, args.server_ns)):
             wait_running(device, netns)
     except SpecError as err:
@@ -542,17 +662,13 @@ def main(argv: list[str] | None = None) -> int:
     pid_file.parent.mkdir(parents=True, exist_ok=True)
     pid_file.write_text(f"{os.getpid()}\n")
     child: ChildLink | None = None
+    origin_s = time.monotonic()  # the traces' origin until a set_spec: one for both processes
     try:
+        fds = {"up": (client_fd, server_fd), "down": (server_fd, client_fd)}
         if args.processes == 2:
-            child, _ = fork_child(args, spec, client_fd, server_fd, early_s)
-            pumps = {"up": make_pump(spec, "up", client_fd, server_fd, early_s)}
-        else:
-            cores = make_cores(spec)
-            pumps = {
-                "up": DirectionPump(cores["up"], client_fd, server_fd, early_s=early_s),
-                "down": DirectionPump(cores["down"], server_fd, client_fd, early_s=early_s),
-            }
-        engine = Engine(spec, pumps)
+            child, _ = fork_child(args, spec, client_fd, server_fd, early_s, origin_s)
+            del fds["down"]
+        engine = make_engine(args, spec, fds, early_s, origin_s)
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             return runner.run(run_parent(args, engine, child))
     finally:

@@ -141,9 +141,16 @@ class EmulatorClient:
         """Cumulative counters of both directions and the emulator's CPU (subtract two)."""
         return LinkStats.from_dict(self.request("stats"))
 
-    def set_spec(self, spec: LinkSpec) -> None:
-        """Change the link between runs; loss and jitter generators restart from the seeds."""
-        self.request("set_spec", spec=spec.to_dict())
+    def set_spec(self, spec: LinkSpec) -> dict[str, Any]:
+        """Change the link between runs; loss and jitter generators restart from the seeds,
+        traces from their offsets. Returns :meth:`trace`'s answer for the new spec."""
+        return self.request("set_spec", spec=spec.to_dict()).get("trace") or {}
+
+    def trace(self) -> dict[str, Any]:
+        """Per direction (``up``, ``down``), its traces and their clock, or None without a
+        trace: ``origin_s`` (CLOCK_MONOTONIC when they were at ``offset_s``), ``offset_s``,
+        ``rate_trace``/``delay_trace`` (path, sha256, kind), ``delay_interp``."""
+        return self.request("trace")["trace"]
 
     def capture_start(self, directory: str | Path, snaplen: int = 128) -> dict[str, Any]:
         """Start recording ``client.pcap`` and ``server.pcap`` into ``directory``."""

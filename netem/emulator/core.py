@@ -31,6 +31,13 @@ The pipeline of one packet of ``size`` bytes arriving at ``t``:
 
 Since departures never reorder, one FIFO per direction holds the delay line.
 
+Traces (:mod:`netem.emulator.tracelink`): with a capacity trace, step 3's serialiser is a
+:class:`~netem.emulator.tracelink.TraceServer` (Mahimahi's delivery opportunities and byte
+accounting) and the queue in front of it is the same drop-tail byte queue; with a delay
+trace, step 5's delay is the trace's at the packet's departure from the bottleneck (jitter is
+refused with it), kept in order as above. Both start at the spec's ``trace_offset_s`` when
+the spec is applied (``now`` of the constructor or of :meth:`LinkDirection.set_spec`).
+
 Scheduled events (:mod:`netem.events`, added with :meth:`LinkDirection.add_event`): during an
 outage a packet offered is dropped after its loss draw (so the draws stay aligned with the
 offered packets), and a packet due to depart inside an outage is dropped at departure; a rate
@@ -43,9 +50,11 @@ from collections import deque
 from typing import Protocol
 
 from netem.emulator.loss import jitter_rng, make_loss
+from netem.emulator.tracelink import DelayCurve, TraceServer
 from netem.events import DirectionTimeline, ScheduledEvent
 from netem.linkspec import DirectionSpec
 from netem.stats import LATENESS_BINS, DirectionStats, lateness_bin
+from tbcore.errors import SpecError
 
 DROP_QUEUE = "queue"
 DROP_LOSS = "loss"
@@ -63,7 +72,13 @@ class PacketRecorder(Protocol):
 class LinkDirection:
     """The queue, serialiser, loss and delay of one direction (``up`` or ``down``)."""
 
-    def __init__(self, direction: str, spec: DirectionSpec, queue_limit_bytes: int | None) -> None:
+    def __init__(
+        self,
+        direction: str,
+        spec: DirectionSpec,
+        queue_limit_bytes: int | None,
+        now: float = 0.0,
+    ) -> None:
         self.direction = direction
         self.stats = DirectionStats(lateness_hist=[0] * LATENESS_BINS)
         self.recorder: PacketRecorder | None = None
@@ -77,16 +92,33 @@ class LinkDirection:
         """(due, arrival, packet) of the packets in flight, in departure order."""
         self.timeline: DirectionTimeline | None = None
         """Scheduled outages and rate changes of this direction (None: none ever given)."""
-        self.set_spec(spec, queue_limit_bytes)
+        self.set_spec(spec, queue_limit_bytes, now)
 
-    def set_spec(self, spec: DirectionSpec, queue_limit_bytes: int | None) -> None:
-        """Take a new spec; the loss and jitter generators restart from its seed.
+    def set_spec(
+        self, spec: DirectionSpec, queue_limit_bytes: int | None, now: float = 0.0
+    ) -> None:
+        """Take a new spec at ``now``; the loss and jitter generators restart from its seed,
+        its traces from its offset (their origin is ``now``).
 
-        Packets already in flight keep their departure times.
+        Packets already in flight keep their departure times; a new trace's opportunities
+        start once the packets queued before have left.
         """
-        if spec.rate_bps is not None and queue_limit_bytes is None:
+        self.check_spec(spec, now)
+        if (spec.rate_bps is not None or spec.rate_trace is not None) and queue_limit_bytes is None:
             queue_limit_bytes = 2**62
         self.spec = spec
+        self.trace_origin_s = now
+        """When this spec's traces were at their offset (CLOCK_MONOTONIC)."""
+        self._server: TraceServer | None = None
+        if spec.rate_trace is not None:
+            self._server = TraceServer(
+                spec.rate_trace.capacity, now, spec.trace_offset_s, busy_until_s=self._tx_done
+            )
+        self._delay_curve: DelayCurve | None = None
+        if spec.delay_trace is not None:
+            self._delay_curve = DelayCurve(
+                spec.delay_trace.delay, now, spec.trace_offset_s, spec.delay_interp
+            )
         self.queue_limit_bytes = queue_limit_bytes
         self._seconds_per_byte = None if spec.rate_bps is None else 8.0 / spec.rate_bps
         self._delay_s = spec.delay_s
@@ -94,8 +126,29 @@ class LinkDirection:
         self._loss = make_loss(self.direction, spec)
         self._jitter_uniform = jitter_rng(self.direction, spec.seed).uniform
 
+    def check_spec(self, spec: DirectionSpec, now: float) -> None:
+        """Refuse a spec this direction cannot take at ``now``: a capacity trace while a rate
+        event is in force or to come."""
+        if spec.rate_trace is not None and self.timeline is not None:
+            self._refuse_rate_events([e for e in self.timeline.rates if e.end_s > now])
+
+    def check_event(self, event: ScheduledEvent) -> None:
+        """Refuse an event this direction cannot honour: a rate change on a capacity trace
+        (the trace is the rate; change it with set_spec)."""
+        if self.spec.rate_trace is not None:
+            self._refuse_rate_events([event])
+
+    def _refuse_rate_events(self, events: list[ScheduledEvent]) -> None:
+        for event in events:
+            if event.kind == "rate" and self.direction in event.directions:
+                raise SpecError(
+                    f"{self.direction}.rate",
+                    "a capacity trace sets this direction's rate: a rate event cannot",
+                )
+
     def add_event(self, event: ScheduledEvent) -> bool:
         """Take a scheduled outage or rate change (absolute times); False if not ours."""
+        self.check_event(event)
         if self.timeline is None:
             self.timeline = DirectionTimeline(self.direction)
         return self.timeline.add(event)
@@ -124,7 +177,7 @@ class LinkDirection:
                 spb = None if rate is None else 8.0 / rate
                 if spb is not None and self.queue_limit_bytes is None:
                     self.queue_limit_bytes = 2**62
-        if spb is None:
+        if spb is None and self._server is None:
             tx_done = now
         else:
             queue = self._queue
@@ -137,7 +190,10 @@ class LinkDirection:
                 if self.recorder is not None:
                     self.recorder.dropped(now, DROP_QUEUE, packet)
                 return
-            tx_done = (now if now > self._tx_done else self._tx_done) + size * spb
+            if self._server is not None:
+                tx_done = self._server.serve(now, size)
+            else:
+                tx_done = (now if now > self._tx_done else self._tx_done) + size * spb
             self._tx_done = tx_done
             queue.append((tx_done, size))
             self._backlog_bytes = backlog
@@ -151,7 +207,9 @@ class LinkDirection:
                 self.recorder.dropped(now, DROP_LOSS, packet)
             return
         due = tx_done + self._delay_s
-        if self._jitter_s:
+        if self._delay_curve is not None:
+            due += self._delay_curve.delay_s(tx_done)
+        elif self._jitter_s:
             due += self._jitter_uniform(-self._jitter_s, self._jitter_s)
         if due < self._last_due:
             due = self._last_due
@@ -197,3 +255,16 @@ class LinkDirection:
     @property
     def in_flight_packets(self) -> int:
         return len(self._line)
+
+    def trace_info(self) -> dict[str, object] | None:
+        """This direction's traces and their clock (JSON-ready), or None without one."""
+        spec = self.spec
+        if not spec.has_trace:
+            return None
+        return {
+            "origin_s": self.trace_origin_s,
+            "offset_s": spec.trace_offset_s,
+            "rate_trace": None if spec.rate_trace is None else spec.rate_trace.to_dict(),
+            "delay_trace": None if spec.delay_trace is None else spec.delay_trace.to_dict(),
+            "delay_interp": spec.delay_interp,
+        }

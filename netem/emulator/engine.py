@@ -21,11 +21,12 @@ one-way delay as a small constant; the probe's RTT error at 0 ms configured dela
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from netem.emulator.clock import Timerfd
 from netem.emulator.core import LinkDirection
@@ -195,6 +196,24 @@ def check_directory(value: object, field: str = "dir") -> Path:
     return path
 
 
+def end_time_arg(request: dict[str, Any]) -> float:
+    """``end_events``' ``at_s``: CLOCK_MONOTONIC seconds the parent gave."""
+    at_s = request.get("at_s")
+    if isinstance(at_s, bool) or not isinstance(at_s, (int, float)):
+        raise SpecError("at_s", f"must be CLOCK_MONOTONIC seconds, got {at_s!r}")
+    return float(at_s)
+
+
+def _time_arg(request: dict[str, Any], key: str) -> float:
+    """A CLOCK_MONOTONIC time of a request (default: now)."""
+    value = request.get(key)
+    if value is None:
+        return time.monotonic()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SpecError(key, f"must be CLOCK_MONOTONIC seconds, got {value!r}")
+    return float(value)
+
+
 class Engine:
     """The pumps of one process and the control commands that act on them."""
 
@@ -206,71 +225,129 @@ class Engine:
         self.events: list[ScheduledEvent] = []
         """Every scheduled event given to this process, in order (see :mod:`netem.events`)."""
 
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start moving packets (each pump on ``loop``)."""
+        for pump in self.pumps.values():
+            pump.start(loop)
+
+    def stop(self) -> None:
+        for pump in self.pumps.values():
+            pump.stop()
+
     def add_event(self, event: ScheduledEvent) -> ScheduledEvent:
-        """Give a resolved event (absolute times) to every direction it concerns."""
+        """Give a resolved event (absolute times) to every direction it concerns (none, if
+        one of them refuses it)."""
+        for pump in self.pumps.values():
+            pump.core.check_event(event)
         for pump in self.pumps.values():
             pump.core.add_event(event)
         self.events.append(event)
         return event
 
+    def trace_info(self) -> dict[str, Any]:
+        """Per direction of this process, its traces and their clock (None: no trace)."""
+        return {name: pump.core.trace_info() for name, pump in self.pumps.items()}
+
+    COMMANDS: ClassVar[dict[str, str]] = {
+        "stats": "cmd_stats",
+        "set_spec": "cmd_set_spec",
+        "trace": "cmd_trace",
+        "capture_start": "cmd_capture_start",
+        "capture_stop": "cmd_capture_stop",
+        "packet_log_start": "cmd_packet_log_start",
+        "packet_log_stop": "cmd_packet_log_stop",
+        "event": "cmd_event",
+        "events": "cmd_events",
+        "end_events": "cmd_end_events",
+        "path": "cmd_path",
+        "ping": "cmd_nothing",
+        "shutdown": "cmd_nothing",
+    }
+    """The control commands (``__main__``'s contract) by name: the method that answers each.
+    A packet path's engine overrides the methods, never the table."""
+
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
         """Answer one control request for this process's directions (see ``__main__``)."""
         cmd = request.get("cmd")
-        if cmd == "stats":
-            now = time.monotonic()
-            return {
-                "time_s": now,
-                "directions": directions_snapshot({n: p.core for n, p in self.pumps.items()}),
-                "cpu": asdict(cpu_snapshot()),
-                "air": medium_snapshot((p.core for p in self.pumps.values()), now),
-            }
-        if cmd == "set_spec":
-            spec = LinkSpec.from_dict(request.get("spec") or {})
-            set_medium_spec([p.core for p in self.pumps.values()], spec)
-            for name, pump in self.pumps.items():
-                pump.core.set_spec(getattr(spec, name), spec.queue_limit_bytes(name))
-            self.spec = spec
-            return {}
-        if cmd == "capture_start":
-            if self.capture_dir is not None:  # a second start would drop the first's records
-                raise SpecError("cmd", "capture_start while a capture runs (capture_stop first)")
-            snaplen = check_snaplen(request.get("snaplen", DEFAULT_SNAPLEN_BYTES))
-            offset_ns = int(request.get("offset_ns") or clock_offset_ns())
-            self.capture_dir = check_directory(request.get("dir"))
-            for pump in self.pumps.values():
-                pump.capture_start(snaplen, offset_ns)
-            return {"offset_ns": offset_ns, "snaplen": snaplen}
-        if cmd == "capture_stop":
-            if self.capture_dir is None:
-                raise SpecError("cmd", "capture_stop without capture_start")
-            directory, self.capture_dir = self.capture_dir, None
-            return {n: p.capture_stop(directory) for n, p in self.pumps.items()}
-        if cmd == "packet_log_start":
-            if self.log_dir is not None:
-                raise SpecError("cmd", "packet_log_start while a log runs (packet_log_stop first)")
-            self.log_dir = check_directory(request.get("dir"))
-            for pump in self.pumps.values():
-                pump.log_start()
-            return {}
-        if cmd == "packet_log_stop":
-            if self.log_dir is None:
-                raise SpecError("cmd", "packet_log_stop without packet_log_start")
-            directory, self.log_dir = self.log_dir, None
-            return {n: p.log_stop(directory) for n, p in self.pumps.items()}
-        if cmd == "event":  # resolved by the parent, so both processes share the times
-            event = ScheduledEvent.from_dict(request.get("scheduled") or {})
-            return self.add_event(event).to_dict()
-        if cmd == "events":
-            return {"events": [e.to_dict() for e in self.events]}
-        if cmd == "end_events":  # the parent gives the time, so both processes agree
-            at_s = request.get("at_s")
-            if isinstance(at_s, bool) or not isinstance(at_s, (int, float)):
-                raise SpecError("at_s", f"must be CLOCK_MONOTONIC seconds, got {at_s!r}")
-            changed = end_events(self.events, float(at_s))
-            for pump in self.pumps.values():
-                if pump.core.timeline is not None:
-                    pump.core.timeline.refresh()
-            return {"ended": len(changed)}
-        if cmd in ("ping", "shutdown"):
-            return {}
-        raise SpecError("cmd", f"unknown command {cmd!r}")
+        method = self.COMMANDS.get(cmd) if isinstance(cmd, str) else None
+        if method is None:
+            raise SpecError("cmd", f"unknown command {cmd!r}")
+        return getattr(self, method)(request)  # type: ignore[no-any-return]
+
+    def cmd_stats(self, request: dict[str, Any]) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "time_s": now,
+            "directions": directions_snapshot({n: p.core for n, p in self.pumps.items()}),
+            "cpu": asdict(cpu_snapshot()),
+            "air": medium_snapshot((p.core for p in self.pumps.values()), now),
+        }
+
+    def cmd_set_spec(self, request: dict[str, Any]) -> dict[str, Any]:
+        """at_s: the parent's time, so both processes' traces agree."""
+        spec = LinkSpec.from_dict(request.get("spec") or {})
+        at_s = _time_arg(request, "at_s")
+        for name, pump in self.pumps.items():  # all or none
+            pump.core.check_spec(getattr(spec, name), at_s)
+        set_medium_spec([p.core for p in self.pumps.values()], spec)
+        for name, pump in self.pumps.items():
+            pump.core.set_spec(getattr(spec, name), spec.queue_limit_bytes(name), at_s)
+        self.spec = spec
+        return {"trace": self.trace_info()}
+
+    def cmd_trace(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"trace": self.trace_info()}
+
+    def cmd_capture_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.capture_dir is not None:  # a second start would drop the first's records
+            raise SpecError("cmd", "capture_start while a capture runs (capture_stop first)")
+        snaplen = check_snaplen(request.get("snaplen", DEFAULT_SNAPLEN_BYTES))
+        offset_ns = int(request.get("offset_ns") or clock_offset_ns())
+        self.capture_dir = check_directory(request.get("dir"))
+        for pump in self.pumps.values():
+            pump.capture_start(snaplen, offset_ns)
+        return {"offset_ns": offset_ns, "snaplen": snaplen}
+
+    def cmd_capture_stop(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.capture_dir is None:
+            raise SpecError("cmd", "capture_stop without capture_start")
+        directory, self.capture_dir = self.capture_dir, None
+        return {n: p.capture_stop(directory) for n, p in self.pumps.items()}
+
+    def cmd_packet_log_start(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.log_dir is not None:
+            raise SpecError("cmd", "packet_log_start while a log runs (packet_log_stop first)")
+        self.log_dir = check_directory(request.get("dir"))
+        for pump in self.pumps.values():
+            pump.log_start()
+        return {}
+
+    def cmd_packet_log_stop(self, request: dict[str, Any]) -> dict[str, Any]:
+        if self.log_dir is None:
+            raise SpecError("cmd", "packet_log_stop without packet_log_start")
+        directory, self.log_dir = self.log_dir, None
+        return {n: p.log_stop(directory) for n, p in self.pumps.items()}
+
+    def cmd_event(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Resolved by the parent, so both processes share the times."""
+        event = ScheduledEvent.from_dict(request.get("scheduled") or {})
+        return self.add_event(event).to_dict()
+
+    def cmd_events(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"events": [e.to_dict() for e in self.events]}
+
+    def cmd_end_events(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The parent gives the time, so both processes agree."""
+        changed = end_events(self.events, end_time_arg(request))
+        for pump in self.pumps.values():
+            if pump.core.timeline is not None:
+                pump.core.timeline.refresh()
+        return {"ended": len(changed)}
+
+    def cmd_path(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Which packet path moves this process's directions."""
+        return {"path": "python"}
+
+    def cmd_nothing(self, request: dict[str, Any]) -> dict[str, Any]:
+        """ping, shutdown: an answer is all (the server loop acts on shutdown)."""
+        return {}

@@ -245,8 +245,10 @@ class AirDirection:
     def spec(self) -> DirectionSpec:
         return self.wired.spec
 
-    def set_spec(self, spec: DirectionSpec, queue_limit_bytes: int | None) -> None:
-        self.wired.set_spec(spec, queue_limit_bytes)
+    def set_spec(
+        self, spec: DirectionSpec, queue_limit_bytes: int | None, now: float = 0.0
+    ) -> None:
+        self.wired.set_spec(spec, queue_limit_bytes, now)
 
     def receive(self, now: float, packet: bytes) -> None:
         if not self.medium.offer(self.direction, now, packet):
@@ -274,10 +276,11 @@ class AirDirection:
         return self.wired.in_flight_packets + self.medium.waiting(self.direction)
 
 
-def make_cores(spec: LinkSpec) -> dict[str, LinkDirection | AirDirection]:
-    """The two directions of ``spec``: plain, or sharing one :class:`Medium` with ``air=``."""
+def make_cores(spec: LinkSpec, now: float = 0.0) -> dict[str, LinkDirection | AirDirection]:
+    """The two directions of ``spec`` (its traces start at ``now``): plain, or sharing one
+    :class:`Medium` with ``air=``."""
     cores: dict[str, Any] = {
-        name: LinkDirection(name, getattr(spec, name), spec.queue_limit_bytes(name))
+        name: LinkDirection(name, getattr(spec, name), spec.queue_limit_bytes(name), now)
         for name in ("up", "down")
     }
     if spec.air is None:

@@ -10,6 +10,7 @@ emulator's system time includes the receiver's network stack).
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import os
 import socket
@@ -24,7 +25,28 @@ TUNSETIFF = 0x400454CA
 """linux/if_tun.h: _IOW('T', 202, int)."""
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+"""linux/if_tun.h: each read and write starts with a struct virtio_net_hdr (10 bytes)."""
 IFF_PERSIST = 0x0800
+TUNSETOFFLOAD = 0x400454D0
+"""linux/if_tun.h: _IOW('T', 208, unsigned int): the offloads this reader can take."""
+TUN_F_CSUM = 0x01
+TUN_F_TSO4 = 0x02
+TUN_F_TSO6 = 0x04
+TUN_F_TSO_ECN = 0x08
+"""linux/if_tun.h: partial checksums, and TCP super-packets (IPv4, IPv6, with ECN)."""
+TCP_OFFLOADS = TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 | TUN_F_TSO_ECN
+TSO_FEATURES = (
+    "tx-tcp-segmentation",
+    "tx-tcp6-segmentation",
+    "tx-tcp-ecn-segmentation",
+    "tx-tcp-mangleid-segmentation",
+    "tx-tcp-accecn-segmentation",
+)
+"""The device features ETHTOOL_STSO switches (the kernel's NETIF_F_ALL_TSO)."""
+SIOCETHTOOL = 0x8946
+ETHTOOL_STSO = 0x0000001F
+"""linux/ethtool.h: set TCP segmentation offload (every TSO feature) on or off."""
 TUNGETIFF = 0x800454D2
 """linux/if_tun.h: _IOR('T', 210, unsigned int): the attached device's name and flags."""
 """No 4-byte packet-information header: reads and writes are bare IP packets."""
@@ -47,13 +69,18 @@ RUNNING_SETTLE_S = 0.01
 re-activates the device's queue discipline, in the same run."""
 
 
-def open_tun(device: str, netns: str | None = None) -> int:
-    """Attach to TUN ``device`` (in namespace ``netns``) and return a non-blocking fd."""
+def open_tun(device: str, netns: str | None = None, *, vnet_hdr: bool = False) -> int:
+    """Attach to TUN ``device`` (in namespace ``netns``) and return a non-blocking fd.
+
+    ``vnet_hdr``: every read and write carries a virtio_net_hdr, and the device takes TCP
+    super-packets from its stack (TSO, partial checksums), which the reader must cut into
+    segments itself (the C path does, ``csrc/gso.c``); without it, TSO is switched off
+    again (the topology's default: wire-sized packets only).
+    """
     if not device or len(device.encode()) >= IFNAMSIZ:
         raise SpecError("device", f"{device!r} is not a device name (1-15 bytes)")
-    ifreq = struct.pack(f"{IFNAMSIZ}sH", device.encode(), IFF_TUN | IFF_NO_PI).ljust(
-        IFREQ_SIZE, b"\0"
-    )
+    flags = IFF_TUN | IFF_NO_PI | (IFF_VNET_HDR if vnet_hdr else 0)
+    ifreq = struct.pack(f"{IFNAMSIZ}sH", device.encode(), flags).ljust(IFREQ_SIZE, b"\0")
 
     where = f" in {netns}" if netns else ""
 
@@ -73,16 +100,35 @@ def open_tun(device: str, netns: str | None = None) -> int:
             raise SpecError(
                 "device", f"cannot attach to TUN {device!r}{where}: {err.strerror}"
             ) from None
-        (flags,) = struct.unpack_from("H", got, IFNAMSIZ)
-        if not flags & IFF_PERSIST:
+        (got_flags,) = struct.unpack_from("H", got, IFNAMSIZ)
+        if not got_flags & IFF_PERSIST:
             os.close(fd)
             raise SpecError("device", f"{device!r}{where} is not a persistent TUN device")
+        try:
+            fcntl.ioctl(fd, TUNSETOFFLOAD, TCP_OFFLOADS if vnet_hdr else 0)
+            set_segmentation_offload(device, vnet_hdr)
+        except OSError as err:
+            os.close(fd)
+            raise SpecError(
+                "device", f"cannot set the offloads of {device!r}{where}: {err.strerror}"
+            ) from None
         return fd
 
     if netns is None:
         return _open()
     with in_netns(netns):
         return _open()
+
+
+def set_segmentation_offload(device: str, on: bool) -> None:
+    """TSO on or off on ``device`` of this thread's namespace (``ethtool -K DEV tso on``).
+
+    The topology switches it off; TUNSETOFFLOAD alone cannot bring it back, as the kernel
+    keeps only the features the device's user wants (``wanted_features``)."""
+    value = ctypes.create_string_buffer(struct.pack("II", ETHTOOL_STSO, int(on)))
+    ifreq = struct.pack(f"{IFNAMSIZ}sP", device.encode(), ctypes.addressof(value))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        fcntl.ioctl(sock, SIOCETHTOOL, ifreq.ljust(IFREQ_SIZE, b"\0"))
 
 
 def read_batch(fd: int, limit: int = READ_BATCH) -> list[bytes]:

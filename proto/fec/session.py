@@ -292,6 +292,17 @@ class _Queued:
     probe_count: int = 0
 
 
+def fec_in_force(endpoint: FecEndpoint) -> dict[str, Any]:
+    """What an FEC session runs with, by knob key: its rate cap and redundancy (the target
+    only where the adaptive redundancy uses it)."""
+    redundancy = endpoint.redundancy
+    return {
+        "fec_rate": endpoint.cap_bps,
+        "fec_redundancy": str(redundancy),
+        "fec_target": redundancy.target if redundancy.mode == "adaptive" else None,
+    }
+
+
 class FecEndpoint:
     """One end of one session: ``is_client`` picks the direction keys."""
 
@@ -734,28 +745,8 @@ class FecEndpoint:
                 self._completed[tid] = header.round
                 self._send_done(tid, None)
             return False
-        incoming = self._in.get(tid)
+        incoming = self._incoming(header, seq, now)
         if incoming is None:
-            if header.transfer_bytes > MAX_TRANSFER_BYTES or header.transfer_bytes == 0:
-                self.dropped["oversized"] += 1
-                return False
-            if len(self._in) >= MAX_INCOMING_TRANSFERS:
-                self.dropped["too_many_transfers"] += 1
-                return False
-            layout = BlockLayout(header.transfer_bytes)
-            stats = TransferStats(
-                transfer=tid,
-                transfer_bytes=header.transfer_bytes,
-                blocks=layout.blocks,
-                source_symbols=layout.total_symbols,
-                repair_symbols=0,
-                loss_estimate=header.loss_estimate,
-                first_at=now,
-            )
-            incoming = _Incoming(stats, layout, first_seq=seq, first_t=now)
-            self._in[tid] = incoming
-        elif header.transfer_bytes != incoming.layout.transfer_bytes:
-            self.dropped["malformed"] += 1
             return False
         layout = incoming.layout
         if header.block >= layout.blocks:
@@ -780,7 +771,51 @@ class FecEndpoint:
         if block.decoder.received >= MAX_SYMBOLS_PER_BLOCK_FACTOR * k + 64:
             self.dropped["over_budget"] += 1
             return False
-        # arrival bookkeeping (first-round datagrams give the arrival rate)
+        self._note_arrival(incoming, block, header, seq, esi, now)
+        if block.decoder.add(packet):
+            block.ask_deadline = None
+            if all(
+                (b := incoming.blocks.get(i)) is not None and b.decoder.data is not None
+                for i in range(layout.blocks)
+            ):
+                self._complete(incoming, now)
+        elif esi == block.round_end - 1 and (block.asks == 0 or header.round > block.asked_round):
+            self._ask(incoming, header.block, block, now)  # a fresh round is over, short
+        return True
+
+    def _incoming(self, header: Any, seq: int, now: float) -> _Incoming | None:
+        """The transfer a data datagram belongs to, begun on its first datagram; None (and
+        the drop counted) when it cannot be taken."""
+        tid = header.transfer
+        incoming = self._in.get(tid)
+        if incoming is None:
+            if header.transfer_bytes > MAX_TRANSFER_BYTES or header.transfer_bytes == 0:
+                self.dropped["oversized"] += 1
+                return None
+            if len(self._in) >= MAX_INCOMING_TRANSFERS:
+                self.dropped["too_many_transfers"] += 1
+                return None
+            layout = BlockLayout(header.transfer_bytes)
+            stats = TransferStats(
+                transfer=tid,
+                transfer_bytes=header.transfer_bytes,
+                blocks=layout.blocks,
+                source_symbols=layout.total_symbols,
+                repair_symbols=0,
+                loss_estimate=header.loss_estimate,
+                first_at=now,
+            )
+            incoming = _Incoming(stats, layout, first_seq=seq, first_t=now)
+            self._in[tid] = incoming
+        elif header.transfer_bytes != incoming.layout.transfer_bytes:
+            self.dropped["malformed"] += 1
+            return None
+        return incoming
+
+    def _note_arrival(
+        self, incoming: _Incoming, block: _InBlock, header: Any, seq: int, esi: int, now: float
+    ) -> None:
+        """Arrival bookkeeping (first-round datagrams give the arrival rate)."""
         if incoming.last_at:
             gap = now - incoming.last_at
             incoming.gap_s = gap if not incoming.gap_s else 0.9 * incoming.gap_s + 0.1 * gap
@@ -794,17 +829,7 @@ class FecEndpoint:
         if header.round == 0:
             incoming.stats.repair_symbols = sum(
                 b.round_end - b.k for b in incoming.blocks.values() if b.max_round == 0
-            ) or max(0, header.round_end - k)
-        if block.decoder.add(packet):
-            block.ask_deadline = None
-            if all(
-                (b := incoming.blocks.get(i)) is not None and b.decoder.data is not None
-                for i in range(layout.blocks)
-            ):
-                self._complete(incoming, now)
-        elif esi == block.round_end - 1 and (block.asks == 0 or header.round > block.asked_round):
-            self._ask(incoming, header.block, block, now)  # a fresh round is over, short
-        return True
+            ) or max(0, header.round_end - block.k)
 
     def _arrival_rate(self, incoming: _Incoming) -> float:
         span = incoming.last_t - incoming.first_t

@@ -13,6 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -25,6 +26,7 @@ from aioquic.quic.packet_builder import QuicPacketBuilder
 from aioquic.quic.recovery import QuicPacketPacer
 
 from proto.priority import Scheduler
+from proto.quic.bbr import BbrCongestionControl  # registers "bbr" with aioquic
 from proto.sockopts import set_udp_buffers
 from proto.watchers import Callback, Condition, Watchers
 from tbcore.errors import SpecError
@@ -116,7 +118,8 @@ class FixedWindowQuicConnection(QuicConnection):
 
 
 PACING_CWND = "cwnd"
-"""aioquic's own pacing: rate = cwnd / smoothed RTT, bursts of up to 16 datagrams."""
+"""The congestion control's own pacing: aioquic's rate = cwnd / smoothed RTT for reno and
+cubic; for a control with a pacing rate of its own (bbr), that rate."""
 PACING_OFF = "off"
 """No pacing: the congestion window alone limits sending (as Linux reno/cubic without fq)."""
 PACING_BURST_DATAGRAMS = 16
@@ -213,17 +216,77 @@ class NoPacer(QuicPacketPacer):
         return
 
 
+class ControlPacer(RatePacer):
+    """A :class:`RatePacer` at the pacing rate the congestion control sets on every ACK
+    (BBR's pacing_gain x bw), capped by ``max_rate_bps``; aioquic's cwnd / srtt updates are
+    ignored. The rate is read before each datagram, as Linux reads sk_pacing_rate. Its
+    bucket is the control's burst (Linux's TSO/GSO burst: two datagrams at low rates,
+    about 1 ms of sending at high ones), at least the timers' 2 ms."""
+
+    def __init__(
+        self,
+        *,
+        max_datagram_size: int,
+        control: BbrCongestionControl,
+        max_rate_bps: float | None = None,
+    ) -> None:
+        super().__init__(max_datagram_size=max_datagram_size, max_rate_bps=max_rate_bps)
+        self.control = control
+        self._rate_bytes = 0.0
+
+    def _follow(self) -> None:
+        rate = self.control.pacing_rate_bytes_per_s
+        if self.max_rate_bps is not None:
+            rate = min(rate, self.max_rate_bps / BITS_PER_BYTE)
+        if rate != self._rate_bytes and rate > 0:
+            self._rate_bytes = rate
+            self._set_rate(rate)
+
+    def _set_rate(self, rate_bytes: float) -> None:
+        self.packet_time = self._max_datagram_size / rate_bytes
+        burst = self.control.burst_datagrams * self.packet_time
+        self.bucket_max = max(burst, 2 * PACING_TIMER_GRANULARITY_S)
+        self.bucket_time = min(self.bucket_time, self.bucket_max)
+
+    def next_send_time(self, now: float) -> float | None:  # type: ignore[override]
+        self._follow()
+        return super().next_send_time(now)
+
+    def update_after_send(self, now: float) -> None:
+        self._follow()
+        super().update_after_send(now)
+        # when the next datagram may leave: BBR's earliest departure time (tcp_wstamp_ns)
+        wait = 0.0 if self.packet_time is None else self.packet_time - self.bucket_time
+        self.control.departure_time_s = now + max(wait, 0.0)
+
+    def update_rate(self, congestion_window: int, smoothed_rtt: float) -> None:
+        return
+
+    @property
+    def rate_bytes_per_s(self) -> float:
+        return self._rate_bytes
+
+
 def set_pacing(
     quic: QuicConnection, pacing: str | float, max_rate_bps: float | None = None
 ) -> None:
-    """``pacing``: ``"cwnd"`` (aioquic's own pacer), ``"off"``, or a fixed rate in bit/s.
-    ``max_rate_bps`` caps it, like SO_MAX_PACING_RATE for TCP: cwnd / srtt at most that
-    (with ``"off"`` or a higher fixed rate: that rate)."""
+    """``pacing``: ``"cwnd"`` (the control's own pacing: aioquic's pacer at cwnd / srtt, or
+    the control's pacing rate when it has one), ``"off"``, or a fixed rate in bit/s.
+    ``max_rate_bps`` caps it, like SO_MAX_PACING_RATE for TCP: cwnd / srtt or the control's
+    rate at most that (with ``"off"`` or a higher fixed rate: that rate)."""
     mds = quic._max_datagram_size
+    control = congestion_control_of(quic)
+    if isinstance(control, BbrCongestionControl) and max_rate_bps is not None:
+        control.max_pacing_rate_bytes_per_s = max_rate_bps / BITS_PER_BYTE
     if pacing == PACING_CWND:
-        if max_rate_bps is None:
+        if isinstance(control, BbrCongestionControl):
+            pacer: QuicPacketPacer = ControlPacer(
+                max_datagram_size=mds, control=control, max_rate_bps=max_rate_bps
+            )
+        elif max_rate_bps is None:
             return
-        pacer: QuicPacketPacer = RatePacer(max_datagram_size=mds, max_rate_bps=max_rate_bps)
+        else:
+            pacer = RatePacer(max_datagram_size=mds, max_rate_bps=max_rate_bps)
     elif pacing == PACING_OFF:
         if max_rate_bps is None:
             pacer = NoPacer(max_datagram_size=mds)
@@ -234,7 +297,68 @@ def set_pacing(
         if max_rate_bps is not None:
             rate = min(rate, max_rate_bps)
         pacer = RatePacer(max_datagram_size=mds, fixed_rate_bps=rate)
+    install_pacer(quic, pacer)
+
+
+# --- aioquic internals that a congestion control of the testbed needs ------------------------
+# (QuicConnection._loss is its QuicPacketRecovery; _loss._cc the control, _loss._pacer the
+# pacer, _pacing_at the time pacing holds the next packet back to.)
+
+
+def congestion_control_of(quic: QuicConnection) -> Any:
+    """The connection's congestion control (aioquic's ``_loss._cc``)."""
+    return quic._loss._cc
+
+
+def install_pacer(quic: QuicConnection, pacer: QuicPacketPacer) -> None:
+    """Replace the recovery's pacer (aioquic's ``_loss._pacer``)."""
     quic._loss._pacer = pacer
+
+
+def pacer_rate_bytes_per_s(quic: QuicConnection) -> float | None:
+    """The rate the connection's pacer holds now (None: not pacing)."""
+    pacer = quic._loss._pacer
+    if isinstance(pacer, ControlPacer):
+        return pacer.rate_bytes_per_s or None
+    packet_time = pacer.packet_time
+    if packet_time is None or isinstance(pacer, NoPacer):
+        return None
+    return quic._max_datagram_size / packet_time
+
+
+def hook_ack_end(quic: QuicConnection) -> None:
+    """Tell a control that wants it (:meth:`BbrCongestionControl.on_ack_end`) when each ACK
+    frame has been processed: aioquic's recovery reports acknowledged packets one by one,
+    then losses, and has no callback of its own for the end."""
+    control = congestion_control_of(quic)
+    if not isinstance(control, BbrCongestionControl):
+        return
+    recovery = quic._loss
+    on_ack_received = recovery.on_ack_received
+
+    def on_ack_received_then_end(*, now: float, **kw: Any) -> None:
+        on_ack_received(now=now, **kw)
+        control.on_ack_end(now=now)
+
+    recovery.on_ack_received = on_ack_received_then_end
+
+
+def app_limited_check(quic: QuicConnection) -> Callable[[], None] | None:
+    """For a control that samples delivery rates, a check to run after each
+    ``datagrams_to_send``: if neither the window nor the pacer held the sender back, it
+    ran out of data, and the control is told (tcp_rate_check_app_limited). None: no need."""
+    control = congestion_control_of(quic)
+    if not isinstance(control, BbrCongestionControl):
+        return None
+    room_bytes = quic._max_datagram_size
+
+    def check() -> None:
+        if quic._pacing_at is None and (
+            control.congestion_window - control.bytes_in_flight >= room_bytes
+        ):
+            control.on_app_limited()
+
+    return check
 
 
 class ScheduledList(list):
@@ -320,6 +444,7 @@ def make_quic_connection(
         )
     quic.scheduler = scheduler  # type: ignore[attr-defined]
     set_pacing(quic, pacing, max_pacing_rate_bps)
+    hook_ack_end(quic)
     if ack_delay_s is not None:
         quic._ack_delay = float(ack_delay_s)
     return quic
@@ -332,7 +457,7 @@ def quic_configuration_of(
     :class:`~servers.config.ServerConfig` and a :class:`~clients.config.ClientConfig` share."""
     return make_quic_configuration(
         is_client=is_client,
-        cc=config.settings.quic_cc,
+        cc=config.settings.quic_control,
         max_datagram_size=config.settings.max_datagram_size_bytes,
         fixed_window_bytes=config.settings.quic_max_data_bytes,
         qlog_dir=config.qlog_dir,
@@ -387,6 +512,7 @@ class WatchedProtocol(QuicConnectionProtocol):
             on_lost(packets=packets, **kw)
 
         recovery._on_packets_lost = counting_on_lost
+        self._app_limited_check = app_limited_check(quic)
 
     def _send_segmented(self, datagrams: list[tuple[bytes, Any]]) -> None:
         """Send runs of equal-size datagrams (the last of a run may be shorter) with one
@@ -475,6 +601,8 @@ class WatchedProtocol(QuicConnectionProtocol):
             sendto = self._transport.sendto  # type: ignore[union-attr]
             for data, addr in datagrams:
                 sendto(data, addr)
+        if self._app_limited_check is not None:
+            self._app_limited_check()
         timer_at = self._quic.get_timer()
         if self._timer is not None and self._timer_at != timer_at:
             self._timer.cancel()
@@ -499,13 +627,32 @@ def make_udp_socket(host: str, port: int, buffer_bytes: int) -> socket.socket:
     return sock
 
 
+BBR_COUNTERS = (
+    "delivery_rate",
+    "bbr_mode",
+    "bbr_bw",
+    "bbr_min_rtt_us",
+    "bbr_pacing_gain",
+    "bbr_cwnd_gain",
+)
+"""What only a BBR control fills (None otherwise); tcp_bbr_info's units."""
+
+
 def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
-    """The sender state of a QUIC connection, in the units of the TCP_INFO samples."""
+    """The sender state of a QUIC connection, in the units of the TCP_INFO samples (and of
+    tcp_bbr_info for BBR's: bytes/s, µs, gains x 256)."""
     quic = protocol._quic
     loss = quic._loss
     cc = loss._cc
     min_rtt = loss._rtt_min
+    rate = pacer_rate_bytes_per_s(quic)
+    if isinstance(cc, BbrCongestionControl):
+        control = cc.counters()
+    else:
+        control = dict.fromkeys(BBR_COUNTERS)
+        control["pacing_rate"] = None if rate is None else int(rate)
     return {
+        **control,
         "bytes_in_flight": cc.bytes_in_flight,
         "cwnd": cc.congestion_window,
         "ssthresh": cc.ssthresh,
@@ -515,4 +662,23 @@ def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
         "packets_sent": quic._packet_number,
         "packets_lost": protocol.packets_lost,
         "pto_count": loss._pto_count,
+    }
+
+
+def quic_in_force(protocol: WatchedProtocol) -> dict[str, Any]:
+    """What a QUIC connection runs with as aioquic holds it (this module is the one adapter
+    to its internals), by knob key: congestion control and pacer classes, datagram size,
+    flow-control credit, ACK delay, and whether datagrams leave in GSO batches."""
+    quic = protocol._quic
+    pacer = quic._loss._pacer
+    control = type(quic._loss._cc).__name__
+    return {
+        "cc": control,  # cc names QUIC's control too (quic_cc overrides it)
+        "quic_cc": control,
+        "max_datagram_size": quic._max_datagram_size,
+        "quic_max_data": [quic.configuration.max_data, getattr(quic, "window_bytes", None)],
+        "quic_pacing": [type(pacer).__name__, getattr(pacer, "fixed_rate_bps", None)],
+        "max_pacing_rate": getattr(pacer, "max_rate_bps", None),
+        "quic_ack_delay": quic._ack_delay,
+        "quic_batching": protocol.gso_socket is not None,
     }

@@ -1,0 +1,313 @@
+/* The packet thread: one epoll over the input TUN fds, one timerfd per direction and a
+ * wake-up eventfd. Per wake-up it reads a batch of packets per ready fd (a super-packet
+ * cut into segments first) and stamps them with one clock read, and it writes every packet
+ * that is due; then it arms the direction's timerfd for the next departure. No packet is
+ * spun for on dense traffic (a departure less than dense_gap_s after the previous release):
+ * the timer is armed for it and the wake-up batches what has come due meanwhile. On sparse
+ * traffic the timer fires early_s ahead and the rest is spun, as netem/emulator/engine.py
+ * does; that spin is bounded by early_s, so neither direction can hold the thread longer. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "loop.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+#define READ_BATCH 64 /* netem/emulator/tun.py: packets read per wake-up and fd */
+#define SCRATCH_BYTES (65535 + VNET_HDR_BYTES + 64)
+#define MAX_SEGMENTS 1024 /* 64 KB cut at the smallest MSS a sender may use (64 bytes) */
+#define PCAP_RECORD_HEADER_BYTES 16
+
+double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    /* time.monotonic(): nanoseconds as a double, divided by 1e9 */
+    return (double)((int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1e9;
+}
+
+static void arm(struct pump *u, double when)
+{
+    if (when == u->armed_at)
+        return;
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    double whole = floor(when);
+    its.it_value.tv_sec = (time_t)whole;
+    long nsec = (long)((when - whole) * 1e9);
+    its.it_value.tv_nsec = nsec < 1 ? 1 : (nsec > 999999999 ? 999999999 : nsec);
+    timerfd_settime(u->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+    u->armed_at = when;
+}
+
+/* PcapBuffer.add */
+void capture_add(struct buf *b, uint32_t snaplen, int64_t offset_ns, double when,
+                 const uint8_t *pkt, uint32_t len)
+{
+    uint32_t caplen = len < snaplen ? len : snaplen;
+    if (!buf_reserve(b, PCAP_RECORD_HEADER_BYTES + caplen)) {
+        b->dropped++;
+        return;
+    }
+    int64_t ts = (int64_t)(when * 1e9) + offset_ns;
+    uint32_t hdr[4] = {(uint32_t)(ts / 1000000000LL), (uint32_t)(ts % 1000000000LL), caplen,
+                       len};
+    memcpy(b->data + b->len, hdr, sizeof(hdr));
+    memcpy(b->data + b->len + sizeof(hdr), pkt, caplen);
+    b->len += sizeof(hdr) + caplen;
+    b->records++;
+}
+
+static void write_out(void *ctx, int dir, struct slot *s, double due, double now)
+{
+    (void)due;
+    (void)now;
+    struct pump *u = ctx;
+    struct loop *L = u->loop;
+    const void *from = L->vnet ? (const void *)&s->vh : (const void *)s->data;
+    size_t n = L->vnet ? VNET_HDR_BYTES + s->len : s->len;
+    L->counters.writes++;
+    if (write(u->out_fd, from, n) < 0)
+        L->path->d[dir].st.write_errors++;
+    else if (u->capturing)
+        capture_add(&u->cap_recv, u->snaplen, u->offset_ns, mono_now(), s->data, s->len);
+    pool_put(&L->path->pool, s);
+}
+
+/* DirectionPump.release, without a spin on dense traffic. */
+static void release(struct pump *u)
+{
+    struct loop *L = u->loop;
+    for (;;) {
+        double now = mono_now(), deadline;
+        if (path_pop_due(L->path, u->dir, now, write_out, u))
+            u->last_release = now;
+        if (!path_next_deadline(L->path, u->dir, &deadline))
+            return;
+        if (deadline - u->last_release < L->dense_gap_s) {
+            /* dense: back to epoll first, even when it is due already, so that reads and
+             * the other direction are served between two batches; and, when the wake-up
+             * would carry more than one packet, the timer on a grid of coalesce_s shared
+             * by both directions (a NIC's interrupt moderation): at most one wake-up per
+             * coalesce_s for both, each packet at most that late. A packet alone in its
+             * grid period gains nothing from waiting: it is woken for on time. */
+            if (L->coalesce_s > 0) {
+                double grid = ceil(deadline / L->coalesce_s) * L->coalesce_s, second;
+                if (path_second_due(L->path, u->dir, &second) && second <= grid)
+                    deadline = grid;
+            }
+            arm(u, deadline);
+            return;
+        }
+        if (deadline - mono_now() > L->early_s) {
+            arm(u, deadline - L->early_s);
+            return;
+        }
+        while (mono_now() < deadline)
+            cpu_relax();
+    }
+}
+
+static void refuse(struct loop *L, int dir, double now, const uint8_t *pkt, size_t len)
+{
+    /* a packet no slot can hold (larger than the MTU and not a super-packet this path
+     * cuts): refused like a full queue, and logged */
+    struct direction *d = &L->path->d[dir];
+    d->st.packets_in++;
+    d->st.bytes_in += len;
+    d->st.dropped_queue++;
+    d->st.bytes_dropped_queue += len;
+    if (d->logging)
+        log_dropped(d, now, DROP_QUEUE, pkt, len);
+}
+
+static void on_readable(struct pump *u)
+{
+    struct loop *L = u->loop;
+    struct pool *pool = &L->path->pool;
+    size_t n = 0, hdr = L->vnet ? VNET_HDR_BYTES : 0;
+    for (int k = 0; k < READ_BATCH && n < MAX_SEGMENTS * 2; k++) {
+        ssize_t r = read(u->in_fd, u->scratch, SCRATCH_BYTES);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN) {
+                snprintf(L->err, sizeof(L->err), "read from the %s side: %s",
+                         u->dir == DIR_UP ? "client" : "server", strerror(errno));
+                epoll_ctl(L->epfd, EPOLL_CTL_DEL, u->in_fd, NULL);
+            }
+            break;
+        }
+        L->counters.reads++;
+        if ((size_t)r <= hdr)
+            continue;
+        struct vnet_hdr vh;
+        memset(&vh, 0, sizeof(vh));
+        if (hdr)
+            memcpy(&vh, u->scratch, VNET_HDR_BYTES);
+        const uint8_t *pkt = u->scratch + hdr;
+        size_t len = (size_t)r - hdr;
+        if (vh.gso_type != VNET_GSO_NONE) {
+            size_t got = gso_segment(pool, &vh, pkt, len, u->batch + n, MAX_SEGMENTS);
+            if (got) {
+                L->counters.super_packets++;
+                n += got;
+                continue;
+            }
+        } else if (len <= pool->slot_bytes) {
+            struct slot *s = pool_get(pool);
+            if (s) {
+                s->vh = vh;
+                s->len = (uint32_t)len;
+                memcpy(s->data, pkt, len);
+                u->batch[n++] = s;
+                continue;
+            }
+        }
+        refuse(L, u->dir, mono_now(), pkt, len);
+    }
+    if (!n)
+        return;
+    double now = mono_now();
+    for (size_t i = 0; i < n; i++) {
+        struct slot *s = u->batch[i];
+        if (u->capturing)
+            capture_add(&u->cap_sent, u->snaplen, u->offset_ns, now, s->data, s->len);
+        path_receive(L->path, u->dir, now, s);
+    }
+    release(u); /* re-arms the timer only if the head's time changed */
+}
+
+#define TAG_INPUT 0
+#define TAG_TIMER 1
+#define TAG_WAKE 2
+
+static void handle_events(struct loop *L, struct epoll_event *ev, int n);
+
+static void *loop_main(void *arg)
+{
+    struct loop *L = arg;
+    sigset_t all; /* signals are the Python main thread's (SIGTERM, SIGINT: its handlers) */
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+    struct epoll_event ev[8];
+    while (!L->stop) {
+        int n = epoll_wait(L->epfd, ev, 8, -1);
+        L->counters.wakeups++;
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(L->err, sizeof(L->err), "epoll_wait: %s", strerror(errno));
+            break;
+        }
+        pthread_mutex_lock(L->lock);
+        handle_events(L, ev, n);
+        /* whatever else is due by now leaves in this wake-up too, without one of its own */
+        for (int i = 0; i < L->n_pumps; i++) {
+            double deadline;
+            struct pump *u = &L->pumps[i];
+            if (path_next_deadline(L->path, u->dir, &deadline) && deadline <= mono_now())
+                release(u);
+        }
+        pthread_mutex_unlock(L->lock);
+    }
+    return NULL;
+}
+
+static void handle_events(struct loop *L, struct epoll_event *ev, int n)
+{
+    for (int i = 0; i < n; i++) {
+        uint32_t tag = ev[i].data.u32;
+        if ((tag & 3) == TAG_WAKE)
+            continue;
+        struct pump *u = &L->pumps[tag >> 2];
+        if ((tag & 3) == TAG_INPUT) {
+            on_readable(u);
+        } else {
+            u->armed_at = NAN;
+            L->counters.timer_wakeups++;
+            release(u);
+            /* timerfd_settime clears the expiry; without a new deadline, read it */
+            uint64_t expiries;
+            if (isnan(u->armed_at) && read(u->timer_fd, &expiries, sizeof(expiries)) < 0)
+                (void)expiries;
+        }
+    }
+}
+
+static int watch(struct loop *L, int fd, uint32_t tag)
+{
+    struct epoll_event e = {.events = EPOLLIN, .data.u32 = tag};
+    return epoll_ctl(L->epfd, EPOLL_CTL_ADD, fd, &e);
+}
+
+int loop_start(struct loop *L)
+{
+    L->epfd = epoll_create1(EPOLL_CLOEXEC);
+    L->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (L->epfd < 0 || L->wake_fd < 0 || watch(L, L->wake_fd, TAG_WAKE) < 0)
+        return -1;
+    for (int i = 0; i < L->n_pumps; i++) {
+        struct pump *u = &L->pumps[i];
+        u->loop = L;
+        u->armed_at = NAN;
+        u->last_release = -INFINITY;
+        u->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        u->scratch = malloc(SCRATCH_BYTES);
+        u->batch = malloc(sizeof(struct slot *) * MAX_SEGMENTS * 3);
+        if (u->timer_fd < 0 || !u->scratch || !u->batch)
+            return -1;
+        if (watch(L, u->in_fd, (uint32_t)i << 2 | TAG_INPUT) < 0 ||
+            watch(L, u->timer_fd, (uint32_t)i << 2 | TAG_TIMER) < 0)
+            return -1;
+    }
+    L->stop = 0;
+    if (pthread_create(&L->thread, NULL, loop_main, L) != 0)
+        return -1;
+    L->running = 1;
+    return 0;
+}
+
+void loop_stop(struct loop *L)
+{
+    if (L->running) {
+        L->stop = 1;
+        uint64_t one = 1;
+        if (write(L->wake_fd, &one, sizeof(one)) < 0)
+            perror("emulator: eventfd");
+        pthread_join(L->thread, NULL);
+        L->running = 0;
+    }
+    for (int i = 0; i < L->n_pumps; i++) {
+        struct pump *u = &L->pumps[i];
+        if (u->timer_fd > 0)
+            close(u->timer_fd);
+        u->timer_fd = -1;
+        free(u->scratch);
+        free(u->batch);
+        u->scratch = NULL;
+        u->batch = NULL;
+    }
+    if (L->epfd > 0)
+        close(L->epfd);
+    if (L->wake_fd > 0)
+        close(L->wake_fd);
+    L->epfd = L->wake_fd = -1;
+}

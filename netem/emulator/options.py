@@ -1,0 +1,94 @@
+"""How the userspace emulator moves packets: its options as one validated value.
+
+The link (:meth:`netem.link.Link.up`) carries them to the emulator's command line
+(:func:`netem.backends.userspace.emulator_argv`); ``python -m netem.emulator`` checks them
+again on entry (:func:`netem.emulator.__main__.check_path_options`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tbcore.errors import SpecError
+
+PATHS = ("c", "python")
+"""``c``: the C packet path (:mod:`netem.emulator.cengine`); ``python``: the reference core
+in asyncio pumps (:mod:`netem.emulator.engine`)."""
+DEFAULT_PATH = "c"
+DEFAULT_COALESCE_S = 300e-6
+"""On dense traffic (a departure less than :data:`netem.emulator.engine.DENSE_GAP_S` after
+the previous release) the C path's timers fire on a grid of 300 µs shared by both
+directions, and each wake-up releases everything due by then, as a NIC moderates its
+interrupts: at most one timer wake-up per 300 µs, each packet at most that late. On these
+VMs a wake-up of the packet thread costs about 20 µs of CPU (the context switches) against
+a few µs for a packet's own read and write, so the grid sets the CPU: measured at 200 ms
+and 333 Mbit/s with kernel TCP (README, "The packet path in C"; 3 alternating rounds, load
+average 4-8 from other sessions), 100 µs took 0.38-0.43 of a core (lateness p99 130-140
+µs), 200 µs 0.30-0.33 (210-220 µs), 300 µs 0.24-0.26 (280-290 µs), the Python path
+0.81-0.84 (150-180 µs up, 260-360 µs on the ACK direction). 300 µs is the issue's quarter
+of a core; the ACK direction's one-way error under that load stays below the Python
+path's (p99 0.33-0.34 ms against 0.44-0.55 ms). Sparse traffic (the RTT probe, requests)
+is released on time (early wake-up and a short spin), never coalesced."""
+MAX_COALESCE_S = 1e-3
+"""A millisecond of batching is the most the link's timing allows: the lateness targets are
+0.3 ms median and 1 ms p99 of RTT error (netem/bench.py)."""
+
+
+@dataclass(frozen=True)
+class EmulatorOptions:
+    """The emulator's packet path and its knobs; None: the emulator's default."""
+
+    path: str | None = None
+    """``c`` or ``python`` (:data:`PATHS`)."""
+    offload: bool | None = None
+    """C path: take TCP super-packets (TSO) and cut them before the loss draw."""
+    coalesce_s: float | None = None
+    """C path: at most one timer wake-up per direction per this much on dense traffic."""
+
+    def __post_init__(self) -> None:
+        if self.path is not None and self.path not in PATHS:
+            raise SpecError("emulator.path", f"{self.path!r}: must be one of {', '.join(PATHS)}")
+        if self.offload is not None and not isinstance(self.offload, bool):
+            raise SpecError("emulator.offload", f"must be true or false, got {self.offload!r}")
+        if self.coalesce_s is not None:
+            value = self.coalesce_s
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, (int, float))
+                or not math.isfinite(value)
+                or not 0 <= value <= MAX_COALESCE_S
+            ):
+                raise SpecError("emulator.coalesce_s", f"must lie in [0, 1 ms], got {value!r}")
+        if self.path == "python":
+            for name in ("offload", "coalesce_s"):
+                if getattr(self, name) is not None:
+                    raise SpecError(f"emulator.{name}", "only the C path takes it (path c)")
+
+    @property
+    def empty(self) -> bool:
+        return self == EmulatorOptions()
+
+    def argv(self) -> list[str]:
+        """The emulator's command-line options for these settings."""
+        out: list[str] = []
+        if self.path is not None:
+            out += ["--path", self.path]
+        if self.offload is not None:
+            out += ["--offload", "on" if self.offload else "off"]
+        if self.coalesce_s is not None:
+            out += ["--coalesce-us", f"{self.coalesce_s * 1e6:g}"]
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: object) -> EmulatorOptions:
+        if not isinstance(data, dict):
+            raise SpecError("emulator", f"must be a mapping, got {type(data).__name__}")
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise SpecError(f"emulator.{sorted(unknown)[0]}", "unknown emulator option")
+        return cls(**data)

@@ -1,0 +1,65 @@
+"""The loaded rows of ``testbed bench link``: CPU per packet and per Mbit/s, the Mahimahi
+refusal, and the iperf3 command lines (the runs themselves: tests/test_bench.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from netem.benchload import LOAD_CASES, LoadCase, check_compare, cpu_columns, iperf_argv
+from netem.stats import CpuStats, DirectionStats, LinkStats
+from tbcore.errors import SpecError
+
+
+def test_cpu_per_packet_and_per_mbit() -> None:
+    delta = LinkStats(
+        backend="userspace",
+        time_s=2.0,
+        up=DirectionStats(packets_out=30_000, bytes_out=45_000_000),
+        down=DirectionStats(packets_out=10_000, bytes_out=520_000),
+        cpu=CpuStats(user_s=0.1, system_s=0.3),
+    )
+    cols = cpu_columns(delta)
+    # 0.4 CPU seconds over 40,000 packets; 0.2 cores over 180 Mbit/s delivered up
+    assert cols["emulator_cpu_us_per_packet"] == pytest.approx(10.0)
+    assert cols["emulator_cpu_cores_per_mbit_s"] == pytest.approx(0.2 / 180)
+
+
+def test_cpu_columns_without_packets() -> None:
+    cols = cpu_columns(LinkStats(backend="userspace", time_s=1.0))
+    assert cols == {"emulator_cpu_us_per_packet": None, "emulator_cpu_cores_per_mbit_s": None}
+
+
+def test_compare_is_refused_in_one_line_without_mahimahi(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    check_compare(None)
+    with pytest.raises(SpecError, match="mm-delay and mm-link not on the PATH") as err:
+        check_compare("mahimahi")
+    assert "\n" not in str(err.value)
+    with pytest.raises(SpecError, match="mahimahi"):
+        check_compare("ns-3")
+
+
+def test_compare_with_mahimahi_present_is_refused_too(monkeypatch, tmp_path: Path) -> None:
+    for tool in ("mm-delay", "mm-link"):
+        path = tmp_path / tool
+        path.write_text("#!/bin/sh\nexit 1\n")
+        os.chmod(path, 0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(SpecError, match="cannot drive Mahimahi yet"):
+        check_compare("mahimahi")
+
+
+def test_the_cases_are_the_issues_rates_at_200_ms() -> None:
+    assert [(c.udp, c.rate_bps) for c in LOAD_CASES] == [(False, 333e6), (True, 1e9), (False, 1e9)]
+    assert all(c.link.startswith("rtt=200ms,") for c in LOAD_CASES)
+
+
+def test_udp_is_offered_at_110_percent() -> None:
+    argv = iperf_argv("198.18.2.2", LoadCase("u", True, 1e9), 10, 4)
+    assert argv[argv.index("-b") + 1] == "1100000000"
+    assert "-u" in argv and "-C" not in argv
+    tcp = iperf_argv("198.18.2.2", LoadCase("t", False, 333e6), 10, 4)
+    assert tcp[tcp.index("-C") + 1] == "cubic" and "-u" not in tcp

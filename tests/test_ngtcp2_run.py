@@ -1,0 +1,85 @@
+"""ngtcp2 at both ends of a real run (root, the Debian binaries): one TTS download across an
+emulated 200 ms, 333 Mbit/s link, through the harness like any other stack; the record's
+times checked against the link's own capture, and the bytes against their SHA-256."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from scapy.utils import RawPcapReader
+
+from harness.run.runner import run_experiment
+from harness.spec import experiment as specmod
+from tbcore import workloads
+from tbcore.records import RequestRecord, read_jsonl
+
+ONE_DOWNLOAD = """
+name = "ngtcp2-run"
+question = "Does the harness run ngtcp2 at both ends like any other stack?"
+repetitions = 1
+seed = 25
+
+[fixed]
+link = "rtt=200ms,rate=333mbit"
+workload = "tts"
+processing_audio = "0ms"
+protocol = "h3"
+quic_stack = "ngtcp2"
+timeout = "30s"
+
+[factor]
+name = "cc"
+settings = ["cc"]
+levels = [{ name = "bbr", cc = "bbr" }, { name = "cubic", cc = "cubic" }]
+"""
+
+CLIENT_ADDR = "198.18.1.2"
+
+
+def first_udp_from(pcap: Path, source: str, offset_s: float) -> float:
+    """CLOCK_MONOTONIC of the first UDP datagram from ``source`` in a raw-IP pcap."""
+    with RawPcapReader(str(pcap)) as reader:
+        scale = 1e-9 if getattr(reader, "nano", False) else 1e-6
+        for data, meta in reader:
+            packet = bytes(data)
+            if packet[9] == 17 and ".".join(str(b) for b in packet[12:16]) == source:
+                return meta.sec + meta.usec * scale - offset_s
+    raise AssertionError(f"no UDP from {source} in {pcap}")
+
+
+@pytest.mark.root
+@pytest.mark.peers("gtlsserver", "gtlsclient")
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_one_tts_download_with_ngtcp2_at_both_ends(tmp_path: Path) -> None:
+    result = run_experiment(specmod.loads(ONE_DOWNLOAD), output=tmp_path, link_name="ngtcp2r")
+    frame = pd.read_csv(result.result.path / "runs.csv")
+    assert set(frame["quic_stack"]) == {"ngtcp2"} and set(frame["protocol"]) == {"h3"}
+    assert sorted(frame["cc"]) == ["bbr", "cubic"]
+    for row in frame.itertuples():
+        assert row.sha256_ok and row.down_bytes == workloads.AUDIO_SIZE_BYTES
+        # a new connection: one round trip of set-up, then the request's round trips
+        assert 0.200 <= row.handshake_s <= 0.215
+        assert row.total_s >= row.bound_s * 0.99 and row.ratio < 2.0
+        assert row.acks > 0 and row.measured_rtt_s == pytest.approx(0.2)
+    run_dir = next((result.result.path / "runs").glob("*-bbr-*"))
+    record = read_jsonl(run_dir / "records.jsonl", RequestRecord)[0]
+    assert record.ok and record.sha256_ok and record.status == 200
+    offset_s = json.loads((run_dir / "run.json").read_text())["clock_offset_s"]
+    # the client's first Initial crossed the capture just after the connection's start
+    # (its qlog file's creation), the server's connection began as it arrived 100 ms later
+    initial_s = first_udp_from(run_dir / "client.pcap", CLIENT_ADDR, offset_s)
+    assert 0.0 <= initial_s - record.connect_start <= 0.003
+    arrived_s = first_udp_from(run_dir / "server.pcap", CLIENT_ADDR, offset_s)
+    opened = [
+        json.loads(line)
+        for line in (run_dir / "server.jsonl").read_text().splitlines()
+        if '"connection_open"' in line
+    ]
+    assert len(opened) == 1 and 0.0 <= opened[0]["t"] - arrived_s <= 0.003
+    # the last response byte: after the path's round trips, before the client's exit
+    assert record.response_last_byte - record.request_first_byte >= 0.400
+    assert (run_dir / "acks.csv").is_file() and (run_dir / "inflight.csv").is_file()

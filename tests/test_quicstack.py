@@ -1,0 +1,174 @@
+"""``quic_stack``: the knob, what ngtcp2 carries, and every refusal in one line."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.collect.row import label_columns
+from harness.spec.experiment import loads
+from harness.spec.paths import topology_of
+from tbcore import quicstack
+from tbcore.errors import SpecError
+from tbcore.settings import KNOBS, Settings
+
+NGTCP2 = {"protocol": "h3", "quic_stack": "ngtcp2", "workload": "tts", "processing_audio_s": 0.0}
+
+
+def ngtcp2(**changes: object) -> Settings:
+    return Settings(**{**NGTCP2, **changes})
+
+
+def test_the_knob_is_the_last_defaults_to_aioquic_and_names_its_choices() -> None:
+    assert list(KNOBS)[-1] == "quic_stack"
+    item = KNOBS["quic_stack"]
+    assert item.default == "aioquic" and tuple(item.choices) == ("aioquic", "ngtcp2")
+    assert Settings().quic_stack == "aioquic"
+    with pytest.raises(SpecError, match="quic_stack: must be one of aioquic, ngtcp2"):
+        Settings(protocol="h3", quic_stack="quiche")
+
+
+def test_aioquics_default_control_is_the_knobs() -> None:
+    assert KNOBS["quic_cc"].default is None  # cc names QUIC's control; quic_cc overrides it
+
+
+def test_ngtcp2_takes_effect_on_h3_only() -> None:
+    with pytest.raises(SpecError, match=r"quic_stack: ngtcp2 is an HTTP/3 stack.*not h2"):
+        Settings(quic_stack="ngtcp2", workload="tts", processing_audio_s=0.0)
+
+
+@pytest.mark.parametrize("workload", ["tts", "result", "image", "asr", "retouch", "sink"])
+def test_the_file_workloads_are_carried(workload: str) -> None:
+    settings = ngtcp2(workload=workload, processing_image_s=0.0)
+    route = quicstack.route_of(settings)
+    assert route.path == f"/{workload}" and route.method in ("GET", "POST")
+    assert (route.method == "POST") == (route.upload is not None)
+
+
+@pytest.mark.parametrize("workload", ["stream", "agent", "upload", "retouch-tiles3"])
+def test_a_workload_that_needs_a_computing_server_is_refused(workload: str) -> None:
+    with pytest.raises(SpecError, match=f"workload: ngtcp2.*not {workload}"):
+        ngtcp2(workload=workload)
+
+
+def test_multi_is_refused_too() -> None:
+    with pytest.raises(SpecError, match="workload: ngtcp2"):
+        ngtcp2(workload="multi", streams="result,tts")
+
+
+@pytest.mark.parametrize(
+    ("changes", "key"),
+    [
+        ({"processing_audio_s": 0.030}, "processing_audio"),
+        ({"workload": "asr", "processing_audio_s": 0.005}, "processing_audio"),
+        ({"workload": "retouch", "processing_image_s": 0.3}, "processing_image"),
+    ],
+)
+def test_processing_time_is_refused_so_the_bound_and_the_run_agree(changes: dict, key: str) -> None:
+    with pytest.raises(SpecError, match=f'{key}: .* ms: .*{key} = "0ms"'):
+        ngtcp2(**changes)
+
+
+@pytest.mark.parametrize("connection", ["reused", "0rtt"])
+def test_only_a_new_connection_per_request(connection: str) -> None:
+    with pytest.raises(SpecError, match=f"connection: ngtcp2 .*not {connection}"):
+        ngtcp2(connection=connection, warmup_requests=1)
+
+
+@pytest.mark.parametrize(
+    ("attr", "value"),
+    [
+        ("quic_pacing", "off"),
+        ("quic_pacing", 333e6),
+        ("quic_ack_delay_s", 0.005),
+        ("quic_batching", False),
+        ("max_pacing_rate_bps", 333e6),
+        ("pace_at_path_rate", True),
+        ("sndbuf_bytes", 1 << 20),
+        ("rcvbuf_bytes", 1 << 20),
+        ("send_policy", "rfc9218"),
+        ("resume", True),
+        ("qlog", False),
+    ],
+)
+def test_a_knob_ngtcp2_cannot_apply_is_refused_naming_it(attr: str, value: object) -> None:
+    key = next(k.key for k in KNOBS.values() if k.attr == attr)
+    with pytest.raises(SpecError) as err:
+        ngtcp2(**{attr: value}, warmup_requests=1)
+    assert str(err.value).startswith(f"{key}: not applied by ngtcp2")
+    assert "\n" not in str(err.value)
+    # the same value is fine on aioquic
+    Settings(**{**NGTCP2, "quic_stack": "aioquic", attr: value, "warmup_requests": 1})
+
+
+def test_the_control_is_cc_unless_quic_cc_overrides_it() -> None:
+    assert quicstack.control_of(ngtcp2()) == "cubic"  # cc's default
+    assert quicstack.control_of(ngtcp2(cc="bbr")) == "bbr"
+    assert quicstack.control_of(ngtcp2(cc="bbr", quic_cc="cubic")) == "cubic"
+    # aioquic reads quic_cc alone, as before
+    assert quicstack.control_of(ngtcp2(quic_stack="aioquic", cc="bbr")) == "reno"
+
+
+def test_the_row_labels_the_stack_and_the_control_that_ran() -> None:
+    path = topology_of(Settings(link="rtt=200ms,rate=333mbit"), "test")
+    labels = label_columns(ngtcp2(cc="bbr"), path)
+    assert (labels["cc"], labels["quic_stack"], labels["protocol"]) == ("bbr", "ngtcp2", "h3")
+    aio = label_columns(ngtcp2(quic_stack="aioquic", quic_cc="cubic", cc="bbr"), path)
+    assert (aio["cc"], aio["quic_stack"]) == ("cubic", "aioquic")
+    h2 = label_columns(Settings(cc="bbr"), path)
+    assert (h2["cc"], h2["quic_stack"]) == ("bbr", None)
+
+
+EXPERIMENT = """
+name = "x"
+question = "q?"
+repetitions = 1
+[fixed]
+link = "rtt=200ms,rate=333mbit"
+workload = "tts"
+[factor]
+name = "stack"
+settings = ["protocol", "quic_stack"]
+levels = [
+  { name = "aioquic", protocol = "h3" },
+  { name = "ngtcp2", protocol = "h3", quic_stack = "ngtcp2" },
+]
+"""
+
+
+def test_an_experiment_level_is_refused_in_one_line_before_anything_runs() -> None:
+    with pytest.raises(SpecError) as err:
+        loads(EXPERIMENT)
+    text = str(err.value)
+    assert "processing_audio" in text and "0ms" in text and "\n" not in text
+    spec = loads(
+        EXPERIMENT.replace('workload = "tts"', 'workload = "tts"\nprocessing_audio = "0ms"')
+    )
+    assert [lv.settings.quic_stack for lv in spec.levels] == ["aioquic", "ngtcp2"]
+
+
+def test_the_shipped_experiment_compares_three_stacks_with_one_control_each() -> None:
+    from pathlib import Path
+
+    from harness.spec.experiment import load
+
+    spec = load(Path(__file__).parent.parent / "experiments" / "h3-stacks.toml")
+    arms = {
+        lv.name: (
+            lv.settings.protocol,
+            lv.settings.quic_stack,
+            label_columns(lv.settings, lv.topology)["cc"],
+        )
+        for lv in spec.levels
+    }
+    assert arms["h2-cubic"][2] == arms["aioquic-cubic"][2] == arms["ngtcp2-cubic"][2] == "cubic"
+    assert arms["ngtcp2-bbr"] == ("h3", "ngtcp2", "bbr") and arms["h2-bbr"][2] == "bbr"
+    for lv in spec.levels:
+        assert lv.settings.processing_audio_s == 0 and lv.settings.workload == "tts"
+
+
+def test_ngtcp2_sends_its_windows_unpaced() -> None:
+    from harness.collect.row import sender_paces
+
+    assert not sender_paces(ngtcp2(cc="cubic")) and not sender_paces(ngtcp2(cc="bbr"))
+    assert sender_paces(ngtcp2(quic_stack="aioquic"))  # aioquic's pacer
+    assert not sender_paces(ngtcp2(quic_stack="aioquic", quic_pacing="off"))
