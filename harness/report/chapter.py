@@ -74,6 +74,11 @@ FINDINGS: tuple[Finding, ...] = (
             experiment="playback", measure=m.playback_shortfall, bound=m.shortfall_bound,
             differs="384 kbit/s played against 300 kbit/s received (the chapter's 256 and "
                     "130), so the buffer empties later than 0.12 s"),
+    Finding(section="§12.1.2", chapter="a bigger buffer only delays the stall",
+            finding="The same over a recorded downlink whose capacity dips below the stream's "
+                    "rate, against a constant link of the same mean (MODELS 14)",
+            experiment="playback-trace", measure=m.playback_trace,
+            bound=m.fixed("MODELS 3 on the arrivals the trace allowed (playback.csv)")),
     Finding(section="§12.1.3", chapter="105 s", value=105.0, unit="s",
             finding="30 agent rounds of 0.8 MB on one connection (6.4 Mbit/s, 200 ms, 2 s of "
                     "model)",
@@ -104,6 +109,12 @@ FINDINGS: tuple[Finding, ...] = (
             finding="The same request on a reused, tuned connection",
             experiment="connection", measure=level_value("connection", "h2-reused", unit="ms"),
             bound=m.with_runs(m.voice_s() * 1e3, "ms", "MODELS 1", "connection", "h2-reused")),
+    Finding(section="§12.3.1", chapter="–",
+            finding="The same request over HTTP/3 on two QUIC implementations with one "
+                    "congestion control (the testbed's control: what differs between them is "
+                    "the implementation, not HTTP/3)",
+            experiment="h3-stacks", measure=m.quic_implementations,
+            bound=m.runs_bound_of("h3-stacks", "h2-cubic", "ms")),
     Finding(section="§12.3.2", chapter="5.12 Mbit/s", value=5.12, unit="Mbit/s",
             finding="A 64 KB window on 100 ms allows 5.12 Mbit/s",
             experiment="window", measure=m.upload_rate("window", "w64k"),
@@ -152,6 +163,12 @@ FINDINGS: tuple[Finding, ...] = (
                     "chapter's; the chapter gives no figure)",
             experiment="pacing", measure=level_difference("pacing", "paced", "unpaced", unit="ms"),
             bound=m.runs_bound_of("pacing", "paced", "ms")),
+    Finding(section="§12.3.3", chapter="–",
+            finding="The request beside bulk flows on the bottleneck: at most its fair share "
+                    "once their windows settle, behind their standing queue (MODELS 15; the "
+                    "chapter's path carries the request alone)",
+            experiment="cross", measure=m.beside_bulk_flows,
+            bound=m.runs_bound_of("cross", "alone", "ms")),
     Finding(section="§12.3.3", chapter="0.756 s", value=0.756, unit="s",
             finding="Ideal selective retransmission at 14 %: the expected completion",
             experiment="loss", measure=level_value("loss", "l14"),
@@ -274,6 +291,11 @@ FINDINGS: tuple[Finding, ...] = (
     Finding(section="§12.5.2", chapter="28.7 s vs 27.6 s",
             finding="Ten rounds at 6 Mbit/s and ten at 10 against a constant 8 (the same mean)",
             experiment="agent-rate", measure=m.jensen, bound=m.jensen_bound),
+    Finding(section="§12.5.2", chapter="P(T <= 45 s) >= 0.99",
+            finding="Over a varying uplink the deadline becomes a probability, judged from the "
+                    "distribution of upload times (slow rounds come in runs)",
+            experiment="agent-trace", measure=m.deadline_probability,
+            bound=m.fixed("MODELS 13, 14: each run's bound from the rates its trace offered")),
     Finding(section="§12.5.2", chapter="34.2 s", value=34.2, unit="s",
             finding="A break at round 10, committed progress: meets 45 s",
             experiment="agent-outage", measure=m.outage_task("committed"),

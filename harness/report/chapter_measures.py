@@ -479,3 +479,88 @@ def runs_bound_of(experiment: str, level: str, unit: str = "s") -> Callable[[Res
 
 def fixed(text: str) -> Callable[[Results], str]:
     return lambda _r: text
+
+
+@reads("playback-trace", "trace", "constant")
+def playback_trace(results: Results) -> Measured:
+    """Stalls by initial buffer over the recorded downlink and over a constant link of the
+    same mean rate (playback.csv)."""
+    table = results.table("playback-trace", "playback")
+    cells, stalled = [], {}
+    for level in ("trace", "constant"):
+        mine = table[table["level"].astype(str) == level]
+        if mine.empty:
+            raise NotMeasured(f"playback-trace: no valid run of {level} in playback.csv")
+        stalls = table_medians(mine, ["initial_buffer_s"], "stall_count")
+        stalled[level] = stalls
+        shown = ", ".join(f"{round(k * 1e3)} ms: {v:g}" for k, v in sorted(stalls.items()))
+        cells.append(f"{level}: {shown}")
+    largest = max(stalled["trace"])
+    ok = stalled["trace"][largest] > stalled["constant"].get(largest, 0)
+    return Measured(
+        "median stalls by initial buffer; " + "; ".join(cells),
+        ok=ok,
+        runs=int(table["run_id"].nunique()),
+        reason="the varying downlink stalled no more than the constant one at the largest buffer",
+    )
+
+
+@reads("agent-trace", "trace", "constant")
+def deadline_probability(results: Results) -> Measured:
+    """The share of tasks that met the deadline over the traced uplink (runs spread over
+    where the task starts in the trace) against a constant uplink of the same mean rate."""
+    shares, runs = {}, 0
+    for level in ("trace", "constant"):
+        frame = results.runs("agent-trace", level)
+        if "deadline_met" not in frame:
+            raise NotMeasured("agent-trace: no deadline_met in runs.csv")
+        met = frame["deadline_met"].astype(str).eq("True")
+        shares[level] = (int(met.sum()), len(met))
+        runs += len(met)
+    (tm, tn), (cm, cn) = shares["trace"], shares["constant"]
+    text = f"met 45 s: {tm} of {tn} over the trace, {cm} of {cn} at the constant mean rate"
+    ok = tm / tn < 0.99 <= cm / cn
+    return Measured(
+        text,
+        ok=ok,
+        runs=runs,
+        reason="the traced uplink met the deadline as often as the constant one (or the "
+        "constant one missed it)",
+    )
+
+
+@reads("cross", "alone", "cubic-1")
+def beside_bulk_flows(results: Results) -> Measured:
+    """The request alone and beside bulk cubic flows: its time grows with the flows, and
+    how far it is from its bound at the fair share (runs.csv ratio_fair)."""
+    alone = level_value("cross", "alone", unit="ms")(results)
+    cells, slower, runs = [f"alone {fmt(alone.value, 'ms')}"], True, alone.runs
+    for level in ("cubic-1", "cubic-4", "bbr-1", "bbr-4"):
+        try:
+            beside = level_value("cross", level, unit="ms")(results)
+        except NotMeasured:
+            continue
+        assert alone.value is not None and beside.value is not None
+        slower = slower and beside.value > alone.value
+        cells.append(f"{level} {fmt(beside.value, 'ms')}")
+        runs += beside.runs
+    return Measured(
+        ", ".join(cells),
+        ok=slower and len(cells) > 1,
+        runs=runs,
+        reason="a request beside bulk flows was not slower than alone",
+    )
+
+
+@reads("h3-stacks", "h2-cubic", "aioquic-cubic", "ngtcp2-cubic")
+def quic_implementations(results: Results) -> Measured:
+    """The request over HTTP/2 and HTTP/3 on both QUIC implementations with one congestion
+    control: what differs between aioquic and ngtcp2 is the implementation, not HTTP/3."""
+    values = {}
+    for level in ("h2-cubic", "aioquic-cubic", "ngtcp2-cubic"):
+        values[level] = level_value("h3-stacks", level, unit="ms")(results)
+    cells = ", ".join(f"{k} {fmt(v.value, 'ms')}" for k, v in values.items())
+    return Measured(
+        f"{cells} (cubic, 0 % loss, new connection)",
+        runs=sum(v.runs for v in values.values()),
+    )
