@@ -156,13 +156,7 @@ def check(settings: Any) -> None:
     """Refuse, in one line naming the knob, a ``quic_stack`` that would have no effect and
     an ngtcp2 level that asks for what gtlsclient/gtlsserver cannot do."""
     if settings.quic_stack == DEFAULT_QUIC_STACK:
-        return
-    if settings.protocol != "h3":
-        raise SpecError(
-            "quic_stack",
-            f"{settings.quic_stack} is an HTTP/3 stack: it takes effect on protocol h3 only, "
-            f"not {settings.protocol}",
-        )
+        return  # its scope (protocol h3 only) is tbcore.settings' to check
     route = route_of(settings)
     if settings.connection != "new":
         raise SpecError(

@@ -46,8 +46,10 @@ from tbcore.settings import KNOBS, Settings
 
 pytestmark = pytest.mark.timeout(600)
 
-AXES = ("protocol", "workload", "topology")
-"""The knobs that choose the kinds: every combination of them is a case, not a flip."""
+AXES = ("protocol", "workload", "topology", "quic_stack")
+"""The knobs that choose the kinds: every combination of them is a case, not a flip
+(quic_stack chooses another program, gtlsserver: tests/test_servers_ngtcp2.py checks that it
+runs with what the level asked)."""
 STACK_ENDS = ("server", "client", "both")
 
 BASE: dict[str, Any] = {"fec_rate": "1gbit", "timeout": "20s"}

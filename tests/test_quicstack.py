@@ -32,7 +32,7 @@ def test_aioquics_default_control_is_the_knobs() -> None:
 
 
 def test_ngtcp2_takes_effect_on_h3_only() -> None:
-    with pytest.raises(SpecError, match=r"quic_stack: ngtcp2 is an HTTP/3 stack.*not h2"):
+    with pytest.raises(SpecError, match=r"quic_stack: ngtcp2 is an HTTP/3 stack.*not 'h2'"):
         Settings(quic_stack="ngtcp2", workload="tts", processing_audio_s=0.0)
 
 
@@ -104,8 +104,8 @@ def test_the_control_is_cc_unless_quic_cc_overrides_it() -> None:
     assert quicstack.control_of(ngtcp2()) == "cubic"  # cc's default
     assert quicstack.control_of(ngtcp2(cc="bbr")) == "bbr"
     assert quicstack.control_of(ngtcp2(cc="bbr", quic_cc="cubic")) == "cubic"
-    # aioquic reads quic_cc alone, as before
-    assert quicstack.control_of(ngtcp2(quic_stack="aioquic", cc="bbr")) == "reno"
+    # one cc for both stacks: aioquic runs cc too (issue 25)
+    assert quicstack.control_of(ngtcp2(quic_stack="aioquic", cc="bbr")) == "bbr"
 
 
 def test_the_row_labels_the_stack_and_the_control_that_ran() -> None:

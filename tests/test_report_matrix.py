@@ -42,7 +42,7 @@ LINK_KINDS: dict[str, dict[str, str]] = {
     },
     "dual-migrate": {
         "topology": "dual", "link": "rtt=40ms,rate=20mbit", "link_b": "rtt=40ms,rate=10mbit",
-        "outage_at": "1s", "multipath": "single",
+        "outage_at": "1s",
     },
     "remote": {"link": "rtt=40ms,rate=20mbit"},
 }  # fmt: skip
@@ -91,7 +91,7 @@ def accepted_levels(link_kind: str) -> list[dict[str, Any]]:
             level = {"name": f"{workload}-{protocol}", "protocol": protocol, "workload": workload}
             level["timeout"] = "30s"
             level |= WORKLOAD_SETTINGS.get(workload, {}) | link
-            if link.get("topology") != "dual":
+            if link.get("topology") != "dual" or protocol == "h3":  # h3 migrates (no multipath)
                 level.pop("multipath", None)
             try:
                 twin = {**level, "name": "twin", "timeout": "31s"}  # two levels: a factor
