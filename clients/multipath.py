@@ -486,8 +486,7 @@ async def run_quic_migration(
                 await loop.create_datagram_endpoint(lambda: protocol, sock=sock)
                 if getattr(protocol, "gso_socket", None) is not None:
                     protocol.gso_socket = sock  # type: ignore[attr-defined]
-                protocol._quic.change_connection_id()
-                protocol.transmit()
+                protocol.change_connection_id()  # aioquic's: new ID, then transmit
                 result.migrated_s = time.monotonic()
             elif result.migrated_s is not None and result.resumed_s is None and pto == 0:
                 result.resumed_s = now
