@@ -77,6 +77,9 @@ class ProtocolKind:
     controls: Callable[[Any], tuple[str, ...]] = lambda s: ()
     """The congestion controls its stack has (empty: it takes none; ``cc`` is refused
     when it names another)."""
+    stack_of: Callable[[Any], str | None] = lambda s: None
+    """The implementation that carries it, from the settings (``quic_stack`` for h3); None:
+    it has one only (runs.csv's ``quic_stack`` column stays empty)."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,7 @@ register_protocol(
         transport="udp",
         cc_of=lambda s: quicstack.control_of(s),
         controls=lambda s: quicstack.controls_of(s),
+        stack_of=lambda s: s.quic_stack,
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
         # aioquic paces unless told off (rate = cwnd / srtt); ngtcp2's binaries never

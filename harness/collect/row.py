@@ -312,7 +312,7 @@ def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
         "route": settings.route if path.kind == "relay" else None,
         "multipath": settings.multipath if path.kind == "dual" else None,
         "cc": kinds.protocol(settings.protocol).cc_of(settings),
-        "quic_stack": settings.quic_stack if settings.protocol == "h3" else None,
+        "quic_stack": kinds.protocol(settings.protocol).stack_of(settings),
         "paced": sender_paces(settings),
         "rtt_s": link.rtt_s,
         "loss": max(link.up.mean_loss, link.down.mean_loss),
