@@ -23,6 +23,7 @@ not on the PATH (the testbed does not ship them), and also when they are: drivin
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -114,7 +115,6 @@ def iperf_argv(server_addr: str, case: LoadCase, duration_s: float, omit_s: floa
 
 def goodput_bps(stdout: bytes) -> float:
     """The receiver's payload rate (``sum_received``: for UDP, ``sum`` is the sender's)."""
-    import json
 
     try:
         return float(json.loads(stdout)["end"]["sum_received"]["bits_per_second"])

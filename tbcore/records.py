@@ -15,6 +15,7 @@ version when an existing field changes meaning).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -509,7 +510,6 @@ def write_csv(path: Path, cls: type[Record], records: Iterable[Record]) -> None:
     for item in records:
         data = clean_json(item.to_dict())
         rows.append(["" if data[c] is None else data[c] for c in columns])
-    import io
 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

@@ -289,8 +289,8 @@ def test_ack_delay_beyond_max_ack_delay_is_refused(tmp_path: Path, bad: object) 
 
 
 def test_bbr_connection_gets_the_control_pacer_and_the_ack_hook(tmp_path: Path) -> None:
-    from proto.quic.bbr import BbrCongestionControl
     from proto.quic.adapter import congestion_control_of
+    from proto.quic.bbr import BbrCongestionControl
     from proto.quic.edge import ControlPacer
 
     client, _server = connections(

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import h2.config
 import h2.connection
 import h2.errors
+import hpack
 
 ATTACKER_ADDR = "127.0.0.2"
 """Source address of every attack (loopback; the normal probes come from 127.0.0.1)."""
@@ -167,7 +168,6 @@ def initial_flood(target: Target, duration_s: float, burst: int, rate_per_s: int
 def _header_blocks() -> tuple[bytes, bytes]:
     """HPACK blocks of ``GET /tts``: the first (which fills the peer's dynamic table) and the
     one every later stream repeats (indexed fields only: the table does not change)."""
-    import hpack
 
     encoder = hpack.Encoder()
     headers = [
@@ -434,7 +434,6 @@ def _ping_frame(i: int) -> bytes:
 
 def _upload_head() -> bytes:
     """HEADERS of an upload whose body never comes (the stream the empty DATA frames use)."""
-    import hpack
 
     headers = [(":method", "POST"), (":path", "/sink"), (":scheme", "https"),
                (":authority", "x"), ("content-length", "1000000")]  # fmt: skip
@@ -459,7 +458,6 @@ def _window_update_frame(_: int) -> bytes:
 def _refused_head() -> bytes:
     """HEADERS (no END_STREAM) of a request head the server refuses, a header value that is
     not UTF-8: the server resets stream 1 with RST_STREAM(PROTOCOL_ERROR)."""
-    import hpack
 
     headers = [(b":method", b"POST"), (b":path", b"/sink"), (b":scheme", b"https"),
                (b":authority", b"x"), (b"x-bad", b"\xff")]  # fmt: skip
