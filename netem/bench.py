@@ -52,7 +52,7 @@ from rich.table import Table
 
 from netem import nsexec
 from netem.air import AirSpec
-from netem.benchload import check_compare, load_row, measure_load
+from netem.benchload import check_compare, iperf_server, load_row, measure_load
 from netem.emulator.control import EmulatorClient
 from netem.emulator.options import PATHS, EmulatorOptions
 from netem.link import Link
@@ -199,12 +199,7 @@ def udp_rcvbuf_errors(netns: str) -> int:
 
 def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> RateRun:
     """Run iperf3 client -> server across the link (UDP at 110 % of the rate, or TCP cubic)."""
-    server = nsexec.popen(
-        link.server_ns,
-        ["iperf3", "-s", "-1", "-B", link.server_addr, "-p", str(IPERF_PORT)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = iperf_server(link, IPERF_PORT)
     try:
         time.sleep(0.3)
         argv = [

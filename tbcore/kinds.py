@@ -16,6 +16,7 @@ from typing import Any
 
 from tbcore import agent, fecmath, quicstack, workloads
 from tbcore.errors import SpecError
+from tbcore.registry import Registry
 
 INITIAL_WINDOW_PACKETS = 10
 """RFC 6928 (TCP, Linux's TCP_INIT_CWND, what a route without ``initcwnd`` gets) and RFC 9002
@@ -140,51 +141,15 @@ class TopologyKind:
     """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope)."""
 
 
-PROTOCOLS: dict[str, ProtocolKind] = {}
-WORKLOADS: dict[str, WorkloadKind] = {}
-TOPOLOGIES: dict[str, TopologyKind] = {}
-
-
-def register_protocol(kind: ProtocolKind) -> ProtocolKind:
-    if kind.name in PROTOCOLS:
-        raise ValueError(f"protocol {kind.name!r} registered twice")
-    PROTOCOLS[kind.name] = kind
-    return kind
-
-
-def register_workload(kind: WorkloadKind) -> WorkloadKind:
-    if kind.name in WORKLOADS:
-        raise ValueError(f"workload {kind.name!r} registered twice")
-    WORKLOADS[kind.name] = kind
-    return kind
-
-
-def register_topology(kind: TopologyKind) -> TopologyKind:
-    if kind.name in TOPOLOGIES:
-        raise ValueError(f"topology {kind.name!r} registered twice")
-    TOPOLOGIES[kind.name] = kind
-    return kind
-
-
-def topology(name: str) -> TopologyKind:
-    try:
-        return TOPOLOGIES[name]
-    except KeyError:
-        raise SpecError("topology", f"{name!r} is not one of {', '.join(TOPOLOGIES)}") from None
-
-
-def protocol(name: str) -> ProtocolKind:
-    try:
-        return PROTOCOLS[name]
-    except KeyError:
-        raise SpecError("protocol", f"{name!r} is not one of {', '.join(PROTOCOLS)}") from None
-
-
-def workload(name: str) -> WorkloadKind:
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise SpecError("workload", f"{name!r} is not one of {', '.join(WORKLOADS)}") from None
+PROTOCOLS: Registry[ProtocolKind] = Registry("protocol")
+WORKLOADS: Registry[WorkloadKind] = Registry("workload")
+TOPOLOGIES: Registry[TopologyKind] = Registry("topology")
+register_protocol = PROTOCOLS.register
+register_workload = WORKLOADS.register
+register_topology = TOPOLOGIES.register
+protocol = PROTOCOLS.lookup
+workload = WORKLOADS.lookup
+topology = TOPOLOGIES.lookup
 
 
 def traits_of(kind: ProtocolKind | WorkloadKind | TopologyKind) -> frozenset[str]:

