@@ -33,7 +33,10 @@ from proto.quic.adapter import (
     QuicCongestionControl,
     QuicPacketPacer,
     QuicPacketRecovery,
+    ScheduledFixedWindowQuicConnection,
     ScheduledList,
+    ScheduledQuicConnection,
+    ScheduledStreamsMixin,
 )
 from proto.quic.bbr import BbrCongestionControl
 from proto.quic.edge import RatePacer, make_quic_configuration, make_quic_connection
@@ -331,6 +334,10 @@ def test_hooks_count_losses_and_mark_each_ack_end(tmp_path: Path) -> None:
 def test_fixed_window_and_scheduled_stream_queue(tmp_path: Path) -> None:
     client, server = pair(tmp_path)
     assert isinstance(server, FixedWindowQuicConnection) and server.window_bytes == WINDOW_BYTES
+    assert isinstance(client, ScheduledFixedWindowQuicConnection)
+    assert isinstance(client, ScheduledStreamsMixin)
+    plain = make_quic_connection(make_quic_configuration(is_client=True), None)
+    assert isinstance(plain, ScheduledQuicConnection) and plain.scheduler is None
     queue = client._streams_queue  # the override: what aioquic's _write_application walks
     assert isinstance(queue, ScheduledList) and queue.scheduler is client.scheduler
 
@@ -347,12 +354,30 @@ def test_priority_update_goes_on_the_control_stream(tmp_path: Path) -> None:
 
 
 class Recording(MonotonicProtocol):
+    """Counts what MonotonicProtocol's hooks see: datagrams in and out, transmits."""
+
     def __init__(self, quic: QuicConnection, **kwargs: Any) -> None:
         super().__init__(quic, **kwargs)
         self.seen: list[type] = []
+        self.calls = {"datagram_received": 0, "send_datagrams": 0, "before_timer": 0}
+        self.after_transmit_timers: list[bool] = []
 
     def quic_event_received(self, event: events.QuicEvent) -> None:
         self.seen.append(type(event))
+
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        self.calls["datagram_received"] += 1
+        super().datagram_received(data, addr)
+
+    def send_datagrams(self, datagrams: list[tuple[bytes, Any]]) -> None:
+        self.calls["send_datagrams"] += bool(datagrams)
+        super().send_datagrams(datagrams)
+
+    def before_timer(self) -> None:
+        self.calls["before_timer"] += 1
+
+    def after_transmit(self) -> None:  # the timer is armed by then
+        self.after_transmit_timers.append(self._timer_at == self.quic.get_timer())
 
 
 async def test_protocols_handshake_over_loopback_with_the_handlers(tmp_path: Path) -> None:
@@ -379,6 +404,9 @@ async def test_protocols_handshake_over_loopback_with_the_handlers(tmp_path: Pat
                 await asyncio.sleep(0.01)
         client.transmit_soon()
         client.process_events()
+        for protocol in (client, server):
+            assert all(count > 0 for count in protocol.calls.values()), protocol.calls
+            assert protocol.after_transmit_timers and all(protocol.after_transmit_timers)
     finally:
         client_transport.close()
         server_transport.close()
@@ -397,3 +425,23 @@ async def test_the_served_socket_is_the_listening_one(tmp_path: Path) -> None:
         assert sock.getsockname()[0] == "127.0.0.1"
     finally:
         server.close()
+
+
+def test_every_function_and_class_of_the_adapter_is_exercised_here() -> None:
+    """A new way into aioquic's internals comes with its test in this file."""
+    source = Path(__file__).read_text(encoding="utf-8")
+    own = [
+        name
+        for name, value in vars(adapter).items()
+        if (inspect.isfunction(value) or inspect.isclass(value))
+        and value.__module__ == adapter.__name__
+        and name not in ("Internal", "RttEstimates")
+    ]
+    methods = [
+        name
+        for cls in (AdaptedProtocol, MonotonicProtocol)
+        for name in vars(cls)
+        if not name.startswith("_") and name not in ("coalesce_transmit",)
+    ]
+    missing = [name for name in own + methods if name not in source.replace(f"def {name}", "")]
+    assert not missing, f"not exercised in tests/test_adapter.py: {missing}"
