@@ -21,6 +21,8 @@ import sys
 import time
 from typing import Any
 
+import uvloop
+
 from clients import h2client
 from clients.api import _one_line, _Run
 from clients.config import ClientConfig
@@ -223,8 +225,6 @@ async def _one_round(run: _Run, rec: AgentRound, conn: Any, after_loss: bool) ->
 
 
 def run_agent_sync(config: ClientConfig) -> list[AgentRound]:
-    import uvloop
-
     return uvloop.run(run_agent(config))
 
 

@@ -14,6 +14,7 @@ ngtcp2`` (protocol h3) Debian's gtlsclient makes the requests (clients/ngtcp2.py
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from pathlib import Path
 from clients.config import DEFAULT_PORT, DEFAULT_SAMPLE_HZ, ClientConfig
 from tbcore import kinds, units
 from tbcore.errors import SpecError
+from tbcore.records import AppliedLog, write_jsonl
 from tbcore.settings import add_flags, settings_from_flags
 
 EXIT_FAILED_REQUEST = 1
@@ -77,7 +79,6 @@ the ClientConfig and returns the RequestRecords it wrote."""
 
 def _requests(config: ClientConfig, args: argparse.Namespace) -> int:
     """Request records (clients.api): one line per request, 1 if a measured one failed."""
-    import importlib
 
     module, name = REQUEST_STACKS[config.settings.quic_stack]
     records = getattr(importlib.import_module(module), name)(config)
@@ -117,7 +118,6 @@ def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:
     """One upload over two paths (clients.multipath): ``progress 0 T`` on stdout when the
     timed transfer begins (a failover is scheduled from T), the TransferRecord to --records."""
     from clients.multipath import run_transfer
-    from tbcore.records import AppliedLog, write_jsonl
 
     text = args.sources or ""
     sources = tuple(s.strip() for s in text.split(","))

@@ -26,6 +26,7 @@ from clients.config import ClientConfig
 from clients.h2client import _fill
 from clients.workload import RequestSpec, ResponseCollector
 from proto.priority import PRIORITY_UPDATE_H3
+from proto.quic.adapter import send_h3_control_frame, stream_bytes_sent, stream_fully_sent
 from proto.quic.edge import (
     WatchedProtocol,
     make_udp_socket,
@@ -33,7 +34,6 @@ from proto.quic.edge import (
     quic_connection_of,
     quic_counters,
     quic_in_force,
-    stream_fully_sent,
 )
 from tbcore.records import RequestRecord
 
@@ -54,7 +54,7 @@ class H3ClientProtocol(WatchedProtocol):
         self.h3 = H3Connection(quic)
         self.pending: dict[int, _Pending] = {}
         self.handshake_done: float | None = None
-        self.handshake_event: asyncio.Future[None] = self._loop.create_future()
+        self.handshake_event: asyncio.Future[None] = self.loop.create_future()
         self.resumed: bool | None = None
         self.early_data_accepted: bool | None = None
         self.tickets: list[SessionTicket] = []
@@ -106,9 +106,7 @@ class H3ClientProtocol(WatchedProtocol):
 def send_priority_update(h3: H3Connection, stream_id: int, value: str) -> None:
     """RFC 9218 section 7.2: PRIORITY_UPDATE on the client's control stream."""
     payload = encode_uint_var(stream_id) + value.encode("ascii")
-    h3._quic.send_stream_data(
-        h3._local_control_stream_id, encode_frame(PRIORITY_UPDATE_H3, payload)
-    )
+    send_h3_control_frame(h3, encode_frame(PRIORITY_UPDATE_H3, payload))
 
 
 @dataclass
@@ -151,7 +149,7 @@ class H3Client:
         if proto.terminated_reason is not None:
             raise ConnectionError(proto.terminated_reason)
         loop = asyncio.get_running_loop()
-        quic = proto._quic
+        quic = proto.quic
         stream_id = quic.get_next_available_stream_id()
         pending = _Pending(ResponseCollector(spec), loop.create_future())
         proto.pending[stream_id] = pending
@@ -191,10 +189,8 @@ class H3Client:
                 record.request_last_byte = last_sent.result()
                 record.up_bytes = len(spec.body)
             else:
-                stream = quic._streams.get(stream_id)
                 # bytes of the stream put in packets (HTTP/3 framing included)
-                sent = stream.sender.highest_offset if stream is not None else 0
-                record.up_bytes = min(len(spec.body), sent)
+                record.up_bytes = min(len(spec.body), stream_bytes_sent(quic, stream_id))
             proto.pending.pop(stream_id, None)
             _fill(record, pending.collector, player)
         return pending.collector

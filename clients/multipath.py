@@ -24,20 +24,27 @@ cold (initcwnd), except ``split``'s, which its probe has grown. Times are CLOCK_
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import hashlib
+import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import uvloop
+
+from clients import h3client
 from clients.config import ClientConfig
 from clients.h2client import H2Client, open_connection
 from clients.workload import RequestSpec
+from proto.quic.edge import make_udp_socket, quic_counters
 from proto.tls import client_context
-from tbcore import workloads
+from tbcore import units, workloads
 from tbcore.errors import SpecError
 from tbcore.records import NO_APPLIED_LOG, AppliedLog, RequestRecord, TransferRecord
 from tbcore.settings import MULTIPATH_MODES, Settings
@@ -145,7 +152,6 @@ async def _opened(config: MultipathConfig, client: Any, index: int) -> Any:
 
 async def _post(client: H2Client, path: str, body: bytes, timeout_s: float) -> dict[str, Any]:
     """POST ``body`` and return the JSON answer; raises with a one-line reason on failure."""
-    import json
 
     spec = RequestSpec(
         workload="sink",
@@ -347,13 +353,6 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m clients.multipath --mode M --host H --port P --sources A,B [--size 30MB]
     [--chunk 1MB] [--probe 3MB] [--cc cubic]``: one upload. Prints ``{"started_s": T}`` when
     the timed transfer begins, then the result as one JSON line."""
-    import argparse
-    import json
-    import sys
-
-    import uvloop
-
-    from tbcore import units
 
     parser = argparse.ArgumentParser(prog="python -m clients.multipath")
     parser.add_argument(
@@ -449,8 +448,6 @@ async def run_quic_migration(
     timeouts in a row move the connection to a
     socket bound to ``sources[1]`` (aioquic: a new UDP endpoint for the same protocol and
     ``change_connection_id``); the server validates the new path and follows."""
-    from clients import h3client
-    from proto.quic.edge import make_udp_socket, quic_counters
 
     client_config = _client_config(config, config.sources[0], protocol="h3")
     config.applied.write(
@@ -486,8 +483,7 @@ async def run_quic_migration(
                 await loop.create_datagram_endpoint(lambda: protocol, sock=sock)
                 if getattr(protocol, "gso_socket", None) is not None:
                     protocol.gso_socket = sock  # type: ignore[attr-defined]
-                protocol._quic.change_connection_id()
-                protocol.transmit()
+                protocol.change_connection_id()  # aioquic's: new ID, then transmit
                 result.migrated_s = time.monotonic()
             elif result.migrated_s is not None and result.resumed_s is None and pto == 0:
                 result.resumed_s = now
@@ -554,7 +550,6 @@ def run_transfer(
 ) -> TransferRecord:
     """One upload over two paths as ``settings`` ask: HTTP/2 by ``settings.multipath``, or
     HTTP/3 from the first path migrating to the second (``protocol = h3``)."""
-    import uvloop
 
     config = upload_config(settings, host, port, sources, applied)
     run, label = TRANSFERS[settings.protocol]

@@ -47,10 +47,15 @@ from dataclasses import asdict, dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from netem import nsexec
 from netem.air import AirSpec
-from netem.benchload import check_compare, load_row, measure_load
+from netem.benchload import check_compare, iperf_server, load_row, measure_load
+from netem.emulator.control import EmulatorClient
 from netem.emulator.options import PATHS, EmulatorOptions
+from netem.link import Link
 from netem.linkspec import parse_link
 from netem.probe import probe_link, quantile
 from netem.stats import LinkStats
@@ -194,12 +199,7 @@ def udp_rcvbuf_errors(netns: str) -> int:
 
 def iperf(link: Any, *, udp: bool, rate_bps: float, config: BenchConfig) -> RateRun:
     """Run iperf3 client -> server across the link (UDP at 110 % of the rate, or TCP cubic)."""
-    server = nsexec.popen(
-        link.server_ns,
-        ["iperf3", "-s", "-1", "-B", link.server_addr, "-p", str(IPERF_PORT)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    server = iperf_server(link, IPERF_PORT)
     try:
         time.sleep(0.3)
         argv = [
@@ -294,7 +294,6 @@ def run_bench(
     emulator: EmulatorOptions | None = None,
 ) -> dict[str, Any]:
     """Measure the link backend; returns the JSON document :func:`print_table` shows."""
-    from netem.link import Link
 
     config = config or BenchConfig()
     say = progress or (lambda _msg: None)
@@ -361,7 +360,6 @@ def emulator_path(link: Any) -> dict[str, Any] | None:
     """The userspace emulator's packet path and knobs (its ``path`` command), or None."""
     if link.backend != "userspace":
         return None
-    from netem.emulator.control import EmulatorClient
 
     answer = EmulatorClient(link._state.control_path).request("path")
     return {k: v for k, v in answer.items() if k != "counters"}
@@ -374,7 +372,6 @@ def measure_air(
     emulator: EmulatorOptions | None = None,
 ) -> dict[str, Any]:
     """The air rows: probe RTT across the medium, and kernel TCP against its capacity."""
-    from netem.link import Link
 
     air = parse_link(AIR).air
     assert air is not None
@@ -442,7 +439,6 @@ def _load_cells(row: dict[str, Any]) -> tuple[str, ...]:
 
 def _table(title: str, columns: tuple[str, ...]) -> Any:
     """A rich table with right-justified ``columns``."""
-    from rich.table import Table
 
     table = Table(title=title)
     for col in columns:
@@ -451,8 +447,6 @@ def _table(title: str, columns: tuple[str, ...]) -> Any:
 
 
 def print_table(doc: dict[str, Any]) -> None:
-    from rich.console import Console
-
     console = Console(width=max(140, Console().width))
     path = doc.get("emulator") or {}
     knobs = "".join(f", {k} {v}" for k, v in path.items() if k != "path")

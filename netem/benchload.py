@@ -23,6 +23,7 @@ not on the PATH (the testbed does not ship them), and also when they are: drivin
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -114,7 +115,6 @@ def iperf_argv(server_addr: str, case: LoadCase, duration_s: float, omit_s: floa
 
 def goodput_bps(stdout: bytes) -> float:
     """The receiver's payload rate (``sum_received``: for UDP, ``sum`` is the sender's)."""
-    import json
 
     try:
         return float(json.loads(stdout)["end"]["sum_received"]["bits_per_second"])
@@ -122,15 +122,21 @@ def goodput_bps(stdout: bytes) -> float:
         raise RuntimeError(f"iperf3 gave no receiver result: {err}") from None
 
 
-def measure_case(link: Any, case: LoadCase, duration_s: float, omit_s: float) -> dict[str, Any]:
-    """One loaded row: iperf3 across ``link`` (already at ``case.link``), the probe beside it
-    once iperf3 is past its omitted start, the link's counters over the probe's window."""
-    server = nsexec.popen(
+def iperf_server(link: Any, port: int) -> subprocess.Popen[bytes]:
+    """iperf3's server for one test (``-1``) in the link's server namespace, on ``port``;
+    the caller gives it time to listen and waits for it."""
+    return nsexec.popen(
         link.server_ns,
-        ["iperf3", "-s", "-1", "-B", link.server_addr, "-p", str(IPERF_PORT)],
+        ["iperf3", "-s", "-1", "-B", link.server_addr, "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+
+
+def measure_case(link: Any, case: LoadCase, duration_s: float, omit_s: float) -> dict[str, Any]:
+    """One loaded row: iperf3 across ``link`` (already at ``case.link``), the probe beside it
+    once iperf3 is past its omitted start, the link's counters over the probe's window."""
+    server = iperf_server(link, IPERF_PORT)
     try:
         time.sleep(0.3)
         client = nsexec.popen(

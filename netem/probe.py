@@ -28,10 +28,14 @@ kernel-stamped p99 to 1.8 ms; with it 0.36-0.45 ms and 0.23-0.31 ms.
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import select
+import signal
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -353,10 +357,6 @@ def main(argv: list[str] | None = None) -> int:
     --to 198.18.2.2 --count 1000``; ``send`` prints :func:`summary` as JSON. Without the
     in-process echo, the up loss counts the highest echo count seen (see :func:`run_probe`).
     """
-    import argparse
-    import json
-    import signal
-    import sys
 
     parser = argparse.ArgumentParser(prog="python -m netem.probe")
     sub = parser.add_subparsers(dest="role", required=True)

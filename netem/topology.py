@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from pyroute2 import IPRoute, netns
+from pyroute2 import MPTCP, IPRoute, netns
 from pyroute2.ethtool.ioctl import IoctlEthtool
 
 from netem import names, sysctl
@@ -510,7 +510,6 @@ MPTCP_SUBFLOWS = 2
 def configure_mptcp(ns: str, subflow_endpoints: list[tuple[str, str]]) -> dict[str, Any]:
     """Set the path manager's limits in ``ns`` and add a ``subflow`` endpoint for each
     (address, device); returns what the kernel then reports (``ip mptcp`` via pyroute2)."""
-    from pyroute2 import MPTCP
 
     with in_netns(ns):
         mptcp = MPTCP()

@@ -120,7 +120,7 @@ def read_tcp_options(sock: Any) -> dict[str, Any]:
             return None
 
     pacing = read(socket.SOL_SOCKET, SO_MAX_PACING_RATE, 8)
-    protocol = read(socket.SOL_SOCKET, SO_PROTOCOL)
+    is_mptcp = read(socket.SOL_SOCKET, SO_PROTOCOL) == IPPROTO_MPTCP
     try:
         cc: str | None = get_congestion_control(sock)
     except OSError:
@@ -132,5 +132,5 @@ def read_tcp_options(sock: Any) -> dict[str, Any]:
         "rcvbuf": read(socket.SOL_SOCKET, socket.SO_RCVBUF),
         "max_pacing_rate": None if pacing is None else int.from_bytes(pacing, "little"),
         "notsent_lowat": read(socket.IPPROTO_TCP, TCP_NOTSENT_LOWAT),
-        "multipath": "mptcp" if protocol == IPPROTO_MPTCP else "tcp",
+        "multipath": "mptcp" if is_mptcp else "tcp",
     }

@@ -4,6 +4,7 @@ and the server/client SSL contexts (TLS 1.3 only, ALPN ``h2``)."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 import ssl
 import tempfile
@@ -37,7 +38,6 @@ def default_cert_dir() -> Path:
 
 def ensure_certificate(cert_dir: Path | None = None) -> CertPaths:
     """Return the certificate and key in ``cert_dir``, creating them on first use (atomically)."""
-    import ipaddress
 
     directory = cert_dir or default_cert_dir()
     paths = CertPaths(directory / "cert.pem", directory / "key.pem")

@@ -64,10 +64,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import ipaddress
 import socket
 from pathlib import Path
 from typing import Any
+
+import uvloop
 
 from servers.config import DEFAULT_PORT, ServerConfig
 from servers.guard import RETRY_MODES
@@ -192,8 +195,6 @@ run (tbcore.quicstack refuses the default h2/asr/30 ms ones); the harness passes
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import importlib
-
     if args.settings is None and args.knob_quic_stack not in (None, "aioquic"):
         args.settings = Settings(**NGTCP2_SERVE_BASE).to_json()
     config = config_from_args(args)
@@ -201,10 +202,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _relay(args: argparse.Namespace) -> int:
-    import uvloop
-
     from servers.relay import RelayConfig, serve_relay
-    from tbcore.settings import Settings
 
     host, sep, port = args.upstream.rpartition(":")
     if not sep or not host or not port.isascii() or not port.isdigit():

@@ -2,7 +2,7 @@
 protocols, each driving a ``QuicConnection`` and an ``H3Connection``.
 
 This replaces ``aioquic.asyncio.serve`` so that the server can pick its own connection class
-(:class:`proto.quic.edge.FixedWindowQuicConnection` for fixed windows), raise the UDP socket
+(:class:`proto.quic.adapter.FixedWindowQuicConnection` for fixed windows), raise the UDP socket
 buffers, use ``time.monotonic()`` as aioquic's clock and log garbage datagrams.
 """
 
@@ -20,7 +20,6 @@ from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic import events as qevents
 from aioquic.quic.configuration import SMALLEST_MAX_DATAGRAM_SIZE, QuicConfiguration
-from aioquic.quic.connection import QuicConnectionState
 from aioquic.quic.packet import (
     QuicErrorCode,
     QuicPacketType,
@@ -31,6 +30,7 @@ from aioquic.quic.packet import (
 from aioquic.quic.retry import QuicRetryTokenHandler
 
 from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H3
+from proto.quic.adapter import is_first_flight, stream_fully_sent
 from proto.quic.edge import (
     WatchedProtocol,
     make_udp_socket,
@@ -38,7 +38,6 @@ from proto.quic.edge import (
     quic_connection_of,
     quic_counters,
     quic_in_force,
-    stream_fully_sent,
 )
 from proto.tls import ensure_certificate
 from servers import app
@@ -104,8 +103,8 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             h3_events = self.h3.handle_event(event)
         except Exception as err:  # H3 layer refused the peer's bytes: close, keep serving
             self._log("error", now=now, reason=f"h3 error, closing: {err!r}"[:300])
-            self._quic.close(error_code=H3ErrorCode.H3_GENERAL_PROTOCOL_ERROR)
-            self._transmit_soon()
+            self.quic.close(error_code=H3ErrorCode.H3_GENERAL_PROTOCOL_ERROR)
+            self.transmit_soon()
             return
         for h3_event in h3_events:
             self._on_h3_event(h3_event, now)
@@ -117,7 +116,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
                 return  # trailers: ignored
             head = self._parse_head(event.stream_id, event.headers, now)
             if head is None:
-                self._quic.reset_stream(event.stream_id, H3ErrorCode.H3_MESSAGE_ERROR)
+                self.quic.reset_stream(event.stream_id, H3ErrorCode.H3_MESSAGE_ERROR)
                 return
             self._open_exchange(event.stream_id, head, now, event.stream_ended)
             if event.stream_ended:
@@ -183,7 +182,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
                 self._log("response_last_byte", stream=stream_id, now=t, bytes=body_length)
                 sampling[0] = True
 
-            self.watch(lambda: stream_fully_sent(self._quic, stream_id), last_byte)
+            self.watch(lambda: stream_fully_sent(self.quic, stream_id), last_byte)
         else:
             self._log("response_last_byte", stream=stream_id, bytes=0)
             sampling[0] = True
@@ -191,7 +190,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             # HTTP/3 (RFC 9114 section 4.1): a complete response may precede the end of the
             # request; STOP_SENDING(H3_NO_ERROR) asks the client to stop sending the body.
             try:
-                self._quic.stop_stream(stream_id, H3ErrorCode.H3_NO_ERROR)
+                self.quic.stop_stream(stream_id, H3ErrorCode.H3_NO_ERROR)
             except Exception:
                 pass
         self.transmit()
@@ -403,7 +402,7 @@ class H3Listener(asyncio.DatagramProtocol):
             session_ticket_handler=lambda ticket: self.tickets.__setitem__(ticket.ticket, ticket),
         )
         quic.receive_datagram(data, addr, now=now)
-        if quic._state == QuicConnectionState.FIRSTFLIGHT:
+        if is_first_flight(quic):
             # nothing decrypted: a forged or corrupt Initial; nothing of it is kept
             self._garbage(addr, "Initial did not decrypt")
             return None
@@ -439,9 +438,7 @@ class H3Listener(asyncio.DatagramProtocol):
             if protocol.handshake_deadline is not None:
                 protocol.handshake_deadline.cancel()
 
-        protocol._connection_id_issued_handler = issued
-        protocol._connection_id_retired_handler = retired
-        protocol._connection_terminated_handler = terminated
+        protocol.set_connection_handlers(issued=issued, retired=retired, terminated=terminated)
         protocol.admitted_source = source
         protocol.on_handshake_done = lambda: self._handshake_done(protocol)
         issued(header_cid_of(original_dcid, retry_scid))
@@ -451,7 +448,7 @@ class H3Listener(asyncio.DatagramProtocol):
         protocol.handshake_deadline = loop.call_later(
             self.ctx.config.handshake_timeout_s, self._handshake_timeout, protocol
         )
-        protocol._process_events()
+        protocol.process_events()
         protocol.transmit()
         return protocol
 
@@ -465,7 +462,7 @@ class H3Listener(asyncio.DatagramProtocol):
         protocol.handshake_deadline = None
         if protocol in self.handshaking and not protocol.terminated:
             protocol._log("error", reason="handshake not complete in time, closing")
-            protocol._quic.close(error_code=QuicErrorCode.CONNECTION_REFUSED)
+            protocol.quic.close(error_code=QuicErrorCode.CONNECTION_REFUSED)
             protocol.transmit()
 
     def _garbage(self, addr: Any, reason: str) -> None:

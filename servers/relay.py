@@ -41,8 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import signal
 import socket
 import ssl
+import sys
 from typing import Any
 
 import h2.config
@@ -53,6 +55,7 @@ import h2.exceptions
 from proto.http2 import start_connection
 from proto.sockopts import apply_tcp_options
 from proto.tls import client_context, ensure_certificate, server_context
+from servers import relay_h3
 from servers.relay_base import (
     CONNECT_TIMEOUT_S,
     HOP_BY_HOP,
@@ -365,7 +368,6 @@ class Relay(RelayState):
     async def start_h3(self, port: int) -> tuple[Any, tuple[str, int]]:
         """Open and warm the HTTP/3 upstream, then listen on UDP ``port``; returns the QUIC
         server and its address."""
-        from servers import relay_h3
 
         self.upstream_h3 = await relay_h3.connect_upstream_h3(self)
         await relay_h3.warm_h3(self, self.upstream_h3)
@@ -390,8 +392,6 @@ async def serve_relay(
     """Warm the upstreams, listen, print a listening line per side (h2 on TCP, then h3 on
     the same port number on UDP), serve until ``stop`` (or a signal when ``stop`` is
     None)."""
-    import signal
-    import sys
 
     out = sys.stdout if out is None else out
     loop = asyncio.get_running_loop()

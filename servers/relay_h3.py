@@ -26,12 +26,18 @@ import hashlib
 import ssl
 from typing import Any
 
-from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer, serve
 from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
 from aioquic.quic import events as qevents
 
+from proto.quic.adapter import (
+    AdaptedProtocol,
+    congestion_control_of,
+    peer_address,
+    rtt_estimates,
+    server_socket,
+)
 from proto.quic.edge import (
     PACING_OFF,
     make_quic_configuration,
@@ -57,16 +63,16 @@ H3_ERROR_REQUEST_CANCELLED = 0x010C
 """RFC 9114 section 8.1: H3_REQUEST_CANCELLED, for a stream whose other half was reset."""
 
 
-class CoalescingProtocol(QuicConnectionProtocol):
+class CoalescingProtocol(AdaptedProtocol):
     """A QUIC protocol that sends once per event-loop iteration instead of once per datagram
     received or forwarded: the loop reads a batch of datagrams per wake-up (libuv: up to 32),
     and each of aioquic's sends walks every stream, so the relay's forwarding, which touches
     two connections per datagram, would otherwise spend most of its CPU building packets."""
 
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
-        self._quic.receive_datagram(data, addr, now=self._loop.time())  # type: ignore[arg-type]
-        self._process_events()
-        self._transmit_soon()
+        self.quic.receive_datagram(data, addr, now=self.loop.time())  # type: ignore[arg-type]
+        self.process_events()
+        self.transmit_soon()
 
 
 class H3Upstream(CoalescingProtocol):
@@ -83,21 +89,21 @@ class H3Upstream(CoalescingProtocol):
         self, headers: list[tuple[bytes, bytes]], callbacks: StreamCallbacks, end: bool = False
     ) -> int:
         """Open a request stream with ``headers`` (ended at once for a request without body)."""
-        stream_id = self._quic.get_next_available_stream_id()
+        stream_id = self.quic.get_next_available_stream_id()
         self.streams[stream_id] = callbacks
         self.h3.send_headers(stream_id, headers, end_stream=end)
-        self._transmit_soon()
+        self.transmit_soon()
         return stream_id
 
     def send_data(self, stream_id: int, data: bytes, end: bool = False) -> None:
         if stream_id in self.streams:
             self.h3.send_data(stream_id, data, end_stream=end)
-            self._transmit_soon()
+            self.transmit_soon()
 
     def reset(self, stream_id: int) -> None:
         if self.streams.pop(stream_id, None) is not None:
-            self._quic.reset_stream(stream_id, H3_ERROR_REQUEST_CANCELLED)
-            self._transmit_soon()
+            self.quic.reset_stream(stream_id, H3_ERROR_REQUEST_CANCELLED)
+            self.transmit_soon()
 
     def quic_event_received(self, event: qevents.QuicEvent) -> None:
         if isinstance(event, qevents.ConnectionTerminated):
@@ -141,8 +147,8 @@ class H3Upstream(CoalescingProtocol):
         """PING the peer every :data:`KEEPALIVE_S` until the connection goes."""
         while not self.lost.done():
             await asyncio.sleep(KEEPALIVE_S)
-            self._quic.send_ping(0)
-            self._transmit_soon()
+            self.quic.send_ping(0)
+            self.transmit_soon()
 
 
 class H3Front(CoalescingProtocol):
@@ -158,8 +164,8 @@ class H3Front(CoalescingProtocol):
     def quic_event_received(self, event: qevents.QuicEvent) -> None:
         log = self.relay.log
         if isinstance(event, qevents.ProtocolNegotiated) and self.h3 is None:
-            self.h3 = H3Connection(self._quic)
-            peer = self._quic._network_paths[0].addr if self._quic._network_paths else None
+            self.h3 = H3Connection(self.quic)
+            peer = peer_address(self.quic)
             log.emit("front_connection_open", protocol="h3", conn=self.conn_id, peer=str(peer))
         elif isinstance(event, qevents.StreamReset):
             uid = self.to_upstream.pop(event.stream_id, None)
@@ -183,7 +189,7 @@ class H3Front(CoalescingProtocol):
         upstream = self.relay.upstream_h3
         if upstream is None or upstream.lost.done():
             self.h3.send_headers(sid, [(b":status", b"502")], end_stream=True)
-            self._transmit_soon()
+            self.transmit_soon()
             return
         uid = upstream.request(
             self.relay.forward_headers(list(event.headers), self.relay.authority_h3),
@@ -214,24 +220,24 @@ class H3Front(CoalescingProtocol):
             log.emit("upstream_response_first_byte", conn=self.conn_id, stream=sid)
             kept = [(k, v) for k, v in headers if k.lower() not in HOP_BY_HOP]
             self.h3.send_headers(sid, kept, end_stream=ended)
-            self._transmit_soon()
+            self.transmit_soon()
 
         def on_data(data: bytes) -> None:
             assert self.h3 is not None
             self.h3.send_data(sid, data, end_stream=False)
-            self._transmit_soon()
+            self.transmit_soon()
 
         def on_end() -> None:
             assert self.h3 is not None
             self.to_upstream.pop(sid, None)
             self.h3.send_data(sid, b"", end_stream=True)
-            self._transmit_soon()
+            self.transmit_soon()
             log.emit("front_response_last_byte", conn=self.conn_id, stream=sid)
 
         def on_reset() -> None:
             self.to_upstream.pop(sid, None)
-            self._quic.reset_stream(sid, H3_ERROR_REQUEST_CANCELLED)
-            self._transmit_soon()
+            self.quic.reset_stream(sid, H3_ERROR_REQUEST_CANCELLED)
+            self.transmit_soon()
 
         return StreamCallbacks(on_headers, on_data, on_end, on_reset)
 
@@ -273,12 +279,11 @@ async def warm_h3(relay: RelayState, upstream: H3Upstream) -> None:
     for _ in range(relay.config.warmup):
         await fetch(upstream, "POST", "/sink", relay.authority_h3, body)
         await fetch(upstream, "GET", "/tts", relay.authority_h3)
-    recovery = upstream._quic._loss
-    rtt = getattr(recovery, "_rtt_smoothed", None)
-    cwnd = getattr(getattr(recovery, "_cc", None), "congestion_window", None)
-    facts: dict[str, Any] = {"rtt_s": rtt}
-    if cwnd is not None:
-        facts["cwnd_segments"] = int(cwnd // UPSTREAM_DATAGRAM_BYTES)
+    cwnd = congestion_control_of(upstream.quic).congestion_window
+    facts: dict[str, Any] = {
+        "rtt_s": rtt_estimates(upstream.quic).smoothed_s,
+        "cwnd_segments": int(cwnd // UPSTREAM_DATAGRAM_BYTES),
+    }
     relay.log.emit("warmup_done", protocol="h3", rounds=relay.config.warmup, **facts)
 
 
@@ -299,7 +304,7 @@ async def listen_h3(relay: RelayState, port: int) -> tuple[QuicServer, tuple[str
         return H3Front(*args, relay=relay, conn_id=relay.front_ids, **kwargs)
 
     server = await serve(config.bind, port, configuration=configuration, create_protocol=create)
-    sock = server._transport.get_extra_info("socket")
+    sock = server_socket(server)
     # a burst of unpaced datagrams overflows the 208 KB default buffer (as the server's)
     set_udp_buffers(sock, DEFAULT_UDP_BUFFER_BYTES)
     host, bound = sock.getsockname()[:2]

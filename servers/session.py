@@ -112,28 +112,33 @@ class ExchangeStreams:
             return
         self.cancelled_at[stream_id] = now
         self._log("stream_cancelled", stream=stream_id, now=now, how=how, error_code=error_code)
+        self._stop_task(stream_id)
+
+    def _stop_task(self, stream_id: int) -> None:
+        """Cancel the stream's response task, if it still runs."""
         task = self.tasks.pop(stream_id, None)
         if task is not None:
             task.cancel()
+
+    def _truncate(self, stream_id: int, exchange: app.Exchange, now: float, reason: str) -> None:
+        """An upload still short of its length ends here: logged as truncated, once."""
+        if not exchange.finished and exchange.truncated:
+            exchange.finished = True
+            self._log_truncated(stream_id, exchange, now, reason)
 
     def _on_reset(self, stream_id: int, error_code: int, now: float) -> None:
         self._log("stream_reset", stream=stream_id, now=now, error_code=int(error_code))
         if stream_id in self.started and stream_id in self.tasks:
             self._on_cancel(stream_id, int(error_code), now, "reset")
         exchange = self.exchanges.get(stream_id)
-        if exchange is not None and not exchange.finished and exchange.truncated:
-            exchange.finished = True
-            self._log_truncated(stream_id, exchange, now, "stream reset by peer")
-        task = self.tasks.pop(stream_id, None)
-        if task is not None:
-            task.cancel()
+        if exchange is not None:
+            self._truncate(stream_id, exchange, now, "stream reset by peer")
+        self._stop_task(stream_id)
 
     def _truncate_open(self, now: float, reason: str) -> None:
         """The connection is going: every upload still short of its length is truncated."""
         for stream_id, exchange in self.exchanges.items():
-            if not exchange.finished and exchange.truncated:
-                exchange.finished = True
-                self._log_truncated(stream_id, exchange, now, reason)
+            self._truncate(stream_id, exchange, now, reason)
 
     def _close_streams(self, now: float) -> None:
         """The connection closed: log the truncated uploads and cancel every response."""

@@ -16,6 +16,7 @@ from typing import Any
 
 from tbcore import agent, fecmath, quicstack, workloads
 from tbcore.errors import SpecError
+from tbcore.registry import Registry
 
 INITIAL_WINDOW_PACKETS = 10
 """RFC 6928 (TCP, Linux's TCP_INIT_CWND, what a route without ``initcwnd`` gets) and RFC 9002
@@ -77,6 +78,9 @@ class ProtocolKind:
     controls: Callable[[Any], tuple[str, ...]] = lambda s: ()
     """The congestion controls its stack has (empty: it takes none; ``cc`` is refused
     when it names another)."""
+    stack_of: Callable[[Any], str | None] = lambda s: None
+    """The implementation that carries it, from the settings (``quic_stack`` for h3); None:
+    it has one only (runs.csv's ``quic_stack`` column stays empty)."""
 
 
 @dataclass(frozen=True)
@@ -137,51 +141,15 @@ class TopologyKind:
     """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope)."""
 
 
-PROTOCOLS: dict[str, ProtocolKind] = {}
-WORKLOADS: dict[str, WorkloadKind] = {}
-TOPOLOGIES: dict[str, TopologyKind] = {}
-
-
-def register_protocol(kind: ProtocolKind) -> ProtocolKind:
-    if kind.name in PROTOCOLS:
-        raise ValueError(f"protocol {kind.name!r} registered twice")
-    PROTOCOLS[kind.name] = kind
-    return kind
-
-
-def register_workload(kind: WorkloadKind) -> WorkloadKind:
-    if kind.name in WORKLOADS:
-        raise ValueError(f"workload {kind.name!r} registered twice")
-    WORKLOADS[kind.name] = kind
-    return kind
-
-
-def register_topology(kind: TopologyKind) -> TopologyKind:
-    if kind.name in TOPOLOGIES:
-        raise ValueError(f"topology {kind.name!r} registered twice")
-    TOPOLOGIES[kind.name] = kind
-    return kind
-
-
-def topology(name: str) -> TopologyKind:
-    try:
-        return TOPOLOGIES[name]
-    except KeyError:
-        raise SpecError("topology", f"{name!r} is not one of {', '.join(TOPOLOGIES)}") from None
-
-
-def protocol(name: str) -> ProtocolKind:
-    try:
-        return PROTOCOLS[name]
-    except KeyError:
-        raise SpecError("protocol", f"{name!r} is not one of {', '.join(PROTOCOLS)}") from None
-
-
-def workload(name: str) -> WorkloadKind:
-    try:
-        return WORKLOADS[name]
-    except KeyError:
-        raise SpecError("workload", f"{name!r} is not one of {', '.join(WORKLOADS)}") from None
+PROTOCOLS: Registry[ProtocolKind] = Registry("protocol")
+WORKLOADS: Registry[WorkloadKind] = Registry("workload")
+TOPOLOGIES: Registry[TopologyKind] = Registry("topology")
+register_protocol = PROTOCOLS.register
+register_workload = WORKLOADS.register
+register_topology = TOPOLOGIES.register
+protocol = PROTOCOLS.lookup
+workload = WORKLOADS.lookup
+topology = TOPOLOGIES.lookup
 
 
 def traits_of(kind: ProtocolKind | WorkloadKind | TopologyKind) -> frozenset[str]:
@@ -227,6 +195,7 @@ register_protocol(
         transport="udp",
         cc_of=lambda s: quicstack.control_of(s),
         controls=lambda s: quicstack.controls_of(s),
+        stack_of=lambda s: s.quic_stack,
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
         # aioquic paces unless told off (rate = cwnd / srtt); ngtcp2's binaries never

@@ -152,11 +152,18 @@ def _check_processing(settings: Any, route: FileRoute) -> None:
         )
 
 
-def check(settings: Any) -> None:
-    """Refuse, in one line naming the knob, a ``quic_stack`` that would have no effect and
+def check(settings: Any, *, has_stacks: bool) -> None:
+    """Refuse, in one line naming the knob, a ``quic_stack`` that would have no effect (on a
+    protocol with no choice of stack: ``has_stacks`` False, from its kind's ``stack_of``) and
     an ngtcp2 level that asks for what gtlsclient/gtlsserver cannot do."""
     if settings.quic_stack == DEFAULT_QUIC_STACK:
-        return  # its scope (protocol h3 only) is tbcore.settings' to check
+        return
+    if not has_stacks:
+        raise SpecError(
+            "quic_stack",
+            f"{settings.quic_stack} is an HTTP/3 stack: it takes effect on protocol h3 only, "
+            f"not {settings.protocol}",
+        )
     route = route_of(settings)
     if settings.connection != "new":
         raise SpecError(

@@ -15,6 +15,7 @@ version when an existing field changes meaning).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import os
@@ -138,6 +139,16 @@ class Snapshot:
         return asdict(self)  # type: ignore[call-overload]
 
 
+BBR_COUNTERS = (
+    "delivery_rate",
+    "bbr_mode",
+    "bbr_bw",
+    "bbr_min_rtt_us",
+    "bbr_pacing_gain",
+    "bbr_cwnd_gain",
+)
+"""What only a BBR control fills in a QUIC sender sample (None otherwise); tcp_bbr_info's
+units."""
 QUIC_SAMPLE_FIELDS = (
     "bytes_in_flight",
     "cwnd",
@@ -149,12 +160,7 @@ QUIC_SAMPLE_FIELDS = (
     "packets_lost",
     "pto_count",
     "pacing_rate",
-    "delivery_rate",
-    "bbr_mode",
-    "bbr_bw",
-    "bbr_min_rtt_us",
-    "bbr_pacing_gain",
-    "bbr_cwnd_gain",
+    *BBR_COUNTERS,
 )
 """Columns of a QUIC sender sample (aioquic's recovery state, in TCP_INFO's units):
 ``pacing_rate`` (bytes/s) is the pacer's; ``delivery_rate`` and the ``bbr_*`` columns only a
@@ -509,7 +515,6 @@ def write_csv(path: Path, cls: type[Record], records: Iterable[Record]) -> None:
     for item in records:
         data = clean_json(item.to_dict())
         rows.append(["" if data[c] is None else data[c] for c in columns])
-    import io
 
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")

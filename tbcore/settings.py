@@ -679,11 +679,7 @@ class _SettingsBase:
             raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
-        stack = KNOBS["quic_stack"]
-        refused = stack.scope.refusal(s) if s.quic_stack != stack.default else None
-        if refused is not None:
-            raise SpecError("quic_stack", f"{s.quic_stack} is an HTTP/3 stack: {refused}")
-        quicstack.check(s)
+        quicstack.check(s, has_stacks=kind.stack_of(s) is not None)
 
     @property
     def quic_control(self) -> str:

@@ -158,3 +158,133 @@ def test_the_string_check_finds_a_parse(tmp_path: Path) -> None:
         "from netem import linkspec\nx = linkspec.parse_link(s)\ny = resolve_link(s)\n"
     )
     assert string_link_calls(module) == [2, 3]
+
+
+ADAPTER = "proto/quic/adapter.py"
+"""The one module that touches aioquic's internals (its docstring says which and why)."""
+AIOQUIC_INTERNAL_MODULES = (
+    "aioquic.quic.recovery",
+    "aioquic.quic.congestion",
+    "aioquic.quic.packet_builder",
+    "aioquic.quic.stream",
+)
+"""Modules of aioquic outside its documented API: imported by the adapter only."""
+
+
+def aioquic_private_names() -> set[str]:
+    """Every private name aioquic's classes define: methods and ``self._x`` attributes."""
+    import aioquic
+
+    names: set[str] = set()
+    for path in Path(aioquic.__file__).parent.rglob("*.py"):
+        for cls in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            for node in ast.walk(cls):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    names.add(node.name)
+                elif isinstance(node, ast.Attribute) and getattr(node.value, "id", "") == "self":
+                    names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def own_private_names(package: str, private: set[str]) -> set[str]:
+    """Names of ``private`` that the package's own classes also define (``self._x = ``):
+    an access to one of those on another object is taken for the package's own."""
+    names: set[str] = set()
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and getattr(node.value, "id", "") == "self"
+                and node.attr in private
+            ):
+                names.add(node.attr)
+    return names
+
+
+def derives_from_aioquic(module: str, name: str) -> bool:
+    import importlib
+    import inspect
+
+    cls = getattr(importlib.import_module(module), name, None)
+    if not inspect.isclass(cls):
+        return False
+    return any(base.__module__.startswith("aioquic") for base in inspect.getmro(cls)[1:])
+
+
+def aioquic_internal_uses(path: Path, private: set[str], own: set[str]) -> list[str]:
+    """Where ``path`` touches a private name of aioquic: ``x._name`` (``own`` names excepted
+    on objects other than self), ``getattr(x, "_name")``, ``self._name`` or ``def _name`` in a
+    class derived from an aioquic class, and imports of private names or internal modules."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    module = module_name(path)
+    found: list[str] = []
+
+    def visit(node: ast.AST, cls: str | None) -> None:
+        for child in ast.iter_child_nodes(node):
+            where = f"{path.relative_to(ROOT)}:{getattr(child, 'lineno', 0)}"
+            if isinstance(child, ast.ImportFrom) and (child.module or "").startswith("aioquic"):
+                mod = child.module or ""
+                if mod.startswith(AIOQUIC_INTERNAL_MODULES) or "._" in mod:
+                    found.append(f"{where}: from {mod} import")
+                found.extend(f"{where}: import {a.name}" for a in child.names if a.name[0] == "_")
+            elif isinstance(child, ast.Attribute) and child.attr in private:
+                on_self = getattr(child.value, "id", "") in ("self", "cls")
+                if (not on_self and child.attr not in own) or (
+                    on_self and cls and derives_from_aioquic(module, cls)
+                ):
+                    found.append(f"{where}: {ast.unparse(child)}")
+            elif isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) and cls:
+                if child.name in private and derives_from_aioquic(module, cls):
+                    found.append(f"{where}: def {child.name} in {cls}")
+            elif isinstance(child, ast.Call) and getattr(child.func, "id", "") in (
+                "getattr",
+                "setattr",
+                "hasattr",
+            ):
+                args = child.args
+                if len(args) > 1 and isinstance(args[1], ast.Constant) and args[1].value in private:
+                    found.append(f"{where}: {ast.unparse(child)}")
+            visit(child, child.name if isinstance(child, ast.ClassDef) else cls)
+
+    visit(tree, None)
+    return found
+
+
+def test_aioquic_internals_are_touched_in_the_adapter_only() -> None:
+    private = aioquic_private_names()
+    found = []
+    for package in PACKAGES:
+        own = own_private_names(package, private)
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if str(path.relative_to(ROOT)) != ADAPTER:
+                found += aioquic_internal_uses(path, private, own)
+    assert not found, "aioquic internals outside proto/quic/adapter.py: " + "; ".join(found)
+
+
+def test_the_internals_check_finds_each_kind_of_use(tmp_path: Path) -> None:
+    private = aioquic_private_names()
+    assert {"_loss", "_streams_queue", "_transmit_soon", "_write_stream_limits"} <= private
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from aioquic.quic.recovery import QuicPacketPacer\n"
+        "x = quic._loss._cc\n"
+        "y = getattr(recovery, '_rtt_smoothed', None)\n"
+        "z = link._state\n"
+    )
+    old_root = globals()["ROOT"]
+    globals()["ROOT"] = tmp_path
+    try:
+        found = aioquic_internal_uses(module, private, own={"_state"})
+    finally:
+        globals()["ROOT"] = old_root
+    assert [f.split(": ", 1)[1] for f in found] == [
+        "from aioquic.quic.recovery import",
+        "quic._loss._cc",
+        "quic._loss",
+        "getattr(recovery, '_rtt_smoothed', None)",
+    ]
+    adapter = ROOT / ADAPTER
+    assert len(aioquic_internal_uses(adapter, private, set())) > 40  # it does find them

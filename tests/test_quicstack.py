@@ -32,7 +32,7 @@ def test_aioquics_default_control_is_the_knobs() -> None:
 
 
 def test_ngtcp2_takes_effect_on_h3_only() -> None:
-    with pytest.raises(SpecError, match=r"quic_stack: ngtcp2 is an HTTP/3 stack.*not 'h2'"):
+    with pytest.raises(SpecError, match=r"quic_stack: ngtcp2 is an HTTP/3 stack.*not h2"):
         Settings(quic_stack="ngtcp2", workload="tts", processing_audio_s=0.0)
 
 

@@ -11,12 +11,8 @@ import pytest
 from aioquic.quic import events
 from aioquic.quic.connection import QuicConnection
 
-from proto.quic.edge import (
-    FixedWindowQuicConnection,
-    make_quic_configuration,
-    make_quic_connection,
-    stream_fully_sent,
-)
+from proto.quic.adapter import FixedWindowQuicConnection, stream_fully_sent
+from proto.quic.edge import make_quic_configuration, make_quic_connection
 from proto.tls import ensure_certificate
 from tbcore.errors import SpecError
 
@@ -293,8 +289,9 @@ def test_ack_delay_beyond_max_ack_delay_is_refused(tmp_path: Path, bad: object) 
 
 
 def test_bbr_connection_gets_the_control_pacer_and_the_ack_hook(tmp_path: Path) -> None:
+    from proto.quic.adapter import congestion_control_of
     from proto.quic.bbr import BbrCongestionControl
-    from proto.quic.edge import ControlPacer, congestion_control_of
+    from proto.quic.edge import ControlPacer
 
     client, _server = connections(
         tmp_path,
@@ -371,7 +368,8 @@ def test_bbr_under_random_loss_beats_reno_in_memory(tmp_path: Path) -> None:
 
 
 def test_app_limited_check_marks_a_sender_with_nothing_to_send(tmp_path: Path) -> None:
-    from proto.quic.edge import app_limited_check, congestion_control_of
+    from proto.quic.adapter import congestion_control_of
+    from proto.quic.edge import app_limited_check
 
     client, server = connections(
         tmp_path, server_config={"cc": "bbr"}, client_config={"cc": "bbr"}, window=None

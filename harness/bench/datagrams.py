@@ -38,7 +38,9 @@ from typing import Any
 
 import uvloop
 
+from clients.api import run_requests
 from clients.config import ClientConfig
+from clients.ngtcp2 import run_requests as run_ngtcp2
 from harness.run.stacks import testbed_argv, wait_listening
 from netem import nsexec, topology
 from proto.qlogseq import SEQ_SUFFIX, parse_qlog_seq
@@ -131,12 +133,8 @@ def _client(settings: Settings, qlog_dir: Path) -> tuple[list[Any], float, float
     config = ClientConfig(host="127.0.0.1", port=BENCH_PORT, settings=settings, qlog_dir=qlog_dir)
     self_before, kids_before = _usage_s(resource.RUSAGE_SELF), _usage_s(resource.RUSAGE_CHILDREN)
     if settings.quic_stack == "ngtcp2":
-        from clients.ngtcp2 import run_requests as run_ngtcp2
-
         records = run_ngtcp2(config)
     else:
-        from clients.api import run_requests
-
         records = uvloop.run(run_requests(config))
     self_s = _usage_s(resource.RUSAGE_SELF) - self_before
     kids_s = _usage_s(resource.RUSAGE_CHILDREN) - kids_before

@@ -113,8 +113,31 @@ class Parts:
         return asdict(self)  # type: ignore[call-overload]
 
 
+class RequestParts(Parts):
+    """The parts of a request's bound (MODELS.md sections 1-8), mixed into a frozen bound
+    dataclass with those fields and ``total_s`` / ``expected_s`` (``init=False``): the
+    total is set-up + feedback + window + serialisation + propagation + processing, the
+    expectation adds the retransmission rounds."""
+
+    PARTS: ClassVar[tuple[str, ...]] = (
+        "setup_s",
+        "feedback_s",
+        "window_s",
+        "serialisation_s",
+        "propagation_s",
+        "processing_s",
+        "retransmission_s",
+    )
+    OUTSIDE_TOTAL: ClassVar[tuple[str, ...]] = ("retransmission_s",)
+
+    def __post_init__(self) -> None:
+        total = self._sum_parts()
+        object.__setattr__(self, "total_s", total)
+        object.__setattr__(self, "expected_s", total + self.retransmission_s)  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
-class RequestBound(Parts):
+class RequestBound(RequestParts):
     """The lower bound of one request and its parts, in seconds; the inputs ride along.
 
     ``total_s`` is the loss-free bound: set-up + feedback + window + serialisation +
@@ -175,22 +198,6 @@ class RequestBound(Parts):
     """The loss-free lower bound: the sum of the parts but ``retransmission_s``."""
     expected_s: float = field(init=False)
     """``total_s + retransmission_s``: the expected completion under independent loss."""
-
-    PARTS = (
-        "setup_s",
-        "feedback_s",
-        "window_s",
-        "serialisation_s",
-        "propagation_s",
-        "processing_s",
-        "retransmission_s",
-    )
-    OUTSIDE_TOTAL = ("retransmission_s",)
-
-    def __post_init__(self) -> None:
-        total = self._sum_parts()
-        object.__setattr__(self, "total_s", total)
-        object.__setattr__(self, "expected_s", total + self.retransmission_s)
 
 
 def _transfer(

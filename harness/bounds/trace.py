@@ -31,7 +31,7 @@ from harness.bounds.base import (
     _non_negative,
 )
 from harness.bounds.bottleneck import Bottleneck
-from harness.bounds.request import Parts
+from harness.bounds.request import RequestParts
 from harness.bounds.retransmission import retransmission_rounds
 from harness.bounds.setup import setup_rtts
 from netem.linkspec import DirectionSpec
@@ -101,7 +101,7 @@ def direction_transfer_done_s(spec: DirectionSpec, size_bytes: int, start_s: flo
 
 
 @dataclass(frozen=True)
-class TraceRequestBound(Parts):
+class TraceRequestBound(RequestParts):
     """The lower bound of one request whose path follows a capacity trace on one direction
     or both, by part, in seconds from the request's start. The round model is
     :func:`harness.bounds.request.direction_rounds`' (a window's successor leaves when the
@@ -140,22 +140,6 @@ class TraceRequestBound(Parts):
     """Kept for the row's columns: capped windows' waits are in ``feedback_s`` here."""
     total_s: float = field(init=False)
     expected_s: float = field(init=False)
-
-    PARTS = (
-        "setup_s",
-        "feedback_s",
-        "window_s",
-        "serialisation_s",
-        "propagation_s",
-        "processing_s",
-        "retransmission_s",
-    )
-    OUTSIDE_TOTAL = ("retransmission_s",)
-
-    def __post_init__(self) -> None:
-        total = self._sum_parts()
-        object.__setattr__(self, "total_s", total)
-        object.__setattr__(self, "expected_s", total + self.retransmission_s)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness import bounds
+from netem.linkspec import resolve_link
 from tbcore.errors import SpecError
 from tbcore.units import (
     parse_count,
@@ -136,8 +137,6 @@ def request_from_args(args: argparse.Namespace) -> bounds.RequestBound:
     """Build the bound from the flags; a bad or missing value raises SpecError('--flag')."""
     values: dict[str, Any] = {}
     if args.link is not None:
-        from netem.linkspec import resolve_link
-
         try:
             link = resolve_link(args.link)
         except SpecError as err:

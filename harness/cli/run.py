@@ -17,7 +17,20 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from harness.plan.planner import DEFAULT_ATTEMPTS
+from harness.spec import experiment as specmod
 from tbcore import paths
+from tbcore.control import check_address
 from tbcore.errors import SpecError
 from tbcore.units import parse_count
 
@@ -78,8 +91,6 @@ def _attempts(text: str) -> int:
 
 
 def _add_attempts(parser: argparse.ArgumentParser, env: str | None = None) -> None:
-    from harness.plan.planner import DEFAULT_ATTEMPTS
-
     parser.add_argument(
         "--attempts",
         type=_attempts,
@@ -91,7 +102,6 @@ def _add_attempts(parser: argparse.ArgumentParser, env: str | None = None) -> No
 
 def attempts_of(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
     """``--attempts``, else ``TESTBED_ATTEMPTS``, else the default."""
-    from harness.plan.planner import DEFAULT_ATTEMPTS
 
     if args.attempts is not None:
         return args.attempts
@@ -102,8 +112,6 @@ class RichProgress:
     """The progress bar of a run: run id, level, ETA (rich); plain lines when not a tty."""
 
     def __init__(self, label: str, console: Any = None) -> None:
-        from rich.console import Console
-
         self.console = console or Console(stderr=True)
         self.label = label
         self.progress: Any = None
@@ -117,15 +125,6 @@ class RichProgress:
         console.print(f"  {message}", markup=False, highlight=False)
 
     def __call__(self, what: str, run: Any, data: dict[str, Any] | None) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
         if what == "plan":
             assert data is not None
             self.console.print(
@@ -227,7 +226,6 @@ def _preflight(command: str, backend: str) -> bool:
 
 def _run(args: argparse.Namespace) -> int:
     from harness.run.runner import run_experiment
-    from harness.spec import experiment as specmod
 
     _terminate_cleanly()
     remote = _remote_of(args)
@@ -285,7 +283,6 @@ def _remote_of(args: argparse.Namespace) -> Any:
     from harness.remote.channel import RemoteHost
     from harness.remote.path import RemoteRun
     from harness.remote.pathprobe import ProbePlan
-    from tbcore.control import check_address
 
     if args.remote_addr is not None:
         check_address(args.remote_addr, "remote_addr")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import bounds
-from harness.collect.rowparts import RowPart, register_row_part
+from harness.collect.rowparts import RowPart, read_run_records, register_row_part
 from harness.collect.traces import positions_at, run_clocks, trace_columns
 from harness.spec.paths import end_to_end
 from harness.store.resultdir import atomic_write_text
@@ -25,7 +25,7 @@ from netem.linkspec import LinkSpec
 from netem.topologyspec import Topology
 from netem.traceclock import TraceClock
 from tbcore import kinds
-from tbcore.records import AgentRound, RecordError, read_jsonl, write_csv
+from tbcore.records import AgentRound, write_csv
 from tbcore.settings import Settings
 
 REPLY_BYTES = 256
@@ -127,11 +127,7 @@ def agent_part(
     error: str | None,
     fired: Sequence[dict[str, Any]],
 ) -> RowPart:
-    try:
-        rounds = read_jsonl(run_dir / "records.jsonl", AgentRound)
-    except (OSError, RecordError) as err:
-        rounds = []
-        error = error or f"no agent rounds: {err}"
+    rounds, error = read_run_records(run_dir, AgentRound, error, "agent rounds")
     write_csv(run_dir / ROUNDS_FILE, AgentRound, rounds)
     rounds = [r for r in rounds if not r.warmup]  # warm-up rounds: the connection's set-up
     done = [r for r in rounds if r.end_s is not None]

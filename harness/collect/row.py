@@ -38,7 +38,7 @@ from tbcore import fecmath, kinds
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
-from tbcore.settings import KNOBS, Settings
+from tbcore.settings import Settings
 
 RUN_FILE = "run.json"
 RECORDS_FILE = "records.jsonl"
@@ -314,9 +314,7 @@ def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
         "route": settings.route if path.kind == "relay" else None,
         "multipath": settings.multipath if path.kind == "dual" else None,
         "cc": kinds.protocol(settings.protocol).cc_of(settings),
-        "quic_stack": settings.quic_stack
-        if KNOBS["quic_stack"].scope.refusal(settings) is None
-        else None,
+        "quic_stack": kinds.protocol(settings.protocol).stack_of(settings),
         "paced": sender_paces(settings),
         "rtt_s": link.rtt_s,
         "loss": max(link.up.mean_loss, link.down.mean_loss),

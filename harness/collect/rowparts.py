@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
+
+from tbcore.records import Record, RecordError, read_jsonl
 
 
 @dataclass
@@ -25,6 +28,21 @@ class RowPart:
 
 
 ROW_PARTS: dict[str, Callable[..., RowPart]] = {}
+
+
+R = TypeVar("R", bound=Record)
+
+
+def read_run_records(
+    run_dir: Path, cls: type[R], error: str | None, what: str
+) -> tuple[list[R], str | None]:
+    """The run's records.jsonl as ``cls`` records, with the run's error: a file missing or
+    unreadable leaves no records and, when the run had no error yet, the error ``no
+    {what}: ...``."""
+    try:
+        return read_jsonl(run_dir / "records.jsonl", cls), error
+    except (OSError, RecordError) as err:
+        return [], error or f"no {what}: {err}"
 
 
 def register_row_part(records: str, builder: Callable[..., RowPart]) -> None:

@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import bounds
-from harness.collect.rowparts import RowPart, register_row_part
+from harness.collect.rowparts import RowPart, read_run_records, register_row_part
 from netem.topologyspec import Topology
 from tbcore import kinds
-from tbcore.records import RecordError, TransferRecord, read_jsonl
+from tbcore.records import RecordError, TransferRecord
 from tbcore.settings import Settings
 
 
@@ -57,11 +57,7 @@ def transfer_part(
     error: str | None,
     fired: Sequence[dict[str, Any]],
 ) -> RowPart:
-    try:
-        records = read_jsonl(run_dir / "records.jsonl", TransferRecord)
-    except (OSError, RecordError) as err:
-        records = []
-        error = error or f"no transfer record: {err}"
+    records, error = read_run_records(run_dir, TransferRecord, error, "transfer record")
     if not records:
         return RowPart({"up_bytes": settings.size_bytes or 0, "down_bytes": 0}, error or
                        "no transfer record", None, None, None)  # fmt: skip

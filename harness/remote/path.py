@@ -33,6 +33,7 @@ from harness.run.stacks import testbed_argv
 from harness.store.resultdir import atomic_write_json
 from netem import capture, sysctl, topology
 from netem.linkspec import LinkSpec
+from tbcore import kinds
 from tbcore.control import DIR_PLACEHOLDER
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
@@ -438,7 +439,6 @@ class RemoteRun:
 def check_spec(spec: Any) -> None:
     """What a real path cannot do, refused in one line before anything starts: levels
     with different links (the path is measured, not set), route metrics, link events."""
-    from tbcore import kinds
 
     links = {str(level.link) for level in spec.levels}
     if len(links) > 1:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness.run.lock import exclusive_run
 from harness.run.stacks import start_server
 from harness.spec.experiment import ExperimentSpec, Level
 from netem.topologyspec import Edge, Topology
@@ -161,8 +162,6 @@ def emulated(
 ) -> Iterator[RunPaths]:
     """A link for each shape of path among ``levels`` (the first level's specs to start
     with), brought up in the levels' order, all down on the way out."""
-    from harness.run.lock import exclusive_run
-
     try:
         from netem.link import Link
     except ImportError as err:

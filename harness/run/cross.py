@@ -33,6 +33,7 @@ from typing import Any
 
 from harness.spec.cross import cross_of, data_direction
 from harness.store.resultdir import atomic_write_json
+from netem import nsexec
 from tbcore.cross import CrossTraffic
 from tbcore.errors import SpecError
 from tbcore.processes import stop_process
@@ -172,7 +173,6 @@ def competing(
         cross=str(settings.cross), kind=traffic.kind, flows=traffic.flows, cc=traffic.cc,
         rate_bps=traffic.rate_bps, direction=direction, port=port, lead_s=settings.cross_lead_s,
     )  # fmt: skip
-    from netem import nsexec
 
     server = client = None
     try:

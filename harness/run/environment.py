@@ -9,6 +9,8 @@ import platform
 from importlib import metadata
 from typing import Any
 
+from netem import topology
+
 VERSIONED_PACKAGES = (
     "aioquic",
     "h2",
@@ -86,8 +88,6 @@ def _sysctls(link: Any) -> dict[str, Any]:
 
 
 def _qdiscs(link: Any) -> dict[str, Any]:
-    from netem import topology
-
     qdiscs: dict[str, Any] = {}
     for role in ROLES:
         with topology.ipr(link.ns(role)) as ip:

@@ -13,6 +13,7 @@ from typing import Any
 
 from harness.collect.row import QLOG_DIR
 from harness.store.resultdir import atomic_write_json
+from netem import nsexec
 from netem.linkspec import LinkSpec
 from tbcore import kinds
 from tbcore.processes import stop_process
@@ -114,7 +115,6 @@ def _name(proc: subprocess.Popen) -> str:
 def popen_endpoint(ns: str | None, argv: list[str], **kwargs: Any) -> subprocess.Popen:
     """A stack process (client, server, relay) in namespace ``ns`` at the endpoints'
     priority (:data:`ENDPOINT_RR_PRIORITY`, else :data:`ENDPOINT_NICE`)."""
-    from netem import nsexec
 
     return nsexec.popen(ns, argv, nice=ENDPOINT_NICE, rr_priority=ENDPOINT_RR_PRIORITY, **kwargs)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.stacks import start_in_namespace, testbed_argv, write_settings
-from tbcore.errors import SpecError
 from tbcore.processes import stop_process
+from tbcore.registry import Registry
 from tbcore.settings import Settings
 
 RELAY_STOP_TIMEOUT_S = 10.0
@@ -53,21 +53,9 @@ class TopologyRun:
     middle: Middle = _nothing
 
 
-RUNS: dict[str, TopologyRun] = {}
-
-
-def register(run: TopologyRun) -> TopologyRun:
-    if run.name in RUNS:
-        raise ValueError(f"topology {run.name!r} registered twice")
-    RUNS[run.name] = run
-    return run
-
-
-def topology_run(name: str) -> TopologyRun:
-    try:
-        return RUNS[name]
-    except KeyError:
-        raise SpecError("topology", f"{name!r} has no run of its own ({', '.join(RUNS)})") from None
+RUNS: Registry[TopologyRun] = Registry("topology", "{name!r} has no run of its own ({names})")
+register = RUNS.register
+topology_run = RUNS.lookup
 
 
 def _straight(link: Any, settings: Settings, port: int) -> Target:

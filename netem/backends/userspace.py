@@ -14,6 +14,7 @@ emulator serves it unchanged. Link up waits for the line ``ready`` on a pipe
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -86,7 +87,6 @@ def emulator_argv(
 ) -> list[str]:
     """The emulator's command line (the contract in netem/emulator/__main__.py); with
     ``edge_short`` and ``devices`` the one of an edge of a multi-link topology."""
-    import json
 
     argv = [
         sys.executable,

@@ -47,13 +47,12 @@ import random
 from enum import IntEnum
 from typing import Any
 
-from aioquic.quic.congestion.base import (
+from proto.quic.adapter import (
     K_INITIAL_WINDOW,
     QuicCongestionControl,
+    QuicSentPacket,
     register_congestion_control,
 )
-from aioquic.quic.packet_builder import QuicSentPacket
-
 from proto.quic.delivery import DeliveryRateEstimator, PacketSendState, RateSample
 from proto.quic.minmax import WindowedFilter
 

@@ -1,11 +1,10 @@
-"""QUIC pieces shared by the HTTP/3 server and client: configuration, fixed flow-control
-windows, and the datagram edge (one protocol per connection over a shared UDP transport).
+"""QUIC pieces shared by the HTTP/3 server and client: configuration, the connection with
+the testbed's window, pacing and ACK delay, the pacers, the sender counters, and the
+datagram edge (one protocol per connection over a shared UDP transport).
 
-aioquic doubles its flow-control limits whenever half of them has been used
-(``QuicConnection._write_connection_limits`` / ``_write_stream_limits``), so a QUIC
-receive window grows without bound. :class:`FixedWindowQuicConnection` keeps the credit it
-grants at a fixed size instead: like a TCP receiver with a clamped window, it advertises
-``consumed + window`` whenever less than half the window is left.
+What of this needs aioquic's internals (fixed flow-control windows, the stream order, the
+pacer and congestion control of a connection, the protocol's timer) reaches them through
+:mod:`proto.quic.adapter`, the one module that touches them.
 """
 
 from __future__ import annotations
@@ -17,19 +16,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.logger import QuicFileLogger
-from aioquic.quic.packet import QuicFrameType
-from aioquic.quic.packet_builder import QuicPacketBuilder
-from aioquic.quic.recovery import QuicPacketPacer
 
 from proto.priority import Scheduler
+from proto.quic.adapter import (
+    MonotonicProtocol,
+    QuicPacketPacer,
+    ScheduledFixedWindowQuicConnection,
+    ScheduledQuicConnection,
+    ack_delay_s_of,
+    congestion_control_of,
+    hook_ack_end,
+    hook_packets_lost,
+    install_pacer,
+    max_datagram_size_of,
+    pacer_of,
+    pacing_holds,
+    packets_sent,
+    rtt_estimates,
+    set_ack_delay_s,
+)
 from proto.quic.bbr import BbrCongestionControl  # registers "bbr" with aioquic
 from proto.sockopts import set_udp_buffers
 from proto.watchers import Callback, Condition, Watchers
 from tbcore.errors import SpecError
+from tbcore.records import BBR_COUNTERS
 from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
 
 H3_ALPN = ["h3"]
@@ -40,8 +53,6 @@ UDP_GSO_MAX_SEGMENTS = 64
 UDP_GSO_MAX_BYTES = 65_000
 """A GSO send is one UDP datagram to the kernel: its payload stays under 64 KiB."""
 QUIC_IDLE_TIMEOUT_S = 60.0
-MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
-"""Frame type + stream id + limit, as varints (aioquic's own constant is private)."""
 
 
 def make_quic_configuration(
@@ -71,50 +82,6 @@ def make_quic_configuration(
     if keylog is not None:
         config.secrets_log_file = keylog
     return config
-
-
-class FixedWindowQuicConnection(QuicConnection):
-    """A QuicConnection whose MAX_DATA / MAX_STREAM_DATA credit stays ``window_bytes``."""
-
-    def __init__(self, *args: Any, window_bytes: int, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.window_bytes = window_bytes
-
-    def _write_connection_limits(self, builder: QuicPacketBuilder, space: Any) -> None:
-        limit = self._local_max_data
-        if limit.value - limit.used < self.window_bytes // 2:
-            limit.value = limit.used + self.window_bytes
-        # the parent doubles max_data when used * 2 > value; keep it from doing so by
-        # presenting it a "used" below half, then restore the real count
-        used = limit.used
-        limit.used = 0
-        try:
-            super()._write_connection_limits(builder, space)
-        finally:
-            limit.used = used
-
-    def _write_stream_limits(self, builder: QuicPacketBuilder, space: Any, stream: Any) -> None:
-        if not stream.max_stream_data_local:
-            return
-        consumed = stream.receiver.highest_offset
-        if stream.max_stream_data_local - consumed < self.window_bytes // 2:
-            stream.max_stream_data_local = consumed + self.window_bytes
-        if stream.max_stream_data_local_sent != stream.max_stream_data_local:
-            buf = builder.start_frame(
-                QuicFrameType.MAX_STREAM_DATA,
-                capacity=MAX_STREAM_DATA_FRAME_CAPACITY,
-                handler=self._on_max_stream_data_delivery,
-                handler_args=(stream,),
-            )
-            buf.push_uint_var(stream.stream_id)
-            buf.push_uint_var(stream.max_stream_data_local)
-            stream.max_stream_data_local_sent = stream.max_stream_data_local
-            if self._quic_logger is not None:
-                builder.quic_logger_frames.append(
-                    self._quic_logger.encode_max_stream_data_frame(
-                        maximum=stream.max_stream_data_local, stream_id=stream.stream_id
-                    )
-                )
 
 
 PACING_CWND = "cwnd"
@@ -151,6 +118,7 @@ class RatePacer(QuicPacketPacer):
         max_rate_bps: float | None = None,
     ) -> None:
         super().__init__(max_datagram_size=max_datagram_size)
+        self.datagram_size_bytes = max_datagram_size
         self.fixed_rate_bps = fixed_rate_bps
         self.max_rate_bps = max_rate_bps
         if fixed_rate_bps is not None:
@@ -158,7 +126,7 @@ class RatePacer(QuicPacketPacer):
             self.bucket_time = self.bucket_max
 
     def _set_rate(self, rate_bytes: float) -> None:
-        self.packet_time = self._max_datagram_size / rate_bytes
+        self.packet_time = self.datagram_size_bytes / rate_bytes
         self.bucket_max = max(
             PACING_BURST_DATAGRAMS * self.packet_time, 2 * PACING_TIMER_GRANULARITY_S
         )
@@ -243,7 +211,7 @@ class ControlPacer(RatePacer):
             self._set_rate(rate)
 
     def _set_rate(self, rate_bytes: float) -> None:
-        self.packet_time = self._max_datagram_size / rate_bytes
+        self.packet_time = self.datagram_size_bytes / rate_bytes
         burst = self.control.burst_datagrams * self.packet_time
         self.bucket_max = max(burst, 2 * PACING_TIMER_GRANULARITY_S)
         self.bucket_time = min(self.bucket_time, self.bucket_max)
@@ -274,7 +242,7 @@ def set_pacing(
     the control's pacing rate when it has one), ``"off"``, or a fixed rate in bit/s.
     ``max_rate_bps`` caps it, like SO_MAX_PACING_RATE for TCP: cwnd / srtt or the control's
     rate at most that (with ``"off"`` or a higher fixed rate: that rate)."""
-    mds = quic._max_datagram_size
+    mds = max_datagram_size_of(quic)
     control = congestion_control_of(quic)
     if isinstance(control, BbrCongestionControl) and max_rate_bps is not None:
         control.max_pacing_rate_bytes_per_s = max_rate_bps / BITS_PER_BYTE
@@ -300,47 +268,23 @@ def set_pacing(
     install_pacer(quic, pacer)
 
 
-# --- aioquic internals that a congestion control of the testbed needs ------------------------
-# (QuicConnection._loss is its QuicPacketRecovery; _loss._cc the control, _loss._pacer the
-# pacer, _pacing_at the time pacing holds the next packet back to.)
-
-
-def congestion_control_of(quic: QuicConnection) -> Any:
-    """The connection's congestion control (aioquic's ``_loss._cc``)."""
-    return quic._loss._cc
-
-
-def install_pacer(quic: QuicConnection, pacer: QuicPacketPacer) -> None:
-    """Replace the recovery's pacer (aioquic's ``_loss._pacer``)."""
-    quic._loss._pacer = pacer
-
-
 def pacer_rate_bytes_per_s(quic: QuicConnection) -> float | None:
     """The rate the connection's pacer holds now (None: not pacing)."""
-    pacer = quic._loss._pacer
+    pacer = pacer_of(quic)
     if isinstance(pacer, ControlPacer):
         return pacer.rate_bytes_per_s or None
     packet_time = pacer.packet_time
     if packet_time is None or isinstance(pacer, NoPacer):
         return None
-    return quic._max_datagram_size / packet_time
+    return max_datagram_size_of(quic) / packet_time
 
 
-def hook_ack_end(quic: QuicConnection) -> None:
+def hook_bbr_ack_end(quic: QuicConnection) -> None:
     """Tell a control that wants it (:meth:`BbrCongestionControl.on_ack_end`) when each ACK
-    frame has been processed: aioquic's recovery reports acknowledged packets one by one,
-    then losses, and has no callback of its own for the end."""
+    frame has been processed."""
     control = congestion_control_of(quic)
-    if not isinstance(control, BbrCongestionControl):
-        return
-    recovery = quic._loss
-    on_ack_received = recovery.on_ack_received
-
-    def on_ack_received_then_end(*, now: float, **kw: Any) -> None:
-        on_ack_received(now=now, **kw)
-        control.on_ack_end(now=now)
-
-    recovery.on_ack_received = on_ack_received_then_end
+    if isinstance(control, BbrCongestionControl):
+        hook_ack_end(quic, lambda now: control.on_ack_end(now=now))
 
 
 def app_limited_check(quic: QuicConnection) -> Callable[[], None] | None:
@@ -350,65 +294,15 @@ def app_limited_check(quic: QuicConnection) -> Callable[[], None] | None:
     control = congestion_control_of(quic)
     if not isinstance(control, BbrCongestionControl):
         return None
-    room_bytes = quic._max_datagram_size
+    room_bytes = max_datagram_size_of(quic)
 
     def check() -> None:
-        if quic._pacing_at is None and (
+        if not pacing_holds(quic) and (
             control.congestion_window - control.bytes_in_flight >= room_bytes
         ):
             control.on_app_limited()
 
     return check
-
-
-class ScheduledList(list):
-    """A list that iterates in a scheduler's order; appends and extends stay plain."""
-
-    scheduler: Scheduler | None = None
-
-    def __iter__(self) -> Any:
-        items = list.__iter__(self)
-        if self.scheduler is None or len(self) < 2:
-            return items
-        by_id = {stream.stream_id: stream for stream in items}
-        return iter([by_id[sid] for sid in self.scheduler.order(list(by_id))])
-
-
-class ScheduledStreamsMixin:
-    """aioquic serves its streams round robin: ``_write_application`` walks
-    ``self._streams_queue`` for every packet and moves the streams that sent to the end.
-    Here that attribute always holds a :class:`ScheduledList`, which iterates in the order
-    of a :class:`proto.priority.Scheduler` (FIFO, RFC 9218 urgency, or round robin), so
-    every packet is filled from the stream the policy picks, retransmissions included."""
-
-    @property
-    def scheduler(self) -> Scheduler | None:
-        return self.__dict__.get("_scheduler")
-
-    @scheduler.setter
-    def scheduler(self, value: Scheduler | None) -> None:
-        self.__dict__["_scheduler"] = value
-        queue = self.__dict__.get("_stored_streams_queue")
-        if queue is not None:
-            queue.scheduler = value
-
-    @property
-    def _streams_queue(self) -> ScheduledList:
-        return self.__dict__["_stored_streams_queue"]
-
-    @_streams_queue.setter
-    def _streams_queue(self, value: list[Any]) -> None:
-        queue = ScheduledList(list.__iter__(value))
-        queue.scheduler = self.__dict__.get("_scheduler")
-        self.__dict__["_stored_streams_queue"] = queue
-
-
-class ScheduledQuicConnection(ScheduledStreamsMixin, QuicConnection):
-    """A QuicConnection whose stream service order follows a scheduler."""
-
-
-class ScheduledFixedWindowQuicConnection(ScheduledStreamsMixin, FixedWindowQuicConnection):
-    """Fixed windows and a scheduled stream order."""
 
 
 def make_quic_connection(
@@ -444,9 +338,9 @@ def make_quic_connection(
         )
     quic.scheduler = scheduler  # type: ignore[attr-defined]
     set_pacing(quic, pacing, max_pacing_rate_bps)
-    hook_ack_end(quic)
+    hook_bbr_ack_end(quic)
     if ack_delay_s is not None:
-        quic._ack_delay = float(ack_delay_s)
+        set_ack_delay_s(quic, ack_delay_s)
     return quic
 
 
@@ -480,18 +374,9 @@ def quic_connection_of(
     )
 
 
-def stream_fully_sent(quic: QuicConnection, stream_id: int) -> bool:
-    """True once every byte of a finished stream has been put in a packet at least once."""
-    stream = quic._streams.get(stream_id)
-    if stream is None:
-        return True
-    sender = stream.sender
-    fin = sender._buffer_fin
-    return fin is not None and sender.highest_offset >= fin and not sender._pending_eof
-
-
-class WatchedProtocol(QuicConnectionProtocol):
-    """QuicConnectionProtocol with "after transmit" watchers: callbacks that fire once a
+class WatchedProtocol(MonotonicProtocol):
+    """aioquic's protocol on ``time.monotonic()`` (:class:`~proto.quic.adapter.
+    MonotonicProtocol`) with "after transmit" watchers: callbacks that fire once a
     condition on the connection holds (e.g. a stream's last byte has left)."""
 
     def __init__(self, quic: QuicConnection, **kwargs: Any) -> None:
@@ -503,22 +388,17 @@ class WatchedProtocol(QuicConnectionProtocol):
         self._watchers = Watchers()
         self.packets_lost = 0
         """Packets declared lost by aioquic's recovery (it keeps no counter of its own)."""
-        recovery = quic._loss
-        on_lost = recovery._on_packets_lost
-
-        def counting_on_lost(*, packets: Any, **kw: Any) -> None:
-            packets = list(packets)
-            self.packets_lost += len(packets)
-            on_lost(packets=packets, **kw)
-
-        recovery._on_packets_lost = counting_on_lost
+        hook_packets_lost(quic, self._count_lost)
         self._app_limited_check = app_limited_check(quic)
+
+    def _count_lost(self, count: int) -> None:
+        self.packets_lost += count
 
     def _send_segmented(self, datagrams: list[tuple[bytes, Any]]) -> None:
         """Send runs of equal-size datagrams (the last of a run may be shorter) with one
         ``sendmsg`` each, as UDP GSO segments: one system call per run, not per packet."""
         sock = self.gso_socket
-        transport = self._transport
+        transport = self.transport
         assert sock is not None and transport is not None
         count = len(datagrams)
         index = 0
@@ -561,55 +441,17 @@ class WatchedProtocol(QuicConnectionProtocol):
     def watch(self, condition: Condition, callback: Callback) -> None:
         self._watchers.add(condition, callback)
 
-    # aioquic's protocol takes ``now`` from loop.time(), which uvloop truncates to whole
-    # milliseconds; these overrides feed it time.monotonic() (same clock, full resolution).
-    def connect(self, addr: Any, transmit: bool = True) -> None:
-        self._quic.connect(addr, now=time.monotonic())
-        if transmit:
-            self.transmit()
-
-    def datagram_received(self, data: bytes | str, addr: Any) -> None:
-        self._quic.receive_datagram(data, addr, now=time.monotonic())  # type: ignore[arg-type]
-        self._process_events()
-        # one transmit per batch of datagrams read in a loop iteration (libuv reads up to
-        # 32 per wake-up), not one per datagram: datagrams_to_send() costs ~10 us even when
-        # it has nothing to send, and each ACK it would send alone is a packet more
-        if self.coalesce_transmit:
-            self._transmit_soon()
-        else:
-            self.transmit()
-
-    def _handle_timer(self) -> None:
-        now = max(self._timer_at or 0.0, time.monotonic())
-        self._timer = None
-        self._timer_at = None
-        self._quic.handle_timer(now=now)
-        self._process_events()
-        self.transmit()
-
-    def transmit(self) -> None:
-        if self._transmit_task is not None:
-            self._transmit_task.cancel()
-            self._transmit_task = None
-        if self._transport is None or self._transport.is_closing():
-            return  # closed under us (a client abandoned by its caller): nothing to send on
-        now = time.monotonic()
-        datagrams = self._quic.datagrams_to_send(now=now)
+    def send_datagrams(self, datagrams: list[tuple[bytes, Any]]) -> None:
         if self.gso_socket is not None and len(datagrams) > 1:
             self._send_segmented(datagrams)
         else:
-            sendto = self._transport.sendto  # type: ignore[union-attr]
-            for data, addr in datagrams:
-                sendto(data, addr)
+            super().send_datagrams(datagrams)
+
+    def before_timer(self) -> None:
         if self._app_limited_check is not None:
             self._app_limited_check()
-        timer_at = self._quic.get_timer()
-        if self._timer is not None and self._timer_at != timer_at:
-            self._timer.cancel()
-            self._timer = None
-        if self._timer is None and timer_at is not None:
-            self._timer = self._loop.call_at(timer_at, self._handle_timer)
-        self._timer_at = timer_at
+
+    def after_transmit(self) -> None:
         if self._watchers:
             self._watchers.fire(time.monotonic())
 
@@ -627,24 +469,13 @@ def make_udp_socket(host: str, port: int, buffer_bytes: int) -> socket.socket:
     return sock
 
 
-BBR_COUNTERS = (
-    "delivery_rate",
-    "bbr_mode",
-    "bbr_bw",
-    "bbr_min_rtt_us",
-    "bbr_pacing_gain",
-    "bbr_cwnd_gain",
-)
-"""What only a BBR control fills (None otherwise); tcp_bbr_info's units."""
-
-
 def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
     """The sender state of a QUIC connection, in the units of the TCP_INFO samples (and of
     tcp_bbr_info for BBR's: bytes/s, µs, gains x 256)."""
-    quic = protocol._quic
-    loss = quic._loss
-    cc = loss._cc
-    min_rtt = loss._rtt_min
+    quic = protocol.quic
+    cc = congestion_control_of(quic)
+    rtt = rtt_estimates(quic)
+    min_rtt = rtt.min_s
     rate = pacer_rate_bytes_per_s(quic)
     if isinstance(cc, BbrCongestionControl):
         control = cc.counters()
@@ -656,29 +487,29 @@ def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
         "bytes_in_flight": cc.bytes_in_flight,
         "cwnd": cc.congestion_window,
         "ssthresh": cc.ssthresh,
-        "smoothed_rtt_us": int(loss._rtt_smoothed * 1e6),
-        "latest_rtt_us": int(loss._rtt_latest * 1e6),
+        "smoothed_rtt_us": int(rtt.smoothed_s * 1e6),
+        "latest_rtt_us": int(rtt.latest_s * 1e6),
         "min_rtt_us": None if min_rtt == float("inf") else int(min_rtt * 1e6),
-        "packets_sent": quic._packet_number,
+        "packets_sent": packets_sent(quic),
         "packets_lost": protocol.packets_lost,
-        "pto_count": loss._pto_count,
+        "pto_count": rtt.pto_count,
     }
 
 
 def quic_in_force(protocol: WatchedProtocol) -> dict[str, Any]:
-    """What a QUIC connection runs with as aioquic holds it (this module is the one adapter
-    to its internals), by knob key: congestion control and pacer classes, datagram size,
+    """What a QUIC connection runs with as aioquic holds it (read through
+    :mod:`proto.quic.adapter`), by knob key: congestion control and pacer classes, datagram size,
     flow-control credit, ACK delay, and whether datagrams leave in GSO batches."""
-    quic = protocol._quic
-    pacer = quic._loss._pacer
-    control = type(quic._loss._cc).__name__
+    quic = protocol.quic
+    pacer = pacer_of(quic)
+    control = type(congestion_control_of(quic)).__name__
     return {
         "cc": control,  # cc names QUIC's control too (quic_cc overrides it)
         "quic_cc": control,
-        "max_datagram_size": quic._max_datagram_size,
+        "max_datagram_size": max_datagram_size_of(quic),
         "quic_max_data": [quic.configuration.max_data, getattr(quic, "window_bytes", None)],
         "quic_pacing": [type(pacer).__name__, getattr(pacer, "fixed_rate_bps", None)],
         "max_pacing_rate": getattr(pacer, "max_rate_bps", None),
-        "quic_ack_delay": quic._ack_delay,
+        "quic_ack_delay": ack_delay_s_of(quic),
         "quic_batching": protocol.gso_socket is not None,
     }

@@ -1,0 +1,494 @@
+"""The one adapter to aioquic's internals: every private attribute, private method and
+internal module of aioquic that the testbed reads, replaces or overrides is named here, and
+the rest of the tree reaches it only through the functions and classes of this module
+(tests/test_layers.py fails on a private aioquic name touched anywhere else).
+
+Read from aioquic 1.7.2 (:data:`AIOQUIC_VERSION`). aioquic's public API (its documentation:
+``QuicConfiguration``, the public methods of ``QuicConnection`` and ``H3Connection``, the
+events, ``QuicConnectionProtocol``'s public methods, ``serve``/``connect``, the loggers) has
+no way to read a connection's congestion control, pacer or RTT estimates, to change its
+ACK delay or flow-control growth, or to order its streams; those are what :data:`INTERNALS`
+lists, one entry each with why the testbed needs it. tests/test_adapter.py checks each on
+real objects made the way the testbed makes them, so an upgrade that moves or renames one
+fails there, before a run records nonsense.
+
+The internal modules (``aioquic.quic.recovery``, ``aioquic.quic.congestion.*``,
+``aioquic.quic.packet_builder``, ``aioquic.quic.stream``) are imported here only; the
+classes the testbed subclasses or types with are re-exported from here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aioquic.asyncio.protocol import QuicConnectionProtocol
+from aioquic.asyncio.server import QuicServer
+from aioquic.h3.connection import H3Connection
+from aioquic.quic.congestion.base import (
+    K_INITIAL_WINDOW,
+    QuicCongestionControl,
+    register_congestion_control,
+)
+from aioquic.quic.connection import QuicConnection, QuicConnectionState
+from aioquic.quic.packet import QuicFrameType
+from aioquic.quic.packet_builder import QuicPacketBuilder, QuicSentPacket
+from aioquic.quic.recovery import QuicPacketPacer, QuicPacketRecovery
+from aioquic.quic.stream import QuicStream
+
+from proto.priority import Scheduler
+
+__all__ = [
+    "K_INITIAL_WINDOW",
+    "QuicCongestionControl",
+    "QuicPacketPacer",
+    "QuicPacketRecovery",
+    "QuicSentPacket",
+    "register_congestion_control",
+]
+
+AIOQUIC_VERSION = "1.7.2"
+"""The aioquic release these internals were read from (pyproject.toml pins it)."""
+MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
+"""Frame type + stream id + limit, as varints (aioquic's own constant is private)."""
+
+
+@dataclass(frozen=True)
+class Internal:
+    """One private name of aioquic the adapter touches."""
+
+    owner: str
+    """The aioquic class (module.Class) that holds it."""
+    name: str
+    """The attribute or method name."""
+    use: str
+    """read, replace (the attribute is reassigned or wrapped) or override (a subclass)."""
+    why: str
+    """What the testbed needs it for."""
+
+
+INTERNALS: tuple[Internal, ...] = (
+    Internal("quic.connection.QuicConnection", "_loss", "read",
+             "the recovery: congestion control, pacer, RTT estimates, loss hook"),
+    Internal("quic.connection.QuicConnection", "_max_datagram_size", "read",
+             "the datagram size pacers and the app-limited check count in"),
+    Internal("quic.connection.QuicConnection", "_pacing_at", "read",
+             "whether the pacer held the sender back (BBR's app-limited check)"),
+    Internal("quic.connection.QuicConnection", "_ack_delay", "replace",
+             "quic_ack_delay: aioquic's only ACK-frequency knob (1 ms by default)"),
+    Internal("quic.connection.QuicConnection", "_streams", "read",
+             "a stream's sender: the last byte put in a packet, bytes sent"),
+    Internal("quic.connection.QuicConnection", "_streams_queue", "override",
+             "send_policy: the order streams fill packets in (aioquic: round robin)"),
+    Internal("quic.connection.QuicConnection", "_packet_number", "read",
+             "packets sent, for the sender counters"),
+    Internal("quic.connection.QuicConnection", "_state", "read",
+             "an Initial that did not decrypt leaves the connection in FIRSTFLIGHT"),
+    Internal("quic.connection.QuicConnection", "_network_paths", "read",
+             "the peer's address, for the relay's log"),
+    Internal("quic.connection.QuicConnection", "_local_max_data", "read",
+             "quic_max_data: the connection credit a fixed window holds"),
+    Internal("quic.connection.QuicConnection", "_quic_logger", "read",
+             "qlog of the MAX_STREAM_DATA frames a fixed window writes itself"),
+    Internal("quic.connection.QuicConnection", "_on_max_stream_data_delivery", "read",
+             "the delivery handler of a MAX_STREAM_DATA frame written by a fixed window"),
+    Internal("quic.connection.QuicConnection", "_write_connection_limits", "override",
+             "quic_max_data: MAX_DATA stays consumed + window instead of doubling"),
+    Internal("quic.connection.QuicConnection", "_write_stream_limits", "override",
+             "quic_max_data: MAX_STREAM_DATA stays consumed + window"),
+    Internal("quic.recovery.QuicPacketRecovery", "_cc", "read",
+             "the congestion control: counters, BBR's pacing rate and hooks"),
+    Internal("quic.recovery.QuicPacketRecovery", "_pacer", "replace",
+             "quic_pacing / max_pacing_rate: the testbed's pacers"),
+    Internal("quic.recovery.QuicPacketRecovery", "_rtt_smoothed", "read", "counters"),
+    Internal("quic.recovery.QuicPacketRecovery", "_rtt_latest", "read", "counters"),
+    Internal("quic.recovery.QuicPacketRecovery", "_rtt_min", "read", "counters"),
+    Internal("quic.recovery.QuicPacketRecovery", "_pto_count", "read",
+             "counters; the migration client's path-failure signal"),
+    Internal("quic.recovery.QuicPacketRecovery", "_on_packets_lost", "replace",
+             "a count of packets declared lost (aioquic keeps none)"),
+    Internal("quic.recovery.QuicPacketRecovery", "on_ack_received", "replace",
+             "public, but wrapped: BBR wants the end of each ACK frame"),
+    Internal("quic.stream.QuicStreamSender", "_buffer_fin", "read",
+             "the stream's final offset: when its last byte has left"),
+    Internal("quic.stream.QuicStreamSender", "_pending_eof", "read",
+             "a FIN not yet put in a packet"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_quic", "read",
+             "the connection a protocol drives"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_loop", "read",
+             "the protocol's event loop, for its futures and timers"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_transport", "read",
+             "the UDP transport a transmit sends on"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_timer", "replace",
+             "transmit re-arms the connection's timer (time.monotonic clock)"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_timer_at", "replace",
+             "transmit re-arms the connection's timer (time.monotonic clock)"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_transmit_task", "replace",
+             "a transmit cancels the one scheduled by _transmit_soon"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_handle_timer", "override",
+             "the timer fires with time.monotonic() as now (uvloop truncates loop.time)"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_process_events", "read",
+             "hand the connection's events to quic_event_received"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_transmit_soon", "read",
+             "one transmit per event-loop iteration"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_connection_id_issued_handler",
+             "replace", "the server's own demultiplexer learns a connection's IDs"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_connection_id_retired_handler",
+             "replace", "the server's own demultiplexer forgets a retired ID"),
+    Internal("asyncio.protocol.QuicConnectionProtocol", "_connection_terminated_handler",
+             "replace", "the server's own demultiplexer drops a closed connection"),
+    Internal("h3.connection.H3Connection", "_quic", "read",
+             "PRIORITY_UPDATE goes on the client's control stream"),
+    Internal("h3.connection.H3Connection", "_local_control_stream_id", "read",
+             "PRIORITY_UPDATE goes on the client's control stream"),
+    Internal("asyncio.server.QuicServer", "_transport", "read",
+             "the relay raises its listening socket's buffers"),
+)  # fmt: skip
+"""Every private aioquic name this module touches (tests/test_adapter.py checks each)."""
+
+
+# --- the connection and its recovery ------------------------------------------------------
+def recovery_of(quic: QuicConnection) -> QuicPacketRecovery:
+    """The connection's loss recovery (``QuicConnection._loss``)."""
+    return quic._loss
+
+
+def congestion_control_of(quic: QuicConnection) -> QuicCongestionControl:
+    """The connection's congestion control (``_loss._cc``)."""
+    return quic._loss._cc
+
+
+def pacer_of(quic: QuicConnection) -> QuicPacketPacer:
+    """The recovery's pacer (``_loss._pacer``)."""
+    return quic._loss._pacer
+
+
+def install_pacer(quic: QuicConnection, pacer: QuicPacketPacer) -> None:
+    """Replace the recovery's pacer (``_loss._pacer``)."""
+    quic._loss._pacer = pacer
+
+
+def max_datagram_size_of(quic: QuicConnection) -> int:
+    """The largest datagram the connection sends now (``_max_datagram_size``)."""
+    return quic._max_datagram_size
+
+
+def pacing_holds(quic: QuicConnection) -> bool:
+    """True when the pacer held the last ``datagrams_to_send`` back (``_pacing_at``)."""
+    return quic._pacing_at is not None
+
+
+def ack_delay_s_of(quic: QuicConnection) -> float:
+    """How long the receiver waits before an ACK of its own (``_ack_delay``)."""
+    return quic._ack_delay
+
+
+def set_ack_delay_s(quic: QuicConnection, ack_delay_s: float) -> None:
+    """Set the receiver's ACK delay (``_ack_delay``; aioquic has no knob for it)."""
+    quic._ack_delay = float(ack_delay_s)
+
+
+def packets_sent(quic: QuicConnection) -> int:
+    """Packet numbers used so far (``_packet_number``)."""
+    return quic._packet_number
+
+
+def is_first_flight(quic: QuicConnection) -> bool:
+    """True while nothing of the peer's has decrypted (``_state`` is FIRSTFLIGHT)."""
+    return quic._state == QuicConnectionState.FIRSTFLIGHT
+
+
+def peer_address(quic: QuicConnection) -> Any:
+    """The address of the connection's first network path (None before there is one)."""
+    paths = quic._network_paths
+    return paths[0].addr if paths else None
+
+
+@dataclass(frozen=True)
+class RttEstimates:
+    """The recovery's RTT estimates (RFC 9002 section 5) and its PTO count."""
+
+    smoothed_s: float
+    """0 before the first sample."""
+    latest_s: float
+    min_s: float
+    """inf before the first sample."""
+    pto_count: int
+
+
+def rtt_estimates(quic: QuicConnection) -> RttEstimates:
+    """``_loss._rtt_smoothed``, ``_rtt_latest``, ``_rtt_min`` and ``_pto_count``."""
+    loss = quic._loss
+    return RttEstimates(loss._rtt_smoothed, loss._rtt_latest, loss._rtt_min, loss._pto_count)
+
+
+def stream_of(quic: QuicConnection, stream_id: int) -> QuicStream | None:
+    """The connection's stream ``stream_id`` (None: never opened or already discarded)."""
+    return quic._streams.get(stream_id)
+
+
+def stream_bytes_sent(quic: QuicConnection, stream_id: int) -> int:
+    """Bytes of a stream put in packets so far (its sender's highest offset)."""
+    stream = stream_of(quic, stream_id)
+    return stream.sender.highest_offset if stream is not None else 0
+
+
+def stream_fully_sent(quic: QuicConnection, stream_id: int) -> bool:
+    """True once every byte of a finished stream has been put in a packet at least once."""
+    stream = stream_of(quic, stream_id)
+    if stream is None:
+        return True
+    sender = stream.sender
+    fin = sender._buffer_fin
+    return fin is not None and sender.highest_offset >= fin and not sender._pending_eof
+
+
+def hook_packets_lost(quic: QuicConnection, on_lost: Callable[[int], None]) -> None:
+    """Call ``on_lost(count)`` each time the recovery declares packets lost (it wraps
+    ``_loss._on_packets_lost``; aioquic keeps no counter of its own)."""
+    recovery = quic._loss
+    lost = recovery._on_packets_lost
+
+    def counting_on_lost(*, packets: Any, **kw: Any) -> None:
+        packets = list(packets)
+        on_lost(len(packets))
+        lost(packets=packets, **kw)
+
+    recovery._on_packets_lost = counting_on_lost  # type: ignore[method-assign]
+
+
+def hook_ack_end(quic: QuicConnection, on_ack_end: Callable[[float], None]) -> None:
+    """Call ``on_ack_end(now)`` once each ACK frame has been processed: aioquic's recovery
+    reports acknowledged packets one by one, then losses, and has no callback for the end
+    (it wraps the recovery's ``on_ack_received``)."""
+    recovery = quic._loss
+    on_ack_received = recovery.on_ack_received
+
+    def on_ack_received_then_end(*, now: float, **kw: Any) -> None:
+        on_ack_received(now=now, **kw)
+        on_ack_end(now)
+
+    recovery.on_ack_received = on_ack_received_then_end  # type: ignore[method-assign]
+
+
+# --- connection classes that override aioquic's private methods ---------------------------
+class FixedWindowQuicConnection(QuicConnection):
+    """A QuicConnection whose MAX_DATA / MAX_STREAM_DATA credit stays ``window_bytes``.
+
+    aioquic doubles its flow-control limits whenever half of them has been used
+    (``_write_connection_limits`` / ``_write_stream_limits``), so a QUIC receive window
+    grows without bound. This one keeps the credit it grants at a fixed size instead: like
+    a TCP receiver with a clamped window, it advertises ``consumed + window`` whenever less
+    than half the window is left."""
+
+    def __init__(self, *args: Any, window_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.window_bytes = window_bytes
+
+    def _write_connection_limits(self, builder: QuicPacketBuilder, space: Any) -> None:
+        limit = self._local_max_data
+        if limit.value - limit.used < self.window_bytes // 2:
+            limit.value = limit.used + self.window_bytes
+        # the parent doubles max_data when used * 2 > value; keep it from doing so by
+        # presenting it a "used" below half, then restore the real count
+        used = limit.used
+        limit.used = 0
+        try:
+            super()._write_connection_limits(builder, space)
+        finally:
+            limit.used = used
+
+    def _write_stream_limits(self, builder: QuicPacketBuilder, space: Any, stream: Any) -> None:
+        if not stream.max_stream_data_local:
+            return
+        consumed = stream.receiver.highest_offset
+        if stream.max_stream_data_local - consumed < self.window_bytes // 2:
+            stream.max_stream_data_local = consumed + self.window_bytes
+        if stream.max_stream_data_local_sent != stream.max_stream_data_local:
+            buf = builder.start_frame(
+                QuicFrameType.MAX_STREAM_DATA,
+                capacity=MAX_STREAM_DATA_FRAME_CAPACITY,
+                handler=self._on_max_stream_data_delivery,
+                handler_args=(stream,),
+            )
+            buf.push_uint_var(stream.stream_id)
+            buf.push_uint_var(stream.max_stream_data_local)
+            stream.max_stream_data_local_sent = stream.max_stream_data_local
+            if self._quic_logger is not None:
+                builder.quic_logger_frames.append(
+                    self._quic_logger.encode_max_stream_data_frame(
+                        maximum=stream.max_stream_data_local, stream_id=stream.stream_id
+                    )
+                )
+
+
+class ScheduledList(list):
+    """A list that iterates in a scheduler's order; appends and extends stay plain."""
+
+    scheduler: Scheduler | None = None
+
+    def __iter__(self) -> Iterator[Any]:
+        items = list.__iter__(self)
+        if self.scheduler is None or len(self) < 2:
+            return items
+        by_id = {stream.stream_id: stream for stream in items}
+        return iter([by_id[sid] for sid in self.scheduler.order(list(by_id))])
+
+
+class ScheduledStreamsMixin:
+    """aioquic serves its streams round robin: ``_write_application`` walks
+    ``self._streams_queue`` for every packet and moves the streams that sent to the end.
+    Here that attribute always holds a :class:`ScheduledList`, which iterates in the order
+    of a :class:`proto.priority.Scheduler` (FIFO, RFC 9218 urgency, or round robin), so
+    every packet is filled from the stream the policy picks, retransmissions included."""
+
+    @property
+    def scheduler(self) -> Scheduler | None:
+        return self.__dict__.get("_scheduler")
+
+    @scheduler.setter
+    def scheduler(self, value: Scheduler | None) -> None:
+        self.__dict__["_scheduler"] = value
+        queue = self.__dict__.get("_stored_streams_queue")
+        if queue is not None:
+            queue.scheduler = value
+
+    @property
+    def _streams_queue(self) -> ScheduledList:
+        return self.__dict__["_stored_streams_queue"]
+
+    @_streams_queue.setter
+    def _streams_queue(self, value: list[Any]) -> None:
+        queue = ScheduledList(list.__iter__(value))
+        queue.scheduler = self.__dict__.get("_scheduler")
+        self.__dict__["_stored_streams_queue"] = queue
+
+
+class ScheduledQuicConnection(ScheduledStreamsMixin, QuicConnection):
+    """A QuicConnection whose stream service order follows a scheduler."""
+
+
+class ScheduledFixedWindowQuicConnection(ScheduledStreamsMixin, FixedWindowQuicConnection):
+    """Fixed windows and a scheduled stream order."""
+
+
+# --- the asyncio protocol -----------------------------------------------------------------
+class AdaptedProtocol(QuicConnectionProtocol):
+    """aioquic's protocol with public names for what its subclasses need of it."""
+
+    @property
+    def quic(self) -> QuicConnection:
+        """The connection this protocol drives (``_quic``)."""
+        return self._quic
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the protocol was made in (``_loop``)."""
+        return self._loop
+
+    def process_events(self) -> None:
+        """Hand the connection's pending events to :meth:`quic_event_received`."""
+        self._process_events()
+
+    def transmit_soon(self) -> None:
+        """Transmit on the event loop's next iteration (once, however often asked)."""
+        self._transmit_soon()
+
+    def set_connection_handlers(
+        self,
+        *,
+        issued: Callable[[bytes], None],
+        retired: Callable[[bytes], None],
+        terminated: Callable[[], None],
+    ) -> None:
+        """Be told of connection IDs issued and retired and of the connection's end (what
+        ``aioquic.asyncio.serve`` uses to demultiplex; a server of its own needs them)."""
+        self._connection_id_issued_handler = issued
+        self._connection_id_retired_handler = retired
+        self._connection_terminated_handler = terminated
+
+
+class MonotonicProtocol(AdaptedProtocol):
+    """An :class:`AdaptedProtocol` on ``time.monotonic()``: aioquic's protocol takes ``now``
+    from loop.time(), which uvloop truncates to whole milliseconds; this one feeds it
+    time.monotonic() (same clock, full resolution). A transmit hands its datagrams to
+    :meth:`send_datagrams` and ends with :meth:`after_transmit`, which subclasses extend."""
+
+    coalesce_transmit = True
+    """Transmit once per batch of datagrams read (see datagram_received)."""
+
+    def connect(self, addr: Any, transmit: bool = True) -> None:
+        self._quic.connect(addr, now=time.monotonic())
+        if transmit:
+            self.transmit()
+
+    def datagram_received(self, data: bytes | str, addr: Any) -> None:
+        self._quic.receive_datagram(data, addr, now=time.monotonic())  # type: ignore[arg-type]
+        self._process_events()
+        # one transmit per batch of datagrams read in a loop iteration (libuv reads up to
+        # 32 per wake-up), not one per datagram: datagrams_to_send() costs ~10 us even when
+        # it has nothing to send, and each ACK it would send alone is a packet more
+        if self.coalesce_transmit:
+            self._transmit_soon()
+        else:
+            self.transmit()
+
+    def _handle_timer(self) -> None:
+        now = max(self._timer_at or 0.0, time.monotonic())
+        self._timer = None
+        self._timer_at = None
+        self._quic.handle_timer(now=now)
+        self._process_events()
+        self.transmit()
+
+    @property
+    def transport(self) -> asyncio.DatagramTransport | None:
+        """The UDP transport (None before connection_made)."""
+        return self._transport
+
+    def send_datagrams(self, datagrams: list[tuple[bytes, Any]]) -> None:
+        """Send what ``datagrams_to_send`` returned, one ``sendto`` each."""
+        sendto = self._transport.sendto  # type: ignore[union-attr]
+        for data, addr in datagrams:
+            sendto(data, addr)
+
+    def after_transmit(self) -> None:
+        """Called at the end of every transmit that had a transport to send on."""
+
+    def transmit(self) -> None:
+        if self._transmit_task is not None:
+            self._transmit_task.cancel()
+            self._transmit_task = None
+        if self._transport is None or self._transport.is_closing():
+            return  # closed under us (a client abandoned by its caller): nothing to send on
+        self.send_datagrams(self._quic.datagrams_to_send(now=time.monotonic()))
+        self.before_timer()
+        timer_at = self._quic.get_timer()
+        if self._timer is not None and self._timer_at != timer_at:
+            self._timer.cancel()
+            self._timer = None
+        if self._timer is None and timer_at is not None:
+            self._timer = self._loop.call_at(timer_at, self._handle_timer)
+        self._timer_at = timer_at
+        self.after_transmit()
+
+    def before_timer(self) -> None:
+        """Called after the datagrams are sent, before the timer is re-armed."""
+
+
+# --- HTTP/3 and the asyncio server ----------------------------------------------------------
+def send_h3_control_frame(h3: H3Connection, frame: bytes) -> None:
+    """Send an encoded frame on the local HTTP/3 control stream (``H3Connection._quic``,
+    ``_local_control_stream_id``: aioquic sends only its own frames there)."""
+    stream_id = h3._local_control_stream_id
+    if stream_id is None:
+        raise RuntimeError("HTTP/3 control stream not open yet")
+    h3._quic.send_stream_data(stream_id, frame)
+
+
+def server_socket(server: QuicServer) -> Any:
+    """The UDP socket a ``serve``'d QuicServer listens on (``QuicServer._transport``)."""
+    return server._transport.get_extra_info("socket")  # type: ignore[union-attr]
