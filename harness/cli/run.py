@@ -218,6 +218,8 @@ def _run(args: argparse.Namespace) -> int:
     from harness.spec import experiment as specmod
 
     _terminate_cleanly()
+    if args.cluster is not None:
+        return _run_cluster(args)
     remote = _remote_of(args)
     if remote is None:
         _check_early(args.backend, args.link_name)
@@ -247,6 +249,52 @@ def _run(args: argparse.Namespace) -> int:
         progress.close()
     _print_answer(result.result.path)
     print(result.result.path / "report.md")
+    return _no_valid_status(result.result.path)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """The experiment of ``testbed run``, with ``--quick`` and ``--reps``."""
+    from harness.spec import experiment as specmod
+
+    spec = specmod.load(args.experiment)
+    if args.quick:
+        spec = spec.quick_form()
+    if args.reps is not None:
+        spec = spec.with_repetitions(args.reps)
+    return spec
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """``testbed run FILE --cluster ADDRESS``: the blocks on a Dask cluster's workers
+    (harness.cluster); this host only plans, gathers and reports."""
+    from harness.cluster.experiment import run_on_cluster
+    from harness.cluster.submit import ClusterOptions
+    from netem import backends
+
+    for flag in ("remote", "link_name"):
+        if getattr(args, flag) is not None:
+            raise SpecError(flag, "not with --cluster (each worker makes its own links)")
+    backends.check_choice(args.backend)
+    spec = _load(args)
+    if args.resume is not None and args.output is not None:
+        raise SpecError("resume", "give --resume DIR or --output DIR, not both")
+    output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+    if args.resume is None:
+        paths.check_writable_dir("output", output)
+    options = ClusterOptions(address=args.cluster, backend=args.backend, attempts=args.attempts)
+    result = run_on_cluster(
+        spec,
+        options,
+        output=output,
+        resume=Path(args.resume) if args.resume else None,
+        argv=sys.argv,
+    )
+    _print_answer(result.result.path)
+    print(result.result.path / "report.md")
+    if not result.result.read_manifest().get("finished"):
+        print(f"not every block was made: testbed run {args.experiment} --cluster "
+              f"{args.cluster} --resume {result.result.path}", file=sys.stderr)  # fmt: skip
+        return 1
     return _no_valid_status(result.result.path)
 
 
@@ -382,6 +430,13 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                      "(default: the one ssh reached)")  # fmt: skip
     run.add_argument("--remote-command", default="testbed", help="the testbed command on HOST")
     run.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
+    run.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="make the blocks on the workers of the Dask scheduler at ADDRESS "
+        "(tcp://host:8786; workers started with --resources testbed=1)",
+    )
     run.set_defaults(handler=_run)
 
     campaign = commands.add_parser(

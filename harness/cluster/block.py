@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,8 @@ class BlockResult:
     """How long the block waited for another block on its host."""
     environments: list[dict[str, Any]] = field(default_factory=list)
     """The host's environment as its runs saw it (the manifest's ``environments``)."""
+    worker: str | None = None
+    """The Dask worker that made it (its address)."""
 
 
 class BlockFailed(RuntimeError):
@@ -114,9 +116,20 @@ def run_block(job: BlockJob) -> BlockResult:
         if code != 0 or not (workdir / RESULT_FILE).is_file():
             tail = (workdir / "stderr.log").read_text(errors="replace")[-ERROR_TAIL_CHARS:]
             raise BlockFailed(f"block {job.block}: exit {code}: {clip(tail.strip())}")
-        return pickle.loads((workdir / RESULT_FILE).read_bytes())
+        done: BlockResult = pickle.loads((workdir / RESULT_FILE).read_bytes())
+        return replace(done, worker=_worker_address())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _worker_address() -> str | None:
+    """The address of the Dask worker running this task (None outside one)."""
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().address)
+    except (ImportError, ValueError):
+        return None
 
 
 @contextlib.contextmanager

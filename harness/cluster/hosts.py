@@ -8,6 +8,7 @@ gets no block, as ``testbed remote check`` refuses a server host (harness.remote
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -77,8 +78,9 @@ def check_host(expected_version: str, backend: str = "auto") -> dict[str, Any]:
     """This host's fingerprint and problems (run on a worker by ``Client.run``)."""
     from netem import doctor
 
-    try:
-        report = doctor.report(backend)
+    try:  # in a thread of its own: Client.run calls this inside the worker's event loop
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            report = pool.submit(doctor.report, backend).result()
         missing, resolved = doctor.missing(report), report.get("backend")
     except Exception as err:  # a host whose probe fails cannot run the testbed either
         missing, resolved = [f"netem doctor failed: {type(err).__name__}: {err}"], None
