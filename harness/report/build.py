@@ -26,6 +26,7 @@ import pandas as pd
 from harness.analysis import levels as analysis
 from harness.collect.airtime import air_report_lines
 from harness.report import fec as fecreport
+from harness.report import hosts as host_report
 from harness.report import remote as remote_report
 from harness.report import stream_tables
 from harness.report.paths import paths_section
@@ -788,6 +789,7 @@ def build_report(path: Path) -> Path:
         *_stack_phases(frame, levels),
         *_loss_bounds(summaries),
         *_effect_lines(effects, position),
+        *host_report.host_section(manifest, frame, baselines, effects),
         *_runs_beside_bounds(frame),
         *air_report_lines(frame, levels),
         *_validity_lines(frame, levels, summaries),
