@@ -32,7 +32,7 @@ def dashboard_of(client: Any) -> str | None:
     return str(link) if link else None
 
 
-def _session(
+def record_session(
     result: ResultDir,
     hosts: dict[str, dict[str, Any]],
     address: str,
@@ -62,7 +62,7 @@ def _session(
     result.update_manifest(cluster=cluster)
 
 
-def _finish(
+def finish(
     result: ResultDir, plan: Sequence[Any], attempts: int, report: bool, log: Callable
 ) -> None:
     """Tables, the manifest's verdict and the report, as ``testbed run`` ends."""
@@ -111,16 +111,18 @@ def run_on_cluster(
         total = len({run.block for run in plan})
         progress.start(total, total - len(left), str(result.path))
         refused = len(workers) < len(client.scheduler_info(n_workers=-1)["workers"])
-        futures = submit.submit(client, spec, left, workers if refused else None, options)
+        futures = submit.submit(client, spec, result, left, workers if refused else None, options)
         started, t0 = utc_stamp(), time.monotonic()
-        ids = {block: {r.run_id for r in runs} for block, runs in left.items()}
-        records, failures = submit.gather_blocks(client, futures, result, ids, progress)
-        _session(result, hosts, options.address, started, time.monotonic() - t0, records, failures)
+        got = submit.gather_blocks(client, futures, progress).get(spec.name, submit.Gathered())
+        records = got.records
+        record_session(
+            result, hosts, options.address, started, time.monotonic() - t0, records, got.failures
+        )
     finally:
         progress.close()
         if own:
             client.close()
-    _finish(result, plan, options.attempts, report, progress.note)
+    finish(result, plan, options.attempts, report, progress.note)
     made = [run for record in records for run in record["runs"]]
     rows = [row for row in result.rows() if row["run_id"] in set(made)]
     return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(made))

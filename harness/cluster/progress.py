@@ -51,9 +51,9 @@ class BlockProgress:
         hosts = ", ".join(f"{host} {n}" for host, n in sorted(self.per_host.items()))
         return f"{self.label} blocks" + (f" ({hosts})" if hosts else "")
 
-    def block_done(self, block: int, host: str, runs: int, valid: int, wall_s: float) -> None:
+    def block_done(self, label: str, host: str, runs: int, valid: int, wall_s: float) -> None:
         self.per_host[host] += 1
-        self.note(f"block {block} on {host}: {runs} runs ({valid} valid) in {wall_s:.1f} s")
+        self.note(f"{label} on {host}: {runs} runs ({valid} valid) in {wall_s:.1f} s")
         if self.progress is not None:
             self.progress.update(self.task, advance=1, description=self._description())
 

@@ -19,7 +19,7 @@ import pickle
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness import __version__
@@ -108,13 +108,25 @@ def blocks_left(
     return left
 
 
+@dataclass(frozen=True)
+class Pending:
+    """A submitted block: where its runs go."""
+
+    experiment: str
+    result: ResultDir
+    block: int
+    run_ids: frozenset[str]
+    """Its planned runs (its archive may hold nothing else)."""
+
+
 def submit(
     client: Any,
     spec: ExperimentSpec,
+    result: ResultDir,
     blocks: dict[int, list[PlannedRun]],
     workers: list[str] | None,
     options: ClusterOptions,
-) -> dict[Any, int]:
+) -> dict[Any, Pending]:
     """One task per block, each needing one ``testbed`` resource; futures -> block."""
     data = pickle.dumps(spec)
     futures = {}
@@ -136,7 +148,8 @@ def submit(
             allow_other_workers=False,
             pure=False,
         )
-        futures[future] = block
+        ids = frozenset(r.run_id for r in runs)
+        futures[future] = Pending(spec.name, result, block, ids)
     return futures
 
 
@@ -166,35 +179,41 @@ def planned_makespan_s(walls_s: Sequence[float], hosts: int) -> float | None:
     return max(sum(walls_s) / hosts, max(walls_s))
 
 
+@dataclass
+class Gathered:
+    """What came back of one experiment's blocks."""
+
+    records: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+
 def gather_blocks(
-    client: Any,
-    futures: dict[Any, int],
-    result: ResultDir,
-    plan_ids: dict[int, set[str]],
-    progress: BlockProgress,
-) -> tuple[list[dict[str, Any]], list[str]]:
-    """Each block's archive into the result directory as it arrives; the manifest records
-    it. Returns the block records and the failures (one line each)."""
+    client: Any, futures: dict[Any, Pending], progress: BlockProgress
+) -> dict[str, Gathered]:
+    """Each block's archive into its result directory as it arrives (the manifest records
+    it); by experiment, the block records and the failures (one line each)."""
     from distributed import as_completed
 
     t0 = time.monotonic()
-    records: list[dict[str, Any]] = []
-    failures: list[str] = []
+    out: dict[str, Gathered] = {p.experiment: Gathered() for p in futures.values()}
+    many = len(out) > 1
     for future in as_completed(list(futures), loop=client.loop):
-        block = futures[future]
+        pending = futures[future]
+        mine = out[pending.experiment]
+        label = f"{pending.experiment} block {pending.block}" if many else f"block {pending.block}"
         if future.status != "finished":
             error = future.exception()
-            failures.append(f"block {block}: {type(error).__name__}: {clip(str(error))}")
-            progress.note(failures[-1])
+            mine.failures.append(f"{label}: {type(error).__name__}: {clip(str(error))}")
+            progress.note(mine.failures[-1])
             continue
         done: BlockResult = future.result()
-        archive.unpack_block(done.archive, result.path, block, plan_ids[block])
+        archive.unpack_block(done.archive, pending.result.path, pending.block, pending.run_ids)
         record = block_record(done, time.monotonic() - t0)
-        records.append(record)
-        _record_block(result, record, done.environments)
+        mine.records.append(record)
+        _record_block(pending.result, record, done.environments)
         future.release()
-        progress.block_done(block, done.host, len(done.run_ids), done.valid, done.wall_s)
-    return records, failures
+        progress.block_done(label, done.host, len(done.run_ids), done.valid, done.wall_s)
+    return out
 
 
 def _record_block(result: ResultDir, record: dict[str, Any], envs: list[dict[str, Any]]) -> None:
