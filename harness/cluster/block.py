@@ -202,11 +202,19 @@ def main(argv: list[str]) -> int:
         signal.signal(signum, signal.SIG_DFL)  # a forked child dies as it would have
         os.kill(os.getpid(), signum)
 
-    main_pid = os.getpid()
+    main_pid, parent = os.getpid(), os.getppid()
     signal.signal(signal.SIGTERM, on_term)
     job_file = Path(argv[0])
     job: BlockJob = pickle.loads(job_file.read_bytes())
-    out = make_block(job, job_file.parent)
+    try:
+        out = make_block(job, job_file.parent)
+    except BaseException:
+        # nothing of an unfinished block is kept; with the worker gone (PR_SET_PDEATHSIG
+        # brought us here), nobody else removes its directory
+        shutil.rmtree(job_file.parent / "out", ignore_errors=True)
+        if os.getppid() != parent:
+            shutil.rmtree(job_file.parent, ignore_errors=True)
+        raise
     atomic_write_bytes(job_file.parent / RESULT_FILE, pickle.dumps(out))
     return 0
 
