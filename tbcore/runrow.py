@@ -29,6 +29,10 @@ class RunRow(Record):
     warmup: bool = col(REQUIRED, doc="A warm-up run (not analysed).")
     link_seed: int = col(REQUIRED, doc="Seed of the link's loss generators (same per block).")
     attempt: int = col(1, doc="Attempt of its planned run, from 1; an invalid run is re-run.")
+    host: str | None = col(
+        doc="The host that made the run (its host name, or TESTBED_HOST); a block never spans "
+        "hosts (harness.cluster)."
+    )
     # --- what ran
     protocol: str | None = col(doc="h2 or h3 (settings.protocol).")
     connection: str | None = col(doc="new, reused or 0rtt.")

@@ -10,10 +10,12 @@ file can drive it: ``TESTBED_PROFILE`` (quick, full, chapter, chapter-full), els
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +230,8 @@ def _run(args: argparse.Namespace) -> int:
     from harness.run.runner import run_experiment
 
     _terminate_cleanly()
+    if args.cluster is not None or args.hosts is not None:
+        return _run_cluster(args)
     remote = _remote_of(args)
     if remote is None:
         _check_early(args.backend, args.link_name)
@@ -257,6 +261,82 @@ def _run(args: argparse.Namespace) -> int:
         progress.close()
     _print_answer(result.result.path)
     print(result.result.path / "report.md")
+    return _no_valid_status(result.result.path)
+
+
+def _load(args: argparse.Namespace) -> Any:
+    """The experiment of ``testbed run``, with ``--quick`` and ``--reps``."""
+    from harness.spec import experiment as specmod
+
+    spec = specmod.load(args.experiment)
+    if args.quick:
+        spec = spec.quick_form()
+    if args.reps is not None:
+        spec = spec.with_repetitions(args.reps)
+    return spec
+
+
+@contextlib.contextmanager
+def _cluster(args: argparse.Namespace) -> Iterator[tuple[str, Any]]:
+    """The scheduler's address and a client of it (None: connect to ``--cluster``), with
+    ``--hosts`` an SSHCluster started for the command and closed after it."""
+    if args.hosts is None:
+        yield args.cluster, None
+        return
+    if args.cluster is not None:
+        raise SpecError("hosts", "give --cluster ADDRESS or --hosts h1,h2, not both")
+    from distributed import Client
+
+    from harness.cluster.ssh import parse_hosts, start_ssh_cluster
+
+    hosts = parse_hosts(args.hosts)
+    print(f"testbed: starting a scheduler on {hosts[0]} and a worker on each of "
+          f"{', '.join(hosts)} (ssh)", file=sys.stderr)  # fmt: skip
+    with start_ssh_cluster(
+        hosts, ssh_config=args.ssh_config, remote_python=args.remote_python
+    ) as cluster, Client(cluster, set_as_default=False) as client:  # fmt: skip
+        yield str(cluster.scheduler_address), client
+
+
+def _check_cluster_flags(args: argparse.Namespace) -> None:
+    for flag in ("remote", "link_name"):
+        if getattr(args, flag, None) is not None:
+            raise SpecError(flag, "not with --cluster/--hosts (each worker makes its own links)")
+    if args.remote_python is not None and args.hosts is None:
+        raise SpecError("remote_python", "only with --hosts")
+
+
+def _run_cluster(args: argparse.Namespace) -> int:
+    """``testbed run FILE --cluster ADDRESS`` (or ``--hosts``): the blocks on a Dask
+    cluster's workers (harness.cluster); this host only plans, gathers and reports."""
+    from harness.cluster.experiment import run_on_cluster
+    from harness.cluster.submit import ClusterOptions
+    from netem import backends
+
+    _check_cluster_flags(args)
+    backends.check_choice(args.backend)
+    spec = _load(args)
+    if args.resume is not None and args.output is not None:
+        raise SpecError("resume", "give --resume DIR or --output DIR, not both")
+    output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+    if args.resume is None:
+        paths.check_writable_dir("output", output)
+    with _cluster(args) as (address, client):
+        options = ClusterOptions(address=address, backend=args.backend, attempts=args.attempts)
+        result = run_on_cluster(
+            spec,
+            options,
+            output=output,
+            resume=Path(args.resume) if args.resume else None,
+            argv=sys.argv,
+            client=client,
+        )
+    _print_answer(result.result.path)
+    print(result.result.path / "report.md")
+    if not result.result.read_manifest().get("finished"):
+        print(f"not every block was made: testbed run {args.experiment} --cluster "
+              f"ADDRESS --resume {result.result.path}", file=sys.stderr)  # fmt: skip
+        return 1
     return _no_valid_status(result.result.path)
 
 
@@ -319,10 +399,47 @@ def _print_answer(path: Path) -> None:
         print(text[start:end].strip().replace("**", ""))
 
 
+def _campaign_cluster(args: argparse.Namespace) -> int:
+    """``testbed campaign ... --cluster ADDRESS`` (or ``--hosts``): every experiment's blocks
+    at once over the cluster's workers (harness.cluster.campaign)."""
+    from harness.cluster.campaign import run_campaign_on_cluster
+    from harness.cluster.submit import ClusterOptions
+    from netem import backends
+
+    _check_cluster_flags(args)
+    backend = args.backend or os.environ.get(ENV_BACKEND) or "auto"
+    backends.check_choice(backend)
+    names = args.experiments or os.environ.get(ENV_EXPERIMENTS) or None
+    output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
+    if args.resume is None:
+        paths.check_writable_dir("output", output)
+    quick, chapter = campaign_profile(args)
+    started = time.monotonic()
+    with _cluster(args) as (address, client):
+        summary = run_campaign_on_cluster(
+            experiments_dir=Path(args.experiments_dir),
+            names=None if names is None else [n.strip() for n in names.split(",") if n.strip()],
+            reps=args.reps if args.reps is not None else env_int(ENV_REPS),
+            quick=quick,
+            chapter=chapter,
+            options=ClusterOptions(address, backend, attempts_of(args)),
+            output=output,
+            resume=Path(args.resume) if args.resume else None,
+            argv=sys.argv,
+            client=client,
+        )
+    for line in summary.lines():
+        print(line)
+    print(f"campaign: {time.monotonic() - started:.0f} s, index {summary.index_path}")
+    return 0 if summary.ok else 1
+
+
 def _campaign(args: argparse.Namespace) -> int:
     from harness.run.campaign import run_campaign
 
     _terminate_cleanly()
+    if args.cluster is not None or args.hosts is not None:
+        return _campaign_cluster(args)
     names = args.experiments
     if names is None:
         names = os.environ.get(ENV_EXPERIMENTS) or None
@@ -390,6 +507,29 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_cluster(parser: argparse.ArgumentParser) -> None:
+    """``--cluster``, ``--hosts`` and ``--remote-python`` (harness.cluster)."""
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="make the blocks on the workers of the Dask scheduler at ADDRESS "
+        "(tcp://host:8786; workers started with --resources testbed=1)",
+    )
+    parser.add_argument(
+        "--hosts",
+        default=None,
+        metavar="H1,H2",
+        help="start a Dask cluster over ssh: the scheduler on H1, a worker on each host",
+    )
+    parser.add_argument(
+        "--remote-python",
+        default=None,
+        metavar="PATH",
+        help="with --hosts: the testbed's Python on the hosts (default: this one's path)",
+    )
+
+
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
     """Add ``run``, ``campaign`` and ``report`` to ``testbed``."""
     run = commands.add_parser("run", help="run one experiment file (runs in alternation)")
@@ -415,6 +555,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
                      "(default: the one ssh reached)")  # fmt: skip
     run.add_argument("--remote-command", default="testbed", help="the testbed command on HOST")
     run.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
+    _add_cluster(run)
     run.set_defaults(handler=_run)
 
     campaign = commands.add_parser(
@@ -446,6 +587,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="where the experiment files are",
     )
     _add_attempts(campaign, ENV_ATTEMPTS)
+    _add_cluster(campaign)
+    campaign.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
     campaign.set_defaults(handler=_campaign)
 
     report = commands.add_parser("report", help="(re)write report.md and plots of a result dir")

@@ -26,6 +26,7 @@ import pandas as pd
 from harness.analysis import levels as analysis
 from harness.collect.airtime import air_report_lines
 from harness.report import fec as fecreport
+from harness.report import hosts as host_report
 from harness.report import remote as remote_report
 from harness.report import stream_tables
 from harness.report.guard import Guard
@@ -853,6 +854,7 @@ def build_report(path: Path) -> Path:
         ("the stacks' phases", _stack_phases, frame, levels),
         ("loss bounds", _loss_bounds, summaries),
         ("arm and order effects", _effect_lines, effects, position),
+        ("host effect", host_report.host_section, manifest, frame, baselines, effects),
         ("every run beside its bound", _runs_beside_bounds, frame),
         ("below the bound", _below_bound_lines, frame),
         ("shared airtime", air_report_lines, frame, levels),

@@ -43,6 +43,16 @@ TCP_SYSCTLS = (
 ROLES = ("client", "server")
 
 
+HOST_ENV = "TESTBED_HOST"
+"""The name a host's runs record in runs.csv's ``host`` (default: the host name): two workers
+on one machine (tests, harness.cluster) give each its own."""
+
+
+def host_label() -> str:
+    """This host's name for the ``host`` column: :data:`HOST_ENV`, else the host name."""
+    return os.environ.get(HOST_ENV, "").strip() or platform.node() or "unknown"
+
+
 def versions() -> dict[str, str]:
     out = {"testbed": _version("transport-testbed"), "python": platform.python_version()}
     for package in VERSIONED_PACKAGES:

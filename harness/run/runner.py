@@ -39,7 +39,7 @@ from harness.plan.planner import (
 from harness.run import machine
 from harness.run.backends import RunPaths, open_paths
 from harness.run.capture import capture_plan
-from harness.run.environment import environment, versions
+from harness.run.environment import environment, host_label, versions
 from harness.run.execute import ERROR_CHARS, RunEnvironment, run_processes
 from harness.run.lock import exclusive_run
 from harness.run.machine import CpuWatch
@@ -87,7 +87,7 @@ def execute_run(
             reason = f"harness: collecting failed: {type(err).__name__}: {err}"[:ERROR_CHARS]
             labels = label_columns(level.settings, path)
             row = RunRow(**planned.to_dict(), **labels, valid=False, invalid_reason=reason)
-    row = replace(row, wall_s=time.monotonic() - wall0, lock_wait_s=lock_wait_s)
+    row = replace(row, wall_s=time.monotonic() - wall0, lock_wait_s=lock_wait_s, host=host_label())
     env.result.save_row(row)
     return row.to_dict()
 
@@ -469,3 +469,29 @@ def run_experiment(
 
             build_report(result.path)
     return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(left))
+
+
+def make_block(
+    spec: ExperimentSpec, result: ResultDir, runs: Sequence[PlannedRun], options: RunOptions
+) -> list[dict[str, Any]]:
+    """Make one block of the plan (``runs``, in their order) on this host, with the re-runs
+    of its invalid runs after the others, into ``result`` (harness.cluster runs a block per
+    worker this way); returns the rows made."""
+    by_id = {run.run_id: run for run in runs}
+    return _make_runs(spec, result, runs, by_id, {}, options)
+
+
+def create_result(
+    spec: ExperimentSpec,
+    plan: Sequence[PlannedRun],
+    output: Path,
+    backend: str,
+    argv: Sequence[str] | None,
+) -> ResultDir:
+    """A new result directory of ``spec`` with its manifest (as ``testbed run`` makes it)."""
+    return _create(spec, plan, output, backend, argv)
+
+
+def reopen_result(spec: ExperimentSpec, plan: Sequence[PlannedRun], resume: Path) -> ResultDir:
+    """The result directory of an interrupted run of the same experiment and plan."""
+    return _reopen(spec, plan, resume)
