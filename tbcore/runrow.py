@@ -8,16 +8,33 @@ bumps the version in ``@record``.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import fields
 from typing import Any
 
-from tbcore.records import REQUIRED, Record, col, record
+from tbcore.records import REQUIRED, SCHEMA_KEY, Record, RecordError, col, record
 
 
-@record("run", 4)
+@record("run", 5)
 class RunRow(Record):
-    """One run (one client process) of an experiment, valid or not."""
+    """One run (one client process) of an experiment, valid or not.
+
+    Version 5 added ``host`` (harness.cluster) and ``lock_wait_s``. A row of an older version
+    (``run/1`` to ``run/4``) is read with the columns it predates as None (its testbed did not
+    measure them); a column it has that this version does not know is still refused."""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "") -> RunRow:
+        tag = str(data.get(SCHEMA_KEY, ""))
+        prefix = f"{cls.SCHEMA}/"
+        older = tag.removeprefix(prefix)
+        if tag.startswith(prefix) and older.isdigit() and 0 < int(older) < cls.VERSION:
+            upgraded = {name: data.get(name) for name in cls.field_names()}
+            unknown = [k for k in data if k != SCHEMA_KEY and k not in upgraded]
+            if unknown:
+                raise RecordError(f"{where or cls.SCHEMA}.{unknown[0]}", "unknown field")
+            data = {**upgraded, SCHEMA_KEY: cls.schema_tag()}
+        return super().from_dict(data, where)
 
     # --- the plan
     run_id: str = col(REQUIRED, doc="Stable name of the run: sequence, level, repetition.")

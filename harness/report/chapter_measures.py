@@ -372,16 +372,18 @@ def jensen(results: Results) -> Measured:
     varying = level_value("agent-rate", "6-then-10mbit")(results)
     constant = level_value("agent-rate", "constant-8mbit")(results)
     assert varying.value is not None and constant.value is not None
-    ok = varying.value > constant.value and all(
-        abs(m / c - 1) <= TOLERANCE for m, c in ((varying.value, 28.7), (constant.value, 27.6))
-    )
+    slower = varying.value > constant.value
+    off = [
+        f"{fmt(m, 's')} against {c} s"
+        for m, c in ((varying.value, 28.7), (constant.value, 27.6))
+        if abs(m / c - 1) > TOLERANCE
+    ]
     text = f"{fmt(varying.value, 's')} varying vs {fmt(constant.value, 's')} constant"
-    return Measured(
-        text,
-        ok=ok,
-        runs=varying.runs + constant.runs,
-        reason="the varying uplink was not slower, or a time is off by over 10 %",
-    )
+    reason = "; ".join(
+        [*([] if slower else ["the varying uplink was not slower"]),
+         *(["off by over 10 %: " + ", ".join(off)] if off else [])]
+    )  # fmt: skip
+    return Measured(text, ok=slower and not off, runs=varying.runs + constant.runs, reason=reason)
 
 
 def upload_rate(experiment: str, level: str) -> Measure:
@@ -495,13 +497,14 @@ def playback_trace(results: Results) -> Measured:
         stalled[level] = stalls
         shown = ", ".join(f"{round(k * 1e3)} ms: {v:g}" for k, v in sorted(stalls.items()))
         cells.append(f"{level}: {shown}")
-    largest = max(stalled["trace"])
-    ok = stalled["trace"][largest] > stalled["constant"].get(largest, 0)
+    common = sorted(set(stalled["trace"]) & set(stalled["constant"]))
+    ok = any(stalled["trace"][b] > stalled["constant"][b] for b in common)
     return Measured(
         "median stalls by initial buffer; " + "; ".join(cells),
         ok=ok,
         runs=int(table["run_id"].nunique()),
-        reason="the varying downlink stalled no more than the constant one at the largest buffer",
+        reason="at every buffer both links share, the varying downlink stalled no more than "
+        "the constant one",
     )
 
 
