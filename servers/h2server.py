@@ -36,7 +36,7 @@ from servers.guard import (
     SourceRateLimiter,
 )
 from servers.session import ExchangeStreams
-from tbcore.tcpinfo import read_tcp_info
+from tbcore.tcpinfo import read_bbr_info, read_tcp_info
 
 PROTO = "h2"
 IDLE_CHECK_FRACTION = 4
@@ -427,7 +427,9 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             self._flush()
 
     def _sender_state(self) -> dict[str, Any]:
-        return read_tcp_info(self.sock)
+        # TCP_INFO, and the kernel BBR's model (bw, min_rtt, gains) beside it as aioquic's
+        # BBR reports its own: the congestion-control trace compares the two (issue 25)
+        return {**read_tcp_info(self.sock), **read_bbr_info(self.sock)}
 
     def _sender_drained(self, state: dict[str, Any]) -> bool:
         return state.get("unacked") == 0 and state.get("notsent_bytes") == 0

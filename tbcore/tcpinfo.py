@@ -130,3 +130,41 @@ def read_tcp_info_raw(sock: Any) -> bytes:
 def read_tcp_info(sock: Any) -> dict[str, int]:
     """TCP_INFO of a connected socket (a socket, or uvloop's pseudo-socket)."""
     return parse_tcp_info(read_tcp_info_raw(sock))
+
+
+TCP_CONGESTION = socket.TCP_CONGESTION  # linux/tcp.h; 13
+TCP_CC_INFO = 26
+"""linux/tcp.h: the congestion control's own state (union tcp_cc_info, inet_diag.h)."""
+TCP_CA_NAME_MAX = 16
+"""linux/tcp.h: the longest congestion control name, NUL included."""
+TCP_BBR_INFO = struct.Struct("=IIIII")
+"""struct tcp_bbr_info (include/uapi/linux/inet_diag.h): bw_lo, bw_hi (bytes/s), min_rtt (us),
+pacing_gain, cwnd_gain (both x 256, BBR_UNIT)."""
+
+
+def congestion_control(sock: Any) -> str:
+    """The socket's congestion control (TCP_CONGESTION)."""
+    raw = sock.getsockopt(socket.IPPROTO_TCP, TCP_CONGESTION, TCP_CA_NAME_MAX)
+    return raw.split(b"\0", 1)[0].decode("ascii", "replace")
+
+
+def parse_bbr_info(raw: bytes) -> dict[str, int]:
+    """tcp_bbr_info as the QUIC sample's BBR columns (tbcore.records.BBR_COUNTERS) name it;
+    empty when ``raw`` is shorter than the struct (a kernel without it)."""
+    if len(raw) < TCP_BBR_INFO.size:
+        return {}
+    bw_lo, bw_hi, min_rtt_us, pacing_gain, cwnd_gain = TCP_BBR_INFO.unpack_from(raw)
+    return {
+        "bbr_bw": bw_lo | bw_hi << 32,
+        "bbr_min_rtt_us": min_rtt_us,
+        "bbr_pacing_gain": pacing_gain,
+        "bbr_cwnd_gain": cwnd_gain,
+    }
+
+
+def read_bbr_info(sock: Any) -> dict[str, int]:
+    """The kernel BBR's model of a socket whose control is bbr (TCP_CC_INFO); empty for any
+    other control (their TCP_CC_INFO is another struct, or nothing)."""
+    if congestion_control(sock) != "bbr":
+        return {}
+    return parse_bbr_info(sock.getsockopt(socket.IPPROTO_TCP, TCP_CC_INFO, TCP_BBR_INFO.size))

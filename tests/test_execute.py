@@ -40,6 +40,9 @@ def test_argv_carries_the_level_settings(tmp_path: Path) -> None:
     server = settings_passed(argv)
     assert server.max_pacing_rate_bps == link.down.rate_bps == 333e6
     assert "--no-h3" in argv and server.cc == "cubic"
+    # the sender samples of the congestion-control trace, every 10 ms
+    assert argv[argv.index("--samples") + 1] == str(tmp_path / "server-samples.csv")
+    assert argv[argv.index("--sample-hz") + 1] == "100"
     client = client_argv(paced, link, host=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
     assert settings_passed(client).connection == "new"
     assert client[client.index("--records") + 1] == str(tmp_path / "records.jsonl")

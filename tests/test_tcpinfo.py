@@ -1,11 +1,19 @@
-"""TCP_INFO parsing: lengths checked before each field; a real connection's values."""
+"""TCP_INFO parsing: lengths checked before each field; a real connection's values; the
+kernel BBR's tcp_bbr_info through TCP_CC_INFO."""
 
 from __future__ import annotations
 
 import socket
 import struct
 
-from tbcore.tcpinfo import FIELDS, parse_tcp_info, read_tcp_info
+from tbcore.tcpinfo import (
+    FIELDS,
+    congestion_control,
+    parse_bbr_info,
+    parse_tcp_info,
+    read_bbr_info,
+    read_tcp_info,
+)
 
 
 def test_short_buffer_yields_only_covered_fields() -> None:
@@ -51,3 +59,41 @@ def test_real_connection() -> None:
             assert info["bytes_acked"] > 0
             # set by the first ACK (never 0: the kernel stores at least 1 us); ~0U before it
             assert 0 < info["min_rtt_us"] < 1_000_000
+
+
+def test_bbr_info_parsed_in_the_quic_samples_units() -> None:
+    raw = struct.pack("=IIIII", 5, 1, 200_000, 739, 739)
+    assert parse_bbr_info(raw) == {
+        "bbr_bw": 5 + (1 << 32),
+        "bbr_min_rtt_us": 200_000,
+        "bbr_pacing_gain": 739,
+        "bbr_cwnd_gain": 739,
+    }
+    assert parse_bbr_info(raw[:19]) == {}  # a kernel without tcp_bbr_info
+
+
+def _connected_pair(cc: bytes) -> tuple[socket.socket, socket.socket, socket.socket]:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    client = socket.socket()
+    client.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, cc)
+    client.connect(listener.getsockname())
+    server, _ = listener.accept()
+    return listener, client, server
+
+
+def test_kernel_bbr_reports_its_model_and_cubic_nothing() -> None:
+    listener, client, server = _connected_pair(b"bbr")
+    with listener, client, server:
+        client.sendall(b"x" * 200_000)
+        server.recv(65536)
+        assert congestion_control(client) == "bbr"
+        info = read_bbr_info(client)
+        assert set(info) == {"bbr_bw", "bbr_min_rtt_us", "bbr_pacing_gain", "bbr_cwnd_gain"}
+        assert 0 < info["bbr_min_rtt_us"] < 1_000_000
+        assert info["bbr_cwnd_gain"] > 0
+    listener, client, server = _connected_pair(b"cubic")
+    with listener, client, server:
+        assert congestion_control(client) == "cubic"
+        assert read_bbr_info(client) == {}

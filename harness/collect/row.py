@@ -48,6 +48,9 @@ EDGE_STATS_FILE = "edge_stats.json"
 """A topology of several edges: every edge's counters over the run, by edge name."""
 EVENTS_FILE = "events.jsonl"
 QLOG_DIR = "qlog"
+SERVER_SAMPLES = "server-samples.csv"
+"""The server's sender samples in a run directory (tbcore.records.ServerSample): TCP_INFO for
+HTTP/2, aioquic's recovery and BBR state for HTTP/3, over each response."""
 
 KEEP_QLOG_BYTES = 64 * 2**20
 """qlog costs ~1.1 KB per packet: traces above 64 MiB per run are removed after use."""

@@ -25,10 +25,10 @@ import pandas as pd
 
 from harness.analysis import levels as analysis
 from harness.collect.airtime import air_report_lines
+from harness.report import cctrace, stream_tables
 from harness.report import fec as fecreport
 from harness.report import hosts as host_report
 from harness.report import remote as remote_report
-from harness.report import stream_tables
 from harness.report.guard import Guard
 from harness.report.paths import paths_section
 from harness.report.varying import varying_sections
@@ -593,7 +593,7 @@ def answer_text(
 
 
 def _plot_all(result: ResultDir, frame: pd.DataFrame, levels: Sequence[str], guard: Guard) -> None:
-    """Draw the four plots of the report into ``plots/`` (one that fails is noted)."""
+    """Draw the report's plots into ``plots/`` (one that fails is noted)."""
     plots = result.plots_dir
     guard.attempt("plot levels.png", plot_levels, frame, levels, plots / "levels.png", default=None)
     guard.attempt(
@@ -604,6 +604,11 @@ def _plot_all(result: ResultDir, frame: pd.DataFrame, levels: Sequence[str], gua
             f"plot {plot.png_name}", _series_plot, result, frame, levels, plot, default=False
         )
         plt.close("all")  # a plot that failed half-drawn leaves no figure behind
+    guard.attempt(
+        "plot cctrace.png", cctrace.plot_cc_trace, result, frame, levels,
+        plots / "cctrace.png", default=False,
+    )  # fmt: skip
+    plt.close("all")
 
 
 def _head_lines(
@@ -777,8 +782,9 @@ PLOTS = (
     ("timeline of the median run per level", "timeline.png"),
     ("bytes in flight", "inflight.png"),
     ("ACK arrivals", "acks.png"),
+    ("the data sender's pacing rate, window and BBR gain", "cctrace.png"),
 )
-"""The report's four plots: (alt text, file in plots/)."""
+"""The report's plots: (alt text, file in plots/)."""
 
 
 def _plots_lines(plots_dir: Path) -> list[str]:
@@ -852,6 +858,7 @@ def build_report(path: Path) -> Path:
         ("varying links", varying_sections, result.path, frame, levels),
         ("the bound's parts", _bound_parts, frame, levels),
         ("the stacks' phases", _stack_phases, frame, levels),
+        ("the sender's congestion control", cctrace.cc_trace_section, result.path, frame, levels),
         ("loss bounds", _loss_bounds, summaries),
         ("arm and order effects", _effect_lines, effects, position),
         ("host effect", host_report.host_section, manifest, frame, baselines, effects),

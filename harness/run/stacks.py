@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.collect.row import QLOG_DIR
+from harness.collect.row import QLOG_DIR, SERVER_SAMPLES
 from harness.store.resultdir import atomic_write_json
 from netem import nsexec
 from netem.linkspec import LinkSpec
@@ -49,12 +49,22 @@ def write_settings(run_dir: Path, name: str, settings: Settings) -> Path:
     return path
 
 
+SERVER_SAMPLE_HZ = 100.0
+"""The server samples its sender every 10 ms (20 samples per round trip of the chapter's
+200 ms path): enough for the trace, and a thread that wakes 100 times a second costs the
+(Python, one GIL) server about 0.2 % of a core, where the client's 1 kHz would compete with
+aioquic's sending."""
+
+
 def server_argv(
     settings: Settings, link: LinkSpec, *, bind: str, port: int, run_dir: Path
 ) -> list[str]:
     """``testbed serve`` of a run: its addresses and files; the knobs in one document."""
     listeners = kinds.protocol(settings.protocol).listeners(port)
     own = ["--bind", bind, *listeners, "--log", str(run_dir / "server.jsonl")]
+    # the data sender's own state over the response (TCP_INFO, aioquic's recovery and BBR):
+    # the congestion-control trace of the report (harness.report.cctrace)
+    own += ["--samples", str(run_dir / SERVER_SAMPLES), "--sample-hz", f"{SERVER_SAMPLE_HZ:g}"]
     return _stack_argv("serve", "server", settings.for_end(link.down.rate_bps), run_dir, own)
 
 
