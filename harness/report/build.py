@@ -31,6 +31,7 @@ from harness.report import hosts as host_report
 from harness.report import remote as remote_report
 from harness.report.guard import Guard
 from harness.report.paths import paths_section
+from harness.report.protocols import protocols_section
 from harness.report.varying import varying_sections
 from harness.store.resultdir import ResultDir, atomic_write_text
 
@@ -853,6 +854,7 @@ def build_report(path: Path) -> Path:
         ("the path's shape", paths_section, frame, levels, resolved.get("reference_ms", {})),
         ("the real path", remote_report.path_section, result.path, frame),
         ("gap split", _gap_split_lines, summaries),
+        ("HTTP/2 against HTTP/3", protocols_section, result.path, frame),
         ("streams, chunks, playback, cancel, overhead", stream_tables.report_sections,
          result.path, frame),
         ("varying links", varying_sections, result.path, frame, levels),
