@@ -32,6 +32,12 @@ class SpecError(ValueError):
         super().__init__(f"{self.field}: {self.reason}")
 
 
+class HostUnreachable(RuntimeError):
+    """A host the run needs (``--remote``'s, a cluster's) could not be reached or did not
+    answer: ``str(err)`` is one line naming it and why, and the command exits 2 as for bad
+    input (the input named a host that is not there)."""
+
+
 class LinkLost(RuntimeError):
     """The emulated path went away under a run (another process took it down): the run
     stops rather than record runs that measured nothing. ``str(err)`` is one line."""

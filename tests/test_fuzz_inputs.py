@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import datetime
 import math
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.store.resultdir import read_json_object
 from netem.linkspec import LINK_KEYS, parse_link
 from netem.sysctl import to_set
 from tbcore.errors import MAX_FIELD_CHARS, MAX_REASON_CHARS, SpecError
@@ -222,3 +225,23 @@ def test_a_sysctl_value_that_is_not_one_line_is_refused_where_links_take_it(valu
 def test_sample_rates_that_are_not_finite_or_out_of_range_are_refused(hz: float) -> None:
     with pytest.raises(SpecError, match="sample-hz"):
         check_sample_hz("sample-hz", hz)
+
+
+# -- testbed report's reader: a manifest or a run's row of any bytes ------------------------
+
+JSON_CORPUS = [b"[1, 2]", b"[" * 100_000 + b"]" * 100_000, b"{garbage", b"\xff\xfe{}", b"null",
+               b'"text"', b"1e999", b'{"a": ' * 5_000 + b"1" + b"}" * 5_000]  # fmt: skip
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=200), st.sampled_from(JSON_CORPUS)))
+def test_fuzz_the_result_readers_json(raw: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "manifest.json"
+        path.write_bytes(raw)
+        try:
+            data = read_json_object(path, "manifest")
+        except SpecError as err:
+            _one_line(err)
+        else:
+            assert isinstance(data, dict)

@@ -98,7 +98,24 @@ def test_check_without_the_ssh_client_says_so() -> None:
 
 
 @pytest.mark.parametrize(
-    "target", ["", "-oProxyCommand=sh", "host name", "host;reboot", "a$(b)", "h\nx", "ssh://-x"]
+    "target",
+    [
+        "",
+        "-oProxyCommand=sh",
+        "host name",
+        "host;reboot",
+        "a$(b)",
+        "h\nx",
+        "ssh://-x",
+        "root@",
+        "@",
+        "root@:22",
+        "host:22",
+        "u@@h",
+        "ssh://h:0",
+        "ssh://h:99999",
+        "@host",
+    ],
 )
 def test_a_host_that_is_an_option_or_shell_syntax_is_refused(target: str) -> None:
     with pytest.raises(SpecError, match=r"^remote: "):

@@ -4,7 +4,9 @@ real quick campaign of one tiny experiment (root)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -87,6 +89,9 @@ def test_a_bad_experiment_file_is_one_line_and_exit_2(
         (["--remote", "lab2", "--remote-addr", "lab2"], "remote_addr"),
         (["--remote", "lab2", "--remote-command", "testbed;id"], "remote_command"),
         (["--remote", "lab2", "--ssh-config", "/nonexistent/tb"], "ssh_config"),
+        (["--remote-command", "testbed"], "remote_command"),
+        (["--remote", "root@"], "remote"),
+        (["--remote", "root@:22"], "remote"),
     ],
 )
 def test_bad_remote_flags_are_one_line_before_anything_starts(
@@ -119,6 +124,72 @@ def test_unknown_campaign_experiment_is_refused(
 
 def test_report_of_a_directory_without_manifest_is_refused(tmp_path: Path) -> None:
     assert main(["report", str(tmp_path)]) == EXIT_USAGE
+
+
+@pytest.mark.parametrize("flag", ["--output", "--resume"])
+def test_an_empty_path_is_refused_not_taken_for_the_current_directory(
+    flag: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    experiment = str(Path(__file__).resolve().parent.parent / "experiments" / "connection.toml")
+    with pytest.raises(SystemExit) as info:
+        main(["run", experiment, flag, ""])
+    assert info.value.code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "an empty path" in err and err.count("\n") == 1
+
+
+def test_a_fifo_or_a_device_as_the_experiment_file_is_refused_unread(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "exp.toml"
+    os.mkfifo(fifo)  # a read would block for ever
+    for path in (str(fifo), "/dev/zero"):  # /dev/zero: an unbounded read
+        assert main(["run", path, "--output", str(tmp_path)]) == EXIT_USAGE
+        assert "not a regular file" in capsys.readouterr().err
+    big = tmp_path / "big.toml"
+    big.write_bytes(b"#" * (2 << 20))
+    assert main(["run", str(big), "--output", str(tmp_path)]) == EXIT_USAGE
+    assert "above 1048576" in capsys.readouterr().err
+
+
+def _result_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "res"
+    (path / "runs").mkdir(parents=True)
+    (path / "manifest.json").write_text(json.dumps({"resolved": {"name": "x"}}))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("damage", "says"),
+    [
+        (lambda p: (p / "manifest.json").write_text("[1, 2]"), "not an object"),
+        (lambda p: (p / "manifest.json").write_text("[" * 100_000 + "]" * 100_000), "too deep"),
+        (lambda p: (p / "runs" / "r0").mkdir() or (p / "runs" / "r0" / "row.json").write_text(
+            "{garbage"), "r0/row.json"),
+        (lambda p: (p / "report.md").mkdir(), "report.md: "),
+        (lambda p: (p / "plots").write_text("x"), "plots: "),
+        (lambda p: (p / "runs").rmdir() or os.symlink(p / "runs", p / "runs"), "symlink"),
+        (lambda p: (p / "runs").rmdir() or os.symlink("/", p / "runs"), "symlink"),
+    ],
+)  # fmt: skip
+def test_report_of_a_damaged_result_directory_is_one_line(
+    damage: Any, says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _result_dir(tmp_path)
+    damage(path)
+    assert main(["report", str(path)]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert says in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_report_rebuilds_a_corrupt_runs_csv_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _result_dir(tmp_path)
+    (path / "runs.csv").write_text("run_id,level\n\x00\x01garbage,,,,\n")
+    assert main(["report", str(path)]) == 0
+    assert "written again from the runs' rows" in capsys.readouterr().err
+    assert pd.read_csv(path / "runs.csv").empty
 
 
 def test_attempts_must_be_a_positive_count(

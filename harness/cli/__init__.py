@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from harness import __version__
-from tbcore.errors import LinkLost, SpecError, clip
+from tbcore.errors import HostUnreachable, LinkLost, SpecError, clip
 
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "netem.cli": ("doctor", "link", "clean", "trace", "bench link"),
@@ -97,8 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     _stacks_on_sigusr1()
     try:
         return int(args.handler(args) or 0)
-    except SpecError as err:
-        print(f"testbed {args.command}: error: {err}", file=sys.stderr)
+    except (SpecError, HostUnreachable) as err:
+        print(f"testbed {args.command}: error: {clip(str(err))}", file=sys.stderr)
         return EXIT_USAGE
     except LinkLost as err:
         print(f"testbed {args.command}: error: {err}", file=sys.stderr)

@@ -75,6 +75,15 @@ def env_int(name: str, environ: dict[str, str] | None = None) -> int | None:
     return parse_count(name, value) if value else None
 
 
+def _path(text: str) -> str:
+    """A path flag: never empty (an empty path would silently mean the current directory)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    if "\0" in text:
+        raise argparse.ArgumentTypeError("a path with a NUL byte")
+    return text
+
+
 def _reps(text: str) -> int:
     try:
         return parse_count("reps", text)
@@ -356,17 +365,18 @@ def _run_options(args: argparse.Namespace, remote: Any) -> dict[str, Any]:
 def _remote_of(args: argparse.Namespace) -> Any:
     """``--remote``'s host and options (None without it), checked before anything starts."""
     if args.remote is None:
-        for flag in ("remote_addr", "ssh_config"):
+        for flag in ("remote_addr", "ssh_config", "remote_command"):
             if getattr(args, flag) is not None:
                 raise SpecError(flag, "only with --remote HOST")
         return None
-    from harness.remote.channel import RemoteHost
+    from harness.remote.channel import DEFAULT_REMOTE_COMMAND, RemoteHost
     from harness.remote.path import RemoteRun
     from harness.remote.pathprobe import ProbePlan
 
     if args.remote_addr is not None:
         check_address(args.remote_addr, "remote_addr")
-    host = RemoteHost(args.remote, args.remote_command, ssh_config=args.ssh_config)
+    command = args.remote_command or DEFAULT_REMOTE_COMMAND
+    host = RemoteHost(args.remote, command, ssh_config=args.ssh_config)
     plan = ProbePlan.quick() if args.quick else ProbePlan()
     return RemoteRun(host, args.remote_addr, plan)
 
@@ -499,10 +509,14 @@ def campaign_profile(
 
 def _report(args: argparse.Namespace) -> int:
     from harness.report.build import build_report
+    from harness.store.resultdir import ResultDir
 
     path = Path(args.directory)
     if not (path / "manifest.json").is_file():
         raise SpecError("directory", f"{path} has no manifest.json: not a result directory")
+    note = ResultDir.open(path).repair_tables()
+    if note is not None:
+        print(f"testbed report: {note}", file=sys.stderr)
     print(build_report(path))
     return 0
 
@@ -539,10 +553,11 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     run.add_argument(
         "--backend", default="auto", help="link backend: auto, userspace, netem (default auto)"
     )
-    run.add_argument("--output", default=None, help="results root (default results/)")
+    run.add_argument("--output", type=_path, default=None, help="results root (default results/)")
     run.add_argument(
-        "--resume", default=None, metavar="DIR", help="continue the result directory DIR"
-    )
+        "--resume", type=_path, default=None, metavar="DIR",
+        help="continue the result directory DIR",
+    )  # fmt: skip
     run.add_argument("--link-name", default=None, help="name of the link to build (default r<pid>)")
     _add_attempts(run)
     run.add_argument(
@@ -553,7 +568,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     run.add_argument("--remote-addr", default=None, help="HOST's address for the data "
                      "(default: the one ssh reached)")  # fmt: skip
-    run.add_argument("--remote-command", default="testbed", help="the testbed command on HOST")
+    run.add_argument(
+        "--remote-command", default=None, help="the testbed command on HOST (default testbed)"
+    )
     run.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
     _add_cluster(run)
     run.set_defaults(handler=_run)
@@ -576,9 +593,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     campaign.add_argument("--experiments", default=None, help="names, comma-separated")
     campaign.add_argument("--reps", type=_reps, default=None)
     campaign.add_argument("--backend", default=None)
-    campaign.add_argument("--output", default=None)
+    campaign.add_argument("--output", type=_path, default=None)
     campaign.add_argument(
-        "--resume", default=None, metavar="DIR", help="continue a campaign directory"
+        "--resume", type=_path, default=None, metavar="DIR", help="continue a campaign directory"
     )
     campaign.add_argument("--link-name", default=None, help="link name (default r<pid>)")
     campaign.add_argument(
@@ -592,5 +609,5 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     campaign.set_defaults(handler=_campaign)
 
     report = commands.add_parser("report", help="(re)write report.md and plots of a result dir")
-    report.add_argument("directory")
+    report.add_argument("directory", type=_path)
     report.set_defaults(handler=_report)

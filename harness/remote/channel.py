@@ -27,7 +27,7 @@ from harness.remote import clocksync
 from harness.remote.clocksync import ClockOffset, Exchange
 from netem import nsexec
 from tbcore.control import ControlReply, ControlRequest, encode, parse_line
-from tbcore.errors import SpecError, clip
+from tbcore.errors import HostUnreachable, SpecError, clip
 
 SSH_OPTIONS = (
     "-T",  # no terminal: the channel is a pipe of control lines
@@ -49,14 +49,27 @@ EXIT_SSH_FAILED = 255
 EXIT_NOT_FOUND = 127
 """A shell's status for a command it cannot find."""
 
-_TARGET = re.compile(r"(ssh://)?[A-Za-z0-9_.@:\[\]%-]+")
+_USER = re.compile(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*")
+_HOST = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?|\[[0-9A-Fa-f:.%A-Za-z]+\]")
+_PORT = re.compile(r"[0-9]{1,5}")
 
 
 def check_target(target: str) -> str:
     """A host as ssh takes it (``host``, ``user@host``, ``ssh://user@host:port``), never an
-    option and never shell syntax."""
-    host = target.removeprefix("ssh://")
-    if not host or host.startswith("-") or not _TARGET.fullmatch(target):
+    option and never shell syntax: a user before ``@`` when there is one, a host name, an IPv4
+    address or a bracketed IPv6 address, and a port only in the ``ssh://`` form."""
+    url = target.startswith("ssh://")
+    rest = target.removeprefix("ssh://")
+    user, at, host = rest.rpartition("@")
+    port = ""
+    if url and not host.endswith("]") and ":" in host:
+        host, _, port = host.rpartition(":")
+    bad = (
+        (at and not _USER.fullmatch(user))
+        or not _HOST.fullmatch(host)
+        or (port and (not _PORT.fullmatch(port) or not 0 < int(port) < 65536))
+    )
+    if bad:
         raise SpecError("remote", f"{target!r} is not a host name or user@host")
     return target
 
@@ -75,7 +88,7 @@ def ssh_argv(target: str, remote: Sequence[str], ssh_config: str | None = None) 
     return ["ssh", *config, *SSH_OPTIONS, check_target(target), "--", *remote]
 
 
-class ChannelError(RuntimeError):
+class ChannelError(HostUnreachable):
     """The control channel failed: ``str(err)`` is one line naming the host and why."""
 
 

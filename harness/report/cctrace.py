@@ -124,7 +124,8 @@ def plot_cc_trace(
     axes[2].set_xlabel("time since the response's first byte was written (ms)")
     for ax in axes:
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
+        if ax.get_legend_handles_labels()[0]:  # no BBR level: the gain panel stays empty
+            ax.legend(fontsize="small")
     axes[0].set_title("The data sender's congestion control, median run per level")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp.png")

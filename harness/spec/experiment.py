@@ -36,6 +36,7 @@ that do not differ, impossible values.
 
 from __future__ import annotations
 
+import stat
 import tomllib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, replace
@@ -587,12 +588,26 @@ UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 """Byte order marks of UTF-16 (TOML files are UTF-8, TOML 1.0 section 1)."""
 
 
+MAX_SPEC_BYTES = 1 << 20
+"""An experiment file above 1 MiB is refused unread (the largest shipped one is ~10 kB)."""
+
+
 def load(path: str | Path) -> ExperimentSpec:
     path = Path(path)
     try:
-        raw = path.read_bytes()
+        # stat first: a FIFO or a device (/dev/zero) is refused before it is opened, and a
+        # read is bounded (one byte past the limit tells a file that grew under us)
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise SpecError("experiment", f"{path}: not a regular file")
+        if info.st_size > MAX_SPEC_BYTES:
+            raise SpecError("experiment", f"{path}: {info.st_size} bytes, above {MAX_SPEC_BYTES}")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as err:
         raise SpecError("experiment", f"{path}: {err.strerror}") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise SpecError("experiment", f"{path}: above {MAX_SPEC_BYTES} bytes")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -146,6 +146,7 @@ class ResultDir:
         path = Path(path)
         if not (path / MANIFEST).is_file():
             raise SpecError("resume", f"{path} has no {MANIFEST}: not a result directory")
+        check_layout(path)
         return cls(path)
 
     # --- manifest -----------------------------------------------------------------------
@@ -158,10 +159,29 @@ class ResultDir:
         atomic_write_json(self.manifest_path, {"schema_version": SCHEMA_VERSION, **manifest})
 
     def read_manifest(self) -> dict[str, Any]:
+        return read_json_object(self.manifest_path, "manifest")
+
+    def repair_tables(self) -> str | None:
+        """runs.csv is derived from the runs' rows: when it does not parse, or names other
+        runs than the rows, it is written again from them; the line that says so (None when
+        it was whole)."""
+        table = self.path / "runs.csv"
+        if not table.exists():
+            return None
+        rows = self.rows()
         try:
-            return json.loads(self.manifest_path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise SpecError("manifest", f"{self.manifest_path}: {err}") from None
+            found = pd.read_csv(table, usecols=["run_id"])["run_id"].astype(str).tolist()
+            why = (
+                None
+                if sorted(found) == sorted(r["run_id"] for r in rows)
+                else (f"names {len(found)} runs where {len(rows)} have rows")
+            )
+        except (ValueError, UnicodeDecodeError, pd.errors.ParserError) as err:
+            why = f"does not parse ({clip(str(err), 80)})"
+        if why is None:
+            return None
+        self.write_tables()
+        return f"{table} {why}: written again from the runs' rows"
 
     def update_manifest(self, **changes: Any) -> None:
         manifest = self.read_manifest()
@@ -205,10 +225,9 @@ class ResultDir:
         """Every finished run's row (checked against :class:`RunRow`), in plan order."""
         out = []
         for run_id in sorted(self.finished()):
-            path = self.run_dir(run_id) / ROW_FILE
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-            out.append(RunRow.from_dict(data, f"{run_id}/{ROW_FILE}").to_dict())
+            where = f"{run_id}/{ROW_FILE}"
+            data = read_json_object(self.run_dir(run_id) / ROW_FILE, where)
+            out.append(RunRow.from_dict(data, where).to_dict())
         out.sort(key=lambda r: (r.get("seq", 0), r["run_id"]))
         return out
 
@@ -259,6 +278,45 @@ class ResultDir:
     @property
     def plots_dir(self) -> Path:
         return self.path / "plots"
+
+
+MAX_JSON_BYTES = 64 << 20
+"""A manifest or a row above 64 MiB is refused unread (a manifest is a few kB)."""
+LAYOUT = (("runs", "directory"), (MANIFEST, "file"), ("report.md", "file"), ("plots", "directory"))
+"""What a result directory's own entries are, when they exist (never symlinks)."""
+
+
+def read_json_object(path: Path, field: str) -> dict[str, Any]:
+    """A JSON object from a regular file of bounded size; SpecError naming ``field`` for
+    anything else (not a file, too large, not UTF-8, not JSON, nested past Python's
+    recursion limit, or JSON that is not an object)."""
+    try:
+        if not path.is_file():
+            raise SpecError(field, f"{path}: not a regular file")
+        if path.stat().st_size > MAX_JSON_BYTES:
+            raise SpecError(field, f"{path}: above {MAX_JSON_BYTES} bytes")
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise SpecError(field, f"{path}: {err}") from None
+    except RecursionError:
+        raise SpecError(field, f"{path}: JSON nested too deep") from None
+    if not isinstance(data, dict):
+        raise SpecError(field, f"{path}: a JSON {type(data).__name__}, not an object")
+    return data
+
+
+def check_layout(path: Path) -> None:
+    """The result directory's own entries are what the testbed writes there: a symlink
+    (``runs -> /``, a loop) or an entry of the other kind (``report.md`` a directory,
+    ``plots`` a file) is refused in one line, not read through or written over."""
+    for name, kind in LAYOUT:
+        entry = path / name
+        if entry.is_symlink():
+            raise SpecError(name, f"{entry} is a symlink; a result directory has none")
+        if not entry.exists():
+            continue
+        if (kind == "directory") != entry.is_dir():
+            raise SpecError(name, f"{entry} is not a {kind}")
 
 
 def rows_frame(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
