@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from harness.analysis.levels import analysable
+from tbcore import kinds
+from tbcore.errors import SpecError
 
 SAME_PATH = ("link", "workload", "connection", "topology", "route", "multipath", "cross")
 """RunRow columns two levels must share to be the same request on the same path."""
@@ -70,12 +72,29 @@ class _Level:
     """What a level ran, from its runs' rows (the first valid run's values)."""
 
     name: str
-    protocol: str
+    family: str
+    """``tcp`` for HTTP over one TCP byte stream, ``quic`` for HTTP over QUIC, ``""`` for
+    any other protocol (the registry's traits: tbcore.kinds)."""
     stack: str
     cc: str
     paced: bool
     path: tuple[str, ...]
     median_s: float
+
+
+HTTP_FAMILIES = ("tcp", "quic")
+"""The transports an HTTP protocol's traits name: one ordered byte stream, or QUIC's streams."""
+
+
+def _family(protocol: str) -> str:
+    """The HTTP family of a protocol by its registered traits ("" for none or another)."""
+    try:
+        traits = kinds.traits_of(kinds.protocol(protocol))
+    except SpecError:
+        return ""
+    if "http" not in traits:
+        return ""
+    return next((f for f in HTTP_FAMILIES if f in traits), "")
 
 
 def _first(runs: pd.DataFrame, column: str) -> str:
@@ -92,7 +111,7 @@ def _levels(good: pd.DataFrame) -> list[_Level]:
         levels.append(
             _Level(
                 name=str(name),
-                protocol=_first(runs, "protocol"),
+                family=_family(_first(runs, "protocol")),
                 stack=_first(runs, "quic_stack"),
                 cc=_first(runs, "cc"),
                 paced=bool(paced.astype(bool).all()) if len(paced) else False,
@@ -153,7 +172,7 @@ def _pacing_part(h2: _Level, h3: _Level, levels: Sequence[_Level]) -> Part:
         return Part("pacing", 0.0, both)
     control = [
         lv for lv in levels
-        if lv.protocol == h3.protocol and lv.stack == h3.stack and lv.cc == h3.cc
+        if lv.family == h3.family and lv.stack == h3.stack and lv.cc == h3.cc
         and lv.path == h3.path and lv.paced != h3.paced
     ]  # fmt: skip
     who = f"{h3.name} paces, {h2.name} does not" if h3.paced else f"{h2.name} paces, not {h3.name}"
@@ -166,7 +185,7 @@ def _pacing_part(h2: _Level, h3: _Level, levels: Sequence[_Level]) -> Part:
 def _implementation_part(h3: _Level, levels: Sequence[_Level], pacing: Part) -> Part:
     others = [
         lv for lv in levels
-        if lv.protocol == h3.protocol and lv.stack and lv.stack != h3.stack and lv.cc == h3.cc
+        if lv.family == h3.family and lv.stack and lv.stack != h3.stack and lv.cc == h3.cc
         and lv.path == h3.path
     ]  # fmt: skip
     if not others:
@@ -185,12 +204,12 @@ def _implementation_part(h3: _Level, levels: Sequence[_Level], pacing: Part) -> 
 def decompose(frame: pd.DataFrame, streams: pd.DataFrame | None = None) -> list[Pair]:
     """Every HTTP/3 level with an HTTP/2 level on the same path, its difference split."""
     good = analysable(frame)
-    if good.empty or "protocol" not in good.columns:
+    if good.empty or "protocol" not in good.columns:  # runs.csv of another kind of run
         return []
     levels = _levels(good)
     pairs = []
-    for h3 in (lv for lv in levels if lv.protocol == "h3"):
-        matches = [lv for lv in levels if lv.protocol == "h2" and lv.path == h3.path]
+    for h3 in (lv for lv in levels if lv.family == "quic"):
+        matches = [lv for lv in levels if lv.family == "tcp" and lv.path == h3.path]
         if not matches:
             continue
         h2 = next((lv for lv in matches if lv.cc == h3.cc), matches[0])
