@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+import pytest
 from support_campaign import synthetic_campaign
 
-from harness.report import chapter, reproduction
-from harness.report.findings import Measured
+from harness.report import chapter, chapter_measures, reproduction
+from harness.report.findings import Measured, NotMeasured, Results
 
 
 def _finding(**kw: object) -> chapter.Finding:
@@ -60,3 +62,33 @@ def test_a_campaign_gets_one_row_per_finding_with_a_verdict(tmp_path: Path) -> N
     assert "<th>verdict</th>" in html and "<script" not in html
     assert (campaign / "plots" / "connection-levels.png").is_file()
     assert (tmp_path / "connection").glob("*/report.html")
+
+
+def _hol_results(tmp_path: Path, h2_held: list[int], h3_held: list[int]) -> Results:
+    rows = []
+    for level, held in (("h2-l3.6", h2_held), ("h3-l3.6", h3_held)):
+        for rep, n in enumerate(held):
+            for stream, chunks in (("audio:tts", 22), ("image:result", 306)):
+                rows.append({"run_id": f"{level}-{rep}", "level": level, "stream": stream,
+                             "chunks": chunks, "held_chunks": n if stream == "audio:tts" else 0,
+                             "held_max_s": 0.15 * bool(n), "valid": True})  # fmt: skip
+    (tmp_path / "hol").mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(tmp_path / "hol" / "streams.csv", index=False)
+    return Results({"hol": tmp_path / "hol"})
+
+
+def test_hol_counts_audio_chunks_held_behind_the_image(tmp_path: Path) -> None:
+    measured = chapter_measures.hol(_hol_results(tmp_path, [4, 6, 0], [0, 0, 0]))
+    assert measured.ok
+    assert "4 of 22 on HTTP/2 (longest 150 ms), 0 of 22 on HTTP/3" in measured.text
+    held_on_h3 = chapter_measures.hol(_hol_results(tmp_path / "b", [4], [1]))
+    assert not held_on_h3.ok
+
+
+def test_hol_without_the_levels_is_not_measured(tmp_path: Path) -> None:
+    (tmp_path / "hol").mkdir()
+    pd.DataFrame([{"run_id": "r", "level": "h2-l0", "stream": "audio:tts", "chunks": 22,
+                   "held_chunks": 0, "held_max_s": 0.0, "valid": True}]).to_csv(
+        tmp_path / "hol" / "streams.csv", index=False)  # fmt: skip
+    with pytest.raises(NotMeasured, match=r"3\.6 % levels"):
+        chapter_measures.hol(Results({"hol": tmp_path / "hol"}))

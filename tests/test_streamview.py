@@ -39,6 +39,28 @@ def _h2_frame(frame_type: int, flags: int, stream_id: int, payload: bytes) -> by
     )
 
 
+def test_cross_waits_count_only_the_other_streams_bytes() -> None:
+    # one byte stream: audio A0 [0,10) image I0 [10,20) audio A1 [20,30) image I1 [30,40)
+    audio = [(0, 0, 10), (10, 20, 10)]
+    arrivals = streamview.ArrivalMap()
+    arrivals.add(0, 10, 1.0)
+    arrivals.add(20, 30, 1.1)
+    arrivals.add(30, 40, 1.2)
+    arrivals.add(10, 20, 1.5)  # the image's lost bytes come back last
+    # A0 is first on the wire: nothing before it; A1's own bytes were in at 1.1 but the image's
+    # hole before it held it until 1.5
+    assert streamview.cross_waits(audio, arrivals, chunk_bytes=10) == pytest.approx((0.0, 0.4))
+    # a hole in the stream's own earlier bytes is its own order, not another stream's
+    own = streamview.ArrivalMap()
+    own.add(10, 40, 1.0)
+    own.add(0, 10, 1.5)  # A0 itself late
+    assert streamview.cross_waits(audio, own, chunk_bytes=10) == (0.0, 0.0)
+    # a byte that never arrived: the chunks from it on are not counted
+    lost = streamview.ArrivalMap()
+    lost.add(0, 10, 1.0)
+    assert streamview.cross_waits(audio, lost, chunk_bytes=10) == (0.0,)
+
+
 def test_h2_data_pieces_per_stream_with_padding() -> None:
     plain = (
         _h2_frame(0x4, 0, 0, b"")  # SETTINGS
@@ -76,6 +98,7 @@ def test_h3_arrivals_from_a_qlog_trace() -> None:
     view = streamview.h3_stream_arrivals([trace], chunk_bytes=960)[0]
     assert view.body_bytes == 1920
     assert view.chunk_arrived_s == [1.0, 3.0]
+    assert view.cross_waits_s == (0.0,)  # QUIC orders the stream alone: one chunk, no wait
     assert view.last_byte_arrived_s == 3.0
 
 

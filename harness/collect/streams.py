@@ -6,6 +6,9 @@ qlog for HTTP/3, ``client.pcap`` with the key log for HTTP/2) give, per response
 - ``delivered_s``: the last body byte handed to the application (client record);
 - ``last_byte_arrived_s``: every body byte in the receiver's transport
   (:mod:`harness.collect.streamview`); ``hol_wait_s`` = delivered - arrived (MODELS.md section 11);
+  ``chunks``, ``held_chunks`` and ``held_max_s``: of the body's 16 KB chunks, those whose own
+  bytes had all arrived but waited for another stream's (one TCP byte stream), and the
+  longest such wait;
 
 and per streamed chunk: produced and sent (server events), arrived (transport view), read
 (client). Times are seconds from the group's request start (its first request byte).
@@ -56,6 +59,7 @@ def _shift(arrival: streamview.StreamArrival, offset_s: float) -> streamview.Str
         move(arrival.last_byte_arrived_s),
         [move(t) for t in arrival.chunk_arrived_s],
         move(arrival.in_order_s),
+        arrival.cross_waits_s,  # durations: no clock to move
     )
 
 
@@ -100,6 +104,24 @@ def group_start(records: Sequence[Mapping[str, Any]], request_id: int) -> float 
     return min(starts) if starts else None
 
 
+HELD_BEYOND_S = 0.001
+"""A chunk counts as held behind other streams when it waited more than this (the emulator's
+p99 timing error is about 1 ms, NOTES-machine.md)."""
+
+
+def _held_chunks(arrival: streamview.StreamArrival | None) -> dict[str, Any]:
+    """``chunks``, ``held_chunks`` (those that waited for another stream's bytes, MODELS.md
+    section 11) and the longest such wait, ``held_max_s``; None without a transport view."""
+    waits = arrival.cross_waits_s if arrival is not None else ()
+    if not waits:
+        return {"chunks": None, "held_chunks": None, "held_max_s": None}
+    return {
+        "chunks": len(waits),
+        "held_chunks": sum(w > HELD_BEYOND_S for w in waits),
+        "held_max_s": max(waits),
+    }
+
+
 def stream_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per measured response stream: ``base`` (run_id, level, protocol...) plus
     stream, bytes, first/last byte delivered, last byte arrived, the head-of-line wait."""
@@ -137,6 +159,7 @@ def stream_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]
                 "hol_wait_s": (
                     delivered - arrived if delivered is not None and arrived is not None else None
                 ),
+                **_held_chunks(arrival if in_order is not None else None),
                 "ok": record.get("error") is None and bool(record.get("sha256_ok")),
                 "error": record.get("error"),
                 "view_error": views.view_error,

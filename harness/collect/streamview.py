@@ -175,6 +175,67 @@ class StreamArrival:
     stream's own bytes for QUIC (= ``last_byte_arrived_s``). ``in_order_s -
     last_byte_arrived_s`` is the head-of-line wait of MODELS.md section 11, free of the
     receiver's own processing."""
+    cross_waits_s: tuple[float, ...] = ()
+    """Per :data:`HOL_CHUNK_BYTES` of body: how long after the stream's own bytes up to the
+    chunk's end had all arrived the transport could hand them over, i.e. the wait for
+    *other* streams' bytes (HTTP/2's one byte stream); 0 for each chunk of a QUIC stream,
+    which its transport orders alone. Empty when not computed."""
+
+
+HOL_CHUNK_BYTES = 16_384
+"""The granularity of the cross-stream wait: HTTP/2's initial SETTINGS_MAX_FRAME_SIZE (RFC 9113
+section 6.5.2), so that a chunk is about one of the sender's DATA frames."""
+
+
+def _body_complete_at(
+    body_map: Sequence[tuple[int, int, int]], arrivals: ArrivalMap, a: int, b: int
+) -> float | None:
+    """When every byte of body ``[a, b)`` had arrived (None if some never did)."""
+    latest = None
+    for body_at, wire_at, size in body_map:
+        lo, hi = max(a, body_at), min(b, body_at + size)
+        if lo >= hi:
+            continue
+        t = arrivals.complete_at(wire_at + lo - body_at, wire_at + hi - body_at)
+        if t is None:
+            return None
+        latest = t if latest is None else max(latest, t)
+    return latest
+
+
+def _wire_end(body_map: Sequence[tuple[int, int, int]], b: int) -> int:
+    """The transport offset just past body byte ``b - 1``."""
+    for body_at, wire_at, size in body_map:
+        if body_at < b <= body_at + size:
+            return wire_at + b - body_at
+    raise ValueError(f"body byte {b - 1} is not in the map")
+
+
+def cross_waits(
+    body_map: Sequence[tuple[int, int, int]],
+    arrivals: ArrivalMap,
+    chunk_bytes: int = HOL_CHUNK_BYTES,
+) -> tuple[float, ...]:
+    """Per ``chunk_bytes`` of a stream sharing one ordered byte stream with others: in
+    order (every transport byte before the chunk's end) less own (every byte of this
+    stream up to the chunk's end), at least 0: the wait for the other streams' bytes.
+    Both are running maxima over the chunks, so the whole is linear in the pieces."""
+    total = sum(size for _, _, size in body_map)
+    waits: list[float] = []
+    own = every = None
+    start = wire_start = 0
+    for end in range(chunk_bytes, total + chunk_bytes, chunk_bytes):
+        end = min(end, total)
+        wire_end = _wire_end(body_map, end)
+        own_part = _body_complete_at(body_map, arrivals, start, end)
+        every_part = arrivals.complete_at(wire_start, wire_end)
+        if own_part is None or every_part is None:
+            break  # a byte that never arrived: no later chunk was handed over either
+        own = own_part if own is None else max(own, own_part)
+        every = every_part if every is None else max(every, every_part)
+        waits.append(max(0.0, every - own))
+        start, wire_start = end, wire_end
+    return tuple(waits)
 
 
 def _in_order(body_map: Sequence[tuple[int, int, int]], arrivals: ArrivalMap) -> float | None:
@@ -192,16 +253,7 @@ def _chunks(
     total = sum(size for _, _, size in body_map)
 
     def when(a: int, b: int) -> float | None:
-        latest = None
-        for body_at, wire_at, size in body_map:
-            lo, hi = max(a, body_at), min(b, body_at + size)
-            if lo >= hi:
-                continue
-            t = arrivals.complete_at(wire_at + lo - body_at, wire_at + hi - body_at)
-            if t is None:
-                return None
-            latest = t if latest is None else max(latest, t)
-        return latest
+        return _body_complete_at(body_map, arrivals, a, b)
 
     last = when(0, total) if total else None
     chunks: list[float | None] = []
@@ -309,7 +361,8 @@ def h2_stream_arrivals(
                 body_at += size
             total, last, chunks = _chunks(body_map, arrivals, chunk_bytes)
             in_order = _in_order(body_map, arrivals)
-            result[stream_id] = StreamArrival(stream_id, total, last, chunks, in_order)
+            waits = cross_waits(body_map, arrivals) if body_map else ()
+            result[stream_id] = StreamArrival(stream_id, total, last, chunks, in_order, waits)
     return result
 
 
@@ -373,6 +426,8 @@ def h3_stream_arrivals(
                     body_at += length
                 wire_at += header + length
             total, last, chunks = _chunks(body_map, arrivals[sid], chunk_bytes)
-            # QUIC orders each stream alone: in order = its own bytes in
-            result[sid] = StreamArrival(sid, total, last, chunks, last)
+            # QUIC orders each stream alone: in order = its own bytes in, and no chunk ever
+            # waits for another stream's bytes in the transport
+            held = (0.0,) * -(-total // HOL_CHUNK_BYTES)
+            result[sid] = StreamArrival(sid, total, last, chunks, last, held)
     return result

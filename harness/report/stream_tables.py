@@ -278,6 +278,22 @@ _RUNS = _Column("runs", lambda group: str(len(group)))
 """The group's rows (one per run in the tables that have a row per run)."""
 
 
+def _column(group: pd.DataFrame, name: str) -> pd.Series:
+    """A numeric column the table may lack (older runs: NaN)."""
+    if name not in group.columns:
+        return pd.Series(float("nan"), index=group.index)
+    return pd.to_numeric(group[name], errors="coerce")
+
+
+def _held_per_run(group: pd.DataFrame) -> str:
+    """``held of chunks``, medians over runs: 16 KB chunks of the stream that had all their
+    own bytes and waited for another stream's (– without a transport view)."""
+    held, chunks = _column(group, "held_chunks").dropna(), _column(group, "chunks").dropna()
+    if held.empty or chunks.empty:
+        return "–"
+    return f"{held.median():.0f} of {chunks.median():.0f}"
+
+
 def _on_time_per_run(group: pd.DataFrame) -> str:
     per_run = group.groupby("run_id")["on_time"].agg(["sum", "count"])
     return f"{per_run['sum'].median():.0f} of {per_run['count'].median():.0f}"
@@ -304,9 +320,11 @@ _STREAMS = _GroupedSection(
     "receiver's transport (qlog for HTTP/3, the decrypted capture for HTTP/2); "
     "*in order*: every transport byte up to the stream's last had arrived (one TCP byte "
     "stream for HTTP/2; the stream's own bytes for QUIC); *HOL* = in order - arrived, the "
-    "head-of-line wait of section 11 free of the receiver's CPU; *delivered*: the last "
-    "byte handed to the application; *wait* = delivered - arrived (HOL + the receiver's "
-    "own reading).",
+    "head-of-line wait of section 11 free of the receiver's CPU; *chunks held*: of the "
+    "stream's 16 KB chunks, those whose own bytes had all arrived but that waited for "
+    "another stream's (0 by construction on QUIC, which orders each stream alone), with the "
+    "longest such wait; *delivered*: the last byte handed to the application; *wait* = "
+    "delivered - arrived (HOL + the receiver's own reading).",
     columns=(
         _LEVEL,
         _PROTOCOL,
@@ -317,6 +335,8 @@ _STREAMS = _GroupedSection(
         _median_ms("in order", "in_order_s"),
         _median_ms("HOL", "hol_transport_s"),
         _Column("max HOL", lambda group: _ms(group["hol_transport_s"].max())),
+        _Column("chunks held", _held_per_run),
+        _Column("max chunk wait", lambda group: _ms(_column(group, "held_max_s").max())),
         _median_ms("delivered", "delivered_s"),
         _median_ms("wait", "hol_wait_s"),
     ),
