@@ -10,9 +10,11 @@ namespace that mounted it, so list devices with pyroute2, never through /sys.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -83,7 +85,10 @@ against the others."""
 
 
 def _entering(
-    ns: str | None, nice: int | None = None, rr_priority: int | None = None
+    ns: str | None,
+    nice: int | None = None,
+    rr_priority: int | None = None,
+    mask: set[signal.Signals] | None = None,
 ) -> Callable[[], None]:
     """A ``preexec_fn`` that moves the child into namespace ``ns`` (None: it stays in the
     parent's) before it execs; with
@@ -95,6 +100,10 @@ def _entering(
     path = None if ns is None else netns_path(ns)
 
     def _enter() -> None:
+        if mask is not None:
+            # the parent held SIGINT and SIGTERM while it started us: the child runs with
+            # the mask the parent had before, so that a stop signal reaches it
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if path is not None:
             fd = os.open(path, os.O_RDONLY)
             setns_fd(fd)
@@ -127,7 +136,43 @@ def popen(
     that priority."""
     if nice is not None or rr_priority is not None:
         kwargs.setdefault("start_new_session", True)
-    return subprocess.Popen(list(argv), preexec_fn=_entering(ns, nice, rr_priority), **kwargs)
+    # A stop signal (Ctrl-C, SIGTERM: KeyboardInterrupt in the harness) that arrived while
+    # the child was being made would leave it running with no Popen to stop it: the signals
+    # wait until it is made and known, and stop_children() finds it whatever happens next.
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        proc = subprocess.Popen(
+            list(argv), preexec_fn=_entering(ns, nice, rr_priority, previous), **kwargs
+        )
+        _children.difference_update([c for c in _children if c.returncode is not None])
+        _children.add(proc)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    return proc
+
+
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+"""The signals that stop the harness (KeyboardInterrupt, harness.cli.run's SIGTERM handler)."""
+_children: set[subprocess.Popen] = set()
+"""Every child :func:`popen` made and not yet seen reaped (held strongly: the child whose
+caller lost it to a signal is the one to find)."""
+
+
+def stop_children(timeout_s: float = 2.0) -> list[int]:
+    """Stop every child of :func:`popen` still running (SIGTERM, then SIGKILL after
+    ``timeout_s``): the harness calls it as it exits on a stop signal, for a child whose
+    caller was interrupted before it could stop it. Returns their pids."""
+    alive = [proc for proc in list(_children) if proc.poll() is None]
+    for proc in alive:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    for proc in alive:
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return [proc.pid for proc in alive]
 
 
 def run(ns: str | None, argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from scapy.utils import RawPcapReader
 
 from harness.run.runner import run_experiment
 from harness.spec import experiment as specmod
+from netem.pcapng import read_capture
 from tbcore import workloads
 from tbcore.records import RequestRecord, read_jsonl
 
@@ -39,15 +39,13 @@ levels = [{ name = "bbr", cc = "bbr" }, { name = "cubic", cc = "cubic" }]
 CLIENT_ADDR = "198.18.1.2"
 
 
-def first_udp_from(pcap: Path, source: str, offset_s: float) -> float:
-    """CLOCK_MONOTONIC of the first UDP datagram from ``source`` in a raw-IP pcap."""
-    with RawPcapReader(str(pcap)) as reader:
-        scale = 1e-9 if getattr(reader, "nano", False) else 1e-6
-        for data, meta in reader:
-            packet = bytes(data)
-            if packet[9] == 17 and ".".join(str(b) for b in packet[12:16]) == source:
-                return meta.sec + meta.usec * scale - offset_s
-    raise AssertionError(f"no UDP from {source} in {pcap}")
+def first_udp_from(capture: Path, source: str, offset_s: float) -> float:
+    """CLOCK_MONOTONIC of the first UDP datagram from ``source`` in a raw-IP capture (the
+    run's pcapng)."""
+    for ts_ns, packet, _ in read_capture(capture).packets:
+        if packet[9] == 17 and ".".join(str(b) for b in packet[12:16]) == source:
+            return ts_ns * 1e-9 - offset_s
+    raise AssertionError(f"no UDP from {source} in {capture}")
 
 
 @pytest.mark.root
@@ -71,9 +69,9 @@ def test_one_tts_download_with_ngtcp2_at_both_ends(tmp_path: Path) -> None:
     offset_s = json.loads((run_dir / "run.json").read_text())["clock_offset_s"]
     # the client's first Initial crossed the capture just after the connection's start
     # (its qlog file's creation), the server's connection began as it arrived 100 ms later
-    initial_s = first_udp_from(run_dir / "client.pcap", CLIENT_ADDR, offset_s)
+    initial_s = first_udp_from(run_dir / "client.pcapng", CLIENT_ADDR, offset_s)
     assert 0.0 <= initial_s - record.connect_start <= 0.003
-    arrived_s = first_udp_from(run_dir / "server.pcap", CLIENT_ADDR, offset_s)
+    arrived_s = first_udp_from(run_dir / "server.pcapng", CLIENT_ADDR, offset_s)
     opened = [
         json.loads(line)
         for line in (run_dir / "server.jsonl").read_text().splitlines()

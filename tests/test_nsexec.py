@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +66,30 @@ def test_without_a_priority_the_child_stays_in_the_parents_session(namespace: st
 def test_a_missing_namespace_is_a_one_line_error() -> None:
     with pytest.raises(SpecError, match="does not exist"):
         nsexec.popen("tb-no-such-namespace", ["true"])
+
+
+def _blocked_signals(pid: int) -> int:
+    """SigBlk of /proc/PID/status: the blocked-signal mask as a number."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigBlk:"):
+            return int(line.split()[1], 16)
+    raise AssertionError("no SigBlk")
+
+
+def test_a_child_is_made_with_the_stop_signals_held_and_runs_without_them() -> None:
+    proc = nsexec.popen(None, ["sleep", "30"])
+    try:
+        assert proc in nsexec._children
+        # the parent held SIGINT and SIGTERM only while it made the child; the child has them
+        assert _blocked_signals(proc.pid) & (1 << (signal.SIGTERM - 1)) == 0
+        assert _blocked_signals(os.getpid()) & (1 << (signal.SIGTERM - 1)) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_stop_children_stops_one_nobody_holds() -> None:
+    pid = nsexec.popen(None, ["sleep", "30"]).pid  # its caller "lost" it to a signal
+    assert pid in nsexec.stop_children(timeout_s=5)
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    assert nsexec.stop_children() == []

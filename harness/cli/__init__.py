@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from harness import __version__
+from netem import nsexec
 from tbcore.errors import HostUnreachable, LinkLost, SpecError, clip
 
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
@@ -104,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"testbed {args.command}: error: {err}", file=sys.stderr)
         return EXIT_LINK_LOST
     except KeyboardInterrupt:
+        nsexec.stop_children()  # one made as the signal came, that its caller never saw
         print(f"testbed {args.command}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
