@@ -92,3 +92,16 @@ def test_hol_without_the_levels_is_not_measured(tmp_path: Path) -> None:
         tmp_path / "hol" / "streams.csv", index=False)  # fmt: skip
     with pytest.raises(NotMeasured, match=r"3\.6 % levels"):
         chapter_measures.hol(Results({"hol": tmp_path / "hol"}))
+
+
+@pytest.mark.parametrize(
+    "finding", chapter.FINDINGS, ids=[f"{f.section} {f.finding[:30]}" for f in chapter.FINDINGS]
+)
+def test_every_bound_is_computed_or_says_what_it_lacks(finding: chapter.Finding) -> None:
+    """A bound that raises anything but NotMeasured (an import gone missing, a name moved)
+    would read "not computed" in every campaign's report: none may."""
+    try:
+        text = finding.bound(Results({}))
+    except NotMeasured:
+        return
+    assert isinstance(text, str) and text

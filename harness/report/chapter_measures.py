@@ -24,6 +24,7 @@ from harness.report.findings import (
     runs_bound,
     table_medians,
 )
+from tbcore.kinds import H2_CHUNK_OVERHEAD_BYTES
 
 MBIT = 1e6
 R = 0.2
@@ -166,8 +167,6 @@ def playback_shortfall(results: Results) -> Measured:
 
 
 def shortfall_bound(_results: Results) -> str:
-    from harness.analysis.playback import H2_CHUNK_OVERHEAD_BYTES
-
     play = 960 * 8 / 0.020
     receive = 300e3 * 960 / (960 + H2_CHUNK_OVERHEAD_BYTES)
     empty = bounds.buffer_depletion_s(0.040 * play, play, receive)
