@@ -48,7 +48,7 @@ def analysable(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _median_of(runs: pd.DataFrame, column: str) -> float:
     """The median of a column the frame may lack (NaN then)."""
-    return _median(runs[column]) if column in runs.columns else math.nan
+    return median_of(runs[column]) if column in runs.columns else math.nan
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def _num(series: pd.Series) -> pd.Series:
     return pd.to_numeric(series, errors="coerce")
 
 
-def _median(series: pd.Series) -> float:
+def median_of(series: pd.Series) -> float:
     values = _num(series).dropna()
     return float(values.median()) if len(values) else math.nan
 
@@ -181,7 +181,7 @@ def _all_paced(runs: pd.DataFrame) -> bool:
     return bool(runs["paced"].fillna(False).astype(bool).all())
 
 
-def _setup_before_request(runs: pd.DataFrame) -> float:
+def setup_before_request(runs: pd.DataFrame) -> float:
     """Median set-up time on the request's critical path: the handshake, but only up to
     the first request byte (0-RTT sends its request before the handshake completes)."""
     handshake = _num(runs["handshake_s"])
@@ -217,16 +217,16 @@ def level_summary(
         low, high = median_ci(totals, seed=seed + index)
         median = quantile(totals, 0.5)
         p95 = quantile(totals, 0.95)
-        bound = _median(runs["bound_s"])
-        processing = _median(runs["processing_s"]) if "processing_s" in runs.columns else math.nan
+        bound = median_of(runs["bound_s"])
+        processing = median_of(runs["processing_s"]) if "processing_s" in runs.columns else math.nan
         gap = attribute_gap(
             total_s=median,
-            handshake_s=_setup_before_request(runs),
+            handshake_s=setup_before_request(runs),
             processing_s=processing,
             bound_total_s=bound,
-            bound_setup_s=_median(runs["bound_setup_s"]),
-            bound_processing_s=_median(runs["bound_processing_s"]),
-            retransmits=_median(runs["retransmits"]),
+            bound_setup_s=median_of(runs["bound_setup_s"]),
+            bound_processing_s=median_of(runs["bound_processing_s"]),
+            retransmits=median_of(runs["retransmits"]),
             link_drops=_link_drops(runs),
             paced=_all_paced(runs),
         )
@@ -245,20 +245,20 @@ def level_summary(
                 ci_high_s=high,
                 p95_s=p95,
                 bound_s=bound,
-                median_ratio=_median(runs["ratio"]),
-                handshake_s=_median(runs["handshake_s"]),
-                ttfb_s=_median(runs["ttfb_s"]),
+                median_ratio=median_of(runs["ratio"]),
+                handshake_s=median_of(runs["handshake_s"]),
+                ttfb_s=median_of(runs["ttfb_s"]),
                 gap_s=float(gap["gap_s"]),
                 gap_part=str(gap["gap_part"]),
                 gap_setup_s=float(gap["gap_setup_s"]),
                 gap_processing_s=float(gap["gap_processing_s"]),
                 gap_transfer_s=float(gap["gap_transfer_s"]),
-                retransmits=_median(runs["retransmits"]),
+                retransmits=median_of(runs["retransmits"]),
                 invalid_reasons="; ".join(f"{r} ({n})" for r, n in counts.items()),
-                expected_s=_median(runs["bound_expected_s"])
+                expected_s=median_of(runs["bound_expected_s"])
                 if "bound_expected_s" in runs.columns
                 else math.nan,
-                mathis_s=_median(runs["bound_mathis_s"])
+                mathis_s=median_of(runs["bound_mathis_s"])
                 if "bound_mathis_s" in runs.columns
                 else math.nan,
                 min_rwnd_bytes=_median_of(runs, "min_rwnd_bytes"),
@@ -395,8 +395,8 @@ def level_attempts(frame: pd.DataFrame, levels: Sequence[str] | None = None) -> 
                 disturbance_median_s=float(disturbance.median()) if len(disturbance) else math.nan,
                 disturbance_max_s=float(disturbance.max()) if len(disturbance) else math.nan,
                 disturbance_valid_max_s=float(max(kept)) if len(kept) else math.nan,
-                fraction_median=_median(runs.get("disturbance_fraction", pd.Series(dtype=float))),
-                limit_median_s=_median(runs.get("disturbance_limit_s", pd.Series(dtype=float))),
+                fraction_median=median_of(runs.get("disturbance_fraction", pd.Series(dtype=float))),
+                limit_median_s=median_of(runs.get("disturbance_limit_s", pd.Series(dtype=float))),
             )
         )
     return out

@@ -28,13 +28,12 @@ A part that cannot be separated in an experiment is ``None`` with its reason, ne
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from harness.analysis.levels import analysable
+from harness.analysis.levels import analysable, setup_before_request
 from tbcore import kinds
 from tbcore.errors import SpecError
 
@@ -122,21 +121,6 @@ def _levels(good: pd.DataFrame) -> list[_Level]:
     return levels
 
 
-def _median(series: pd.Series) -> float:
-    values = pd.to_numeric(series, errors="coerce").dropna()
-    return float(values.median()) if len(values) else math.nan
-
-
-def _setup_s(runs: pd.DataFrame) -> float:
-    """Median set-up on the request's critical path: the handshake, up to the first request
-    byte (0-RTT sends before its handshake ends); 0 for a connection already up."""
-    handshake = pd.to_numeric(runs["handshake_s"], errors="coerce").fillna(0.0)
-    if "t_request_first_s" in runs.columns:
-        first = pd.to_numeric(runs["t_request_first_s"], errors="coerce")
-        handshake = pd.concat([handshake, first], axis=1).min(axis=1)
-    return _median(handshake)
-
-
 def _hol_s(streams: pd.DataFrame | None, level: str) -> float | None:
     """Median over runs of the head-of-line wait of the stream that ended each request; 0
     when every request had one stream; None without a stream view of a level's runs."""
@@ -214,8 +198,8 @@ def decompose(frame: pd.DataFrame, streams: pd.DataFrame | None = None) -> list[
             continue
         h2 = next((lv for lv in matches if lv.cc == h3.cc), matches[0])
         runs = {lv.name: good[good["level"] == lv.name] for lv in (h2, h3)}
-        parts = [Part("set-up", _setup_s(runs[h3.name]) - _setup_s(runs[h2.name]),
-                      "median set-up before the first request byte")]  # fmt: skip
+        setup = setup_before_request(runs[h3.name]) - setup_before_request(runs[h2.name])
+        parts = [Part("set-up", setup, "median set-up before the first request byte")]
         hol = {lv.name: _hol_s(streams, lv.name) for lv in (h2, h3)}
         if hol[h2.name] is None or hol[h3.name] is None:
             parts.append(Part("ordering", None, "no stream view of these runs (streams.csv)"))
