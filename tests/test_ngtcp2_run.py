@@ -59,8 +59,9 @@ def test_one_tts_download_with_ngtcp2_at_both_ends(tmp_path: Path) -> None:
     assert sorted(frame["cc"]) == ["bbr", "cubic"]
     for row in frame.itertuples():
         assert row.sha256_ok and row.down_bytes == workloads.AUDIO_SIZE_BYTES
-        # a new connection: one round trip of set-up, then the request's round trips
-        assert 0.200 <= row.handshake_s <= 0.215
+        # a new connection: one round trip of set-up, not two (a Retry or a second flight
+        # would take 0.4 s); the rest is the peers' crypto and scheduling on a shared host
+        assert 0.200 <= row.handshake_s < 0.300
         assert row.total_s >= row.bound_s * 0.99 and row.ratio < 2.0
         assert row.acks > 0 and row.measured_rtt_s == pytest.approx(0.2)
     run_dir = next((result.result.path / "runs").glob("*-bbr-*"))
@@ -70,14 +71,15 @@ def test_one_tts_download_with_ngtcp2_at_both_ends(tmp_path: Path) -> None:
     # the client's first Initial crossed the capture just after the connection's start
     # (its qlog file's creation), the server's connection began as it arrived 100 ms later
     initial_s = first_udp_from(run_dir / "client.pcapng", CLIENT_ADDR, offset_s)
-    assert 0.0 <= initial_s - record.connect_start <= 0.003
+    # (a few ms of a busy host's scheduling are allowed; a wrong clock offset is seconds)
+    assert 0.0 <= initial_s - record.connect_start <= 0.010
     arrived_s = first_udp_from(run_dir / "server.pcapng", CLIENT_ADDR, offset_s)
     opened = [
         json.loads(line)
         for line in (run_dir / "server.jsonl").read_text().splitlines()
         if '"connection_open"' in line
     ]
-    assert len(opened) == 1 and 0.0 <= opened[0]["t"] - arrived_s <= 0.003
+    assert len(opened) == 1 and 0.0 <= opened[0]["t"] - arrived_s <= 0.010
     # the last response byte: after the path's round trips, before the client's exit
     assert record.response_last_byte - record.request_first_byte >= 0.400
     assert (run_dir / "acks.csv").is_file() and (run_dir / "inflight.csv").is_file()
