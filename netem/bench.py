@@ -615,6 +615,7 @@ def cli(args: argparse.Namespace) -> int:
         path=args.path,
         offload=None if args.offload is None else args.offload == "on",
         coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
+        gro=None if args.gro is None else args.gro == "on",
     )
     emulator = None if emulator.empty else emulator
     if emulator is not None and args.backend == "netem":
@@ -650,6 +651,11 @@ def register(bench: argparse._SubParsersAction) -> None:
         "--coalesce-us",
         type=float,
         help="C path: the timer grid on dense traffic, µs (default: the emulator's)",
+    )
+    parser.add_argument(
+        "--gro",
+        choices=("on", "off"),
+        help="C path with offloads: hand the receiver runs of segments as one (default on)",
     )
     parser.add_argument(
         "--no-load", action="store_true", help="skip the loaded rows at 333 Mbit/s and 1 Gbit/s"

@@ -368,3 +368,141 @@ def test_what_is_not_a_tcp_super_packet_is_not_cut() -> None:
     assert path.native.segment(vnet_header(GSO_UDP, 1448, 52, 20), packet) == []
     assert path.native.segment(vnet_header(GSO_TCPV4, 0, 52, 20), packet) == []
     assert path.native.segment(vnet_header(GSO_TCPV6, 1448, 52, 20), packet) == []  # not v6
+
+
+# --- GRO on delivery: what the packet thread writes for segments released together ----
+
+
+def cut(path: cpath.CPath, payload: bytes, seq: int = 1000, flags: int = 0x18) -> list:
+    """The segments the C path cuts a super-packet into (ACK, PSH on the last)."""
+    return path.native.segment(
+        vnet_header(GSO_TCPV4, 1448, 52, 20), super_packet_v4(payload, seq, flags)
+    )
+
+
+def test_segments_released_together_reach_the_receiver_as_the_super_packet() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    payload = os.urandom(10_000)  # 6 full segments and one of 1,312 bytes
+    (merged,) = path.native.coalesce(cut(path, payload))
+    header, packet = merged
+    flags, gso_type, hdr_len, gso_size, start, offset = struct.unpack("<BBHHHH", header)
+    assert (flags, gso_type, hdr_len, gso_size, start, offset) == (
+        VNET_NEEDS_CSUM, GSO_TCPV4, 52, 1448, 20, 16
+    )  # fmt: skip
+    assert packet[52:] == payload and struct.unpack_from("!H", packet, 2)[0] == len(packet)
+    assert ones_sum(packet[:20]) == 0xFFFF  # the IP header's checksum, made anew
+    assert struct.unpack_from("!I", packet, 24)[0] == 1000 and packet[33] == 0x18  # ACK PSH
+    pseudo = packet[12:20] + struct.pack("!BBH", 0, 6, len(packet) - 20)
+    assert tcp_checksum_ok(pseudo, complete_partial(packet, 20, 16)[20:])
+
+
+def test_a_v6_run_is_merged_too() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    payload = os.urandom(3000)
+    src, dst = bytes(15) + b"\1", bytes(15) + b"\2"
+    ip6 = struct.pack("!IHBB16s16s", 6 << 28, 32 + len(payload), 6, 64, src, dst)
+    th = struct.pack("!HHIIBBHHH", 40000, 5201, 1000, 7, 8 << 4, 0x18, 512, 0, 0)
+    segments = path.native.segment(
+        vnet_header(GSO_TCPV6, 1428, 72, 40), ip6 + th + bytes(12) + payload
+    )
+    (merged,) = path.native.coalesce(segments)
+    header, packet = merged
+    assert struct.unpack("<BBHHHH", header)[1:4] == (GSO_TCPV6, 72, 1428)
+    assert packet[72:] == payload and struct.unpack_from("!H", packet, 4)[0] == len(packet) - 40
+    pseudo = src + dst + struct.pack("!IxxxB", len(packet) - 40, 6)
+    assert tcp_checksum_ok(pseudo, complete_partial(packet, 40, 16)[40:])
+
+
+def test_a_run_holds_at_most_64_kb() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    payload = os.urandom(50 * 1448)
+    half = 25 * 1448
+    segments = cut(path, payload[:half], flags=0x10) + cut(path, payload[half:], 1000 + half)
+    out = path.native.coalesce(segments)
+    sizes = [len(p) for _, p in out]
+    assert sizes == [52 + 45 * 1448, 52 + 5 * 1448]  # 65,212 bytes: a 46th would pass 65,535
+    assert b"".join(p[52:] for _, p in out) == payload
+
+
+def _patched(segment: tuple[bytes, bytes], at: int, value: bytes) -> tuple[bytes, bytes]:
+    header, packet = segment
+    return header, packet[:at] + value + packet[at + len(value) :]
+
+
+def _third(at: int, value: bytes):
+    """The third of four segments with ``value`` written at byte ``at``."""
+    return lambda s: [*s[:2], _patched(s[2], at, value), *s[3:]]
+
+
+@pytest.mark.parametrize(
+    ("change", "runs"),
+    [
+        (lambda s: s, [4]),
+        (_third(22, b"\x14\x52"), [2, 1, 1]),  # another destination port
+        (lambda s: s[:2] + s[3:], [2, 1]),  # a gap in the sequence numbers
+        (_third(33, b"\x18"), [3, 1]),  # PSH ends a run, itself in it
+        (_third(33, b"\x11"), [2, 1, 1]),  # FIN
+        (_third(44, b"\x01"), [2, 1, 1]),  # other TCP options (a timestamp)
+        (_third(28, b"\0\0\0\x08"), [2, 1, 1]),  # another ACK number
+        (_third(1, b"\x03"), [2, 1, 1]),  # ECN CE
+        (lambda s: [_patched(x, 6, b"\0") for x in s], [1, 1, 1, 1]),  # DF clear
+        (lambda s: [(bytes(10), p) for _, p in s], [1, 1, 1, 1]),  # full checksums: kept
+    ],
+    ids=["one-run", "flow", "gap", "psh", "fin", "options", "ack", "ecn", "no-df", "csum"],
+)
+def test_what_gro_would_not_merge_stays_apart(change, runs: list[int]) -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    segments = change(cut(path, os.urandom(4 * 1448), flags=0x10))
+    out = path.native.coalesce(segments)
+    assert [max(1, (len(p) - 52) // 1448) for _, p in out] == runs
+    assert sum(len(p) - 52 for _, p in out) == sum(len(p) - 52 for _, p in segments)
+
+
+def test_a_short_segment_ends_its_run_and_an_ack_is_never_merged() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    short = cut(path, os.urandom(1448 + 700), seq=1000, flags=0x10)
+    after = cut(path, os.urandom(1448), seq=1000 + 1448 + 700, flags=0x10)
+    ack = cut(path, b"", seq=9, flags=0x10) or [
+        (vnet_header(0, 0, 0, 20), super_packet_v4(b"", 9, 0x10))
+    ]
+    out = path.native.coalesce(short + after + ack + ack)
+    assert [len(p) - 52 for _, p in out] == [2148, 1448, 0, 0]
+
+
+def udp_v4(payload: bytes, *, port: int = 5201, df: bool = True) -> tuple[bytes, bytes]:
+    """A datagram as the sending stack hands it over: checksum left partial."""
+    ip = struct.pack(
+        "!BBHHHBBH4s4s", 0x45, 0, 28 + len(payload), 7, 0x4000 if df else 0, 64, 17, 0,
+        bytes([198, 18, 1, 2]), bytes([198, 18, 2, 2]),
+    )  # fmt: skip
+    udp = struct.pack("!HHHH", 40000, port, 8 + len(payload), 0)
+    return vnet_header(0, 0, 0, 20)[:8] + struct.pack("<H", 6), ip + udp + payload
+
+
+def test_datagrams_of_one_flow_go_up_as_one_udp_super_packet() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    payloads = [os.urandom(1200) for _ in range(5)] + [os.urandom(300)]
+    (merged,) = path.native.coalesce([udp_v4(p) for p in payloads])
+    header, packet = merged
+    flags, gso_type, hdr_len, gso_size, start, offset = struct.unpack("<BBHHHH", header)
+    assert (flags, gso_type, hdr_len, gso_size, start, offset) == (
+        VNET_NEEDS_CSUM, 5, 28, 1200, 20, 6  # VIRTIO_NET_HDR_GSO_UDP_L4
+    )  # fmt: skip
+    assert packet[28:] == b"".join(payloads) and ones_sum(packet[:20]) == 0xFFFF
+    assert struct.unpack_from("!H", packet, 24)[0] == len(packet) - 20  # the UDP length
+    pseudo = packet[12:20] + struct.pack("!BBH", 0, 17, len(packet) - 20)
+    assert tcp_checksum_ok(pseudo, complete_partial(packet, 20, 6)[20:])
+
+
+def test_datagrams_stay_apart_across_flows_sizes_and_fragments() -> None:
+    path = cpath.CPath(parse_link("rtt=10ms"))
+    d = [os.urandom(1200) for _ in range(3)]
+    out = path.native.coalesce(
+        [
+            *(udp_v4(d[0]), udp_v4(d[1])),
+            *(udp_v4(d[2], port=5202), udp_v4(d[0], port=5202)),  # another flow
+            *(udp_v4(d[0][:500]), udp_v4(d[1])),  # a larger one after a smaller: apart
+            *(udp_v4(d[0], df=False), udp_v4(d[1], df=False)),  # DF clear
+        ]
+    )
+    assert [len(p) - 28 for _, p in out] == [2400, 2400, 500, 1200, 1200, 1200]

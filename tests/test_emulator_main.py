@@ -168,6 +168,7 @@ def test_bad_spec_and_missing_devices_fail_in_one_line(tmp_path: Path) -> None:
         (["--path", "python", "--offload", "on"], "offload: only the C path takes it (path c)"),
         (["--path", "python", "--coalesce-us", "50"], "coalesce-us: only the C path takes it"),
         (["--coalesce-us", "5000"], "coalesce-us: must lie in [0, 1 ms], got 0.005"),
+        (["--offload", "off", "--gro", "on"], "gro: super-packets need the offloads"),
     ):
         refused = subprocess.run([*base, "--spec-json", "{}", *extra], capture_output=True)
         assert refused.returncode == 2

@@ -19,6 +19,8 @@ def test_the_command_line_and_the_round_trip() -> None:
     options = EmulatorOptions(path="c", offload=False, coalesce_s=250e-6)
     assert options.argv() == ["--path", "c", "--offload", "off", "--coalesce-us", "250"]
     assert EmulatorOptions.from_dict(options.to_dict()) == options
+    gro = EmulatorOptions(gro=False)
+    assert gro.argv() == ["--gro", "off"] and EmulatorOptions.from_dict(gro.to_dict()) == gro
 
 
 @pytest.mark.parametrize(
@@ -32,6 +34,9 @@ def test_the_command_line_and_the_round_trip() -> None:
         ({"coalesce_s": True}, "emulator.coalesce_s"),
         ({"path": "python", "offload": True}, "emulator.offload"),
         ({"path": "python", "coalesce_s": 1e-4}, "emulator.coalesce_s"),
+        ({"gro": 1}, "emulator.gro"),
+        ({"path": "python", "gro": False}, "emulator.gro"),
+        ({"offload": False, "gro": True}, "emulator.gro"),
     ],
 )
 def test_bad_options_are_refused_naming_the_field(values: dict, field: str) -> None:

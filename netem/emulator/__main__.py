@@ -66,6 +66,10 @@ Options with measured defaults
     On dense traffic the timerfds fire on a grid of this period shared by both directions,
     and each wake-up releases everything due: at most one timer wake-up per period, each
     packet at most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
+``--gro on|off`` (C path with offloads, default on)
+    The segments of one TCP flow that one wake-up releases together reach the receiving
+    stack as one super-packet, as a NIC's GRO hands them up; the link, its log and its
+    capture see segments only (:data:`netem.emulator.options.GRO_DOC`).
 ``--processes 1|2`` (default 1)
     2 runs the ``down`` direction in a forked second process, so the two directions can
     use both cores; the parent serves the control socket and forwards every command to
@@ -132,8 +136,9 @@ method for each)
     each outage dropped per direction.
 ``{"cmd": "path"}``
     Which packet path moves the packets (``{"path": "python"}``, or ``{"path": "c",
-    "offload": ..., "coalesce_s": ..., "counters": {...}}`` with the C thread's wake-ups,
-    reads, super-packets cut and writes so far).
+    "offload": ..., "coalesce_s": ..., "gro": ..., "counters": {...}}`` with the C thread's
+    wake-ups, reads, super-packets cut, writes, and GRO packets written and the segments
+    they carried so far).
 ``{"cmd": "shutdown"}``
     Clean exit, as on SIGTERM.
 
@@ -230,6 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"many µs (default {DEFAULT_COALESCE_S * 1e6:g}, at most {MAX_COALESCE_S * 1e6:g})",
     )
     parser.add_argument(
+        "--gro",
+        choices=("on", "off"),
+        default=None,
+        help="C path with offloads only: hand the receiving stack the segments of one TCP "
+        "flow released together as one super-packet, as a NIC's GRO (default on)",
+    )
+    parser.add_argument(
         "--early-us",
         type=float,
         default=DEFAULT_EARLY_S * 1e6,
@@ -242,13 +254,14 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
     """``--offload`` and ``--coalesce-us`` belong to the C path, which must be built."""
     if args.coalesce_us is not None and not math.isfinite(args.coalesce_us):
         raise SpecError("coalesce-us", f"must be finite, got {args.coalesce_us!r}")
-    flags = {"emulator.path": "path", "emulator.offload": "offload"}
+    flags = {"emulator.path": "path", "emulator.offload": "offload", "emulator.gro": "gro"}
     flags["emulator.coalesce_s"] = "coalesce-us"
     try:
         EmulatorOptions(
             path=args.path,
             offload=None if args.offload is None else args.offload == "on",
             coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
+            gro=None if args.gro is None else args.gro == "on",
         )
     except SpecError as err:  # named by the command-line option
         raise SpecError(flags.get(err.field, err.field), err.reason) from None
@@ -263,6 +276,8 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
         cpath.medium_args(spec.air)  # what the C medium cannot gather is refused here
     if args.offload is None:
         args.offload = "on"
+    if args.gro is None:
+        args.gro = args.offload
     if args.coalesce_us is None:
         args.coalesce_us = DEFAULT_COALESCE_S * 1e6
 
@@ -317,6 +332,7 @@ def make_engine(
             early_s=early_s,
             coalesce_s=args.coalesce_us * 1e-6,
             vnet_hdr=args.offload == "on",
+            gro=args.gro == "on",
         )
     if set(fds) == {"up", "down"}:
         cores = make_cores(spec, origin_s)  # an air= link's directions share its medium

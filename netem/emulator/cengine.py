@@ -80,6 +80,7 @@ class CEngine(Engine):
         coalesce_s: float,
         dense_gap_s: float = DENSE_GAP_S,
         vnet_hdr: bool = False,
+        gro: bool = False,
     ) -> None:
         super().__init__(spec, pumps)  # type: ignore[arg-type]
         self.path = path
@@ -87,6 +88,7 @@ class CEngine(Engine):
         self.dense_gap_s = dense_gap_s
         self.coalesce_s = coalesce_s
         self.vnet_hdr = vnet_hdr
+        self.gro = gro
         self._reported_error: str | None = None
 
     @classmethod
@@ -98,17 +100,20 @@ class CEngine(Engine):
         early_s: float,
         coalesce_s: float,
         vnet_hdr: bool = False,
+        gro: bool = False,
     ) -> CEngine:
         """An engine for the directions in ``fds`` (name: (in_fd, out_fd))."""
         path = CPath(spec)
         pumps = {name: CPump(path, name, *fds[name]) for name in fds}
-        return cls(spec, path, pumps, early_s=early_s, coalesce_s=coalesce_s, vnet_hdr=vnet_hdr)
+        return cls(
+            spec, path, pumps, early_s=early_s, coalesce_s=coalesce_s, vnet_hdr=vnet_hdr, gro=gro
+        )
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         del loop  # the packets never touch the event loop
         pumps = [(DIRECTION_INDEX[n], p.in_fd, p.out_fd) for n, p in self.pumps.items()]
         self.path.native.start(
-            pumps, self.early_s, self.dense_gap_s, self.coalesce_s, self.vnet_hdr
+            pumps, self.early_s, self.dense_gap_s, self.coalesce_s, self.vnet_hdr, self.gro
         )
 
     def stop(self) -> None:
@@ -154,6 +159,7 @@ class CEngine(Engine):
             "path": "c",
             "offload": self.vnet_hdr,
             "coalesce_s": self.coalesce_s,
+            "gro": self.gro,
             "counters": self.path.native.loop_counters(),
         }
 

@@ -31,6 +31,19 @@ average 4-8 from other sessions), 100 µs took 0.38-0.43 of a core (lateness p99
 of a core; the ACK direction's one-way error under that load stays below the Python
 path's (p99 0.33-0.34 ms against 0.44-0.55 ms). Sparse traffic (the RTT probe, requests)
 is released on time (early wake-up and a short spin), never coalesced."""
+GRO_DOC = """Receive offload on delivery (C path, ``--gro on``, the default with offloads).
+
+A Linux receiver on a real link does not see the wire's segments one by one: the NIC raises
+one interrupt for several packets and GRO (net/ipv4/tcp_offload.c) merges the in-order
+segments of one flow into one super-packet before the TCP stack sees it, which then sends
+one ACK per super-packet (two or more segments), not one per two segments. The C path does
+the same with the segments one wake-up releases together (the coalescing grid is the
+interrupt moderation): same flow, back-to-back sequence numbers, same ACK number, window,
+options and IP fields, every segment but the last of the first's size, PSH only last, no
+SYN/FIN/RST/URG, at most 64 KB; one ``writev`` with a TCP GSO vnet header. The loss draw,
+the queue, the clock, the packet log and the capture see segments only. ``--gro off``
+delivers every segment on its own (the receiver then acknowledges per segment pair, as one
+without GRO, or a NIC interrupting per packet, would)."""
 MAX_COALESCE_S = 1e-3
 """A millisecond of batching is the most the link's timing allows: the lateness targets are
 0.3 ms median and 1 ms p99 of RTT error (netem/bench.py)."""
@@ -46,12 +59,20 @@ class EmulatorOptions:
     """C path: take TCP super-packets (TSO) and cut them before the loss draw."""
     coalesce_s: float | None = None
     """C path: at most one timer wake-up per direction per this much on dense traffic."""
+    gro: bool | None = None
+    """C path with offloads: the segments of one TCP flow that one wake-up releases together
+    reach the receiving stack as one super-packet, as a NIC's GRO hands them up
+    (:data:`GRO_DOC`)."""
 
     def __post_init__(self) -> None:
         if self.path is not None and self.path not in PATHS:
             raise SpecError("emulator.path", f"{self.path!r}: must be one of {', '.join(PATHS)}")
-        if self.offload is not None and not isinstance(self.offload, bool):
-            raise SpecError("emulator.offload", f"must be true or false, got {self.offload!r}")
+        for name in ("offload", "gro"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, bool):
+                raise SpecError(f"emulator.{name}", f"must be true or false, got {value!r}")
+        if self.gro and self.offload is False:
+            raise SpecError("emulator.gro", "super-packets need the offloads (offload true)")
         if self.coalesce_s is not None:
             value = self.coalesce_s
             if (
@@ -62,7 +83,7 @@ class EmulatorOptions:
             ):
                 raise SpecError("emulator.coalesce_s", f"must lie in [0, 1 ms], got {value!r}")
         if self.path == "python":
-            for name in ("offload", "coalesce_s"):
+            for name in ("offload", "coalesce_s", "gro"):
                 if getattr(self, name) is not None:
                     raise SpecError(f"emulator.{name}", "only the C path takes it (path c)")
 
@@ -79,6 +100,8 @@ class EmulatorOptions:
             out += ["--offload", "on" if self.offload else "off"]
         if self.coalesce_s is not None:
             out += ["--coalesce-us", f"{self.coalesce_s * 1e6:g}"]
+        if self.gro is not None:
+            out += ["--gro", "on" if self.gro else "off"]
         return out
 
     def to_dict(self) -> dict[str, Any]:

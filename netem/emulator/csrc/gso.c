@@ -109,3 +109,180 @@ size_t gso_segment(struct pool *pool, const struct vnet_hdr *vh, const uint8_t *
     }
     return n;
 }
+
+/* Receive offload on delivery (GRO): of the packets one wake-up of a direction releases
+ * together, a run of one flow's packets goes to the receiving stack as one super-packet, as
+ * the kernel's GRO merges what a NIC hands up in one interrupt.
+ *
+ * TCP (tcp_gro_receive, net/ipv4/tcp_offload.c): same addresses, ports, ACK number, window,
+ * TCP options (their timestamps too), IP TOS/ECN, TTL and DF; sequence numbers back to back;
+ * every segment but the last exactly the first's payload size (the gso_size); PSH only on
+ * the last; no SYN, FIN, RST or URG; CWR only on the first. The receiver acknowledges the
+ * super-packet as a GRO receiver does.
+ *
+ * UDP (udp_gro_receive, net/ipv4/udp_offload.c): same addresses, ports and IP fields, every
+ * datagram but the last of the first's size. A socket that asked for UDP_GRO receives the
+ * run as one buffer with its segment size, as behind a NIC; any other gets the datagrams one
+ * by one (the kernel cuts the super-packet at the socket, udp_rcv_segment), as it would
+ * have.
+ *
+ * The capture, the packet log and the counters keep the wire's packets. Only packets the
+ * sending stack left checksum-partial (NEEDS_CSUM) are merged, so no checksum the wire
+ * carried is ever vouched for here; IPv4 packets only with DF set (their ids then carry no
+ * meaning, as GRO has it). */
+
+struct l4_view {
+    int v4, udp;
+    size_t iphl, hdrs, payload;
+    uint32_t seq;
+    uint8_t flags;
+};
+
+#define TCP_FIN 0x01
+#define TCP_SYN 0x02
+#define TCP_RST 0x04
+#define TCP_PSH 0x08
+#define TCP_URG 0x20
+#define TCP_CWR 0x80
+#define IPPROTO_TCP_ 6
+#define IPPROTO_UDP_ 17
+#define VNET_GSO_UDP_L4 5 /* linux/virtio_net.h */
+
+static int l4_view(const struct slot *s, struct l4_view *v)
+{
+    const uint8_t *b = s->data;
+    size_t len = s->len;
+    uint8_t proto;
+    if (!(s->vh.flags & VNET_F_NEEDS_CSUM) || s->vh.gso_type != VNET_GSO_NONE || len < 28)
+        return 0;
+    if (b[0] == 0x45) { /* IPv4 without options */
+        /* DF set, MF clear, offset 0 (GRO's rule for the ids of DF packets) */
+        if ((b[6] & 0xE0) != 0x40 || (b[6] & 0x1F) || b[7] || (size_t)(b[2] << 8 | b[3]) != len)
+            return 0;
+        proto = b[9];
+        v->v4 = 1;
+        v->iphl = 20;
+    } else if (b[0] >> 4 == 6) {
+        if (len < 48 || (size_t)(b[4] << 8 | b[5]) + 40 != len)
+            return 0;
+        proto = b[6]; /* extension headers: not merged */
+        v->v4 = 0;
+        v->iphl = 40;
+    } else {
+        return 0;
+    }
+    const uint8_t *h = b + v->iphl;
+    if (proto == IPPROTO_UDP_) {
+        if ((size_t)(h[4] << 8 | h[5]) != len - v->iphl)
+            return 0;
+        v->udp = 1;
+        v->hdrs = v->iphl + 8;
+        v->seq = 0;
+        v->flags = 0;
+    } else if (proto == IPPROTO_TCP_ && len >= v->iphl + 20) {
+        size_t tcphl = (size_t)(h[12] >> 4) * 4;
+        if (tcphl < 20)
+            return 0;
+        v->udp = 0;
+        v->hdrs = v->iphl + tcphl;
+        v->seq = (uint32_t)h[4] << 24 | (uint32_t)h[5] << 16 | (uint32_t)h[6] << 8 | h[7];
+        v->flags = h[13];
+    } else {
+        return 0;
+    }
+    if (len <= v->hdrs)
+        return 0; /* no payload (an ACK): nothing to merge */
+    v->payload = len - v->hdrs;
+    return 1;
+}
+
+/* The bytes two packets of one run must share: IP (version, TOS, DF, TTL, protocol,
+ * addresses; IPv6: traffic class, flow label, next header, hop limit, addresses), the ports,
+ * and for TCP the ACK number, header length, window and options. */
+static int same_flow(const uint8_t *a, const uint8_t *b, const struct l4_view *v)
+{
+    if (v->v4) {
+        if (memcmp(a, b, 2) || memcmp(a + 6, b + 6, 4) || memcmp(a + 12, b + 12, 8))
+            return 0;
+    } else if (memcmp(a, b, 4) || memcmp(a + 6, b + 6, 34)) {
+        return 0;
+    }
+    const uint8_t *ta = a + v->iphl, *tb = b + v->iphl;
+    if (memcmp(ta, tb, 4))
+        return 0;
+    return v->udp || (!memcmp(ta + 8, tb + 8, 5) && !memcmp(ta + 14, tb + 14, 2) &&
+                      !memcmp(ta + 20, tb + 20, v->hdrs - v->iphl - 20));
+}
+
+/* Whether `v` (after `total` payload bytes of the run) joins a run begun by `first`. */
+static int joins(const struct l4_view *first, const struct l4_view *v, size_t total)
+{
+    if (v->v4 != first->v4 || v->udp != first->udp || v->hdrs != first->hdrs ||
+        v->payload > first->payload)
+        return 0;
+    return v->udp || (v->seq == first->seq + (uint32_t)total &&
+                      (v->flags & ~TCP_PSH) == (first->flags & ~TCP_CWR));
+}
+
+size_t gro_run(struct slot *const *segs, size_t n, uint8_t *hdr, struct vnet_hdr *vh)
+{
+    struct l4_view first, v;
+    if (n < 2 || !l4_view(segs[0], &first) ||
+        (first.flags & (TCP_FIN | TCP_SYN | TCP_RST | TCP_URG | TCP_PSH)))
+        return 1;
+    /* the IPv4 total length, or the IPv6 payload length, holds 16 bits */
+    size_t k = 1, total = first.payload, limit = 65535 - (first.v4 ? first.hdrs
+                                                                  : first.hdrs - 40);
+    for (; k < n && k < GRO_MAX_SEGMENTS; k++) {
+        const struct slot *s = segs[k];
+        if (!l4_view(s, &v) || !joins(&first, &v, total) || total + v.payload > limit ||
+            !same_flow(segs[0]->data, s->data, &first))
+            break;
+        total += v.payload;
+        if ((v.flags & TCP_PSH) || v.payload < first.payload) {
+            k++; /* a short packet or PSH ends the run, itself in it */
+            break;
+        }
+    }
+    if (k < 2)
+        return 1;
+    /* the first packet's headers, made those of the whole run */
+    memcpy(hdr, segs[0]->data, first.hdrs);
+    uint8_t *h = hdr + first.iphl;
+    size_t l4_len = first.hdrs - first.iphl + total;
+    uint32_t pseudo;
+    if (first.v4) {
+        put16(hdr + 2, (uint16_t)(first.hdrs + total));
+        put16(hdr + 10, 0);
+        put16(hdr + 10, (uint16_t)~fold(sum16(hdr, 20, 0)));
+        pseudo = sum16(hdr + 12, 8, 0);
+    } else {
+        put16(hdr + 4, (uint16_t)l4_len);
+        pseudo = sum16(hdr + 8, 32, 0);
+    }
+    pseudo += (first.udp ? IPPROTO_UDP_ : IPPROTO_TCP_) + (uint32_t)(l4_len >> 16) +
+              (uint32_t)(l4_len & 0xFFFF);
+    memset(vh, 0, sizeof(*vh));
+    if (first.udp) {
+        put16(h + 4, (uint16_t)l4_len);
+        put16(h + 6, fold(pseudo));
+        vh->gso_type = VNET_GSO_UDP_L4;
+        vh->csum_offset = 6;
+    } else {
+        h[13] |= segs[k - 1]->data[first.iphl + 13] & TCP_PSH;
+        put16(h + 16, fold(pseudo));
+        vh->gso_type = first.v4 ? VNET_GSO_TCPV4 : VNET_GSO_TCPV6;
+        vh->csum_offset = 16;
+    }
+    vh->flags = VNET_F_NEEDS_CSUM;
+    vh->hdr_len = (uint16_t)first.hdrs;
+    vh->gso_size = (uint16_t)first.payload;
+    vh->csum_start = (uint16_t)first.iphl;
+    return k;
+}
+
+size_t gro_header_bytes(struct slot *const *segs)
+{
+    struct l4_view v;
+    return l4_view(segs[0], &v) ? v.hdrs : 0;
+}

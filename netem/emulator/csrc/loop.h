@@ -6,6 +6,8 @@
 
 struct loop;
 
+#define OUT_BATCH 256 /* released packets written together (GRO runs among them) */
+
 struct pump {
     struct loop *loop;
     int dir, in_fd, out_fd, timer_fd;
@@ -17,11 +19,13 @@ struct pump {
     uint32_t snaplen;
     int64_t offset_ns;
     struct buf cap_sent, cap_recv;
+    struct slot *out[OUT_BATCH]; /* released in this wake-up, not yet written */
+    size_t n_out;
 };
 
 /* What the thread did, for the benchmark's CPU per packet and per wake-up. */
 struct loop_counters {
-    uint64_t wakeups, timer_wakeups, reads, super_packets, writes;
+    uint64_t wakeups, timer_wakeups, reads, super_packets, writes, gro_packets, gro_segments;
 };
 
 struct loop {
@@ -32,7 +36,7 @@ struct loop {
     int n_pumps;
     int epfd, wake_fd;
     double early_s, dense_gap_s, coalesce_s;
-    int vnet;
+    int vnet, gro;
     pthread_t thread;
     volatile int stop;
     int running;

@@ -507,15 +507,19 @@ static PyObject *Path_capture_take(PathObject *self, PyObject *args)
     return Py_BuildValue("(NN)", take_buf(&sent), take_buf(&recv));
 }
 
-/* start([(dir, in_fd, out_fd), ...], early_s, dense_gap_s, coalesce_s, vnet) */
+/* start([(dir, in_fd, out_fd), ...], early_s, dense_gap_s, coalesce_s, vnet, gro) */
 static PyObject *Path_start(PathObject *self, PyObject *args)
 {
     PyObject *pumps;
     double early_s, dense_gap_s, coalesce_s;
-    int vnet;
-    if (!PyArg_ParseTuple(args, "O!dddp", &PyList_Type, &pumps, &early_s, &dense_gap_s,
-                          &coalesce_s, &vnet))
+    int vnet, gro;
+    if (!PyArg_ParseTuple(args, "O!dddpp", &PyList_Type, &pumps, &early_s, &dense_gap_s,
+                          &coalesce_s, &vnet, &gro))
         return NULL;
+    if (gro && !vnet) {
+        PyErr_SetString(PyExc_ValueError, "gro: super-packets need the vnet header (offload)");
+        return NULL;
+    }
     if (self->loop.running) {
         PyErr_SetString(PyExc_RuntimeError, "the packet thread runs already");
         return NULL;
@@ -543,6 +547,7 @@ static PyObject *Path_start(PathObject *self, PyObject *args)
     L->dense_gap_s = dense_gap_s;
     L->coalesce_s = coalesce_s;
     L->vnet = vnet;
+    L->gro = gro;
     L->err[0] = 0;
     if (loop_start(L) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -571,9 +576,10 @@ static PyObject *Path_loop_counters(PathObject *self, PyObject *Py_UNUSED(ignore
     LOCK(self);
     struct loop_counters c = self->loop.counters;
     UNLOCK(self);
-    return Py_BuildValue("{sKsKsKsKsK}", "wakeups", c.wakeups, "timer_wakeups",
+    return Py_BuildValue("{sKsKsKsKsKsKsK}", "wakeups", c.wakeups, "timer_wakeups",
                          c.timer_wakeups, "reads", c.reads, "super_packets", c.super_packets,
-                         "writes", c.writes);
+                         "writes", c.writes, "gro_packets", c.gro_packets, "gro_segments",
+                         c.gro_segments);
 }
 
 static PyObject *Path_pool_slots(PathObject *self, PyObject *Py_UNUSED(ignored))
@@ -627,6 +633,84 @@ done:
     return out;
 }
 
+/* coalesce([(vnet header bytes, segment bytes), ...]) -> [(vnet header bytes, packet
+ * bytes)]: what the packet thread writes for these released segments with GRO on (gso.c),
+ * for the tests. */
+static PyObject *Path_coalesce(PathObject *self, PyObject *args)
+{
+    PyObject *items;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(items);
+    if (n > OUT_BATCH) {
+        PyErr_SetString(PyExc_ValueError, "coalesce: at most 256 segments");
+        return NULL;
+    }
+    struct slot *segs[OUT_BATCH];
+    Py_ssize_t got = 0;
+    PyObject *out = NULL;
+    LOCK(self);
+    for (; got < n; got++) {
+        const char *hdr, *pkt;
+        Py_ssize_t hdr_len, pkt_len;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(items, got), "y#y#", &hdr, &hdr_len, &pkt,
+                              &pkt_len))
+            goto done;
+        if (hdr_len != VNET_HDR_BYTES || pkt_len < 0 ||
+            (size_t)pkt_len > self->path.pool.slot_bytes) {
+            PyErr_SetString(PyExc_ValueError, "coalesce: a 10-byte header and a packet that fits");
+            goto done;
+        }
+        struct slot *s = pool_get(&self->path.pool);
+        if (!s) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        memcpy(&s->vh, hdr, VNET_HDR_BYTES);
+        memcpy(s->data, pkt, (size_t)pkt_len);
+        s->len = (uint32_t)pkt_len;
+        segs[got] = s;
+    }
+    out = PyList_New(0);
+    for (Py_ssize_t i = 0; out && i < n;) {
+        uint8_t hdr[GRO_MAX_HEADER_BYTES];
+        struct vnet_hdr vh;
+        size_t k = gro_run(segs + i, (size_t)(n - i), hdr, &vh);
+        PyObject *item;
+        if (k == 1) {
+            item = Py_BuildValue("(y#y#)", (const char *)&segs[i]->vh,
+                                 (Py_ssize_t)VNET_HDR_BYTES, (const char *)segs[i]->data,
+                                 (Py_ssize_t)segs[i]->len);
+        } else {
+            size_t hl = gro_header_bytes(segs + i), total = hl;
+            for (size_t j = 0; j < k; j++)
+                total += segs[i + j]->len - hl;
+            PyObject *packet = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+            if (packet) {
+                char *b = PyBytes_AS_STRING(packet);
+                memcpy(b, hdr, hl);
+                b += hl;
+                for (size_t j = 0; j < k; j++) {
+                    memcpy(b, segs[i + j]->data + hl, segs[i + j]->len - hl);
+                    b += segs[i + j]->len - hl;
+                }
+            }
+            item = packet ? Py_BuildValue("(y#N)", (const char *)&vh,
+                                          (Py_ssize_t)VNET_HDR_BYTES, packet)
+                          : NULL;
+        }
+        if (!item || PyList_Append(out, item) < 0)
+            Py_CLEAR(out);
+        Py_XDECREF(item);
+        i += (Py_ssize_t)k;
+    }
+done:
+    for (Py_ssize_t i = 0; i < got; i++)
+        pool_put(&self->path.pool, segs[i]);
+    UNLOCK(self);
+    return out;
+}
+
 static PyMethodDef Path_methods[] = {
     {"set_direction", (PyCFunction)Path_set_direction, METH_VARARGS, NULL},
     {"set_medium", (PyCFunction)Path_set_medium, METH_VARARGS, NULL},
@@ -645,6 +729,7 @@ static PyMethodDef Path_methods[] = {
     {"capture_start", (PyCFunction)Path_capture_start, METH_VARARGS, NULL},
     {"capture_take", (PyCFunction)Path_capture_take, METH_VARARGS, NULL},
     {"start", (PyCFunction)Path_start, METH_VARARGS, NULL},
+    {"coalesce", (PyCFunction)Path_coalesce, METH_VARARGS, NULL},
     {"stop", (PyCFunction)Path_stop, METH_NOARGS, NULL},
     {"error", (PyCFunction)Path_error, METH_NOARGS, NULL},
     {"loop_counters", (PyCFunction)Path_loop_counters, METH_NOARGS, NULL},
