@@ -94,6 +94,8 @@ def test_a_tcp_upload_through_a_lossy_link(name: str, options: EmulatorOptions, 
             time.sleep(SETTLE_S)  # the last ACKs and FINs across, so both windows agree
             delta = link.stats() - before
         answer = control.request("path")
+        shown = link.show()["emulator_path"]  # what a result's environment record keeps
+    assert shown == {k: v for k, v in answer.items() if k != "counters"}
     assert hashlib.sha256(got).digest() == hashlib.sha256(data).digest()
     assert answer["path"] == options.path
     up, down = delta.up, delta.down

@@ -347,11 +347,16 @@ class UserspaceBackend(Backend):
         alive = state.emulator_pid is not None and process_alive(
             state.emulator_pid, state.emulator_start_ticks
         )
-        return {
+        info: dict[str, Any] = {
             "emulator_alive": alive,
             "control": state.control_path,
             "log": state.log_path,
         }
+        if alive:  # the packet path and its knobs (GRO changes what the receivers ACK)
+            with contextlib.suppress(ControlError, OSError):
+                answer = self.client(state).request("path")
+                info["emulator_path"] = {k: v for k, v in answer.items() if k != "counters"}
+        return info
 
 
 register_backend(UserspaceBackend.name, UserspaceBackend)
