@@ -16,7 +16,6 @@ import csv
 import hashlib
 import os
 import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -121,60 +120,3 @@ def test_a_tcp_upload_through_a_lossy_link(name: str, options: EmulatorOptions, 
         # and (GRO, the default with them) hands the receiver runs of segments as one
         gro = options.offload and options.gro is not False
         assert (counters["gro_packets"] > 0) == gro and answer["gro"] == gro
-
-
-SOL_UDP = 17
-UDP_GRO = 104
-"""linux/udp.h: a socket that takes GRO super-packets (one buffer, its segment size in a
-control message) instead of the datagrams one by one."""
-DATAGRAM_BYTES = 1200
-DATAGRAMS = 400
-
-
-def udp_burst(link: Link, gro_socket: bool) -> list[tuple[bytes, int | None]]:
-    """``DATAGRAMS`` numbered datagrams sent at once from the client; what the server's
-    socket read: each buffer with its UDP_GRO segment size (None: a datagram alone)."""
-    with in_netns(link.server_ns):
-        receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with in_netns(link.client_ns):
-        sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    with receiver, sender:
-        receiver.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        receiver.bind((link.server_addr, PORT))
-        receiver.settimeout(1.0)
-        if gro_socket:
-            receiver.setsockopt(SOL_UDP, UDP_GRO, 1)
-        for i in range(DATAGRAMS):
-            sender.sendto(i.to_bytes(4, "big") * (DATAGRAM_BYTES // 4), (link.server_addr, PORT))
-        out = []
-        while True:
-            try:
-                data, ancillary, _, _ = receiver.recvmsg(1 << 16, socket.CMSG_SPACE(4))
-            except TimeoutError:
-                return out
-            sizes = [struct.unpack("=i", c[2][:4])[0] for c in ancillary if c[1] == UDP_GRO]
-            out.append((data, sizes[0] if sizes else None))
-
-
-@pytest.mark.parametrize("gro_socket", [False, True], ids=["plain-socket", "udp-gro-socket"])
-def test_udp_datagrams_released_together_go_up_as_one(name: str, gro_socket: bool) -> None:
-    """The datagrams one wake-up releases reach the stack as one UDP super-packet: a plain
-    socket still reads them one by one, intact and in order; a socket that asked for UDP_GRO
-    reads runs of them with their segment size, as behind a NIC."""
-    # 400 x 1,228 bytes at 100 Mbit/s: 98 µs apart, three or four per 300 µs wake-up
-    spec = "rtt=20ms,rate=100mbit,queue=1000p"
-    with Link.up(name, spec, backend="userspace", emulator=EmulatorOptions(path="c")) as link:
-        got = udp_burst(link, gro_socket)
-        counters = EmulatorClient(link._state.control_path).request("path")["counters"]
-    datagrams = [
-        buffer[i : i + DATAGRAM_BYTES]
-        for buffer, size in got
-        for i in range(0, len(buffer), size or len(buffer))
-    ]
-    assert [d[:4] for d in datagrams] == [i.to_bytes(4, "big") for i in range(DATAGRAMS)]
-    assert all(d == d[:4] * (DATAGRAM_BYTES // 4) for d in datagrams)
-    assert counters["gro_packets"] > 0 and counters["gro_segments"] > counters["gro_packets"]
-    if gro_socket:
-        assert {size for _, size in got} - {None} == {DATAGRAM_BYTES}
-    else:
-        assert len(got) == DATAGRAMS and {size for _, size in got} == {None}

@@ -92,10 +92,12 @@ BACKEND_TESTS = (
     "tests/test_kernel_backend.py",
     "tests/test_doctor.py",
     "tests/test_clean.py",
+    "tests/test_emulator_gro.py",
 )
 """The backend tests, parametrized by backend; TESTBED_BACKEND=netem keeps the kernel one.
 ``test_doctor`` checks that ``auto`` picks netem where the kernel has it; ``test_clean`` that
-a SIGKILLed ``link up`` on netem leaves nothing after ``testbed clean``."""
+a SIGKILLed ``link up`` on netem leaves nothing after ``testbed clean``; ``test_emulator_gro``
+that the C path's UDP GRO falls back on a kernel whose TUN predates it (the guest's 6.1)."""
 SMOKE_TEST = ".ci/vm/test_smoke.py"
 """Netem itself, with pyroute2 and no project code: proves the guest pipeline."""
 

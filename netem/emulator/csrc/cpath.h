@@ -219,12 +219,16 @@ size_t gso_segment(struct pool *pool, const struct vnet_hdr *vh, const uint8_t *
                    size_t len, struct slot **out, size_t max_out);
 
 /* gso.c: GRO on delivery. How many of segs[0..n) (at least 1) go to the receiving stack as
- * one TCP super-packet; when more than one, `hdr` (GRO_MAX_HEADER_BYTES) gets the run's IP
+ * one TCP or UDP super-packet (of the `kinds` asked for); when more than one, `hdr` (GRO_MAX_HEADER_BYTES) gets the run's IP
  * and TCP headers (lengths, IPv4 checksum, PSH, the TCP pseudo-header sum) and `vh` its
  * vnet header; the payloads follow from each segment at gro_header_bytes(segs). */
 #define GRO_MAX_SEGMENTS 64 /* bounds the writev; 64 KB (the IP length) binds first */
 #define GRO_MAX_HEADER_BYTES (40 + 60)
-size_t gro_run(struct slot *const *segs, size_t n, uint8_t *hdr, struct vnet_hdr *vh);
+#define GRO_TCP 1u
+#define GRO_UDP 2u /* VIRTIO_NET_HDR_GSO_UDP_L4: a TUN takes it from Linux 6.2 on */
+size_t gro_run(struct slot *const *segs, size_t n, uint8_t *hdr, struct vnet_hdr *vh,
+               unsigned kinds);
+int gro_is_udp(const struct vnet_hdr *vh);
 size_t gro_header_bytes(struct slot *const *segs);
 
 #endif

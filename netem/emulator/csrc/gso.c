@@ -224,10 +224,12 @@ static int joins(const struct l4_view *first, const struct l4_view *v, size_t to
                       (v->flags & ~TCP_PSH) == (first->flags & ~TCP_CWR));
 }
 
-size_t gro_run(struct slot *const *segs, size_t n, uint8_t *hdr, struct vnet_hdr *vh)
+size_t gro_run(struct slot *const *segs, size_t n, uint8_t *hdr, struct vnet_hdr *vh,
+               unsigned kinds)
 {
     struct l4_view first, v;
     if (n < 2 || !l4_view(segs[0], &first) ||
+        !(kinds & (first.udp ? GRO_UDP : GRO_TCP)) ||
         (first.flags & (TCP_FIN | TCP_SYN | TCP_RST | TCP_URG | TCP_PSH)))
         return 1;
     /* the IPv4 total length, or the IPv6 payload length, holds 16 bits */
@@ -285,4 +287,9 @@ size_t gro_header_bytes(struct slot *const *segs)
 {
     struct l4_view v;
     return l4_view(segs[0], &v) ? v.hdrs : 0;
+}
+
+int gro_is_udp(const struct vnet_hdr *vh)
+{
+    return vh->gso_type == VNET_GSO_UDP_L4;
 }

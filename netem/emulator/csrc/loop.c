@@ -88,8 +88,8 @@ static void flush_out(struct pump *u)
     size_t i = 0;
     while (i < u->n_out) {
         struct slot **run = u->out + i;
-        size_t k = L->gro ? gro_run(run, u->n_out - i, hdr, &vh) : 1;
-        ssize_t r;
+        size_t k = L->gro ? gro_run(run, u->n_out - i, hdr, &vh, L->gro) : 1;
+        ssize_t r = -1;
         if (k > 1) {
             size_t hl = gro_header_bytes(run);
             iov[0] = (struct iovec){&vh, VNET_HDR_BYTES};
@@ -97,9 +97,18 @@ static void flush_out(struct pump *u)
             for (size_t j = 0; j < k; j++)
                 iov[j + 2] = (struct iovec){run[j]->data + hl, run[j]->len - hl};
             r = writev(u->out_fd, iov, (int)k + 2);
-            L->counters.gro_packets++;
-            L->counters.gro_segments += k;
-        } else {
+            if (r < 0 && errno == EINVAL) {
+                /* a kernel whose TUN does not take this kind (UDP before Linux 6.2): never
+                 * again, and this run one by one */
+                L->gro &= ~(gro_is_udp(&vh) ? GRO_UDP : GRO_TCP);
+                L->counters.gro_refused++;
+                k = 1;
+            } else {
+                L->counters.gro_packets++;
+                L->counters.gro_segments += k;
+            }
+        }
+        if (k == 1) {
             const void *from = L->vnet ? (const void *)&run[0]->vh : (const void *)run[0]->data;
             size_t n = L->vnet ? VNET_HDR_BYTES + run[0]->len : run[0]->len;
             r = write(u->out_fd, from, n);

@@ -26,6 +26,7 @@ struct pump {
 /* What the thread did, for the benchmark's CPU per packet and per wake-up. */
 struct loop_counters {
     uint64_t wakeups, timer_wakeups, reads, super_packets, writes, gro_packets, gro_segments;
+    uint64_t gro_refused; /* super-packets the kernel refused (then written one by one) */
 };
 
 struct loop {
@@ -36,7 +37,8 @@ struct loop {
     int n_pumps;
     int epfd, wake_fd;
     double early_s, dense_gap_s, coalesce_s;
-    int vnet, gro;
+    int vnet;
+    unsigned gro; /* GRO_TCP | GRO_UDP: the kinds merged; a kind the TUN refuses is dropped */
     pthread_t thread;
     volatile int stop;
     int running;

@@ -547,7 +547,7 @@ static PyObject *Path_start(PathObject *self, PyObject *args)
     L->dense_gap_s = dense_gap_s;
     L->coalesce_s = coalesce_s;
     L->vnet = vnet;
-    L->gro = gro;
+    L->gro = gro ? GRO_TCP | GRO_UDP : 0;
     L->err[0] = 0;
     if (loop_start(L) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -576,10 +576,11 @@ static PyObject *Path_loop_counters(PathObject *self, PyObject *Py_UNUSED(ignore
     LOCK(self);
     struct loop_counters c = self->loop.counters;
     UNLOCK(self);
-    return Py_BuildValue("{sKsKsKsKsKsKsK}", "wakeups", c.wakeups, "timer_wakeups",
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsI}", "wakeups", c.wakeups, "timer_wakeups",
                          c.timer_wakeups, "reads", c.reads, "super_packets", c.super_packets,
                          "writes", c.writes, "gro_packets", c.gro_packets, "gro_segments",
-                         c.gro_segments);
+                         c.gro_segments, "gro_refused", c.gro_refused, "gro_kinds",
+                         self->loop.gro);
 }
 
 static PyObject *Path_pool_slots(PathObject *self, PyObject *Py_UNUSED(ignored))
@@ -675,7 +676,7 @@ static PyObject *Path_coalesce(PathObject *self, PyObject *args)
     for (Py_ssize_t i = 0; out && i < n;) {
         uint8_t hdr[GRO_MAX_HEADER_BYTES];
         struct vnet_hdr vh;
-        size_t k = gro_run(segs + i, (size_t)(n - i), hdr, &vh);
+        size_t k = gro_run(segs + i, (size_t)(n - i), hdr, &vh, GRO_TCP | GRO_UDP);
         PyObject *item;
         if (k == 1) {
             item = Py_BuildValue("(y#y#)", (const char *)&segs[i]->vh,
