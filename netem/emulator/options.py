@@ -34,16 +34,17 @@ is released on time (early wake-up and a short spin), never coalesced."""
 GRO_DOC = """Receive offload on delivery (C path, ``--gro on``, the default with offloads).
 
 A Linux receiver on a real link does not see the wire's segments one by one: the NIC raises
-one interrupt for several packets and GRO (net/ipv4/tcp_offload.c) merges the in-order
-segments of one flow into one super-packet before the TCP stack sees it, which then sends
-one ACK per super-packet (two or more segments), not one per two segments. The C path does
-the same with the segments one wake-up releases together (the coalescing grid is the
-interrupt moderation): same flow, back-to-back sequence numbers, same ACK number, window,
-options and IP fields, every segment but the last of the first's size, PSH only last, no
-SYN/FIN/RST/URG, at most 64 KB; one ``writev`` with a TCP GSO vnet header. The loss draw,
-the queue, the clock, the packet log and the capture see segments only. ``--gro off``
-delivers every segment on its own (the receiver then acknowledges per segment pair, as one
-without GRO, or a NIC interrupting per packet, would)."""
+one interrupt for several packets and GRO (net/ipv4/tcp_offload.c, udp_offload.c) merges the
+in-order packets of one flow into one super-packet before the stack sees it; TCP then sends
+one ACK per super-packet, not one per two segments. The C path does the same with the
+packets one wake-up releases together (the coalescing grid is the interrupt moderation):
+for TCP the same flow, back-to-back sequence numbers, the same ACK number, window, options
+and IP fields, every segment but the last of the first's size, PSH only last, no
+SYN/FIN/RST/URG; for UDP the same flow and size (a socket without ``UDP_GRO`` still reads
+the datagrams one by one); at most 64 KB, one ``writev`` with a GSO vnet header. The loss
+draw, the queue, the clock, the packet log and the capture see the wire's packets only.
+``--gro off`` delivers every packet on its own (a receiver without GRO, or a NIC
+interrupting per packet)."""
 MAX_COALESCE_S = 1e-3
 """A millisecond of batching is the most the link's timing allows: the lateness targets are
 0.3 ms median and 1 ms p99 of RTT error (netem/bench.py)."""
