@@ -133,9 +133,11 @@ def test_both_ngtcp2_edges_on_loopback(tmp_path: Path, workload: str) -> None:
     events = read_events(log)
     opened = [e for e in events if e["event"] == "connection_open"]
     assert len(opened) == 3 and [e["conn"] for e in opened] == [0, 1, 2]
-    # each client connection began before the server's (the Initial crossed loopback)
+    # each client connection began before the server's (the Initial crossed loopback); both
+    # starts are seen by a watch of a qlog file's creation, each as late as its watcher's
+    # wake-up (CI's busy host: the client's 0.66 ms after the server's)
     for record, event in zip(records, opened, strict=True):
-        assert 0 <= event["t"] - record.connect_start < 0.05
+        assert -0.005 <= event["t"] - record.connect_start < 0.05
     assert len(list((tmp_path / "qs").glob("*.sqlog"))) == 3
     for path in (tmp_path / "qs").glob("*.sqlog"):
         assert qlogseq.parse_qlog_seq(path.read_text()).anchored
