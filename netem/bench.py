@@ -655,7 +655,7 @@ def register(bench: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--gro",
         choices=("on", "off"),
-        help="C path with offloads: hand the receiver runs of segments as one (default on)",
+        help="C path with offloads: hand the receiver runs of segments as one (default off)",
     )
     parser.add_argument(
         "--no-load", action="store_true", help="skip the loaded rows at 333 Mbit/s and 1 Gbit/s"

@@ -75,7 +75,9 @@ def test_udp_datagrams_released_together_go_up_as_one(name: str, gro_socket: boo
     reads runs of them with their segment size, as behind a NIC."""
     # 400 x 1,228 bytes at 100 Mbit/s: 98 µs apart, three or four per 300 µs wake-up
     spec = "rtt=20ms,rate=100mbit,queue=1000p"
-    with Link.up(name, spec, backend="userspace", emulator=EmulatorOptions(path="c")) as link:
+    with Link.up(
+        name, spec, backend="userspace", emulator=EmulatorOptions(path="c", gro=True)
+    ) as link:
         got = udp_burst(link, gro_socket)
         counters = EmulatorClient(link._state.control_path).request("path")["counters"]
     datagrams = [

@@ -66,7 +66,7 @@ Options with measured defaults
     On dense traffic the timerfds fire on a grid of this period shared by both directions,
     and each wake-up releases everything due: at most one timer wake-up per period, each
     packet at most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
-``--gro on|off`` (C path with offloads, default on)
+``--gro on|off`` (C path with offloads, default off)
     The segments of one TCP flow that one wake-up releases together reach the receiving
     stack as one super-packet, as a NIC's GRO hands them up; the link, its log and its
     capture see segments only (:data:`netem.emulator.options.GRO_DOC`).
@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("on", "off"),
         default=None,
         help="C path with offloads only: hand the receiving stack the segments of one TCP "
-        "flow released together as one super-packet, as a NIC's GRO (default on)",
+        "flow released together as one super-packet, as a NIC's GRO (default off)",
     )
     parser.add_argument(
         "--early-us",
@@ -277,7 +277,7 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
     if args.offload is None:
         args.offload = "on"
     if args.gro is None:
-        args.gro = args.offload
+        args.gro = "off"
     if args.coalesce_us is None:
         args.coalesce_us = DEFAULT_COALESCE_S * 1e6
 

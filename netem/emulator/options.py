@@ -31,7 +31,8 @@ average 4-8 from other sessions), 100 µs took 0.38-0.43 of a core (lateness p99
 of a core; the ACK direction's one-way error under that load stays below the Python
 path's (p99 0.33-0.34 ms against 0.44-0.55 ms). Sparse traffic (the RTT probe, requests)
 is released on time (early wake-up and a short spin), never coalesced."""
-GRO_DOC = """Receive offload on delivery (C path, ``--gro on``, the default with offloads).
+GRO_DOC = """Receive offload on delivery (C path with offloads, ``--gro on``; off by default,
+so that the receivers' ACKs stay those every earlier result was measured with).
 
 A Linux receiver on a real link does not see the wire's segments one by one: the NIC raises
 one interrupt for several packets and GRO (net/ipv4/tcp_offload.c, udp_offload.c) merges the
