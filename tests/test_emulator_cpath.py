@@ -345,20 +345,25 @@ def test_a_tcp_v4_super_packet_is_cut_as_the_kernel_would() -> None:
         assert tcp_checksum_ok(pseudo, complete_partial(seg, 20, 16)[20:])
 
 
+V6_SRC, V6_DST = bytes(15) + b"\1", bytes(15) + b"\2"
+
+
+def super_packet_v6(payload: bytes) -> bytes:
+    """A TCP super-packet over IPv6 (ACK PSH, 12 bytes of options: 72 header bytes)."""
+    ip6 = struct.pack("!IHBB16s16s", 6 << 28, 32 + len(payload), 6, 64, V6_SRC, V6_DST)
+    th = struct.pack("!HHIIBBHHH", 40000, 5201, 1000, 7, 8 << 4, 0x18, 512, 0, 0)
+    return ip6 + th + bytes(12) + payload
+
+
 def test_a_tcp_v6_super_packet_is_cut() -> None:
     path = cpath.CPath(parse_link("rtt=10ms"))
     payload = os.urandom(3000)
-    src, dst = bytes(15) + b"\1", bytes(15) + b"\2"
-    ip6 = struct.pack("!IHBB16s16s", 6 << 28, 32 + len(payload), 6, 64, src, dst)
-    th = struct.pack("!HHIIBBHHH", 40000, 5201, 1000, 7, 8 << 4, 0x18, 512, 0, 0)
-    segments = path.native.segment(
-        vnet_header(GSO_TCPV6, 1428, 72, 40), ip6 + th + bytes(12) + payload
-    )
+    segments = path.native.segment(vnet_header(GSO_TCPV6, 1428, 72, 40), super_packet_v6(payload))
     assert [len(s) - 72 for _, s in segments] == [1428, 1428, 144]
     for i, (_, seg) in enumerate(segments):
         assert struct.unpack_from("!H", seg, 4)[0] == len(seg) - 40
         assert struct.unpack_from("!I", seg, 44)[0] == 1000 + i * 1428
-        pseudo = src + dst + struct.pack("!IxxxB", len(seg) - 40, 6)
+        pseudo = V6_SRC + V6_DST + struct.pack("!IxxxB", len(seg) - 40, 6)
         assert tcp_checksum_ok(pseudo, complete_partial(seg, 40, 16)[40:])
 
 
@@ -399,17 +404,12 @@ def test_segments_released_together_reach_the_receiver_as_the_super_packet() -> 
 def test_a_v6_run_is_merged_too() -> None:
     path = cpath.CPath(parse_link("rtt=10ms"))
     payload = os.urandom(3000)
-    src, dst = bytes(15) + b"\1", bytes(15) + b"\2"
-    ip6 = struct.pack("!IHBB16s16s", 6 << 28, 32 + len(payload), 6, 64, src, dst)
-    th = struct.pack("!HHIIBBHHH", 40000, 5201, 1000, 7, 8 << 4, 0x18, 512, 0, 0)
-    segments = path.native.segment(
-        vnet_header(GSO_TCPV6, 1428, 72, 40), ip6 + th + bytes(12) + payload
-    )
+    segments = path.native.segment(vnet_header(GSO_TCPV6, 1428, 72, 40), super_packet_v6(payload))
     (merged,) = path.native.coalesce(segments)
     header, packet = merged
     assert struct.unpack("<BBHHHH", header)[1:4] == (GSO_TCPV6, 72, 1428)
     assert packet[72:] == payload and struct.unpack_from("!H", packet, 4)[0] == len(packet) - 40
-    pseudo = src + dst + struct.pack("!IxxxB", len(packet) - 40, 6)
+    pseudo = V6_SRC + V6_DST + struct.pack("!IxxxB", len(packet) - 40, 6)
     assert tcp_checksum_ok(pseudo, complete_partial(packet, 40, 16)[40:])
 
 
@@ -462,9 +462,7 @@ def test_a_short_segment_ends_its_run_and_an_ack_is_never_merged() -> None:
     path = cpath.CPath(parse_link("rtt=10ms"))
     short = cut(path, os.urandom(1448 + 700), seq=1000, flags=0x10)
     after = cut(path, os.urandom(1448), seq=1000 + 1448 + 700, flags=0x10)
-    ack = cut(path, b"", seq=9, flags=0x10) or [
-        (vnet_header(0, 0, 0, 20), super_packet_v4(b"", 9, 0x10))
-    ]
+    ack = [(vnet_header(0, 0, 0, 20), super_packet_v4(b"", 9, 0x10))]  # no payload
     out = path.native.coalesce(short + after + ack + ack)
     assert [len(p) - 52 for _, p in out] == [2148, 1448, 0, 0]
 
