@@ -154,12 +154,13 @@ def _run(link: Link, out: Path, protocol: str) -> list[dict]:
     return [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
 
 
-ARRIVAL_DELIVERY_TOLERANCE_S = {"h3": 1e-3, "h2": 2e-3}
+ARRIVAL_DELIVERY_TOLERANCE_S = {"h3": 1e-3, "h2": 5e-3}
 """Loss-free: delivery follows arrival at once. qlog stamps both in the client process
 (0.016-0.03 ms apart measured); the capture stamps arrival at the emulator's TUN write, so
 h2 adds the kernel's receive path and the client's wake-up: 0.09-0.83 ms at 20 Mbit/s with
 load 14 on 2 cores; at 100 Mbit/s under that load the Python client itself falls behind
-(3.8 ms): that is "arrived, not yet read", not an error of the method."""
+(3.8 ms): that is "arrived, not yet read", not an error of the method. A wrong method is
+off by a round trip (20 ms) or more, so h2 is allowed one late wake-up of a busy host (5 ms)."""
 
 
 @pytest.mark.root
