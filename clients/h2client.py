@@ -26,7 +26,13 @@ from clients import player_edge
 from clients.config import ClientConfig
 from clients.workload import RequestSpec, ResponseCollector
 from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
-from proto.sockopts import apply_tcp_options, read_tcp_options, rearm_quickack, tcp_socket
+from proto.sockopts import (
+    apply_tcp_options,
+    hold_window_clamp,
+    read_tcp_options,
+    rearm_quickack,
+    tcp_socket,
+)
 from proto.tls import ALPN_H2
 from tbcore.records import RequestRecord
 from tbcore.tcpinfo import read_tcp_info
@@ -39,12 +45,15 @@ class _Pending:
 
 
 class H2ClientProtocol(asyncio.Protocol):
-    def __init__(self, window_bytes: int, quickack: bool) -> None:
+    def __init__(
+        self, window_bytes: int, quickack: bool, window_clamp_bytes: int | None = None
+    ) -> None:
         self.h2 = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True, header_encoding=None)
         )
         self.window_bytes = window_bytes
         self.quickack = quickack
+        self.window_clamp_bytes = window_clamp_bytes
         self.transport: asyncio.Transport | None = None
         self.sock: Any = None
         self.pending: dict[int, _Pending] = {}
@@ -57,6 +66,7 @@ class H2ClientProtocol(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH_BYTES)
         self.sock = transport.get_extra_info("socket")
+        hold_window_clamp(self.sock, self.window_clamp_bytes)  # the handshake's data reset it
         start_connection(self.h2, self.window_bytes, {h2.settings.SettingCodes.ENABLE_PUSH: 0})
         self._flush()
 
@@ -64,6 +74,7 @@ class H2ClientProtocol(asyncio.Protocol):
         now = time.monotonic()
         if self.quickack and self.sock is not None:
             rearm_quickack(self.sock)
+        hold_window_clamp(self.sock, self.window_clamp_bytes)
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as err:
@@ -291,7 +302,11 @@ async def open_connection(
             tcp_connected = time.monotonic()
             tls.session = session  # type: ignore[attr-defined]
             transport, protocol = await loop.create_connection(
-                lambda: H2ClientProtocol(config.settings.h2_window_bytes, config.settings.quickack),
+                lambda: H2ClientProtocol(
+                    config.settings.h2_window_bytes,
+                    config.settings.quickack,
+                    config.settings.window_clamp_bytes,
+                ),
                 sock=sock,
                 ssl=tls,
                 server_hostname=config.server_name,

@@ -23,7 +23,13 @@ import h2.settings
 
 from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H2
-from proto.sockopts import apply_tcp_options, read_tcp_options, rearm_quickack, tcp_socket
+from proto.sockopts import (
+    apply_tcp_options,
+    hold_window_clamp,
+    read_tcp_options,
+    rearm_quickack,
+    tcp_socket,
+)
 from proto.tls import ensure_certificate, server_context
 from servers import app
 from servers.context import ServerContext
@@ -223,6 +229,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self._last_activity = now
         if self.ctx.config.settings.quickack and self.sock is not None:
             rearm_quickack(self.sock)
+        hold_window_clamp(self.sock, self.ctx.config.settings.window_clamp_bytes)
         view = memoryview(data)
         for offset in range(0, len(view), FEED_SLICE_BYTES):
             if self._abuse is not None or self._closed:

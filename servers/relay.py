@@ -53,7 +53,7 @@ import h2.events
 import h2.exceptions
 
 from proto.http2 import start_connection
-from proto.sockopts import apply_tcp_options
+from proto.sockopts import apply_tcp_options, hold_window_clamp
 from proto.tls import client_context, ensure_certificate, server_context
 from servers import relay_h3
 from servers.relay_base import (
@@ -72,9 +72,15 @@ from tbcore.tcpinfo import read_tcp_info
 class H2Endpoint(asyncio.Protocol):
     """One HTTP/2 connection (either side) with per-stream send queues under flow control."""
 
-    def __init__(self, conn: h2.connection.H2Connection, window_bytes: int) -> None:
+    def __init__(
+        self,
+        conn: h2.connection.H2Connection,
+        window_bytes: int,
+        window_clamp_bytes: int | None = None,
+    ) -> None:
         self.conn = conn
         self.window_bytes = window_bytes
+        self.window_clamp_bytes = window_clamp_bytes
         self.transport: asyncio.Transport | None = None
         self.sock: Any = None
         self._pending: dict[int, bytearray] = {}
@@ -84,6 +90,7 @@ class H2Endpoint(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.sock = transport.get_extra_info("socket")
+        hold_window_clamp(self.sock, self.window_clamp_bytes)  # the handshake's data reset it
         start_connection(self.conn, self.window_bytes)
         self.flush()
 
@@ -96,6 +103,7 @@ class H2Endpoint(asyncio.Protocol):
         """A subclass's clean-up when the connection goes."""
 
     def data_received(self, data: bytes) -> None:
+        hold_window_clamp(self.sock, self.window_clamp_bytes)
         try:
             events = self.conn.receive_data(data)
         except h2.exceptions.ProtocolError as err:
@@ -167,12 +175,15 @@ class H2Endpoint(asyncio.Protocol):
 class Upstream(H2Endpoint):
     """The one long-haul HTTP/2 connection: client side, requests from many front streams."""
 
-    def __init__(self, window_bytes: int, log: RelayLog) -> None:
+    def __init__(
+        self, window_bytes: int, log: RelayLog, window_clamp_bytes: int | None = None
+    ) -> None:
         super().__init__(
             h2.connection.H2Connection(
                 h2.config.H2Configuration(client_side=True, header_encoding=None)
             ),
             window_bytes,
+            window_clamp_bytes,
         )
         self.log = log
         self.streams: dict[int, StreamCallbacks] = {}
@@ -228,6 +239,7 @@ class FrontConnection(H2Endpoint):
                 h2.config.H2Configuration(client_side=False, header_encoding=None)
             ),
             relay.config.window_bytes,
+            relay.config.settings.window_clamp_bytes,
         )
         self.relay = relay
         self.conn_id = conn_id
@@ -320,7 +332,9 @@ class Relay(RelayState):
             raise
         _, upstream = await asyncio.wait_for(
             loop.create_connection(
-                lambda: Upstream(self.config.window_bytes, self.log),
+                lambda: Upstream(
+                    self.config.window_bytes, self.log, self.config.settings.window_clamp_bytes
+                ),
                 sock=sock,
                 ssl=client_context(),
                 server_hostname="testbed",

@@ -492,8 +492,11 @@ knob("sysctls", kind="table", default={}, unit="", applies="link",
      doc='e.g. {"net.ipv4.tcp_sack" = "1"}', scope=EVERYWHERE)  # fmt: skip
 # sockets (both ends alike)
 knob("window_clamp", "window_clamp_bytes", kind="size", default=None, unit="bytes",
-     applies="both", how="TCP_WINDOW_CLAMP", low=1024, high=SOCKOPT_MAX_BYTES, optional=True,
-     doc="A fixed TCP window; None for autotuning.", scope=Scope(protocols=("tcp",)))  # fmt: skip
+     applies="both", how="TCP_WINDOW_CLAMP, set again after every read", low=1024,
+     high=SOCKOPT_MAX_BYTES, optional=True,
+     doc="A fixed TCP window; None for autotuning. Linux replaces a clamp as data arrives "
+     "(proto/sockopts.py hold_window_clamp), so each end sets it again after every read.",
+     scope=Scope(protocols=("tcp",)))  # fmt: skip
 knob("sndbuf", "sndbuf_bytes", kind="size", default=None, unit="bytes", applies="both",
      how="SO_SNDBUF", low=4096, high=SOCKOPT_MAX_BYTES, optional=True,
      scope=Scope(protocols=("tcp",)))  # fmt: skip
