@@ -33,6 +33,15 @@ def test_create_makes_experiment_and_stamp_directories(tmp_path: Path) -> None:
     assert len(utc_stamp()) == len("20261202T000000Z")
 
 
+@pytest.mark.parametrize("name", ["..", ".", "", "a/b"])
+def test_create_refuses_a_name_that_is_not_one_directory(tmp_path: Path, name: str) -> None:
+    (tmp_path / "out").mkdir()
+    with pytest.raises(SpecError, match=r"^name: "):
+        ResultDir.create(tmp_path / "out", name)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # nothing beside OUTPUT
+    assert not any((tmp_path / "out").iterdir())
+
+
 def test_manifest_round_trip_and_open(tmp_path: Path) -> None:
     result = ResultDir.create(tmp_path, "x")
     result.write_manifest({"plan": [1, 2], "nan": float("nan")})

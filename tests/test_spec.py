@@ -343,3 +343,12 @@ def test_the_quick_form_may_make_a_full_form_setting_moot() -> None:
     )
     quick = loads(text.replace("[quick]", '[quick]\nfixed = { workload = "asr" }')).quick_form()
     assert quick.levels[0].settings.ignored() == ["processing_image"]
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "-x", "_x", "a" * 65])
+def test_a_name_that_is_not_a_plain_directory_name_is_refused(name: str) -> None:
+    """An experiment's name becomes OUTPUT/NAME/: ``..`` would put results beside OUTPUT."""
+    err = _refused(GOOD.replace('name = "initcwnd"', f'name = "{name}"', 1))
+    assert err.field == "name" and "short lowercase name" in err.reason
+    level = GOOD.replace('{ name = "iw10"', f'{{ name = "{name}"', 1)
+    assert _refused(level).field == "factor.levels[0].name"

@@ -49,7 +49,7 @@ from harness.spec.traces import check_repetitions, check_trace_start
 from netem.linkspec import LinkSpec, merge_link, resolve_link
 from netem.topologyspec import Topology
 from tbcore import kinds
-from tbcore.errors import SpecError
+from tbcore.errors import SpecError, clip
 from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings, by_attr
 
 CONNECTIONS = CONNECTION_MODES
@@ -66,6 +66,21 @@ IPV4_TCP_HEADER_BYTES = 40
 """IPv4 (20) + TCP (20) headers: the largest segment payload is MTU minus this."""
 
 LEVEL_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789-_.")
+NAME_FIRST_CHARS = set("abcdefghijklmnopqrstuvwxyz0123456789")
+"""An experiment's or a level's name starts with a letter or digit: it becomes a directory
+(``OUTPUT/NAME/``) and part of file names, so ``.``, ``..`` and hidden names are refused."""
+MAX_NAME_CHARS = 64
+"""A name is a directory name and a run id's part, well under a file name's 255 bytes."""
+
+
+def is_short_name(value: Any) -> bool:
+    """Whether ``value`` is a name an experiment or a level may have."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= MAX_NAME_CHARS
+        and value[0] in NAME_FIRST_CHARS
+        and set(value) <= LEVEL_NAME_CHARS
+    )
 
 
 def _bool(name: str, value: Any) -> bool:
@@ -326,8 +341,8 @@ def parse_experiment(
     ``moot``: fixed keys no level need apply (the full form's, in its quick form)."""
     _check_top_keys(data)
     name = data.get("name")
-    if not isinstance(name, str) or not name or not set(name) <= LEVEL_NAME_CHARS:
-        raise SpecError("name", f"must be a short lowercase name, got {name!r}")
+    if not is_short_name(name):
+        raise SpecError("name", f"must be a short lowercase name, got {clip(repr(name))}")
     question = data.get("question")
     if not isinstance(question, str) or not question.strip():
         raise SpecError("question", "every experiment states the question it answers")
@@ -450,8 +465,10 @@ def _parse_level(
     if not isinstance(raw, dict):
         raise SpecError(where, "must be a table with a name and the factor's settings")
     level_name = raw.get("name")
-    if not isinstance(level_name, str) or not level_name or not set(level_name) <= LEVEL_NAME_CHARS:
-        raise SpecError(f"{where}.name", f"must be a short lowercase name, got {level_name!r}")
+    if not is_short_name(level_name):
+        raise SpecError(
+            f"{where}.name", f"must be a short lowercase name, got {clip(repr(level_name))}"
+        )
     names = {lv.name for lv in earlier}
     if level_name in names:
         raise SpecError(f"{where}.name", f"{level_name!r} given twice")

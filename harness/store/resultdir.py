@@ -120,6 +120,8 @@ class ResultDir:
         claimed with one ``mkdir``: of two runs started in the same second each gets its own
         (no check-then-create race). An unwritable ``root`` is a SpecError naming ``output``."""
         stamp = stamp or utc_stamp()
+        if experiment in ("", ".", "..") or "/" in experiment or "\0" in experiment:
+            raise SpecError("name", f"{clip(repr(experiment))} is not a directory's name")
         parent = Path(root) / experiment
         try:
             parent.mkdir(parents=True, exist_ok=True)
