@@ -616,6 +616,7 @@ def cli(args: argparse.Namespace) -> int:
         offload=None if args.offload is None else args.offload == "on",
         coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
         gro=None if args.gro is None else args.gro == "on",
+        stamps=None if args.stamps is None else args.stamps == "on",
     )
     emulator = None if emulator.empty else emulator
     if emulator is not None and args.backend == "netem":
@@ -656,6 +657,12 @@ def register(bench: argparse._SubParsersAction) -> None:
         "--gro",
         choices=("on", "off"),
         help="C path with offloads: hand the receiver runs of segments as one (default off)",
+    )
+    parser.add_argument(
+        "--stamps",
+        choices=("on", "off"),
+        help="C path: arrival times from the kernel, reads deferred where that changes "
+        "nothing (default on)",
     )
     parser.add_argument(
         "--no-load", action="store_true", help="skip the loaded rows at 333 Mbit/s and 1 Gbit/s"

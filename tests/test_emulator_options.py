@@ -21,6 +21,9 @@ def test_the_command_line_and_the_round_trip() -> None:
     assert EmulatorOptions.from_dict(options.to_dict()) == options
     gro = EmulatorOptions(gro=False)
     assert gro.argv() == ["--gro", "off"] and EmulatorOptions.from_dict(gro.to_dict()) == gro
+    stamps = EmulatorOptions(stamps=False)
+    assert stamps.argv() == ["--stamps", "off"]
+    assert EmulatorOptions.from_dict(stamps.to_dict()) == stamps
 
 
 @pytest.mark.parametrize(
@@ -37,6 +40,8 @@ def test_the_command_line_and_the_round_trip() -> None:
         ({"gro": 1}, "emulator.gro"),
         ({"path": "python", "gro": False}, "emulator.gro"),
         ({"offload": False, "gro": True}, "emulator.gro"),
+        ({"stamps": "on"}, "emulator.stamps"),
+        ({"path": "python", "stamps": True}, "emulator.stamps"),
     ],
 )
 def test_bad_options_are_refused_naming_the_field(values: dict, field: str) -> None:

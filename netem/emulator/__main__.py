@@ -66,7 +66,8 @@ Options with measured defaults
     On dense traffic the timerfds fire on a grid of this period shared by both directions,
     and each wake-up releases everything due: at most one timer wake-up per period, each
     packet at most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
-``--gro on|off`` (C path with offloads, default off)
+``--gro on|off`` (C path with offloads, default off), ``--stamps on|off`` (C path,
+default on: arrival times from the kernel, :data:`netem.emulator.options.STAMPS_DOC`)
     The segments of one TCP flow that one wake-up releases together reach the receiving
     stack as one super-packet, as a NIC's GRO hands them up; the link, its log and its
     capture see segments only (:data:`netem.emulator.options.GRO_DOC`).
@@ -242,6 +243,14 @@ def build_parser() -> argparse.ArgumentParser:
         "flow released together as one super-packet, as a NIC's GRO (default off)",
     )
     parser.add_argument(
+        "--stamps",
+        choices=("on", "off"),
+        default=None,
+        help="C path only: take packets' arrival times from the kernel (an eBPF program on "
+        "the TUN device) and read a direction only at wake-ups where that changes nothing "
+        "(default on; off where the kernel refuses, and the link says why)",
+    )
+    parser.add_argument(
         "--early-us",
         type=float,
         default=DEFAULT_EARLY_S * 1e6,
@@ -255,6 +264,7 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
     if args.coalesce_us is not None and not math.isfinite(args.coalesce_us):
         raise SpecError("coalesce-us", f"must be finite, got {args.coalesce_us!r}")
     flags = {"emulator.path": "path", "emulator.offload": "offload", "emulator.gro": "gro"}
+    flags["emulator.stamps"] = "stamps"
     flags["emulator.coalesce_s"] = "coalesce-us"
     try:
         EmulatorOptions(
@@ -262,6 +272,7 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
             offload=None if args.offload is None else args.offload == "on",
             coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
             gro=None if args.gro is None else args.gro == "on",
+            stamps=None if args.stamps is None else args.stamps == "on",
         )
     except SpecError as err:  # named by the command-line option
         raise SpecError(flags.get(err.field, err.field), err.reason) from None
@@ -278,6 +289,8 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
         args.offload = "on"
     if args.gro is None:
         args.gro = "off"
+    if args.stamps is None:
+        args.stamps = "on"
     if args.coalesce_us is None:
         args.coalesce_us = DEFAULT_COALESCE_S * 1e6
 
@@ -333,6 +346,7 @@ def make_engine(
             coalesce_s=args.coalesce_us * 1e-6,
             vnet_hdr=args.offload == "on",
             gro=args.gro == "on",
+            stamps=args.stamps == "on",
         )
     if set(fds) == {"up", "down"}:
         cores = make_cores(spec, origin_s)  # an air= link's directions share its medium

@@ -81,6 +81,7 @@ class CEngine(Engine):
         dense_gap_s: float = DENSE_GAP_S,
         vnet_hdr: bool = False,
         gro: bool = False,
+        stamps: bool = False,
     ) -> None:
         super().__init__(spec, pumps)  # type: ignore[arg-type]
         self.path = path
@@ -89,6 +90,7 @@ class CEngine(Engine):
         self.coalesce_s = coalesce_s
         self.vnet_hdr = vnet_hdr
         self.gro = gro
+        self.stamps = stamps
         self._reported_error: str | None = None
 
     @classmethod
@@ -101,19 +103,33 @@ class CEngine(Engine):
         coalesce_s: float,
         vnet_hdr: bool = False,
         gro: bool = False,
+        stamps: bool = False,
     ) -> CEngine:
         """An engine for the directions in ``fds`` (name: (in_fd, out_fd))."""
         path = CPath(spec)
         pumps = {name: CPump(path, name, *fds[name]) for name in fds}
         return cls(
-            spec, path, pumps, early_s=early_s, coalesce_s=coalesce_s, vnet_hdr=vnet_hdr, gro=gro
+            spec,
+            path,
+            pumps,
+            early_s=early_s,
+            coalesce_s=coalesce_s,
+            vnet_hdr=vnet_hdr,
+            gro=gro,
+            stamps=stamps,
         )
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         del loop  # the packets never touch the event loop
         pumps = [(DIRECTION_INDEX[n], p.in_fd, p.out_fd) for n, p in self.pumps.items()]
         self.path.native.start(
-            pumps, self.early_s, self.dense_gap_s, self.coalesce_s, self.vnet_hdr, self.gro
+            pumps,
+            self.early_s,
+            self.dense_gap_s,
+            self.coalesce_s,
+            self.vnet_hdr,
+            self.gro,
+            self.stamps,
         )
 
     def stop(self) -> None:
@@ -160,8 +176,16 @@ class CEngine(Engine):
             "offload": self.vnet_hdr,
             "coalesce_s": self.coalesce_s,
             "gro": self.gro,
+            "stamps": self.stamps_state(),
             "counters": self.path.native.loop_counters(),
         }
+
+    def stamps_state(self) -> str:
+        """``kernel``, ``off`` (not asked for) or ``read: <why the kernel refused>``."""
+        if not self.stamps:
+            return "off"
+        on, why = self.path.native.stamps()
+        return "kernel" if on else f"read: {why}"
 
     def cmd_events(self, request: dict[str, Any]) -> dict[str, Any]:
         for index, event in enumerate(self.events):

@@ -1,6 +1,6 @@
 /* The emulator's per-packet path in C: the same pipeline as netem/emulator/core.py and
  * medium.py (the reference), driven either by the Python tests (sans-I/O: every call takes
- * `now`) or by the packet thread of loop.c (TUN fds, one timerfd per direction).
+ * `now`) or by the packet thread of loop.c (TUN fds, one timerfd for both directions).
  *
  * Times are CLOCK_MONOTONIC seconds as doubles, computed with the same operations in the
  * same order as the Python core, so that one seed and one input give the same drops and

@@ -1,11 +1,15 @@
-/* The packet thread: one epoll over the input TUN fds, one timerfd per direction and a
- * wake-up eventfd. Per wake-up it reads a batch of packets per ready fd (a super-packet
- * cut into segments first) and stamps them with one clock read, and it writes every packet
- * that is due; then it arms the direction's timerfd for the next departure. No packet is
- * spun for on dense traffic (a departure less than dense_gap_s after the previous release):
- * the timer is armed for it and the wake-up batches what has come due meanwhile. On sparse
- * traffic the timer fires early_s ahead and the rest is spun, as netem/emulator/engine.py
- * does; that spin is bounded by early_s, so neither direction can hold the thread longer. */
+/* The packet thread: one epoll over the input TUN fds, one timerfd for both directions and a
+ * wake-up eventfd. Per wake-up it reads a batch of packets per ready fd (a super-packet cut
+ * into segments first), each timed by the kernel's stamp of its arrival (stamp.c) or else
+ * by one clock read after the batch, and it writes every packet that is due; then it arms
+ * its timerfd for the next wake-up either direction wants. No packet is spun for on dense
+ * traffic (a departure less than dense_gap_s after the previous release): the timer is
+ * armed for it and the wake-up batches what has come due meanwhile, at most one wake-up per
+ * coalesce_s after the last one. On sparse traffic the timer fires early_s ahead and the
+ * rest is spun, as netem/emulator/engine.py does; that spin is bounded by early_s, so
+ * neither direction can hold the thread longer. A direction whose arrivals the kernel
+ * stamps, and whose packets cannot be due before the next wake-up, is not watched: it is
+ * read at the wake-ups (may_defer). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <math.h>
@@ -43,9 +47,9 @@ double mono_now(void)
     return (double)((int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec) / 1e9;
 }
 
-static void arm(struct pump *u, double when)
+static void arm(struct loop *L, double when)
 {
-    if (when == u->armed_at)
+    if (when == L->armed_at)
         return;
     struct itimerspec its;
     memset(&its, 0, sizeof(its));
@@ -53,8 +57,38 @@ static void arm(struct pump *u, double when)
     its.it_value.tv_sec = (time_t)whole;
     long nsec = (long)((when - whole) * 1e9);
     its.it_value.tv_nsec = nsec < 1 ? 1 : (nsec > 999999999 ? 999999999 : nsec);
-    timerfd_settime(u->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
-    u->armed_at = when;
+    timerfd_settime(L->timer_fd, TFD_TIMER_ABSTIME, &its, NULL);
+    L->armed_at = when;
+}
+
+static void want(struct pump *u, double at, double latest)
+{
+    u->want_at = at;
+    u->latest_at = latest;
+}
+
+/* The next wake-up, for both directions on the one timer: the earliest time a direction
+ * must be woken for; a flexible direction (a dense packet alone in its grid period, which
+ * gains nothing from a wake-up of its own) is served by that wake-up when it falls between
+ * its packet's departure and the grid point, and woken for on time otherwise. */
+static int next_wake(const struct loop *L, double *at)
+{
+    double fixed = INFINITY, when;
+    for (int i = 0; i < L->n_pumps; i++) {
+        const struct pump *u = &L->pumps[i];
+        if (!isnan(u->want_at) && u->latest_at == u->want_at && u->want_at < fixed)
+            fixed = u->want_at;
+    }
+    when = fixed;
+    for (int i = 0; i < L->n_pumps; i++) {
+        const struct pump *u = &L->pumps[i];
+        if (isnan(u->want_at) || u->latest_at == u->want_at)
+            continue;
+        if (!(fixed >= u->want_at && fixed <= u->latest_at) && u->want_at < when)
+            when = u->want_at;
+    }
+    *at = when;
+    return isfinite(when);
 }
 
 /* PcapBuffer.add */
@@ -139,7 +173,8 @@ static void write_out(void *ctx, int dir, struct slot *s, double due, double now
     u->out[u->n_out++] = s;
 }
 
-/* DirectionPump.release, without a spin on dense traffic. */
+/* DirectionPump.release, without a spin on dense traffic; what it leaves, it leaves as the
+ * direction's wish for the next wake-up (next_wake). */
 static void release(struct pump *u)
 {
     struct loop *L = u->loop;
@@ -149,25 +184,33 @@ static void release(struct pump *u)
             flush_out(u);
             u->last_release = now;
         }
-        if (!path_next_deadline(L->path, u->dir, &deadline))
+        if (!path_next_deadline(L->path, u->dir, &deadline)) {
+            want(u, NAN, NAN);
             return;
+        }
         if (deadline - u->last_release < L->dense_gap_s) {
             /* dense: back to epoll first, even when it is due already, so that reads and
              * the other direction are served between two batches; and, when the wake-up
-             * would carry more than one packet, the timer on a grid of coalesce_s shared
-             * by both directions (a NIC's interrupt moderation): at most one wake-up per
-             * coalesce_s for both, each packet at most that late. A packet alone in its
-             * grid period gains nothing from waiting: it is woken for on time. */
+             * would carry more than one packet, the timer at coalesce_s after the last
+             * wake-up, for both directions (a NIC's interrupt moderation): at most one
+             * timer wake-up per coalesce_s, each packet at most that late. A packet alone
+             * before that point gains nothing from a wake-up of its own: it is woken for
+             * on time, unless the thread wakes anyway before the point (next_wake). */
             if (L->coalesce_s > 0) {
-                double grid = ceil(deadline / L->coalesce_s) * L->coalesce_s, second;
-                if (path_second_due(L->path, u->dir, &second) && second <= grid)
-                    deadline = grid;
+                double grid = L->last_wake + L->coalesce_s, second;
+                if (deadline >= grid)
+                    want(u, deadline, deadline);
+                else if (path_second_due(L->path, u->dir, &second) && second <= grid)
+                    want(u, grid, grid);
+                else
+                    want(u, deadline, grid);
+            } else {
+                want(u, deadline, deadline);
             }
-            arm(u, deadline);
             return;
         }
         if (deadline - mono_now() > L->early_s) {
-            arm(u, deadline - L->early_s);
+            want(u, deadline - L->early_s, deadline - L->early_s);
             return;
         }
         while (mono_now() < deadline)
@@ -188,11 +231,14 @@ static void refuse(struct loop *L, int dir, double now, const uint8_t *pkt, size
         log_dropped(d, now, DROP_QUEUE, pkt, len);
 }
 
-static void on_readable(struct pump *u)
+/* Read what the direction's device holds (at most READ_BATCH packets), time each packet by
+ * the kernel's stamp or else by this read, and hand them to the core; returns how many
+ * packets were read. */
+static size_t on_readable(struct pump *u)
 {
     struct loop *L = u->loop;
     struct pool *pool = &L->path->pool;
-    size_t n = 0, hdr = L->vnet ? VNET_HDR_BYTES : 0;
+    size_t n = 0, hdr = L->vnet ? VNET_HDR_BYTES : 0, reads = 0;
     for (int k = 0; k < READ_BATCH && n < MAX_SEGMENTS * 2; k++) {
         ssize_t r = read(u->in_fd, u->scratch, SCRATCH_BYTES);
         if (r < 0) {
@@ -206,6 +252,7 @@ static void on_readable(struct pump *u)
             break;
         }
         L->counters.reads++;
+        reads++;
         if ((size_t)r <= hdr)
             continue;
         struct vnet_hdr vh;
@@ -214,12 +261,15 @@ static void on_readable(struct pump *u)
             memcpy(&vh, u->scratch, VNET_HDR_BYTES);
         const uint8_t *pkt = u->scratch + hdr;
         size_t len = (size_t)r - hdr;
+        double stamp = NAN;
+        if (u->stamp.mem && !stamp_take(&u->stamp, pkt, len, &stamp))
+            stamp = NAN;
+        size_t first = n;
         if (vh.gso_type != VNET_GSO_NONE) {
             size_t got = gso_segment(pool, &vh, pkt, len, u->batch + n, MAX_SEGMENTS);
             if (got) {
                 L->counters.super_packets++;
                 n += got;
-                continue;
             }
         } else if (len <= pool->slot_bytes) {
             struct slot *s = pool_get(pool);
@@ -228,21 +278,79 @@ static void on_readable(struct pump *u)
                 s->len = (uint32_t)len;
                 memcpy(s->data, pkt, len);
                 u->batch[n++] = s;
-                continue;
             }
         }
-        refuse(L, u->dir, mono_now(), pkt, len);
+        if (n == first) {
+            refuse(L, u->dir, isnan(stamp) ? mono_now() : stamp, pkt, len);
+            continue;
+        }
+        for (size_t i = first; i < n; i++) /* a super-packet's segments arrived with it */
+            u->when[i] = stamp;
     }
     if (!n)
-        return;
+        return reads;
     double now = mono_now();
     for (size_t i = 0; i < n; i++) {
         struct slot *s = u->batch[i];
+        double when = now;
+        if (isnan(u->when[i])) {
+            L->counters.read_stamps++;
+        } else {
+            L->counters.kernel_stamps++;
+            when = u->when[i] < now ? u->when[i] : now;
+        }
+        /* in order: two senders on two CPUs may claim records out of their queue order */
+        if (when < u->last_in)
+            when = u->last_in;
+        u->last_in = when;
         if (u->capturing)
-            capture_add(&u->cap_sent, u->snaplen, u->offset_ns, now, s->data, s->len);
-        path_receive(L->path, u->dir, now, s);
+            capture_add(&u->cap_sent, u->snaplen, u->offset_ns, when, s->data, s->len);
+        path_receive(L->path, u->dir, when, s);
     }
-    release(u); /* re-arms the timer only if the head's time changed */
+    release(u); /* the timer is re-armed after the wake-up, only if its time changed */
+    return reads;
+}
+
+/* A deferred direction's device is read at every wake-up, to the end of what it holds (up
+ * to DRAIN_ROUNDS batches; the rest at the next wake-up, with their own stamps). */
+#define DRAIN_ROUNDS 16
+
+static void drain(struct pump *u)
+{
+    for (int round = 0; round < DRAIN_ROUNDS; round++)
+        if (on_readable(u) < READ_BATCH)
+            return;
+}
+
+/* Whether a direction's input may go unwatched until the next wake-up, at `at`: its
+ * arrivals are timed by the kernel; the wake-up is at most DEFER_WINDOW_S away; no packet
+ * that arrives meanwhile can be due before DEFER_MIN_DELAY_S after it arrived (the
+ * direction's delay less its jitter), so reading it at the wake-up changes nothing of its
+ * path: its queue is computed at its arrival time, its departure is later than the read.
+ * Not with the air medium (its two directions contend at the times the core is given). */
+#define DEFER_WINDOW_S 1e-3
+#define DEFER_MIN_DELAY_S 2e-3
+
+static int may_defer(const struct loop *L, const struct pump *u, int have_at, double at,
+                     double now)
+{
+    const struct direction *d = &L->path->d[u->dir];
+    return u->stamp.mem && !L->path->medium && have_at && at - now <= DEFER_WINDOW_S &&
+           d->delay_s - fabs(d->jitter_s) >= DEFER_MIN_DELAY_S;
+}
+
+static void choose_reads(struct loop *L, int have_at, double at)
+{
+    double now = mono_now();
+    for (int i = 0; i < L->n_pumps; i++) {
+        struct pump *u = &L->pumps[i];
+        int defer = may_defer(L, u, have_at, at, now);
+        if (defer == u->deferred)
+            continue;
+        struct epoll_event e = {.events = defer ? 0 : EPOLLIN, .data.u32 = (uint32_t)i << 2};
+        if (epoll_ctl(L->epfd, EPOLL_CTL_MOD, u->in_fd, &e) == 0)
+            u->deferred = defer;
+    }
 }
 
 #define TAG_INPUT 0
@@ -262,6 +370,7 @@ static void *loop_main(void *arg)
     while (!L->stop) {
         int n = epoll_wait(L->epfd, ev, 8, -1);
         L->counters.wakeups++;
+        L->last_wake = mono_now();
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -269,6 +378,9 @@ static void *loop_main(void *arg)
             break;
         }
         pthread_mutex_lock(L->lock);
+        for (int i = 0; i < L->n_pumps; i++)
+            if (L->pumps[i].deferred)
+                drain(&L->pumps[i]);
         handle_events(L, ev, n);
         /* whatever else is due by now leaves in this wake-up too, without one of its own */
         for (int i = 0; i < L->n_pumps; i++) {
@@ -277,6 +389,17 @@ static void *loop_main(void *arg)
             if (path_next_deadline(L->path, u->dir, &deadline) && deadline <= mono_now())
                 release(u);
         }
+        double at;
+        int have_at = next_wake(L, &at);
+        if (have_at) {
+            arm(L, at);
+        } else if (isnan(L->armed_at)) {
+            /* fired, and nothing to wait for: clear the expiry (timerfd_settime would) */
+            uint64_t expiries;
+            if (read(L->timer_fd, &expiries, sizeof(expiries)) < 0)
+                (void)expiries;
+        }
+        choose_reads(L, have_at, at);
         pthread_mutex_unlock(L->lock);
     }
     return NULL;
@@ -288,17 +411,14 @@ static void handle_events(struct loop *L, struct epoll_event *ev, int n)
         uint32_t tag = ev[i].data.u32;
         if ((tag & 3) == TAG_WAKE)
             continue;
-        struct pump *u = &L->pumps[tag >> 2];
         if ((tag & 3) == TAG_INPUT) {
-            on_readable(u);
+            L->counters.input_wakeups++;
+            on_readable(&L->pumps[tag >> 2]);
         } else {
-            u->armed_at = NAN;
+            L->armed_at = NAN;
             L->counters.timer_wakeups++;
-            release(u);
-            /* timerfd_settime clears the expiry; without a new deadline, read it */
-            uint64_t expiries;
-            if (isnan(u->armed_at) && read(u->timer_fd, &expiries, sizeof(expiries)) < 0)
-                (void)expiries;
+            for (int k = 0; k < L->n_pumps; k++)
+                release(&L->pumps[k]);
         }
     }
 }
@@ -313,20 +433,28 @@ int loop_start(struct loop *L)
 {
     L->epfd = epoll_create1(EPOLL_CLOEXEC);
     L->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (L->epfd < 0 || L->wake_fd < 0 || watch(L, L->wake_fd, TAG_WAKE) < 0)
+    L->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    L->armed_at = NAN;
+    if (L->epfd < 0 || L->wake_fd < 0 || L->timer_fd < 0 ||
+        watch(L, L->wake_fd, TAG_WAKE) < 0 || watch(L, L->timer_fd, TAG_TIMER) < 0)
         return -1;
     for (int i = 0; i < L->n_pumps; i++) {
         struct pump *u = &L->pumps[i];
         u->loop = L;
-        u->armed_at = NAN;
+        u->want_at = u->latest_at = NAN;
         u->last_release = -INFINITY;
-        u->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+        u->last_in = -INFINITY;
+        u->deferred = 0;
         u->scratch = malloc(SCRATCH_BYTES);
         u->batch = malloc(sizeof(struct slot *) * MAX_SEGMENTS * 3);
-        if (u->timer_fd < 0 || !u->scratch || !u->batch)
+        u->when = malloc(sizeof(double) * MAX_SEGMENTS * 3);
+        if (!u->scratch || !u->batch || !u->when)
             return -1;
-        if (watch(L, u->in_fd, (uint32_t)i << 2 | TAG_INPUT) < 0 ||
-            watch(L, u->timer_fd, (uint32_t)i << 2 | TAG_TIMER) < 0)
+        u->stamp.mem = NULL;
+        u->stamp.map_fd = u->stamp.tun_fd = -1;
+        if (L->stamps && stamp_attach(&u->stamp, u->in_fd, L->stamp_why, sizeof(L->stamp_why)))
+            L->stamps = 0; /* one reason, for both directions */
+        if (watch(L, u->in_fd, (uint32_t)i << 2 | TAG_INPUT) < 0)
             return -1;
     }
     L->stop = 0;
@@ -348,17 +476,19 @@ void loop_stop(struct loop *L)
     }
     for (int i = 0; i < L->n_pumps; i++) {
         struct pump *u = &L->pumps[i];
-        if (u->timer_fd > 0)
-            close(u->timer_fd);
-        u->timer_fd = -1;
+        stamp_detach(&u->stamp);
         free(u->scratch);
         free(u->batch);
+        free(u->when);
         u->scratch = NULL;
         u->batch = NULL;
+        u->when = NULL;
     }
     if (L->epfd > 0)
         close(L->epfd);
     if (L->wake_fd > 0)
         close(L->wake_fd);
-    L->epfd = L->wake_fd = -1;
+    if (L->timer_fd > 0)
+        close(L->timer_fd);
+    L->epfd = L->wake_fd = L->timer_fd = -1;
 }

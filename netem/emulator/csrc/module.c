@@ -76,7 +76,9 @@ static int Path_init(PathObject *self, PyObject *args, PyObject *kwds)
     path_init(&self->path, (size_t)capacity);
     pthread_mutex_init(&self->lock, NULL);
     memset(&self->loop, 0, sizeof(self->loop));
-    self->loop.epfd = self->loop.wake_fd = -1;
+    self->loop.epfd = self->loop.wake_fd = self->loop.timer_fd = -1;
+    for (int i = 0; i < N_DIRS; i++)
+        self->loop.pumps[i].stamp.map_fd = self->loop.pumps[i].stamp.tun_fd = -1;
     self->ready = 1;
     return 0;
 }
@@ -507,14 +509,14 @@ static PyObject *Path_capture_take(PathObject *self, PyObject *args)
     return Py_BuildValue("(NN)", take_buf(&sent), take_buf(&recv));
 }
 
-/* start([(dir, in_fd, out_fd), ...], early_s, dense_gap_s, coalesce_s, vnet, gro) */
+/* start([(dir, in_fd, out_fd), ...], early_s, dense_gap_s, coalesce_s, vnet, gro, stamps) */
 static PyObject *Path_start(PathObject *self, PyObject *args)
 {
     PyObject *pumps;
     double early_s, dense_gap_s, coalesce_s;
-    int vnet, gro;
-    if (!PyArg_ParseTuple(args, "O!dddpp", &PyList_Type, &pumps, &early_s, &dense_gap_s,
-                          &coalesce_s, &vnet, &gro))
+    int vnet, gro, stamps;
+    if (!PyArg_ParseTuple(args, "O!dddppp", &PyList_Type, &pumps, &early_s, &dense_gap_s,
+                          &coalesce_s, &vnet, &gro, &stamps))
         return NULL;
     if (gro && !vnet) {
         PyErr_SetString(PyExc_ValueError, "gro: super-packets need the vnet header (offload)");
@@ -538,7 +540,6 @@ static PyObject *Path_start(PathObject *self, PyObject *args)
         L->pumps[i].dir = dir;
         L->pumps[i].in_fd = in_fd;
         L->pumps[i].out_fd = out_fd;
-        L->pumps[i].timer_fd = -1;
     }
     L->n_pumps = (int)n;
     L->path = &self->path;
@@ -548,6 +549,8 @@ static PyObject *Path_start(PathObject *self, PyObject *args)
     L->coalesce_s = coalesce_s;
     L->vnet = vnet;
     L->gro = gro ? GRO_TCP | GRO_UDP : 0;
+    L->stamps = stamps;
+    snprintf(L->stamp_why, sizeof(L->stamp_why), "%s", stamps ? "" : "not asked for");
     L->err[0] = 0;
     if (loop_start(L) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);
@@ -576,11 +579,22 @@ static PyObject *Path_loop_counters(PathObject *self, PyObject *Py_UNUSED(ignore
     LOCK(self);
     struct loop_counters c = self->loop.counters;
     UNLOCK(self);
-    return Py_BuildValue("{sKsKsKsKsKsKsKsKsI}", "wakeups", c.wakeups, "timer_wakeups",
-                         c.timer_wakeups, "reads", c.reads, "super_packets", c.super_packets,
-                         "writes", c.writes, "gro_packets", c.gro_packets, "gro_segments",
-                         c.gro_segments, "gro_refused", c.gro_refused, "gro_kinds",
-                         self->loop.gro);
+    return Py_BuildValue("{sKsKsKsKsKsKsKsKsIsKsKsK}", "wakeups", c.wakeups,
+                         "timer_wakeups", c.timer_wakeups, "reads", c.reads, "super_packets",
+                         c.super_packets, "writes", c.writes, "gro_packets", c.gro_packets,
+                         "gro_segments", c.gro_segments, "gro_refused", c.gro_refused,
+                         "gro_kinds", self->loop.gro, "input_wakeups", c.input_wakeups,
+                         "kernel_stamps", c.kernel_stamps, "read_stamps", c.read_stamps);
+}
+
+/* stamps() -> (taken from the kernel: bool, why not: str) */
+static PyObject *Path_stamps(PathObject *self, PyObject *Py_UNUSED(ignored))
+{
+    LOCK(self);
+    int on = self->loop.stamps;
+    PyObject *why = PyUnicode_FromString(self->loop.stamp_why);
+    UNLOCK(self);
+    return Py_BuildValue("(ON)", on ? Py_True : Py_False, why);
 }
 
 static PyObject *Path_pool_slots(PathObject *self, PyObject *Py_UNUSED(ignored))
@@ -734,6 +748,7 @@ static PyMethodDef Path_methods[] = {
     {"stop", (PyCFunction)Path_stop, METH_NOARGS, NULL},
     {"error", (PyCFunction)Path_error, METH_NOARGS, NULL},
     {"loop_counters", (PyCFunction)Path_loop_counters, METH_NOARGS, NULL},
+    {"stamps", (PyCFunction)Path_stamps, METH_NOARGS, NULL},
     {"pool_slots", (PyCFunction)Path_pool_slots, METH_NOARGS, NULL},
     {"segment", (PyCFunction)Path_segment, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
