@@ -50,8 +50,9 @@ Options with measured defaults
 ------------------------------
 ``--path c|python`` (default c)
     Which per-packet path moves the packets: the C path (:mod:`netem.emulator.cengine`,
-    ``csrc/``: a packet thread of its own, batched reads, a timerfd per direction on a
-    coalescing grid, no allocation per packet once warm) or the Python reference
+    ``csrc/``: a packet thread of its own, batched reads timed by the kernel's arrival
+    stamps, one timerfd for both directions on a coalescing grid, no allocation per packet
+    once warm) or the Python reference
     (:mod:`netem.emulator.engine` around :mod:`netem.emulator.core`). Both run the same
     pipeline on the same generators; tests/test_emulator_cpath.py holds them equal packet
     for packet. The control socket, the stats, the capture and the packet log are the same.
