@@ -24,6 +24,7 @@ from netem.emulator.control import EmulatorClient
 from netem.emulator.cpath import CPath
 from netem.emulator.engine import DEFAULT_EARLY_S, DENSE_GAP_S
 from netem.emulator.options import DEFAULT_COALESCE_S, EmulatorOptions
+from netem.emulator.pcap import read_pcap
 from netem.link import Link
 from netem.linkspec import parse_link
 from netem.nsexec import in_netns
@@ -130,6 +131,30 @@ def test_without_stamps_a_packet_is_timed_by_its_read(name: str, tmp_path: Path)
     assert len(arrivals) == MARKERS
     assert all(a > before for (_, before, _), a in zip(sent, arrivals, strict=True))
     assert sum(a > after for (_, _, after), a in zip(sent, arrivals, strict=True)) > 0.5 * MARKERS
+
+
+TCP_FLAGS_OFFSET = 20 + 13
+SYN, ACK = 0x02, 0x10
+
+
+@pytest.mark.root
+@pytest.mark.timeout(60)
+def test_an_ends_capture_keeps_cause_before_answer(name: str, tmp_path: Path) -> None:
+    """The receiving stack answers inside the thread's write (the client's ACK of the
+    SYN-ACK is stamped there by the kernel): the capture times a delivery at the write's
+    start, so in the client's capture the SYN-ACK comes before the ACK that answers it."""
+    with Link.up(name, "rtt=20ms", backend="userspace", emulator=EmulatorOptions(path="c")) as link:
+        with in_netns(link.server_ns):
+            listener = socket.create_server((link.server_addr, PORT_BULK))
+        with listener, link.capture(tmp_path):
+            with in_netns(link.client_ns):
+                socket.create_connection((link.server_addr, PORT_BULK), timeout=5).close()
+            time.sleep(0.1)
+    _, packets = read_pcap(tmp_path / "client.pcap")
+    flags = [(ts, pkt[TCP_FLAGS_OFFSET]) for ts, pkt in packets if len(pkt) > TCP_FLAGS_OFFSET]
+    syn_ack = next(i for i, (_, f) in enumerate(flags) if f & (SYN | ACK) == SYN | ACK)
+    answer = next(i for i, (_, f) in enumerate(flags) if i != syn_ack and f & (SYN | ACK) == ACK)
+    assert syn_ack < answer and flags[syn_ack][0] <= flags[answer][0]
 
 
 def test_a_device_that_is_no_tun_is_read_as_packets_come() -> None:

@@ -111,7 +111,7 @@ void capture_add(struct buf *b, uint32_t snaplen, int64_t offset_ns, double when
 
 /* Hand the packets released so far to the receiving side: each alone, or (GRO on) a run of
  * one TCP flow's segments as one super-packet (gso.c). Every segment is captured as itself,
- * at the time of the write that carried it. */
+ * at the start of the write that carried it. */
 static void flush_out(struct pump *u)
 {
     struct loop *L = u->loop;
@@ -123,6 +123,9 @@ static void flush_out(struct pump *u)
     while (i < u->n_out) {
         struct slot **run = u->out + i;
         size_t k = L->gro ? gro_run(run, u->n_out - i, hdr, &vh, L->gro) : 1;
+        /* the capture's time of delivery is the write's start: the receiving stack runs
+         * inside the write, and what it sends in answer is stamped by the kernel there */
+        double now = u->capturing ? mono_now() : 0;
         ssize_t r = -1;
         if (k > 1) {
             size_t hl = gro_header_bytes(run);
@@ -148,7 +151,6 @@ static void flush_out(struct pump *u)
             r = write(u->out_fd, from, n);
         }
         L->counters.writes++;
-        double now = u->capturing && r >= 0 ? mono_now() : 0;
         for (size_t j = 0; j < k; j++) {
             if (r < 0)
                 d->st.write_errors++;
