@@ -128,3 +128,22 @@ def test_the_agent_exits_when_its_lease_runs_out() -> None:
     assert time.monotonic() - start >= 1.0
     assert process.stdout.read() == b""
     process.stdin.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_second_iperf_server_on_a_port_waits_for_the_first(monkeypatch) -> None:
+    """A one-test iperf3 server lets its port go a moment after its client returns; the
+    next ``iperf_start`` on that port waits for it (here it never had a test: stopped after
+    the wait), instead of failing on 'Address already in use'."""
+    from harness.remote import agent
+
+    monkeypatch.setattr(agent, "IPERF_EXIT_WAIT_S", 0.5)
+    resources = agent.HostResources()
+    try:
+        port = 5399
+        assert resources.start_iperf("127.0.0.1", port) == port
+        first = resources.iperf_by_port[port]
+        assert resources.start_iperf("127.0.0.1", port) == port
+        assert first.poll() is not None and resources.iperf_by_port[port] is not first
+    finally:
+        resources.close()

@@ -58,6 +58,9 @@ RUN_DIR_PREFIX = "tb-remote-"
 (testbed remote fetch) or when the agent exits."""
 IPERF_PORT = 5201
 """iperf3's own default port, for an iperf_start without one."""
+IPERF_EXIT_WAIT_S = 5.0
+"""A one-test iperf3 server exits a moment after its test's client returns; a new server on
+its port waits this long for it to let the port go (and then stops it)."""
 LEASE_MIN_S = 1.0
 LEASE_MAX_S = 3600.0
 """A lease is between these: a shorter one could not be renewed over a long path, a longer
@@ -241,6 +244,7 @@ class HostResources:
         self.echo: probe.Echo | None = None
         self.children: list[subprocess.Popen[bytes]] = []
         self.servers: dict[str, subprocess.Popen[bytes]] = {}
+        self.iperf_by_port: dict[int, subprocess.Popen[bytes]] = {}
         self.run_dirs: list[Path] = []
         self.sysctls_before: dict[str, str] = {}
 
@@ -265,6 +269,12 @@ class HostResources:
     def start_iperf(self, addr: str, port: int) -> int:
         self.children = [c for c in self.children if c.poll() is None]
         port = port or IPERF_PORT
+        previous = self.iperf_by_port.pop(port, None)
+        if previous is not None and previous.poll() is None:
+            try:  # the last test's server, still closing: its port is not free yet
+                previous.wait(IPERF_EXIT_WAIT_S)
+            except subprocess.TimeoutExpired:
+                stop_process(previous, 5.0)
         child = subprocess.Popen(
             ["iperf3", "-s", "-1", "--forceflush", "-B", addr, "-p", str(port)],
             stdout=subprocess.PIPE,
@@ -272,6 +282,7 @@ class HostResources:
             stdin=subprocess.DEVNULL,
         )
         self.children.append(child)
+        self.iperf_by_port[port] = child
         assert child.stdout is not None
         ready = wait_for_marker(child.stdout.fileno(), b"listening", time.monotonic() + 10)
         if not ready.ready:
