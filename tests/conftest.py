@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 
 import pytest
+
+from netem import clean
 
 IS_ROOT = os.geteuid() == 0
 
@@ -20,3 +23,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                     item.add_marker(
                         pytest.mark.skip(reason=f"real peer {binary!r} is not installed")
                     )
+
+
+@pytest.fixture
+def link_name(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The test module's ``LINK_NAME`` for a link of its own: whatever an earlier run left
+    under it removed first, and nothing of it left after the test."""
+    name = request.module.LINK_NAME
+    clean.clean(name)
+    yield name
+    assert not clean.clean(name).remaining

@@ -18,12 +18,10 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from netem import clean
 from netem.emulator.control import EmulatorClient
 from netem.emulator.options import EmulatorOptions
 from netem.emulator.pcap import read_pcap
@@ -39,12 +37,8 @@ SETTLE_S = 0.3
 """Past the path's 20 ms round trip and its queue, so nothing is in flight."""
 
 
-@pytest.fixture
-def name() -> Iterator[str]:
-    link = "cm29"
-    clean.clean(link)
-    yield link
-    assert not clean.clean(link).remaining
+LINK_NAME = "cm29"
+"""The link these tests bring up (the ``link_name`` fixture, tests/conftest.py)."""
 
 
 def upload(link: Link, data: bytes) -> bytes:
@@ -82,10 +76,12 @@ def upload(link: Link, data: bytes) -> bytes:
     ],
     ids=["c-offload-gro", "c-offload", "c", "python"],
 )
-def test_a_tcp_upload_through_a_lossy_link(name: str, options: EmulatorOptions, tmp_path: Path):
+def test_a_tcp_upload_through_a_lossy_link(
+    link_name: str, options: EmulatorOptions, tmp_path: Path
+):
     data = os.urandom(UPLOAD_BYTES)
     spec = "rtt=20ms,rate=50mbit,up.loss=2%"
-    with Link.up(name, spec, backend="userspace", emulator=options) as link:
+    with Link.up(link_name, spec, backend="userspace", emulator=options) as link:
         control = EmulatorClient(link._state.control_path)
         with link.capture(tmp_path):
             before = link.stats()

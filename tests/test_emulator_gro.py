@@ -11,11 +11,9 @@ import platform
 import socket
 import struct
 import time
-from collections.abc import Iterator
 
 import pytest
 
-from netem import clean
 from netem.emulator.control import EmulatorClient
 from netem.emulator.options import EmulatorOptions
 from netem.link import Link
@@ -30,12 +28,8 @@ GRO_TCP, GRO_UDP = 1, 2
 """netem/emulator/csrc/cpath.h: the kinds of run the path merges (``gro_kinds``)."""
 
 
-@pytest.fixture
-def name() -> Iterator[str]:
-    link = "cm30"
-    clean.clean(link)
-    yield link
-    assert not clean.clean(link).remaining
+LINK_NAME = "cm30"
+"""The link these tests bring up (the ``link_name`` fixture, tests/conftest.py)."""
 
 
 SOL_UDP = 17
@@ -76,14 +70,14 @@ def udp_burst(link: Link, gro_socket: bool) -> list[tuple[bytes, int | None]]:
 
 
 @pytest.mark.parametrize("gro_socket", [False, True], ids=["plain-socket", "udp-gro-socket"])
-def test_udp_datagrams_released_together_go_up_as_one(name: str, gro_socket: bool) -> None:
+def test_udp_datagrams_released_together_go_up_as_one(link_name: str, gro_socket: bool) -> None:
     """The datagrams one wake-up releases reach the stack as one UDP super-packet: a plain
     socket still reads them one by one, intact and in order; a socket that asked for UDP_GRO
     reads runs of them with their segment size, as behind a NIC."""
     # 400 x 1,228 bytes at 100 Mbit/s: 98 µs apart, three or four per 300 µs wake-up
     spec = "rtt=20ms,rate=100mbit,queue=1000p"
     with Link.up(
-        name, spec, backend="userspace", emulator=EmulatorOptions(path="c", gro=True)
+        link_name, spec, backend="userspace", emulator=EmulatorOptions(path="c", gro=True)
     ) as link:
         got = udp_burst(link, gro_socket)
         counters = EmulatorClient(link._state.control_path).request("path")["counters"]

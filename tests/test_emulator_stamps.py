@@ -14,16 +14,15 @@ from __future__ import annotations
 import csv
 import socket
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from netem import clean
 from netem.emulator.control import EmulatorClient
 from netem.emulator.cpath import CPath
 from netem.emulator.engine import DEFAULT_EARLY_S, DENSE_GAP_S
 from netem.emulator.options import DEFAULT_COALESCE_S, EmulatorOptions
+from netem.emulator.packetlog import parse_headers
 from netem.emulator.pcap import read_pcap
 from netem.link import Link
 from netem.linkspec import parse_link
@@ -39,12 +38,8 @@ thread's timer wakes it every grid period and its reads wait for those wake-ups.
 DATAGRAM_BYTES = 1200
 
 
-@pytest.fixture
-def name() -> Iterator[str]:
-    link = "cm31"
-    clean.clean(link)
-    yield link
-    assert not clean.clean(link).remaining
+LINK_NAME = "cm31"
+"""The link these tests bring up (the ``link_name`` fixture, tests/conftest.py)."""
 
 
 def send_markers(link: Link) -> list[tuple[int, float, float]]:
@@ -73,9 +68,9 @@ def marker_arrivals(directory: Path) -> list[float]:
         ]
 
 
-def run(name: str, spec: str, stamps: bool, tmp_path: Path):
+def run(link_name: str, spec: str, stamps: bool, tmp_path: Path):
     with Link.up(
-        name, spec, backend="userspace", emulator=EmulatorOptions(path="c", stamps=stamps)
+        link_name, spec, backend="userspace", emulator=EmulatorOptions(path="c", stamps=stamps)
     ) as link:
         client = EmulatorClient(link._state.control_path)
         before = client.request("path")["counters"]
@@ -89,11 +84,11 @@ def run(name: str, spec: str, stamps: bool, tmp_path: Path):
 
 @pytest.mark.root
 @pytest.mark.timeout(120)
-def test_a_packets_arrival_is_when_the_kernel_queued_it(name: str, tmp_path: Path) -> None:
+def test_a_packets_arrival_is_when_the_kernel_queued_it(link_name: str, tmp_path: Path) -> None:
     """Every marker arrives (in the packet log) between the clock readings around its
     ``sendto``, while the thread, woken by its timer for the bulk flow, reads the client's
     side only at its wake-ups."""
-    sent, arrivals, counters, stamps = run(name, "rtt=20ms,rate=100mbit", True, tmp_path)
+    sent, arrivals, counters, stamps = run(link_name, "rtt=20ms,rate=100mbit", True, tmp_path)
     print(f"\n{stamps}: {counters}")
     assert stamps == "kernel"
     assert len(arrivals) == MARKERS
@@ -109,10 +104,10 @@ def test_a_packets_arrival_is_when_the_kernel_queued_it(name: str, tmp_path: Pat
 
 @pytest.mark.root
 @pytest.mark.timeout(120)
-def test_reads_are_not_deferred_on_a_short_path(name: str, tmp_path: Path) -> None:
+def test_reads_are_not_deferred_on_a_short_path(link_name: str, tmp_path: Path) -> None:
     """At 1 ms one way a packet read at the next wake-up could be due already: the thread
     is woken by its packets as they come, and still times them by the kernel."""
-    sent, arrivals, counters, stamps = run(name, "rtt=2ms,rate=100mbit", True, tmp_path)
+    sent, arrivals, counters, stamps = run(link_name, "rtt=2ms,rate=100mbit", True, tmp_path)
     print(f"\n{stamps}: {counters}")
     assert stamps == "kernel"
     assert len(arrivals) == MARKERS
@@ -122,10 +117,10 @@ def test_reads_are_not_deferred_on_a_short_path(name: str, tmp_path: Path) -> No
 
 @pytest.mark.root
 @pytest.mark.timeout(120)
-def test_without_stamps_a_packet_is_timed_by_its_read(name: str, tmp_path: Path) -> None:
+def test_without_stamps_a_packet_is_timed_by_its_read(link_name: str, tmp_path: Path) -> None:
     """``stamps = false``: no program, each packet timed when the thread read it, after
     ``sendto`` returned."""
-    sent, arrivals, counters, stamps = run(name, "rtt=20ms,rate=100mbit", False, tmp_path)
+    sent, arrivals, counters, stamps = run(link_name, "rtt=20ms,rate=100mbit", False, tmp_path)
     assert stamps == "off"
     assert counters["kernel_stamps"] == 0 and counters["read_stamps"] == counters["reads"]
     assert len(arrivals) == MARKERS
@@ -133,17 +128,18 @@ def test_without_stamps_a_packet_is_timed_by_its_read(name: str, tmp_path: Path)
     assert sum(a > after for (_, _, after), a in zip(sent, arrivals, strict=True)) > 0.5 * MARKERS
 
 
-TCP_FLAGS_OFFSET = 20 + 13
 SYN, ACK = 0x02, 0x10
 
 
 @pytest.mark.root
 @pytest.mark.timeout(60)
-def test_an_ends_capture_keeps_cause_before_answer(name: str, tmp_path: Path) -> None:
+def test_an_ends_capture_keeps_cause_before_answer(link_name: str, tmp_path: Path) -> None:
     """The receiving stack answers inside the thread's write (the client's ACK of the
     SYN-ACK is stamped there by the kernel): the capture times a delivery at the write's
     start, so in the client's capture the SYN-ACK comes before the ACK that answers it."""
-    with Link.up(name, "rtt=20ms", backend="userspace", emulator=EmulatorOptions(path="c")) as link:
+    with Link.up(
+        link_name, "rtt=20ms", backend="userspace", emulator=EmulatorOptions(path="c")
+    ) as link:
         with in_netns(link.server_ns):
             listener = socket.create_server((link.server_addr, PORT_BULK))
         with listener, link.capture(tmp_path):
@@ -151,7 +147,7 @@ def test_an_ends_capture_keeps_cause_before_answer(name: str, tmp_path: Path) ->
                 socket.create_connection((link.server_addr, PORT_BULK), timeout=5).close()
             time.sleep(0.1)
     _, packets = read_pcap(tmp_path / "client.pcap")
-    flags = [(ts, pkt[TCP_FLAGS_OFFSET]) for ts, pkt in packets if len(pkt) > TCP_FLAGS_OFFSET]
+    flags = [(ts, parse_headers(pkt)[5]) for ts, pkt in packets]
     syn_ack = next(i for i, (_, f) in enumerate(flags) if f & (SYN | ACK) == SYN | ACK)
     answer = next(i for i, (_, f) in enumerate(flags) if i != syn_ack and f & (SYN | ACK) == ACK)
     assert syn_ack < answer and flags[syn_ack][0] <= flags[answer][0]

@@ -64,9 +64,9 @@ Options with measured defaults
     and the sender's stack (which runs in the emulator's ``write()`` of each ACK) builds one
     skb instead of 44.
 ``--coalesce-us`` (C path, default 300)
-    On dense traffic the timerfds fire on a grid of this period shared by both directions,
-    and each wake-up releases everything due: at most one timer wake-up per period, each
-    packet at most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
+    On dense traffic the one timerfd fires at most once per this period after the last
+    wake-up, for both directions, and each wake-up releases everything due: each packet at
+    most that much late (:data:`netem.emulator.options.DEFAULT_COALESCE_S`).
 ``--gro on|off`` (C path with offloads, default off), ``--stamps on|off`` (C path,
 default on: arrival times from the kernel, :data:`netem.emulator.options.STAMPS_DOC`)
     The segments of one TCP flow that one wake-up releases together reach the receiving

@@ -39,6 +39,12 @@
 #define MAX_SEGMENTS 1024 /* 64 KB cut at the smallest MSS a sender may use (64 bytes) */
 #define PCAP_RECORD_HEADER_BYTES 16
 
+/* epoll's data: the kind in the low two bits, the pump's index above them */
+#define TAG_INPUT 0
+#define TAG_TIMER 1
+#define TAG_WAKE 2
+#define INPUT_TAG(i) ((uint32_t)(i) << 2 | TAG_INPUT)
+
 double mono_now(void)
 {
     struct timespec ts;
@@ -263,9 +269,8 @@ static size_t on_readable(struct pump *u)
             memcpy(&vh, u->scratch, VNET_HDR_BYTES);
         const uint8_t *pkt = u->scratch + hdr;
         size_t len = (size_t)r - hdr;
-        double stamp = NAN;
-        if (u->stamp.mem && !stamp_take(&u->stamp, pkt, len, &stamp))
-            stamp = NAN;
+        double stamp = NAN; /* stays NAN where the kernel has no record of it */
+        stamp_take(&u->stamp, pkt, len, &stamp);
         size_t first = n;
         if (vh.gso_type != VNET_GSO_NONE) {
             size_t got = gso_segment(pool, &vh, pkt, len, u->batch + n, MAX_SEGMENTS);
@@ -349,15 +354,11 @@ static void choose_reads(struct loop *L, int have_at, double at)
         int defer = may_defer(L, u, have_at, at, now);
         if (defer == u->deferred)
             continue;
-        struct epoll_event e = {.events = defer ? 0 : EPOLLIN, .data.u32 = (uint32_t)i << 2};
+        struct epoll_event e = {.events = defer ? 0 : EPOLLIN, .data.u32 = INPUT_TAG(i)};
         if (epoll_ctl(L->epfd, EPOLL_CTL_MOD, u->in_fd, &e) == 0)
             u->deferred = defer;
     }
 }
-
-#define TAG_INPUT 0
-#define TAG_TIMER 1
-#define TAG_WAKE 2
 
 static void handle_events(struct loop *L, struct epoll_event *ev, int n);
 
@@ -454,10 +455,17 @@ int loop_start(struct loop *L)
             return -1;
         u->stamp.mem = NULL;
         u->stamp.map_fd = u->stamp.tun_fd = -1;
-        if (L->stamps && stamp_attach(&u->stamp, u->in_fd, L->stamp_why, sizeof(L->stamp_why)))
-            L->stamps = 0; /* one reason, for both directions */
-        if (watch(L, u->in_fd, (uint32_t)i << 2 | TAG_INPUT) < 0)
+        if (watch(L, u->in_fd, INPUT_TAG(i)) < 0)
             return -1;
+    }
+    /* both directions stamped, or neither: the path reports one state and one reason */
+    for (int i = 0; L->stamps && i < L->n_pumps; i++) {
+        if (stamp_attach(&L->pumps[i].stamp, L->pumps[i].in_fd, L->stamp_why,
+                         sizeof(L->stamp_why)) == 0)
+            continue;
+        for (int j = 0; j < i; j++)
+            stamp_detach(&L->pumps[j].stamp);
+        L->stamps = 0;
     }
     L->stop = 0;
     if (pthread_create(&L->thread, NULL, loop_main, L) != 0)

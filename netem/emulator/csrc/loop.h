@@ -35,7 +35,7 @@ struct loop_counters {
     uint64_t wakeups, timer_wakeups, reads, super_packets, writes, gro_packets, gro_segments;
     uint64_t gro_refused; /* super-packets the kernel refused (then written one by one) */
     uint64_t kernel_stamps, read_stamps; /* packets timed by the kernel, by their read */
-    uint64_t input_wakeups;              /* wake-ups with a packet to read and no timer */
+    uint64_t input_wakeups; /* epoll's input events: a watched device with packets to read */
 };
 
 struct loop {

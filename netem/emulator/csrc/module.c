@@ -550,7 +550,7 @@ static PyObject *Path_start(PathObject *self, PyObject *args)
     L->vnet = vnet;
     L->gro = gro ? GRO_TCP | GRO_UDP : 0;
     L->stamps = stamps;
-    snprintf(L->stamp_why, sizeof(L->stamp_why), "%s", stamps ? "" : "not asked for");
+    L->stamp_why[0] = 0;
     L->err[0] = 0;
     if (loop_start(L) < 0) {
         PyErr_SetFromErrno(PyExc_OSError);

@@ -23,7 +23,7 @@ struct stamp {
 /* Attach the program to the TUN behind `tun_fd`; 0, or -1 with `why` filled (errno kept). */
 int stamp_attach(struct stamp *st, int tun_fd, char *why, size_t why_bytes);
 /* The kernel's time (CLOCK_MONOTONIC seconds) of the packet `pkt` (its IP bytes, as the
- * device queued them); 1 if a record matched, 0 if none did (the caller uses its own). */
+ * device queued them); 1 if a record matched, 0 (and `when` untouched) if none did. */
 int stamp_take(struct stamp *st, const uint8_t *pkt, size_t len, double *when);
 void stamp_detach(struct stamp *st);
 uint32_t stamp_fingerprint(const uint8_t *pkt, size_t len);
