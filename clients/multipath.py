@@ -1,4 +1,4 @@
-"""One upload over two paths (issue 14, MODELS.md section 12): the multipath arms.
+"""One upload over two paths (issue 14, docs/models.md section 12): the multipath arms.
 
 ``multipath = "single" | "mptcp" | "split" | "duplicate"``, all HTTP/2 over TLS 1.3 to the
 server of a ``dual`` topology, whose client has one address per path (its ``link_b``

@@ -1,10 +1,10 @@
 """A streamed-audio player, without I/O: chunks in, play/stall/drop events out.
 
 The player starts after an initial buffer ``J`` counted from the first chunk's arrival and
-plays chunks of ``tau`` seconds in order (MODELS.md section 3). Two rules for a chunk that
+plays chunks of ``tau`` seconds in order (docs/models.md section 3). Two rules for a chunk that
 is not there when its slot comes:
 
-- ``wait`` (the chapter's rule, MODELS.md section 3): stall until it arrives, then play it;
+- ``wait`` (the chapter's rule, docs/models.md section 3): stall until it arrives, then play it;
   every later slot moves by the stall. ``p_0 = r_0 + J``, ``p_i = max(r_i, p_{i-1} + tau)``.
 - ``drop``: the slot plays concealment (silence) and the chunk, when it comes, is dropped;
   the schedule never moves. WebRTC counts these as concealment events.

@@ -11,7 +11,7 @@ wrap), so opportunity ``k`` (counted from 0 over all repetitions) is at::
 
     time_ms(k) = (k // n) * period_ms + stamps_ms[k % n]      n = number of lines
 
-A constant 12 Mbit/s is the one-line trace ``1`` (1,500 bytes each millisecond; MODELS.md
+A constant 12 Mbit/s is the one-line trace ``1`` (1,500 bytes each millisecond; docs/models.md
 section 14). Lines may carry surrounding blanks and a CR (CRLF files); an empty line is
 refused (``mm-link`` refuses it too), as is a trace whose last stamp is 0.
 
@@ -48,7 +48,7 @@ from typing import Any
 from tbcore.errors import SpecError
 
 OPPORTUNITY_BYTES = 1500
-"""IP bytes one delivery opportunity carries (MODELS.md section 14, the issue's 1,500 bytes).
+"""IP bytes one delivery opportunity carries (docs/models.md section 14, the issue's 1,500 bytes).
 ``mm-link`` counts 1,504 bytes per opportunity against packets read with the TUN's 4-byte
 packet-information header, i.e. one 1,500-byte IP packet each: the same for full-size packets;
 a 40-byte ACK costs it 44 bytes, here 40 (the testbed counts IP bytes everywhere)."""

@@ -11,7 +11,7 @@ Routes:
   upload's SHA-256 and length in ``x-upload-sha256`` / ``x-upload-length``.
   ``POST /retouch?tiles=N``: the image as N equal tiles, each processed as soon as it has
   arrived (``processing_image_s / N`` each, one after the other) and its share of the result
-  sent at once: the response starts while the upload goes on (MODELS.md section 2).
+  sent at once: the response starts while the upload goes on (docs/models.md section 2).
 - ``POST /agent?op=ID&round=N``: an agent round's screenshot; after ``agent_model_s`` the
   action as JSON (a known op id: the stored action, executed once; :mod:`tbcore.agent`).
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.

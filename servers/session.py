@@ -248,7 +248,7 @@ class ExchangeStreams:
         sent_bytes: Callable[[], int],
     ) -> None:
         """Produce the plan's chunks on their schedule and hand each to ``send``, which
-        returns at once (production never waits for sending: MODELS.md section 2) with a
+        returns at once (production never waits for sending: docs/models.md section 2) with a
         future done when the chunk is in the transport, or None when it already is; logs
         ``chunk_produced`` and ``chunk_sent`` per chunk, and on a cancel
         ``chunk_production_stopped`` (the next index, never produced) and

@@ -4,7 +4,7 @@
 with ``-P N -C CC``); ``cross = "udp:RATE"``: one constant-rate UDP stream (iperf3 ``-u -b``).
 The flows cross the same bottleneck as the measured request, in the direction its data
 goes, and start before it (harness.run.cross runs them; harness.collect.cross measures
-them; MODELS.md section 15 is their bound).
+them; docs/models.md section 15 is their bound).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""How many repair symbols a block needs (MODELS.md section 10), shared by the stacks and
+"""How many repair symbols a block needs (docs/models.md section 10), shared by the stacks and
 the bounds: the FEC stack computes its redundancy with the same functions that
 ``harness.bounds`` uses for the bound, so the two can never disagree.
 

@@ -66,7 +66,7 @@ class ProtocolKind:
     of the direction it sends on when the file leaves it None (fec_rate); such a protocol
     needs a rate on both directions of the path."""
     bound: str = "request"
-    """The model of its run's bound (harness.collect.row.BOUNDS): ``request`` (MODELS.md
+    """The model of its run's bound (harness.collect.row.BOUNDS): ``request`` (docs/models.md
     sections 1-8: set-up, slow start, window) or ``fec`` (section 10: the symbols sent)."""
     chunk_overhead_bytes: int = 0
     """Wire bytes besides the payload per streamed chunk (the playback prediction)."""
@@ -108,7 +108,7 @@ class WorkloadKind:
     columns: tuple[str, ...] = ()
     """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
     parts: int = 1
-    """Independently processed parts of its upload (the tile pipeline, MODELS.md section 2)."""
+    """Independently processed parts of its upload (the tile pipeline, docs/models.md section 2)."""
     protocols: tuple[str, ...] = ()
     """The protocols its client runs it over, by name or trait (empty: every one)."""
     traits: tuple[str, ...] = ()
@@ -301,7 +301,7 @@ register_workload(
         lambda s: workloads.IMAGE_SIZE_BYTES,
         lambda s: workloads.RETOUCHED_SIZE_BYTES,
         lambda s: s.processing_image_s,
-        bounded=False,  # its bound is the tile pipeline (MODELS.md section 2)
+        bounded=False,  # its bound is the tile pipeline (docs/models.md section 2)
         parts=3,
         traits=_IMAGE_UPLOAD,
     )
@@ -370,7 +370,7 @@ register_workload(
         lambda s: s.size_bytes or workloads.IMAGE_SIZE_BYTES,
         lambda s: 0,
         lambda s: 0.0,
-        bounded=False,  # its bound is the two-path model (MODELS.md section 12)
+        bounded=False,  # its bound is the two-path model (docs/models.md section 12)
         records="transfer",
         link_events=lambda s: _failover(s),
     )

@@ -132,7 +132,7 @@ class RunRow(Record):
         doc="negative: a one-way delay came out below 0 (within the offset's error); "
         "impossible: below 0 by more than the error (the clocks moved).",
     )
-    # --- the bound (harness/bounds/, MODELS.md)
+    # --- the bound (harness/bounds/, docs/models.md)
     bound_s: float | None = col(doc="Analytic lower bound of the request.", unit="s")
     ratio: float | None = col(doc="total_s / bound_s.")
     bound_setup_s: float | None = col(doc="Bound: connection set-up.", unit="s")
@@ -144,7 +144,7 @@ class RunRow(Record):
     bound_retransmission_s: float | None = col(doc="Bound: expected retransmission time.", unit="s")
     bound_expected_s: float | None = col(doc="Bound plus expected loss recovery.", unit="s")
     bound_mathis_s: float | None = col(
-        doc="The data direction at min(path, Mathis rate) (MODELS.md section 8).", unit="s"
+        doc="The data direction at min(path, Mathis rate) (docs/models.md section 8).", unit="s"
     )
     bound_basis: str | None = col(
         doc="What the bound was computed from: the plan (None), or 'records: ...' when the "
@@ -290,7 +290,7 @@ class RunRow(Record):
     )
     fair_share: float | None = col(
         group="cross",
-        doc="MODELS.md section 15: 1 / (n + 1) beside n TCP flows; beside a UDP stream, the "
+        doc="docs/models.md section 15: 1 / (n + 1) beside n TCP flows; beside a UDP stream, the "
         "part of the capacity it leaves.",
     )
     standing_queue_s: float | None = col(
@@ -303,7 +303,7 @@ class RunRow(Record):
     bound_fair_s: float | None = col(
         group="cross",
         doc="The request's bound at its fair share of the rate, its round trips crossing the "
-        "standing queue (MODELS.md section 15): a model, not a lower bound.",
+        "standing queue (docs/models.md section 15): a model, not a lower bound.",
         unit="s",
     )
     ratio_fair: float | None = col(group="cross", doc="total_s / bound_fair_s.")

@@ -552,7 +552,7 @@ knob("fec_redundancy", kind="redundancy", default="adaptive", unit="", applies="
      doc="'adaptive' (binomial at fec_target; Markov when the loss comes in bursts) or "
      "'25.7%'.", scope=Scope(protocols=("fec",)))  # fmt: skip
 knob("fec_target", kind="number", default=0.999, unit="", applies="both",
-     how="FEC: the adaptive redundancy's success probability per transfer (MODELS.md s10)",
+     how="FEC: the adaptive redundancy's success probability per transfer (docs/models.md s10)",
      low=0.5, high=0.999999, scope=Scope(protocols=("fec",)))  # fmt: skip
 
 # the server's work, the client's patience
@@ -634,7 +634,7 @@ knob("cross", kind="cross", default=None, unit="", applies="harness", optional=T
 knob("cross_lead", "cross_lead_s", kind="duration", default=3.0, unit="s", applies="harness",
      how="how long the competing flows run before the measured client starts", low=0.1,
      high=600, scope=Scope(needs="cross"),
-     doc="Long enough for their windows to settle (MODELS.md section 15).")  # fmt: skip
+     doc="Long enough for their windows to settle (docs/models.md section 15).")  # fmt: skip
 knob("quic_stack", kind="choice", default=quicstack.DEFAULT_QUIC_STACK, unit="",
      applies="both", how="which HTTP/3 implementation serves and requests (protocol h3 only)",
      choices=quicstack.QUIC_STACKS, scope=Scope(protocols=("quic",)),

@@ -4,7 +4,7 @@ The spellings follow tc(8) and netem where they are unambiguous (``200ms``, ``33
 ``14%``) and refuse the ones that are not: tc reads ``mbps`` as megabytes per second, which
 nearly every reader takes for megabits, so ``bps`` forms are rejected with a hint.
 Decimal prefixes are powers of ten (1 MB = 10^6 bytes), binary ones powers of two
-(1 MiB = 2^20 bytes), as in shared MODELS.md.
+(1 MiB = 2^20 bytes), as in shared docs/models.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The request MODELS.md works through, for the tests of harness.bounds and its CLI."""
+"""The request docs/models.md works through, for the tests of harness.bounds and its CLI."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ VOICE_REQUEST: dict[str, Any] = dict(
     processing_s=0.030,
 )
 """The voice request: the audio clip up an h2 connection at 333 Mbit/s over a 200 ms
-round trip, 30 ms of processing, nothing down; its bound is MODELS.md's 0.2385 s."""
+round trip, 30 ms of processing, nothing down; its bound is docs/models.md's 0.2385 s."""
 
 
 def voice_request(**overrides: Any) -> RequestBound:

@@ -1,4 +1,4 @@
-"""harness.bounds: every worked example of MODELS.md, the request bound, and invariants."""
+"""harness.bounds: every worked example of docs/models.md, the request bound, and invariants."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ AUDIO = 354_640
 
 
 def at(value: float, printed: str) -> bool:
-    """``value`` rounds to ``printed`` at the precision MODELS.md prints."""
+    """``value`` rounds to ``printed`` at the precision docs/models.md prints."""
     decimals = len(printed.partition(".")[2])
     return f"{value:.{decimals}f}" == printed
 
@@ -739,7 +739,7 @@ def test_agent_break_even_rounds() -> None:
 
 
 def test_agent_rate_change_after_ten_rounds() -> None:
-    # the chapter's §12.5.2 (MODELS.md section 13): ten rounds at 6 Mbit/s, then ten at 10,
+    # the chapter's §12.5.2 (docs/models.md section 13): ten rounds at 6 Mbit/s, then ten at 10,
     # 28.7 s, against a constant 8 Mbit/s, 27.6 s (0.8 MB: 1.0667 s, 0.64 s, 0.8 s of upload)
     args = {**AGENT, "model_s": 0.08}
     varying = bounds.agent_task_time(

@@ -1,4 +1,4 @@
-"""The bound on a traced link (MODELS.md section 14): hand-computed cases, and the emulator's
+"""The bound on a traced link (docs/models.md section 14): hand-computed cases, and the emulator's
 serialiser never beating it."""
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def test_the_agents_task_on_a_constant_trace_is_the_fixed_rate_task() -> None:
 
 
 def test_the_chapters_sum_over_the_rates_the_trace_gave() -> None:
-    """MODELS.md section 13: ten rounds at 6 Mbit/s then ten at 12 take
+    """docs/models.md section 13: ten rounds at 6 Mbit/s then ten at 12 take
     11.6 + 10 * 6.4/6 + 10 * 6.4/12 = 27.6 s; the uplink changes at 16.5 s, between the
     tenth round's upload (done by 16.19 s) and the eleventh's (from 16.77 s)."""
     from harness.bounds.bottleneck import Bottleneck

@@ -83,7 +83,7 @@ def test_bound_for_uses_the_level_settings() -> None:
     b_new = bound_for(new, link, 354_640, 0)
     b_reused = bound_for(reused, link, 354_640, 0)
     assert b_reused is not None and b_new is not None
-    # MODELS.md section 1: 0.2 + 0.030 + 0.00852 = 0.2385 s for the warm connection
+    # docs/models.md section 1: 0.2 + 0.030 + 0.00852 = 0.2385 s for the warm connection
     assert b_reused.total_s == pytest.approx(0.2385, abs=1e-4)
     assert b_new.setup_s == pytest.approx(0.4)
     assert b_new.total_s > b_reused.total_s

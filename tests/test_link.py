@@ -350,7 +350,7 @@ def test_up_refuses_bad_input_before_building() -> None:
     assert err.value.field.endswith("rtt")
 
 
-# --- a kernel TCP transfer against the slow-start model (MODELS.md section 6) -------------
+# --- a kernel TCP transfer against the slow-start model (docs/models.md section 6) -------------
 
 
 def slow_start_rounds(size_bytes: int, iw_segments: int, mss_bytes: int = MSS_BYTES) -> int:
@@ -359,7 +359,7 @@ def slow_start_rounds(size_bytes: int, iw_segments: int, mss_bytes: int = MSS_BY
 
 
 def test_slow_start_rounds_formula() -> None:
-    assert slow_start_rounds(AUDIO_BYTES, 10) == 5  # MODELS.md: 219,000 < 354,640 <= 452,600
+    assert slow_start_rounds(AUDIO_BYTES, 10) == 5  # docs/models.md: 219,000 < 354,640 <= 452,600
     assert slow_start_rounds(AUDIO_BYTES, 40) == 3
 
 

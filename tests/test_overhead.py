@@ -1,4 +1,4 @@
-"""ACK and header overhead counted from packets, next to MODELS.md section 7."""
+"""ACK and header overhead counted from packets, next to docs/models.md section 7."""
 
 import struct
 

@@ -1,4 +1,4 @@
-"""Playback analysis: measured chunks through the player next to MODELS.md sections 2-3."""
+"""Playback analysis: measured chunks through the player next to docs/models.md sections 2-3."""
 
 import pytest
 

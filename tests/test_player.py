@@ -1,4 +1,4 @@
-"""The player core on a fake clock, against MODELS.md section 3 (harness.bounds.playback)."""
+"""The player core on a fake clock, against docs/models.md section 3 (harness.bounds.playback)."""
 
 import pytest
 

@@ -1,9 +1,12 @@
-"""The reproduction report: one row per finding in the chapter's order, each with its verdict
-(reproduced within the stated tolerance, differs with the reason, not measurable with why),
-report.md and index.html in the campaign's directory."""
+"""The reproduction report: a row for every ID of the chapter's index in its order, each
+judged by statistics (reproduced, differs, inconclusive, error, not measurable), report.md,
+index.html and reproduction.json in the campaign's directory, and verdicts that follow the
+data when the report is rebuilt."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -12,56 +15,157 @@ from support_campaign import synthetic_campaign
 
 from harness.report import chapter, chapter_measures, reproduction
 from harness.report.findings import Measured, NotMeasured, Results
+from harness.report.verdict import Tolerance
 
 
 def _finding(**kw: object) -> chapter.Finding:
-    base = dict(section="§1.1", finding="f", chapter="10 s", experiment="x", value=10.0,
-                unit="s")  # fmt: skip
+    base = dict(id="F1", section="§1.1", finding="f", chapter="10 s", experiment="x",
+                value=10.0, unit="s")  # fmt: skip
     return chapter.Finding(**{**base, **kw})  # type: ignore[arg-type]
 
 
-def test_verdicts() -> None:
-    assert reproduction.judge(_finding(), Measured("", 10.9)) == (
-        "reproduced",
-        "reproduced (within 10%: +9.0%)",
-    )
-    kind, text = reproduction.judge(_finding(differs="TLS adds a round trip"), Measured("", 12.0))
-    assert kind == "differs" and text == "differs (+20%): TLS adds a round trip"
-    kind, text = reproduction.judge(_finding(), Measured("", 5.0))
-    assert text == "differs (-50%): measured 5.00 s against the chapter's 10 s"
-    assert reproduction.judge(_finding(value=None), Measured("", ok=True))[0] == "reproduced"
-    kind, text = reproduction.judge(_finding(value=None), Measured("", ok=False, reason="why"))
-    assert (kind, text) == ("differs", "differs: why")
-    assert reproduction.judge(_finding(value=5.0, tolerance=0.0), Measured("", 5.0))[1] == (
-        "reproduced (exactly: +0.0%)"
-    )
+def _measured(median: float, low: float = math.nan, high: float = math.nan, runs: int = 8,
+              **kw: object) -> Measured:  # fmt: skip
+    return Measured("", median, low=low, high=high, runs=runs, **kw)  # type: ignore[arg-type]
 
 
-def test_a_campaign_gets_one_row_per_finding_with_a_verdict(tmp_path: Path) -> None:
+def test_a_row_is_judged_by_its_interval_not_its_median() -> None:
+    finding = _finding()
+    assert reproduction.judge(finding, _measured(10.2, 9.8, 10.6)).verdict == "reproduced"
+    assert reproduction.judge(finding, _measured(10.2, runs=2)).verdict == "inconclusive"
+    assert reproduction.judge(finding, _measured(10.8, 9.5, 11.5)).verdict == "inconclusive"
+    assert reproduction.judge(finding, _measured(13.0, 12.5, 13.5)).verdict == "differs"
+
+
+def test_a_differs_names_its_departure_only_when_the_data_moved_its_way() -> None:
+    slower = _finding(departure=chapter.Departure("TLS adds a round trip", +1))
+    above = _measured(13.0, 12.5, 13.5)
+    verdict = reproduction.judge(slower, above)
+    assert reproduction.explain(slower, above, verdict).endswith("; TLS adds a round trip")
+    below = _measured(7.0, 6.5, 7.5)
+    text = reproduction.explain(slower, below, reproduction.judge(slower, below))
+    assert "unexplained: the known departure (TLS adds a round trip) predicts a higher" in text
+    plain = reproduction.explain(_finding(), above, reproduction.judge(_finding(), above))
+    assert "no known departure explains it" in plain
+
+
+def test_a_scaled_quick_form_is_only_indicative() -> None:
+    out = reproduction.judge(_finding(), _measured(10.0, 9.9, 10.1, scaled="scaled from 3 to 30"))
+    assert out.verdict == "inconclusive" and "scaled from 3 to 30" in out.detail
+
+
+def test_a_decision_row_is_judged_against_its_deadline() -> None:
+    finding = _finding(value=48.3, deadline_s=45.0, meets=False)
+    assert reproduction.judge(finding, _measured(44.0, 43.5, 44.4)).verdict == "differs"
+    assert reproduction.judge(finding, _measured(48.0, 47.0, 49.0)).verdict == "reproduced"
+
+
+def test_a_measure_that_raises_is_an_error_row_and_not_measured_says_why() -> None:
+    def broken(_r: Results) -> Measured:
+        raise KeyError("total_s")
+
+    def absent(_r: Results) -> Measured:
+        raise NotMeasured("x: level a is not in this form of the file")
+
+    row = reproduction.row_of(_finding(measure=broken), Results({}))
+    assert (row.verdict, row.reason) == ("error", "KeyError: 'total_s'")
+    row = reproduction.row_of(_finding(measure=absent), Results({}))
+    assert row.verdict == "not measurable" and "not in this form" in row.reason
+
+
+def test_every_computed_row_reproduces_the_chapters_figure() -> None:
+    rows = [r for r in reproduction.build_rows(Results({})) if r.kind == "C"]
+    assert len(rows) >= 60
+    assert [r.id for r in rows if r.verdict != "reproduced"] == []
+
+
+def test_a_wrong_bound_would_read_differs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """F13 computed at LPDDR5X's 10.7 Gbit/s a pin instead of the SoC's 10.6: 85.6 GB/s."""
+    import dataclasses
+
+    from harness.bounds import device
+
+    wrong = [
+        dataclasses.replace(
+            c, compute=lambda: device.memory_bandwidth_Bps(pin_rate_bps=10.7e9) / 1e9
+        )
+        if c.id == "F13"
+        else c
+        for c in reproduction.COMPUTATIONS
+    ]
+    monkeypatch.setattr(reproduction, "COMPUTATIONS", tuple(wrong))
+    (row,) = [
+        reproduction._computed_row(f, "") for f in chapter.computed_findings() if f.id == "F13"
+    ]
+    assert row.verdict == "differs" and "computed 85.6 GB/s" in row.reason
+
+
+def test_a_campaign_gets_every_id_and_the_json_fields(tmp_path: Path) -> None:
     campaign = synthetic_campaign(tmp_path, below=True)
     written = reproduction.write_reproduction(campaign)
     text = written["md"].read_text()
-    header = "| section | finding | chapter | bound | measured | verdict | experiment |"
-    assert header in text
-    rows = [line for line in text.splitlines() if line.startswith("| §")]
-    assert len(rows) == len(chapter.all_findings())
-    assert all(line.split(" | ")[5].strip() for line in rows)  # every row has a verdict
-    direct = next(r for r in rows if "| 1185.3 ms |" in r and "connection" in r.split("|")[-2])
-    assert "1449.0 ms (connection/h2-new, 95 % CI" in direct
-    assert "differs (+22%): HTTP/2 over TLS 1.3 adds a round trip" in direct
-    assert "[connection](../../connection/" in direct
-    reused = next(r for r in rows if "| 240.9 ms |" in r and "connection" in r.split("|")[-2])
-    assert "reproduced (within 10%: +0.1%)" in reused
-    ack = next(r for r in rows if "Fewer ACKs" in r)
-    assert "not measurable: ack: failed: RuntimeError: the link went away" in ack
-    mathis = next(r for r in rows if "Mathis" in r)
-    assert "not measurable (a computation)" in mathis and "18.3 s (MODELS 8)" in mathis
+    assert "| id | section | finding | chapter | bound | measured | verdict | experiment |" in text
+    data = json.loads(written["json"].read_text())
+    ids = {r["id"] for r in data}
+    assert ids >= set(chapter.FINDINGS_IDS)
+    for row in data:
+        assert set(reproduction.JSON_FIELDS) <= set(row)
+        assert row["verdict"] in (*reproduction.KINDS, reproduction.MEASURED)
+    direct = next(r for r in data if r["id"] == "F41" and r["experiment"] == "connection")
+    assert direct["verdict"] == "inconclusive" and direct["runs"] == 3
+    assert direct["measured_median"] == pytest.approx(1449.0) and direct["ci_low"] is None
+    assert "Form: quick" in text and "wall time 30.0 min" in text
+    failed = next(r for r in data if r["id"] == "F30" and r["experiment"] == "ack")
+    assert failed["verdict"] == "not measurable"
+    assert "ack: failed: RuntimeError: the link went away" in failed["reason"]
     assert "Runs below their lower bound (runs.csv below_bound): 2 of 6 measured runs: " in text
-    assert "wall time 30.0 min" in text
     html = written["html"].read_text()
     assert "<th>verdict</th>" in html and "<script" not in html
     assert (campaign / "plots" / "connection-levels.png").is_file()
-    assert (tmp_path / "connection").glob("*/report.html")
+    assert reproduction.error_rows(campaign) == []
+
+
+def _verdicts(campaign: Path) -> dict[str, str]:
+    reproduction.write_reproduction(campaign)
+    data = json.loads((campaign / "reproduction.json").read_text())
+    return {r["id"]: r["verdict"] for r in data if r["experiment"] == "connection"}
+
+
+def test_verdicts_follow_runs_csv_when_the_report_is_rebuilt(tmp_path: Path) -> None:
+    campaign = synthetic_campaign(tmp_path, reps=8)
+    before = _verdicts(campaign)
+    assert before == {"F41": "differs", "F42": "reproduced"}
+    (runs_csv,) = (tmp_path / "connection").glob("*/runs.csv")
+    frame = pd.read_csv(runs_csv)
+    frame["total_s"] = frame["total_s"] * 1.3
+    frame.to_csv(runs_csv, index=False)
+    assert _verdicts(campaign) == {"F41": "differs", "F42": "differs"}
+
+
+def test_the_cli_rebuilds_a_campaign_and_fails_on_an_error_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+
+    campaign = synthetic_campaign(tmp_path)
+    assert main(["report", str(campaign)]) == 0
+    assert (campaign / "reproduction.json").is_file()
+
+    def broken(_r: Results) -> Measured:
+        raise ValueError("a measure's defect")
+
+    finding = next(f for f in chapter.FINDINGS if f.id == "F42")
+    broken_finding = chapter.Finding(**{**finding.__dict__, "measure": broken})
+    monkeypatch.setattr(chapter, "FINDINGS", (*chapter.FINDINGS, broken_finding))
+    monkeypatch.setattr(reproduction, "all_findings", chapter.all_findings)
+    assert main(["report", str(campaign)]) == 1
+    assert "error row F42: ValueError: a measure's defect" in capsys.readouterr().err
+
+
+def test_tolerances_state_their_reason() -> None:
+    for finding in chapter.FINDINGS:
+        assert finding.tolerance.reason, finding.id
+    assert Tolerance(relative=0.1).describe("s") == "±10%"
 
 
 def _hol_results(tmp_path: Path, h2_held: list[int], h3_held: list[int]) -> Results:
@@ -79,7 +183,7 @@ def _hol_results(tmp_path: Path, h2_held: list[int], h3_held: list[int]) -> Resu
 
 def test_hol_counts_audio_chunks_held_behind_the_image(tmp_path: Path) -> None:
     measured = chapter_measures.hol(_hol_results(tmp_path, [4, 6, 0], [0, 0, 0]))
-    assert measured.ok
+    assert measured.ok and measured.runs == 3
     assert "4 of 22 on HTTP/2 (longest 150 ms), 0 of 22 on HTTP/3" in measured.text
     held_on_h3 = chapter_measures.hol(_hol_results(tmp_path / "b", [4], [1]))
     assert not held_on_h3.ok
@@ -95,11 +199,12 @@ def test_hol_without_the_levels_is_not_measured(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "finding", chapter.FINDINGS, ids=[f"{f.section} {f.finding[:30]}" for f in chapter.FINDINGS]
-)
+    "finding", chapter.all_findings() + chapter.TESTBED_QUESTIONS,
+    ids=[f"{f.id} {f.finding[:30]}" for f in chapter.all_findings() + chapter.TESTBED_QUESTIONS],
+)  # fmt: skip
 def test_every_bound_is_computed_or_says_what_it_lacks(finding: chapter.Finding) -> None:
     """A bound that raises anything but NotMeasured (an import gone missing, a name moved)
-    would read "not computed" in every campaign's report: none may."""
+    would read "error" in every campaign's report: none may."""
     try:
         text = finding.bound(Results({}))
     except NotMeasured:

@@ -72,3 +72,13 @@ def test_tost_shows_equivalence_only_within_the_margin() -> None:
 def test_binomial_cdf_is_scipys() -> None:
     assert binomial_cdf(3, 10, 0.14) == pytest.approx(float(sps.binom.cdf(3, 10, 0.14)))
     assert binomial_cdf(10, 10, 0.5) == 1.0
+
+
+def test_the_order_statistics_interval_needs_six_runs_and_covers_the_median() -> None:
+    from tbcore.stats import MIN_RUNS_MEDIAN_CI, median_ci_order
+
+    assert all(math.isnan(x) for x in median_ci_order([1.0, 2.0, 3.0, 4.0, 5.0]))
+    assert median_ci_order([float(x) for x in range(MIN_RUNS_MEDIAN_CI)]) == (0.0, 5.0)
+    low, high = median_ci_order([float(x) for x in range(20)])
+    assert (low, high) == (5.0, 14.0)  # the 6th and 15th of 20 (coverage 95.9 %)
+    assert median_ci_order([3.0, float("nan"), 1.0, 2.0, 5.0, 4.0, 6.0]) == (1.0, 6.0)

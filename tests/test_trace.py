@@ -36,7 +36,7 @@ def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
 def test_one_line_trace_is_twelve_megabit_one_packet_a_millisecond() -> None:
     t = capacity("1\n")
     assert (t.count, t.period_ms) == (1, 1)
-    assert t.mean_rate_bps == 12e6  # MODELS.md section 14
+    assert t.mean_rate_bps == 12e6  # docs/models.md section 14
     assert [t.time_ms(k) for k in range(4)] == [1, 2, 3, 4]
 
 

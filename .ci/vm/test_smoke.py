@@ -38,7 +38,7 @@ NUD_PERMANENT = 0x80
 """linux/neighbour.h: a static ARP entry. Without it the first packet waits for ARP, whose
 request crosses netem too: delayed, and lost 20 % of the time (then retried after 1 s)."""
 SLOW_START_ROUNDS = 5
-"""354,640 bytes with an initial window of 10 segments: 10+20+40+80+160 (MODELS.md s6)."""
+"""354,640 bytes with an initial window of 10 segments: 10+20+40+80+160 (docs/models.md s6)."""
 
 
 ENDS = {

@@ -75,9 +75,9 @@ class LevelSummary:
     retransmits: float
     invalid_reasons: str
     expected_s: float = math.nan
-    """Median bound with the expected retransmission rounds (MODELS.md section 9)."""
+    """Median bound with the expected retransmission rounds (docs/models.md section 9)."""
     mathis_s: float = math.nan
-    """Median Mathis-rate time (MODELS.md section 8), NaN without loss."""
+    """Median Mathis-rate time (docs/models.md section 8), NaN without loss."""
     min_rwnd_bytes: float = math.nan
     """Median over runs of the smallest receive window the receiver advertised during the
     request (TCP): far below the bytes one round needs, the receiver held the sender."""
@@ -124,7 +124,7 @@ def attribute_gap(
     it retransmitted although the link dropped nothing, and ``transfer (window/feedback)``
     otherwise, so that a report can say which mechanism to look at.
     """
-    # a bound without parts (a transfer over connections already up: MODELS.md s12) is all
+    # a bound without parts (a transfer over connections already up: docs/models.md s12) is all
     # transfer: no set-up and no processing of its own
     bound_setup_s = bound_setup_s if math.isfinite(bound_setup_s) else 0.0
     bound_processing_s = bound_processing_s if math.isfinite(bound_processing_s) else 0.0

@@ -1,4 +1,4 @@
-"""Playback of a streamed response: measured arrivals through the player, next to MODELS.md
+"""Playback of a streamed response: measured arrivals through the player, next to docs/models.md
 sections 2-3 applied to the link parameters alone.
 
 For each initial buffer ``J`` (40, 45, 60, 120 ms by default) a run gets one row:

@@ -2,11 +2,11 @@
 
 - :func:`deadline` : a level's task times against its deadline: the distribution of T and
   P(T <= D) with its exact (Clopper-Pearson) 95 % interval, the runs' bounds from the rates
-  their traces gave (MODELS.md sections 13 and 14).
+  their traces gave (docs/models.md sections 13 and 14).
 - :func:`round_runs` : whether slow rounds come in runs: the lag-1 correlation of
   consecutive rounds' network times within each run (round_trace.csv), and how often a
   slow round (slower than the level's median round) follows a slow one.
-- :func:`competition` : a level beside competing traffic (MODELS.md section 15): its time
+- :func:`competition` : a level beside competing traffic (docs/models.md section 15): its time
   beside the one alone, its share of the bottleneck beside its fair share, its bound at
   that share behind the standing queue.
 """

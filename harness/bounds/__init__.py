@@ -1,14 +1,14 @@
-"""The analytic lower bounds of MODELS.md as plain functions, one module per model.
+"""The analytic lower bounds of docs/models.md as plain functions, one module per model.
 
 Units are SI throughout: seconds, bytes, bits per second; loss is a fraction in [0, 1).
 Every function rejects impossible input with :class:`~tbcore.errors.SpecError` (a
 ``ValueError``) that names the argument, so a notebook user sees which one was wrong.
 
-The modules follow MODELS.md's sections: serial (1), pipeline (2), playback (3), setup (4),
+The modules follow docs/models.md's sections: serial (1), pipeline (2), playback (3), setup (4),
 window (5), slowstart (6), overhead (7), mathis (8), retransmission (9), fec (10),
 twopaths (12), airtime (7 on a shared medium), agent (the chapter's agent task); request
 and relay combine them into the bound every run is put beside; examples recomputes every
-worked example of MODELS.md (``testbed bounds``). This package re-exports their names, so
+worked example of docs/models.md (``testbed bounds``). This package re-exports their names, so
 ``from harness import bounds`` then ``bounds.request_time(...)`` reads as one room.
 """
 

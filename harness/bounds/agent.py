@@ -1,4 +1,4 @@
-"""The agent's rounds (MODELS.md sections 1, 4 and 6; the chapter's §12.1.3, §12.3.1, §12.5)."""
+"""The agent's rounds (docs/models.md sections 1, 4, 6; the chapter's §12.1.3, §12.3.1, §12.5)."""
 
 from __future__ import annotations
 
@@ -207,7 +207,7 @@ def agent_break_even_rounds(rounds: int, raw_round_s: float, compressed_round_s:
     )
 
 
-# --- the task on a path whose capacity follows a trace (MODELS.md sections 13 and 14) -------
+# --- the task on a path whose capacity follows a trace (docs/models.md sections 13 and 14) -------
 
 
 @dataclass(frozen=True)

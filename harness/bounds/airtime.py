@@ -1,4 +1,4 @@
-"""Shared airtime: MODELS.md section 7 on one medium for both directions (netem.air)."""
+"""Shared airtime: docs/models.md section 7 on one medium for both directions (netem.air)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Constants and argument checks every model of MODELS.md shares."""
+"""Constants and argument checks every model of docs/models.md shares."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ TCP_MSS_BYTES = TCP_DEFAULT_MSS_BYTES
 1500 - 20 (IPv4) - 20 (TCP) - 12 (RFC 7323 timestamps). Linux enables timestamps by default."""
 
 MODELS_MSS_BYTES = 1460
-"""The MSS of MODELS.md section 6 (1500 - 40, no TCP options): the default of
+"""The MSS of docs/models.md section 6 (1500 - 40, no TCP options): the default of
 :func:`slow_start_rounds`, as the issue specifies it."""
 
 QUIC_MAX_DATAGRAM_BYTES = 1200

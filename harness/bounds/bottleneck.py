@@ -1,5 +1,5 @@
 """One direction's bottleneck as a lower bound sees it: a first-in first-out server of bytes
-at a fixed rate or at the opportunities of a capacity trace (MODELS.md sections 1 and 14),
+at a fixed rate or at the opportunities of a capacity trace (docs/models.md sections 1 and 14),
 optionally at a share of it (section 15: ``B / (n + 1)`` beside ``n`` flows).
 
 The server is fluid: bytes offered at ``t`` leave at the rate (or with the opportunities at

@@ -1,4 +1,4 @@
-"""The worked examples of MODELS.md, recomputed from the models (``testbed bounds``)."""
+"""The worked examples of docs/models.md, recomputed from the models (``testbed bounds``)."""
 
 from __future__ import annotations
 
@@ -27,18 +27,18 @@ from harness.bounds.window import bdp_bytes, window_throughput_bps
 
 @dataclass(frozen=True)
 class WorkedExample:
-    """One worked example of MODELS.md, recomputed by the functions above."""
+    """One worked example of docs/models.md, recomputed by the functions above."""
 
     name: str
-    """Short name, with the MODELS.md section."""
+    """Short name, with the docs/models.md section."""
     inputs: str
-    """The inputs, as MODELS.md states them."""
+    """The inputs, as docs/models.md states them."""
     value: float
     """The computed value, in ``unit``."""
     unit: str
     """Unit of ``value``: s, Mbit/s, bytes, rounds, symbols, %."""
     printed: str
-    """The value as MODELS.md prints it; ``value`` rounds to it (see :meth:`matches`)."""
+    """The value as docs/models.md prints it; ``value`` rounds to it (see :meth:`matches`)."""
 
     def rounded(self) -> str:
         """``value`` at the precision of ``printed``."""
@@ -54,11 +54,11 @@ AUDIO_BYTES = 354_640
 
 
 MBIT = 1e6
-"""Bits per second in a Mbit/s (the unit MODELS.md states rates in)."""
+"""Bits per second in a Mbit/s (the unit docs/models.md states rates in)."""
 
 
 def _voice_time_s() -> float:
-    """The WAN voice case's ideal serial time (MODELS.md section 1)."""
+    """The WAN voice case's ideal serial time (docs/models.md section 1)."""
     return serial_time(AUDIO_BYTES, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030)
 
 
@@ -68,7 +68,7 @@ def _audio_packets() -> int:
 
 
 def _serial_and_setup_examples() -> list[WorkedExample]:
-    """MODELS.md sections 1 (serial request) and 4 (set-up)."""
+    """docs/models.md sections 1 (serial request) and 4 (set-up)."""
     return [
         WorkedExample(
             "1 serial request (image)",
@@ -102,7 +102,7 @@ def _serial_and_setup_examples() -> list[WorkedExample]:
 
 
 def _window_examples() -> list[WorkedExample]:
-    """MODELS.md sections 5 (window bound, BDP) and 6 (slow start)."""
+    """docs/models.md sections 5 (window bound, BDP) and 6 (slow start)."""
     window = window_throughput_bps(64_000, 0.1, 20 * MBIT)
     return [
         WorkedExample(
@@ -137,7 +137,7 @@ def _window_examples() -> list[WorkedExample]:
 
 
 def _loss_examples() -> list[WorkedExample]:
-    """MODELS.md sections 8 (Mathis) and 9 (retransmission)."""
+    """docs/models.md sections 8 (Mathis) and 9 (retransmission)."""
     mathis = mathis_throughput_bps(TCP_MSS_BYTES, 0.2, 0.14)
     voice = _voice_time_s()
     audio_packets = _audio_packets()
@@ -181,7 +181,7 @@ def _loss_examples() -> list[WorkedExample]:
 
 
 def _fec_examples() -> list[WorkedExample]:
-    """MODELS.md section 10 (erasure coding)."""
+    """docs/models.md section 10 (erasure coding)."""
     audio_packets = _audio_packets()
     repair = fec_repair_symbols(audio_packets, 0.14, 0.999)
     fec_block_s = serial_time(
@@ -213,7 +213,7 @@ def _fec_examples() -> list[WorkedExample]:
 
 
 def _airtime_examples() -> list[WorkedExample]:
-    """MODELS.md section 7 (shared airtime)."""
+    """docs/models.md section 7 (shared airtime)."""
     return [
         WorkedExample(
             "7 shared airtime (image, chapter 12.4.1)",
@@ -234,7 +234,7 @@ def _airtime_examples() -> list[WorkedExample]:
 
 
 def worked_examples() -> list[WorkedExample]:
-    """Every worked example of MODELS.md, computed (no typed-in results)."""
+    """Every worked example of docs/models.md, computed (no typed-in results)."""
     return [
         *_serial_and_setup_examples(),
         *_window_examples(),

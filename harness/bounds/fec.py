@@ -1,4 +1,4 @@
-"""MODELS.md section 10: forward error correction."""
+"""docs/models.md section 10: forward error correction."""
 
 from __future__ import annotations
 

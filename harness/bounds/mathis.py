@@ -1,4 +1,4 @@
-"""MODELS.md section 8: loss as a congestion signal (Mathis)."""
+"""docs/models.md section 8: loss as a congestion signal (Mathis)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The request bound of a :class:`~netem.linkspec.LinkSpec`: its round trip, each direction's
-rate or capacity trace and mean loss (MODELS.md sections 1, 4, 6, 9 and 14).
+rate or capacity trace and mean loss (docs/models.md sections 1, 4, 6, 9 and 14).
 
 A path whose directions hold fixed rates gets :func:`harness.bounds.request.request_time`;
 one with a capacity trace on either direction gets
@@ -46,7 +46,7 @@ def request_time_for_link(
 ) -> RequestBound | TraceRequestBound:
     """The request's bound on ``link``. ``positions_s``: per traced direction (``up``,
     ``down``), where its trace was at the request's start; ``shares``: the part of a
-    direction's capacity the request may use (MODELS.md section 15, ``1 / (n + 1)``);
+    direction's capacity the request may use (docs/models.md section 15, ``1 / (n + 1)``);
     ``extra_rtt_s``: a standing queue the request's round trips cross (section 15)."""
     positions = dict(positions_s or {})
     share = dict(shares or {})

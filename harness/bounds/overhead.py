@@ -1,4 +1,4 @@
-"""MODELS.md section 7: header and ACK overhead."""
+"""docs/models.md section 7: header and ACK overhead."""
 
 from __future__ import annotations
 

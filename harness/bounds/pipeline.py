@@ -1,4 +1,4 @@
-"""MODELS.md section 2: the chunk pipeline (data dependency and resource contention)."""
+"""docs/models.md section 2: the chunk pipeline (data dependency and resource contention)."""
 
 from __future__ import annotations
 

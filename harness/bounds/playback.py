@@ -1,4 +1,4 @@
-"""MODELS.md section 3: playback continuity (stalls, buffer depletion)."""
+"""docs/models.md section 3: playback continuity (stalls, buffer depletion)."""
 
 from __future__ import annotations
 

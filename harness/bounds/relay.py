@@ -1,4 +1,4 @@
-"""The relay's request bound: a new near hop, a warm long haul (MODELS.md sections 1 and 4)."""
+"""The relay's request bound: a new near hop, a warm long haul (docs/models.md sections 1 and 4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The request bound every run is put beside: set-up, slow start per direction,
-serialisation, propagation and processing (MODELS.md sections 1, 4, 5 and 6)."""
+serialisation, propagation and processing (docs/models.md sections 1, 4, 5 and 6)."""
 
 from __future__ import annotations
 
@@ -114,7 +114,7 @@ class Parts:
 
 
 class RequestParts(Parts):
-    """The parts of a request's bound (MODELS.md sections 1-8), mixed into a frozen bound
+    """The parts of a request's bound (docs/models.md sections 1-8), mixed into a frozen bound
     dataclass with those fields and ``total_s`` / ``expected_s`` (``init=False``): the
     total is set-up + feedback + window + serialisation + propagation + processing, the
     expectation adds the retransmission rounds."""

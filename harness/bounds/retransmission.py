@@ -1,4 +1,4 @@
-"""MODELS.md section 9: retransmission rounds."""
+"""docs/models.md section 9: retransmission rounds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MODELS.md section 1: the serial request (upload, propagation, processing, download)."""
+"""docs/models.md section 1: the serial request (upload, propagation, processing, download)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""MODELS.md section 4: connection set-up in round trips."""
+"""docs/models.md section 4: connection set-up in round trips."""
 
 from __future__ import annotations
 

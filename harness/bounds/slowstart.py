@@ -1,4 +1,4 @@
-"""MODELS.md section 6: slow start rounds."""
+"""docs/models.md section 6: slow start rounds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The lower bound on a link whose capacity follows a recorded trace (MODELS.md section 14).
+"""The lower bound on a link whose capacity follows a recorded trace (docs/models.md section 14).
 
 A capacity trace (:mod:`netem.trace`, Mahimahi's format) offers
 :data:`~netem.trace.OPPORTUNITY_BYTES` at each of its delivery opportunities. The earliest
@@ -62,7 +62,7 @@ def trace_transfer_done_s(
     trace: CapacityTrace, size_bytes: int, start_s: float, offset_s: float = 0.0
 ) -> float:
     """The earliest time ``size_bytes`` (headers included) offered at ``start_s`` can have
-    left a bottleneck that follows ``trace`` from ``offset_s`` in (MODELS.md section 14)."""
+    left a bottleneck that follows ``trace`` from ``offset_s`` in (docs/models.md section 14)."""
     size = _bytes("size_bytes", size_bytes)
     start = _seconds("start_s", start_s)
     offset = _seconds("offset_s", offset_s)

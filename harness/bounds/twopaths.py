@@ -1,4 +1,4 @@
-"""MODELS.md section 12: two paths (split, duplicate, failover, a shared exit)."""
+"""docs/models.md section 12: two paths (split, duplicate, failover, a shared exit)."""
 
 from __future__ import annotations
 

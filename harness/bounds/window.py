@@ -1,4 +1,4 @@
-"""MODELS.md section 5: the window bound and the bandwidth-delay product."""
+"""docs/models.md section 5: the window bound and the bandwidth-delay product."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``testbed bounds``: the worked examples of MODELS.md, and one request's bound by part.
+"""``testbed bounds``: the worked examples of docs/models.md, and one request's bound by part.
 
 Every flag value is parsed here (not by argparse types), so a bad value prints one line
 that names the flag: ``testbed bounds: error: --rtt: '200' needs a unit (s, ms, us, ns)``.
@@ -64,8 +64,8 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     """Add ``testbed bounds`` and ``testbed bounds request``."""
     parser = commands.add_parser(
         "bounds",
-        help="analytic lower bounds: MODELS.md's worked examples, or one request's bound",
-        description="Print the worked examples of MODELS.md, computed by harness.bounds.",
+        help="analytic lower bounds: docs/models.md's worked examples, or one request's bound",
+        description="Print the worked examples of docs/models.md, computed by harness.bounds.",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.set_defaults(handler=run_examples)
@@ -99,18 +99,18 @@ def run_examples(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    table = Table(title="Worked examples of MODELS.md, computed by harness.bounds")
+    table = Table(title="Worked examples of docs/models.md, computed by harness.bounds")
     table.add_column("name")
     table.add_column("inputs")
     table.add_column("value", justify="right")
     table.add_column("unit")
-    table.add_column("MODELS.md", justify="right")
+    table.add_column("docs/models.md", justify="right")
     for e in examples:
         table.add_row(e.name, e.inputs, e.rounded(), e.unit, e.printed)
     Console(width=max(120, Console().width)).print(table)
     mismatched = [e.name for e in examples if not e.matches()]
     if mismatched:
-        print(f"differs from MODELS.md: {', '.join(mismatched)}", file=sys.stderr)
+        print(f"differs from docs/models.md: {', '.join(mismatched)}", file=sys.stderr)
         return 1
     return 0
 

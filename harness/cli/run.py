@@ -512,13 +512,32 @@ def _report(args: argparse.Namespace) -> int:
     from harness.store.resultdir import ResultDir
 
     path = Path(args.directory)
+    if (path / "campaign.json").is_file():
+        return _campaign_report(path)
     if not (path / "manifest.json").is_file():
-        raise SpecError("directory", f"{path} has no manifest.json: not a result directory")
+        raise SpecError(
+            "directory",
+            f"{path} has neither manifest.json nor campaign.json: not a result or campaign "
+            "directory",
+        )
     note = ResultDir.open(path).repair_tables()
     if note is not None:
         print(f"testbed report: {note}", file=sys.stderr)
     print(build_report(path))
     return 0
+
+
+def _campaign_report(path: Path) -> int:
+    """Rebuild a campaign's reproduction report from its experiments' runs (the verdicts
+    follow the data); exit 1 when a row is an error."""
+    from harness.report import reproduction
+
+    written = reproduction.write_reproduction(path)
+    errors = reproduction.error_rows(path)
+    for row in errors:
+        print(f"testbed report: error row {row.get('id')}: {row.get('reason')}", file=sys.stderr)
+    print(written["md"])
+    return 1 if errors else 0
 
 
 def _add_cluster(parser: argparse.ArgumentParser) -> None:
@@ -608,6 +627,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     campaign.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
     campaign.set_defaults(handler=_campaign)
 
-    report = commands.add_parser("report", help="(re)write report.md and plots of a result dir")
+    report = commands.add_parser(
+        "report",
+        help="(re)write report.md and plots of a result dir, or a campaign's reproduction report",
+    )
     report.add_argument("directory", type=_path)
     report.set_defaults(handler=_report)

@@ -116,4 +116,8 @@ def run_campaign_on_cluster(
     atomic_write_json(index_path, index)
     index.update(serial.reproduction_report(index_path.parent))
     atomic_write_json(index_path, index)
-    return serial.CampaignSummary(index_path=index_path, entries=index["entries"])
+    return serial.CampaignSummary(
+        index_path=index_path,
+        entries=index["entries"],
+        report_errors=serial.report_errors_of(index),
+    )

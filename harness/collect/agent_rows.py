@@ -250,7 +250,7 @@ def trace_part(
     run_dir: Path,
 ) -> dict[str, Any]:
     """On a traced path: the task's bound from where the traces were when it began (each
-    round's upload at the rates the trace offered then, MODELS.md sections 13 and 14), and
+    round's upload at the rates the trace offered then, docs/models.md sections 13 and 14), and
     round_trace.csv: per round, its network time beside the earliest its screenshot could
     have crossed from the moment its first byte was written."""
     link = end_to_end(path)

@@ -1,5 +1,5 @@
 """Competing traffic in a run's row: what the flows beside the request delivered while it ran,
-the request's share of the bottleneck, and its bound at its fair share (MODELS.md section
+the request's share of the bottleneck, and its bound at its fair share (docs/models.md section
 15), from the run's capture at the receiving end of the data direction (server.pcap for an
 upload, client.pcap for a download: what left the bottleneck, on the run's one clock).
 
@@ -76,7 +76,7 @@ def flow_key(packet: Packet, direction: str) -> tuple[int, int]:
 
 
 def fair_share(traffic: CrossTraffic, capacity_bps: float | None) -> float | None:
-    """MODELS.md section 15: ``1 / (n + 1)`` beside ``n`` TCP flows; beside a UDP stream,
+    """docs/models.md section 15: ``1 / (n + 1)`` beside ``n`` TCP flows; beside a UDP stream,
     what its wire rate leaves of the capacity (None when it leaves nothing)."""
     if traffic.kind == "tcp":
         return 1.0 / (traffic.flows + 1)

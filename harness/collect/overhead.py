@@ -1,4 +1,4 @@
-"""Header and ACK overhead of a run from its capture, next to MODELS.md section 7.
+"""Header and ACK overhead of a run from its capture, next to docs/models.md section 7.
 
 Counts, per direction of every TCP connection in a capture (headers are enough): data
 packets (payload > 0), pure ACKs (no payload, no SYN/FIN/RST), payload bytes and bytes on

@@ -191,7 +191,7 @@ def bound_for(
     crosses its path end to end (bounds.request_time_for_link). On a traced link
     ``positions_s`` says where each direction's trace was at the request's start (the run's
     trace clock; default: the traces' offsets). ``shares`` and ``extra_rtt_s``: the request's
-    part of each direction's capacity and a standing queue (MODELS.md section 15)."""
+    part of each direction's capacity and a standing queue (docs/models.md section 15)."""
     workload = kinds.workload(settings.workload)
     link = end_to_end(path)
     if not workload.bounded or not _has_capacity(link):
@@ -224,7 +224,7 @@ def bound_for(
 
 
 def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> bounds.RelayBound:
-    """MODELS.md sections 1 and 4 on a relay: a new near hop, one warm long-haul exchange."""
+    """docs/models.md sections 1 and 4 on a relay: a new near hop, one warm long-haul exchange."""
     near, far = path.edge("near_link").spec, path.edge("link").spec
     assert link.up.rate_bps is not None and link.down.rate_bps is not None
     return bounds.relay_request_time(
@@ -244,7 +244,7 @@ def relay_bound(path: Topology, link: LinkSpec, request: bounds.RequestArgs) -> 
 
 
 def mathis_time_s(link: LinkSpec, bound: bounds.RequestBound) -> float | None:
-    """MODELS.md section 8: the data direction sent at min(path, Mathis rate), plus the
+    """docs/models.md section 8: the data direction sent at min(path, Mathis rate), plus the
     bound's set-up, propagation and processing; None without loss on that direction."""
     upload = bound.upload_bytes >= bound.download_bytes
     loss = link.up.mean_loss if upload else link.down.mean_loss
@@ -550,7 +550,7 @@ def competing_columns(
 ) -> dict[str, Any]:
     """A run beside competing traffic (harness.collect.cross): the flows' bytes and the
     request's share while it ran, and its bound at its fair share behind the standing queue
-    (MODELS.md section 15)."""
+    (docs/models.md section 15)."""
     out, queue = cross_columns(
         files.settings, files.link, files.run_dir, files.offset_s, files.port, window
     )

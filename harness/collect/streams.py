@@ -5,7 +5,7 @@ qlog for HTTP/3, ``client.pcap`` with the key log for HTTP/2) give, per response
 
 - ``delivered_s``: the last body byte handed to the application (client record);
 - ``last_byte_arrived_s``: every body byte in the receiver's transport
-  (:mod:`harness.collect.streamview`); ``hol_wait_s`` = delivered - arrived (MODELS.md section 11);
+  (:mod:`harness.collect.streamview`); ``hol_wait_s`` = delivered - arrived (docs/models.md §11);
   ``chunks``, ``held_chunks`` and ``held_max_s``: of the body's 16 KB chunks, those whose own
   bytes had all arrived but waited for another stream's (one TCP byte stream), and the
   longest such wait;
@@ -110,7 +110,7 @@ p99 timing error is about 1 ms, NOTES-machine.md)."""
 
 
 def _held_chunks(arrival: streamview.StreamArrival | None) -> dict[str, Any]:
-    """``chunks``, ``held_chunks`` (those that waited for another stream's bytes, MODELS.md
+    """``chunks``, ``held_chunks`` (those that waited for another stream's bytes, docs/models.md
     section 11) and the longest such wait, ``held_max_s``; None without a transport view."""
     waits = arrival.cross_waits_s if arrival is not None else ()
     if not waits:

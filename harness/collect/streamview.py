@@ -9,7 +9,7 @@ segments (sequence numbers, arrival times) rebuild the server's byte stream, the
 records in it are decrypted (:mod:`harness.collect.tlsview`), the HTTP/2 frames in the plaintext
 give each stream's DATA payload, and every payload byte maps back to its TCP byte, whose
 first arrival is the answer. Delivery (the client's records) can only be later: the
-difference is the head-of-line wait (MODELS.md section 11).
+difference is the head-of-line wait (docs/models.md section 11).
 
 All times are on the capture's clock; subtract the run's ``clock_offset_s`` (realtime -
 monotonic) to get CLOCK_MONOTONIC, as :mod:`harness.collect.acks` does.
@@ -173,7 +173,7 @@ class StreamArrival:
     """When the transport could hand the stream's last byte over in order: every byte up
     to it had arrived, other streams' included on one TCP byte stream (HTTP/2); the
     stream's own bytes for QUIC (= ``last_byte_arrived_s``). ``in_order_s -
-    last_byte_arrived_s`` is the head-of-line wait of MODELS.md section 11, free of the
+    last_byte_arrived_s`` is the head-of-line wait of docs/models.md section 11, free of the
     receiver's own processing."""
     cross_waits_s: tuple[float, ...] = ()
     """Per :data:`HOL_CHUNK_BYTES` of body: how long after the stream's own bytes up to the

@@ -1,5 +1,5 @@
 """The row of an upload over two paths (TransferRecord, the dual topology): its time, what
-each path carried, the failover's timeline, and its bound from MODELS.md section 12
+each path carried, the failover's timeline, and its bound from docs/models.md section 12
 (harness.bounds: split, duplicate, failover) with the outage where the run had it."""
 
 from __future__ import annotations

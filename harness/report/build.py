@@ -546,7 +546,7 @@ def _loss_bounds(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
         return []
     return [
         "With loss: the loss-free bound, the bound plus the expected rounds of ideal "
-        "selective retransmission (MODELS.md section 9), and the time at the Mathis rate "
+        "selective retransmission (docs/models.md section 9), and the time at the Mathis rate "
         "(section 8, C = 1), in ms.",
         "",
         _table(

@@ -1,11 +1,18 @@
-"""The findings of the chapter, in its order: what it states, the experiment that measures
-it (or none: a computation), how, our bound for the same parameters, and a departure of ours
-known in advance (the experiment file's header says it too).
+"""The findings of the chapter as data, in its order, each under its ID in the chapter's
+index of findings (FINDINGS.md, kept beside the chapter): what it states, the experiment and
+level that measure it (or why none can yet), how, our bound for the same parameters, the
+tolerance it is judged with and why, and a departure of ours known in advance with the
+direction it predicts.
 
-:data:`FINDINGS` is data (the measures and bounds are in harness.report.chapter_measures);
-harness.report.reproduction turns it and a campaign's results into the reproduction report.
-:data:`CHAPTER_ORDER` is the order ``testbed campaign --chapter`` runs the experiments in:
-every shipped file, each at the first section it reproduces.
+- :data:`FINDINGS`: the measured rows (kind M; an M/C finding has one here and its
+  computations in harness.report.chapter_computed).
+- :data:`TESTBED_QUESTIONS`: rows the testbed asks beside the chapter (IDs ``T<n>``): measured,
+  reported apart, never counted as a verdict on the chapter.
+- :data:`CHAPTER_ORDER`: the experiments of ``testbed campaign --chapter`` in the order of
+  the first section each reproduces.
+
+harness.report.reproduction turns them and a campaign's results into the report; the
+measures and bounds are in harness.report.chapter_measures.
 """
 
 from __future__ import annotations
@@ -15,327 +22,456 @@ from dataclasses import dataclass
 
 from harness import bounds
 from harness.report import chapter_measures as m
-from harness.report.chapter_measures import MBIT, TOLERANCE, R
+from harness.report.chapter_computed import COMPUTATIONS, cloud_deadline_rate_bps, site_task_s
+from harness.report.chapter_measures import MBIT, R
 from harness.report.findings import Measure, Results, level_difference, level_value
 from harness.report.stream_tables import tiles_bound_s
+from harness.report.verdict import Tolerance
 
 NO_BOUND = m.fixed("–")
+
+TOLERANCE = Tolerance(
+    relative=0.10,
+    reason="the chapter's figure is one path's median, printed to 2-3 digits; ±10 % holds "
+    "its rounding, the emulator's < 1 ms and the framing our links count (about 3.6 %)",
+)
+"""The default band: a number a real path gave, against ours on an emulated one."""
+
+
+@dataclass(frozen=True)
+class Departure:
+    """A difference from the chapter's parameters known in advance, and which way it moves
+    the measurement (+1: above the chapter's figure, -1: below, 0: either)."""
+
+    reason: str
+    sign: int = 0
 
 
 @dataclass(frozen=True)
 class Finding:
+    id: str
+    """The FINDINGS.md ID (``T<n>``: the testbed's own question)."""
     section: str
     finding: str
     chapter: str
     """The chapter's figure as it prints it."""
     experiment: str | None = None
-    """The experiment that measures it; None: a computation, not measured."""
+    """The experiment that measures it; None: not measurable yet (``unmeasured`` says why)."""
     measure: Measure | None = None
     bound: Callable[[Results], str] = NO_BOUND
     """Our bound for the same parameters (harness.bounds), as text."""
     value: float | None = None
     """The chapter's number in ``unit`` (None: an order or a sign, judged by the measure)."""
     unit: str = ""
-    tolerance: float = TOLERANCE
-    differs: str = ""
-    """Why ours differs, known in advance (the file's departure), said when it does."""
+    tolerance: Tolerance = TOLERANCE
+    departure: Departure | None = None
+    deadline_s: float | None = None
+    """Judge a decision: whether the measured time meets this deadline (``meets``)."""
+    meets: bool = True
+    unmeasured: str = ""
+    """Why no level measures it yet: what the testbed lacks or what its files would need."""
+    kind: str = "M"
+
+    @property
+    def level(self) -> str | None:
+        levels = getattr(self.measure, "levels", None)
+        return ",".join(levels[1]) if levels else None
 
 
-SAME_PATH_TLS = "HTTP/2 over TLS 1.3 adds a round trip to the seed's plain TCP measurement"
-OUTAGE_DETECTED = (
-    "the loss must be detected here (3 s round timeout, a 3.3 s outage) where the chapter "
-    "counts a 1 s reconnect"
+def half_effect(effect: float, why: str) -> Tolerance:
+    """A band of half the chapter's effect: it excludes no effect at all, so "reproduced"
+    means an effect of the chapter's size, not only its sign."""
+    return Tolerance(absolute=abs(effect) / 2, reason=f"half the chapter's {why}")
+
+
+SAME_PATH_TLS = Departure(
+    "HTTP/2 over TLS 1.3 adds a round trip to the seed's plain TCP measurement", +1
 )
-AUDIO, IMAGE_LINK = m.AUDIO_BYTES, (20 * MBIT, 100 * MBIT)
+NEW_CONNECTION = Departure(
+    "a new connection: its set-up and slow start (the runs' own bound) come on top of the "
+    "established request the chapter computes",
+    +1,
+)
+LINUX_TCP_ACKS = Departure(
+    "Linux TCP: 1,448-byte segments with 52-byte headers and its own delayed ACKs, not the "
+    "chapter's 1,168/60/92-byte QUIC-sized packets with one ACK per packet",
+    0,
+)
+AUDIO = m.AUDIO_BYTES
+IMAGE_LINK = (20 * MBIT, 100 * MBIT)
+RELAY_SPREAD = Tolerance(
+    absolute=4.0,
+    reason="half the 8 ms RTT spread the chapter measured in the same period (197-205 ms)",
+)
+TILES_BAND = half_effect(12.8 - 12.36, "0.44 s gain of the tiles")
 
+
+def _unmeasured(id_: str, section: str, finding: str, chapter: str, why: str, **kw) -> Finding:
+    return Finding(id=id_, section=section, finding=finding, chapter=chapter, unmeasured=why,
+                   **kw)  # fmt: skip
+
+
+F = Finding
 # fmt: off
 FINDINGS: tuple[Finding, ...] = (
-    Finding(section="§12.1.1", chapter="12.8 s", value=12.8, unit="s",
-            finding="The image round trip (30 MB up at 20 Mbit/s, 5 MB down at 100 Mbit/s, "
-                    "100 ms, 0.3 s of processing), sent whole",
-            experiment="tiles", measure=level_value("tiles", "whole-h2"),
-            bound=m.with_runs(m.image_s(), "s", "MODELS 1", "tiles", "whole-h2"),
-            differs="a new connection: its set-up and slow start (the runs' own bound) come on "
-                    "top of the serial 12.8 s"),
-    Finding(section="§12.1.1", chapter="12.36 s", value=12.36, unit="s",
-            finding="The same image in three tiles, each processed as it arrives",
-            experiment="tiles", measure=level_value("tiles", "tiles-h2"),
-            bound=m.text(tiles_bound_s(3, *IMAGE_LINK, 0.1, 0.3), "s", "MODELS 2, 5/3 MB results"),
-            differs="the tiles' results are 5/3 MB each (the chapter's 1, 2 and 2 MB), and a "
-                    "new connection's set-up"),
-    Finding(section="§12.1.2", chapter="40 ms stalls, 45 ms does not",
-            finding="Delay jitter: a 40 ms initial buffer stalls, 45 ms plays through",
-            experiment="playback", measure=m.playback_jitter,
-            bound=m.fixed("MODELS 3 on each run's arrivals (playback.csv: predicted stalls)"),
-            differs="the path is 200 ms with +-30 ms jitter (the chapter's is 5 ms)"),
-    Finding(section="§12.1.2", chapter="0.12 s",
-            finding="A rate shortfall empties any buffer (0.12 s for the chapter's); a bigger "
-                    "buffer only delays the stall",
-            experiment="playback", measure=m.playback_shortfall, bound=m.shortfall_bound,
-            differs="384 kbit/s played against 300 kbit/s received (the chapter's 256 and "
-                    "130), so the buffer empties later than 0.12 s"),
-    Finding(section="§12.1.2", chapter="a bigger buffer only delays the stall",
-            finding="The same over a recorded downlink whose capacity dips below the stream's "
-                    "rate, against a constant link of the same mean (MODELS 14)",
-            experiment="playback-trace", measure=m.playback_trace,
-            bound=m.fixed("MODELS 3 on the arrivals the trace allowed (playback.csv)")),
-    Finding(section="§12.1.3", chapter="105 s", value=105.0, unit="s",
-            finding="30 agent rounds of 0.8 MB on one connection (6.4 Mbit/s, 200 ms, 2 s of "
-                    "model)",
-            experiment="agent-connection",
-            measure=level_value("agent-connection", "h2-reused", rounds=30),
-            bound=m.with_runs(m.agent_s(30), "s", "MODELS 1, 4", "agent-connection",
-                              "h2-reused")),
-    Finding(section="§12.1.3", chapter="83 s", value=83.0, unit="s",
-            finding="Compressed screenshots (0.2 MB, 30 ms of encode) for the same 30 rounds",
-            experiment="agent-compression",
-            measure=level_value("agent-compression", "webp", rounds=30),
-            bound=m.text(m.agent_s(30, upload_bytes=200_000, encode_s=0.030), "s", "MODELS 1"),
-            differs="the synthetic desktop compresses far below the chapter's 0.2 MB"),
-    Finding(section="§12.3.1", chapter="12 s", value=12.0, unit="s",
-            finding="A new connection every round: 30 x 2 RTT of set-up, against 0.4 s once",
-            experiment="agent-connection",
-            measure=level_difference("agent-connection", "h2-new", "h2-reused", rounds=30),
-            bound=m.text(bounds.setup_time_s("h2", "new", R, requests=30), "s", "MODELS 4"),
-            differs="every new connection also starts slow start again (the chapter counts "
-                    "the handshakes only)"),
-    Finding(section="§12.3.1", chapter="1185.3 ms", value=1185.3, unit="ms",
-            finding="The 354,640-byte request on a new connection, direct (200 ms, 333 Mbit/s)",
-            experiment="connection", measure=level_value("connection", "h2-new", unit="ms"),
-            bound=m.with_runs(m.voice_request_s("new") * 1e3, "ms", "MODELS 1, 4, 6",
-                              "connection", "h2-new"),
-            differs=SAME_PATH_TLS),
-    Finding(section="§12.3.1", chapter="240.9 ms", value=240.9, unit="ms",
-            finding="The same request on a reused, tuned connection",
-            experiment="connection", measure=level_value("connection", "h2-reused", unit="ms"),
-            bound=m.with_runs(m.voice_s() * 1e3, "ms", "MODELS 1", "connection", "h2-reused")),
-    Finding(section="§12.3.1", chapter="–",
-            finding="The same request over HTTP/3 on two QUIC implementations with one "
-                    "congestion control (the testbed's control: what differs between them is "
-                    "the implementation, not HTTP/3)",
-            experiment="h3-stacks", measure=m.quic_implementations,
-            bound=m.runs_bound_of("h3-stacks", "h2-cubic", "ms")),
-    Finding(section="§12.3.2", chapter="5.12 Mbit/s", value=5.12, unit="Mbit/s",
-            finding="A 64 KB window on 100 ms allows 5.12 Mbit/s",
-            experiment="window", measure=m.upload_rate("window", "w64k"),
-            bound=m.text(bounds.window_throughput_bps(64_000, 0.1, 20 * MBIT) / MBIT, "Mbit/s",
-                         "MODELS 5")),
-    Finding(section="§12.3.2", chapter="46.9 s", value=46.9, unit="s",
-            finding="... so the 30 MB upload needs 46.9 s even on a 20 Mbit/s link",
-            experiment="window", measure=level_value("window", "w64k"),
-            bound=m.with_runs(m.window_s(), "s", "MODELS 5", "window", "w64k")),
-    Finding(section="§12.3.2", chapter="5 rounds", value=5.0, unit="rounds", tolerance=0.0,
-            finding="The audio needs five rounds of slow start (IW 10)",
-            experiment="initcwnd", measure=m.upload_rounds("initcwnd", "iw10"),
-            bound=m.text(bounds.slow_start_rounds(AUDIO, bounds.MODELS_MSS_BYTES, 10), "rounds",
-                         "MODELS 6")),
-    Finding(section="§12.3.2", chapter="14.4 s", value=14.4, unit="s",
-            finding="The image round trip with headers and ACKs (1,168-byte payloads, 60-byte "
-                    "headers, 92-byte ACKs)",
-            experiment="overhead", measure=level_value("overhead", "delayed-ack"),
-            bound=m.fixed(f"{m.image_with_overhead_s(1168, 60, 92):.2f} s (MODELS 1 + 7, the "
-                          f"chapter's sizes); {m.image_with_overhead_s(1448, 52, 0):.2f} s for "
-                          "Linux's 1,448 + 52 bytes, the ACKs on the other direction"),
-            differs="the chapter counts every ACK on the data's direction; here the ACKs ride "
-                    "the other one and segments carry 1,448 bytes with 52-byte headers"),
-    Finding(section="§12.3.2", chapter="1.38 MB, +43 ms", value=1.38, unit="MB",
-            finding="Half the ACKs: 1.38 MB fewer bytes on the wire, 43 ms later",
-            experiment="overhead", measure=m.ack_saving, bound=m.ack_saving_bound,
-            differs="Linux's delayed ACKs are not one per two segments and its segments carry "
-                    "1,448 bytes, so the count of ACKs saved differs"),
-    Finding(section="§12.3.2", chapter="43 ms later",
-            finding="Fewer ACKs need not end the request sooner (NewReno, delayed ACKs against "
-                    "one per segment)",
-            experiment="ack", measure=m.fewer_acks_not_sooner,
-            bound=m.runs_bound_of("ack", "delayed")),
-    Finding(section="§12.3.3", chapter="18.3 s", value=18.3, unit="s",
-            finding="Loss read as congestion (Mathis, C = 1, 14 %): 0.155 Mbit/s, the audio in "
-                    "18.3 s",
-            bound=m.fixed(f"{AUDIO * 8 / bounds.mathis_throughput_bps(1448, R, 0.14):.1f} s "
-                          "(MODELS 8)")),
-    Finding(section="§12.3.3", chapter="bbr near the path rate",
-            finding="Random loss does not slow a measuring sender as it does a loss-based one "
-                    "(bbr against cubic at 3.6 %)",
-            experiment="congestion", measure=m.bbr_vs_loss_based,
-            bound=m.runs_bound_of("congestion", "bbr-l3.6", "ms")),
-    Finding(section="§12.3.3", chapter="–",
-            finding="Pacing the sender at the path rate (the testbed's question beside the "
-                    "chapter's; the chapter gives no figure)",
-            experiment="pacing", measure=level_difference("pacing", "paced", "unpaced", unit="ms"),
-            bound=m.runs_bound_of("pacing", "paced", "ms")),
-    Finding(section="§12.3.3", chapter="–",
-            finding="The request beside bulk flows on the bottleneck: at most its fair share "
-                    "once their windows settle, behind their standing queue (MODELS 15; the "
-                    "chapter's path carries the request alone)",
-            experiment="cross", measure=m.beside_bulk_flows,
-            bound=m.runs_bound_of("cross", "alone", "ms")),
-    Finding(section="§12.3.3", chapter="0.756 s", value=0.756, unit="s",
-            finding="Ideal selective retransmission at 14 %: the expected completion",
-            experiment="loss", measure=level_value("loss", "l14"),
-            bound=m.text(bounds.retransmission_time_s(m.voice_s(), R, m.audio_packets(), 0.14),
-                         "s", "MODELS 9"),
-            differs="TCP (cubic) halves its window at every loss and waits for time-outs; the "
-                    "model is ideal selective repeat, a lower bound"),
-    Finding(section="§12.3.3", chapter="1.24 s", value=1.24, unit="s",
-            finding="... and its p99",
-            bound=m.text(bounds.retransmission_time_s(m.voice_s(), R, m.audio_packets(), 0.14,
-                                                      quantile=0.99), "s", "MODELS 9")),
-    Finding(section="§12.3.3", chapter="241 ms", value=241.0, unit="ms",
-            finding="FEC with redundancy from the measured loss (k = 245, r = 63 at 14 %): no "
-                    "retransmission round",
-            experiment="fec", measure=level_value("fec", "tts-l14-fecad", unit="ms"),
-            bound=m.text(1e3 * bounds.serial_time(308 * 1448, 0, 333 * MBIT, 333 * MBIT, R,
-                                                  0.030), "ms", "MODELS 10")),
-    Finding(section="§12.3.4", chapter="audio earlier",
-            finding="Send order on a shared bottleneck: audio first moves the audio's "
-                    "completion earlier and the image's later than FIFO",
-            experiment="priority", measure=m.stream_order),
-    Finding(section="§12.3.4", chapter="HTTP/2 waits",
-            finding="Whole vs per-stream delivery: complete audio waits for the image's "
-                    "retransmissions on HTTP/2, not on HTTP/3",
-            experiment="hol", measure=m.hol,
-            bound=m.fixed("no wait with per-stream order (MODELS 11)")),
-    Finding(section="§12.3.5", chapter="1185.3 ms", value=1185.3, unit="ms",
-            finding="A new connection direct, on the seed's long haul",
-            experiment="relay", measure=level_value("relay", "h2-direct-new", unit="ms"),
-            bound=m.with_runs(m.voice_request_s("new") * 1e3, "ms", "MODELS 1, 4, 6",
-                              "relay", "h2-direct-new"),
-            differs=SAME_PATH_TLS),
-    Finding(section="§12.3.5", chapter="301.6 ms", value=301.6, unit="ms",
-            finding="... through the relay's warm long haul",
-            experiment="relay", measure=level_value("relay", "h2-relay-new", unit="ms"),
-            bound=m.runs_bound_of("relay", "h2-relay-new", "ms")),
-    Finding(section="§12.3.5", chapter="240.9 ms", value=240.9, unit="ms",
-            finding="Kept open and tuned, direct",
-            experiment="relay", measure=level_value("relay", "h2-direct-reused", unit="ms"),
-            bound=m.runs_bound_of("relay", "h2-direct-reused", "ms")),
-    Finding(section="§12.3.5", chapter="236.5 ms", value=236.5, unit="ms",
-            finding="... through the relay",
-            experiment="relay", measure=level_value("relay", "h2-relay-reused", unit="ms"),
-            bound=m.runs_bound_of("relay", "h2-relay-reused", "ms")),
-    Finding(section="§12.4.1", chapter="302 µs", value=302.0, unit="µs",
-            finding="One 802.11a exchange (54/6 Mbit/s) for a 1,228-byte packet",
-            bound=m.text(bounds.airtime_s(1, bounds.CHAPTER_DATA_IP_BYTES) * 1e6, "µs",
-                         "MODELS 7, 802.11a")),
-    Finding(section="§12.4.1", chapter="134 µs", value=134.0, unit="µs",
-            finding="... for an ACK-only packet",
-            bound=m.text(bounds.airtime_s(1, bounds.CHAPTER_ACK_IP_BYTES) * 1e6, "µs",
-                         "MODELS 7, 802.11a")),
-    Finding(section="§12.4.1", chapter="13.4 s", value=13.4, unit="s",
-            finding="The image's 30,800 exchanges each way hold the medium",
-            experiment="airtime", measure=m.airtime_image("air_busy_s", "tcp-quick"),
-            bound=m.text(bounds.airtime_s(bounds.IMAGE_EXCHANGES, bounds.CHAPTER_DATA_IP_BYTES)
-                         + bounds.airtime_s(bounds.IMAGE_EXCHANGES, bounds.CHAPTER_ACK_IP_BYTES),
-                         "s", "MODELS 7"),
-            differs="1,448-byte TCP segments (about 24,200 frames) and Linux's ACKs, not 30,800 "
-                    "QUIC-sized exchanges each way"),
-    Finding(section="§12.4.1", chapter="2.1 s", value=2.1, unit="s",
-            finding="Half the ACKs free medium time",
-            experiment="airtime",
-            measure=m.airtime_image("air_busy_ack_s", "tcp-quick", "tcp-delayed"),
-            bound=m.text(bounds.airtime_s(bounds.IMAGE_EXCHANGES // 2,
-                                          bounds.CHAPTER_ACK_IP_BYTES), "s", "MODELS 7"),
-            differs="Linux's delayed ACKs are not one per two segments"),
-    Finding(section="§12.4.2", chapter="FIFO misses, media first meets",
-            finding="Eight 20 ms chunks due from 0.4 s behind a 5 MB image",
-            experiment="priority", measure=m.deadline_chunks,
-            bound=m.fixed("MODELS 2 (the chunk pipeline)")),
-    Finding(section="§12.4.2", chapter="d + 1 chunk",
-            finding="A cancel stops the sender within one one-way delay plus one chunk",
-            experiment="cancel", measure=m.cancel, bound=m.fixed("0.1 s + 20 ms (MODELS 2)")),
-    Finding(section="§12.4.3", chapter="8 s", value=8.0, unit="s",
-            finding="30 MB split in proportion over 20 and 10 Mbit/s (12 s on the faster alone)",
-            experiment="multipath", measure=level_value("multipath", "split"),
-            bound=m.text(bounds.split_time_s(30e6, [20 * MBIT, 10 * MBIT]), "s", "MODELS 12")),
-    Finding(section="§12.4.3", chapter="10 s", value=10.0, unit="s",
-            finding="... behind a shared 24 Mbit/s exit",
-            experiment="multipath", measure=level_value("multipath", "mptcp-exit"),
-            bound=m.text(bounds.split_time_s(30e6, [20 * MBIT, 10 * MBIT], 24 * MBIT), "s",
-                         "MODELS 12")),
-    Finding(section="§12.4.3", chapter="12 s", value=12.0, unit="s",
-            finding="Duplicating every byte finishes with the faster path",
-            experiment="multipath", measure=level_value("multipath", "duplicate"),
-            bound=m.text(bounds.duplicate_time_s(30e6, [20 * MBIT, 10 * MBIT]), "s",
-                         "MODELS 12")),
-    Finding(section="§12.4.3", chapter="q + (1 - q) p1 p2",
-            finding="The failure probabilities of one path, of two, and of duplication behind "
-                    "a shared end point",
-            bound=m.fixed("bounds.duplicate_failure(p1, p2, q); the chapter's p1, p2 and q are "
-                          "not in MODELS.md: not recomputed")),
-    Finding(section="§12.5.2", chapter="64.0 s", value=64.0, unit="s",
-            finding="The remaining 20 rounds on the phone alone: misses 45 s",
-            experiment="agent-deployment",
-            measure=level_value("agent-deployment", "phone", rounds=20),
-            bound=m.text(m.site_s(2.9, 0.001, 10e9), "s", "MODELS 1, 2.9 s of model")),
-    Finding(section="§12.5.2", chapter="11.0 s", value=11.0, unit="s",
-            finding="... on a nearby workstation (80 Mbit/s, 20 ms)",
-            experiment="agent-deployment",
-            measure=level_value("agent-deployment", "near", rounds=20),
-            bound=m.text(m.site_s(0.15, 0.02, 80 * MBIT), "s", "MODELS 1")),
-    Finding(section="§12.5.2", chapter="31.6 s", value=31.6, unit="s",
-            finding="... in the cloud (6.4 Mbit/s, 200 ms)",
-            experiment="agent-deployment",
-            measure=level_value("agent-deployment", "cloud", rounds=20),
-            bound=m.text(m.site_s(0.08, R, 6.4 * MBIT), "s", "MODELS 1")),
-    Finding(section="§12.5.2", chapter="518-680 J, 1.81 kJ, 1.12 kJ",
-            finding="Energy for the 20 rounds: phone, near (600 W), cloud (700 W)",
-            experiment="agent-deployment", measure=m.energies,
-            bound=m.fixed(f"{600 * 20 * 0.15 / 1e3:.2f} kJ near, {700 * 20 * 0.08 / 1e3:.2f} kJ "
-                          "cloud (stated power x model time)")),
-    Finding(section="§12.5.2", chapter="the cloud",
-            finding="The decision: both sites meet 45 s and the cloud spends less",
-            experiment="agent-deployment", measure=m.decision),
-    Finding(section="§12.5.2", chapter="3.8 Mbit/s",
-            finding="The cloud misses the deadline below",
-            experiment="agent-deployment", measure=m.deadline_rate, bound=m.deadline_rate_bound),
-    Finding(section="§12.5.2", chapter="28.7 s vs 27.6 s",
-            finding="Ten rounds at 6 Mbit/s and ten at 10 against a constant 8 (the same mean)",
-            experiment="agent-rate", measure=m.jensen, bound=m.jensen_bound),
-    Finding(section="§12.5.2", chapter="P(T <= 45 s) >= 0.99",
-            finding="Over a varying uplink the deadline becomes a probability, judged from the "
-                    "distribution of upload times (slow rounds come in runs)",
-            experiment="agent-trace", measure=m.deadline_probability,
-            bound=m.fixed("MODELS 13, 14: each run's bound from the rates its trace offered")),
-    Finding(section="§12.5.2", chapter="34.2 s", value=34.2, unit="s",
-            finding="A break at round 10, committed progress: meets 45 s",
-            experiment="agent-outage", measure=m.outage_task("committed"),
-            bound=m.runs_bound_of("agent-outage", "committed"), differs=OUTAGE_DETECTED),
-    Finding(section="§12.5.2", chapter="48.3 s", value=48.3, unit="s",
-            finding="... restarting every round: misses 45 s",
-            experiment="agent-outage", measure=m.outage_task("restart"),
-            bound=m.runs_bound_of("agent-outage", "restart"), differs=OUTAGE_DETECTED),
+    F("F1", "§12.1.1", "The image round trip (30 MB up at 20 Mbit/s, 5 MB down at 100 Mbit/s, "
+      "100 ms, 0.3 s of processing), sent whole", "12.8 s", value=12.8, unit="s",
+      experiment="tiles", measure=level_value("tiles", "whole-h2"),
+      bound=m.with_runs(m.image_s(), "s", "MODELS 1", "tiles", "whole-h2"),
+      tolerance=TILES_BAND, departure=NEW_CONNECTION),
+    _unmeasured("F2", "§12.1.1", "Processing 10x faster (0.03 s)", "12.53 s",
+                "no level of tiles varies the processing time yet (processing_retouch)",
+                bound=m.text(bounds.serial_time(30e6, 5e6, *IMAGE_LINK, 0.1, 0.03), "s",
+                             "MODELS 1"), value=12.53, unit="s"),
+    _unmeasured("F3", "§12.1.1", "A 100 Mbit/s uplink", "3.2 s",
+                "no level of tiles raises the uplink to 100 Mbit/s yet",
+                bound=m.text(bounds.serial_time(30e6, 5e6, 100 * MBIT, 100 * MBIT, 0.1, 0.3), "s",
+                             "MODELS 1"), value=3.2, unit="s"),
+    _unmeasured("F4", "§12.1.1", "Lossless compression halves the input (0.15 s of codec)",
+                "about 7.0 s", "no workload sends a losslessly compressed image yet; the "
+                "break-even uplink is computed (kind C row)",
+                bound=m.text(12.8 - 15e6 * 8 / (20 * MBIT) + 0.15, "s", "MODELS 1"),
+                value=7.0, unit="s"),
+    F("F5", "§12.1.1", "The same image in three tiles, each processed as it arrives",
+      "12.36 s", value=12.36, unit="s", experiment="tiles",
+      measure=level_value("tiles", "tiles-h2"),
+      bound=m.text(tiles_bound_s(3, *IMAGE_LINK, 0.1, 0.3), "s", "MODELS 2, 5/3 MB results"),
+      tolerance=TILES_BAND,
+      departure=Departure("the tiles' results are 5/3 MB each (the chapter's 1, 2 and 2 MB), "
+                          "on a new connection", +1)),
+    _unmeasured("F6", "§12.1.2", "Streamed voice: chunk 1 arrives at 38 ms, plays at 78 ms "
+                "(12 ms processing, 5 ms propagation, 40 ms buffer)", "38 ms",
+                "no level streams 20 ms chunks on a 5 ms path with 12 ms of processing a chunk",
+                value=38.0, unit="ms"),
+    _unmeasured("F7", "§12.1.2", "One chunk 50 ms late: a 40 ms buffer stalls 5 ms, 45 ms plays "
+                "through", "5 ms stall",
+                "needs a delay schedule with one chunk 45 ms late on a 5 ms path; the playback "
+                "file's ±30 ms jitter on 200 ms asks another question (row T1)",
+                value=5.0, unit="ms"),
+    F("F8", "§12.1.2", "A rate shortfall empties any buffer; a bigger one only delays it",
+      "60 ms empties after about 0.12 s", experiment="playback", measure=m.playback_shortfall,
+      bound=m.shortfall_bound,
+      departure=Departure("384 kbit/s played against 300 kbit/s received (the chapter's 256 "
+                          "and 130)")),
+    F("F9", "§12.1.3", "30 agent rounds of 0.8 MB on one connection (6.4 Mbit/s, 200 ms, 2 s of "
+      "model)", "105 s", value=105.0, unit="s", experiment="agent-connection",
+      measure=level_value("agent-connection", "h2-reused", rounds=30),
+      bound=m.with_runs(m.agent_s(30), "s", "MODELS 1, 4", "agent-connection", "h2-reused")),
+    F("F10", "§12.1.3", "Compressed screenshots (0.2 MB, 30 ms of encode) for the same 30 rounds",
+      "about 83 s", value=83.0, unit="s", experiment="agent-compression",
+      measure=level_value("agent-compression", "webp", rounds=30),
+      bound=m.text(m.agent_s(30, upload_bytes=200_000, encode_s=0.030), "s", "MODELS 1"),
+      departure=Departure("the synthetic desktop compresses far below the chapter's 0.2 MB",
+                          -1)),
+    _unmeasured("F11", "§12.1.3", "38 compressed rounds take about 106 s", "about 106 s",
+                "no level runs 38 rounds; the round count is computed (kind C rows)",
+                value=106.0, unit="s"),
+    _unmeasured("F20", "§12.2.2", "Uploading the 8,192,000-byte features instead of the "
+                "0.8 MB image at 6.4 Mbit/s", "10.24 s", "no workload uploads the features' "
+                "size yet; computed (kind C rows)", value=10.24, unit="s"),
+    _unmeasured("F23", "§12.2.3", "Migrating a 64 MiB session over 80 Mbit/s, then 1 s of "
+                "restore", "about 7.7 s", "no migration step (state over the link, then a "
+                "restore time) yet; computed (kind C rows)", value=7.7, unit="s"),
+    _unmeasured("F24", "§12.2.4", "144 start-ups of short exchanges over unaggregated "
+                "54 Mbit/s Wi-Fi", "about 19.3 ms", "no workload makes 144 dependent short "
+                "exchanges over the air link yet; computed (kind C rows)", value=19.3,
+                unit="ms"),
+    F("F25", "§12.3.1", "A new connection every round: 30 x 2 RTT of set-up, against 0.4 s once",
+      "12 s", value=11.6, unit="s", experiment="agent-connection",
+      measure=level_difference("agent-connection", "h2-new", "h2-reused", rounds=30),
+      bound=m.text(bounds.setup_time_s("h2", "new", R, requests=30), "s", "MODELS 4"),
+      departure=Departure("every new connection also starts slow start again (the chapter "
+                          "counts the handshakes only)", +1)),
+    F("F41", "§12.3.1", "The 354,640-byte request on a new connection, direct (200 ms, "
+      "333 Mbit/s)", "1185.3 ms", value=1185.3, unit="ms", experiment="connection",
+      measure=level_value("connection", "h2-new", unit="ms"),
+      bound=m.with_runs(m.voice_request_s("new") * 1e3, "ms", "MODELS 1, 4, 6", "connection",
+                        "h2-new"), departure=SAME_PATH_TLS),
+    F("F42", "§12.3.1", "The same request on a reused, tuned connection", "240.9 ms",
+      value=240.9, unit="ms", experiment="connection",
+      measure=level_value("connection", "h2-reused", unit="ms"),
+      bound=m.with_runs(m.voice_s() * 1e3, "ms", "MODELS 1", "connection", "h2-reused"),
+      tolerance=RELAY_SPREAD),
+    F("F26", "§12.3.2", "A 64 KB window on 100 ms allows 5.12 Mbit/s", "5.12 Mbit/s",
+      value=5.12, unit="Mbit/s", experiment="window", measure=m.upload_rate("window", "w64k"),
+      bound=m.text(bounds.window_throughput_bps(64_000, 0.1, 20 * MBIT) / MBIT, "Mbit/s",
+                   "MODELS 5"),
+      tolerance=Tolerance(relative=0.05, reason="the clock's and emulator's < 1 ms of 100 ms, "
+                          "and TLS and HTTP/2 framing inside the window (about 2 %)")),
+    F("F26", "§12.3.2", "... so the 30 MB upload needs 46.9 s even on a 20 Mbit/s link",
+      "46.9 s", value=46.9, unit="s", experiment="window", measure=level_value("window", "w64k"),
+      bound=m.with_runs(m.window_s(), "s", "MODELS 5", "window", "w64k"),
+      tolerance=Tolerance(relative=0.05, reason="as the rate above")),
+    _unmeasured("F27", "§12.3.2", "A batch ACK 100 ms after its last byte: a 125.6 ms cycle",
+                "125.6 ms", "no receiver here holds its ACK until a batch's last byte plus "
+                "100 ms (an ACK policy the QUIC endpoints do not have yet)",
+                bound=m.text(64_000 * 8 / (20 * MBIT) * 1e3 + 100, "ms", "MODELS 5"),
+                value=125.6, unit="ms"),
+    F("F28", "§12.3.2", "The audio needs five rounds of slow start (IW 10)", "5 rounds",
+      value=5.0, unit="rounds", tolerance=Tolerance(absolute=0.0, reason="a count of rounds"),
+      experiment="initcwnd", measure=m.upload_rounds("initcwnd", "iw10"),
+      bound=m.text(bounds.slow_start_rounds(AUDIO, bounds.MODELS_MSS_BYTES, 10), "rounds",
+                   "MODELS 6")),
+    F("F29", "§12.3.2", "The image round trip with headers and one ACK per packet "
+      "(1,168-byte payloads, 60-byte headers, 92-byte ACKs)", "14.36 s", value=14.36, unit="s",
+      experiment="overhead", measure=level_value("overhead", "ack-per-segment"),
+      bound=m.fixed(f"{m.image_with_overhead_s(1168, 60, 92):.2f} s (MODELS 1 + 7, every "
+                    f"byte at the data's rate, {bounds.wire_bytes(30_000_000, 1168, 60, 92)[1] + bounds.wire_bytes(5_000_000, 1168, 60, 92)[1]:,} "  # noqa: E501
+                    "wire bytes)"),
+      departure=LINUX_TCP_ACKS),
+    F("F30", "§12.3.2", "Half the ACKs: 1.38 MB fewer bytes on the wire", "1.38 MB",
+      value=1.38, unit="MB", experiment="overhead", measure=m.ack_saving,
+      bound=m.ack_saving_bound, departure=LINUX_TCP_ACKS),
+    F("F30", "§12.3.2", "... and the request ends 43 ms later (NewReno, every 2 packets or "
+      "10 ms against one ACK per packet)", "+43 ms", value=43.0, unit="ms", experiment="ack",
+      measure=level_difference("ack", "delayed", "per-segment", unit="ms"),
+      bound=m.runs_bound_of("ack", "delayed", "ms"),
+      tolerance=half_effect(43.0, "43 ms"), departure=LINUX_TCP_ACKS),
+    _unmeasured("F31", "§12.3.2", "NewReno against CUBIC on the image: both about 14.5 s",
+                "about 14.5 s", "no level runs the image with reno against cubic yet",
+                value=14.5, unit="s"),
+    _unmeasured("F32", "§12.3.3", "The chapter's path: 14 % loss on the download at any "
+                "offered rate, none up, a knee at about 333 Mbit/s", "14 %",
+                "a property of the chapter's real path, which the emulated link is configured "
+                "with (down.loss=14%, rate=333mbit); `testbed bench link` measures that the "
+                "emulator delivers it", value=14.0, unit="%"),
+    F("F33", "§12.3.3", "Loss read as congestion: cubic's goodput on the path (the chapter "
+      "measured 0.13-0.47 Mbit/s)", "0.13-0.47 Mbit/s", value=0.30, unit="Mbit/s",
+      experiment="loss", measure=m.goodput("loss", "l14", AUDIO),
+      bound=m.text(bounds.mathis_throughput_bps(1448, R, 0.14) / MBIT, "Mbit/s",
+                   "MODELS 8, C = 1"),
+      tolerance=Tolerance(absolute=0.17, reason="the chapter's measured range")),
+    F("F34", "§12.3.3", "Random loss does not slow a measuring sender as it does a loss-based "
+      "one (bbr against cubic)", "bbr near the path rate", experiment="congestion",
+      measure=m.bbr_vs_loss_based, bound=m.runs_bound_of("congestion", "bbr-l3.6", "ms"),
+      departure=Departure("3.6 % loss (the chapter's other period), not 14 %")),
+    F("F35", "§12.3.3", "Retransmission rounds at 14 %: ideal selective repeat's expected "
+      "completion, against BBR on a warm connection (no window cut on loss)", "0.756 s",
+      value=0.756, unit="s", experiment="fec", measure=level_value("fec", "tts-l14-bbr"),
+      bound=m.text(bounds.retransmission_time_s(m.voice_s(), R, m.audio_packets(), 0.14), "s",
+                   "MODELS 9"),
+      departure=Departure("TCP waits for SACK recovery and time-outs; the model resends every "
+                          "loss after exactly one RTT", +1)),
+    F("F36", "§12.3.3", "FEC with redundancy from the measured loss (k = 245, r = 63 at 14 %): "
+      "no retransmission round", "241 ms", value=241.0, unit="ms", experiment="fec",
+      measure=level_value("fec", "tts-l14-fecad", unit="ms"),
+      bound=m.text(1e3 * bounds.serial_time(308 * 1448, 0, 333 * MBIT, 333 * MBIT, R, 0.030),
+                   "ms", "MODELS 10")),
+    F("F37", "§12.3.3", "At 3.6 %: FEC needs 20 repair symbols", "20 repair", value=20.0,
+      unit="symbols", experiment="fec",
+      measure=level_value("fec", "tts-l3.6-fecad", column="fec_repair_symbols", unit=""),
+      bound=m.text(bounds.fec_repair_symbols(245, 0.036), "symbols", "MODELS 10"),
+      tolerance=Tolerance(absolute=3.0, reason="the adaptive arm sizes from the loss it "
+                          "measured, which varies about ±1 point at 3.6 %")),
+    F("F38", "§12.3.4", "Send order on a shared bottleneck: audio first moves the audio's "
+      "completion earlier and the image's later than FIFO", "audio earlier",
+      experiment="priority", measure=m.stream_order),
+    F("F39", "§12.3.4", "Whole vs per-stream delivery: complete audio waits for the image's "
+      "retransmissions on HTTP/2, not on HTTP/3", "HTTP/2 waits", experiment="hol",
+      measure=m.hol, bound=m.fixed("no wait with per-stream order (MODELS 11)")),
+    F("F40", "§12.3.5", "The ideal: 8.5 ms of sending, 200 ms, 30 ms of model", "238.5 ms",
+      value=238.5, unit="ms", experiment="relay",
+      measure=level_value("relay", "h2-relay-reused", unit="ms"),
+      bound=m.text(m.voice_s() * 1e3, "ms", "MODELS 1"), tolerance=RELAY_SPREAD),
+    F("F41", "§12.3.5", "A new connection direct, on the seed's long haul", "1185.3 ms",
+      value=1185.3, unit="ms", experiment="relay",
+      measure=level_value("relay", "h2-direct-new", unit="ms"),
+      bound=m.with_runs(m.voice_request_s("new") * 1e3, "ms", "MODELS 1, 4, 6", "relay",
+                        "h2-direct-new"), departure=SAME_PATH_TLS),
+    F("F41", "§12.3.5", "... through the relay's warm long haul", "301.6 ms", value=301.6,
+      unit="ms", experiment="relay", measure=level_value("relay", "h2-relay-new", unit="ms"),
+      bound=m.runs_bound_of("relay", "h2-relay-new", "ms")),
+    F("F42", "§12.3.5", "Kept open and tuned, direct", "240.9 ms", value=240.9, unit="ms",
+      experiment="relay", measure=level_value("relay", "h2-direct-reused", unit="ms"),
+      bound=m.runs_bound_of("relay", "h2-direct-reused", "ms"), tolerance=RELAY_SPREAD),
+    F("F42", "§12.3.5", "... through the relay", "236.5 ms", value=236.5, unit="ms",
+      experiment="relay", measure=level_value("relay", "h2-relay-reused", unit="ms"),
+      bound=m.runs_bound_of("relay", "h2-relay-reused", "ms"), tolerance=RELAY_SPREAD),
+    _unmeasured("F43", "§12.3.5", "Model 30 -> 3 ms, RTT 200 -> 20 ms: what each saves",
+                "27 ms, 180 ms", "no level varies the model time or the RTT of the relay "
+                "request yet; the savings are computed (kind C rows)", value=27.0, unit="ms"),
+    _unmeasured("F44", "§12.3.5", "An EOF-bound download: the callback lacked samples for "
+                "0.36-1.44 s though all PCM arrived", "0.36-1.44 s",
+                "the player here plays a stream as it arrives; no level plays an EOF-bound "
+                "download through a callback"),
+    _unmeasured("F45", "§12.4.1", "One 802.11a exchange for a 1,228-byte packet and for an "
+                "ACK", "302 µs, 134 µs", "the air link counts each frame's exchange by this "
+                "same arithmetic (netem.air), so a measurement would repeat the computation "
+                "(kind C rows)", value=302.0, unit="µs"),
+    F("F46", "§12.4.1", "The image's exchanges each way hold the medium", "13.4 s",
+      value=13.4, unit="s", experiment="airtime",
+      measure=m.airtime_image("air_busy_s", "tcp-quick"),
+      bound=m.text(bounds.airtime_s(bounds.IMAGE_EXCHANGES, bounds.CHAPTER_DATA_IP_BYTES)
+                   + bounds.airtime_s(bounds.IMAGE_EXCHANGES, bounds.CHAPTER_ACK_IP_BYTES),
+                   "s", "MODELS 7"),
+      departure=Departure("1,448-byte TCP segments (about 24,200 frames) and Linux's ACKs, "
+                          "not 30,800 QUIC-sized exchanges each way", -1)),
+    F("F46", "§12.4.1", "Half the ACKs free medium time", "2.1 s", value=2.1, unit="s",
+      experiment="airtime",
+      measure=m.airtime_image("air_busy_ack_s", "tcp-quick", "tcp-delayed"),
+      bound=m.text(bounds.airtime_s(bounds.IMAGE_EXCHANGES // 2, bounds.CHAPTER_ACK_IP_BYTES),
+                   "s", "MODELS 7"),
+      departure=Departure("Linux's delayed ACKs are not one per two segments")),
+    F("F47", "§12.4.2", "Eight 20 ms chunks due from 0.4 s behind a 5 MB image: FIFO gets none "
+      "on time, media first all", "FIFO 0, media first 8", experiment="priority",
+      measure=m.deadline_chunks, bound=m.fixed("MODELS 2 (the chunk pipeline)")),
+    F("F48", "§12.4.2", "A cancel stops the sender within one one-way delay plus one chunk",
+      "d + 1 chunk", experiment="cancel", measure=m.cancel,
+      bound=m.fixed("0.1 s + 20 ms (MODELS 2)")),
+    F("F49", "§12.4.3", "30 MB split in proportion over 20 and 10 Mbit/s (12 s on the faster "
+      "alone)", "8 s", value=8.0, unit="s", experiment="multipath",
+      measure=level_value("multipath", "split"),
+      bound=m.text(bounds.split_time_s(30e6, [20 * MBIT, 10 * MBIT]), "s", "MODELS 12")),
+    F("F50", "§12.4.3", "... behind a shared 24 Mbit/s exit", "10 s", value=10.0, unit="s",
+      experiment="multipath", measure=level_value("multipath", "mptcp-exit"),
+      bound=m.text(bounds.split_time_s(30e6, [20 * MBIT, 10 * MBIT], 24 * MBIT), "s",
+                   "MODELS 12")),
+    F("F49", "§12.4.3", "Duplicating every byte finishes with the faster path", "12 s",
+      value=12.0, unit="s", experiment="multipath", measure=level_value("multipath", "duplicate"),
+      bound=m.text(bounds.duplicate_time_s(30e6, [20 * MBIT, 10 * MBIT]), "s", "MODELS 12")),
+    _unmeasured("F51", "§12.4.3", "Failure of duplication behind a shared end point",
+                "2.5 %", "needs failure injection per trial (p1, p2, q drawn per trial, "
+                "seeded); computed (kind C rows)", value=2.5, unit="%"),
+    _unmeasured("F52", "§12.4.3", "8 chunks of 640 B duplicated: 5,120 -> 10,240 B",
+                "10,240 B", "no level duplicates the 640-byte chunks over two paths yet",
+                value=10240.0, unit="B"),
+    _unmeasured("F53", "§12.5.1", "The original service for the remaining 20 rounds", "70 s",
+                "no level runs the original 3.5 s rounds for 20 rounds (agent-connection runs "
+                "30: row F9)", value=70.0, unit="s"),
+    F("F54", "§12.5.2", "The remaining 20 rounds on the phone alone", "64.0 s", value=64.0,
+      unit="s", experiment="agent-deployment",
+      measure=level_value("agent-deployment", "phone", rounds=20),
+      bound=m.text(site_task_s("phone"), "s", "docs/models.md §18")),
+    F("F54", "§12.5.2", "... on a nearby workstation (80 Mbit/s, 20 ms)", "11.0 s", value=11.0,
+      unit="s", experiment="agent-deployment",
+      measure=level_value("agent-deployment", "near", rounds=20),
+      bound=m.text(site_task_s("near"), "s", "docs/models.md §18")),
+    F("F54", "§12.5.2", "... in the cloud (6.4 Mbit/s, 200 ms)", "31.6 s", value=31.6, unit="s",
+      experiment="agent-deployment",
+      measure=level_value("agent-deployment", "cloud", rounds=20),
+      bound=m.text(site_task_s("cloud"), "s", "docs/models.md §18")),
+    F("F56", "§12.5.2", "The decision: both sites meet 45 s and the cloud spends less",
+      "the cloud", experiment="agent-deployment", measure=m.decision),
+    F("F57", "§12.5.2", "The cloud meets 45 s from about 3.8 Mbit/s", "3.8 Mbit/s",
+      experiment="agent-deployment", measure=m.deadline_rate,
+      bound=m.text((cloud_deadline_rate_bps() or 0) / MBIT, "Mbit/s", "docs/models.md §18"),
+      departure=Departure("the emulator's rate counts IP bytes: the payload rate is about "
+                          "3.6 % below the link's, which moves a threshold near 3.8 Mbit/s")),
+    _unmeasured("F58", "§12.5.2", "Margins: 13.4 s early at 6.4 Mbit/s, 1.4 s at 4, missing at "
+                "3.5", "43.6 s at 4 Mbit/s", "agent-deployment's full form has levels at 4.0 and "
+                "3.6 Mbit/s, not 3.5; the margins are read from rows F54 and F57",
+                value=43.6, unit="s"),
+    _unmeasured("F59", "§12.5.2", "With the measured 2.83x on both GPUs, the cloud wins above "
+                "about 73 Mbit/s", "73 Mbit/s", "no level scales the sites' model times by the "
+                "measured factor; computed (kind C rows)", value=73.0, unit="Mbit/s"),
+    F("F60", "§12.5.2", "Ten rounds at 6 Mbit/s and ten at 10 against a constant 8 (the same "
+      "mean): the varying uplink is slower", "+1.1 s", value=1.1, unit="s",
+      experiment="agent-rate",
+      measure=level_difference("agent-rate", "6-then-10mbit", "constant-8mbit", rounds=20),
+      bound=m.jensen_bound, tolerance=half_effect(1.1, "1.1 s (28.7 - 27.6 s)")),
+    F("F61", "§12.5.2", "Over a varying uplink the deadline becomes a probability, judged from "
+      "the distribution of upload times (slow rounds come in runs)", "P(T <= 45 s) >= 0.99",
+      experiment="agent-trace", measure=m.deadline_probability,
+      bound=m.fixed("MODELS 13, 14: each run's bound from the rates its trace offered")),
+    _unmeasured("F62", "§12.5.2", "A text agent keeping its state: 66,207 -> 10,193 B up",
+                "1.3 ms at 333 Mbit/s", "no workload replays the text agent's prefixes; "
+                "computed (kind C rows)", value=1.3, unit="ms"),
+    F("F63", "§12.5.2", "A break at round 10, committed progress: meets 45 s", "34.2 s",
+      value=34.2, unit="s", experiment="agent-outage", measure=m.outage_task("committed"),
+      bound=m.runs_bound_of("agent-outage", "committed"), deadline_s=45.0, meets=True,
+      departure=Departure("the loss must be detected here (3 s round timeout, a 3.3 s "
+                          "outage) where the chapter counts a 1 s reconnect", +1)),
+    F("F63", "§12.5.2", "... all ten rounds again: misses 45 s", "48.3 s", value=48.3, unit="s",
+      experiment="agent-outage", measure=m.outage_task("restart"),
+      bound=m.runs_bound_of("agent-outage", "restart"), deadline_s=45.0, meets=False,
+      departure=Departure("an outage here is a blackout the transport rides through: a "
+                          "restart redoes nothing unless the connection breaks", -1)),
+    _unmeasured("F64", "§12.5.2", "Independent attempts: E = C / p", "1.25 C at 80 %",
+                "no level repeats failed tasks as independent attempts yet; computed (kind C "
+                "rows)", value=1.25, unit="C"),
+    _unmeasured("F65", "§12.5.3", "The decision table: cloud at 6.4 Mbit/s, near at 3.5, the "
+                "cloud never below 11.6 s", "the table", "a summary of rows F54, F57, F58 "
+                "and F63: each is judged there"),
+    _unmeasured("F66", "§12.5.4", "A trajectory of 8 s of model and 2 s of the rest: model 10x "
+                "faster gives 2.8 s", "2.8 s", "no level runs a fixed trajectory with a "
+                "model-time factor yet", value=2.8, unit="s"),
 )
 # fmt: on
-"""The findings the testbed measures or recomputes, in the chapter's order (§12.1 the
-cases, §12.3 the transport, §12.4 the radio and the paths, §12.5 the deployment)."""
+"""The measured rows (kind M), one or more a finding, in the chapter's order."""
 
-UNRECOMPUTED = (
-    ("§12.1.5", "Device bandwidth and capacity bounds", "(several)"),
-    ("§12.2.2", "The features sent instead of the image", "8.192 MB"),
-    ("§12.2.3", "The migration's break-even", "(a number of requests)"),
-    ("§12.2.4", "Model start-ups", "144"),
-    ("§12.5.2", "The factor between the sites", "2.83x"),
-    ("§12.5.2", "The uplink rate where the sites cross", "73 Mbit/s"),
+# fmt: off
+TESTBED_QUESTIONS: tuple[Finding, ...] = (
+    F("T1", "§12.1.2", "Delay jitter (±30 ms on 200 ms): the smallest initial buffer that plays "
+      "through", "–", experiment="playback", measure=m.playback_jitter,
+      bound=m.fixed("MODELS 3 on each run's arrivals (playback.csv: predicted stalls)")),
+    F("T2", "§12.1.2", "A recorded downlink whose capacity dips below the stream's rate, "
+      "against a constant link of the same mean (MODELS 14)", "–", experiment="playback-trace",
+      measure=m.playback_trace,
+      bound=m.fixed("MODELS 3 on the arrivals the trace allowed (playback.csv)")),
+    F("T3", "§12.3.1", "The request over HTTP/3 on two QUIC implementations with one congestion "
+      "control (what differs between them is the implementation, not HTTP/3)", "–",
+      experiment="h3-stacks", measure=m.quic_implementations,
+      bound=m.runs_bound_of("h3-stacks", "h2-cubic", "ms")),
+    F("T4", "§12.3.3", "Pacing the sender at the path rate", "–", experiment="pacing",
+      measure=level_difference("pacing", "paced", "unpaced", unit="ms"),
+      bound=m.runs_bound_of("pacing", "paced", "ms")),
+    F("T5", "§12.3.3", "The request beside bulk flows on the bottleneck (MODELS 15)", "–",
+      experiment="cross", measure=m.beside_bulk_flows,
+      bound=m.runs_bound_of("cross", "alone", "ms")),
+    F("T6", "§12.3.3", "cubic on a new connection at 14 % (what a loss-based sender does on "
+      "the chapter's path)", "–", experiment="loss", measure=level_value("loss", "l14"),
+      bound=m.text(bounds.retransmission_time_s(m.voice_s(), R, m.audio_packets(), 0.14), "s",
+                   "MODELS 9, ideal selective repeat")),
 )
-"""Findings of the chapter that are computations whose inputs are not in MODELS.md or the
-project's records: rows of the report (so that it covers the chapter), not recomputed."""
+# fmt: on
+"""Questions the testbed asks beside the chapter's: measured, reported apart."""
 
-NOT_RECOMPUTED = m.fixed("not recomputed: its inputs are not in MODELS.md")
+_MC = {11, 20, 23, 24, 33, 34, 35, 43, 45, 51, 59, 62, 64}
+_C = {12, 13, 14, 15, 16, 17, 18, 19, 21, 22, 55}
+INDEX_KINDS = {f"F{n}": "M/C" if n in _MC else "C" if n in _C else "M" for n in range(1, 67)}
+"""Every ID of the chapter's index of findings (F1-F66) and its kind there: M moves bytes,
+C is arithmetic, M/C both (a measured row and computed rows)."""
+FINDINGS_IDS = tuple(INDEX_KINDS)
 
 
-def all_findings() -> tuple[Finding, ...]:
-    """Every row of the reproduction report, in the chapter's order."""
-    extra = tuple(
-        Finding(section=section, finding=text, chapter=chapter, bound=NOT_RECOMPUTED)
-        for section, text, chapter in UNRECOMPUTED
-    )
-    return tuple(sorted(FINDINGS + extra, key=lambda f: _section_key(f.section)))
+def id_number(id_: str) -> int:
+    return int(id_.lstrip("FT"))
 
 
 def _section_key(section: str) -> tuple[int, ...]:
     return tuple(int(part) for part in section.lstrip("§").split("."))
 
 
-CHAPTER_ORDER = tuple(dict.fromkeys(f.experiment for f in FINDINGS if f.experiment))
+def computed_findings() -> tuple[Finding, ...]:
+    """The computations (kind C) as findings of the report, judged on their figure."""
+    return tuple(
+        Finding(
+            id=c.id,
+            section=c.section,
+            finding=c.finding,
+            chapter=c.chapter,
+            value=c.value,
+            unit=c.unit,
+            kind="C",
+            bound=m.fixed(f"{c.compute():.6g} {c.unit} ({c.source})"),
+        )
+        for c in COMPUTATIONS
+    )
+
+
+def all_findings() -> tuple[Finding, ...]:
+    """Every row of the reproduction report in the chapter's order: by finding, its
+    measured rows before its computed ones."""
+    rows = FINDINGS + computed_findings()
+    return tuple(sorted(rows, key=lambda f: (id_number(f.id), f.kind != "M")))
+
+
+CHAPTER_ORDER = tuple(
+    dict.fromkeys(
+        f.experiment
+        for f in sorted(FINDINGS + TESTBED_QUESTIONS, key=lambda f: _section_key(f.section))
+        if f.experiment
+    )
+)
 """The experiments of ``testbed campaign --chapter``, each at the first section it
 reproduces."""

@@ -1,4 +1,4 @@
-"""The FEC section of a report (issue 12): completion quantiles per level beside MODELS.md
+"""The FEC section of a report (issue 12): completion quantiles per level beside docs/models.md
 section 9 (retransmission rounds) and section 10 (the FEC bound), the repair symbols sent
 against the binomial requirement at the realised loss, extra rounds and decode failures,
 and the completion-time distribution per level on a log axis.
@@ -29,7 +29,7 @@ QUANTILES = (0.5, 0.9, 0.99)
 DEFAULT_SETTINGS = Settings()
 """The workloads' sizes and processing at the knobs' defaults (the frame has no settings)."""
 FEC_TARGET = 0.999
-"""MODELS.md section 10's target, for the path's own FEC bound (the runs' is in bound_s)."""
+"""docs/models.md section 10's target, for the path's own FEC bound (the runs' is in bound_s)."""
 
 
 def _measured(frame: pd.DataFrame, level: str) -> pd.DataFrame:
@@ -173,7 +173,7 @@ def fec_section(
         return []
     plot_distribution(frame, levels, plots_dir / "completion_cdf.png")
     lines = [
-        "## FEC against retransmission (MODELS.md sections 9 and 10)",
+        "## FEC against retransmission (docs/models.md sections 9 and 10)",
         "",
         "Quantiles and counts over the valid runs of each level (attempts made, valid ones "
         "in brackets; a level with no valid run shows every attempt and says so): an attempt "

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from harness.analysis.levels import analysable
-from tbcore.stats import median_ci, median_difference_ci
+from tbcore.stats import MIN_RUNS_MEDIAN_CI, median_ci_order, median_difference_ci
 
 UNIT_SCALE = {
     "s": 1.0,
@@ -30,6 +30,7 @@ UNIT_SCALE = {
     "J": 1.0,
     "MB": 1e-6,
     "rounds": 1.0,
+    "symbols": 1.0,
     "": 1.0,
 }
 """SI (s, bit/s, J, bytes) to each unit a finding is stated in."""
@@ -48,9 +49,15 @@ class Measured:
     ok: bool | None = None
     """For an order or a sign: whether the chapter's held."""
     runs: int = 0
-    """Valid runs it rests on."""
+    """Valid runs it rests on: per arm (the smaller arm's) for a difference or an order."""
     reason: str = ""
     """What the data says about a difference (used when the finding names none)."""
+    low: float = math.nan
+    high: float = math.nan
+    """The 95 % interval of ``value`` (NaN: too few runs for one)."""
+    scaled: str = ""
+    """Non-empty when ``value`` was scaled from fewer rounds than the chapter's task (a quick
+    form): the value is indicative and judged inconclusive."""
 
 
 def fmt(value: float | None, unit: str) -> str:
@@ -69,6 +76,8 @@ class Results:
         self.dirs = {name: Path(path) for name, path in dirs.items()}
         self.errors = dict(errors or {})
         """Why an experiment of the campaign has no result (it failed, was interrupted)."""
+        self.unreadable: dict[str, str] = {}
+        """Why an experiment's runs could not be read (the report's summary shows it)."""
         self._frames: dict[str, pd.DataFrame] = {}
 
     def path(self, experiment: str) -> Path:
@@ -81,7 +90,7 @@ class Results:
         if experiment not in self._frames:
             from harness.store.resultdir import ResultDir
 
-            self._frames[experiment] = ResultDir.open(self.path(experiment)).frame()
+            self._frames[experiment] = ResultDir.open(self.path(experiment)).table_frame()
         return self._frames[experiment]
 
     def runs(self, experiment: str, level: str) -> pd.DataFrame:
@@ -140,7 +149,7 @@ def _per_task(runs: pd.DataFrame, rounds: int | None) -> tuple[pd.Series, str]:
         return pd.Series(1.0, index=runs.index), ""
     done = _column(runs, "agent_rounds_done").reindex(runs.index)
     factor = rounds / done
-    note = "" if (factor == 1).all() else f", scaled from {int(done.median())} to {rounds} rounds"
+    note = "" if (factor == 1).all() else f"scaled from {int(done.median())} to {rounds} rounds"
     return factor, note
 
 
@@ -154,11 +163,12 @@ def level_value(
         factor, note = _per_task(runs, rounds)
         values = _column(runs, column) * factor.reindex(_column(runs, column).index)
         values *= UNIT_SCALE[unit]
-        low, high = median_ci(values.tolist())
+        low, high = median_ci_order(values.tolist())
         median = float(values.median())
         interval = f", 95 % CI {fmt(low, unit)} to {fmt(high, unit)}" if math.isfinite(low) else ""
-        text = f"{fmt(median, unit)} ({experiment}/{level}{interval}, {len(values)} valid{note})"
-        return Measured(text, median, runs=len(values))
+        extra = f", {note}" if note else ""
+        text = f"{fmt(median, unit)} ({experiment}/{level}{interval}, {len(values)} valid{extra})"
+        return Measured(text, median, runs=len(values), low=low, high=high, scaled=note)
 
     return reads(experiment, level)(measure)
 
@@ -182,12 +192,16 @@ def level_difference(
             values = _column(runs, column)
             sides.append((values * factor.reindex(values.index) * UNIT_SCALE[unit]).tolist())
         point, low, high = median_difference_ci(sides[0], sides[1])
+        arm = min(len(sides[0]), len(sides[1]))
+        if arm < MIN_RUNS_MEDIAN_CI:  # a bootstrap of 2 or 3 values is no interval
+            low = high = math.nan
         interval = f", 95 % CI {fmt(low, unit)} to {fmt(high, unit)}" if math.isfinite(low) else ""
+        extra = f", {notes}" if notes else ""
         text = (
             f"{fmt(point, unit)} ({experiment}: {level} - {baseline}{interval}, "
-            f"{len(sides[1])} + {len(sides[0])} valid{notes})"
+            f"{len(sides[1])} + {len(sides[0])} valid{extra})"
         )
-        return Measured(text, point, runs=len(sides[0]) + len(sides[1]))
+        return Measured(text, point, runs=arm, low=low, high=high, scaled=notes)
 
     return reads(experiment, level, baseline)(measure)
 

@@ -12,7 +12,7 @@ beside ``runs.csv``, whichever of these have rows:
 - ``cancel.csv``: per cancelled stream, when the server learned, stopped producing and
   sending, bytes after the cancel, and the bound (one-way delay + one chunk);
 - ``overhead.csv``: per data direction of HTTP/2 image runs, packets, ACKs and bytes on the
-  wire next to MODELS.md section 7.
+  wire next to docs/models.md section 7.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
 
 
 def _counts_overhead(protocol: str, workload: str) -> bool:
-    """Whether the overhead table counts this run: an upload over TCP (MODELS.md section 7
+    """Whether the overhead table counts this run: an upload over TCP (docs/models.md section 7
     counts TCP segments and ACKs in the client's capture)."""
     try:
         return kinds.protocol(protocol).transport == "tcp" and "overhead" in kinds.traits_of(
@@ -315,7 +315,7 @@ def _within_bound(group: pd.DataFrame) -> str:
 
 
 _STREAMS = _GroupedSection(
-    title="## Streams on one connection (MODELS.md section 11)",
+    title="## Streams on one connection (docs/models.md section 11)",
     text="Medians over runs; ms from the request start. *arrived*: every body byte in the "
     "receiver's transport (qlog for HTTP/3, the decrypted capture for HTTP/2); "
     "*in order*: every transport byte up to the stream's last had arrived (one TCP byte "
@@ -354,7 +354,7 @@ _CHUNKS = _GroupedSection(
     ),
 )
 _PLAYBACK = _GroupedSection(
-    title="## Playback (MODELS.md sections 2-3)",
+    title="## Playback (docs/models.md sections 2-3)",
     text="Measured: read times through the player that waits for a missing chunk; stalls are "
     "WebRTC's concealment events, stall time its concealed duration. Predicted: the chunk "
     "pipeline from the link parameters alone (on a traced downlink, each chunk through the "
@@ -393,7 +393,7 @@ _CANCEL = _GroupedSection(
     ),
 )
 _OVERHEAD = _GroupedSection(
-    title="## Header and ACK overhead (MODELS.md section 7)",
+    title="## Header and ACK overhead (docs/models.md section 7)",
     text="Per data direction: data packets and the pure ACKs the other end sent for them, from "
     "the capture, next to the model (P = the MSS, H = A = 52 bytes as Linux sends them; an ACK "
     "per packet with quickack, per two otherwise) and to the chapter's example sizes for the "
@@ -474,7 +474,7 @@ SECTIONS: dict[str, Callable[[pd.DataFrame], list[str]]] = {
 
 
 def tiles_section(runs: pd.DataFrame) -> list[str]:
-    """Whole vs tiled image next to the pipeline bound (MODELS.md section 2)."""
+    """Whole vs tiled image next to the pipeline bound (docs/models.md section 2)."""
     rows = []
     images = runs[runs["workload"].map(_image_upload)]
     for level, attempts in images.groupby("level"):
@@ -488,7 +488,7 @@ def tiles_section(runs: pd.DataFrame) -> list[str]:
         shown = _ms(bound) if bound is not None else "– (no wired rate on the link)"
         rows.append([str(level), workload, str(used), _ms(total.median()), shown, _ms(chapter)])
     return _section(
-        "## Tiles vs the whole image (MODELS.md section 2)",
+        "## Tiles vs the whole image (docs/models.md section 2)",
         [],
         "Request time (from the connect on a new connection), median of the valid runs (of "
         "every attempt where *runs* is 0: none was valid); the bound is the pipeline of "

@@ -1,7 +1,7 @@
 """The report's sections for links that vary (issue 28): a task's deadline over a traced
 uplink (T's distribution, P(T <= D) with its interval, the bound per run from the trace's
 rates), whether slow rounds come in runs, where each run started in its trace, and a request
-beside competing traffic (MODELS.md sections 13 to 15). Each section appears only when its
+beside competing traffic (docs/models.md sections 13 to 15). Each section appears only when its
 columns or tables are there; none raises on a partial result (a section it cannot compute
 says why in one line)."""
 
@@ -68,7 +68,7 @@ def deadline_lines(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
             ]
         )
     return [
-        "## The deadline over a link that varies (MODELS.md sections 13 and 14)",
+        "## The deadline over a link that varies (docs/models.md sections 13 and 14)",
         "",
         "T: the task's time (s) over the level's valid runs, min / p10 / median / p90 / max; "
         "P(T <= D) with its exact (Clopper-Pearson) 95 % interval: with n runs and none "
@@ -216,7 +216,7 @@ def competition_lines(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
         for r in results
     ]
     return [
-        "## Beside competing traffic (MODELS.md section 15)",
+        "## Beside competing traffic (docs/models.md section 15)",
         "",
         "Medians over the valid runs, times in ms. slowdown: the level's median over the "
         "median of the levels without competitors. bound: the strict bound of the path "

@@ -70,17 +70,21 @@ def chapter_order() -> tuple[str, ...]:
 class CampaignSummary:
     index_path: Path
     entries: list[dict[str, Any]] = field(default_factory=list)
+    report_errors: list[str] = field(default_factory=list)
+    """The reproduction report's error rows (a measure that raised), or why it was not
+    written: either fails the campaign."""
 
     @property
     def ok(self) -> bool:
-        """Every experiment finished and every level of each has a valid measured run."""
-        return all(
+        """Every experiment finished, every level of each has a valid measured run, and the
+        reproduction report has no error row."""
+        return not self.report_errors and all(
             e.get("status") == "finished" and not e.get("levels_without_valid")
             for e in self.entries
         )
 
     def lines(self) -> list[str]:
-        out = []
+        out = [f"reproduction report: error row {e}" for e in self.report_errors]
         for e in self.entries:
             extra = f" ({e['error']})" if e.get("error") else ""
             runs, invalid = e.get("runs", 0), e.get("invalid", 0)
@@ -235,7 +239,17 @@ def run_campaign(
     atomic_write_json(index_path, index)
     index.update(reproduction_report(index_path.parent))
     atomic_write_json(index_path, index)
-    return CampaignSummary(index_path=index_path, entries=index["entries"])
+    return CampaignSummary(
+        index_path=index_path, entries=index["entries"], report_errors=report_errors_of(index)
+    )
+
+
+def report_errors_of(index: dict[str, Any]) -> list[str]:
+    """What keeps the campaign's reproduction report from being whole: its error rows, or
+    why it was not written at all (only a chapter campaign must have one)."""
+    if index.get("reproduction_error"):
+        return [f"report not written: {index['reproduction_error']}"]
+    return [str(e) for e in index.get("reproduction_errors") or []]
 
 
 def reproduction_report(directory: Path) -> dict[str, Any]:
@@ -248,7 +262,10 @@ def reproduction_report(directory: Path) -> dict[str, Any]:
     try:
         written = reproduction.write_reproduction(directory)
         out["reproduction"] = {k: str(v) for k, v in written.items()}
-    except Exception as err:
+        out["reproduction_errors"] = [
+            f"{r.get('id')}: {r.get('reason')}" for r in reproduction.error_rows(directory)
+        ]
+    except Exception as err:  # recorded in the index; the campaign then fails (report_errors)
         out["reproduction_error"] = f"{type(err).__name__}: {err}"[:300]
         return out
     try:

@@ -236,6 +236,24 @@ class ResultDir:
     def frame(self) -> pd.DataFrame:
         return rows_frame(self.rows())
 
+    def table_frame(self) -> pd.DataFrame:
+        """The runs as runs.csv has them (the table users read, edit and share) where it
+        parses and names the runs that have rows; else the rows themselves. A report rebuilt
+        from a directory follows this table."""
+        table = self.path / "runs.csv"
+        rows = self.rows()
+        if not table.is_file() or table.stat().st_size > MAX_TABLE_BYTES:
+            return rows_frame(rows)
+        try:
+            frame = pd.read_csv(table)
+        except (ValueError, UnicodeDecodeError, pd.errors.ParserError):
+            return rows_frame(rows)
+        if "run_id" not in frame or sorted(frame["run_id"].astype(str)) != sorted(
+            r["run_id"] for r in rows
+        ):
+            return rows_frame(rows)
+        return frame
+
     def write_tables(self) -> pd.DataFrame:
         """runs.csv and runs.parquet: every row, with the columns its experiment's kinds of
         run fill (the manifest's ``column_groups``; all of them when it names none)."""
@@ -282,6 +300,8 @@ class ResultDir:
         return self.path / "plots"
 
 
+MAX_TABLE_BYTES = 256 << 20
+"""A runs.csv above 256 MiB is not read as the table (the rows are)."""
 MAX_JSON_BYTES = 64 << 20
 """A manifest or a row above 64 MiB is refused unread (a manifest is a few kB)."""
 LAYOUT = (("runs", "directory"), (MANIFEST, "file"), ("report.md", "file"), ("plots", "directory"))

@@ -20,7 +20,7 @@ The pipeline of one packet of ``size`` bytes arriving at ``t``:
    of the queue and of the bottleneck: the loss sits on the path after the bottleneck, as
    the issue orders the stages (queue, then delay, then loss) and as the reference path
    was measured (independent loss at every offered rate below the knee; the delivered
-   goodput of a saturated link is ``(1 - p) * rate``, MODELS.md section 8). netem decides
+   goodput of a saturated link is ``(1 - p) * rate``, docs/models.md section 8). netem decides
    loss at enqueue instead (a lost packet takes no queue space and no rate) and
    Mahimahi's ``mm-loss`` shell drops before the ``mm-link`` queue when nested outside it;
    both under-load the bottleneck by the loss rate.

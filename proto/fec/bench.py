@@ -26,7 +26,7 @@ from proto.fec.loss import LossReport, Redundancy
 from tbcore import workloads
 
 PATH_RATE_BPS = 333e6
-"""The chapter's path (MODELS.md section 10's worked example)."""
+"""The chapter's path (docs/models.md section 10's worked example)."""
 BENCH_LOSS = 0.14
 
 

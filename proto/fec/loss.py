@@ -4,7 +4,7 @@
 numbers arrived; its estimate (mean loss and P(lost | previous lost)) travels back in every
 FEEDBACK. :class:`Redundancy` turns the latest estimate into a repair count per block:
 
-- ``"adaptive"``: MODELS.md section 10's binomial at ``target`` for independent loss; when
+- ``"adaptive"``: docs/models.md section 10's binomial at ``target`` for independent loss; when
   the window shows bursts (loss after loss clearly more likely than loss, see
   :data:`BURST_Z`), the two-state Markov count of :mod:`tbcore.fecmath` (the burst-aware
   variant for Gilbert-Elliott channels). RaptorQ wants :data:`RAPTORQ_OVERHEAD_SYMBOLS`
@@ -31,7 +31,7 @@ BURST_Z = 3.0
 """Losses count as bursty when the number of loss-after-loss pairs exceeds its expectation
 under independence by this many standard deviations."""
 DEFAULT_TARGET = 0.999
-"""MODELS.md section 10's success target per transfer."""
+"""docs/models.md section 10's success target per transfer."""
 MAX_REDUNDANCY_FRACTION = 4.0
 MAX_REDUNDANCY_EXTRA_SYMBOLS = 64
 """Cap on r: ``4 k + 64``. A loss estimate near 1 must not make a sender flood (at p = 0.8
