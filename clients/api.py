@@ -149,6 +149,10 @@ class _Run:
         use_ticket = config.settings.resume or config.settings.connection == "0rtt"
         ticket = self.ticket if use_ticket else None
         self.offered = ticket is not None
+        if ticket is not None:
+            # a ticket is single use (RFC 8446 section 8.1, and the server keeps none it took):
+            # once offered it is spent, and only a ticket the server sends later is offered next
+            self.ticket = None
         return await h3client.open_connection(config, ticket, early=early, keylog=self.keylog)
 
     def stamp_connection(self, record: RequestRecord, conn: Any) -> None:

@@ -44,7 +44,7 @@ class Series:
 def _windows(period_s: float, window_s: float) -> np.ndarray:
     if not math.isfinite(window_s) or window_s <= 0:
         raise SpecError("window", f"must be > 0 s, got {window_s!r}")
-    count = math.ceil(round(period_s / window_s, 9))
+    count = max(1, math.ceil(round(period_s / window_s, 9)))  # a period shorter than a window: one
     if count > MAX_SAMPLES:
         raise SpecError("window", f"{window_s:g} s makes {count} windows: more than 10 million")
     return np.arange(count) * window_s

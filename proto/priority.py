@@ -117,6 +117,11 @@ def order(policy: str, streams: Sequence[StreamState]) -> list[int]:
     return [s.stream_id for s in sorted(streams, key=key)]
 
 
+MAX_PENDING_PRIORITIES = 64
+"""PRIORITY_UPDATEs kept for streams not yet opened (a client may send one just before its
+request; no workload has more than a few requests in flight)."""
+
+
 class Scheduler:
     """Per-connection bookkeeping for :func:`order`: arrival ranks and priorities."""
 
@@ -134,9 +139,18 @@ class Scheduler:
         if priority is not None:
             self._priority[stream_id] = priority
 
-    def update(self, stream_id: int, priority: Priority) -> None:
-        """A PRIORITY_UPDATE: takes effect for the next decision (RFC 9218 section 7)."""
+    def update(self, stream_id: int, priority: Priority) -> bool:
+        """A PRIORITY_UPDATE: takes effect for the next decision (RFC 9218 section 7). One for
+        a stream not yet opened is kept only while fewer than
+        :data:`MAX_PENDING_PRIORITIES` are (RFC 9218 section 7 lets a server bound what it
+        buffers), so a peer naming every stream id cannot grow the table; returns whether it
+        was kept."""
+        if stream_id not in self._arrival and stream_id not in self._priority:
+            pending = len(self._priority) - sum(1 for s in self._priority if s in self._arrival)
+            if pending >= MAX_PENDING_PRIORITIES:
+                return False
         self._priority[stream_id] = priority
+        return True
 
     def priority(self, stream_id: int) -> Priority:
         return self._priority.get(stream_id, Priority())

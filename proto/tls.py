@@ -16,6 +16,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from tbcore.errors import SpecError
+from tbcore.paths import read_regular_file
 from tbcore.workloads import cache_dir
 
 CERT_NAME = "testbed.local"
@@ -42,6 +44,7 @@ def ensure_certificate(cert_dir: Path | None = None) -> CertPaths:
     directory = cert_dir or default_cert_dir()
     paths = CertPaths(directory / "cert.pem", directory / "key.pem")
     if paths.cert.exists() and paths.key.exists():
+        check_certificate(paths)
         return paths
     directory.mkdir(parents=True, exist_ok=True)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -74,6 +77,26 @@ def ensure_certificate(cert_dir: Path | None = None) -> CertPaths:
             handle.write(data)
         os.replace(tmp, path)
     return paths
+
+
+MAX_PEM_BYTES = 1 << 20
+"""A certificate chain or key file above 1 MiB is refused unread (a chain is a few kB)."""
+
+
+def check_certificate(paths: CertPaths) -> None:
+    """The certificate and key files are regular files of bounded size holding a PEM
+    certificate and a PEM private key; anything else (a FIFO, garbage) is one
+    :class:`SpecError` line naming ``cert-dir``, never a hang or an ssl traceback."""
+    cert = read_regular_file(paths.cert, "cert-dir", MAX_PEM_BYTES)
+    key = read_regular_file(paths.key, "cert-dir", MAX_PEM_BYTES)
+    try:
+        x509.load_pem_x509_certificate(cert)
+    except ValueError as err:
+        raise SpecError("cert-dir", f"{paths.cert}: not a PEM certificate ({err})") from None
+    try:
+        serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as err:
+        raise SpecError("cert-dir", f"{paths.key}: not a PEM private key ({err})") from None
 
 
 def server_context(paths: CertPaths, keylog: Path | None = None) -> ssl.SSLContext:

@@ -20,8 +20,10 @@ import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
+import h2.stream
+import hyperframe.frame
 
-from proto.http2 import WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
+from proto.http2 import H2_MAX_FRAME_BYTES, WRITE_BUFFER_HIGH_BYTES, queue_data, start_connection
 from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H2
 from proto.sockopts import (
     apply_tcp_options,
@@ -38,6 +40,7 @@ from servers.guard import (
     Admission,
     H2AbuseGuard,
     H2Limits,
+    H2WireScanner,
     HeadDeadline,
     SourceRateLimiter,
 )
@@ -76,6 +79,7 @@ class GuardedH2Connection(h2.connection.H2Connection):
     on_closed_stream_data: Any = None
     on_frame_received: Any = None
     on_frames_sent: Any = None
+    on_stream_error: Any = None
 
     def _handle_data_on_closed_stream(self, events: Any, exc: Any, frame: Any) -> Any:
         if self.on_closed_stream_data is not None:
@@ -91,6 +95,60 @@ class GuardedH2Connection(h2.connection.H2Connection):
         if self.on_frames_sent is not None and frames:
             self.on_frames_sent(frames)
         super()._prepare_for_sending(frames)
+
+    def _receive_headers_frame(self, frame: Any) -> Any:
+        """RFC 9113 section 5.4: a stream's offence resets that stream, the connection goes
+        on. A stream over SETTINGS_MAX_CONCURRENT_STREAMS is refused (REFUSED_STREAM, section
+        5.1.2) after its header block is decoded, as HPACK's state must be (section 4.3); a
+        new stream whose head breaks section 8.2 (an uppercase name, a connection-specific
+        field) is reset with PROTOCOL_ERROR. A header block that does not decode stays a
+        connection error (COMPRESSION_ERROR)."""
+        existed = frame.stream_id in self.streams
+        try:
+            return super()._receive_headers_frame(frame)
+        except h2.exceptions.TooManyStreamsError:
+            h2.connection._decode_headers(self.decoder, frame.data)
+            self.highest_inbound_stream_id = max(self.highest_inbound_stream_id, frame.stream_id)
+            return [self._reset_frame(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)], []
+        except h2.exceptions.ProtocolError as err:
+            stream = self.streams.get(frame.stream_id)
+            if (
+                existed
+                or stream is None
+                or err.error_code == h2.errors.ErrorCodes.COMPRESSION_ERROR
+            ):
+                raise
+            if self.on_stream_error is not None:
+                self.on_stream_error(frame.stream_id, str(err))
+            stream.state_machine.process_input(h2.stream.StreamInputs.SEND_RST_STREAM)
+            return [self._reset_frame(frame.stream_id, h2.errors.ErrorCodes.PROTOCOL_ERROR)], []
+
+    @staticmethod
+    def _reset_frame(stream_id: int, code: Any) -> Any:
+        frame = hyperframe.frame.RstStreamFrame(stream_id)
+        frame.error_code = code
+        return frame
+
+    def _acknowledge_settings(self) -> Any:
+        """The peer's SETTINGS_HEADER_TABLE_SIZE is the most our encoder may use, not what it
+        must (RFC 7541 section 4.2): the table stays at :data:`MAX_ENCODER_TABLE_BYTES`, as
+        nginx and h2o keep theirs, so a client cannot make every response's lookup scan a
+        table of 2^32 - 1 bytes."""
+        frames = super()._acknowledge_settings()
+        if self.encoder.header_table_size > MAX_ENCODER_TABLE_BYTES:
+            self.encoder.header_table_size = MAX_ENCODER_TABLE_BYTES
+        return frames
+
+    def release(self) -> None:
+        """Drop the callbacks into the protocol object (bound methods): without them the
+        connection and its protocol are no cycle and go with their last reference."""
+        self.on_closed_stream_data = self.on_frame_received = self.on_frames_sent = None
+        self.on_stream_error = None
+
+
+MAX_ENCODER_TABLE_BYTES = 4096
+"""RFC 7541 section 6.5.2: SETTINGS_HEADER_TABLE_SIZE's initial value, the size our HPACK
+encoder keeps whatever larger size a client allows."""
 
 
 class _Condemned(Exception):
@@ -164,7 +222,9 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         self.h2.on_closed_stream_data = self._on_closed_stream_data
         self.h2.on_frame_received = self._on_frame_received
         self.h2.on_frames_sent = self._on_frames_sent
+        self.h2.on_stream_error = self._on_stream_error
         self.guard = H2AbuseGuard(H2Limits(), ctx.config.settings.h2_window_bytes)
+        self.scanner = H2WireScanner(H2_MAX_FRAME_BYTES, head_timeout_s=ctx.config.head_timeout_s)
         self._verdict: str | None = None
         """An abuse verdict reached while h2 queued frames, acted on after the parse."""
         self.head_deadline = HeadDeadline(ctx.config.head_timeout_s)
@@ -230,6 +290,13 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         if self.ctx.config.settings.quickack and self.sock is not None:
             rearm_quickack(self.sock)
         hold_window_clamp(self.sock, self.ctx.config.settings.window_clamp_bytes)
+        if self._abuse is not None or self._closed:
+            return
+        reason = self.scanner.feed(data, now)
+        if reason is not None:
+            return self._condemn(reason, now)
+        if self.scanner.protocol_error is not None:
+            return self._frame_size_error(now, self.scanner.protocol_error)
         view = memoryview(data)
         for offset in range(0, len(view), FEED_SLICE_BYTES):
             if self._abuse is not None or self._closed:
@@ -265,9 +332,10 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     def _update_head_deadline(self, now: float) -> None:
         deadline = self.head_deadline
         deadline.update(self._partial_head(), now)
-        due = deadline.due_at()
-        if due is None or self._head_handle is not None:
+        dues = [d for d in (deadline.due_at(), self.scanner.partial_due_at()) if d is not None]
+        if not dues or self._head_handle is not None:
             return
+        due = min(dues)
         loop = asyncio.get_running_loop()
         self._head_handle = loop.call_at(
             loop.time() + (due - now) + 0.001, self._check_head_deadline
@@ -278,10 +346,17 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         if self._closed:
             return
         now = time.monotonic()
+        frame_due = self.scanner.partial_due_at()
         if self.head_deadline.expired(now):
             self._condemn(
                 f"request head not complete {self.head_deadline.timeout_s:g} s after its "
                 "first byte (slowloris)",
+                now,
+            )
+        elif frame_due is not None and now > frame_due:
+            self._condemn(
+                f"a frame still partial at {self.scanner.min_rate_Bps:g} B/s after the head "
+                "deadline (a trickled frame)",
                 now,
             )
         else:
@@ -302,6 +377,9 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             reason = self.guard.on_frame_sent(frame.type, _flag_bits(frame), now)
             if reason is not None and self._verdict is None:
                 self._verdict = reason
+
+    def _on_stream_error(self, stream_id: int, reason: str) -> None:
+        self._log("error", stream=stream_id, reason=f"stream reset: {reason}"[:300])
 
     def _on_closed_stream_data(self, stream_id: int, size_bytes: int) -> None:
         if self._abuse is None:
@@ -354,6 +432,8 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         if self._pump is not None:
             self._pump.cancel()
         self._log("connection_closed", now=now, reason=str(exc) if exc else self._goaway)
+        self.h2.release()
+        self.on_abuse = None
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -590,6 +670,17 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             )
             return self._finish_protocol_error()
         self._truncate_open(now, f"protocol error: {type(err).__name__}")
+        self._finish_protocol_error()
+
+    def _frame_size_error(self, now: float, reason: str) -> None:
+        """A frame longer than we allow, refused at its header (before h2 would buffer it):
+        GOAWAY(FRAME_SIZE_ERROR) and close, as a protocol error, not an abuse verdict."""
+        self._log("error", now=now, reason=f"protocol error, closing: {reason}"[:300])
+        self._truncate_open(now, "protocol error: frame size")
+        try:
+            self.h2.close_connection(error_code=h2.errors.ErrorCodes.FRAME_SIZE_ERROR)
+        except h2.exceptions.ProtocolError:
+            pass
         self._finish_protocol_error()
 
     def _finish_protocol_error(self) -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from aioquic.buffer import Buffer, BufferReadError
+from aioquic.buffer import Buffer
 from aioquic.h3.connection import ErrorCode as H3ErrorCode
 from aioquic.h3.connection import H3Connection
 from aioquic.h3.events import DataReceived, H3Event, HeadersReceived
@@ -29,7 +29,7 @@ from aioquic.quic.packet import (
 )
 from aioquic.quic.retry import QuicRetryTokenHandler
 
-from proto.priority import POLICY_NONE, PRIORITY_UPDATE_H3
+from proto.priority import POLICY_NONE
 from proto.quic.adapter import is_first_flight, stream_fully_sent
 from proto.quic.edge import (
     WatchedProtocol,
@@ -43,17 +43,19 @@ from proto.tls import ensure_certificate
 from servers import app
 from servers.context import ServerContext
 from servers.guard import Admission, RetryPolicy, SourceRateLimiter
+from servers.h3scan import H3StreamScanner
 from servers.session import ExchangeStreams
+from tbcore.bounded import BoundedStore
 
 PROTO = "h3"
-CLIENT_UNI_STREAM = 2
-"""RFC 9000 section 2.1: stream ids with low bits 0b10 are client-initiated unidirectional."""
-H3_CONTROL_STREAM_TYPE = 0x00
-"""RFC 9114 section 6.2.1."""
 QUIC_LONG_HEADER_BIT = 0x80
 """RFC 9000 section 17.2: the first bit of a long-header packet."""
 MAX_GARBAGE_LOG_LINES = 100
 """Garbage datagrams are counted; only the first ones get a log line each."""
+MAX_TICKETS = 4096
+"""Session tickets kept (a ticket is a few hundred bytes): the oldest go first."""
+MAX_TICKET_AGE_S = 3600.0
+"""A ticket older than an hour is forgotten (its client makes a full handshake)."""
 RETRY_CID_BYTES = 8
 """The Retry's source connection ID (aioquic's own length for the IDs it chooses)."""
 
@@ -203,48 +205,35 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
 
 
 class PriorityH3Connection(H3Connection):
-    """aioquic's H3Connection, also reading RFC 9218 PRIORITY_UPDATE frames from the peer's
-    control stream (aioquic discards control frames other than SETTINGS and MAX_PUSH_ID
-    unseen, so the control stream's bytes are parsed here a second time)."""
+    """aioquic's H3Connection behind a scanner of the client's streams
+    (:class:`servers.h3scan.H3StreamScanner`): RFC 9218 PRIORITY_UPDATE frames are read from
+    the control stream as they arrive (aioquic discards control frames other than SETTINGS
+    and MAX_PUSH_ID unseen), and a frame longer than its type allows closes the connection
+    with H3_EXCESSIVE_LOAD before aioquic buffers it."""
 
     def __init__(self, quic: Any, *, on_priority_update: Callable[[int, bytes], None]) -> None:
         super().__init__(quic)
         self._on_priority_update = on_priority_update
-        self._uni_buffers: dict[int, bytearray] = {}
-        self._not_control: set[int] = set()
+        self.scanner = H3StreamScanner()
+        self.refused: str | None = None
+        """Why the connection was closed for a frame, once it was."""
 
     def handle_event(self, event: qevents.QuicEvent) -> list[H3Event]:
-        if (
-            isinstance(event, qevents.StreamDataReceived)
-            and event.stream_id % 4 == CLIENT_UNI_STREAM
-            and event.stream_id not in self._not_control
-        ):
-            self._read_control(event.stream_id, event.data)
+        if self.refused is not None:
+            return []
+        if isinstance(event, qevents.StreamDataReceived):
+            scan = self.scanner.feed(event.stream_id, event.data, event.end_stream)
+            for element, value in scan.priority_updates:
+                self._on_priority_update(element, value)
+            if scan.verdict is not None:
+                self.refused = scan.verdict.reason
+                self._quic.close(
+                    error_code=scan.verdict.error_code, reason_phrase=scan.verdict.reason
+                )
+                return []
+        elif isinstance(event, qevents.StreamReset):
+            self.scanner.forget(event.stream_id)
         return super().handle_event(event)
-
-    def _read_control(self, stream_id: int, data: bytes) -> None:
-        buf = self._uni_buffers.setdefault(stream_id, bytearray())
-        buf += data
-        reader = Buffer(data=bytes(buf))
-        try:
-            if reader.pull_uint_var() != H3_CONTROL_STREAM_TYPE:
-                self._not_control.add(stream_id)
-                self._uni_buffers.pop(stream_id, None)
-                return
-            start = reader.tell()
-            while True:
-                frame_type = reader.pull_uint_var()
-                length = reader.pull_uint_var()
-                payload = reader.pull_bytes(length)
-                start = reader.tell()
-                if frame_type == PRIORITY_UPDATE_H3:
-                    inner = Buffer(data=payload)
-                    element = inner.pull_uint_var()
-                    self._on_priority_update(element, payload[inner.tell() :])
-        except BufferReadError:
-            pass
-        # keep the stream type byte and what is not yet a whole frame
-        self._uni_buffers[stream_id] = bytearray(buf[:1] + buf[start:])
 
 
 def _encode(headers: list[tuple[str, str]]) -> list[tuple[bytes, bytes]]:
@@ -271,9 +260,9 @@ class H3Listener(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
         self.sock: Any = None
         self.garbage_datagrams = 0
-        self.tickets: dict[bytes, Any] = {}
+        self.tickets: BoundedStore[Any] = BoundedStore(MAX_TICKETS, MAX_TICKET_AGE_S)
         """Session tickets issued (single use, as in aioquic's example server): resumption
-        and 0-RTT for clients that come back."""
+        and 0-RTT for clients that come back; bounded by count and age."""
         self.admission = Admission(config.max_connections, config.max_connections_per_source)
         self.retry_policy = RetryPolicy(config.quic_retry, config.quic_retry_threshold)
         self.retry_tokens = QuicRetryTokenHandler()
@@ -383,6 +372,15 @@ class H3Listener(asyncio.DatagramProtocol):
         )
         self.retries_sent += 1
 
+    def _fetch_ticket(self, label: bytes) -> Any:
+        """The ticket a client offers, once (single use); None for one unknown, spent or
+        expired, and aioquic then makes a full handshake (a KeyError here left the client
+        with no answer until it timed out)."""
+        return self.tickets.pop(label, time.monotonic())
+
+    def _store_ticket(self, ticket: Any) -> None:
+        self.tickets.put(ticket.ticket, ticket, time.monotonic())
+
     def _new_connection(
         self,
         original_dcid: bytes,
@@ -398,8 +396,8 @@ class H3Listener(asyncio.DatagramProtocol):
             self.ctx.config,
             original_destination_connection_id=original_dcid,
             retry_source_connection_id=retry_scid,
-            session_ticket_fetcher=self.tickets.pop,
-            session_ticket_handler=lambda ticket: self.tickets.__setitem__(ticket.ticket, ticket),
+            session_ticket_fetcher=self._fetch_ticket,
+            session_ticket_handler=self._store_ticket,
         )
         quic.receive_datagram(data, addr, now=now)
         if is_first_flight(quic):

@@ -19,6 +19,10 @@ from servers import app
 from servers.context import ServerContext
 from tbcore.workloads import stream_chunk
 
+MAX_LOGGED_PRIORITY_UPDATES = 256
+"""PRIORITY_UPDATEs logged per connection: the first ones say what the client asked for; a
+flood of them (bounded per 10 s by the abuse guard) must not fill the disk."""
+
 
 class ExchangeStreams:
     """The request streams of one connection. Subclasses set ``proto`` and ``_respond``, and
@@ -40,6 +44,8 @@ class ExchangeStreams:
         """Tiled uploads: indices of the tiles that have arrived, for the response task."""
         self.cancelled_at: dict[int, float] = {}
         """When the peer cancelled a response stream (RST_STREAM / STOP_SENDING)."""
+        self.priority_updates = 0
+        """PRIORITY_UPDATE frames received on this connection."""
 
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
         raise NotImplementedError
@@ -96,7 +102,10 @@ class ExchangeStreams:
     def _on_priority_update(self, stream_id: int, value: bytes | str, now: float) -> None:
         """RFC 9218 section 7: a PRIORITY_UPDATE for a request stream."""
         priority: Priority = parse_priority(value)
-        self.scheduler.update(stream_id, priority)
+        kept = self.scheduler.update(stream_id, priority)
+        self.priority_updates += 1
+        if not kept or self.priority_updates > MAX_LOGGED_PRIORITY_UPDATES:
+            return  # the frame budget bounds how many come; the log keeps the first ones
         self._log(
             "priority_update",
             stream=stream_id,

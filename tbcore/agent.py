@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from tbcore.bounded import BoundedStore
+
 SCREEN_WIDTH_PX = 640
 SCREEN_HEIGHT_PX = 416
 RAW_SCREEN_BYTES = SCREEN_WIDTH_PX * SCREEN_HEIGHT_PX * 3
@@ -127,23 +129,34 @@ class StoredResult:
     executions: int = 1
 
 
+MAX_STORED_OPS = 20_000
+"""Operation ids a server remembers (about 770 bytes each: 15 MB): hundreds of agent tasks
+of 30 rounds; the oldest is forgotten first, and the count of those forgotten is kept."""
+MAX_OP_AGE_S = 3600.0
+"""An operation id is remembered for an hour: a retry comes within a task (seconds to
+minutes); a replay of an id older than this executes again."""
+
+
 @dataclass
 class OpStore:
     """The server's executed operations: each id executes once; a known id gets the stored
-    result (after the first execution's decision time, if it is still running)."""
+    result (after the first execution's decision time, if it is still running). Bounded by
+    count and age (tbcore.bounded), so a client inventing ids cannot grow it forever."""
 
-    results: dict[str, StoredResult] = field(default_factory=dict)
+    results: BoundedStore[StoredResult] = field(
+        default_factory=lambda: BoundedStore(MAX_STORED_OPS, MAX_OP_AGE_S)
+    )
 
     def execute(
         self, op: str, round_index: int, upload_sha256: str, model_s: float, now: float
     ) -> tuple[bytes, float, bool]:
         """(reply body, seconds to wait before sending it, executed now)."""
-        known = self.results.get(op)
+        known = self.results.get(op, now)
         if known is not None:
             return known.body, max(0.0, known.ready_s - now), False
         action = action_for(op, upload_sha256, round_index)
         body = (json.dumps({**action, "model_s": model_s}) + "\n").encode()
-        self.results[op] = StoredResult(body=body, ready_s=now + model_s)
+        self.results.put(op, StoredResult(body=body, ready_s=now + model_s), now)
         return body, model_s, True
 
     def executions(self) -> int:

@@ -112,6 +112,8 @@ def read_regular_file(path: Path | str, field: str, limit_bytes: int) -> bytes:
     try:
         _check_regular(field, shown, os.stat(path), limit_bytes)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except SpecError:
+        raise
     except ValueError as err:  # a NUL byte in the path
         raise SpecError(field, f"{shown!r}: {err}") from None
     except OSError as err:

@@ -19,11 +19,11 @@ import math
 import re
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
-from pathlib import Path
 from typing import Any, ClassVar
 
 from tbcore import cross, fecmath, kinds, quicstack, units
 from tbcore.errors import SpecError, require_schema
+from tbcore.paths import read_regular_text
 
 SETTINGS_SCHEMA = "testbed.settings"
 SETTINGS_SCHEMA_VERSION = 1
@@ -63,6 +63,8 @@ H2_MAX_WINDOW_BYTES = 2**31 - 1
 """The largest HTTP/2 flow-control window (RFC 9113 section 6.9.1)."""
 H2_DEFAULT_WINDOW_BYTES = 16 * 2**20
 """HTTP/2 stream and connection windows large enough not to be the limit (16 MiB)."""
+MAX_SETTINGS_BYTES = 1 << 20
+"""A settings document above 1 MiB is refused unread (one is a few kB)."""
 MAX_INITCWND_SEGMENTS = 1024
 """Upper end of ``ip route ... initcwnd`` values that make sense (the kernel takes 32 bits)."""
 DEFAULT_INITCWND_SEGMENTS = 10
@@ -769,14 +771,17 @@ class _SettingsBase:
         """A settings document given as JSON text or as the path of a JSON file."""
         text = source
         if not source.lstrip().startswith("{"):
-            try:
-                text = Path(source).read_text(encoding="utf-8")
-            except OSError as err:
-                raise SpecError("settings", f"{source}: {err.strerror}") from None
+            text = read_regular_text(source, "settings", MAX_SETTINGS_BYTES)
+        elif len(source) > MAX_SETTINGS_BYTES:
+            raise SpecError("settings", f"above {MAX_SETTINGS_BYTES:,} bytes")
         try:
             doc = json.loads(text)
         except json.JSONDecodeError as err:
             raise SpecError("settings", f"not JSON: {err}") from None
+        except RecursionError:
+            raise SpecError("settings", "JSON nested too deep") from None
+        if not isinstance(doc, dict):
+            raise SpecError("settings", f"a JSON {type(doc).__name__}, not an object")
         return cls.from_document(doc)
 
     def for_end(self, path_rate_bps: float | None) -> Settings:

@@ -37,6 +37,7 @@ from proto.quic.adapter import (
     ScheduledList,
     ScheduledQuicConnection,
     ScheduledStreamsMixin,
+    WindowedQuicConnection,
 )
 from proto.quic.bbr import BbrCongestionControl
 from proto.quic.edge import RatePacer, make_quic_configuration, make_quic_connection
@@ -340,6 +341,102 @@ def test_fixed_window_and_scheduled_stream_queue(tmp_path: Path) -> None:
     assert isinstance(plain, ScheduledQuicConnection) and plain.scheduler is None
     queue = client._streams_queue  # the override: what aioquic's _write_application walks
     assert isinstance(queue, ScheduledList) and queue.scheduler is client.scheduler
+
+
+def _auto_window_pair(tmp_path: Path) -> tuple[QuicConnection, QuicConnection]:
+    paths = ensure_certificate(tmp_path / "tls")
+    server_configuration = make_quic_configuration(is_client=False, cc="reno")
+    server_configuration.load_cert_chain(paths.cert, paths.key)
+    client_configuration = make_quic_configuration(is_client=True, cc="reno")
+    client_configuration.verify_mode = 0
+    client = make_quic_connection(client_configuration, None)
+    server = make_quic_connection(
+        server_configuration, None,
+        original_destination_connection_id=client.original_destination_connection_id,
+    )  # fmt: skip
+    client.connect(SERVER_ADDR, now=0.0)
+    now = 0.0
+    for _ in range(10):
+        now = step(client, server, now)
+    return client, server
+
+
+def test_windows_grow_on_delivered_bytes_not_on_a_gap(tmp_path: Path) -> None:
+    """A STREAM frame at the window's edge (nothing before it delivered) neither doubles the
+    stream's nor the connection's window (aioquic's own doubles both), so the zero-filled gap
+    it makes stays within one window; in-order data still doubles it."""
+    client, server = _auto_window_pair(tmp_path)
+    assert isinstance(server, WindowedQuicConnection) and server.window_bytes is None
+    stream = client._get_or_create_stream_for_send(0)
+    window = stream.max_stream_data_remote
+    stream.sender._buffer_start = stream.sender._buffer_stop = window - 10
+    client.send_stream_data(0, b"y" * 10)
+    now = 1.0
+    for _ in range(3):
+        now = step(client, server, now)
+    received = server._streams[0]
+    assert received.receiver.highest_offset == window and server.delivered_bytes == 0
+    assert received.max_stream_data_local == window
+    assert server._local_max_data.value == window
+    client2, server2 = _auto_window_pair(tmp_path / "b")
+    client2.send_stream_data(0, b"z" * (window // 2 + 1000))
+    for _ in range(200):
+        now = step(client2, server2, now)
+        if server2.delivered_bytes == window // 2 + 1000:
+            break
+    assert server2.delivered_bytes == window // 2 + 1000
+    assert server2._streams[0].max_stream_data_local == 2 * window
+
+
+def test_an_ack_of_a_packet_never_sent_closes_the_connection(tmp_path: Path) -> None:
+    from aioquic.buffer import Buffer
+    from aioquic.quic.connection import QuicConnectionError
+    from aioquic.quic.packet import QuicErrorCode, push_ack_frame
+    from aioquic.quic.rangeset import RangeSet
+
+    _client, server = _auto_window_pair(tmp_path)
+    buf = Buffer(capacity=64)
+    push_ack_frame(
+        buf,
+        RangeSet([range(0, 1), range(server._packet_number + 100, server._packet_number + 101)]),
+        0,
+        64,
+    )
+    buf.seek(0)
+    with pytest.raises(QuicConnectionError) as caught:
+        server._handle_ack_frame(None, 0x02, buf)
+    assert caught.value.error_code == QuicErrorCode.PROTOCOL_VIOLATION
+
+
+def test_a_close_on_an_unvalidated_path_keeps_to_three_times_what_came(tmp_path: Path) -> None:
+    """One client Initial in; the server's handshake flight and then its CONNECTION_CLOSE
+    (as at a handshake timeout) together stay within 3x (RFC 9000 section 8.1)."""
+    paths = ensure_certificate(tmp_path / "tls")
+    server_configuration = make_quic_configuration(is_client=False)
+    server_configuration.load_cert_chain(paths.cert, paths.key)
+    client_configuration = make_quic_configuration(is_client=True)
+    client = make_quic_connection(client_configuration, None)
+    server = make_quic_connection(
+        server_configuration, None,
+        original_destination_connection_id=client.original_destination_connection_id,
+    )  # fmt: skip
+    client.connect(SERVER_ADDR, now=0.0)
+    received = 0
+    for data, _ in client.datagrams_to_send(now=0.0)[:1]:
+        server.receive_datagram(data, CLIENT_ADDR, now=0.01)
+        received += len(data)
+    sent = sum(len(d) for d, _ in server.datagrams_to_send(now=0.01))
+    for _ in range(6):  # the client is silent: the server's probes fill the 3x budget
+        timer = server.get_timer()
+        if timer is None or timer > 5.0:  # no probe left; the next would be the idle timeout
+            break
+        server.handle_timer(now=timer)
+        sent += sum(len(d) for d, _ in server.datagrams_to_send(now=timer))
+    assert sent == 3 * received
+    server.close(error_code=0x2)
+    sent += sum(len(d) for d, _ in server.datagrams_to_send(now=0.02))
+    assert isinstance(server, WindowedQuicConnection)
+    assert 0 < sent <= 3 * received
 
 
 def test_priority_update_goes_on_the_control_stream(tmp_path: Path) -> None:

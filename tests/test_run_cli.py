@@ -170,6 +170,7 @@ def _result_dir(tmp_path: Path) -> Path:
         (lambda p: (p / "plots").write_text("x"), "plots: "),
         (lambda p: (p / "runs").rmdir() or os.symlink(p / "runs", p / "runs"), "symlink"),
         (lambda p: (p / "runs").rmdir() or os.symlink("/", p / "runs"), "symlink"),
+        (lambda p: os.mkfifo(p / "runs.csv"), "runs.csv: "),  # read_csv would wait forever
     ],
 )  # fmt: skip
 def test_report_of_a_damaged_result_directory_is_one_line(

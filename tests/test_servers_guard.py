@@ -12,16 +12,20 @@ from servers.guard import (
     H2_FLAG_END_STREAM,
     H2_HEADERS,
     H2_PING,
+    H2_PREFACE,
     H2_PRIORITY,
+    H2_PRIORITY_UPDATE,
     H2_RST_STREAM,
     H2_SETTINGS,
     H2_WINDOW_UPDATE,
+    MAX_HEADER_BLOCK_BYTES,
     MAX_PEER_RESETS_PER_WINDOW,
     RESET_STREAM_GRACE_BYTES,
     RESET_STREAMS_TRACKED,
     Admission,
     H2AbuseGuard,
     H2Limits,
+    H2WireScanner,
     HeadDeadline,
     RetryPolicy,
     SourceRateLimiter,
@@ -154,6 +158,8 @@ def _flood(
         (H2_HEADERS, H2_FLAG_END_HEADERS, H2Limits().max_empty_frames, "CVE-2019-9518"),
         (H2_RST_STREAM, 0, H2Limits().max_peer_resets, "CVE-2023-44487"),
         (H2_WINDOW_UPDATE, 0, H2Limits().max_window_updates, "WINDOW_UPDATE"),
+        (H2_PRIORITY_UPDATE, 0, H2Limits().max_priority_updates, "RFC 9218"),
+        (0xFA, 0, H2Limits().max_unknown_frames, "unknown types"),
     ],
 )
 def test_a_control_frame_flood_is_condemned_after_its_budget_and_not_before(
@@ -233,3 +239,45 @@ def test_replies_queued_while_the_peer_reads_nothing_are_bounded() -> None:
     assert replies == [None] * 10
     reason = guard.on_frame_sent(H2_RST_STREAM, 0, 2.0)
     assert reason is not None and "reads nothing" in reason
+
+
+def _head(length: int, frame_type: int, flags: int = 0, stream: int = 1) -> bytes:
+    return length.to_bytes(3, "big") + bytes([frame_type, flags]) + stream.to_bytes(4, "big")
+
+
+def test_the_scanner_refuses_an_oversized_frame_at_its_header() -> None:
+    scanner = H2WireScanner(max_frame_bytes=2**20)
+    assert scanner.feed(H2_PREFACE + _head(16, H2_SETTINGS, stream=0) + bytes(16), 0.0) is None
+    assert scanner.feed(_head(16 * 2**20 - 1, H2_DATA), 0.0) is None  # not abuse: an error
+    assert "above our SETTINGS_MAX_FRAME_SIZE" in str(scanner.protocol_error)
+    garbage = H2WireScanner(max_frame_bytes=2**20)
+    assert garbage.feed(b"GET / HTTP/1.1\r\n" + bytes(4000), 0.0) is None
+    assert garbage.protocol_error is None and garbage.frames == 0  # left to h2
+
+
+def test_the_scanner_bounds_a_header_block_across_its_continuations() -> None:
+    scanner = H2WireScanner(max_frame_bytes=2**20)
+    scanner.feed(H2_PREFACE, 0.0)
+    chunk = MAX_HEADER_BLOCK_BYTES // 4
+    assert scanner.feed(_head(chunk, H2_HEADERS) + bytes(chunk), 0.0) is None
+    for _ in range(3):
+        assert scanner.feed(_head(chunk, H2_CONTINUATION) + bytes(chunk), 0.0) is None
+    assert scanner.in_header_block
+    reason = scanner.feed(_head(1, H2_CONTINUATION, H2_FLAG_END_HEADERS), 0.0)
+    assert reason is not None and "header block" in reason
+    whole = H2WireScanner(max_frame_bytes=2**20)
+    whole.feed(H2_PREFACE, 0.0)
+    block = _head(100, H2_HEADERS, H2_FLAG_END_HEADERS) + bytes(100)
+    assert whole.feed(block * 1000, 0.0) is None  # many small blocks: each ends
+    assert not whole.in_header_block and whole.frames == 1000
+
+
+def test_a_partial_frame_has_a_deadline_by_its_length_and_split_headers_are_read() -> None:
+    scanner = H2WireScanner(max_frame_bytes=2**20, head_timeout_s=10.0, min_rate_Bps=4096)
+    data = H2_PREFACE + _head(2**20, H2_DATA, stream=3)
+    for i in range(len(data)):  # a byte at a time, the header split everywhere
+        assert scanner.feed(data[i : i + 1], 5.0) is None
+    assert scanner.frame_type == H2_DATA and scanner.stream_id == 3
+    assert scanner.partial_due_at() == 5.0 + 10.0 + 256.0
+    scanner.feed(bytes(2**20), 6.0)
+    assert scanner.partial_due_at() is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -211,3 +212,24 @@ def test_a_sysctl_value_is_one_line(value: str) -> None:
     assert err.value.field == "fixed.sysctls.net.ipv4.tcp_sack"
     rmem = {"net.ipv4.tcp_rmem": "4096\t131072 6291456"}
     assert Settings.from_table({"sysctls": rmem}, "fixed").sysctls == rmem
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (lambda p: p.write_text("[" * 50_000), "nested too deep"),
+        (lambda p: p.write_bytes(bytes(range(256)) * 4), "not UTF-8"),
+        (lambda p: os.mkfifo(p), "FIFO, not a regular file"),
+        (lambda p: p.write_text("[1, 2]"), "a JSON list, not an object"),
+        (lambda p: p.write_text(" " * (2 << 20)), "more than the"),
+    ],
+)
+def test_a_settings_document_that_is_not_one_is_one_line(make, says: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Read through the bounded reader: no hang on a FIFO, no RecursionError, no traceback."""
+    path = tmp_path / "settings.json"
+    make(path)
+    with pytest.raises(SpecError, match=says) as caught:
+        Settings.load(str(path))
+    assert caught.value.field == "settings" and "\n" not in str(caught.value)
+    with pytest.raises(SpecError, match="regular file"):
+        Settings.load("/dev/zero")

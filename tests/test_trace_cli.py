@@ -70,6 +70,20 @@ def test_show_prints_the_percentiles_and_writes_a_png(
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_show_takes_every_trace_the_link_parser_takes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A delay trace whose period is far below a window (``0 0`` / ``1e-10 5``) is shown, as
+    the link parser accepts it (it raised IndexError here)."""
+    from netem.trace import load
+
+    path = tmp_path / "tiny.delay"
+    path.write_text("0 0\n1e-10 5\n")
+    load(str(path), "delay")  # what a link string's delay trace goes through
+    assert main(["trace", "show", str(path), "--no-plot"]) == 0
+    assert "period" in capsys.readouterr().out
+
+
 def test_show_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = str(SHIPPED_DIR / "const-12mbit.up")
     assert main(["trace", "show", path, "--json", "--no-plot"]) == 0

@@ -478,6 +478,18 @@ def _closed_stream_data_frame(_: int) -> bytes:
     return _frame(H2_DATA, 0, 1, b"x")
 
 
+def _unknown_frame(i: int) -> bytes:
+    """A frame of a type no one defined (0xFA), which RFC 9113 section 5.5 says to ignore."""
+    return _frame(0xFA, 0, 0, i.to_bytes(8, "big"))
+
+
+def _priority_update_frame(i: int) -> bytes:
+    """RFC 9218 PRIORITY_UPDATE (0x10) for idle stream 2i+1: scheduler state and a log line
+    for a stream that does not exist."""
+    stream = (2 * i + 1) % H2_MAX_STREAM_ID
+    return _frame(0x10, 0, 0, stream.to_bytes(4, "big") + b"u=1, i")
+
+
 FLOODS: dict[str, Flood] = {
     "settings": Flood("SETTINGS", _nothing, _settings_frame),
     "ping": Flood("PING", _nothing, _ping_frame),
@@ -485,6 +497,8 @@ FLOODS: dict[str, Flood] = {
     "priority": Flood("PRIORITY", _nothing, _priority_frame),
     "window-update": Flood("WINDOW_UPDATE", _nothing, _window_update_frame),
     "reset": Flood("DATA-on-a-reset-stream", _refused_head, _closed_stream_data_frame),
+    "unknown": Flood("unknown-type", _nothing, _unknown_frame),
+    "priority-update": Flood("PRIORITY_UPDATE", _nothing, _priority_update_frame),
 }
 """The 2019 HTTP/2 advisories' classes: CVE-2019-9515 (settings), 9512 (ping), 9518 (empty
 frames), 9513-like (priority churn), window updates, 9514 (reset flood)."""

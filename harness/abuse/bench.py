@@ -33,7 +33,7 @@ from rich.table import Table
 
 from clients.api import run_requests
 from clients.config import ClientConfig
-from harness.abuse import attacks
+from harness.abuse import attacks, protocol
 from servers.process import ServerProcess
 from tbcore import paths, procfs
 from tbcore.errors import SpecError
@@ -129,7 +129,80 @@ ATTACKS: dict[str, Attack] = {
                 ("priority", attacks.FLOODS["priority"], "CVE-2019-9513"),
                 ("window-update", attacks.FLOODS["window-update"], "control-frame flood"),
                 ("reset", attacks.FLOODS["reset"], "CVE-2019-9514"),
+                ("unknown", attacks.FLOODS["unknown"], "RFC 9113 5.5"),
+                ("priority-update", attacks.FLOODS["priority-update"], "RFC 9218"),
             )
+        ),
+        Attack(
+            "header-block",
+            "HTTP/2 header blocks of 16 MiB of one-byte literals (HEADERS + CONTINUATION), "
+            "8 connections",
+            5.0,
+            protocol.header_block,
+            {"block_bytes": 16 * 2**20, "connections": 8},
+        ),
+        Attack(
+            "unfinished-block",
+            "24 connections each sending a 64 MiB header block that never ends",
+            6.0,
+            protocol.unfinished_block,
+            {"block_bytes": 64 * 2**20, "connections": 24},
+        ),
+        Attack(
+            "trickled-data",
+            "8 uploads whose DATA frame declares 16 MiB, then a byte every 2 s",
+            8.0,
+            protocol.trickled_data,
+            {"connections": 8, "interval_s": 2.0},
+        ),
+        Attack(
+            "hpack-table",
+            "SETTINGS_HEADER_TABLE_SIZE 2^32-1, then 2,000 requests on one connection",
+            8.0,
+            protocol.hpack_table,
+            {"requests": 2_000},
+        ),
+        Attack(
+            "h3-control-frame",
+            "an 8 MB reserved frame on the HTTP/3 control stream",
+            5.0,
+            protocol.h3_big_frame,
+            {"frame_bytes": 8_000_000, "where": "control"},
+        ),
+        Attack(
+            "h3-headers-frame",
+            "an 8 MB HEADERS frame on an HTTP/3 request stream",
+            5.0,
+            protocol.h3_big_frame,
+            {"frame_bytes": 8_000_000, "where": "request"},
+        ),
+        Attack(
+            "flow-gap",
+            "10 bytes at the flow-control edge of 12 QUIC streams (nothing before them)",
+            3.0,
+            protocol.flow_gap,
+            {"streams": 12},
+        ),
+        Attack(
+            "ack-ranges",
+            "QUIC ACK frames of 540 ranges of packets never sent, 4,000 packets/s",
+            4.0,
+            protocol.ack_ranges,
+            {"ranges": 540, "rate_per_s": 4_000},
+        ),
+        Attack(
+            "stale-ticket",
+            "a QUIC session ticket offered twice (the second time it is stale)",
+            8.0,
+            protocol.stale_ticket,
+            {},
+        ),
+        Attack(
+            "empty-uni-stream",
+            "an empty unidirectional stream and one whose type is split across packets",
+            2.0,
+            protocol.empty_uni_stream,
+            {},
         ),
     )
 }

@@ -232,7 +232,8 @@ def question_row(finding: Finding, results: Results) -> Row:
         return _row(finding, bound, None, NOT_MEASURABLE, str(err))
     except Exception as err:  # recorded as an error row; the campaign then fails
         return _row(finding, bound, None, ERROR, one_line(err))
-    return _row(finding, bound, measured, MEASURED, measured.reason, measured.text)
+    said = measured.reason if measured.ok is False else ""
+    return _row(finding, bound, measured, MEASURED, said, measured.text)
 
 
 MEASURED = "measured"

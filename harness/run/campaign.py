@@ -256,10 +256,10 @@ def reproduction_report(directory: Path) -> dict[str, Any]:
     """The reproduction report of the campaign (report.md, index.html) and, where chromium
     is installed, its screenshot; what failed is noted in the index, never raised (the
     experiments' results stand without it)."""
-    from harness.report import browser, reproduction
-
     out: dict[str, Any] = {}
     try:
+        from harness.report import browser, reproduction
+
         written = reproduction.write_reproduction(directory)
         out["reproduction"] = {k: str(v) for k, v in written.items()}
         out["reproduction_errors"] = [

@@ -168,8 +168,10 @@ class ResultDir:
         runs than the rows, it is written again from them; the line that says so (None when
         it was whole)."""
         table = self.path / "runs.csv"
-        if not table.exists():
+        if not table.exists() and not table.is_symlink():
             return None
+        if table.is_symlink() or not table.is_file():
+            raise SpecError("runs.csv", f"{table} is not a regular file; a result directory's is")
         rows = self.rows()
         try:
             found = pd.read_csv(table, usecols=["run_id"])["run_id"].astype(str).tolist()

@@ -20,6 +20,7 @@ classes the testbed subclasses or types with are re-exported from here.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -28,13 +29,14 @@ from typing import Any
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer
 from aioquic.h3.connection import H3Connection
+from aioquic.quic import events
 from aioquic.quic.congestion.base import (
     K_INITIAL_WINDOW,
     QuicCongestionControl,
     register_congestion_control,
 )
-from aioquic.quic.connection import QuicConnection, QuicConnectionState
-from aioquic.quic.packet import QuicFrameType
+from aioquic.quic.connection import QuicConnection, QuicConnectionError, QuicConnectionState
+from aioquic.quic.packet import QuicErrorCode, QuicFrameType, pull_ack_frame
 from aioquic.quic.packet_builder import QuicPacketBuilder, QuicSentPacket
 from aioquic.quic.recovery import QuicPacketPacer, QuicPacketRecovery
 from aioquic.quic.stream import QuicStream
@@ -275,25 +277,92 @@ def hook_ack_end(quic: QuicConnection, on_ack_end: Callable[[float], None]) -> N
 
 
 # --- connection classes that override aioquic's private methods ---------------------------
-class FixedWindowQuicConnection(QuicConnection):
-    """A QuicConnection whose MAX_DATA / MAX_STREAM_DATA credit stays ``window_bytes``.
+MAX_AUTO_WINDOW_BYTES = 32 * 2**20
+"""The most a receive window grows to on its own (stream and connection): twice the chapter's
+bandwidth-delay product (333 Mbit/s x 200 ms = 8.3 MB) with room to spare; aioquic's own
+windows grow without bound."""
 
-    aioquic doubles its flow-control limits whenever half of them has been used
-    (``_write_connection_limits`` / ``_write_stream_limits``), so a QUIC receive window
-    grows without bound. This one keeps the credit it grants at a fixed size instead: like
-    a TCP receiver with a clamped window, it advertises ``consumed + window`` whenever less
-    than half the window is left."""
 
-    def __init__(self, *args: Any, window_bytes: int, **kwargs: Any) -> None:
+class WindowedQuicConnection(QuicConnection):
+    """A QuicConnection whose receive windows follow the bytes *delivered* in order, never
+    the highest offset a peer named.
+
+    aioquic doubles MAX_STREAM_DATA when the highest offset received passes half of it, and
+    MAX_DATA when the sum of those offsets does, gaps included; a STREAM frame at the window's
+    edge also makes it zero-fill its buffer up to that offset. Nine packets so took a server
+    to 256 MB. Here the credit is granted on delivered bytes: ``window_bytes`` fixed (a TCP
+    receiver with a clamped window: ``delivered + window`` whenever less than half of it is
+    left), or, with None, doubling as aioquic does but on delivered bytes and to at most
+    :data:`MAX_AUTO_WINDOW_BYTES` beyond them. What a peer can make the buffer hold is then
+    at most one window per stream and one window per connection in all.
+
+    ACKs for packets never sent close the connection (RFC 9000 section 13.1:
+    PROTOCOL_VIOLATION), as aioquic does not check."""
+
+    def __init__(self, *args: Any, window_bytes: int | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.window_bytes = window_bytes
+        self.delivered_bytes = 0
+        """Stream bytes delivered in order to the application, all streams."""
+
+    def _handle_stream_frame(self, context: Any, frame_type: int, buf: Any) -> None:
+        queued = len(self._events)
+        super()._handle_stream_frame(context, frame_type, buf)
+        for event in itertools.islice(self._events, queued, None):
+            if isinstance(event, events.StreamDataReceived):
+                self.delivered_bytes += len(event.data)
+
+    def _handle_ack_frame(self, context: Any, frame_type: int, buf: Any) -> None:
+        start = buf.tell()
+        try:
+            ranges, _delay = pull_ack_frame(buf)
+        except ValueError:
+            ranges = None  # the parent reports the encoding error
+        buf.seek(start)
+        if ranges is not None and len(ranges) and ranges.bounds().stop > self._packet_number:
+            raise QuicConnectionError(
+                error_code=QuicErrorCode.PROTOCOL_VIOLATION,
+                frame_type=frame_type,
+                reason_phrase=f"ACK of packet {ranges.bounds().stop - 1}, never sent",
+            )
+        super()._handle_ack_frame(context, frame_type, buf)
+
+    def datagrams_to_send(self, now: float) -> list[tuple[bytes, Any]]:
+        """aioquic builds a CONNECTION_CLOSE (one packet per epoch it has keys for) without
+        the anti-amplification limit it applies to everything else: a server closing an
+        unvalidated path (a handshake that timed out) sent 3.1 times what it received. Here
+        the close's datagrams that would pass three times the bytes received are not sent
+        (RFC 9000 section 8.1: no more than three times, whatever the packet)."""
+        path = self._network_paths[0] if self._network_paths else None
+        guard = self._close_pending and path is not None and not path.is_validated
+        sent_before = path.bytes_sent if path is not None else 0
+        datagrams = super().datagrams_to_send(now)
+        if not guard or path is None:
+            return datagrams
+        budget = 3 * path.bytes_received - sent_before
+        kept, used = [], 0
+        for datagram in datagrams:
+            if used + len(datagram[0]) > budget:
+                break
+            kept.append(datagram)
+            used += len(datagram[0])
+        path.bytes_sent = sent_before + used
+        return kept
+
+    def _grown(self, limit: int, delivered: int) -> int:
+        if self.window_bytes is not None:
+            if limit - delivered < self.window_bytes // 2:
+                return delivered + self.window_bytes
+            return limit
+        if delivered * 2 > limit:
+            return min(limit * 2, delivered + MAX_AUTO_WINDOW_BYTES)
+        return limit
 
     def _write_connection_limits(self, builder: QuicPacketBuilder, space: Any) -> None:
         limit = self._local_max_data
-        if limit.value - limit.used < self.window_bytes // 2:
-            limit.value = limit.used + self.window_bytes
-        # the parent doubles max_data when used * 2 > value; keep it from doing so by
-        # presenting it a "used" below half, then restore the real count
+        limit.value = self._grown(limit.value, self.delivered_bytes)
+        # the parent doubles max_data when used * 2 > value (used counts the highest offsets,
+        # gaps included): present it a "used" of 0, then restore the real count
         used = limit.used
         limit.used = 0
         try:
@@ -304,9 +373,8 @@ class FixedWindowQuicConnection(QuicConnection):
     def _write_stream_limits(self, builder: QuicPacketBuilder, space: Any, stream: Any) -> None:
         if not stream.max_stream_data_local:
             return
-        consumed = stream.receiver.highest_offset
-        if stream.max_stream_data_local - consumed < self.window_bytes // 2:
-            stream.max_stream_data_local = consumed + self.window_bytes
+        delivered = stream.receiver._buffer_start
+        stream.max_stream_data_local = self._grown(stream.max_stream_data_local, delivered)
         if stream.max_stream_data_local_sent != stream.max_stream_data_local:
             buf = builder.start_frame(
                 QuicFrameType.MAX_STREAM_DATA,
@@ -323,6 +391,13 @@ class FixedWindowQuicConnection(QuicConnection):
                         maximum=stream.max_stream_data_local, stream_id=stream.stream_id
                     )
                 )
+
+
+class FixedWindowQuicConnection(WindowedQuicConnection):
+    """A :class:`WindowedQuicConnection` whose credit stays ``window_bytes`` (required)."""
+
+    def __init__(self, *args: Any, window_bytes: int, **kwargs: Any) -> None:
+        super().__init__(*args, window_bytes=window_bytes, **kwargs)
 
 
 class ScheduledList(list):
@@ -367,8 +442,9 @@ class ScheduledStreamsMixin:
         self.__dict__["_stored_streams_queue"] = queue
 
 
-class ScheduledQuicConnection(ScheduledStreamsMixin, QuicConnection):
-    """A QuicConnection whose stream service order follows a scheduler."""
+class ScheduledQuicConnection(ScheduledStreamsMixin, WindowedQuicConnection):
+    """A QuicConnection whose stream service order follows a scheduler (windows grown on
+    delivered bytes)."""
 
 
 class ScheduledFixedWindowQuicConnection(ScheduledStreamsMixin, FixedWindowQuicConnection):
