@@ -14,7 +14,7 @@ from tbcore.settings import HasSettings, Settings, by_attr
 
 DEFAULT_PORT = 8443
 DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
-"""UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (NOTES-machine.md)."""
+"""UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (docs/machine.md)."""
 
 
 @dataclass

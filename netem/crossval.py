@@ -57,7 +57,7 @@ SCENARIO_LINK = "rtt=200ms,rate=20mbit,up.loss=14%"
 """The scenario: the dc-longhaul path's delay and loss (loss on the data direction only),
 at a rate low enough for the guest's emulated CPU to carry it."""
 UPLOAD_BYTES = AUDIO_SIZE_BYTES
-"""The seed's ASR upload (DESIGN.md "Workloads")."""
+"""The seed's ASR upload (docs/design.md "Workloads")."""
 DEFAULT_RUNS = 10
 DEFAULT_CCS = ("cubic", "bbr")
 """Congestion controls of the sender, set per socket (TCP_CONGESTION); runs alternate."""
@@ -309,7 +309,7 @@ Why the two can differ, by construction (not by measurement):
   emulated (TCG) guest, whose timers and softirqs run late whenever the host is busy: that
   is the probe RTT's tail in the netem rows. The emulator is a Python process on the host
   between two TUN devices, releasing packets about 0.1 to 0.3 ms late (shared
-  NOTES-machine.md).
+  docs/machine.md).
 - Sample size: with {loss} loss, cubic's upload time can be heavy-tailed (retransmission
   timeouts with exponential back-off), so ten runs give a median whose 95 % interval spans
   seconds; the comparison excludes large differences, not small ones.

@@ -614,7 +614,7 @@ def _format_direction(name: str, d: DirectionSpec) -> list[str]:
     return parts
 
 
-# --- presets: measured paths, each citing its source (shared DESIGN.md, "Reference paths") ---
+# --- presets: measured paths, each citing its source (docs/design.md, "Reference paths") ---
 
 PRESETS: dict[str, str] = {
     # Guiyang-Irvine, as published with Queqiao: RTT 197-207 ms (min 185.9), ~14 %

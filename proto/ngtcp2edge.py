@@ -18,7 +18,7 @@ from proto.sockopts import set_udp_buffers
 UDP_BUFFER_SYSCTLS = ("net.core.rmem_default", "net.core.wmem_default")
 """What a socket that sets no SO_RCVBUF/SO_SNDBUF gets (per network namespace on these
 kernels): gtlsclient and gtlsserver set none, aioquic's sockets set 8 MiB (proto.sockopts),
-and the 208 KB default overflows at this testbed's rates (NOTES-machine.md)."""
+and the 208 KB default overflows at this testbed's rates (docs/machine.md)."""
 
 
 def anchor_qlog(path: Path, start_s: float) -> qlogseq.QlogSeq:

@@ -113,7 +113,7 @@ def server_context(paths: CertPaths, keylog: Path | None = None) -> ssl.SSLConte
 
 class ResumingContext(ssl.SSLContext):
     """An SSLContext whose ``wrap_bio`` passes a saved session: asyncio and uvloop call
-    ``wrap_bio`` without one, so TLS resumption needs this hook (NOTES-machine.md)."""
+    ``wrap_bio`` without one, so TLS resumption needs this hook (docs/machine.md)."""
 
     session: ssl.SSLSession | None = None
 

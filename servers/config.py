@@ -23,7 +23,7 @@ DEFAULT_MAX_BODY_BYTES = 64_000_000
 """Request bodies above this get 413; the 30 MB image fits."""
 DEFAULT_PORT = 8443
 DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
-"""UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (NOTES-machine.md)."""
+"""UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (docs/machine.md)."""
 DEFAULT_HANDSHAKE_TIMEOUT_S = 10.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 DEFAULT_SAMPLE_HZ = 1000.0

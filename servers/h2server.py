@@ -140,10 +140,13 @@ class GuardedH2Connection(h2.connection.H2Connection):
         return frames
 
     def release(self) -> None:
-        """Drop the callbacks into the protocol object (bound methods): without them the
-        connection and its protocol are no cycle and go with their last reference."""
+        """Once the connection is closed: drop the callbacks into the protocol object (bound
+        methods) and h2's own table of bound methods, the two reference cycles, so that the
+        connection, its buffers and its protocol go with their last reference instead of
+        waiting for a full collection. Nothing may be fed to it afterwards."""
         self.on_closed_stream_data = self.on_frame_received = self.on_frames_sent = None
         self.on_stream_error = None
+        self._frame_dispatch_table = {}
 
 
 MAX_ENCODER_TABLE_BYTES = 4096

@@ -24,7 +24,7 @@ section 7.2 (QUIC: 10 datagrams up to 1472 bytes; aioquic's K_INITIAL_WINDOW).""
 
 
 TCP_CONGESTION_CONTROLS = ("reno", "cubic", "bbr")
-"""What ``TCP_CONGESTION`` accepts on these kernels (NOTES-machine.md)."""
+"""What ``TCP_CONGESTION`` accepts on these kernels (docs/machine.md)."""
 QUIC_CONGESTION_CONTROLS = tuple(
     dict.fromkeys((*quicstack.AIOQUIC_CONGESTION_CONTROLS, *quicstack.NGTCP2_CONGESTION_CONTROLS))
 )

@@ -15,7 +15,7 @@ from typing import Any
 TCP_INFO = socket.TCP_INFO  # linux/tcp.h; 11
 
 TCP_INFO_MAX_BYTES = 512
-"""Buffer offered to getsockopt; the kernel here fills 256 (NOTES-machine.md)."""
+"""Buffer offered to getsockopt; the kernel here fills 256 (docs/machine.md)."""
 
 # (name, byte offset, struct format) in kernel order; the first 8 bytes are u8 fields.
 FIELDS: tuple[tuple[str, int, str], ...] = (

@@ -1,4 +1,4 @@
-"""The fixed, deterministic, checksummed workloads (DESIGN.md "Workloads").
+"""The fixed, deterministic, checksummed workloads (docs/design.md "Workloads").
 
 Every byte is a pure function of the workload's name: SHAKE-256 (FIPS 202) of a fixed label,
 so the files are the same on every machine and Python version without being committed. They
@@ -33,7 +33,7 @@ STREAM_BYTES_PER_SAMPLE = 2
 STREAM_CHUNK_BYTES = int(STREAM_SAMPLE_RATE_HZ * STREAM_CHUNK_DURATION_S) * STREAM_BYTES_PER_SAMPLE
 """960 bytes: 20 ms of 24 kHz mono 16-bit PCM."""
 STREAM_CHUNK_PROCESSING_S = 0.012
-"""Server "processing" per streamed chunk (DESIGN.md)."""
+"""Server "processing" per streamed chunk (docs/design.md)."""
 
 CACHE_ENV = "TESTBED_CACHE"
 _LABEL_PREFIX = b"transport-testbed workload v1:"

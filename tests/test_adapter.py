@@ -343,7 +343,8 @@ def test_fixed_window_and_scheduled_stream_queue(tmp_path: Path) -> None:
     assert isinstance(queue, ScheduledList) and queue.scheduler is client.scheduler
 
 
-def _auto_window_pair(tmp_path: Path) -> tuple[QuicConnection, QuicConnection]:
+def _auto_window_connections(tmp_path: Path) -> tuple[QuicConnection, QuicConnection]:
+    """A client and a server with aioquic's own windows (None: grown on delivered bytes)."""
     paths = ensure_certificate(tmp_path / "tls")
     server_configuration = make_quic_configuration(is_client=False, cc="reno")
     server_configuration.load_cert_chain(paths.cert, paths.key)
@@ -355,6 +356,11 @@ def _auto_window_pair(tmp_path: Path) -> tuple[QuicConnection, QuicConnection]:
         original_destination_connection_id=client.original_destination_connection_id,
     )  # fmt: skip
     client.connect(SERVER_ADDR, now=0.0)
+    return client, server
+
+
+def _auto_window_pair(tmp_path: Path) -> tuple[QuicConnection, QuicConnection]:
+    client, server = _auto_window_connections(tmp_path)
     now = 0.0
     for _ in range(10):
         now = step(client, server, now)
@@ -411,16 +417,7 @@ def test_an_ack_of_a_packet_never_sent_closes_the_connection(tmp_path: Path) -> 
 def test_a_close_on_an_unvalidated_path_keeps_to_three_times_what_came(tmp_path: Path) -> None:
     """One client Initial in; the server's handshake flight and then its CONNECTION_CLOSE
     (as at a handshake timeout) together stay within 3x (RFC 9000 section 8.1)."""
-    paths = ensure_certificate(tmp_path / "tls")
-    server_configuration = make_quic_configuration(is_client=False)
-    server_configuration.load_cert_chain(paths.cert, paths.key)
-    client_configuration = make_quic_configuration(is_client=True)
-    client = make_quic_connection(client_configuration, None)
-    server = make_quic_connection(
-        server_configuration, None,
-        original_destination_connection_id=client.original_destination_connection_id,
-    )  # fmt: skip
-    client.connect(SERVER_ADDR, now=0.0)
+    client, server = _auto_window_connections(tmp_path)
     received = 0
     for data, _ in client.datagrams_to_send(now=0.0)[:1]:
         server.receive_datagram(data, CLIENT_ADDR, now=0.01)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("tbcore", "netem", "proto", "servers", "clients", "harness")
-"""The top-level packages of the project (DESIGN.md "Layout")."""
+"""The top-level packages of the project (docs/design.md "Layout")."""
 
 
 def imported_packages(path: Path) -> set[str]:

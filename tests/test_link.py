@@ -31,7 +31,7 @@ from tbcore.errors import SpecError
 
 IS_ROOT = os.geteuid() == 0
 AUDIO_BYTES = 354_640
-"""The ASR upload of the WAN voice case (DESIGN.md, workloads)."""
+"""The ASR upload of the WAN voice case (docs/design.md, workloads)."""
 SO_RCVBUFFORCE = 33
 """asm-generic/socket.h (Python's socket module does not name it)."""
 MSS_BYTES = 1448
@@ -369,7 +369,7 @@ def timed_upload(link: Link, size_bytes: int, port: int) -> float:
         listener = socket.create_server((link.server_addr, port))
     with in_netns(link.client_ns):
         client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # cubic, as in the reference measurements (NOTES-machine.md); root may pick any algorithm
+    # cubic, as in the reference measurements (docs/machine.md); root may pick any algorithm
     # per socket, while a namespace's default is limited to the host's allowed list
     client.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, b"cubic")
     listener.settimeout(30)

@@ -516,7 +516,7 @@ def test_http3_tts_with_bbr_across_the_lossy_emulated_link(tmp_path: Path) -> No
     assert len(records) == 2
     for record in records:
         assert record["error"] is None and record["sha256_ok"] and record["status"] == 200
-        # a loss-based control needs 15-26 s here (NOTES-machine.md); BBR a few RTTs more
+        # a loss-based control needs 15-26 s here (docs/machine.md); BBR a few RTTs more
         # than the loss-free 1.4 s
         assert record["response_last_byte"] - record["connect_start"] < 10.0
     with samples_path.open() as handle:

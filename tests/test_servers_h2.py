@@ -275,3 +275,61 @@ def test_frame_flags_reach_the_guard_as_the_wire_spells_them() -> None:
     assert _flag_bits(ends) == H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS
     assert _content_bytes(DataFrame(1, b"abc", flags=["PADDED"], pad_length=5)) == 3
     assert _content_bytes(PingFrame(0)) == 0
+
+
+class _FakeTransport:
+    """What H2ServerProtocol asks of its transport, with no socket behind it."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closing = False
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def write(self, data: bytes) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    abort = close
+
+    def pause_reading(self) -> None:
+        pass
+
+
+async def test_a_closed_connection_goes_with_its_last_reference(tmp_path: Path) -> None:
+    """No reference cycle between the protocol and its h2 connection (the connection's
+    callbacks are the protocol's bound methods): a closed connection's memory is released at
+    once, not at the next full collection (24 connections held 1.7 GB until then)."""
+    import gc
+    import weakref
+
+    from servers.config import ServerConfig
+    from servers.context import ServerContext
+    from servers.events import EventLog
+    from servers.h2server import H2ServerProtocol
+
+    ctx = ServerContext(ServerConfig.of(processing_audio_s=0.0), EventLog(tmp_path / "e.jsonl"))
+    gc.collect()
+    gc.disable()
+    try:
+        protocol = H2ServerProtocol(ctx)
+        protocol.connection_made(_FakeTransport())  # type: ignore[arg-type]
+        protocol.data_received(
+            b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+        )
+        protocol.connection_lost(None)
+        await asyncio.sleep(0)  # the cancelled pump and timers let go
+        alive = weakref.ref(protocol), weakref.ref(protocol.h2)
+        del protocol
+        assert [ref() is None for ref in alive] == [True, True]
+    finally:
+        gc.enable()

@@ -7,7 +7,7 @@ host and the arm effect stays within hosts. What the host itself does is a block
 - :func:`host_offsets`: each host's offset, the median over levels of (the level's median on
   that host minus its median over all hosts); the **host effect** is the spread of the
   offsets (largest minus smallest), reported beside the order effect, which is the same kind
-  of nuisance (DESIGN.md, "Order of runs").
+  of nuisance (docs/design.md, "Order of runs").
 - :func:`host_interactions`: per level against its baseline, the within-block differences
   grouped by host and a Kruskal-Wallis test of "the same effect on every host" (scipy; rank
   based, as the differences of a noisy host are not normal). A level whose p falls below

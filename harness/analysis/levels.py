@@ -11,7 +11,7 @@ kept in the table with their reason, never dropped from the record).
   bound's parts.
 - :func:`effects`: for each level against its baseline, the arm effect and, from the
   counterbalanced blocks, the order (second-versus-first position) effect next to it, as
-  shared DESIGN.md asks: on a real path the order was once worth 158 ms when the change
+  docs/design.md asks: on a real path the order was once worth 158 ms when the change
   under test was worth 2.4 ms.
 """
 
@@ -33,7 +33,7 @@ when there was."""
 
 NEGLIGIBLE_GAP_S = 0.002
 """A gap below this is measurement noise on this testbed (the emulator's p99 RTT error is
-about 1 ms, NOTES-machine.md), so it is named ``none``."""
+about 1 ms, docs/machine.md), so it is named ``none``."""
 
 
 def analysable(frame: pd.DataFrame) -> pd.DataFrame:

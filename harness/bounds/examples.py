@@ -50,7 +50,7 @@ class WorkedExample:
 
 
 AUDIO_BYTES = 354_640
-"""The WAN voice case's audio (DESIGN.md workloads)."""
+"""The WAN voice case's audio (docs/design.md workloads)."""
 
 
 MBIT = 1e6

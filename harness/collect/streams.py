@@ -106,7 +106,7 @@ def group_start(records: Sequence[Mapping[str, Any]], request_id: int) -> float 
 
 HELD_BEYOND_S = 0.001
 """A chunk counts as held behind other streams when it waited more than this (the emulator's
-p99 timing error is about 1 ms, NOTES-machine.md)."""
+p99 timing error is about 1 ms, docs/machine.md)."""
 
 
 def _held_chunks(arrival: streamview.StreamArrival | None) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 Runs come in blocks of one run per level. ``alternate`` keeps the levels' order in every
 block (A B A B ...); with ``counterbalance`` every other block is reversed (A B, B A, ...)
-so that a first-versus-second position effect cancels between arms (shared DESIGN.md,
+so that a first-versus-second position effect cancels between arms (docs/design.md,
 "Order of runs"). ``shuffle`` draws a random order for each block from a seeded generator,
 so that drift over time cannot line up with one level (Flent's batch mode does the same).
 Warm-up blocks come first and are flagged: they are run and kept, never analysed.

@@ -182,19 +182,27 @@ def _bound_of(finding: Finding, results: Results) -> str:
         return f"– (error: {one_line(err)})"
 
 
+def _measure(finding: Finding, results: Results, bound: str) -> Measured | Row:
+    """The finding's measurement, or the row that says why there is none (not measurable,
+    or an error: a measure that raised, which then fails the campaign)."""
+    if finding.experiment is None or finding.measure is None:
+        return _row(finding, bound, None, NOT_MEASURABLE, finding.unmeasured or "no level")
+    try:
+        return finding.measure(results)
+    except NotMeasured as err:
+        return _row(finding, bound, None, NOT_MEASURABLE, str(err))
+    except Exception as err:  # recorded as an error row; the campaign then fails
+        return _row(finding, bound, None, ERROR, one_line(err))
+
+
 def row_of(finding: Finding, results: Results) -> Row:
     """One finding's row: its bound, its measurement (or why there is none), its verdict."""
     bound = _bound_of(finding, results)
     if finding.kind == "C":
         return _computed_row(finding, bound)
-    if finding.experiment is None or finding.measure is None:
-        return _row(finding, bound, None, NOT_MEASURABLE, finding.unmeasured or "no level")
-    try:
-        measured = finding.measure(results)
-    except NotMeasured as err:
-        return _row(finding, bound, None, NOT_MEASURABLE, str(err))
-    except Exception as err:  # recorded as an error row; the campaign then fails
-        return _row(finding, bound, None, ERROR, one_line(err))
+    measured = _measure(finding, results, bound)
+    if isinstance(measured, Row):
+        return measured
     verdict = judge(finding, measured)
     return _row(finding, bound, measured, verdict.verdict, explain(finding, measured, verdict),
                 measured.text)  # fmt: skip
@@ -224,14 +232,9 @@ def question_row(finding: Finding, results: Results) -> Row:
     """A row of the testbed's own questions: measured (or why not), no verdict on the
     chapter."""
     bound = _bound_of(finding, results)
-    if finding.measure is None:
-        return _row(finding, bound, None, NOT_MEASURABLE, "no level")
-    try:
-        measured = finding.measure(results)
-    except NotMeasured as err:
-        return _row(finding, bound, None, NOT_MEASURABLE, str(err))
-    except Exception as err:  # recorded as an error row; the campaign then fails
-        return _row(finding, bound, None, ERROR, one_line(err))
+    measured = _measure(finding, results, bound)
+    if isinstance(measured, Row):
+        return measured
     said = measured.reason if measured.ok is False else ""
     return _row(finding, bound, measured, MEASURED, said, measured.text)
 

@@ -21,7 +21,7 @@ from tbcore import procfs
 
 MIN_CPU_WINDOW_S = 0.2
 """CPU fractions are measured over at least 200 ms around the request (tick accounting:
-10 ms ticks give +-5 % on a 200 ms window, NOTES-machine.md)."""
+10 ms ticks give +-5 % on a 200 ms window, docs/machine.md)."""
 
 PROC_SAMPLE_PERIOD_S = 0.02
 """How often the harness reads /proc for CPU during a run (50 Hz; a few µs per read)."""
@@ -48,7 +48,7 @@ def cpu_pressure_s() -> float | None:
 FOREIGN_SHARE_RESOLUTION = 0.10
 """The smallest share of the host's busy CPU time that can be told from none: host and
 process CPU are both tick-counted (10 ms ticks, +-5 % each on the 200 ms minimum window,
-NOTES-machine.md). A computed share below it counts as none: the run's own processes (the
+docs/machine.md). A computed share below it counts as none: the run's own processes (the
 emulator, the peer stack) taking turns on two cores are what the run measures (issue 25),
 not a disturbance of the host."""
 

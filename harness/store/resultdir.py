@@ -1,6 +1,6 @@
 """The result directory of one experiment, written atomically.
 
-Layout (shared DESIGN.md, issue 5)::
+Layout (docs/design.md, issue 5)::
 
     results/<experiment>/<UTC stamp>/
         manifest.json          the spec as given and resolved, plan, versions, environment

@@ -85,7 +85,7 @@ level and its baseline, or as the runs so far show it when larger: harness.run.r
 
 DISTURBANCE_FLOOR_S = 1e-3
 """A disturbance below 1 ms is within the emulator's own accuracy (1 ms p99 RTT-error
-target, NOTES-machine.md) and never invalidates a run, however short."""
+target, docs/machine.md) and never invalidates a run, however short."""
 
 FLIGHT_WORK_S = 0.02
 """How long an endpoint works on a flight it received before the next flight leaves: up to
