@@ -13,7 +13,7 @@ import pytest
 from aioquic.buffer import Buffer
 from aioquic.quic.packet import QuicPacketType, pull_quic_header
 
-from harness.abuse import attacks
+from harness.abuse import attacks, protocol
 from harness.abuse.bench import probe
 from servers.guard import H2Limits
 from servers.process import ServerProcess
@@ -203,3 +203,56 @@ def test_a_client_that_credits_every_data_frame_is_not_a_flood(
         sock.close()
     assert received == 30_000_000 and frames > H2Limits().max_window_updates
     assert not any(e["event"] == "abuse" for e in _events(log))
+
+
+# --- issue 40: protocol-level abuse (harness.abuse.protocol) ---------------------------------
+
+
+def test_a_huge_header_block_is_refused_before_it_is_decoded(
+    server: tuple[ServerProcess, Path],
+) -> None:
+    proc, log = server
+    outcome = protocol.header_block(_target(proc), 4.0, block_bytes=4 * 2**20, connections=2)
+    assert "GOAWAY" in outcome, outcome
+    abuse = [e for e in _events(log) if e["event"] == "abuse"]
+    assert abuse and "header block" in abuse[0]["reason"]
+    assert asyncio.run(probe("h2", proc.ports["h2"])) is not None
+
+
+def test_a_data_frame_above_the_frame_size_is_refused_at_its_header(
+    server: tuple[ServerProcess, Path],
+) -> None:
+    proc, log = server
+    outcome = protocol.trickled_data(_target(proc), 3.0, connections=2, interval_s=1.0)
+    assert "0 connections still open" in outcome, outcome
+    errors = [e.get("reason") or "" for e in _events(log) if e["event"] == "error"]
+    assert any("SETTINGS_MAX_FRAME_SIZE" in r for r in errors)
+
+
+@pytest.mark.parametrize("where", ["control", "request"])
+def test_an_h3_frame_longer_than_its_type_allows_closes_with_excessive_load(
+    server: tuple[ServerProcess, Path], where: str
+) -> None:
+    proc, _log = server
+    outcome = protocol.h3_big_frame(_target(proc), 4.0, frame_bytes=4_000_000, where=where)
+    assert "code 0x107" in outcome, outcome
+    assert asyncio.run(probe("h3", proc.ports["h3"])) is not None
+
+
+def test_quic_abuse_and_legal_oddities(server: tuple[ServerProcess, Path]) -> None:
+    proc, _log = server
+    target = _target(proc)
+    assert "code 0xa" in protocol.ack_ranges(target, 2.0, ranges=100, rate_per_s=100)
+    assert protocol.empty_uni_stream(target, 1.0) == "connection kept"
+    assert "stale: full handshake" in protocol.stale_ticket(target, 5.0)
+    assert "still open" in protocol.flow_gap(target, 2.0, streams=3)
+    assert asyncio.run(probe("h3", proc.ports["h3"])) is not None
+
+
+@pytest.mark.parametrize("kind", ["unknown", "priority-update"])
+def test_unknown_and_priority_update_floods_end_in_goaway(
+    server: tuple[ServerProcess, Path], kind: str
+) -> None:
+    proc, log = server
+    outcome = attacks.control_flood(_target(proc), duration_s=3.0, kind=kind, frames=20_000)
+    assert "1 GOAWAY" in outcome or any(e["event"] == "abuse" for e in _events(log)), outcome

@@ -504,3 +504,28 @@ def test_datagrams_stay_apart_across_flows_sizes_and_fragments() -> None:
         ]
     )
     assert [len(p) - 28 for _, p in out] == [2400, 2400, 500, 1200, 1200, 1200]
+
+
+def test_every_direction_field_is_applied_by_the_c_path_or_refused() -> None:
+    """One declaration (cpath.C_PATH_FIELDS) for every DirectionSpec field: a field added to
+    the spec and not to the table is refused on the C path, never parsed and dropped."""
+    import dataclasses
+
+    from netem.linkspec import DirectionSpec
+
+    names = {f.name for f in dataclasses.fields(DirectionSpec)}
+    assert set(cpath.C_PATH_FIELDS) == names
+    refused = {name for name, why in cpath.C_PATH_FIELDS.items() if why is not None}
+    assert refused == {"rate_trace", "delay_trace", "delay_interp", "trace_offset_s"}
+    traced = parse_link("down.delay=trace:leo.delay").down
+    with pytest.raises(SpecError, match=r"down\.delay_trace: the C packet path"):
+        cpath.refused_fields("down", traced)
+    cpath.refused_fields("up", DirectionSpec(delay_s=0.1, loss=0.1, rate_bps=1e6))
+
+
+def test_a_field_the_table_does_not_know_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from netem.linkspec import DirectionSpec
+
+    monkeypatch.delitem(cpath.C_PATH_FIELDS, "jitter_s")
+    with pytest.raises(SpecError, match=r"up\.jitter_s: the C packet path does not apply it"):
+        cpath.refused_fields("up", DirectionSpec(delay_s=0.1, jitter_s=0.01))

@@ -28,6 +28,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "harness.bench.stacks": ("bench stacks",),
     "proto.fec.bench": ("bench fec",),
     "harness.cli.run": ("run", "campaign", "report"),
+    "harness.cli.check": ("check",),  # an experiment file's plan, not run
     "harness.cli.compare": ("compare",),  # two result directories
     "harness.abuse.bench": ("abuse",),  # attacks on loopback, a benchmark
     "netem.crossval": ("bench crossval",),  # kernel netem in a VM vs the userspace emulator

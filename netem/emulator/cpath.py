@@ -18,6 +18,7 @@ control commands.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 
@@ -64,6 +65,41 @@ def rng_state(rng: random.Random) -> tuple[int, ...]:
     return rng.getstate()[1]
 
 
+C_PATH_FIELDS: dict[str, str | None] = {
+    "delay_s": None,
+    "jitter_s": None,
+    "loss": None,
+    "gemodel": None,
+    "rate_bps": None,
+    "queue_bytes": None,
+    "queue_packets": None,
+    "seed": None,
+    "rate_trace": "the C packet path does not replay traces (--path python)",
+    "delay_trace": "the C packet path does not replay traces (--path python)",
+    "delay_interp": "the C packet path does not replay traces (--path python)",
+    "trace_offset_s": "the C packet path does not replay traces (--path python)",
+}
+"""Every :class:`~netem.linkspec.DirectionSpec` field, as the C path takes it: None where it
+applies it (queue_bytes and queue_packets through the byte limit the spec resolves), or why
+not: a field set to anything but its default is then refused in one line, never run as if
+it were not there. A field missing from this table is refused too (tests/test_emulator_cpath
+checks the table against the dataclass), so a new impairment cannot be accepted and dropped."""
+
+
+def refused_fields(direction: str, spec: DirectionSpec) -> None:
+    """SpecError for the first field of ``spec`` the C path would not apply."""
+    for item in dataclasses.fields(spec):
+        value = getattr(spec, item.name)
+        default = item.default
+        if value == default:
+            continue
+        if item.name not in C_PATH_FIELDS:
+            raise SpecError(f"{direction}.{item.name}", "the C packet path does not apply it")
+        why = C_PATH_FIELDS[item.name]
+        if why is not None:
+            raise SpecError(f"{direction}.{item.name}", why)
+
+
 @dataclass(frozen=True)
 class DirectionConfig:
     """One direction's spec as the C path takes it."""
@@ -82,10 +118,7 @@ class DirectionConfig:
     def of(cls, direction: str, spec: DirectionSpec, queue_limit: int | None) -> DirectionConfig:
         """What :meth:`netem.emulator.core.LinkDirection.set_spec` sets up, for C (which
         has no trace schedules yet: a traced direction is refused, never run flat)."""
-        if spec.has_trace:
-            raise SpecError(
-                f"{direction}.trace", "the C packet path does not replay traces (--path python)"
-            )
+        refused_fields(direction, spec)
         if spec.gemodel is not None:
             g = spec.gemodel
             kind, gemodel = "gemodel", (g.p, g.r, g.loss_bad, g.loss_good)
