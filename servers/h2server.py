@@ -107,7 +107,7 @@ class GuardedH2Connection(h2.connection.H2Connection):
         try:
             return super()._receive_headers_frame(frame)
         except h2.exceptions.TooManyStreamsError:
-            h2.connection._decode_headers(self.decoder, frame.data)
+            self.decoder.decode(frame.data, raw=True)
             self.highest_inbound_stream_id = max(self.highest_inbound_stream_id, frame.stream_id)
             return [self._reset_frame(frame.stream_id, h2.errors.ErrorCodes.REFUSED_STREAM)], []
         except h2.exceptions.ProtocolError as err:

@@ -213,6 +213,7 @@ class PriorityH3Connection(H3Connection):
 
     def __init__(self, quic: Any, *, on_priority_update: Callable[[int, bytes], None]) -> None:
         super().__init__(quic)
+        self.quic_connection = quic
         self._on_priority_update = on_priority_update
         self.scanner = H3StreamScanner()
         self.refused: str | None = None
@@ -227,7 +228,7 @@ class PriorityH3Connection(H3Connection):
                 self._on_priority_update(element, value)
             if scan.verdict is not None:
                 self.refused = scan.verdict.reason
-                self._quic.close(
+                self.quic_connection.close(
                     error_code=scan.verdict.error_code, reason_phrase=scan.verdict.reason
                 )
                 return []

@@ -133,6 +133,9 @@ class TopologyKind:
     """... and those it may have."""
     workloads: tuple[str, ...] | None = None
     """The workloads it carries (None: every one that is not bound to another topology)."""
+    carries_any: Callable[[Any], bool] = lambda s: False
+    """Settings under which it carries any workload besides :attr:`workloads` (two paths
+    under Multipath TCP: a transparent TCP, so any HTTP/2 request rides it)."""
     check: Callable[[Any], None] = lambda s: None
     """Combinations of settings the shape cannot run (SpecError naming the key)."""
     columns: tuple[str, ...] = ()
@@ -403,12 +406,20 @@ def _check_dual(s: Any) -> None:
 MULTIPATH_FAILOVER = ("mptcp", "duplicate")
 """The h2 arms that survive the loss of one path (single and split stop with it)."""
 
+
+def _dual_carries_any(s: Any) -> bool:
+    """One TCP connection the kernel spreads over both paths (mptcp), or the first path alone
+    (single), carries whatever HTTP/2 carries; split and duplicate are the upload client's."""
+    return s.multipath in ("mptcp", "single") and "tcp" in protocol(s.protocol).traits
+
+
 register_topology(
     TopologyKind(
         "dual",
         edges=("link", "link_b"),
         optional_edges=("exit_link",),
         workloads=("upload",),
+        carries_any=_dual_carries_any,
         check=_check_dual,
         columns=("dual", "topology"),
     )

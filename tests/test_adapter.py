@@ -373,9 +373,7 @@ def test_windows_grow_on_delivered_bytes_not_on_a_gap(tmp_path: Path) -> None:
     it makes stays within one window; in-order data still doubles it."""
     client, server = _auto_window_pair(tmp_path)
     assert isinstance(server, WindowedQuicConnection) and server.window_bytes is None
-    stream = client._get_or_create_stream_for_send(0)
-    window = stream.max_stream_data_remote
-    stream.sender._buffer_start = stream.sender._buffer_stop = window - 10
+    window = adapter.skip_to_window_edge(client, 0, 10) + 10
     client.send_stream_data(0, b"y" * 10)
     now = 1.0
     for _ in range(3):
@@ -400,7 +398,15 @@ def test_an_ack_of_a_packet_never_sent_closes_the_connection(tmp_path: Path) -> 
     from aioquic.quic.packet import QuicErrorCode, push_ack_frame
     from aioquic.quic.rangeset import RangeSet
 
-    _client, server = _auto_window_pair(tmp_path)
+    client, server = _auto_window_pair(tmp_path)
+    adapter.acknowledge_next(client, RangeSet([range(10**6, 10**6 + 1)]), now=1.0)
+    client.send_ping(1)
+    for data, _ in client.datagrams_to_send(now=1.0):
+        server.receive_datagram(data, CLIENT_ADDR, now=1.02)
+    closed = [
+        e for e in iter(server.next_event, None) if isinstance(e, events.ConnectionTerminated)
+    ]
+    assert server._close_event is not None and server._close_event.error_code == 0xA, closed
     buf = Buffer(capacity=64)
     push_ack_frame(
         buf,

@@ -67,6 +67,39 @@ def test_a_file_whose_factor_is_the_topology_builds_both_shapes() -> None:
     assert end_to_end(shapes["relay"]).rtt_s == pytest.approx(0.202)
 
 
+NATURAL_TOPOLOGY_FACTOR = """
+name = "t"
+question = "q?"
+[fixed]
+link = "rtt=200ms,rate=333mbit"
+near_link = "rtt=2ms,rate=1000mbit"
+[factor]
+name = "topology"
+levels = [
+  { name = "direct", topology = "direct" },
+  { name = "relay", topology = "relay" },
+]
+"""
+
+
+def test_a_fixed_edge_some_levels_lack_is_their_ignored_setting() -> None:
+    """The file a user writes from the README: the relay's near hop in [fixed], the topology
+    the factor. The direct level's path has no near hop and its runs list it as ignored."""
+    spec = specmod.loads(NATURAL_TOPOLOGY_FACTOR)
+    direct, relay = spec.levels
+    assert direct.topology.edge_names == ("link",)
+    assert "near_link" in direct.settings.ignored()
+    assert set(relay.topology.edge_names) == {"near_link", "link"}
+    assert relay.settings.ignored() == []
+    nobody = NATURAL_TOPOLOGY_FACTOR.replace(
+        '{ name = "relay", topology = "relay" }',
+        '{ name = "slow", topology = "direct", link = "rtt=300ms,rate=333mbit" }',
+    ).replace('name = "topology"', 'name = "path"\nsettings = ["topology", "link"]')
+    with pytest.raises(SpecError) as err:
+        specmod.loads(nobody)
+    assert err.value.field == "fixed.near_link" and "no level applies it" in err.value.reason
+
+
 def test_end_to_end_puts_the_relay_hops_and_the_exit_in_series() -> None:
     relay = topology_of(Settings(topology="relay", near_link="rtt=2ms,rate=1gbit,loss=1%",
                                  link="rtt=200ms,rate=333mbit,loss=2%"), "fixed")  # fmt: skip
@@ -90,7 +123,7 @@ def test_end_to_end_puts_the_relay_hops_and_the_exit_in_series() -> None:
         (('route = "relay"', 'route = "tunnel"'), "factor.levels.relay-new.route"),
         (('link = "dc-longhaul-clean"', 'link = "rtt=2"'), "fixed.link.up.rtt"),
         (('near_link = "rtt=2ms"\n', ""), "factor.levels.direct-new.near_link"),
-        (('topology = "relay"', 'topology = "direct"'), "factor.levels.direct-new.near_link"),
+        (('topology = "relay"', 'topology = "direct"'), "factor.levels.direct-new.route"),
         (('near_link = "rtt=2ms"', 'near_link = "rtt=2ms"\nmultipath = "mptcp"'),
          "fixed.multipath"),
         (('near_link = "rtt=2ms"', 'near_link = "rtt=2ms"\nworkload = "upload"'),
@@ -136,3 +169,32 @@ levels = [{{ name = "a", multipath = "mptcp" }}, {level}]
     with pytest.raises(SpecError) as err:
         specmod.loads(text)
     assert err.value.field == f"factor.levels.b.{field}"
+
+
+MPTCP_IMAGE = """
+name = "m"
+question = "q?"
+[fixed]
+topology = "dual"
+link = "rtt=40ms,rate=20mbit"
+link_b = "rtt=40ms,rate=10mbit"
+workload = "retouch"
+[factor]
+name = "multipath"
+levels = [{ name = "mptcp", multipath = "mptcp" }, { name = "single", multipath = "single" }]
+"""
+
+
+def test_any_http2_workload_rides_two_paths_under_mptcp() -> None:
+    """MPTCP is a transparent TCP: the image round trip runs over two paths; the split and
+    duplicate modes (the upload client's) refuse another workload in one line."""
+    from harness.spec.paths import request_path
+
+    spec = specmod.loads(MPTCP_IMAGE)
+    mptcp = spec.level("mptcp")
+    assert mptcp.topology.kind == "dual" and mptcp.settings.workload == "retouch"
+    assert request_path(mptcp.topology, "mptcp").up.rate_bps == pytest.approx(30e6)
+    assert request_path(mptcp.topology, "single").up.rate_bps == pytest.approx(20e6)
+    with pytest.raises(SpecError) as err:
+        specmod.loads(MPTCP_IMAGE.replace('"single" }]', '"split" }]'))
+    assert err.value.field.endswith(".workload") and "carries upload" in err.value.reason

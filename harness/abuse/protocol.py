@@ -21,7 +21,6 @@ from aioquic.quic import events as qevents
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
 from aioquic.quic.rangeset import RangeSet
-from aioquic.tls import Epoch
 
 from harness.abuse.attacks import (
     ATTACKER_ADDR,
@@ -34,6 +33,7 @@ from harness.abuse.attacks import (
     _read_replies,
     _tls_or_pause,
 )
+from proto.quic.adapter import acknowledge_next, skip_to_window_edge
 
 H2_DATA, H2_HEADERS, H2_CONTINUATION = 0x0, 0x1, 0x9
 H2_FLAG_END_HEADERS = 0x4
@@ -332,9 +332,7 @@ def flow_gap(target: Target, duration_s: float, streams: int) -> str:
             if time.monotonic() > deadline or quic.closed() is not None:
                 break
             stream_id = quic.quic.get_next_available_stream_id()
-            stream = quic.quic._get_or_create_stream_for_send(stream_id)
-            edge = stream.max_stream_data_remote - 10
-            stream.sender._buffer_start = stream.sender._buffer_stop = edge
+            edge = skip_to_window_edge(quic.quic, stream_id, 10)
             quic.quic.send_stream_data(stream_id, b"y" * 10)
             edges += edge
             quic.pump(0.05)
@@ -353,14 +351,12 @@ def ack_ranges(target: Target, duration_s: float, ranges: int, rate_per_s: int) 
     try:
         if not quic.handshake():
             return "no handshake"
-        space = quic.quic._spaces[Epoch.ONE_RTT]
         base = 10_000_000
         fake = RangeSet([range(base + 2 * i, base + 2 * i + 1) for i in range(ranges)])
         deadline = time.monotonic() + duration_s
         packets = 0
         while time.monotonic() < deadline and quic.closed() is None:
-            space.ack_queue = RangeSet(list(fake))
-            space.ack_at = time.monotonic()
+            acknowledge_next(quic.quic, fake, time.monotonic())
             quic.quic.send_ping(packets)
             packets += 1
             quic.pump(1.0 / rate_per_s)

@@ -26,7 +26,7 @@ from harness.collect.rowparts import ROW_PARTS
 from harness.collect.traces import positions_at, run_clocks, trace_columns
 from harness.run.progress import LINK_EVENTS_FILE
 from harness.spec.cross import data_direction
-from harness.spec.paths import end_to_end
+from harness.spec.paths import end_to_end, request_path
 from harness.store.resultdir import write_jsonl
 from harness.validity.below_bound import below_bound
 from netem import pcapng
@@ -193,7 +193,7 @@ def bound_for(
     trace clock; default: the traces' offsets). ``shares`` and ``extra_rtt_s``: the request's
     part of each direction's capacity and a standing queue (docs/models.md section 15)."""
     workload = kinds.workload(settings.workload)
-    link = end_to_end(path)
+    link = request_path(path, settings.multipath)
     if not workload.bounded or not _has_capacity(link):
         return None
     protocol = kinds.protocol(settings.protocol)

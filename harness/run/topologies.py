@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.stacks import start_in_namespace, testbed_argv, write_settings
+from tbcore import kinds
 from tbcore.processes import stop_process
 from tbcore.registry import Registry
 from tbcore.settings import Settings
@@ -106,8 +107,11 @@ def _relay(link: Any, settings: Settings, run_dir: Path, port: int) -> Iterator[
 
 
 def _two_paths(link: Any, settings: Settings, port: int) -> Target:
-    """The client uploads from its address on each path (clients.multipath)."""
-    del settings
+    """The upload client sends from its address on each path (clients.multipath); any other
+    workload is one connection from the first path's address, which under Multipath TCP the
+    kernel's path manager extends over the second (netem.topology.configure_mptcp)."""
+    if kinds.workload(settings.workload).records != "transfer":
+        return Target(link.server_addr, port, ())
     sources = f"{link.addr('client', 'link')},{link.addr('client', 'link_b')}"
     return Target(link.server_addr, port, ("--sources", sources))
 

@@ -8,6 +8,8 @@ After this stage the harness passes the Topology and its LinkSpecs, never a link
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from netem.linkspec import DirectionSpec, LinkSpec
 from netem.topologyspec import Topology
 from tbcore import kinds
@@ -19,17 +21,14 @@ EDGE_KNOBS = ("link", "near_link", "link_b", "exit_link")
 
 
 def topology_of(settings: Settings, where: str) -> Topology:
-    """The path ``settings`` describe, every edge parsed (SpecError naming ``where.key``)."""
+    """The path ``settings`` describe, every edge of its shape parsed (SpecError naming
+    ``where.key``). An edge the shape does not have is not part of the path: set by the level
+    itself it is refused by its knob's scope (a relay's ``near_link`` on a direct level), set
+    in ``[fixed]`` for other levels it is this level's ignored setting (Settings.ignored), and
+    refused only when no level has it (harness.spec.experiment.refuse_unapplied)."""
     shape = kinds.topology(settings.topology)
-    edges = {key: getattr(settings, key) for key in EDGE_KNOBS}
-    for key, value in edges.items():
-        if value is None or key in shape.edges or key in shape.optional_edges:
-            continue
-        raise SpecError(
-            f"{where}.{key}",
-            f"topology {shape.name!r} has no {key} edge (its edges: "
-            f"{', '.join((*shape.edges, *shape.optional_edges))})",
-        )
+    own = (*shape.edges, *shape.optional_edges)
+    edges = {key: getattr(settings, key) for key in EDGE_KNOBS if key in own}
     for key in shape.edges:
         if edges[key] is None:
             raise SpecError(f"{where}.{key}", f"topology {shape.name!r} needs it")
@@ -50,7 +49,7 @@ def check_path(settings: Settings, topology: Topology, where: str) -> None:
         raise SpecError(f"{where}.{err.field}", err.reason) from None
     carried = shape.workloads
     bound_elsewhere = {w for t in kinds.TOPOLOGIES.values() if t.workloads for w in t.workloads}
-    if carried is not None and settings.workload not in carried:
+    if carried is not None and settings.workload not in carried and not shape.carries_any(settings):
         raise SpecError(
             f"{where}.workload",
             f"topology {shape.name!r} carries {', '.join(carried)}, not {settings.workload!r}",
@@ -78,6 +77,31 @@ def end_to_end(topology: Topology) -> LinkSpec:
         up=_in_series(near.up, far.up),
         down=_in_series(near.down, far.down),
         mtu_bytes=min(near.mtu_bytes, far.mtu_bytes),
+    )
+
+
+def request_path(topology: Topology, multipath: str) -> LinkSpec:
+    """The path a request's bound crosses: :func:`end_to_end`, except that one Multipath TCP
+    connection over two paths has both paths' rates (docs/models.md §12: the split's bound,
+    at the first path's round trip), behind the shared exit where there is one."""
+    path = end_to_end(topology)
+    if multipath != "mptcp" or "link_b" not in topology.edge_names:
+        return path
+    second = topology.edge("link_b").spec
+    exit_ = topology.edge("exit_link").spec if "exit_link" in topology.edge_names else None
+
+    def both(name: str) -> float | None:
+        rates = [getattr(path, name).rate_bps, getattr(second, name).rate_bps]
+        if None in rates:
+            return None
+        total = float(sum(rates))  # type: ignore[arg-type]
+        cap = getattr(exit_, name).rate_bps if exit_ is not None else None
+        return total if cap is None else min(total, cap)
+
+    return LinkSpec(
+        up=replace(path.up, rate_bps=both("up")),
+        down=replace(path.down, rate_bps=both("down")),
+        mtu_bytes=path.mtu_bytes,
     )
 
 

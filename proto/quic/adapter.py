@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from aioquic import tls
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer
 from aioquic.h3.connection import H3Connection
@@ -38,6 +39,7 @@ from aioquic.quic.congestion.base import (
 from aioquic.quic.connection import QuicConnection, QuicConnectionError, QuicConnectionState
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType, pull_ack_frame
 from aioquic.quic.packet_builder import QuicPacketBuilder, QuicSentPacket
+from aioquic.quic.rangeset import RangeSet
 from aioquic.quic.recovery import QuicPacketPacer, QuicPacketRecovery
 from aioquic.quic.stream import QuicStream
 
@@ -391,6 +393,24 @@ class WindowedQuicConnection(QuicConnection):
                         maximum=stream.max_stream_data_local, stream_id=stream.stream_id
                     )
                 )
+
+
+def skip_to_window_edge(quic: QuicConnection, stream_id: int, before_edge: int) -> int:
+    """Make the next bytes written to ``stream_id`` start ``before_edge`` bytes before the
+    peer's flow-control limit, nothing sent before them (``testbed abuse``'s flow-gap
+    attack: what a receiver must not answer by zero-filling and doubling); the offset."""
+    stream = quic._get_or_create_stream_for_send(stream_id)
+    offset = stream.max_stream_data_remote - before_edge
+    stream.sender._buffer_start = stream.sender._buffer_stop = offset
+    return offset
+
+
+def acknowledge_next(quic: QuicConnection, ranges: RangeSet, now: float) -> None:
+    """Make the next 1-RTT packet carry an ACK of ``ranges``, whatever was received
+    (``testbed abuse``'s ack-ranges attack: ACKs of packets never sent)."""
+    space = quic._spaces[tls.Epoch.ONE_RTT]
+    space.ack_queue = RangeSet(list(ranges))
+    space.ack_at = now
 
 
 class FixedWindowQuicConnection(WindowedQuicConnection):
