@@ -135,11 +135,11 @@ ATTACKS: dict[str, Attack] = {
         ),
         Attack(
             "header-block",
-            "HTTP/2 header blocks of 16 MiB of one-byte literals (HEADERS + CONTINUATION), "
+            "HTTP/2 header blocks of 64 MiB of one-byte literals (HEADERS + CONTINUATION), "
             "8 connections",
             5.0,
             protocol.header_block,
-            {"block_bytes": 16 * 2**20, "connections": 8},
+            {"block_bytes": 64 * 2**20, "connections": 8},
         ),
         Attack(
             "unfinished-block",
@@ -157,10 +157,10 @@ ATTACKS: dict[str, Attack] = {
         ),
         Attack(
             "hpack-table",
-            "SETTINGS_HEADER_TABLE_SIZE 2^32-1, then 2,000 requests on one connection",
-            8.0,
+            "SETTINGS_HEADER_TABLE_SIZE 2^32-1, then 7,500 requests on one connection",
+            15.0,
             protocol.hpack_table,
-            {"requests": 2_000},
+            {"requests": 7_500},
         ),
         Attack(
             "h3-control-frame",

@@ -104,7 +104,7 @@ def run_examples(args: argparse.Namespace) -> int:
     table.add_column("inputs")
     table.add_column("value", justify="right")
     table.add_column("unit")
-    table.add_column("docs/models.md", justify="right")
+    table.add_column("models.md", justify="right")
     for e in examples:
         table.add_row(e.name, e.inputs, e.rounded(), e.unit, e.printed)
     Console(width=max(120, Console().width)).print(table)

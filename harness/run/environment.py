@@ -3,7 +3,6 @@ versions, kernel, sysctls and qdiscs of the namespaces, the link as built)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import platform
 from importlib import metadata
@@ -87,8 +86,10 @@ def environment(link: Any, backend: str) -> dict[str, Any]:
             info["qdiscs"] = _qdiscs(link)
         except Exception as err:
             info["qdiscs_error"] = str(err)
-    with contextlib.suppress(Exception):
+    try:
         info["link"] = link.show()
+    except Exception as err:  # recorded, never fatal, as the sysctls and qdiscs above
+        info["link_error"] = str(err)
     return info
 
 
