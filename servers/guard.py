@@ -375,8 +375,6 @@ class H2WireScanner:
         self.frame_type = -1
         self.stream_id = 0
         """The type and stream of the frame whose header was read last."""
-        self.frame_ends: list[int] = []
-        """Offsets in the last ``feed``'s data where a frame ended."""
         self.protocol_error: str | None = None
         """A violation that is not abuse (a frame above SETTINGS_MAX_FRAME_SIZE: RFC 9113
         section 4.2, FRAME_SIZE_ERROR); once set, nothing more is scanned."""
@@ -388,7 +386,6 @@ class H2WireScanner:
         own error."""
         view = memoryview(data)
         at, end = 0, len(view)
-        self.frame_ends = []
         if self._broken or self.protocol_error is not None:
             return None
         if self._preface_left:
@@ -406,7 +403,6 @@ class H2WireScanner:
                 at += taken
                 if not self._body_left:
                     self._partial_due = None
-                    self.frame_ends.append(at)
                 continue
             need = H2_FRAME_HEADER_BYTES - len(self._header)
             self._header += view[at : at + need]
@@ -417,8 +413,6 @@ class H2WireScanner:
             self._header.clear()
             if reason is not None:
                 return reason
-            if not self._body_left:
-                self.frame_ends.append(at)
         return None
 
     def _on_header(self, header: bytes, now: float) -> str | None:
