@@ -13,7 +13,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.plan.planner import plan_runs
+from harness.plan.planner import plan_for
 from harness.spec import experiment as specmod
 from tbcore import kinds
 from tbcore.settings import KNOBS
@@ -87,14 +87,7 @@ def plan_lines(spec: specmod.ExperimentSpec) -> list[str]:
             lines.append(f"  path {edge}")
         run = "unknown" if plan.run_s is None else f"{plan.run_s:.1f} s"
         lines.append(f"  one run: {run} of requests + {RUN_SETUP_S:g} s to set up")
-    runs = plan_runs(
-        spec.level_names,
-        spec.repetitions,
-        order=spec.order,
-        counterbalance=spec.counterbalance,
-        seed=spec.seed,
-        warmup_runs=spec.warmup_runs,
-    )
+    runs = plan_for(spec)
     lines.append("order: " + " ".join(run.run_id for run in runs))
     total = sum((plans[run.level].run_s or 0.0) + RUN_SETUP_S for run in runs)
     unknown = sum(plans[run.level].run_s is None for run in runs)
