@@ -79,7 +79,8 @@ class Row:
     measured_median: float | None
     ci_low: float | None
     ci_high: float | None
-    runs: int
+    runs: int | None
+    """Valid runs the median rests on (per arm for a difference); None for a computation."""
     tolerance: str
     verdict: str
     """One of harness.report.verdict.VERDICTS."""
@@ -219,7 +220,7 @@ def _computed_row(finding: Finding, bound: str) -> Row:
         return _row(finding, bound, None, ERROR, one_line(err))
     measured = Measured(fmt(computed, finding.unit), computed)
     row = _row(finding, bound, measured, verdict.verdict, verdict.detail, measured.text)
-    return Row(**{**row.to_dict(), "runs": 0, "ci_low": None, "ci_high": None,
+    return Row(**{**row.to_dict(), "runs": None, "ci_low": None, "ci_high": None,
                   "tolerance": f"±{computation.tolerance:g} {finding.unit} (the chapter's "
                   "printed precision)"})  # fmt: skip
 
