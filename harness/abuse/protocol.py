@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 import hpack
+from aioquic.buffer import encode_uint_var
 from aioquic.quic import events as qevents
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
@@ -281,14 +282,6 @@ class _RawQuic:
         self.sock.close()
 
 
-def _varint(value: int) -> bytes:
-    for size, prefix in ((1, 0x00), (2, 0x40), (4, 0x80), (8, 0xC0)):
-        if value < 1 << (8 * size - 2):
-            raw = value.to_bytes(size, "big")
-            return bytes([raw[0] | prefix]) + raw[1:]
-    raise ValueError(value)
-
-
 def h3_big_frame(target: Target, duration_s: float, frame_bytes: int, where: str) -> str:
     """A frame of ``frame_bytes`` sent as its packets go: a reserved type on the control
     stream (``where = "control"``) or HEADERS on a request stream (``"request"``)."""
@@ -298,10 +291,16 @@ def h3_big_frame(target: Target, duration_s: float, frame_bytes: int, where: str
             return "no handshake"
         if where == "control":
             stream = quic.quic.get_next_available_stream_id(is_unidirectional=True)
-            head = _varint(0) + _varint(0x4) + _varint(0) + _varint(0x21) + _varint(frame_bytes)
+            head = (
+                encode_uint_var(0)
+                + encode_uint_var(0x4)
+                + encode_uint_var(0)
+                + encode_uint_var(0x21)
+                + encode_uint_var(frame_bytes)
+            )
         else:
             stream = quic.quic.get_next_available_stream_id()
-            head = _varint(0x1) + _varint(frame_bytes)
+            head = encode_uint_var(0x1) + encode_uint_var(frame_bytes)
         quic.quic.send_stream_data(stream, head)
         deadline = time.monotonic() + duration_s
         sent = 0
@@ -405,7 +404,7 @@ def empty_uni_stream(target: Target, duration_s: float) -> str:
         quic.quic.send_stream_data(empty, b"", end_stream=True)
         quic.pump(0.2)
         split = quic.quic.get_next_available_stream_id(is_unidirectional=True)
-        reserved = _varint(0x21 * 0x1F + 0x21)
+        reserved = encode_uint_var(0x21 * 0x1F + 0x21)
         quic.quic.send_stream_data(split, reserved[:1])
         quic.pump(0.2)
         quic.quic.send_stream_data(split, reserved[1:] + b"x")
