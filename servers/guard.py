@@ -173,7 +173,7 @@ as each frame header arrives, before its body: the decoded list is held to 64 Ki
 rarely larger than its list. hpack copies the rest of the block for every literal it
 decodes, so the decoding time grows with the square of the block: 1 MiB took 0.2 s and
 63 MiB 107 s here; 64 KiB takes under a millisecond."""
-MAX_FRAME_RATE_BPS = 4096
+MIN_FRAME_RATE_BYTES_PER_S = 4096
 """A partial frame must arrive at least this fast (bytes per second, after the head deadline):
 a 1 MiB DATA frame may take 256 s, a byte every 20 s of it is a trickle (32 kbit/s is below
 every link the testbed emulates)."""
@@ -359,7 +359,7 @@ class H2WireScanner:
         max_frame_bytes: int,
         max_block_bytes: int = MAX_HEADER_BLOCK_BYTES,
         head_timeout_s: float = DEFAULT_HEAD_TIMEOUT_S,
-        min_rate_Bps: float = MAX_FRAME_RATE_BPS,
+        min_rate_Bps: float = MIN_FRAME_RATE_BYTES_PER_S,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self.max_block_bytes = max_block_bytes
@@ -372,9 +372,7 @@ class H2WireScanner:
         """Bytes of the header block being received (None: no block open)."""
         self._partial_due: float | None = None
         self.frames = 0
-        self.frame_type = -1
-        self.stream_id = 0
-        """The type and stream of the frame whose header was read last."""
+        """Frame headers read."""
         self.protocol_error: str | None = None
         """A violation that is not abuse (a frame above SETTINGS_MAX_FRAME_SIZE: RFC 9113
         section 4.2, FRAME_SIZE_ERROR); once set, nothing more is scanned."""
@@ -418,8 +416,6 @@ class H2WireScanner:
     def _on_header(self, header: bytes, now: float) -> str | None:
         length = int.from_bytes(header[:3], "big")
         frame_type, flags = header[3], header[4]
-        self.frame_type = frame_type
-        self.stream_id = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
         self.frames += 1
         if length > self.max_frame_bytes:
             self.protocol_error = (

@@ -24,6 +24,8 @@ import h2.connection
 import h2.errors
 import hpack
 
+from servers.guard import H2_PREFACE
+
 ATTACKER_ADDR = "127.0.0.2"
 """Source address of every attack (loopback; the normal probes come from 127.0.0.1)."""
 QUIC_VERSION_1 = 0x00000001
@@ -34,11 +36,10 @@ QUIC_CID_BYTES = 8
 H2_FRAME_HEADER = struct.Struct(">HBBBL")
 """9-byte HTTP/2 frame header: length (24 bits as H+B), type, flags, stream id."""
 H2_DATA, H2_HEADERS, H2_PRIORITY, H2_RST_STREAM, H2_SETTINGS = 0x0, 0x1, 0x2, 0x3, 0x4
-H2_PING, H2_GOAWAY, H2_WINDOW_UPDATE = 0x6, 0x7, 0x8
+H2_PING, H2_GOAWAY, H2_WINDOW_UPDATE, H2_CONTINUATION = 0x6, 0x7, 0x8, 0x9
 H2_FLAG_ACK = H2_FLAG_END_STREAM = 0x1
 H2_FLAG_END_HEADERS = 0x4
 H2_CANCEL = 0x8
-H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 H2_DEFAULT_FRAME_BYTES = 16_384
 """SETTINGS_MAX_FRAME_SIZE before the peer's SETTINGS (RFC 9113 section 6.5.2)."""
 H2_INITIAL_WINDOW_BYTES = 65_535

@@ -25,6 +25,11 @@ from aioquic.quic.rangeset import RangeSet
 
 from harness.abuse.attacks import (
     ATTACKER_ADDR,
+    H2_CONTINUATION,
+    H2_DATA,
+    H2_DEFAULT_FRAME_BYTES,
+    H2_FLAG_END_HEADERS,
+    H2_HEADERS,
     H2_PREFACE,
     H2_SETTINGS,
     IO_TIMEOUT_S,
@@ -36,10 +41,6 @@ from harness.abuse.attacks import (
 )
 from proto.quic.adapter import acknowledge_next, skip_to_window_edge
 
-H2_DATA, H2_HEADERS, H2_CONTINUATION = 0x0, 0x1, 0x9
-H2_FLAG_END_HEADERS = 0x4
-H2_FRAME_BYTES = 16_384
-"""Frames of RFC 9113's default SETTINGS_MAX_FRAME_SIZE: accepted before any settings."""
 ONE_BYTE_LITERAL = b"\x00\x01a\x00"
 """HPACK: a literal field without indexing, new name "a", empty value (4 bytes): each makes
 hpack copy what follows it in the block."""
@@ -58,7 +59,9 @@ def _block_frames(block_bytes: int, end: bool, stream: int = 1) -> list[bytes]:
     """HEADERS then CONTINUATIONs carrying ``block_bytes`` of one-byte literals after a
     request head; END_HEADERS on the last one only when ``end``."""
     block = _request_head() + ONE_BYTE_LITERAL * (block_bytes // len(ONE_BYTE_LITERAL))
-    pieces = [block[i : i + H2_FRAME_BYTES] for i in range(0, len(block), H2_FRAME_BYTES)]
+    pieces = [
+        block[i : i + H2_DEFAULT_FRAME_BYTES] for i in range(0, len(block), H2_DEFAULT_FRAME_BYTES)
+    ]
     frames = []
     for index, piece in enumerate(pieces):
         last = end and index == len(pieces) - 1

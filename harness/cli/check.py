@@ -40,7 +40,7 @@ def level_plan(level: specmod.Level) -> LevelPlan:
     settings = level.settings
     ignored = []
     for key in settings.ignored():
-        item = next(k for k in KNOBS.values() if k.key == key)
+        item = KNOBS[key]
         ignored.append(f"{key}: {item.scope.refusal(settings)}")
     edges = [f"{edge.name}: {edge.spec}" for edge in level.topology.edges]
     return LevelPlan(level.name, level.baseline, dict(level.overrides), ignored, edges,

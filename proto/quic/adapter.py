@@ -37,7 +37,7 @@ from aioquic.quic.congestion.base import (
     register_congestion_control,
 )
 from aioquic.quic.connection import QuicConnection, QuicConnectionError, QuicConnectionState
-from aioquic.quic.packet import QuicErrorCode, QuicFrameType, pull_ack_frame
+from aioquic.quic.packet import QuicErrorCode, QuicFrameType
 from aioquic.quic.packet_builder import QuicPacketBuilder, QuicSentPacket
 from aioquic.quic.rangeset import RangeSet
 from aioquic.quic.recovery import QuicPacketPacer, QuicPacketRecovery
@@ -315,17 +315,16 @@ class WindowedQuicConnection(QuicConnection):
                 self.delivered_bytes += len(event.data)
 
     def _handle_ack_frame(self, context: Any, frame_type: int, buf: Any) -> None:
+        # RFC 9000 section 19.3: the frame opens with the Largest Acknowledged; one varint
+        # read (not the whole range list, which the parent parses next)
         start = buf.tell()
-        try:
-            ranges, _delay = pull_ack_frame(buf)
-        except ValueError:
-            ranges = None  # the parent reports the encoding error
+        largest = buf.pull_uint_var()
         buf.seek(start)
-        if ranges is not None and len(ranges) and ranges.bounds().stop > self._packet_number:
+        if largest >= self._packet_number:
             raise QuicConnectionError(
                 error_code=QuicErrorCode.PROTOCOL_VIOLATION,
                 frame_type=frame_type,
-                reason_phrase=f"ACK of packet {ranges.bounds().stop - 1}, never sent",
+                reason_phrase=f"ACK of packet {largest}, never sent",
             )
         super()._handle_ack_frame(context, frame_type, buf)
 
