@@ -52,7 +52,7 @@ def _abort(conn: Any) -> None:
     """Drop a connection that lost its round at once (no graceful close on a dead path)."""
     if conn is None:
         return
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(OSError, RuntimeError):  # a transport already gone
         if not isinstance(conn, h2client.H2Client):
             conn.protocol.close()
         conn.transport.abort() if hasattr(conn.transport, "abort") else conn.transport.close()
@@ -61,11 +61,11 @@ def _abort(conn: Any) -> None:
 async def _close(conn: Any) -> None:
     if conn is None:
         return
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(OSError, TimeoutError):  # the round's result is already kept
         await asyncio.wait_for(conn.close(), CLOSE_WAIT_S)
     transport = getattr(conn, "transport", None)
     if transport is not None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError, RuntimeError):  # a transport already gone
             transport.abort() if hasattr(transport, "abort") else transport.close()
 
 
@@ -153,8 +153,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     finally:
         await _close(conn)
         for task in closing:
-            with contextlib.suppress(Exception):
-                await task
+            await task  # _close handles the conditions a close can end in
         if config.records_path is not None:
             write_jsonl(config.records_path, rounds)
         if run.keylog is not None:

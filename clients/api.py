@@ -82,19 +82,23 @@ class _Run:
         self.sampler = Sampler(sample, config.sample_hz) if config.samples_path else None
         self.keylog: IO[str] | None = None
         self.conn_index = -1
+        self.close_pending: str | None = None
         self.tls = None
         self.session: Any = None
         self.ticket: Any = None
 
     def new_record(self, index: int) -> RequestRecord:
         config = self.config
-        return RequestRecord(
+        record = RequestRecord(
             request_id=index,
             protocol=config.settings.protocol,
             connection=config.settings.connection,
             workload=config.settings.workload,
             warmup=index < config.settings.warmup_requests,
+            close_error=self.close_pending,
         )
+        self.close_pending = None
+        return record
 
     # -- connections -----------------------------------------------------------------------
     async def connect(self, early: bool = False) -> Any:
@@ -210,6 +214,7 @@ class _Run:
         finally:
             if self.sampler is not None:
                 self.sampler.stop()
+                record.sample_error = self.sampler.failures.pop(record.request_id, None)
         for rec in records[1:]:
             self.stamp_connection(rec, conn)
         # stamp after the request: h3 0-RTT handshakes finish during it
@@ -229,11 +234,17 @@ class _Run:
             pass
         return records
 
-    async def close(self, conn: Any) -> None:
+    async def close(self, conn: Any, last: RequestRecord | None) -> None:
+        """Close ``conn``; a close that fails or times out is written into ``last`` (the
+        connection's last record) or, for a connection that carried none, the next record."""
         try:
             await asyncio.wait_for(conn.close(), self.config.settings.timeout_s)
-        except Exception:
-            pass
+        except (OSError, TimeoutError, ConnectionError) as err:
+            reason = f"connection {self.conn_index}: {_one_line(err)}"
+            if last is None:
+                self.close_pending = reason
+            else:
+                last.close_error = reason
 
     def failed(self, index: int, err: BaseException) -> RequestRecord:
         record = self.new_record(index)
@@ -267,7 +278,7 @@ class _Run:
             records = await self.exchange(conn, record)
         finally:
             self.records.extend(records)
-            await self.close(conn)
+            await self.close(conn, records[-1])
 
     async def run_reused(self, total: int) -> None:
         conn = None
@@ -286,12 +297,12 @@ class _Run:
                     record.reconnected = True
                 self.records.extend(await self.exchange(conn, record))
                 if record.error is not None and _connection_dead(conn):
-                    await self.close(conn)
+                    await self.close(conn, self.records[-1])
                     conn = None
                     reconnected = True
         finally:
             if conn is not None:
-                await self.close(conn)
+                await self.close(conn, self.records[-1] if self.records else None)
 
     async def run_0rtt(self, total: int) -> None:
         config = self.config
@@ -310,7 +321,7 @@ class _Run:
             if ticket is not None:
                 self.ticket = ticket
         finally:
-            await self.close(conn)
+            await self.close(conn, self.records[-1] if self.records else None)
         for index in range(config.settings.warmup_requests, total):
             await self.run_on_new(index, early=True)
 

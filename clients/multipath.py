@@ -493,7 +493,7 @@ async def run_quic_migration(
     except (ConnectionError, OSError, TimeoutError) as err:
         result.error = f"{type(err).__name__}: {err}"[:300]
     finally:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(OSError, TimeoutError):  # the result is already in hand
             await client.close()
     return result
 

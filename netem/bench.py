@@ -38,17 +38,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
-from statistics import NormalDist
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from scipy.stats import binomtest
 
 from netem import nsexec
 from netem.air import AirSpec
@@ -63,8 +62,7 @@ from tbcore.errors import SpecError
 
 SCHEMA_VERSION = 1
 CONFIDENCE = 0.99
-Z_99 = NormalDist().inv_cdf(0.5 + CONFIDENCE / 2)
-"""Two-sided 99 % normal quantile (2.5758...), for the Wilson score interval."""
+"""Of the Wilson score interval of every measured loss fraction."""
 RTT_LINK = "rtt=200ms,rate=333mbit"
 LOSS_FRACTION = 0.14
 RATE_RTT = "20ms"
@@ -124,15 +122,12 @@ class BenchConfig:
         )
 
 
-def wilson_interval(lost: int, trials: int, z: float = Z_99) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion (99 % with the default z)."""
+def wilson_interval(lost: int, trials: int) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion at CONFIDENCE (scipy's binomtest)."""
     if trials <= 0:
         raise SpecError("trials", "a proportion needs at least one trial")
-    p = lost / trials
-    denom = 1 + z * z / trials
-    centre = (p + z * z / (2 * trials)) / denom
-    half = z * math.sqrt(p * (1 - p) / trials + z * z / (4 * trials * trials)) / denom
-    return max(0.0, centre - half), min(1.0, centre + half)
+    interval = binomtest(lost, trials).proportion_ci(CONFIDENCE, method="wilson")
+    return float(interval.low), float(interval.high)
 
 
 def loss_row(

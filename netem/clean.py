@@ -43,6 +43,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pyroute2 import NetlinkError
+
 from netem import names, topology
 from netem.backends.userspace import process_alive
 
@@ -385,9 +387,11 @@ def _clean(link: str | None) -> CleanReport:
     prefix = names.PREFIX if link is None else f"{names.PREFIX}{link}-"
     with contextlib.suppress(OSError):
         for device in _host_devices(prefix):
-            with contextlib.suppress(Exception):
+            try:
                 if _delete_host_device(device):
                     report.devices.append(device)
+            except (NetlinkError, OSError) as err:  # still there: the report says so
+                report.remaining.append(f"device {device}: {err}")
     directory = names.STATE_DIR / "links"
     if directory.is_dir():
         if link is None:

@@ -183,9 +183,11 @@ def _bring_up(
             state.warnings.extend(f"{role}: {w}" for w in applied.warnings)
         state.extra["status"] = "up"
         _save(state)
-    except BaseException:
-        with contextlib.suppress(Exception):
+    except BaseException as err:
+        try:
             impl.down(state)
+        except Exception as down_err:  # the first failure is raised; this one rides on it
+            err.add_note(f"taking the half-made link down also failed: {down_err}")
         clean.clean(state.name, force=True)
         raise
 
@@ -578,8 +580,10 @@ class Link:
                 info["routes"][role] = topology.routes(self.ns(role))
         with contextlib.suppress(SpecError, OSError):
             info.update(self._backend.describe(s))
-        with contextlib.suppress(Exception):
+        try:
             info["events"] = [e.to_dict() for e in self.events()]
+        except Exception as err:  # shown beside the rest: the link is still described
+            info["events_error"] = f"{type(err).__name__}: {err}"
         info.update(self._show_topology())
         return info
 
@@ -609,8 +613,10 @@ class Link:
                 "emulator_pid": view.emulator_pid,
                 "control": view.control_path,
             }
-            with contextlib.suppress(Exception):
+            try:
                 entry["events"] = [e.to_dict() for e in self._backend.events(view)]
+            except Exception as err:  # shown beside the rest: the edge is still described
+                entry["events_error"] = f"{type(err).__name__}: {err}"
             with contextlib.suppress(SpecError, OSError):
                 entry.update({f"backend_{k}": v for k, v in self._backend.describe(view).items()})
             edges[edge] = entry

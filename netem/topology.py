@@ -214,31 +214,9 @@ def create_tun(ns: str, dev: str, *, mtu_bytes: int) -> None:
         ip.link("set", index=_index(ip, dev), state="up")
 
 
-def device_kind(ns: str, dev: str) -> str | None:
-    """``veth``, ``tun`` ... of device ``dev`` in ``ns`` (None for lo and the like)."""
-    with ipr(ns) as ip:
-        link = ip.get_links(_index(ip, dev))[0]
-    info = link.get_attr("IFLA_LINKINFO")
-    return None if info is None else info.get_attr("IFLA_INFO_KIND")
-
-
 def devices(ns: str) -> list[str]:
     with ipr(ns) as ip:
         return [link.get_attr("IFLA_IFNAME") for link in ip.get_links()]
-
-
-def device_info(ns: str, dev: str) -> dict[str, Any]:
-    """State, MTU, queue length and kind of one device."""
-    with ipr(ns) as ip:
-        link = ip.get_links(_index(ip, dev))[0]
-    info = link.get_attr("IFLA_LINKINFO")
-    return {
-        "device": dev,
-        "kind": None if info is None else info.get_attr("IFLA_INFO_KIND"),
-        "state": link.get("state"),
-        "mtu_bytes": link.get_attr("IFLA_MTU"),
-        "txqlen": link.get_attr("IFLA_TXQLEN"),
-    }
 
 
 # --- offloads -----------------------------------------------------------------------------

@@ -193,7 +193,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
             # request; STOP_SENDING(H3_NO_ERROR) asks the client to stop sending the body.
             try:
                 self.quic.stop_stream(stream_id, H3ErrorCode.H3_NO_ERROR)
-            except Exception:
+            except ValueError:  # the stream is already gone (reset or discarded): nothing to stop
                 pass
         self.transmit()
 

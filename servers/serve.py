@@ -107,6 +107,8 @@ async def serve(
         if sampler is not None and config.samples_path is not None:
             sampler.stop()
             sampler.write_csv(config.samples_path)
+            for key, failure in sampler.failures.items():
+                log.emit("error", reason=f"in-flight sampling of {key} stopped: {failure}")
         log.close()
         applied.close()
         if keylog is not None:

@@ -19,8 +19,8 @@ OPS = (
     "hello", "time", "lease", "echo_start", "echo_stop", "iperf_start", "serve", "stop",
     "sysctl", "bye",
 )  # fmt: skip
-"""hello: who the agent is; time: one clock exchange (harness.remote.clocksync); lease: renew the
-agent's lease; echo_start/echo_stop: the path probe's UDP echo (netem.probe.Echo) there,
+"""hello: who the agent is; time: one clock exchange (harness.run.remote.clocksync); lease:
+renew the agent's lease; echo_start/echo_stop: the path probe's UDP echo (netem.probe.Echo) there,
 and how many probes it received; iperf_start: an iperf3 server there for one test; serve:
 ``testbed serve`` with ``args`` in a run directory of its own (``files`` written and
 ``dirs`` made in it first; ``{dir}`` in an argument is that directory), once it printed

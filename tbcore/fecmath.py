@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
+from statistics import NormalDist
 
 from tbcore.errors import SpecError
 
@@ -146,7 +147,7 @@ def _markov_normal_guess(k: int, a: float, b: float, target: float) -> int:
     n p (1 - p) (1 + rho) / (1 - rho)): the starting point of the exact search."""
     p = markov_stationary_loss(a, b)
     rho = min(max(b - a, -0.999), 0.999)
-    z = math.sqrt(2.0) * _erfinv(2.0 * target - 1.0)
+    z = NormalDist().inv_cdf(target)
     r = 0
     for _ in range(50):  # fixed point of r = n p + z sd(n), n = k + r
         n = k + r
@@ -156,17 +157,6 @@ def _markov_normal_guess(k: int, a: float, b: float, target: float) -> int:
             break
         r = nxt
     return r
-
-
-def _erfinv(y: float) -> float:
-    """Inverse error function by Newton steps on math.erf (|y| < 1)."""
-    x = 0.0
-    for _ in range(60):
-        err = math.erf(x) - y
-        if abs(err) < 1e-15:
-            break
-        x -= err / (2.0 / math.sqrt(math.pi) * math.exp(-x * x))
-    return x
 
 
 def markov_repair_symbols(k: int, a: float, b: float, target: float) -> int:

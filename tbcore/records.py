@@ -222,7 +222,7 @@ def tcp_info_of(info: Mapping[str, Any]) -> Any:
 # --- what the client records -----------------------------------------------------------------
 
 
-@record("request", 3)
+@record("request", 4)
 class RequestRecord(Record):
     """One request as the client saw it. Times are ``time.monotonic()`` seconds
     (CLOCK_MONOTONIC, shared with the server log and the link). For a reused connection
@@ -257,6 +257,12 @@ class RequestRecord(Record):
         doc="Every checksum of the exchange matched (upload as echoed, download)."
     )
     error: str | None = col(doc="None, or a one-line reason the request failed.")
+    sample_error: str | None = col(
+        doc="None, or why in-flight sampling of the request stopped early (a probe that raised)."
+    )
+    close_error: str | None = col(
+        doc="None, or why closing the connection that carried the request failed or timed out."
+    )
     tcp_info: Any = col(doc="TCP_INFO at the end of the request (h2): TcpInfo.")
     quic: Any = col(doc="aioquic recovery state at the end of the request (h3): QuicRecovery.")
     chunk_times: list[float] | None = col(

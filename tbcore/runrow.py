@@ -107,12 +107,12 @@ class RunRow(Record):
         doc="Server: processing end to first response byte written.", unit="s"
     )
     server_send_s: float | None = col(doc="Server: first to last response byte written.", unit="s")
-    # --- a server on another host (testbed run --remote; harness.remote.path)
+    # --- a server on another host (testbed run --remote; harness.run.remote.path)
     remote_host: str | None = col(group="remote", doc="The server's host, as ssh was given it.")
     server_clock_offset_s: float | None = col(
         group="remote",
-        doc="Its CLOCK_MONOTONIC minus ours at the run (harness.remote.clocksync); server times "
-        "were moved onto ours by it.",
+        doc="Its CLOCK_MONOTONIC minus ours at the run (harness.run.remote.clocksync); server "
+        "times were moved onto ours by it.",
         unit="s",
     )
     server_clock_error_s: float | None = col(

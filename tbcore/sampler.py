@@ -47,6 +47,8 @@ class Sampler:
         self.columns = tuple(columns)
         self.period_s = 1.0 / hz
         self.rows: list[tuple[Any, ...]] = []
+        self.failures: dict[int | str, str] = {}
+        """Why sampling a request stopped early, by request id (a probe that raised)."""
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -85,7 +87,10 @@ class Sampler:
             now = time.monotonic()
             try:
                 values = probe()
-            except Exception:  # socket closed under us: the request is over
+            except OSError:  # the socket closed under us: the request is over
+                return
+            except Exception as err:  # a probe's defect: kept, for the record of the request
+                self.failures[request_id] = f"{type(err).__name__}: {err}".splitlines()[0][:200]
                 return
             rows.append((now, request_id, *(values.get(c) for c in columns)))
             if stop_when is not None and stop_when(values):

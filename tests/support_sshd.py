@@ -107,6 +107,6 @@ def sshd_across(name: str, link: str, workdir: Path) -> Iterator[tuple[SshdHost,
 
 
 def remote_host(host: SshdHost, lease_s: float = 30.0) -> Any:
-    from harness.remote.channel import RemoteHost
+    from harness.run.remote.channel import RemoteHost
 
     return RemoteHost(host.target, TESTBED_COMMAND, lease_s, str(host.ssh_config))

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from harness.collect import agent_rows
-from harness.collect.rowparts import ROW_PARTS
+from harness.collect.row import ROW_PARTS
+from harness.collect.traces import run_clocks
 from harness.spec.paths import topology_of
+from harness.store.files import ROUND_TRACE_FILE, ROUNDS_FILE
 from tbcore.records import AgentRound, read_csv, write_jsonl
 from tbcore.settings import Settings
 
@@ -61,7 +63,7 @@ def test_rounds_become_the_row(tmp_path: Path) -> None:
     assert cols["site_busy_s"] == pytest.approx(4.0)
     assert cols["site_energy_j"] == pytest.approx(2800.0)
     assert cols["ratio"] == pytest.approx(cols["total_s"] / cols["bound_s"])
-    assert len(read_csv(tmp_path / agent_rows.ROUNDS_FILE, AgentRound)) == 4
+    assert len(read_csv(tmp_path / ROUNDS_FILE, AgentRound)) == 4
 
 
 def test_an_unfinished_task_or_a_missing_outage_is_an_error(tmp_path: Path) -> None:
@@ -123,7 +125,6 @@ def test_on_a_traced_uplink_the_bound_follows_the_trace_from_the_tasks_start(
     the task's bound is the task at 12 Mbit/s, each round's network time has its bound
     from where the trace was at its first byte (round_trace.csv), and the row says where the
     trace was when the task began."""
-    import json
 
     settings = Settings(
         workload="agent", agent_rounds=2, connection="reused", warmup_requests=1,
@@ -136,8 +137,8 @@ def test_on_a_traced_uplink_the_bound_follows_the_trace_from_the_tasks_start(
     ]
     write_jsonl(tmp_path / "records.jsonl", rounds)
     clock = {"origin_s": 90.0, "offset_s": 2.0}
-    (tmp_path / "run.json").write_text(json.dumps({"traces": {"link": {"up": clock}}}))
-    part = ROW_PARTS["agent_round"](settings, path, tmp_path, None, [])
+    clocks = run_clocks({"traces": {"link": {"up": clock}}})
+    part = ROW_PARTS["agent_round"](settings, path, tmp_path, None, [], clocks)
     fixed = agent_rows.agent_bound(
         Settings(**{**settings.to_dict(), "link": "rtt=200ms,up.rate=12mbit,down.rate=6.4mbit"}),
         topology_of(Settings(link="rtt=200ms,up.rate=12mbit,down.rate=6.4mbit"), "t").link_spec,
@@ -149,7 +150,7 @@ def test_on_a_traced_uplink_the_bound_follows_the_trace_from_the_tasks_start(
     assert part.columns["ratio"] == pytest.approx(2.4 / part.columns["bound_s"])
     assert part.columns["trace_position_up_s"] == pytest.approx(12.0)
     assert part.columns["offered_up_bps"] == pytest.approx(12e6, rel=1e-3)
-    table = (tmp_path / agent_rows.ROUND_TRACE_FILE).read_text().splitlines()
+    table = (tmp_path / ROUND_TRACE_FILE).read_text().splitlines()
     assert table[0].split(",") == list(agent_rows.ROUND_TRACE_COLUMNS)
     first = dict(zip(table[0].split(","), table[1].split(","), strict=True))
     assert float(first["first_byte_s"]) == pytest.approx(0.39)  # 101.2 - 0.8 - 0.01 - 100

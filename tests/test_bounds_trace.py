@@ -9,12 +9,9 @@ from pathlib import Path
 import pytest
 
 from harness.bounds.trace import (
-    direction_transfer_done_s,
-    trace_offered_bytes,
     trace_transfer_done_s,
 )
 from netem.emulator.tracelink import TraceServer
-from netem.linkspec import DirectionSpec, parse_link
 from netem.trace import CapacityTrace, parse_capacity
 from tbcore.errors import SpecError
 
@@ -68,21 +65,6 @@ def test_repeated_stamps_are_several_packets_in_one_millisecond() -> None:
     assert done_ms("0\n0\n5\n", 3 * 1500, 1.0) == 5.0
     assert done_ms("0\n0\n5\n", 4 * 1500, 1.0) == 10.0
     assert done_ms("0\n0\n5\n", 2 * 1500, 0.0) == 0.0
-
-
-def test_offered_bytes_integrate_the_opportunities() -> None:
-    t = capacity("2\n3\n10\n")
-    assert trace_offered_bytes(t, 0.0, 0.010) == 2 * 1500
-    assert trace_offered_bytes(t, 0.0, 1.0) == 299 * 1500
-    assert trace_offered_bytes(capacity("1\n"), 0.0, 1.0, offset_s=0.5) == 1000 * 1500
-
-
-def test_on_a_direction_spec_with_its_offset(tmp_path: Path) -> None:
-    (tmp_path / "t").write_text("2\n3\n10\n")
-    spec = parse_link(f"up.rate=trace:{tmp_path / 't'},up.trace_offset=2.5ms").up
-    assert direction_transfer_done_s(spec, 4 * 1500, 0.0) == pytest.approx(10.5 * MS)
-    with pytest.raises(SpecError, match="rate_trace"):
-        direction_transfer_done_s(DirectionSpec(rate_bps=1e6), 1500, 0.0)
 
 
 @pytest.mark.parametrize(

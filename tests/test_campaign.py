@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.run.campaign import CampaignSummary
+from harness.campaign.serial import CampaignSummary
 
 
 def test_summary_prints_the_invalid_fraction_and_fails_on_a_level_without_a_valid_run() -> None:

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.collect.row import SERVER_SAMPLES
 from harness.plan.planner import plan_runs
 from harness.report import cctrace
+from harness.store.files import SERVER_SAMPLES
 from harness.store.resultdir import ResultDir
 from tbcore.runrow import RunRow
 

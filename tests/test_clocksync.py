@@ -1,4 +1,4 @@
-"""harness.remote.clocksync: the offset of a remote clock from NTP-style exchanges, on fake
+"""harness.run.remote.clocksync: the offset of a remote clock from NTP-style exchanges, on fake
 clocks."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from harness.remote import clocksync
-from harness.remote.clocksync import ClockOffset, Exchange
+from harness.run.remote import clocksync
+from harness.run.remote.clocksync import ClockOffset, Exchange
 from tbcore.errors import SpecError
 
 TRUE_OFFSET_S = 1234.567  # the remote's monotonic clock started 20 min before ours
@@ -87,16 +87,18 @@ def offset(error_s: float) -> ClockOffset:
 
 
 def test_one_way_delays_on_the_client_clock() -> None:
-    up = clocksync.upstream_delay(1.0, 1.1 + TRUE_OFFSET_S, offset(0.001))
-    down = clocksync.downstream_delay(1.2 + TRUE_OFFSET_S, 1.3, offset(0.001))
+    clock = offset(0.001)
+    up = clocksync.one_way_delay(1.0, clock.to_client_s(1.1 + TRUE_OFFSET_S), clock)
+    down = clocksync.one_way_delay(clock.to_client_s(1.2 + TRUE_OFFSET_S), 1.3, clock)
     assert up.delay_s == pytest.approx(0.1) and down.delay_s == pytest.approx(0.1)
     assert not up.negative and not down.negative
 
 
 def test_a_negative_one_way_delay_is_flagged_never_passed_on() -> None:
     # a 2 ms delay measured with a 5 ms offset error can come out at -1 ms: flagged, possible
-    within = clocksync.upstream_delay(1.0, 0.999 + TRUE_OFFSET_S, offset(0.005))
+    clock = offset(0.005)
+    within = clocksync.one_way_delay(1.0, clock.to_client_s(0.999 + TRUE_OFFSET_S), clock)
     assert within.negative and not within.impossible
     # -20 ms with a 5 ms error: the clocks (or the estimate) are wrong
-    beyond = clocksync.upstream_delay(1.0, 0.98 + TRUE_OFFSET_S, offset(0.005))
+    beyond = clocksync.one_way_delay(1.0, clock.to_client_s(0.98 + TRUE_OFFSET_S), clock)
     assert beyond.negative and beyond.impossible

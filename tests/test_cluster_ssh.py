@@ -1,4 +1,4 @@
-"""--hosts: the host list and SSHCluster's ssh options, as harness.remote's ssh is run."""
+"""--hosts: the host list and SSHCluster's ssh options, as harness.run.remote's ssh is run."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from harness.cluster.ssh import connect_options, parse_hosts
 from harness.cluster.submit import planned_makespan_s
-from harness.remote.channel import SSH_OPTIONS
+from harness.run.remote.channel import SSH_OPTIONS
 from tbcore.errors import SpecError
 
 

@@ -12,7 +12,7 @@ import pytest
 from clients import api, multipath
 from clients.workload import EXCHANGES, exchange_specs, request_spec
 from harness.collect import row
-from harness.collect.rowparts import ROW_PARTS
+from harness.collect.row import ROW_PARTS
 from harness.run.topologies import RUNS
 from tbcore import kinds
 from tbcore.errors import SpecError

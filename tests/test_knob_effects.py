@@ -427,7 +427,7 @@ def _experiment(fixed: str, flips: Mapping[str, str]) -> Any:
 
 
 def _runs(spec: Any, output: Path, name: str) -> dict[str, Path]:
-    result = run_experiment(spec, output=output, link_name=name, report=False, attempts=1)
+    result = run_experiment(spec, output=output, link_name=name, attempts=1)
     runs = result.result.path / "runs"
     out = {}
     for run_dir in sorted(runs.iterdir()):

@@ -288,3 +288,72 @@ def test_the_internals_check_finds_each_kind_of_use(tmp_path: Path) -> None:
     ]
     adapter = ROOT / ADAPTER
     assert len(aioquic_internal_uses(adapter, private, set())) > 40  # it does find them
+
+
+HARNESS_ROOMS = (
+    "bounds",
+    "spec",
+    "plan",
+    "store",
+    "validity",
+    "collect",
+    "analysis",
+    "report",
+    "run",
+    "campaign",
+    "cluster",
+    "cli",
+    "bench",
+    "abuse",
+)
+"""The harness's rooms, lowest first: a room imports only rooms before it (docs/design.md)."""
+
+
+def room_imports(path: Path) -> list[tuple[str, int]]:
+    """The harness rooms a module imports (at any depth), with the line of each import."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        modules: list[str] = []
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            modules = [node.module]
+            if node.module == "harness":
+                modules = [f"harness.{alias.name}" for alias in node.names]
+        for module in modules:
+            parts = module.split(".")
+            if parts[0] == "harness" and len(parts) > 1 and parts[1] in HARNESS_ROOMS:
+                found.append((parts[1], node.lineno))
+    return found
+
+
+def imports_against_the_rooms(root: Path) -> list[str]:
+    """Every import from a harness room of a room above it (or of an unlisted room)."""
+    rank = {room: i for i, room in enumerate(HARNESS_ROOMS)}
+    wrong = []
+    for path in sorted((root / "harness").rglob("*.py")):
+        parts = path.relative_to(root / "harness").parts
+        if len(parts) < 2:
+            continue
+        room = parts[0]
+        if room not in rank:
+            wrong.append(f"{path.relative_to(root)}: room {room!r} is not in HARNESS_ROOMS")
+            continue
+        for target, line in room_imports(path):
+            if rank[target] > rank[room]:
+                wrong.append(f"{path.relative_to(root)}:{line}: {room} imports {target}")
+    return wrong
+
+
+def test_no_harness_room_imports_a_room_above_it() -> None:
+    assert imports_against_the_rooms(ROOT) == []
+
+
+def test_the_rooms_check_finds_an_upward_import(tmp_path: Path) -> None:
+    (tmp_path / "harness" / "collect").mkdir(parents=True)
+    (tmp_path / "harness" / "run").mkdir()
+    (tmp_path / "harness" / "collect" / "row.py").write_text(
+        "from harness.store.files import RUN_FILE\n\n\ndef f():\n    from harness.run import x\n"
+    )
+    (tmp_path / "harness" / "run" / "runner.py").write_text("from harness import collect\n")
+    assert imports_against_the_rooms(tmp_path) == ["harness/collect/row.py:5: collect imports run"]

@@ -13,7 +13,6 @@ import pytest
 
 from harness.run.machine import (
     CpuWatch,
-    emulator_lateness,
     wait_for_low_steal,
 )
 from tbcore.procfs import HostCpu
@@ -65,28 +64,14 @@ def test_a_real_watch_of_this_process_sees_its_main_thread() -> None:
         watch.watch("me", os.getpid())
         end = time.monotonic() + 0.3
         while time.monotonic() < end:
-            pass
+            sum(range(10_000))  # CPU, in bursts that hand the GIL to the watch between them
+            time.sleep(0)
     assert len(watch.samples) >= 3
     last = watch.samples[-1][1]
     assert last["me"] is not None and last["mainwait:me"] is not None
     assert watch.sched == {"me": f"other nice {os.getpriority(os.PRIO_PROCESS, 0)}"}
     t0, t1 = watch.samples[0][0], watch.samples[-1][0]
     assert watch.fraction("me", t0, t1) > 0  # it spun: some CPU, however busy the host
-
-
-def test_emulator_lateness_from_the_packet_log(tmp_path: Path) -> None:
-    header = "direction,event,arrival_s,due_s,departure_s,size_bytes\n"
-    (tmp_path / "packets-up.csv").write_text(
-        header + "up,departed,1.0,1.1,1.1005,1500\nup,dropped_loss,1.0,,,1500\n"
-    )
-    assert emulator_lateness(tmp_path) is None  # one direction missing
-    (tmp_path / "packets-down.csv").write_text(header)
-    series = emulator_lateness(tmp_path)
-    assert series is not None
-    up = series["up"]
-    assert list(up.departure_s) == [1.1005] and up.lateness_s[0] == pytest.approx(0.0005)
-    assert list(up.sent_s) == [1.0]
-    assert len(series["down"].departure_s) == 0
 
 
 def _wait_on(steal_per_window: list[float], **limits: float) -> tuple[float, float | None]:

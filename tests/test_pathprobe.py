@@ -1,4 +1,4 @@
-"""harness.remote.pathprobe: the measured path from a probe's counts, its link string, the drift
+"""harness.run.remote.pathprobe: the measured path from a probe's counts, its link string, the drift
 between two probes, and (root) a measurement over ssh across an emulated path."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import support_sshd
 
-from harness.remote import pathprobe
-from harness.remote.pathprobe import MeasuredPath
+from harness.run.remote import pathprobe
+from harness.run.remote.pathprobe import MeasuredPath
 from netem.linkspec import parse_link
 from netem.probe import ProbeResult
 from tbcore.errors import SpecError

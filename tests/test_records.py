@@ -47,7 +47,7 @@ def test_jsonl_round_trip_with_nested_snapshots(tmp_path: Path) -> None:
     path = tmp_path / "records.jsonl"
     write_jsonl(path, records)
     assert read_jsonl(path, RequestRecord) == records
-    assert json.loads(path.read_text().splitlines()[0])["schema"] == "request/3"
+    assert json.loads(path.read_text().splitlines()[0])["schema"] == "request/4"
 
 
 def test_jsonl_is_readable_by_others_as_open_makes_it(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""harness.remote.channel: the control channel to a real agent process (run here on pipes, as ssh
-would run it there), the clock offset through it, ``check``'s one-line findings, and the
+"""harness.run.remote.channel: the control channel to a real agent process (run here on pipes,
+as ssh would run it there), the clock offset through it, ``check``'s one-line findings, and the
 host and command checks that keep ssh from being handed an option or shell syntax."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import support_sshd
 from support_sshd import SshdHost
 
 from harness import __version__
-from harness.remote import channel as remote
-from harness.remote.channel import ChannelError, ControlChannel
+from harness.run.remote import channel as remote
+from harness.run.remote.channel import ChannelError, ControlChannel
 from netem import nsexec
 from tbcore.control import ControlRequest, encode
 from tbcore.errors import SpecError

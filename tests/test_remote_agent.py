@@ -1,4 +1,4 @@
-"""harness.remote.agent: the agent's answers and lease on a fake clock, then the real agent
+"""harness.run.remote.agent: the agent's answers and lease on a fake clock, then the real agent
 process on pipes (the way ssh runs it): answers, garbage, end of stdin and the lease."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import pytest
 
 from harness import __version__
-from harness.remote.agent import LEASE_DEFAULT_S, AgentCore, check_lease
+from harness.run.remote.agent import LEASE_DEFAULT_S, AgentCore, check_lease
 from tbcore import control
 from tbcore.control import ControlReply, ControlRequest
 from tbcore.errors import SpecError
@@ -135,7 +135,7 @@ def test_a_second_iperf_server_on_a_port_waits_for_the_first(monkeypatch) -> Non
     """A one-test iperf3 server lets its port go a moment after its client returns; the
     next ``iperf_start`` on that port waits for it (here it never had a test: stopped after
     the wait), instead of failing on 'Address already in use'."""
-    from harness.remote import agent
+    from harness.run.remote import agent
 
     monkeypatch.setattr(agent, "IPERF_EXIT_WAIT_S", 0.5)
     resources = agent.HostResources()

@@ -1,4 +1,4 @@
-"""harness.remote.path: a real path in the link's place. The server's arguments for the
+"""harness.run.remote.path: a real path in the link's place. The server's arguments for the
 other host, its files merged back on this clock, the one-way delays across the clocks and
 what a real path refuses; then (root) experiments/connection.toml --quick against an sshd
 in a namespace behind an emulated path, and a killed harness that leaves nothing there."""
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import support_sshd
 
-from harness.remote import path as remote_path
-from harness.remote.channel import ControlChannel
-from harness.remote.clocksync import ClockOffset
+from harness.run.remote import path as remote_path
+from harness.run.remote.channel import ControlChannel
+from harness.run.remote.clocksync import ClockOffset
 from harness.run.stacks import server_argv
 from harness.spec.experiment import load as load_spec
 from netem import nsexec

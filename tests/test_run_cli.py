@@ -470,8 +470,8 @@ def test_the_campaigns_profile_comes_from_the_flags_then_the_environment() -> No
 
 
 def test_the_chapter_campaign_runs_every_file_in_the_chapters_order(tmp_path: Path) -> None:
+    from harness.campaign.serial import experiment_files, run_campaign
     from harness.report.chapter import CHAPTER_ORDER
-    from harness.run.campaign import experiment_files, run_campaign
 
     shipped = Path(__file__).resolve().parent.parent / "experiments"
     files = experiment_files(shipped, None, chapter=True)

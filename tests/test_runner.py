@@ -13,11 +13,14 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from harness.collect.row import Collected, bound_for
+from harness.campaign.experiment import run_reported
+from harness.collect.lateness import emulator_lateness
+from harness.collect.row import bound_for
 from harness.run.machine import CpuWatch
-from harness.run.runner import effect_scales, judge, measured_times, run_experiment
+from harness.run.runner import effect_scales, measured_times, run_experiment
 from harness.run.stacks import ENDPOINT_RR_PRIORITY
 from harness.spec import experiment as specmod
+from harness.validity.judge import Collected, judge
 from tbcore.procfs import HostCpu
 from tbcore.runrow import RunRow
 
@@ -71,13 +74,15 @@ def _watch(main_wait_client_s: float) -> CpuWatch:
     return watch
 
 
-def _collected(row: RunRow, error: str | None = None) -> Collected:
-    return Collected(row=row, error=error, start_s=10.0, end_s=10.5)
+def _collected(row: RunRow, run_dir: Path, error: str | None = None) -> Collected:
+    """The collection's answer for ``run_dir``: the row and the packet log's times."""
+    lateness = emulator_lateness(run_dir)
+    return Collected(row=row, error=error, start_s=10.0, end_s=10.5, lateness=lateness)
 
 
 def test_judge_adds_the_disturbance_and_its_verdict(tmp_path: Path) -> None:
     run_dir = _run_dir(tmp_path, late_up_s=0.002)
-    judged = judge(_collected(_row()), _watch(0.001), run_dir, effect_s=None)
+    judged = judge(_collected(_row(), run_dir), _watch(0.001), effect_s=None)
     # flights: up {10.05, 10.0502} max 2 ms, up {10.30} 0.1 ms, down {10.45} 0.2 ms
     assert judged.disturbance_lateness_s == pytest.approx(0.0023)
     assert judged.main_wait_client_s == pytest.approx(0.001)
@@ -90,23 +95,21 @@ def test_judge_adds_the_disturbance_and_its_verdict(tmp_path: Path) -> None:
     assert judged.cpu_client == pytest.approx(0.1)
     # 2.8 ms on 500 ms is below 1 % (5 ms): valid; a 10 ms arm effect makes 1 ms the limit
     assert judged.valid and judged.disturbance_limit_s == pytest.approx(0.005)
-    strict = judge(_collected(_row()), _watch(0.001), run_dir, effect_s=0.010)
+    strict = judge(_collected(_row(), run_dir), _watch(0.001), effect_s=0.010)
     assert not strict.valid and strict.invalid_reason.startswith("disturbance: 2.80 ms")
     # the run's own reason comes first, the disturbance's after it
-    own = judge(_collected(_row(), error="x"), _watch(0.001), run_dir, 0.010)
+    own = judge(_collected(_row(), run_dir, error="x"), _watch(0.001), 0.010)
     assert own.invalid_reason.startswith("error: x; disturbance:")
 
 
 def test_judge_without_a_time_or_a_packet_log(tmp_path: Path) -> None:
-    empty = tmp_path / "empty"
-    empty.mkdir()
     none = Collected(row=_row(total_s=None), error="no", start_s=None, end_s=None)
-    judged = judge(none, _watch(0.0), empty, None)
+    judged = judge(none, _watch(0.0), None)
     assert judged.disturbance_s is None and judged.invalid_reason == "error: no"
     run_dir = _run_dir(tmp_path, late_up_s=0.0)
     for name in ("packets-up.csv", "packets-down.csv"):
         (run_dir / name).unlink()
-    judged = judge(_collected(_row()), _watch(0.002), run_dir, None)
+    judged = judge(_collected(_row(), run_dir), _watch(0.002), None)
     assert judged.disturbance_lateness_s is None
     assert judged.disturbance_s == pytest.approx(0.001)  # the foreign half of the wait
 
@@ -203,7 +206,7 @@ def _tshark_frames(capture: Path, protocol: str) -> int:
 def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     spec = specmod.loads(TINY)
     events = []
-    result = run_experiment(
+    result = run_reported(
         spec,
         output=tmp_path,
         link_name="hn7",
@@ -255,7 +258,7 @@ def test_a_real_short_experiment_end_to_end(tmp_path: Path) -> None:
     reused = frame[frame["level"] == "h2-reused"].iloc[0]
     assert reused.total_s < h2_new.total_s
     # resume on a finished directory makes nothing and loses nothing
-    again = run_experiment(spec, resume=path, link_name="hn7", report=False, attempts=1)
+    again = run_experiment(spec, resume=path, link_name="hn7", attempts=1)
     assert again.rows == [] and again.skipped == 3
     assert len(pd.read_csv(path / "runs.csv")) == len(frame)
 

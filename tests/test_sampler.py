@@ -39,6 +39,20 @@ def test_probe_failure_ends_sampling_quietly() -> None:
     time.sleep(0.01)
     sampler.stop()
     assert sampler.rows == []
+    assert sampler.failures == {}
+
+
+def test_probe_defect_is_kept_for_the_record() -> None:
+    sampler = Sampler(["n"], hz=1000.0)
+
+    def probe() -> dict[str, int]:
+        raise KeyError("cwnd")
+
+    sampler.start(3, probe)
+    time.sleep(0.01)
+    sampler.stop()
+    assert sampler.rows == []
+    assert sampler.failures == {3: "KeyError: 'cwnd'"}
 
 
 def test_rate_below_one_hz_refused() -> None:

@@ -6,6 +6,7 @@ import ipaddress
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -74,13 +75,25 @@ def _assert_isolated(ns: str) -> None:
         assert ipaddress.ip_network(route["dst"]).subnet_of(BENCHMARK), route
 
 
+def device_info(ns: str, dev: str) -> dict[str, Any]:
+    """Kind, MTU and queue length of one device, as the kernel reports them."""
+    with topology.ipr(ns) as ip:
+        link = ip.get_links(ip.link_lookup(ifname=dev)[0])[0]
+    info = link.get_attr("IFLA_LINKINFO")
+    return {
+        "kind": None if info is None else info.get_attr("IFLA_INFO_KIND"),
+        "mtu_bytes": link.get_attr("IFLA_MTU"),
+        "txqlen": link.get_attr("IFLA_TXQLEN"),
+    }
+
+
 @pytest.mark.root
 def test_tun_path_shape(tun_path: str) -> None:
     link = tun_path
     eps = topology.endpoints(link, "userspace")
     for ep in eps.values():
         assert topology.namespace_exists(ep.ns)
-        info = topology.device_info(ep.ns, "tb-eth")
+        info = device_info(ep.ns, "tb-eth")
         assert info["kind"] == "tun"
         assert info["mtu_bytes"] == 1500
         assert info["txqlen"] == topology.TUN_TXQUEUELEN_PACKETS
@@ -100,7 +113,7 @@ def test_router_path_shape_and_forwarding(router_path: str) -> None:
     eps = topology.endpoints(link, "netem")
     assert sysctl.read(router, "net.ipv4.ip_forward") == "1"
     for role, ep in eps.items():
-        assert topology.device_kind(ep.ns, "tb-eth") == "veth"
+        assert device_info(ep.ns, "tb-eth")["kind"] == "veth"
         peer = [r for r in topology.routes(ep.ns) if r["dst"] == ep.peer_net]
         assert peer and peer[0]["gateway"] == ep.gateway
         assert not any(topology.offloads(ep.ns, "tb-eth").values())

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import queue as queue_module
 import statistics
 import sys
 import tempfile
@@ -387,7 +388,7 @@ async def _phases(
     t_end = time.monotonic()
     try:
         result.outcome = queue.get(timeout=1.0)
-    except Exception:
+    except queue_module.Empty:
         result.outcome = "attacker gave no outcome"
     while time.monotonic() - t_end < AFTER_S:
         await _probe_both(target, t0, result, result.after_s)

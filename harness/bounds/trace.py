@@ -75,28 +75,6 @@ def trace_transfer_done_s(
     return trace.time_ms(last) / 1e3 - offset
 
 
-def trace_offered_bytes(
-    trace: CapacityTrace, start_s: float, end_s: float, offset_s: float = 0.0
-) -> int:
-    """The bytes the trace offers in ``[start_s, end_s)`` (the integral of its
-    opportunities): what a run could at most have sent in that time."""
-    start = _seconds("start_s", start_s)
-    end = _seconds("end_s", end_s)
-    offset = _seconds("offset_s", offset_s)
-    if end < start:
-        raise SpecError("end_s", f"{end!r} is before start_s {start!r}")
-    count = trace.opportunities_between((offset + start) * 1e3, (offset + end) * 1e3)
-    return count * OPPORTUNITY_BYTES
-
-
-def direction_transfer_done_s(spec: DirectionSpec, size_bytes: int, start_s: float) -> float:
-    """:func:`trace_transfer_done_s` on a direction with a capacity trace, at its
-    ``trace_offset_s`` (``start_s`` on the direction's trace clock, see the module)."""
-    if spec.rate_trace is None:
-        raise SpecError("rate_trace", "this direction has no capacity trace")
-    return trace_transfer_done_s(spec.rate_trace.capacity, size_bytes, start_s, spec.trace_offset_s)
-
-
 # --- a request across a path with a capacity trace (sections 1, 4, 6 and 14) ---------------
 
 

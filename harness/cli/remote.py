@@ -8,10 +8,10 @@ import json
 import sys
 
 from harness import __version__
-from harness.remote import agent as remote_agent
-from harness.remote import channel as remote
-from harness.remote import pathprobe
-from harness.remote.channel import ChannelError
+from harness.run.remote import agent as remote_agent
+from harness.run.remote import channel as remote
+from harness.run.remote import pathprobe
+from harness.run.remote.channel import ChannelError
 
 
 def _channel(args: argparse.Namespace) -> remote.ControlChannel:

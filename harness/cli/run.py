@@ -236,7 +236,7 @@ def _preflight(command: str, backend: str) -> bool:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from harness.run.runner import run_experiment
+    from harness.campaign.experiment import run_reported
 
     _terminate_cleanly()
     if args.cluster is not None or args.hosts is not None:
@@ -263,7 +263,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     progress = RichProgress(spec.name)
     try:
-        result = run_experiment(
+        result = run_reported(
             spec, progress=progress, log=progress.note, **_run_options(args, remote)
         )
     finally:
@@ -369,9 +369,9 @@ def _remote_of(args: argparse.Namespace) -> Any:
             if getattr(args, flag) is not None:
                 raise SpecError(flag, "only with --remote HOST")
         return None
-    from harness.remote.channel import DEFAULT_REMOTE_COMMAND, RemoteHost
-    from harness.remote.path import RemoteRun
-    from harness.remote.pathprobe import ProbePlan
+    from harness.run.remote.channel import DEFAULT_REMOTE_COMMAND, RemoteHost
+    from harness.run.remote.path import RemoteRun
+    from harness.run.remote.pathprobe import ProbePlan
 
     if args.remote_addr is not None:
         check_address(args.remote_addr, "remote_addr")
@@ -445,7 +445,7 @@ def _campaign_cluster(args: argparse.Namespace) -> int:
 
 
 def _campaign(args: argparse.Namespace) -> int:
-    from harness.run.campaign import run_campaign
+    from harness.campaign.serial import run_campaign
 
     _terminate_cleanly()
     if args.cluster is not None or args.hosts is not None:

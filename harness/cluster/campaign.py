@@ -1,6 +1,6 @@
 """``testbed campaign ... --cluster ADDRESS``: every experiment's blocks at once over the
 cluster's workers, each experiment into its own result directory, one campaign index
-(harness.run.campaign's, with the same ``--resume``).
+(harness.campaign.serial's, with the same ``--resume``).
 
 All the experiments' blocks are submitted together, so a worker that finishes one
 experiment's last block takes the next experiment's first: the campaign's makespan is that
@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.campaign import serial
 from harness.cluster import submit
 from harness.cluster.experiment import dashboard_of, finish, record_session
 from harness.cluster.progress import BlockProgress
 from harness.plan.planner import plan_for
-from harness.run import campaign as serial
 from harness.run.runner import ExperimentResult, create_result, reopen_result
 from harness.spec.experiment import ExperimentSpec
 from harness.store.resultdir import atomic_write_json, utc_stamp

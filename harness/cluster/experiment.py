@@ -27,7 +27,7 @@ def dashboard_of(client: Any) -> str | None:
     """The Dask dashboard's address, None when the scheduler serves none."""
     try:
         link = client.dashboard_link
-    except Exception:  # no dashboard (bokeh missing, --dashboard-address none)
+    except KeyError:  # the scheduler lists no dashboard service (bokeh missing, or none asked)
         return None
     return str(link) if link else None
 

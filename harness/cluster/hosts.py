@@ -3,7 +3,7 @@ testbed at all (root, a TUN device, the same testbed version as the client).
 
 A worker runs :func:`check_host` once, before any block is submitted (the client calls it
 through ``Client.run`` on every worker); a host with a problem is named in one line and
-gets no block, as ``testbed remote check`` refuses a server host (harness.remote.channel).
+gets no block, as ``testbed remote check`` refuses a server host (harness.run.remote.channel).
 """
 
 from __future__ import annotations

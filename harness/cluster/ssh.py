@@ -3,7 +3,7 @@ scheduler on the first host, one worker on each host, each advertising one ``tes
 resource and one thread, so that a host makes one block at a time.
 
 SSHCluster speaks ssh through asyncssh with the user's keys; its options follow the
-testbed's own ssh options (harness.remote.channel.SSH_OPTIONS): keys only (never a password
+testbed's own ssh options (harness.run.remote.channel.SSH_OPTIONS): keys only (never a password
 or keyboard prompt), a 10 s connect timeout and keep-alives every 5 s, three missed ones
 ending the session; ``--ssh-config FILE`` is read as ssh -F would. The workers run the
 testbed's Python on each host (``--remote-python``; default the path of this one, as a lab
@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.cluster.submit import RESOURCE
-from harness.remote.channel import check_target
+from harness.run.remote.channel import check_target
 from tbcore.errors import SpecError, clip
 
 CONNECT_TIMEOUT_S = 10
-"""As ssh's ``ConnectTimeout=10`` in harness.remote.channel.SSH_OPTIONS."""
+"""As ssh's ``ConnectTimeout=10`` in harness.run.remote.channel.SSH_OPTIONS."""
 KEEPALIVE_INTERVAL_S = 5
 """As ``ServerAliveInterval=5``."""
 KEEPALIVE_COUNT_MAX = 3

@@ -5,9 +5,10 @@ TCP: from the capture at the data sender's end of the link (``client.pcap`` for 
 time at the sender, the acknowledged byte (relative to the sender's initial sequence
 number, so the first payload byte is 0), and the bytes in flight right after it (highest
 byte sent so far minus the acknowledged byte; SACKed bytes are still counted in flight, as
-in the sender's ``snd_nxt - snd_una``). The pcap is read with scapy's RawPcapReader; the
-IPv4/TCP headers are then unpacked with ``struct`` (full scapy dissection costs ~100 µs per
-packet, which is seconds for a 30 MB transfer; the fields needed are fixed-offset).
+in the sender's ``snd_nxt - snd_una``). The pcap or pcapng file is read by the project's
+own reader (netem.pcapng); the IPv4/TCP headers are then unpacked with ``struct`` (a full
+scapy dissection costs ~100 µs per packet, which is seconds for a 30 MB transfer; the
+fields needed are at fixed offsets).
 
 QUIC: from the sender's qlog (aioquic 0.3 JSON; ngtcp2's JSON-SEQ read into the same
 shape, proto.qlogseq): each received packet carrying an ACK

@@ -9,7 +9,6 @@ the recovery mode must redo.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from harness import bounds
-from harness.collect.rowparts import RowPart, read_run_records, register_row_part
-from harness.collect.traces import positions_at, run_clocks, trace_columns
+from harness.collect.rowparts import RowPart, read_run_records
+from harness.collect.traces import positions_at, trace_columns
 from harness.spec.paths import end_to_end
+from harness.store.files import ROUND_TRACE_FILE, ROUNDS_FILE
 from harness.store.resultdir import atomic_write_text
 from netem.linkspec import LinkSpec
 from netem.topologyspec import Topology
@@ -30,7 +30,6 @@ from tbcore.settings import Settings
 
 REPLY_BYTES = 256
 """About the action's JSON (tbcore.agent.action_for): the reply the bound counts."""
-ROUNDS_FILE = "rounds.csv"
 
 
 def _median(values: Sequence[float | None]) -> float | None:
@@ -126,7 +125,10 @@ def agent_part(
     run_dir: Path,
     error: str | None,
     fired: Sequence[dict[str, Any]],
+    clocks: Mapping[str, TraceClock] | None = None,
 ) -> RowPart:
+    """The agent workload's columns (``clocks``: the run's trace clocks by direction, from
+    its run.json as the collection read it; needed on a traced path)."""
     rounds, error = read_run_records(run_dir, AgentRound, error, "agent rounds")
     write_csv(run_dir / ROUNDS_FILE, AgentRound, rounds)
     rounds = [r for r in rounds if not r.warmup]  # warm-up rounds: the connection's set-up
@@ -168,7 +170,7 @@ def agent_part(
         error = error or "the rate change was never given to the link"
     link = end_to_end(path)
     if link.up.rate_trace is not None or link.down.rate_trace is not None:
-        clocks = run_clocks(_run_json(run_dir))
+        clocks = clocks or {}
         out.update(trace_part(settings, path, clocks, done, upload, encode, run_dir))
         out.update(trace_columns(path, clocks, start_s, end_s))
     else:
@@ -232,14 +234,6 @@ def outage_timeline(
     return out
 
 
-def _run_json(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
 def trace_part(
     settings: Settings,
     path: Topology,
@@ -280,7 +274,6 @@ def trace_part(
     }
 
 
-ROUND_TRACE_FILE = "round_trace.csv"
 ROUND_TRACE_COLUMNS = (
     "round", "attempt", "first_byte_s", "position_up_s", "upload_bytes", "network_s",
     "network_bound_s", "offered_up_bps",
@@ -324,6 +317,3 @@ def write_csv_rows(path: Path, columns: Sequence[str], rows: Sequence[Mapping[st
     for row in rows:
         lines.append(",".join("" if row.get(c) is None else f"{row[c]}" for c in columns))
     atomic_write_text(path, "\n".join(lines) + "\n")
-
-
-register_row_part("agent_round", agent_part)

@@ -118,9 +118,6 @@ def air_record(
     return row, doc
 
 
-AIR_FILE = "air.json"
-
-
 def air_columns(stats_path: Path, out_path: Path, settings: Any, link: LinkSpec) -> dict[str, Any]:
     """The row's air columns of a run on an ``air=`` link, from its ``link_stats.json``
     (``stats_path``); writes the run's :class:`AirRecord` to ``out_path``. Empty otherwise."""

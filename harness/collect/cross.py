@@ -25,14 +25,13 @@ from typing import Any
 
 from harness.collect.streamview import read_pcap
 from harness.spec.cross import cross_of, data_direction
+from harness.store.files import CROSS_FILE, CROSS_TABLE, PACKET_LOGS
 from harness.store.resultdir import atomic_write_text
 from netem import pcapng
 from netem.linkspec import LinkSpec
 from tbcore.cross import CrossTraffic
 from tbcore.settings import Settings
 
-CROSS_RUN_FILE = "cross.json"
-CROSS_TABLE = "cross.csv"
 BIN_S = 0.1
 """cross.csv's bins: each flow's rate every 100 ms (iperf3's interval)."""
 UDP_PAYLOAD_BYTES = 1448
@@ -42,7 +41,6 @@ IPV4_UDP_HEADER_BYTES = 28
 MIN_FLOW_FRACTION = 0.01
 """A connection with less than 1 % of the competitors' bytes is iperf3's control channel,
 not a flow."""
-PACKET_LOGS = {"up": "packets-up.csv", "down": "packets-down.csv"}
 _IPV4 = struct.Struct("!BBHHHBBH4s4s")
 _PORTS = struct.Struct("!HH")
 
@@ -198,7 +196,7 @@ def cross_columns(
     if traffic is None:
         return {}, None
     out: dict[str, Any] = {"cross": settings.cross}
-    ran = json.loads((run_dir / CROSS_RUN_FILE).read_text(encoding="utf-8"))
+    ran = json.loads((run_dir / CROSS_FILE).read_text(encoding="utf-8"))
     direction = data_direction(settings)
     pcap = pcapng.capture_file(run_dir, "server" if direction == "up" else "client")
     start, end = window

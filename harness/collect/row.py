@@ -19,38 +19,39 @@ from typing import Any
 
 from harness import bounds
 from harness.collect import acks as ackmod
-from harness.collect import agent_rows, transfer  # noqa: F401  (register their row parts)
-from harness.collect.airtime import AIR_FILE, air_columns
+from harness.collect.agent_rows import agent_part
+from harness.collect.airtime import air_columns
 from harness.collect.cross import cross_columns
-from harness.collect.rowparts import ROW_PARTS
-from harness.collect.traces import positions_at, run_clocks, trace_columns
-from harness.run.progress import LINK_EVENTS_FILE
+from harness.collect.lateness import emulator_lateness
+from harness.collect.rowparts import RowPart
+from harness.collect.traces import handshake_slack_s, positions_at, run_clocks, trace_columns
+from harness.collect.transfer import transfer_part
 from harness.spec.cross import data_direction
 from harness.spec.paths import end_to_end, request_path
+from harness.store.files import (
+    AIR_FILE,
+    EDGE_STATS_FILE,
+    EVENTS_FILE,
+    LINK_EVENTS_FILE,
+    LINK_STATS_FILE,
+    QLOG_DIR,
+    RECORDS_FILE,
+    REMOTE_FILE,
+    RUN_FILE,
+    SERVER_LOG_FILE,
+)
 from harness.store.resultdir import write_jsonl
 from harness.validity.below_bound import below_bound
+from harness.validity.judge import Collected
 from netem import pcapng
 from netem.linkspec import LinkSpec
 from netem.stats import LinkStats
 from netem.topologyspec import Topology
 from netem.traceclock import TraceClock
 from tbcore import fecmath, kinds
-from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, ServerEvent, read_jsonl
 from tbcore.runrow import RunRow
 from tbcore.settings import Settings
-
-RUN_FILE = "run.json"
-RECORDS_FILE = "records.jsonl"
-SERVER_LOG_FILE = "server.jsonl"
-LINK_STATS_FILE = "link_stats.json"
-EDGE_STATS_FILE = "edge_stats.json"
-"""A topology of several edges: every edge's counters over the run, by edge name."""
-EVENTS_FILE = "events.jsonl"
-QLOG_DIR = "qlog"
-SERVER_SAMPLES = "server-samples.csv"
-"""The server's sender samples in a run directory (tbcore.records.ServerSample): TCP_INFO for
-HTTP/2, aioquic's recovery and BBR state for HTTP/3, over each response."""
 
 KEEP_QLOG_BYTES = 64 * 2**20
 """qlog costs ~1.1 KB per packet: traces above 64 MiB per run are removed after use."""
@@ -408,6 +409,14 @@ def fec_required(k: int | None, realised_loss: float | None, target: float) -> i
 # --- the run -----------------------------------------------------------------------------------
 
 
+ROW_PARTS: dict[str, Callable[..., RowPart]] = {
+    "agent_round": agent_part,
+    "transfer": transfer_part,
+}
+"""The row part of each record kind other than ``request`` (tbcore.kinds.WorkloadKind.records:
+a workload names its kind; harness.collect.rowparts says what a part is)."""
+
+
 @dataclass(frozen=True)
 class RunFiles:
     """What run.json says about a run."""
@@ -447,27 +456,6 @@ class RunFiles:
         )
 
 
-def run_path(run_dir: Path) -> Topology | None:
-    """The path a run crossed (its run.json), None when it cannot be read."""
-    try:
-        return RunFiles.open(run_dir).path
-    except (OSError, ValueError, KeyError, TypeError, SpecError):
-        return None
-
-
-@dataclass
-class Collected:
-    """A run's row as its files tell it, and what the judgement of the run needs."""
-
-    row: RunRow
-    error: str | None
-    start_s: float | None = None
-    """CLOCK_MONOTONIC start and end of the run's request (None if none completed)."""
-    end_s: float | None = None
-    loss_checks: dict[str, tuple[float, int, int]] = field(default_factory=dict)
-    """Per direction without a Gilbert-Elliott model: (configured, dropped, trials)."""
-
-
 def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     """The row of the run in ``run_dir`` (``error``: what the execution saw go wrong)."""
     files = RunFiles.open(run_dir)
@@ -475,7 +463,10 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     if kind == "request":
         values, error, window = request_row(files, error)
     else:  # another record kind (agent rounds): its registered row part (harness.collect.rowparts)
-        part = ROW_PARTS[kind](files.settings, files.path, run_dir, error, fired_events(run_dir))
+        build = ROW_PARTS[kind]
+        part = build(
+            files.settings, files.path, run_dir, error, fired_events(run_dir), files.clocks
+        )
         values, error, window = part.columns, part.error, (part.start_s, part.end_s)
         values.setdefault("sha256_ok", part.sha256_ok)
     upload = int(values["up_bytes"]) >= int(values["down_bytes"])
@@ -501,7 +492,16 @@ def collect_run(run_dir: Path, error: str | None = None) -> Collected:
     row = RunRow(
         **files.plan, **labels, started_utc=files.started_utc, backend=files.backend, **values
     )
-    return Collected(row, error, window[0], window[1], loss_checks)
+    return Collected(
+        row,
+        error,
+        window[0],
+        window[1],
+        loss_checks,
+        path=files.path,
+        lateness=emulator_lateness(run_dir),
+        handshake_slack_s=handshake_slack_s(files.path),
+    )
 
 
 Window = tuple[float | None, float | None]
@@ -647,10 +647,6 @@ def write_events(
     out.extend({**event.to_dict(), "source": "server"} for event in events)
     out.sort(key=lambda e: e["t"])
     write_jsonl(path, out)
-
-
-REMOTE_FILE = "remote.json"
-"""A run with its server on another host: written by harness.remote.path."""
 
 
 def remote_columns(path: Path) -> dict[str, Any]:

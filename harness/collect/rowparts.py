@@ -1,8 +1,9 @@
 """How a run's client records become the workload's columns of its row, by record kind.
 
 A workload names the records its client writes (``tbcore.kinds.WorkloadKind.records``);
-the runner looks the builder up here instead of branching on workloads. A builder takes
-``(settings, link_spec, run_dir, error, fired_events)`` and returns a :class:`RowPart`: the
+the collection looks the builder up in ``harness.collect.row.ROW_PARTS`` instead of
+branching on workloads. A builder takes ``(settings, path, run_dir, error, fired_events,
+clocks)`` and returns a :class:`RowPart`: the
 columns (``total_s``, ``bound_s``, ``ratio``, bytes...), the run's error, the window of the
 measured work on CLOCK_MONOTONIC (CPU, ACKs and validity are judged over it) and whether
 every checksum matched.
@@ -10,11 +11,11 @@ every checksum matched.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from harness.store.files import RECORDS_FILE
 from tbcore.records import Record, RecordError, read_jsonl
 
 
@@ -27,9 +28,6 @@ class RowPart:
     sha256_ok: bool | None
 
 
-ROW_PARTS: dict[str, Callable[..., RowPart]] = {}
-
-
 R = TypeVar("R", bound=Record)
 
 
@@ -40,12 +38,6 @@ def read_run_records(
     unreadable leaves no records and, when the run had no error yet, the error ``no
     {what}: ...``."""
     try:
-        return read_jsonl(run_dir / "records.jsonl", cls), error
+        return read_jsonl(run_dir / RECORDS_FILE, cls), error
     except (OSError, RecordError) as err:
         return [], error or f"no {what}: {err}"
-
-
-def register_row_part(records: str, builder: Callable[..., RowPart]) -> None:
-    if records in ROW_PARTS:
-        raise ValueError(f"row part for {records!r} registered twice")
-    ROW_PARTS[records] = builder

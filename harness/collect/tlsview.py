@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
+from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
@@ -88,7 +89,7 @@ class TrafficKey:
         )
         try:
             plain = self.aead.decrypt(nonce, ciphertext, header)
-        except Exception:
+        except InvalidTag:
             return None
         self.sequence += 1
         return plain

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import bounds
-from harness.collect.rowparts import RowPart, read_run_records, register_row_part
+from harness.collect.rowparts import RowPart, read_run_records
 from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.records import RecordError, TransferRecord
@@ -56,7 +56,9 @@ def transfer_part(
     run_dir: Path,
     error: str | None,
     fired: Sequence[dict[str, Any]],
+    clocks: Any = None,
 ) -> RowPart:
+    """The transfer workload's columns (``clocks``: unused, a transfer is never traced)."""
     records, error = read_run_records(run_dir, TransferRecord, error, "transfer record")
     if not records:
         return RowPart({"up_bytes": settings.size_bytes or 0, "down_bytes": 0}, error or
@@ -88,6 +90,3 @@ def transfer_part(
         if outage_at is not None:
             out["recovery_s"] = record.total_s - bound
     return RowPart(out, error, record.start_s, record.end_s, record.sha256_ok)
-
-
-register_row_part("transfer", transfer_part)

@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from harness.analysis import levels as analysis
-from harness.collect.row import SERVER_SAMPLES
+from harness.store.files import SERVER_SAMPLES
 from harness.store.resultdir import ResultDir
 
 BBR_UNIT = 256

@@ -464,13 +464,6 @@ def window_s() -> float:
     return 30e6 * 8 / bounds.window_throughput_bps(64_000, 0.1, 20 * MBIT)
 
 
-def deadline_rate_bound(_results: Results) -> str:
-    rate = bounds.agent_deadline_rate_bps(
-        rounds=20, deadline_s=45.0, upload_bytes=800_000, rtt_s=R, local_s=0.3, model_s=0.08
-    )
-    return f"{rate / MBIT:.2f} Mbit/s (MODELS 13)"
-
-
 def jensen_bound(_results: Results) -> str:
     varying = site_s(0.08, R, 6 * MBIT, 10) + site_s(0.08, R, 10 * MBIT, 10)
     return f"{varying:.1f} s vs {site_s(0.08, R, 8 * MBIT):.1f} s (MODELS 13)"

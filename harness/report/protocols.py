@@ -10,8 +10,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.protocols import PARTS, Pair, decompose
-
-STREAMS_CSV = "streams.csv"
+from harness.store.files import STREAMS_CSV
 
 
 def _signed_ms(seconds: float | None) -> str:

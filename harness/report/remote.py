@@ -13,9 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-PROBES_FILE = "path_probes.json"
-"""Per experiment: every probe of the path (block, before/after, what it measured, drift),
-written by harness.remote.path."""
+from harness.store.files import PROBES_FILE
 
 
 def _ms(value: Any) -> str:
@@ -99,8 +97,9 @@ def path_section(result_dir: Path, frame: pd.DataFrame) -> list[str]:
         "(minimum round trip with the echo's turnaround removed; the echo's count splits "
         "the loss by direction) and one iperf3 TCP transfer each way. A run's link, rtt_s, "
         "loss, up_bps, down_bps and bound are those of the probe before its block. A block "
-        "is flagged when the probe after it moved beyond the margins of harness.remote.pathprobe "
-        "(min RTT 10 % or 2 ms, 99 % loss intervals apart, TCP rate 25 %).",
+        "is flagged when the probe after it moved beyond the margins of "
+        "harness.run.remote.pathprobe (min RTT 10 % or 2 ms, 99 % loss intervals apart, "
+        "TCP rate 25 %).",
         "",
         "| " + " | ".join(headers) + " |",
         "| " + " | ".join("---" for _ in headers) + " |",

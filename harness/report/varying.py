@@ -14,8 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis import varying
-
-ROUND_TRACE = "round_trace.csv"
+from harness.store.files import ROUND_TRACE_FILE
 
 
 def _s(value: float, digits: int = 1) -> str:
@@ -98,7 +97,7 @@ def deadline_lines(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
 
 def round_lines(result_dir: Path, frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
     """Slow rounds in runs: round_trace.csv's per-round network times."""
-    path = Path(result_dir) / ROUND_TRACE
+    path = Path(result_dir) / ROUND_TRACE_FILE
     if not path.is_file():
         return []
     try:

@@ -24,7 +24,7 @@ from netem.topologyspec import Edge, Topology
 from tbcore.errors import SpecError
 
 if TYPE_CHECKING:
-    from harness.remote.path import RemotePath, RemoteRun
+    from harness.run.remote.path import RemotePath, RemoteRun
 
 Log = Callable[[str], None]
 
@@ -119,7 +119,7 @@ class EmulatedPaths(RunPaths):
 
 
 class RealPath(RunPaths):
-    """A server on another host over ssh, across the real path (harness.remote.path): the
+    """A server on another host over ssh, across the real path (harness.run.remote.path): the
     path is measured before each block, never set."""
 
     backend = "real"
@@ -192,7 +192,7 @@ def emulated(
 
 @contextlib.contextmanager
 def real(remote: RemoteRun, result_dir: Path, log: Log) -> Iterator[RunPaths]:
-    """The remote host's path for the experiment (harness.remote.path)."""
+    """The remote host's path for the experiment (harness.run.remote.path)."""
     with remote.open(log) as path:
         yield RealPath(path, remote.prober(path, result_dir))
 

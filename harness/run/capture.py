@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.store.files import KEY_LOG_FILE
 from netem import pcapng
 from netem.capture import snaplen_of
 from tbcore import kinds
@@ -33,8 +34,6 @@ its bytes; at 32 MiB that is 64 MiB a run and a few GB for a full agent campaign
 header capture of the 35 MB image costs about 4 MB. The ACK, window and overhead analyses
 need headers only; whole packets are for a person decrypting a run (and the HTTP/2 stream
 view, which files that need it ask for with ``capture = "full"``)."""
-KEY_LOG_FILE = "keys.log"
-"""Where both stacks append their TLS secrets (harness.run.stacks)."""
 ENDS = ("client", "server")
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.spec.cross import cross_of, data_direction
+from harness.store.files import CROSS_CLIENT_REPORT, CROSS_FILE, CROSS_SERVER_REPORT
 from harness.store.resultdir import atomic_write_json
 from netem import nsexec
 from tbcore.cross import CrossTraffic
@@ -39,9 +40,6 @@ from tbcore.errors import SpecError
 from tbcore.processes import stop_process
 from tbcore.settings import Settings
 
-CROSS_FILE = "cross.json"
-CLIENT_REPORT = "cross-client.json"
-SERVER_REPORT = "cross-server.json"
 PORT_BASE = 45000
 PORT_SPAN = 5000
 """The competitor's port: PORT_BASE + the run's sequence mod PORT_SPAN (apart from the
@@ -177,7 +175,7 @@ def competing(
     server = client = None
     try:
         with (
-            open(run_dir / SERVER_REPORT, "wb") as out,
+            open(run_dir / CROSS_SERVER_REPORT, "wb") as out,
             open(run_dir / "cross-server.stderr", "wb") as err,
         ):
             server = nsexec.popen(
@@ -190,7 +188,7 @@ def competing(
             duration_s=settings.cross_lead_s + duration_s,
         )  # fmt: skip
         with (
-            open(run_dir / CLIENT_REPORT, "wb") as out,
+            open(run_dir / CROSS_CLIENT_REPORT, "wb") as out,
             open(run_dir / "cross-client.stderr", "wb") as err,
         ):
             record.started_s = time.monotonic()
@@ -202,7 +200,9 @@ def competing(
             watch.watch("cross", server.pid)
         time.sleep(settings.cross_lead_s)
         if client.poll() is not None:
-            why = _report_error(run_dir / CLIENT_REPORT) or _tail(run_dir / "cross-client.stderr")
+            why = _report_error(run_dir / CROSS_CLIENT_REPORT) or _tail(
+                run_dir / "cross-client.stderr"
+            )
             raise RuntimeError(
                 f"cross: iperf3 client exited {client.returncode} in the lead: {why}"
             )
@@ -215,5 +215,5 @@ def competing(
             with contextlib.suppress(subprocess.TimeoutExpired):
                 server.wait(timeout=STOP_TIMEOUT_S)
         record.server_exit = stop_process(server, STOP_TIMEOUT_S)
-        record.error = _report_error(run_dir / CLIENT_REPORT)
+        record.error = _report_error(run_dir / CROSS_CLIENT_REPORT)
         atomic_write_json(run_dir / CROSS_FILE, asdict(record))

@@ -21,7 +21,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.collect.row import EDGE_STATS_FILE, LINK_STATS_FILE, RUN_FILE
 from harness.plan.planner import PlannedRun
 from harness.run import capture as capturemod
 from harness.run.backends import RunPaths
@@ -35,6 +34,7 @@ from harness.run.stacks import (
 )
 from harness.run.topologies import topology_run
 from harness.spec.experiment import ExperimentSpec, Level
+from harness.store.files import EDGE_STATS_FILE, LINK_STATS_FILE, RUN_FILE
 from harness.store.resultdir import ResultDir, atomic_write_json
 from netem.topologyspec import Topology
 from tbcore import kinds

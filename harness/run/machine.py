@@ -11,17 +11,9 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-import numpy as np
-import pandas as pd
-
-from harness.validity.rules import PacketTimes
+from harness.validity.rules import MIN_CPU_WINDOW_S
 from tbcore import procfs
-
-MIN_CPU_WINDOW_S = 0.2
-"""CPU fractions are measured over at least 200 ms around the request (tick accounting:
-10 ms ticks give +-5 % on a 200 ms window, docs/machine.md)."""
 
 PROC_SAMPLE_PERIOD_S = 0.02
 """How often the harness reads /proc for CPU during a run (50 Hz; a few µs per read)."""
@@ -218,38 +210,6 @@ def _window_rate(series: Sequence[tuple[float, float]], t0: float, t1: float) ->
         return None
     (ta, va), (tb, vb) = points
     return (vb - va) / (tb - ta)
-
-
-PACKET_LOGS = {"up": "packets-up.csv", "down": "packets-down.csv"}
-"""The emulator's packet log of a run (netem.emulator.packetlog), one file per direction."""
-
-
-def emulator_lateness(run_dir: Path) -> dict[str, PacketTimes] | None:
-    """Per direction, the send, release and lateness times of every packet the emulator
-    released during the run, from its packet log; None when the run has no log (kernel
-    netem, no capture)."""
-    out: dict[str, PacketTimes] = {}
-    for direction, name in PACKET_LOGS.items():
-        path = Path(run_dir) / name
-        if not path.is_file():
-            return None
-        try:
-            frame = pd.read_csv(path, usecols=["event", "arrival_s", "due_s", "departure_s"])
-        except (pd.errors.EmptyDataError, ValueError):
-            return None
-        departed = frame[frame["event"] == "departed"]
-        times = {
-            column: pd.to_numeric(departed[column], errors="coerce").to_numpy(dtype=float)
-            for column in ("arrival_s", "due_s", "departure_s")
-        }
-        keep = np.logical_and.reduce([np.isfinite(v) for v in times.values()])
-        departure = times["departure_s"][keep]
-        out[direction] = PacketTimes(
-            sent_s=times["arrival_s"][keep],
-            departure_s=departure,
-            lateness_s=departure - times["due_s"][keep],
-        )
-    return out
 
 
 QUIET_STEAL_FRACTION = 0.02

@@ -11,9 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness.store.files import LINK_EVENTS_FILE
 from harness.store.resultdir import atomic_write_json
-
-LINK_EVENTS_FILE = "link_events.json"
 
 
 class ProgressEvents:

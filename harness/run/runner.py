@@ -26,8 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.collect.row import Collected, bound_for, collect_run, label_columns, run_path
-from harness.collect.traces import handshake_slack_s
+from harness.collect.row import bound_for, collect_run, label_columns
 from harness.plan.planner import (
     DEFAULT_ATTEMPTS,
     Outcome,
@@ -46,20 +45,13 @@ from harness.run.machine import CpuWatch
 from harness.spec.experiment import ExperimentSpec
 from harness.spec.traces import run_path as path_at_start
 from harness.store.resultdir import ResultDir, utc_stamp
-from harness.validity import rules as judgement
-from netem.topologyspec import Topology
+from harness.validity.judge import judge
 from tbcore import kinds
 from tbcore.errors import LinkLost, SpecError
 from tbcore.runrow import RunRow
 
 if TYPE_CHECKING:
-    from harness.remote.path import RemoteRun
-
-WATCHED = ("client", "server", "emulator")
-"""The processes whose CPU is watched during a run."""
-OWN = (*WATCHED, "cross")
-"""The run's own processes: the watched ones and its competing traffic (harness.run.cross),
-whose CPU is part of what the run measures, not a disturbance."""
+    from harness.run.remote.path import RemoteRun
 
 
 def execute_run(
@@ -82,7 +74,7 @@ def execute_run(
     with exclusive_run(env.log) as lock_wait_s:
         error = run_processes(env, planned, level, path, run_dir, watch)
         try:
-            row = judge(collect_run(run_dir, error), watch, run_dir, effect_s)
+            row = judge(collect_run(run_dir, error), watch, effect_s)
         except Exception as err:  # the files did not make a row: kept, flagged
             reason = f"harness: collecting failed: {type(err).__name__}: {err}"[:ERROR_CHARS]
             labels = label_columns(level.settings, path)
@@ -90,113 +82,6 @@ def execute_run(
     row = replace(row, wall_s=time.monotonic() - wall0, lock_wait_s=lock_wait_s, host=host_label())
     env.result.save_row(row)
     return row.to_dict()
-
-
-def machine_columns(row: RunRow, watch: CpuWatch, t0: float, t1: float) -> dict[str, Any]:
-    """CPU, run-queue waits, steal and pressure of the request window [t0, t1]."""
-    out: dict[str, Any] = {}
-    for name in WATCHED:
-        out[f"cpu_{name}"] = watch.fraction(name, t0, t1)
-        out[f"runqueue_wait_{name}_s"] = watch.wait_s(name, t0, t1)
-    out["steal"] = watch.steal(t0, t1)
-    out["cpu_pressure"] = watch.pressure(t0, t1)
-    if out["cpu_emulator"] is None:
-        out["cpu_emulator"] = row.cpu_emulator_run
-    out["main_wait_client_s"] = watch.main_wait_s("client", t0, t1)
-    out["main_wait_server_s"] = watch.main_wait_s("server", t0, t1)
-    out["foreign_cpu_share"] = watch.foreign_share(t0, t1, OWN)
-    out["sched_client"] = watch.sched.get("client")
-    out["sched_server"] = watch.sched.get("server")
-    return out
-
-
-def disturbance_of(
-    row: RunRow, watch: CpuWatch, run_dir: Path, t0: float, t1: float
-) -> tuple[judgement.Disturbance, judgement.CriticalPath | None, float | None]:
-    """What the host's disturbance could have added to the request (harness.validity.rules):
-    emulator lateness on the critical path; the endpoints' main-thread waits while they sent
-    the request's flights or worked on the ones that reached them (the whole waits without a
-    packet log), times the foreign share of the host's CPU; their steal. Third: the run's
-    own part of those waits (harness.validity.rules.own_wait_s)."""
-    path = None
-    series = machine.emulator_lateness(run_dir)
-    if series is not None:
-        path = judgement.critical_path(
-            series, t0, t1, rtt_s=row.rtt_s, jitter_s=_jitter_s(run_path(run_dir))
-        )
-    if path is None:
-        waits = [w for w in (row.main_wait_client_s, row.main_wait_server_s) if w is not None]
-    else:
-        waits = [
-            judgement.flight_wait_s(spans, watch.main_wait_series(endpoint))
-            for endpoint, spans in path.endpoint_spans().items()
-        ]
-    total_s = row.total_s or 0.0
-    steal = judgement.endpoint_steal_s(
-        [row.cpu_client, row.cpu_server], max(total_s, machine.MIN_CPU_WINDOW_S), row.steal
-    )
-    if steal is not None and path is not None:
-        steal *= 1.0 - path.backlog_fraction(t0, t1)
-    disturbance = judgement.Disturbance(
-        lateness_s=None if path is None else path.lateness_s,
-        endpoint_wait_s=judgement.foreign_wait_s(waits, row.foreign_cpu_share),
-        endpoint_steal_s=steal,
-    )
-    return disturbance, path, judgement.own_wait_s(waits, row.foreign_cpu_share)
-
-
-def _jitter_s(path: Topology | None) -> dict[str, float] | None:
-    """Each direction's configured jitter on the run's primary edge (what it can add to a
-    packet's sojourn), or None without a path (then no bottleneck queue is assumed)."""
-    if path is None:
-        return None
-    link = path.link_spec
-    return {"up": link.up.jitter_s, "down": link.down.jitter_s}
-
-
-def judge(
-    collected: Collected, watch: CpuWatch, run_dir: Path, effect_s: float | None = None
-) -> RunRow:
-    """The collected row with the machine's load over the request window and the verdict:
-    what the run itself says (error, integrity, RTT, loss) and the impact the host's
-    disturbance could have had on what it measured (harness.validity.rules)."""
-    row, t0, t1 = collected.row, collected.start_s, collected.end_s
-    own = judgement.run_validity(
-        error=collected.error,
-        sha256_ok=row.sha256_ok,
-        # on a capacity trace a handshake packet may wait for its opportunity
-        configured_rtt_s=row.rtt_s + handshake_slack_s(run_path(run_dir)),
-        # beside competing flows the handshake crosses their standing queue by design: the
-        # link's fidelity is then judged by the emulator's lateness, not by that RTT
-        measured_rtt_s=None if row.cross is not None else row.measured_rtt_s,
-        loss=collected.loss_checks,
-    )
-    if t0 is None or t1 is None:
-        valid, reason = own
-        return replace(row, valid=valid, invalid_reason=reason)
-    row = replace(row, **machine_columns(row, watch, t0, t1))
-    disturbance, path, own_wait = disturbance_of(row, watch, run_dir, t0, t1)
-    ok, why, limit = judgement.judge_disturbance(disturbance, row.total_s, effect_s)
-    valid, reason = judgement.combine(own, (ok, why))
-    return replace(
-        row,
-        **judgement.disturbance_columns(disturbance, row.total_s, effect_s),
-        flights_up=None if path is None else path.flights.get("up"),
-        flights_down=None if path is None else path.flights.get("down"),
-        disturbance_limit_s=limit,
-        own_wait_s=own_wait,
-        endpoint_cpu_s=_endpoint_cpu_s(row),
-        valid=valid,
-        invalid_reason=reason,
-    )
-
-
-def _endpoint_cpu_s(row: RunRow) -> float | None:
-    """CPU seconds the client and the server used during the request (tick-counted)."""
-    fractions = [f for f in (row.cpu_client, row.cpu_server) if f is not None]
-    if not fractions or row.total_s is None:
-        return None
-    return math.fsum(fractions) * row.total_s
 
 
 def effect_scales(
@@ -433,13 +318,13 @@ def run_experiment(
     progress: ProgressHook | None = None,
     log: Callable[[str], None] = lambda _msg: None,
     argv: Sequence[str] | None = None,
-    report: bool = True,
     attempts: int = DEFAULT_ATTEMPTS,
     remote: RemoteRun | None = None,
 ) -> ExperimentResult:
     """Plan, run every run not yet finished (an invalid measured run again, up to
-    ``attempts`` attempts in all), write the tables and the report. ``remote``: the server
-    on another host, over a real path (harness.remote.path), instead of an emulated link."""
+    ``attempts`` attempts in all), write the tables (the report is its caller's:
+    harness.campaign.experiment.run_reported). ``remote``: the server
+    on another host, over a real path (harness.run.remote.path), instead of an emulated link."""
     if remote is not None:
         remote.check(spec)
     plan = plan_for(spec)
@@ -464,10 +349,6 @@ def run_experiment(
             finished=not remaining(plan, outcomes, attempts),
             attempts=attempts,
         )
-        if report:
-            from harness.report.build import build_report
-
-            build_report(result.path)
     return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(left))
 
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness.collect.row import QLOG_DIR, SERVER_SAMPLES
+from harness.store.files import QLOG_DIR, SERVER_SAMPLES
 from harness.store.resultdir import atomic_write_json
 from netem import nsexec
 from netem.linkspec import LinkSpec

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.stacks import start_in_namespace, testbed_argv, write_settings
+from harness.store.files import RELAY_LOG
 from tbcore import kinds
 from tbcore.processes import stop_process
 from tbcore.registry import Registry
 from tbcore.settings import Settings
 
 RELAY_STOP_TIMEOUT_S = 10.0
-RELAY_LOG = "relay.jsonl"
 
 
 @dataclass(frozen=True)

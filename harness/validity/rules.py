@@ -33,6 +33,10 @@ LOSS_SIGMAS = 4.0
 """Realised loss further than 4 binomial standard deviations (plus one packet) from the
 configured rate flags the run: the path did not have the configured loss."""
 
+MIN_CPU_WINDOW_S = 0.2
+"""CPU fractions are measured over at least 200 ms around the request (tick accounting:
+10 ms ticks give +-5 % on a 200 ms window, docs/machine.md)."""
+
 
 def loss_out_of_range(configured: float, dropped: int, trials: int) -> bool:
     if trials <= 0:

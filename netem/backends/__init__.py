@@ -28,11 +28,6 @@ from netem.backends.base import (  # noqa: F401  (what callers of netem.backends
 )
 from tbcore.errors import SpecError
 
-
-def backend_names() -> list[str]:
-    return sorted(_REGISTRY)
-
-
 BACKEND_CHOICES = ("auto", "netem", "userspace")
 
 

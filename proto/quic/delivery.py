@@ -146,10 +146,6 @@ class DeliveryRateEstimator:
         return self.rate_delivered_bytes / self.rate_interval_s
 
     @property
-    def ack_in_progress(self) -> bool:
-        return self._ack is not None
-
-    @property
     def newest_acked_sent_time_s(self) -> float | None:
         """The latest send time among the packets of the ACK being processed (None: none)."""
         if self._ack is None or self._ack.newest is None:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.analysis import levels as analysis
+from harness.campaign import experiment as reported
 from harness.plan.planner import DEFAULT_ATTEMPTS, plan_for
-from harness.run import runner as experiment_runner
 from harness.spec import experiment as specmod
 from harness.store.resultdir import atomic_write_json, utc_stamp
 from tbcore.errors import SpecError
@@ -209,9 +209,9 @@ def run_campaign(
 ) -> CampaignSummary:
     """Run the experiments (``chapter``: in the chapter's order, harness.report.chapter), then
     write the reproduction report beside the index (harness.report.reproduction); ``runner``
-    defaults to :func:`harness.run.runner.run_experiment`."""
+    defaults to :func:`harness.campaign.experiment.run_reported`."""
     if runner is None:
-        runner = experiment_runner.run_experiment  # looked up now: a test may replace it
+        runner = reported.run_reported  # looked up now: a test may replace it
     started = time.monotonic()
     index_path, index = _open_index(resume, output, quick, reps, backend, chapter)
     if resume is not None:

@@ -167,7 +167,7 @@ def measure(
     channel: Any, addr: str, plan: ProbePlan | None = None, netns: str | None = None
 ) -> MeasuredPath:
     """Probe the path from here (or ``netns``) to ``addr`` on the host behind ``channel``
-    (a :class:`harness.remote.channel.ControlChannel`)."""
+    (a :class:`harness.run.remote.channel.ControlChannel`)."""
     plan = plan or ProbePlan()
     reply, _, _ = channel.request("echo_start", addr=addr, port=0)
     try:

@@ -6,8 +6,8 @@ over ssh: the harness keeps one control channel to the agent there for the exper
 each run's server is started by the agent (:class:`RemoteServer`, as much of
 ``subprocess.Popen`` as the run needs) and its files come back into the run's directory
 when it stops, its event times put on this host's clock by the run's clock offset
-(harness.remote.clocksync). The path is measured before each block and after the last
-(harness.remote.pathprobe); the runs' bounds use the latest measurement.
+(harness.run.remote.clocksync). The path is measured before each block and after the last
+(harness.run.remote.pathprobe); the runs' bounds use the latest measurement.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.collect.row import REMOTE_FILE, RUN_FILE
-from harness.remote import clocksync, pathprobe
-from harness.remote.channel import REPLY_TIMEOUT_S, ChannelError, ControlChannel, RemoteHost
-from harness.remote.clocksync import ClockOffset
-from harness.remote.pathprobe import MeasuredPath, ProbePlan
-from harness.report.remote import PROBES_FILE
+from harness.run.remote import clocksync, pathprobe
+from harness.run.remote.channel import REPLY_TIMEOUT_S, ChannelError, ControlChannel, RemoteHost
+from harness.run.remote.clocksync import ClockOffset
+from harness.run.remote.pathprobe import MeasuredPath, ProbePlan
 from harness.run.stacks import testbed_argv
+from harness.store.files import PROBES_FILE, REMOTE_FILE, RUN_FILE
 from harness.store.resultdir import atomic_write_json
 from netem import capture, sysctl, topology
 from netem.linkspec import LinkSpec
@@ -337,7 +336,7 @@ def one_way_delays(run_dir: Path, offset: ClockOffset) -> dict[str, Any]:
     ):
         if sent is None or received is None:
             continue
-        delay = clocksync.OneWayDelay(received - sent, offset.error_at(sent))
+        delay = clocksync.one_way_delay(sent, received, offset)
         out[f"one_way_{name}_s"] = delay.delay_s
         out[f"one_way_{name}_flag"] = (
             "impossible" if delay.impossible else "negative" if delay.negative else None

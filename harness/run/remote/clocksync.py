@@ -10,7 +10,7 @@ clock is ``theta = ((received - sent) + (replied - returned)) / 2``, and the tru
 lies within ``theta +- delta / 2`` whatever the asymmetry of the path (RFC 5905 section
 8; the minimum-delay sample is the best one, section 10's clock filter).
 
-Sans-I/O: plain functions of the four stamps; the control channel (harness.remote.channel) makes
+Sans-I/O: plain functions of the four stamps; the control channel (harness.run.remote.channel) makes
 the exchanges. A one-way delay computed across the two clocks carries the offset's error
 and is flagged when it comes out negative (Pantheon's issue 71: negative one-way delays
 from unsynchronised clocks, silently averaged in).
@@ -122,21 +122,7 @@ class OneWayDelay:
         return self.delay_s + self.error_s < 0
 
 
-def upstream_delay(
-    sent_client_s: float, received_remote_s: float, offset: ClockOffset
-) -> OneWayDelay:
-    """Client send to remote receive."""
-    return OneWayDelay(
-        delay_s=offset.to_client_s(received_remote_s) - sent_client_s,
-        error_s=offset.error_at(sent_client_s),
-    )
-
-
-def downstream_delay(
-    sent_remote_s: float, received_client_s: float, offset: ClockOffset
-) -> OneWayDelay:
-    """Remote send to client receive."""
-    return OneWayDelay(
-        delay_s=received_client_s - offset.to_client_s(sent_remote_s),
-        error_s=offset.error_at(received_client_s),
-    )
+def one_way_delay(sent_s: float, received_s: float, offset: ClockOffset) -> OneWayDelay:
+    """A one-way delay between two times already on the client's clock (the remote one moved
+    there through ``offset``), with the offset's error at the send as its error."""
+    return OneWayDelay(delay_s=received_s - sent_s, error_s=offset.error_at(sent_s))

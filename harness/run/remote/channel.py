@@ -2,7 +2,7 @@
 system's OpenSSH client, the clock exchanges, and ``testbed remote check``.
 
 ssh runs with the user's own keys and config, in batch mode (never a password prompt), and
-contacts only the named host. The agent on the other side (harness.remote.agent) lives on
+contacts only the named host. The agent on the other side (harness.run.remote.agent) lives on
 a lease the channel renews; when the channel dies the agent's stdin ends and it exits.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from harness import __version__
-from harness.remote import agent as remote_agent
-from harness.remote import clocksync
-from harness.remote.clocksync import ClockOffset, Exchange
+from harness.run.remote import agent as remote_agent
+from harness.run.remote import clocksync
+from harness.run.remote.clocksync import ClockOffset, Exchange
 from netem import nsexec
 from tbcore.control import ControlReply, ControlRequest, encode, parse_line
 from tbcore.errors import HostUnreachable, SpecError, clip
@@ -207,8 +207,8 @@ class ControlChannel:
         return Exchange(sent_s, reply.received_s, reply.replied_s, returned_s)
 
     def clock_offset(self, exchanges: int = CLOCK_EXCHANGES) -> ClockOffset:
-        """The remote clock's offset from this one (harness.remote.clocksync), from ``exchanges``
-        exchanges back to back."""
+        """The remote clock's offset from this one (harness.run.remote.clocksync), from
+        ``exchanges`` exchanges back to back."""
         return clocksync.estimate([self.exchange() for _ in range(exchanges)])
 
 

@@ -2,8 +2,8 @@
 
 The harness starts it over ssh (``ssh HOST testbed remote agent``) and talks to it with
 :mod:`tbcore.control` lines on its stdin and stdout. It answers clock exchanges on its
-CLOCK_MONOTONIC (harness.remote.clocksync) and holds a lease: when no request renews the lease in
-time, or stdin ends (the ssh session is gone, the local harness was killed), the agent
+CLOCK_MONOTONIC (harness.run.remote.clocksync) and holds a lease: when no request renews the
+lease in time, or stdin ends (the ssh session is gone, the local harness was killed), the agent
 exits. Nothing is left behind by a lost connection: that is the lease's job.
 
 :class:`AgentCore` is sans-I/O (a line and a clock in, a reply out); :func:`serve` is the
