@@ -1,5 +1,5 @@
 """Command-line edge of the emulated path: ``doctor``, ``link up/show/down/list``, ``clean``,
-and ``bench link`` (registered by :mod:`netem.bench` when it is there).
+the links' traces (netem.trace_cli); its benchmark is ``testbed bench link`` (harness.bench).
 
 ::
 
@@ -33,7 +33,6 @@ always removes its link.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -345,13 +344,3 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     c.set_defaults(handler=_cmd_clean)
 
     trace_cli.register(commands)
-
-    try:
-        bench_module = importlib.import_module("netem.bench")
-    except ModuleNotFoundError as err:
-        if err.name != "netem.bench":
-            raise
-        return
-    register_bench = getattr(bench_module, "register", None)
-    if register_bench is not None:
-        register_bench(bench)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tbcore.errors import SpecError
+
 CONFIDENCE = 0.95
 """Confidence level of every interval the testbed prints."""
 
@@ -188,3 +190,17 @@ def median_ci_order(values: Sequence[float], confidence: float = CONFIDENCE) -> 
     if k < 1:
         return (math.nan, math.nan)
     return (float(data[k - 1]), float(data[n - k]))
+
+
+WILSON_CONFIDENCE = 0.99
+"""Of the Wilson score interval of every measured loss fraction (the link bench, the path probe)."""
+
+
+def wilson_interval(lost: int, trials: int) -> tuple[float, float]:
+    """Wilson score interval of a binomial proportion at WILSON_CONFIDENCE (scipy's binomtest)."""
+    if trials <= 0:
+        raise SpecError("trials", "a proportion needs at least one trial")
+    from scipy.stats import binomtest
+
+    interval = binomtest(lost, trials).proportion_ci(WILSON_CONFIDENCE, method="wilson")
+    return float(interval.low), float(interval.high)

@@ -14,7 +14,7 @@ from aioquic.buffer import Buffer
 from aioquic.quic.packet import QuicPacketType, pull_quic_header
 
 from harness.abuse import attacks, protocol
-from harness.abuse.bench import probe
+from harness.bench.abuse import probe
 from servers.guard import H2Limits
 from servers.process import ServerProcess
 

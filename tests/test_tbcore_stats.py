@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from tbcore.errors import SpecError
 from tbcore.stats import (
     binomial_cdf,
     median_ci,
@@ -15,6 +16,7 @@ from tbcore.stats import (
     paired_ci,
     quantile,
     tost_shift,
+    wilson_interval,
 )
 
 
@@ -82,3 +84,13 @@ def test_the_order_statistics_interval_needs_six_runs_and_covers_the_median() ->
     low, high = median_ci_order([float(x) for x in range(20)])
     assert (low, high) == (5.0, 14.0)  # the 6th and 15th of 20 (coverage 95.9 %)
     assert median_ci_order([3.0, float("nan"), 1.0, 2.0, 5.0, 4.0, 6.0]) == (1.0, 6.0)
+
+
+def test_wilson_interval_known_values() -> None:
+    low, high = wilson_interval(14, 100)
+    assert low == pytest.approx(0.0731, abs=1e-3) and high == pytest.approx(0.2527, abs=1e-3)
+    low, high = wilson_interval(1400, 10_000)
+    assert low < 0.14 < high and high - low == pytest.approx(0.0179, abs=5e-4)
+    assert wilson_interval(0, 50)[0] == 0.0
+    with pytest.raises(SpecError, match="trials"):
+        wilson_interval(0, 0)

@@ -5,7 +5,7 @@ on both ends: 50 ms each way, and 20 % loss on the server's end (the return dire
 A UDP echo probe and a TCP upload cross it. It proves the guest pipeline (modules, the 9p
 root, the host venv, namespaces) independently of the backends, and that the delay is
 real: nothing comes back sooner than the configured round trip. Times are kernel receive
-timestamps (netem.crossval's probe), so the guest's slow CPU does not count as delay.
+timestamps (harness.bench.crossval's probe), so the guest's slow CPU does not count as delay.
 
 Runs only in the guest (``.ci/netem-vm`` sets TESTBED_IN_VM); the host kernel has no netem.
 """
@@ -18,7 +18,8 @@ import statistics
 import pytest
 from pyroute2 import IPRoute, NetNS, netns
 
-from netem import crossval, names
+from harness.bench import crossval
+from netem import names
 
 pytestmark = [
     pytest.mark.root,

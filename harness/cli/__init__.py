@@ -21,17 +21,19 @@ from netem import nsexec
 from tbcore.errors import HostUnreachable, LinkLost, SpecError, clip
 
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "netem.cli": ("doctor", "link", "clean", "trace", "bench link"),
+    "netem.cli": ("doctor", "link", "clean", "trace"),
     "harness.cli.bounds": ("bounds",),
     "servers.cli": ("serve", "workload", "relay"),
     "clients.cli": ("client",),
-    "harness.bench.stacks": ("bench stacks",),
-    "proto.fec.bench": ("bench fec",),
     "harness.cli.run": ("run", "campaign", "report"),
     "harness.cli.check": ("check",),  # an experiment file's plan, not run
     "harness.cli.compare": ("compare",),  # two result directories
-    "harness.abuse.bench": ("abuse",),  # attacks on loopback, a benchmark
-    "netem.crossval": ("bench crossval",),  # kernel netem in a VM vs the userspace emulator
+    # the benchmarks, one room (harness/bench): they print measured ratios and tables
+    "harness.bench.link": ("bench link",),  # the emulated path's fidelity, load and CPU
+    "harness.bench.stacks": ("bench stacks",),  # the HTTP/3 stacks on one path
+    "harness.bench.fec": ("bench fec",),  # the FEC codes
+    "harness.bench.abuse": ("bench abuse", "abuse"),  # attacks on loopback; abuse: older name
+    "harness.bench.crossval": ("bench crossval",),  # kernel netem in a VM vs the emulator
     "harness.cli.remote": ("remote",),  # check, clock, agent (a server host over ssh)
 }
 """Each module and the commands it registers (``bench X``: a benchmark). ``testbed COMMAND``

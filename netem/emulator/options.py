@@ -63,7 +63,7 @@ says why (``testbed link show``, the manifest's ``environment.link.emulator_path
 packet is read, and timed, as it comes (``--stamps off`` does the same on purpose)."""
 MAX_COALESCE_S = 1e-3
 """A millisecond of batching is the most the link's timing allows: the lateness targets are
-0.3 ms median and 1 ms p99 of RTT error (netem/bench.py)."""
+0.3 ms median and 1 ms p99 of RTT error (harness/bench/link.py)."""
 
 
 @dataclass(frozen=True)

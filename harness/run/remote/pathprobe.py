@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from netem import nsexec
-from netem.bench import wilson_interval
 from netem.linkspec import DirectionSpec, LinkSpec
 from netem.probe import ProbeResult, quantile, run_probe
 from tbcore.errors import SpecError
+from tbcore.stats import wilson_interval
 
 RTT_MARGIN_FRACTION = 0.10
 RTT_MARGIN_S = 2e-3

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from proto.fec import bench as fecbench
+from harness.bench import fec as fecbench
 
 
 def test_code_rows_round_trip_and_count(monkeypatch) -> None:  # type: ignore[no-untyped-def]

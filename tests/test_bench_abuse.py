@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.abuse.bench import (
+from harness.bench.abuse import (
     ATTACKS,
     AttackResult,
     Probe,

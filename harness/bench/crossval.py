@@ -10,7 +10,7 @@ loss, RTT) next to each other.
 
 ``testbed bench crossval`` measures both parts and writes ``results/reference/crossval.md``
 and ``.json``; ``--part userspace`` or ``--part netem`` measures one part in this kernel
-and writes its JSON (the guest runs ``python -m netem.crossval --part netem``).
+and writes its JSON (the guest runs ``python -m harness.bench.crossval --part netem``).
 
 The core (statistics, table, report) is pure; sockets live in :func:`udp_probe` and
 :func:`tcp_upload`, the VM in :func:`run_guest_part`.
@@ -368,7 +368,7 @@ def render_markdown(parts: Sequence[Part], note: str = "") -> str:
         f"Scenario: `{parts[0].link if parts else SCENARIO_LINK}`; a new kernel TCP "
         f"connection per run uploads {UPLOAD_BYTES:,} bytes; time from connect() to the "
         "server's read of the last byte. Produced by `testbed bench crossval` "
-        "(netem/crossval.py).",
+        "(harness/bench/crossval.py).",
         "",
         "| cc | backend | runs | median s | p25 s | p75 s | min s | max s "
         "| retrans share | link loss up | probe loss | TCP min RTT ms | probe RTT median ms "
@@ -670,7 +670,7 @@ def guest_command(args: argparse.Namespace) -> list[str]:
     return [
         str(Path(sys.executable)),
         "-m",
-        "netem.crossval",
+        "harness.bench.crossval",
         "--part",
         "netem",
         "--runs",
@@ -834,7 +834,7 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m netem.crossval")
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.crossval")
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -22,7 +22,7 @@ On the backend in use (or a forced one), through the :class:`netem.link.Link` AP
   nothing more; and kernel TCP across ``air=54mbit/6mbit`` behind 20 ms, whose iperf3
   goodput should reach the medium's capacity for the ACK ratio the link carried:
   ``1448 * 8 / (exchange(1500) + acks/data * exchange(52))`` bits per second.
-* **Load** (:mod:`netem.benchload`): the emulator at the rates of issue 29 on the 200 ms
+* **Load** (:mod:`harness.bench.linkload`): the emulator at the rates of issue 29 on the 200 ms
   path, TCP at 333 Mbit/s, UDP and TCP at 1 Gbit/s, with the probe alongside: delivered
   rate, RTT error under load, each direction's lateness p99, and the emulator's CPU per
   packet and per Mbit/s.
@@ -30,7 +30,8 @@ On the backend in use (or a forced one), through the :class:`netem.link.Link` AP
   delivered), and the host's busy and steal fractions (the load the number was taken under).
 
 ``--path c|python`` picks the emulator's packet path (the C path by default, the Python
-reference to compare); ``--compare mahimahi`` is refused (:func:`netem.benchload.check_compare`).
+reference to compare); ``--compare mahimahi`` is refused
+(:func:`harness.bench.linkload.check_compare`).
 ``--quick`` runs a short version (a test runs it); ``--json`` prints the JSON document.
 """
 
@@ -47,11 +48,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
-from scipy.stats import binomtest
 
+from harness.bench.linkload import check_compare, iperf_server, load_row, measure_load
 from netem import nsexec
 from netem.air import AirSpec
-from netem.benchload import check_compare, iperf_server, load_row, measure_load
 from netem.emulator.control import EmulatorClient
 from netem.emulator.options import PATHS, EmulatorOptions
 from netem.link import Link
@@ -59,10 +59,9 @@ from netem.linkspec import parse_link
 from netem.probe import probe_link, quantile
 from netem.stats import LinkStats
 from tbcore.errors import SpecError
+from tbcore.stats import wilson_interval
 
 SCHEMA_VERSION = 1
-CONFIDENCE = 0.99
-"""Of the Wilson score interval of every measured loss fraction."""
 RTT_LINK = "rtt=200ms,rate=333mbit"
 LOSS_FRACTION = 0.14
 RATE_RTT = "20ms"
@@ -105,7 +104,7 @@ class BenchConfig:
     rate_omit_s: float = 2.0
     rates_bps: tuple[float, ...] = RATES_BPS
     load_duration_s: float = 10.0
-    """Each loaded row (netem.benchload): iperf3's measured part, the probe inside it."""
+    """Each loaded row (harness.bench.linkload): iperf3's measured part, the probe inside it."""
     load_omit_s: float = 4.0
     """iperf3's omitted start at 200 ms (TCP's slow start to 1 Gbit/s takes about 3 s)."""
     load: bool = True
@@ -120,14 +119,6 @@ class BenchConfig:
             rates_bps=(20e6, 100e6),
             load=False,
         )
-
-
-def wilson_interval(lost: int, trials: int) -> tuple[float, float]:
-    """Wilson score interval of a binomial proportion at CONFIDENCE (scipy's binomtest)."""
-    if trials <= 0:
-        raise SpecError("trials", "a proportion needs at least one trial")
-    interval = binomtest(lost, trials).proportion_ci(CONFIDENCE, method="wilson")
-    return float(interval.low), float(interval.high)
 
 
 def loss_row(
@@ -356,7 +347,7 @@ def emulator_path(link: Any) -> dict[str, Any] | None:
     if link.backend != "userspace":
         return None
 
-    answer = EmulatorClient(link._state.control_path).request("path")
+    answer = EmulatorClient(link.state.control_path).request("path")
     return {k: v for k, v in answer.items() if k != "counters"}
 
 
@@ -626,8 +617,8 @@ def cli(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(bench: argparse._SubParsersAction) -> None:
-    """Add ``testbed bench link`` to the ``bench`` subparsers (called from netem/cli.py)."""
+def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
+    """Add ``testbed bench link`` to the ``bench`` subparsers."""
     parser = bench.add_parser(
         "link", help="fidelity of the emulated path: RTT, loss, rate, emulator lateness and CPU"
     )

@@ -535,9 +535,14 @@ def _abuse(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAction) -> None:
-    """Add ``testbed abuse``."""
-    parser = commands.add_parser(
-        "abuse", help="benchmark: attacks on loopback, normal request latency, CPU and RSS"
+    """Add ``testbed bench abuse`` and, its older name, ``testbed abuse``."""
+    for parent, name in ((bench, "abuse"), (commands, "abuse")):
+        _add_parser(parent, name)
+
+
+def _add_parser(parent: argparse._SubParsersAction, name: str) -> None:
+    parser = parent.add_parser(
+        name, help="attacks on loopback: normal request latency, CPU and RSS during each"
     )
     parser.add_argument(
         "--attacks", default=",".join(ATTACKS), help=f"comma-separated: {', '.join(ATTACKS)}"

@@ -1,4 +1,5 @@
-"""netem/crossval.py: the statistics and report (pure), the probe and upload (namespaces)."""
+"""harness/bench/crossval.py: the statistics and report (pure), the probe and upload
+(namespaces)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import pytest
 from pyroute2 import IPRoute, NetNS, netns
 
 from harness import cli
-from netem import crossval, names
-from netem.crossval import (
+from harness.bench import crossval
+from harness.bench.crossval import (
     TCP_INFO_BYTES,
     UPLOAD_BYTES,
     Part,
@@ -30,6 +31,7 @@ from netem.crossval import (
     render_markdown,
     summary_rows,
 )
+from netem import names
 from netem.linkspec import format_link, parse_link
 from tbcore.errors import SpecError
 
@@ -223,7 +225,7 @@ def test_guest_command_runs_the_netem_part_into_the_share() -> None:
 
     args = argparse.Namespace(runs=3, cc=["cubic"], probes=50, link=crossval.SCENARIO_LINK)
     command = crossval.guest_command(args)
-    assert command[1:3] == ["-m", "netem.crossval"]
+    assert command[1:3] == ["-m", "harness.bench.crossval"]
     assert command[command.index("--part") + 1] == "netem"
     assert command[command.index("--json") + 1].startswith("/run/tb-vm/out/")
 

@@ -1,5 +1,5 @@
 """The loaded rows of ``testbed bench link``: CPU per packet and per Mbit/s, the Mahimahi
-refusal, and the iperf3 command lines (the runs themselves: tests/test_bench.py)."""
+refusal, and the iperf3 command lines (the runs themselves: tests/test_bench_link.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from netem.benchload import LOAD_CASES, LoadCase, check_compare, cpu_columns, iperf_argv
+from harness.bench.linkload import LOAD_CASES, LoadCase, check_compare, cpu_columns, iperf_argv
 from netem.stats import CpuStats, DirectionStats, LinkStats
 from tbcore.errors import SpecError
 

@@ -6,36 +6,25 @@ import argparse
 
 import pytest
 
-from netem.air import AirSpec
-from netem.bench import (
+from harness.bench.link import (
     BenchConfig,
     air_probe_model_s,
     air_tcp_model_bps,
     register,
     run_bench,
-    wilson_interval,
 )
-from tbcore.errors import SpecError
-
-
-def test_wilson_interval_known_values() -> None:
-    low, high = wilson_interval(14, 100)
-    assert low == pytest.approx(0.0731, abs=1e-3) and high == pytest.approx(0.2527, abs=1e-3)
-    low, high = wilson_interval(1400, 10_000)
-    assert low < 0.14 < high and high - low == pytest.approx(0.0179, abs=5e-4)
-    assert wilson_interval(0, 50)[0] == 0.0
-    with pytest.raises(SpecError, match="trials"):
-        wilson_interval(0, 0)
+from netem.air import AirSpec
 
 
 def test_register_adds_bench_link() -> None:
     parser = argparse.ArgumentParser()
-    bench = parser.add_subparsers(dest="bench")
-    register(bench)
-    args = parser.parse_args(["link", "--quick", "--json", "--backend", "userspace"])
+    commands = parser.add_subparsers(dest="command")
+    bench = commands.add_parser("bench").add_subparsers(dest="bench")
+    register(commands, bench)
+    args = parser.parse_args(["bench", "link", "--quick", "--json", "--backend", "userspace"])
     assert args.quick and args.json and args.backend == "userspace" and callable(args.handler)
     with pytest.raises(SystemExit):
-        parser.parse_args(["link", "--backend", "carrier-pigeon"])
+        parser.parse_args(["bench", "link", "--backend", "carrier-pigeon"])
 
 
 def test_air_probe_model_is_one_small_exchange_each_way() -> None:
