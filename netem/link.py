@@ -32,7 +32,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
 from netem import backends, clean, names, sysctl, topology
-from netem.backends import LinkState, commit_edge, edge_state, topology_of
+from netem.backends.base import LinkState, commit_edge, edge_state, topology_of
 from netem.backends.userspace import process_alive
 from netem.capture import snaplen_of
 from netem.emulator.options import EmulatorOptions

@@ -187,12 +187,13 @@ def test_compose_documents_exactly_its_variables() -> None:
     assert env["services"]["testbed"]["environment"]["TESTBED_PROFILE"] == "chapter"
 
 
-def test_readme_documents_the_variables() -> None:
-    text = (ROOT / "README.md").read_text()
+def test_the_container_page_documents_the_variables() -> None:
+    text = (ROOT / "docs" / "container.md").read_text()
     docker = text.split("## Docker", 1)
     assert len(docker) == 2
     for name in VARIABLES:
         assert name in docker[1]
+    assert "docs/container.md" in (ROOT / "README.md").read_text()  # linked from the README
 
 
 def test_container_command_is_the_bare_host_command() -> None:

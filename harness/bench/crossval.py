@@ -79,8 +79,8 @@ BOOTSTRAP_SEED = 20261202
 EQUIVALENCE_MARGIN_FRACTION = 0.10
 """The backends agree on a congestion control when their upload times are equivalent within
 10 % of the emulator's median (TOST, tbcore.stats.tost_shift): the arm effects the testbed
-reports are tens of percent (README, "The main job"), so a backend difference under a tenth
-of the time changes none of them; the two kernels' TCP stacks (6.1 in the guest, the
+reports are tens of percent (docs/measurements.md, "The main job"), so a backend difference
+under a tenth of the time changes none of them; the two kernels' TCP stacks (6.1 in the guest, the
 host's newer one) alone may differ by a few percent under 14 % loss."""
 
 SO_TIMESTAMPNS = 35

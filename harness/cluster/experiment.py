@@ -16,9 +16,9 @@ from typing import Any
 
 from harness.cluster import submit
 from harness.cluster.progress import BlockProgress
-from harness.plan.planner import Outcome, plan_for, remaining
+from harness.plan.planner import plan_for
 from harness.run.lock import exclusive_run
-from harness.run.runner import ExperimentResult, create_result, reopen_result
+from harness.run.runner import ExperimentResult, create_result, finish_tables, reopen_result
 from harness.spec.experiment import ExperimentSpec
 from harness.store.resultdir import ResultDir, utc_stamp
 
@@ -66,17 +66,11 @@ def finish(
     result: ResultDir, plan: Sequence[Any], attempts: int, report: bool, log: Callable
 ) -> None:
     """Tables, the manifest's verdict and the report, as ``testbed run`` ends."""
-    with exclusive_run(log):
-        result.write_tables()
-        outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
-        result.update_manifest(
-            finished_utc=utc_stamp(),
-            finished=not remaining(plan, outcomes, attempts),
-            attempts=attempts,
-        )
-        if report:
-            from harness.report.build import build_report
+    finish_tables(result, plan, attempts, log)
+    if report:
+        from harness.report.build import build_report  # matplotlib: only when it reports
 
+        with exclusive_run(log):
             build_report(result.path)
 
 

@@ -341,7 +341,16 @@ def run_experiment(
     if left:
         options = RunOptions(backend, link_name, attempts, remote, progress, log)
         rows = _make_runs(spec, result, left, by_id, outcomes, options)
-    with exclusive_run(log):  # the tables and plots take seconds of CPU: not beside a run
+    finish_tables(result, plan, attempts, log)
+    return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(left))
+
+
+def finish_tables(
+    result: ResultDir, plan: Sequence[PlannedRun], attempts: int, log: Callable[[str], None]
+) -> None:
+    """The experiment's tables and its manifest's verdict (finished: no run left to try),
+    under the host's run lock (the tables take seconds of CPU: not beside a run)."""
+    with exclusive_run(log):
         result.write_tables()
         outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
         result.update_manifest(
@@ -349,7 +358,6 @@ def run_experiment(
             finished=not remaining(plan, outcomes, attempts),
             attempts=attempts,
         )
-    return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(left))
 
 
 def make_block(

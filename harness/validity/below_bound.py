@@ -8,8 +8,8 @@ Below means below by more than what the clocks and the emulator can get wrong:
 - the clock: one CLOCK_MONOTONIC for every process of a run on one host
   (:data:`CLOCK_ERROR_S`); across two hosts the row's ``server_clock_error_s``;
 - the emulator: :data:`EMULATOR_DELAY_ERROR_S` per round trip (the p99 RTT error the link's
-  bench holds it to, README "The emulated path") and :data:`EMULATOR_RATE_ERROR` of the
-  bound's serialisation (the rate it held UDP overload to).
+  bench holds it to, docs/measurements.md "The emulated path") and
+  :data:`EMULATOR_RATE_ERROR` of the bound's serialisation (the rate it held UDP overload to).
 """
 
 from __future__ import annotations

@@ -79,8 +79,8 @@ def run_validity(
 
 DISTURBANCE_MAX_FRACTION = 0.01
 """A disturbance may have moved the measured time by at most 1 %: the report reads ratios to
-the bound to three decimals and names gaps of 1.1-1.2 % in the main job (README, "The main
-job"); a disturbance of that size could fake or hide such a gap."""
+the bound to three decimals and names gaps of 1.1-1.2 % in the main job
+(docs/measurements.md, "The main job"); a disturbance of that size could fake or hide such a gap."""
 
 DISTURBANCE_MAX_EFFECT_FRACTION = 0.10
 """...and by at most a tenth of the arm effect under test (predicted by the bounds of the

@@ -14,26 +14,24 @@ another.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
-from netem.backends import kernel, userspace  # noqa: F401  (importing them registers them)
-from netem.backends.base import (  # noqa: F401  (what callers of netem.backends use)
-    _REGISTRY,
-    BACKEND_ENV,
-    Backend,
-    LinkState,
-    commit_edge,
-    edge_state,
-    register_backend,
-    topology_of,
-)
+from netem.backends.base import BACKEND_ENV, Backend
+from netem.backends.kernel import KernelBackend
+from netem.backends.userspace import UserspaceBackend
 from tbcore.errors import SpecError
 
-BACKEND_CHOICES = ("auto", "netem", "userspace")
+BACKENDS: dict[str, Callable[[], Backend]] = {
+    KernelBackend.name: KernelBackend,
+    UserspaceBackend.name: UserspaceBackend,
+}
+"""Every backend by its name (one table: no registration by import)."""
+BACKEND_CHOICES = ("auto", *BACKENDS)
 
 
 def get(name: str) -> Backend:
     """The backend called ``name`` (not ``auto``: see :func:`choose`)."""
-    factory = _REGISTRY.get(name)
+    factory = BACKENDS.get(name)
     if factory is None:
         raise SpecError("backend", f"{name!r}: unknown (known: {', '.join(BACKEND_CHOICES)})")
     return factory()
@@ -49,7 +47,7 @@ def check_choice(name: str = "auto") -> None:
     if name not in BACKEND_CHOICES:
         raise SpecError("backend", f"{name!r}: must be one of {', '.join(BACKEND_CHOICES)}")
     forced = os.environ.get(BACKEND_ENV, "").strip()
-    if name == "auto" and forced and forced not in ("netem", "userspace"):
+    if name == "auto" and forced and forced not in BACKENDS:
         raise SpecError(BACKEND_ENV, f"{forced!r}: must be netem or userspace")
 
 
@@ -63,7 +61,7 @@ def choose(name: str = "auto") -> str:
     if name == "auto":
         forced = os.environ.get(BACKEND_ENV, "").strip()
         if forced:
-            if forced not in ("netem", "userspace"):
+            if forced not in BACKENDS:
                 raise SpecError(BACKEND_ENV, f"{forced!r}: must be netem or userspace")
             return forced
         ok, _ = probe("netem")

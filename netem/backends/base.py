@@ -5,7 +5,6 @@ its registry (netem.backends picks one by name)."""
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -195,10 +194,3 @@ class Backend(ABC):
     def describe(self, state: LinkState) -> dict[str, Any]:
         """Backend-specific facts for ``link show`` (qdiscs, emulator...)."""
         return {}
-
-
-_REGISTRY: dict[str, Callable[[], Backend]] = {}
-
-
-def register_backend(name: str, factory: Callable[[], Backend]) -> None:
-    _REGISTRY[name] = factory

@@ -56,7 +56,6 @@ from netem.backends.base import (
     LinkState,
     commit_edge,
     edge_state,
-    register_backend,
     topology_of,
 )
 from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent, end_events
@@ -610,6 +609,3 @@ class KernelBackend(Backend):
             },
             "plan": state.extra.get("plan"),
         }
-
-
-register_backend(KernelBackend.name, KernelBackend)

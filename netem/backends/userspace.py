@@ -30,7 +30,6 @@ from netem.backends.base import (
     LinkState,
     commit_edge,
     edge_state,
-    register_backend,
     topology_of,
 )
 from netem.emulator.control import ControlError, EmulatorClient
@@ -357,6 +356,3 @@ class UserspaceBackend(Backend):
                 answer = self.client(state).request("path")
                 info["emulator_path"] = {k: v for k, v in answer.items() if k != "counters"}
         return info
-
-
-register_backend(UserspaceBackend.name, UserspaceBackend)

@@ -24,7 +24,7 @@ thread's last wake-up, for both directions, and each wake-up releases everything
 then, as a NIC moderates its interrupts: each packet at most that late. On these VMs a
 wake-up of the packet thread costs about 20 µs of CPU (the context switches) against a few
 µs for a packet's own read and write, so the wake-ups set the CPU: measured at 200 ms and
-333 Mbit/s with kernel TCP (README, "The packet path in C"; 3 alternating rounds, load
+333 Mbit/s with kernel TCP (docs/measurements.md, "The packet path in C"; 3 alternating rounds, load
 average 4-8 from other sessions), a grid of 100 µs took 0.38-0.43 of a core (lateness p99
 130-140 µs), 200 µs 0.30-0.33 (210-220 µs), 300 µs 0.24-0.26 (280-290 µs), the Python path
 0.81-0.84 (150-180 µs up, 260-360 µs on the ACK direction). A packet alone before that
