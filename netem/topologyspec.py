@@ -29,6 +29,7 @@ from typing import Any
 
 from netem.events import LinkEvent
 from netem.linkspec import LinkSpec, resolve_link
+from tbcore import kinds
 from tbcore.errors import SpecError
 from tbcore.settings import TOPOLOGIES as _SETTINGS_TOPOLOGIES
 
@@ -146,21 +147,20 @@ class Topology:
     ) -> Topology:
         """Check which edges ``kind`` needs and allows, and build it."""
         given = {"link": link, "near_link": near_link, "link_b": link_b, "exit_link": exit_link}
-        needs = {"direct": {"link"}, "relay": {"link", "near_link"}, "dual": {"link", "link_b"}}
-        allows = {"direct": set(), "relay": set(), "dual": {"exit_link"}}
         if kind not in TOPOLOGIES:
             raise SpecError("topology", f"{kind!r}: must be one of {', '.join(TOPOLOGIES)}")
+        shape = kinds.topology(kind)
         for name, value in given.items():
-            if value is None and name in needs[kind]:
+            if value is None and name in shape.edges:
                 raise SpecError(name, f"topology {kind!r} needs it")
-            if value is not None and name not in needs[kind] | allows[kind]:
+            if value is not None and name not in (*shape.edges, *shape.optional_edges):
                 raise SpecError(name, f"topology {kind!r} has no such edge")
         specs = {n: _to_spec(n, v) for n, v in given.items() if v is not None}
         events = events or {}
         for name in events:
             if name not in specs:
                 raise SpecError(f"events.{name}", "no such edge in this topology")
-        ends = _ends(kind, "exit_link" in specs)
+        ends = _ends(shape, any(n in specs for n in shape.optional_edges))
         edges = tuple(
             Edge(n, *ends[n], specs[n], tuple(events.get(n, ()))) for n in EDGE_NAMES if n in specs
         )
@@ -349,18 +349,11 @@ def _to_spec(name: str, value: LinkSpec | str) -> LinkSpec:
     raise SpecError(name, f"expected a link string or a LinkSpec, got {type(value).__name__}")
 
 
-def _ends(kind: str, with_exit: bool) -> dict[str, tuple[str, str]]:
-    if kind == "direct":
-        return {"link": ("client", "server")}
-    if kind == "relay":
-        return {"near_link": ("client", "relay"), "link": ("relay", "server")}
-    if with_exit:
-        return {
-            "link": ("client", "exit"),
-            "link_b": ("client", "exit"),
-            "exit_link": ("exit", "server"),
-        }
-    return {"link": ("client", "server"), "link_b": ("client", "server")}
+def _ends(shape: kinds.TopologyKind, with_optional: bool) -> dict[str, tuple[str, str]]:
+    """Each edge's two nodes in a shape (tbcore.kinds.TopologyKind.ends)."""
+    if with_optional and shape.ends_with_optional is not None:
+        return dict(shape.ends_with_optional)
+    return dict(shape.ends) if shape.ends is not None else {"link": ("client", "server")}
 
 
 TOPOLOGY_KEYS = ("topology", *EDGE_NAMES)

@@ -142,6 +142,19 @@ class TopologyKind:
     """The runs.csv column groups its runs fill (tbcore.runrow ``group``)."""
     traits: tuple[str, ...] = ()
     """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope)."""
+    ends: Any = None
+    """Each edge's two nodes (netem.topologyspec): a mapping from edge name to (a, b), or
+    None for the one ``link`` from client to server ..."""
+    ends_with_optional: Any = None
+    """... and the same when an optional edge is present (None: as :attr:`ends`)."""
+    series: tuple[tuple[str, str], ...] = ()
+    """The edges a request crosses one after the other, as (near, far) pairs tried in order
+    (the first whose edges the path has): the end-to-end path is them in series; none, the
+    ``link`` edge alone."""
+    label_setting: str | None = None
+    """The setting that says which way a run took through the shape (a row's label)."""
+    relayed: Callable[[Any], bool] = lambda s: False
+    """Whether a run under these settings goes through a relay (its bound: the relay's)."""
 
 
 PROTOCOLS: Registry[ProtocolKind] = Registry("protocol")
@@ -380,7 +393,17 @@ register_workload(
 )
 
 register_topology(TopologyKind("direct", edges=("link",)))
-register_topology(TopologyKind("relay", edges=("link", "near_link"), columns=("relay", "topology")))
+register_topology(
+    TopologyKind(
+        "relay",
+        edges=("link", "near_link"),
+        ends={"near_link": ("client", "relay"), "link": ("relay", "server")},
+        columns=("relay", "topology"),
+        series=(("near_link", "link"),),
+        label_setting="route",
+        relayed=lambda s: s.route == "relay",
+    )
+)
 
 
 def _check_dual(s: Any) -> None:
@@ -418,9 +441,17 @@ register_topology(
         "dual",
         edges=("link", "link_b"),
         optional_edges=("exit_link",),
+        ends={"link": ("client", "server"), "link_b": ("client", "server")},
+        ends_with_optional={
+            "link": ("client", "exit"),
+            "link_b": ("client", "exit"),
+            "exit_link": ("exit", "server"),
+        },
         workloads=("upload",),
         carries_any=_dual_carries_any,
         check=_check_dual,
         columns=("dual", "topology"),
+        series=(("link", "exit_link"),),
+        label_setting="multipath",
     )
 )

@@ -172,3 +172,13 @@ def test_ngtcp2_sends_its_windows_unpaced() -> None:
     assert not sender_paces(ngtcp2(cc="cubic")) and not sender_paces(ngtcp2(cc="bbr"))
     assert sender_paces(ngtcp2(quic_stack="aioquic"))  # aioquic's pacer
     assert not sender_paces(ngtcp2(quic_stack="aioquic", quic_pacing="off"))
+
+
+def test_the_aioquic_controls_a_setting_accepts_are_those_aioquic_has() -> None:
+    """tbcore cannot import aioquic's registry (tbcore imports no other package): the names
+    it accepts and the registry that proto.quic.edge fills must stay equal."""
+    from aioquic.quic.congestion import base
+
+    import proto.quic.edge  # noqa: F401  (the registry it fills is what is checked)
+
+    assert set(quicstack.AIOQUIC_CONGESTION_CONTROLS) == set(base._factories)

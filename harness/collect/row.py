@@ -210,12 +210,7 @@ def bound_for(
         window_bytes=window,
     )
     fair = bool(shares) or extra_rtt_s > 0
-    if (
-        not fair
-        and path.kind == "relay"
-        and settings.route == "relay"
-        and settings.connection == "new"
-    ):
+    if not fair and kinds.topology(path.kind).relayed(settings) and settings.connection == "new":
         if link.up.rate_bps is None or link.down.rate_bps is None:
             return None  # a relay's bound holds fixed rates
         return relay_bound(path, link, request)
@@ -307,6 +302,14 @@ def sender_paces(settings: Settings) -> bool:
     return kinds.protocol(settings.protocol).paces(settings)
 
 
+def _way_labels(settings: Settings, path: Topology) -> dict[str, Any]:
+    """``route`` and ``multipath``: the value of the setting that says which way the run took
+    through its shape (tbcore.kinds.TopologyKind.label_setting), None for the others."""
+    own = kinds.topology(path.kind).label_setting
+    labels = {t.label_setting for t in kinds.TOPOLOGIES.values() if t.label_setting}
+    return {name: getattr(settings, name) if name == own else None for name in sorted(labels)}
+
+
 def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
     """What ran: the row's labels from the settings and the path (end to end)."""
     link = end_to_end(path)
@@ -315,8 +318,7 @@ def label_columns(settings: Settings, path: Topology) -> dict[str, Any]:
         "connection": settings.connection,
         "workload": settings.workload,
         "topology": path.kind,
-        "route": settings.route if path.kind == "relay" else None,
-        "multipath": settings.multipath if path.kind == "dual" else None,
+        **_way_labels(settings, path),
         "cc": kinds.protocol(settings.protocol).cc_of(settings),
         "quic_stack": kinds.protocol(settings.protocol).stack_of(settings),
         "paced": sender_paces(settings),

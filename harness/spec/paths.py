@@ -65,14 +65,11 @@ def end_to_end(topology: Topology) -> LinkSpec:
     the row's labels and the request bound: on a relay the near hop and the long haul in
     series (delays add, the slower rate and the smaller MTU hold, losses compound); on two
     paths the first (``link``), which every arm starts on, and the shared exit behind it."""
-    if topology.kind == "dual":
-        if "exit_link" not in topology.edge_names:
-            return topology.link_spec
-        near, far = topology.link_spec, topology.edge("exit_link").spec
-    elif topology.kind == "relay":
-        near, far = topology.edge("near_link").spec, topology.edge("link").spec
-    else:
+    pairs = kinds.topology(topology.kind).series
+    present = [pair for pair in pairs if set(pair) <= set(topology.edge_names)]
+    if not present:
         return topology.link_spec
+    near, far = (topology.edge(name).spec for name in present[0])
     return LinkSpec(
         up=_in_series(near.up, far.up),
         down=_in_series(near.down, far.down),

@@ -2,7 +2,8 @@
 
 draft-cardwell-iccrg-bbr-congestion-control-00 as the kernel runs it (the ``bbr`` of
 ``TCP_CONGESTION`` on this testbed's hosts), registered with aioquic's own
-``register_congestion_control("bbr", ...)``; no fork of aioquic. On every ACK:
+``register_congestion_control`` (proto.quic.edge.TESTBED_CONTROLS); no fork of aioquic. On
+every ACK:
 
 - a delivery-rate sample (:mod:`proto.quic.delivery`) feeds a windowed maximum over 10
   packet-timed round trips (:mod:`proto.quic.minmax`): the bottleneck bandwidth ``bw``;
@@ -51,7 +52,6 @@ from proto.quic.adapter import (
     K_INITIAL_WINDOW,
     QuicCongestionControl,
     QuicSentPacket,
-    register_congestion_control,
 )
 from proto.quic.delivery import DeliveryRateEstimator, PacketSendState, RateSample
 from proto.quic.minmax import WindowedFilter
@@ -718,8 +718,6 @@ class LongTermBandwidth:
         self.reset_interval(bbr)
 
 
-def _bbr_factory(*, max_datagram_size: int) -> BbrCongestionControl:
+def bbr_factory(*, max_datagram_size: int) -> BbrCongestionControl:
+    """What aioquic's registry calls for ``congestion_control_algorithm="bbr"``."""
     return BbrCongestionControl(max_datagram_size=max_datagram_size)
-
-
-register_congestion_control("bbr", _bbr_factory)

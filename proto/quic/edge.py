@@ -14,7 +14,7 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol, runtime_checkable
 
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
@@ -35,10 +35,11 @@ from proto.quic.adapter import (
     pacer_of,
     pacing_holds,
     packets_sent,
+    register_congestion_control,
     rtt_estimates,
     set_ack_delay_s,
 )
-from proto.quic.bbr import BbrCongestionControl  # registers "bbr" with aioquic
+from proto.quic.bbr import bbr_factory
 from proto.sockopts import set_udp_buffers
 from proto.watchers import Callback, Condition, Watchers
 from tbcore.errors import SpecError
@@ -97,6 +98,35 @@ PACING_TIMER_GRANULARITY_S = 0.001
 PACING_EPSILON_S = 1e-9
 NO_PACING_SLICE_DATAGRAMS = 32
 """Unpaced bursts are built and sent 32 datagrams at a time (one GSO send each)."""
+
+
+TESTBED_CONTROLS = {"bbr": bbr_factory}
+"""The congestion controls the testbed adds to aioquic's own reno and cubic, registered
+with aioquic's registry here, by name (tbcore.quicstack.AIOQUIC_CONGESTION_CONTROLS lists
+the names a setting accepts; tests/test_quicstack.py holds the two equal)."""
+for _name, _factory in TESTBED_CONTROLS.items():
+    register_congestion_control(_name, _factory)
+
+
+@runtime_checkable
+class RateSamplingControl(Protocol):
+    """A congestion control that samples delivery rates and paces at its own rate (BBR,
+    proto.quic.bbr): it is told when each ACK frame ends and when the sender ran out of
+    data, may be capped, and reports its own counters. The edge asks for the capability,
+    never for the class."""
+
+    max_pacing_rate_bytes_per_s: float
+    congestion_window: int
+    bytes_in_flight: int
+
+    @property
+    def pacing_rate_bytes_per_s(self) -> float: ...
+
+    def on_ack_end(self, *, now: float) -> None: ...
+
+    def on_app_limited(self) -> None: ...
+
+    def counters(self) -> dict[str, int | None]: ...
 
 
 class RatePacer(QuicPacketPacer):
@@ -203,7 +233,7 @@ class ControlPacer(RatePacer):
         self,
         *,
         max_datagram_size: int,
-        control: BbrCongestionControl,
+        control: RateSamplingControl,
         max_rate_bps: float | None = None,
     ) -> None:
         super().__init__(max_datagram_size=max_datagram_size, max_rate_bps=max_rate_bps)
@@ -252,10 +282,10 @@ def set_pacing(
     rate at most that (with ``"off"`` or a higher fixed rate: that rate)."""
     mds = max_datagram_size_of(quic)
     control = congestion_control_of(quic)
-    if isinstance(control, BbrCongestionControl) and max_rate_bps is not None:
+    if isinstance(control, RateSamplingControl) and max_rate_bps is not None:
         control.max_pacing_rate_bytes_per_s = max_rate_bps / BITS_PER_BYTE
     if pacing == PACING_CWND:
-        if isinstance(control, BbrCongestionControl):
+        if isinstance(control, RateSamplingControl):
             pacer: QuicPacketPacer = ControlPacer(
                 max_datagram_size=mds, control=control, max_rate_bps=max_rate_bps
             )
@@ -291,7 +321,7 @@ def hook_bbr_ack_end(quic: QuicConnection) -> None:
     """Tell a control that wants it (:meth:`BbrCongestionControl.on_ack_end`) when each ACK
     frame has been processed."""
     control = congestion_control_of(quic)
-    if isinstance(control, BbrCongestionControl):
+    if isinstance(control, RateSamplingControl):
         hook_ack_end(quic, lambda now: control.on_ack_end(now=now))
 
 
@@ -300,7 +330,7 @@ def app_limited_check(quic: QuicConnection) -> Callable[[], None] | None:
     ``datagrams_to_send``: if neither the window nor the pacer held the sender back, it
     ran out of data, and the control is told (tcp_rate_check_app_limited). None: no need."""
     control = congestion_control_of(quic)
-    if not isinstance(control, BbrCongestionControl):
+    if not isinstance(control, RateSamplingControl):
         return None
     room_bytes = max_datagram_size_of(quic)
 
@@ -485,7 +515,7 @@ def quic_counters(protocol: WatchedProtocol) -> dict[str, int | None]:
     rtt = rtt_estimates(quic)
     min_rtt = rtt.min_s
     rate = pacer_rate_bytes_per_s(quic)
-    if isinstance(cc, BbrCongestionControl):
+    if isinstance(cc, RateSamplingControl):
         control = cc.counters()
     else:
         control = dict.fromkeys(BBR_COUNTERS)
