@@ -48,8 +48,9 @@ from typing import Any
 from clients.config import ClientConfig
 from proto import ngtcp2, ngtcp2edge, qlogseq
 from proto.filewatch import CreationWatch
-from tbcore import quicstack, workloads
+from tbcore import kinds, quicstack, workloads
 from tbcore.records import QuicRecovery, QuicSample, RequestRecord, write_csv, write_jsonl
+from tbcore.routes import HttpRoute
 
 CLIENT_MARGIN_S = 5.0
 """Beyond the run's timeout, how long a gtlsclient may live before it is killed (its own
@@ -86,7 +87,7 @@ class Attempt:
     stderr: str
 
 
-def expected_body(route: quicstack.FileRoute) -> tuple[int, str]:
+def expected_body(route: HttpRoute) -> tuple[int, str]:
     """The length and SHA-256 of the answer the route must get."""
     if route.download is None:
         return len(quicstack.NGTCP2_ACK_BODY), hashlib.sha256(quicstack.NGTCP2_ACK_BODY).hexdigest()
@@ -95,7 +96,7 @@ def expected_body(route: quicstack.FileRoute) -> tuple[int, str]:
     )
 
 
-def response_status(route: quicstack.FileRoute, body: Body | None) -> tuple[int | None, bool]:
+def response_status(route: HttpRoute, body: Body | None) -> tuple[int | None, bool]:
     """(HTTP status, whether the body is the expected one): the module docstring's rule."""
     if body is None:
         return None, False
@@ -106,7 +107,7 @@ def response_status(route: quicstack.FileRoute, body: Body | None) -> tuple[int 
     return (int(found.group(1)) if found else None), False
 
 
-def _failure(attempt: Attempt, route: quicstack.FileRoute, status: int | None) -> str | None:
+def _failure(attempt: Attempt, route: HttpRoute, status: int | None) -> str | None:
     if attempt.exit_code is None:
         return "gtlsclient timed out (killed after the run's timeout)"
     if attempt.exit_code != 0:
@@ -122,7 +123,7 @@ def _failure(attempt: Attempt, route: quicstack.FileRoute, status: int | None) -
 
 def request_record(
     attempt: Attempt,
-    route: quicstack.FileRoute,
+    route: HttpRoute,
     settings: Any,
     *,
     request_id: int,
@@ -173,7 +174,7 @@ def qlog_times(events: list[dict[str, Any]], start_s: float) -> dict[str, Any]:
 
 
 def client_argv(
-    settings: Any, route: quicstack.FileRoute, host: str, port: int, qlog_dir: Path, out: Path
+    settings: Any, route: HttpRoute, host: str, port: int, qlog_dir: Path, out: Path
 ) -> list[str]:
     """gtlsclient for one request of ``route`` (proto.ngtcp2.common_flags for the rest)."""
     timeout = ngtcp2.duration_flag(settings.timeout_s)
@@ -222,9 +223,7 @@ def _wait(proc: subprocess.Popen, watch: CreationWatch, deadline: float) -> int 
         watch.drain()
 
 
-def run_one(
-    config: ClientConfig, route: quicstack.FileRoute, qlog_dir: Path, work: Path
-) -> Attempt:
+def run_one(config: ClientConfig, route: HttpRoute, qlog_dir: Path, work: Path) -> Attempt:
     """One gtlsclient, its qlog anchored and its body read."""
     out = Path(tempfile.mkdtemp(dir=work))
     argv = client_argv(config.settings, route, config.host, config.port, qlog_dir, out)
@@ -255,7 +254,7 @@ def run_requests(config: ClientConfig) -> list[RequestRecord]:
     """The warm-ups then the measured requests, one gtlsclient each (module docstring);
     the records (and samples) written where the config says."""
     settings = config.settings
-    route = quicstack.route_of(settings)
+    route = kinds.ngtcp2_route(settings)
     if route.upload is not None:
         workloads.workload_bytes(route.upload)  # the file on disk checked, before it is sent
     records: list[RequestRecord] = []

@@ -8,7 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tbcore import workloads
+from tbcore import kinds, workloads
+from tbcore.routes import HttpRoute
 
 KEEP_BODY_MAX_BYTES = 64 * 1024
 """Small response bodies (the ASR transcript) are kept for checking; large ones only hashed."""
@@ -55,31 +56,6 @@ class RequestSpec:
         return head
 
 
-@dataclass(frozen=True)
-class _Route:
-    method: str
-    path: str
-    upload: str | None = None
-    """Fixed workload sent as the body (its SHA-256 must come back), if any."""
-    download: str | None = None
-    """Fixed workload expected as the response body (bytes and SHA-256), if any."""
-    echo_in_body: bool = False
-    """The answer is JSON that carries the upload's checksum (RequestSpec.echo_in_body)."""
-
-
-WORKLOAD_ROUTES: dict[str, _Route] = {
-    "asr": _Route("POST", "/asr", upload="audio", echo_in_body=True),
-    "tts": _Route("GET", "/tts", download="audio"),
-    "retouch": _Route("POST", "/retouch", upload="image", download="retouched"),
-    "result": _Route("GET", "/result", download="retouched"),  # the 5 MB image result
-    "image": _Route("GET", "/image", download="image"),  # bench: 30 MB down
-    "sink": _Route("POST", "/sink", upload="image"),  # bench: 30 MB up
-}
-"""The request of each fixed workload (``stream`` is built from its chunk count)."""
-
-
-STREAM_LABELS = {"tts": "audio", "stream": "audio", "result": "image", "retouch": "image"}
-"""What each workload is when it shares a connection: the audio or the image."""
 PRIORITY_SIGNALS: dict[str, str] = {"audio": "u=0", "image": "u=4"}
 """RFC 9218 urgency the client asks for: audio most urgent (0), the image result below the
 default (3), both non-incremental."""
@@ -102,7 +78,7 @@ def multi_specs(
             cancel_after_chunks if streamed else None,
             player_buffer_s if streamed else None,
         )
-        label = STREAM_LABELS.get(name)
+        label = kinds.workload(name).label
         if signal_priority and label is not None:
             spec = replace(spec, priority=PRIORITY_SIGNALS[label])
         specs.append(replace(spec, shared=True))
@@ -116,9 +92,10 @@ SpecBuilder = Callable[[str, int, "int | None", "float | None"], RequestSpec]
 def _routed(
     workload: str, chunks: int, cancel_after_chunks: int | None, player_buffer_s: float | None
 ) -> RequestSpec:
-    """A fixed request of :data:`WORKLOAD_ROUTES`: its body, what must come back."""
+    """A fixed request from its route (tbcore.routes.HttpRoute): its body, what must come
+    back."""
     del chunks, cancel_after_chunks, player_buffer_s
-    route = WORKLOAD_ROUTES[workload]
+    route = _route(workload)
     up, down = route.upload, route.download
     return RequestSpec(
         workload,
@@ -138,8 +115,8 @@ def _stream(
     """``chunks`` 20 ms chunks of audio, maybe cancelled or played as they arrive."""
     return RequestSpec(
         workload,
-        "GET",
-        f"/stream?chunks={chunks}",
+        _route(workload).method,
+        f"{_route(workload).path}?chunks={chunks}",
         expect_down_sha256=workloads.stream_sha256(chunks),
         expect_down_bytes=chunks * workloads.STREAM_CHUNK_BYTES,
         stream_chunks=chunks,
@@ -148,30 +125,39 @@ def _stream(
     )
 
 
-def _tiled(tiles: int) -> SpecBuilder:
-    """The retouch upload in ``tiles`` independently processed parts."""
-
-    def build(
-        workload: str, chunks: int, cancel_after_chunks: int | None, player_buffer_s: float | None
-    ) -> RequestSpec:
-        spec = _routed("retouch", chunks, cancel_after_chunks, player_buffer_s)
-        # the response starts before the upload ends, so its head cannot echo the upload's
-        # checksum: the server checks it at the end and logs an error if it differs
-        return replace(
-            spec, workload=workload, path=f"/retouch?tiles={tiles}", expect_upload_sha256=None
-        )
-
-    return build
+def _tiled(
+    workload: str, chunks: int, cancel_after_chunks: int | None, player_buffer_s: float | None
+) -> RequestSpec:
+    """The upload in its route's tiles, each processed on its own."""
+    spec = _routed(workload, chunks, cancel_after_chunks, player_buffer_s)
+    # the response starts before the upload ends, so its head cannot echo the upload's
+    # checksum: the server checks it at the end and logs an error if it differs
+    tiles = _route(workload).tiles
+    return replace(spec, path=f"{spec.path}?tiles={tiles}", expect_upload_sha256=None)
 
 
-SPEC_BUILDERS: dict[str, SpecBuilder] = {
-    **{name: _routed for name in WORKLOAD_ROUTES},
-    "stream": _stream,
-    "retouch-tiles3": _tiled(3),
-}
-"""The request of each workload of one fixed request, by name (tbcore.kinds.WORKLOADS)."""
-REQUEST_WORKLOADS = frozenset(SPEC_BUILDERS)
+def _route(workload: str) -> HttpRoute:
+    route = kinds.workload(workload).route
+    if route is None:
+        raise ValueError(f"workload {workload!r} has no request of its own")
+    return route
+
+
+ONE_REQUEST_ANSWERS = frozenset({"payload", "transcript", "digest", "stream"})
+"""The answers of a workload of one fixed request (the others' clients build theirs)."""
+REQUEST_WORKLOADS = frozenset(
+    name
+    for name, kind in kinds.WORKLOADS.items()
+    if kind.route is not None and kind.route.answer in ONE_REQUEST_ANSWERS
+)
 """Workloads of one fixed request (:func:`request_spec`); others build theirs per request."""
+
+
+def _builder(workload: str) -> SpecBuilder:
+    route = _route(workload)
+    if route.answer == "stream":
+        return _stream
+    return _tiled if route.tiles else _routed
 
 
 def request_spec(
@@ -181,10 +167,9 @@ def request_spec(
     player_buffer_s: float | None = None,
 ) -> RequestSpec:
     """The request of a workload: asr, tts, retouch, stream, or the bench's image and sink."""
-    builder = SPEC_BUILDERS.get(workload)
-    if builder is None:
+    if workload not in REQUEST_WORKLOADS:
         raise ValueError(f"unknown workload {workload!r}")
-    return builder(workload, chunks, cancel_after_chunks, player_buffer_s)
+    return _builder(workload)(workload, chunks, cancel_after_chunks, player_buffer_s)
 
 
 def _one_request(settings: Any) -> list[RequestSpec]:
@@ -209,7 +194,7 @@ def _streams(settings: Any) -> list[RequestSpec]:
 
 
 EXCHANGES: dict[str, Callable[[Any], list[RequestSpec]]] = {
-    **{name: _one_request for name in SPEC_BUILDERS},
+    **{name: _one_request for name in REQUEST_WORKLOADS},
     "multi": _streams,
 }
 """The requests of one exchange of a workload, from the run's settings, by name."""

@@ -33,12 +33,14 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 from proto.http import RequestHead
 from servers import chunks
-from tbcore import agent, workloads
+from tbcore import agent, kinds, workloads
+from tbcore.routes import HttpRoute
 from tbcore.settings import KNOBS
 
 DEFAULT_STREAM_CHUNKS = 50
@@ -47,20 +49,11 @@ MAX_STREAM_CHUNKS = 30_000
 MAX_TTS_TEXT_BYTES = 4096
 MAX_TILES = 100
 
-ROUTES: dict[str, frozenset[str]] = {
-    "/asr": frozenset({"POST"}),
-    "/tts": frozenset({"GET", "POST"}),
-    "/retouch": frozenset({"POST"}),
-    "/stream": frozenset({"GET"}),
-    "/image": frozenset({"GET"}),
-    "/result": frozenset({"GET"}),
-    "/sink": frozenset({"POST"}),
-    "/chunk": frozenset({"POST"}),
-    "/agent": frozenset({"POST"}),
-}
-
-UPLOAD_WORKLOAD = {"/asr": "audio", "/retouch": "image"}
-"""Which fixed workload each upload route expects (checked, never trusted)."""
+ROUTES: dict[str, HttpRoute] = kinds.by_path()
+"""Every path the server answers, from the workloads' registrations (tbcore.kinds): the
+methods it takes, the upload it checks (never trusted), the answer and its processing."""
+CONTENT_TYPES = {"audio": "audio/L16;rate=16000;channels=1"}
+"""A fixed payload's media type (the others: application/octet-stream)."""
 
 
 @dataclass
@@ -135,16 +128,18 @@ class Exchange:
 
     def __post_init__(self) -> None:
         self.route = urlsplit(self.head.path).path
-        if self.route == "/retouch":
+        self.spec = ROUTES.get(self.route)
+        if self.spec is None:
+            self.early = _error(404, f"no route {self.route}")
+            return
+        if self.spec.answer == "payload" and self.spec.upload is not None:  # may come in tiles
             raw = parse_qs(urlsplit(self.head.path).query).get("tiles", ["0"])[-1]
             if not raw.isdigit() or int(raw) > MAX_TILES:
                 self.early = _error(400, f"tiles: {raw!r} is not a whole number in 0..{MAX_TILES}")
                 return
             self.tiles = int(raw) if int(raw) > 1 else 0
-        allowed = ROUTES.get(self.route)
-        if allowed is None:
-            self.early = _error(404, f"no route {self.route}")
-        elif self.head.method not in allowed:
+        allowed = self.spec.methods
+        if self.head.method not in allowed:
             self.early = _error(
                 405,
                 f"{self.head.method} not allowed on {self.route}",
@@ -161,7 +156,7 @@ class Exchange:
 
     def tile_bytes(self, index: int) -> int:
         """End offset of tile ``index`` in the upload (equal tiles, the last takes the rest)."""
-        size = workloads.get_workload("image").size_bytes
+        size = workloads.get_workload(self._spec.upload or "").size_bytes
         return size if index == self.tiles - 1 else size * (index + 1) // self.tiles
 
     def new_tiles(self) -> list[int]:
@@ -177,10 +172,7 @@ class Exchange:
     def tiled_plan(self) -> ResponsePlan:
         """The response of a tiled upload, started at its first body byte: the parts of the
         result follow the tiles (the upload's checksum is checked when it ends)."""
-        plan = _workload_plan(
-            "retouched", "application/octet-stream", self.config.processing_image_s
-        )
-        plan.processing_knob = "processing_image"
+        plan = self._payload_plan()
         plan.tiles = self.tiles
         return plan
 
@@ -195,7 +187,7 @@ class Exchange:
             )
             return self.early
         self._digest.update(data)
-        if self.route == "/tts" and len(self._text) < MAX_TTS_TEXT_BYTES:
+        if self._takes_text and len(self._text) < MAX_TTS_TEXT_BYTES:
             self._text += data[: MAX_TTS_TEXT_BYTES - len(self._text)]
         return None
 
@@ -227,11 +219,38 @@ class Exchange:
             return _error(
                 400, f"body {self.received_bytes} bytes > content-length {self.head.content_length}"
             )
-        handler = getattr(self, "_route_" + self.route.strip("/"))
-        return handler()
+        return ANSWERS[self._spec.answer](self)
+
+    @property
+    def _spec(self) -> HttpRoute:
+        """The route of a request that got past the early checks (404 has none)."""
+        assert self.spec is not None, "an answer is only given on a known route"
+        return self.spec
+
+    @property
+    def _takes_text(self) -> bool:
+        """A POST of a text on a route whose answer is a payload made from it (TTS)."""
+        return (
+            self.spec is not None
+            and self.spec.answer == "payload"
+            and self.spec.upload is None
+            and self.head.method == "POST"
+        )
+
+    def _processing_s(self) -> float:
+        knob = self._spec.processing
+        return 0.0 if knob is None else float(getattr(self.config, f"{knob}_s"))
+
+    def _payload_plan(self, extra: list[tuple[str, str]] | None = None) -> ResponsePlan:
+        """The route's fixed payload after its processing."""
+        name = self._spec.download or ""
+        content_type = CONTENT_TYPES.get(name, "application/octet-stream")
+        plan = _workload_plan(name, content_type, self._processing_s(), extra)
+        plan.processing_knob = self._spec.processing
+        return plan
 
     def _upload_check(self) -> tuple[bool, str]:
-        expected = UPLOAD_WORKLOAD[self.route]
+        expected = self._spec.upload or ""
         ok = self.received_bytes == workloads.get_workload(
             expected
         ).size_bytes and self.upload_sha256 == workloads.workload_sha256(expected)
@@ -243,7 +262,7 @@ class Exchange:
             ("x-upload-length", str(self.received_bytes)),
         ]
 
-    def _route_asr(self) -> ResponsePlan:
+    def _answer_transcript(self) -> ResponsePlan:
         ok, expected = self._upload_check()
         transcript = {
             "transcript": "the quick brown fox jumps over the lazy dog" if ok else "",
@@ -261,19 +280,15 @@ class Exchange:
             status=200 if ok else 422,
             headers=headers,
             body=body,
-            processing_s=self.config.processing_audio_s,
-            processing_knob="processing_audio",
+            processing_s=self._processing_s(),
+            processing_knob=self._spec.processing,
             error=None if ok else f"upload does not match workload {expected}",
         )
 
-    def _route_tts(self) -> ResponsePlan:
-        plan = _workload_plan(
-            "audio", "audio/L16;rate=16000;channels=1", self.config.processing_audio_s
-        )
-        plan.processing_knob = "processing_audio"
-        return plan
-
-    def _route_retouch(self) -> ResponsePlan:
+    def _answer_payload(self) -> ResponsePlan:
+        """The route's payload; after an upload, only if the upload is the one expected."""
+        if self._spec.upload is None:
+            return self._payload_plan()
         ok, expected = self._upload_check()
         if self.tiles:
             # the response went out tile by tile; a bad upload is logged, not answered
@@ -285,26 +300,13 @@ class Exchange:
             plan = _error(422, f"upload does not match workload {expected}", self._upload_headers())
             plan.stop_reading = False
             return plan
-        plan = _workload_plan(
-            "retouched",
-            "application/octet-stream",
-            self.config.processing_image_s,
-            self._upload_headers(),
-        )
-        plan.processing_knob = "processing_image"
-        return plan
+        return self._payload_plan(self._upload_headers())
 
-    def _route_image(self) -> ResponsePlan:
-        return _workload_plan("image", "application/octet-stream")
-
-    def _route_result(self) -> ResponsePlan:
-        return _workload_plan("retouched", "application/octet-stream")
-
-    def _route_sink(self) -> ResponsePlan:
+    def _answer_digest(self) -> ResponsePlan:
         answer = {"upload_sha256": self.upload_sha256, "upload_length": self.received_bytes}
         return _json_plan(200, answer, self._upload_headers())
 
-    def _route_chunk(self) -> ResponsePlan:
+    def _answer_chunk(self) -> ResponsePlan:
         query = parse_qs(urlsplit(self.head.path).query)
         values = {k: query.get(k, [""])[-1] for k in ("upload", "id", "of")}
         if not values["upload"] or not values["id"].isdigit() or not values["of"].isdigit():
@@ -332,7 +334,7 @@ class Exchange:
         }
         return _json_plan(200, answer, self._upload_headers())
 
-    def _route_agent(self) -> ResponsePlan:
+    def _answer_agent(self) -> ResponsePlan:
         """One agent round: the screenshot up, the model's action back (after the decision
         time); a known op id (a retry, a 0-RTT replay) gets its stored result, not a second
         execution."""
@@ -360,7 +362,7 @@ class Exchange:
             processing_knob="agent_model" if executed else None,
         )
 
-    def _route_stream(self) -> ResponsePlan:
+    def _answer_stream(self) -> ResponsePlan:
         query = parse_qs(urlsplit(self.head.path).query)
         raw = query.get("chunks", [str(DEFAULT_STREAM_CHUNKS)])[-1]
         if not raw.isdigit() or not 1 <= int(raw) <= MAX_STREAM_CHUNKS:
@@ -374,6 +376,17 @@ class Exchange:
             ("x-sha256", workloads.stream_sha256(chunks)),
         ]
         return ResponsePlan(status=200, headers=headers, stream_chunks=chunks)
+
+
+ANSWERS: dict[str, Callable[[Exchange], ResponsePlan]] = {
+    "payload": Exchange._answer_payload,
+    "transcript": Exchange._answer_transcript,
+    "digest": Exchange._answer_digest,
+    "stream": Exchange._answer_stream,
+    "agent": Exchange._answer_agent,
+    "chunk": Exchange._answer_chunk,
+}
+"""How the server gives each kind of answer a route names (tbcore.routes.ANSWERS)."""
 
 
 def _workload_plan(

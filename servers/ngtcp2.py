@@ -2,7 +2,7 @@
 serves HTTP/3; its qlog becomes the testbed's server events.
 
 The edge (:func:`run`): a document root whose files are the fixed workloads
-(tbcore.quicstack.NGTCP2_ROUTES: ``tts`` is the audio, ``result`` the 5 MB image result...,
+(tbcore.kinds.ngtcp2_routes(): ``tts`` is the audio, ``result`` the 5 MB image result...,
 the POST routes' short answer), the testbed's certificate (proto.tls), gtlsserver on the
 address and UDP port the harness gives, ``listening h3 udp ADDR:PORT`` once its socket is
 bound (read from this namespace's /proc/net/udp), then serving until SIGTERM or SIGINT.
@@ -39,7 +39,7 @@ from proto.filewatch import CreationWatch
 from proto.tls import ensure_certificate
 from servers.config import ServerConfig
 from servers.events import EventLog
-from tbcore import quicstack, workloads
+from tbcore import kinds, quicstack, workloads
 from tbcore.errors import SpecError
 
 LISTEN_TIMEOUT_S = 10.0
@@ -57,7 +57,7 @@ UDP_LISTEN_STATE = "07"
 def docroot_files() -> dict[str, Path | bytes]:
     """The document root's files: a workload's cache file, or the short answer's bytes."""
     out: dict[str, Path | bytes] = {}
-    for route in quicstack.NGTCP2_ROUTES.values():
+    for route in kinds.ngtcp2_routes().values():
         if route.download is None:
             out[route.file_name] = quicstack.NGTCP2_ACK_BODY
         else:

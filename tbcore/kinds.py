@@ -17,6 +17,7 @@ from typing import Any
 from tbcore import agent, fecmath, quicstack, workloads
 from tbcore.errors import SpecError
 from tbcore.registry import Registry
+from tbcore.routes import HttpRoute
 
 INITIAL_WINDOW_PACKETS = 10
 """RFC 6928 (TCP, Linux's TCP_INIT_CWND, what a route without ``initcwnd`` gets) and RFC 9002
@@ -111,6 +112,15 @@ class WorkloadKind:
     """Independently processed parts of its upload (the tile pipeline, docs/models.md section 2)."""
     protocols: tuple[str, ...] = ()
     """The protocols its client runs it over, by name or trait (empty: every one)."""
+    route: HttpRoute | None = None
+    """The HTTP request that carries it (tbcore.routes): the client's request, the server's
+    answer and processing, ngtcp2's file; None for a workload whose client builds its
+    requests itself (multi: its streams', agent: rounds, upload: parts over two paths)."""
+    stacks: tuple[str, ...] = ("aioquic",)
+    """The QUIC stacks that carry it over HTTP/3 (ngtcp2's file server: fixed answers)."""
+    label: str | None = None
+    """What it is on a connection shared with others (``audio``, ``image``): its RFC 9218
+    priority and its group in streams.csv."""
     traits: tuple[str, ...] = ()
     """What it is beyond its name, for the knobs' scopes (tbcore.settings.Scope):
     ``request`` (request records: requests, warm-ups, connections), ``chunks`` (a streamed
@@ -248,14 +258,41 @@ _AUDIO = workloads.AUDIO_SIZE_BYTES
 _REQUEST = ("request",)
 _AUDIO_REQUEST = ("request", "audio_processing")
 _IMAGE_UPLOAD = ("request", "image_processing", "overhead")
+_FILE_STACKS = ("aioquic", "ngtcp2")
+"""A fixed answer: ngtcp2's file server carries it too (tbcore.quicstack)."""
+_RETOUCH = HttpRoute(
+    "POST", "/retouch", upload="image", download="retouched", processing="processing_image"
+)
 register_workload(
     WorkloadKind(
-        "asr", lambda s: _AUDIO, lambda s: 0, lambda s: s.processing_audio_s, traits=_AUDIO_REQUEST
+        "asr",
+        lambda s: _AUDIO,
+        lambda s: 0,
+        lambda s: s.processing_audio_s,
+        route=HttpRoute(
+            "POST",
+            "/asr",
+            answer="transcript",
+            upload="audio",
+            processing="processing_audio",
+            echo_in_body=True,
+        ),
+        stacks=_FILE_STACKS,
+        traits=_AUDIO_REQUEST,
     )
 )
 register_workload(
     WorkloadKind(
-        "tts", lambda s: 0, lambda s: _AUDIO, lambda s: s.processing_audio_s, traits=_AUDIO_REQUEST
+        "tts",
+        lambda s: 0,
+        lambda s: _AUDIO,
+        lambda s: s.processing_audio_s,
+        route=HttpRoute(
+            "GET", "/tts", download="audio", processing="processing_audio", also_accepts=("POST",)
+        ),
+        stacks=_FILE_STACKS,
+        label="audio",
+        traits=_AUDIO_REQUEST,
     )
 )
 register_workload(
@@ -264,6 +301,9 @@ register_workload(
         lambda s: workloads.IMAGE_SIZE_BYTES,
         lambda s: workloads.RETOUCHED_SIZE_BYTES,
         lambda s: s.processing_image_s,
+        route=_RETOUCH,
+        stacks=_FILE_STACKS,
+        label="image",
         traits=_IMAGE_UPLOAD,
     )
 )
@@ -274,6 +314,8 @@ register_workload(
         lambda s: s.chunks * workloads.STREAM_CHUNK_BYTES,
         lambda s: 0.0,
         bounded=False,
+        route=HttpRoute("GET", "/stream", answer="stream"),
+        label="audio",
         traits=("request", "chunks"),
     )
 )
@@ -283,6 +325,8 @@ register_workload(
         lambda s: 0,
         lambda s: workloads.IMAGE_SIZE_BYTES,
         lambda s: 0.0,
+        route=HttpRoute("GET", "/image", download="image"),  # the bench's 30 MB down
+        stacks=_FILE_STACKS,
         traits=_REQUEST,
     )
 )
@@ -292,19 +336,17 @@ register_workload(
         lambda s: 0,
         lambda s: workloads.RETOUCHED_SIZE_BYTES,
         lambda s: 0.0,
+        route=HttpRoute("GET", "/result", download="retouched"),  # the 5 MB image result
+        stacks=_FILE_STACKS,
+        label="image",
         traits=_REQUEST,
     )
 )
-_STREAM_DOWN: dict[str, Callable[[Any], int]] = {
-    "tts": lambda s: _AUDIO,
-    "stream": lambda s: s.chunks * workloads.STREAM_CHUNK_BYTES,
-    "result": lambda s: workloads.RETOUCHED_SIZE_BYTES,
-}
 register_workload(
     WorkloadKind(
         "multi",
         lambda s: 0,
-        lambda s: sum(_STREAM_DOWN[name](s) for name in s.stream_list),
+        lambda s: sum(WORKLOADS[name].down_bytes(s) for name in s.stream_list),
         lambda s: 0.0,
         bounded=False,  # streams share the path: per-stream times in streams.csv
         # what its streams apply: the stream's chunks, the audio's processing
@@ -319,6 +361,14 @@ register_workload(
         lambda s: s.processing_image_s,
         bounded=False,  # its bound is the tile pipeline (docs/models.md section 2)
         parts=3,
+        route=HttpRoute(
+            "POST",
+            "/retouch",
+            upload="image",
+            download="retouched",
+            processing="processing_image",
+            tiles=3,
+        ),
         traits=_IMAGE_UPLOAD,
     )
 )
@@ -328,6 +378,8 @@ register_workload(
         lambda s: workloads.IMAGE_SIZE_BYTES,
         lambda s: 0,
         lambda s: 0.0,
+        route=HttpRoute("POST", "/sink", answer="digest", upload="image"),  # the bench's 30 MB up
+        stacks=_FILE_STACKS,
         traits=_REQUEST,
     )
 )
@@ -353,6 +405,7 @@ register_workload(
         lambda s: 0,
         lambda s: s.agent_model_s,
         records="agent_round",
+        route=HttpRoute("POST", "/agent", answer="agent"),
         columns=("agent",),
         protocols=("http",),  # its client resumes over TLS sessions or tickets: not fec
         link_events=lambda s: _agent_events(s),
@@ -388,9 +441,42 @@ register_workload(
         lambda s: 0.0,
         bounded=False,  # its bound is the two-path model (docs/models.md section 12)
         records="transfer",
+        route=HttpRoute("POST", "/chunk", answer="chunk"),  # one part per path
         link_events=lambda s: _failover(s),
     )
 )
+
+
+def ngtcp2_routes() -> dict[str, HttpRoute]:
+    """The workloads ngtcp2's file server carries, with their routes (WorkloadKind.stacks)."""
+    return {
+        name: kind.route
+        for name, kind in WORKLOADS.items()
+        if "ngtcp2" in kind.stacks and kind.route is not None
+    }
+
+
+def ngtcp2_route(settings: Any) -> HttpRoute:
+    """The route of the level's workload on ngtcp2 (refused in one line when it has none)."""
+    routes = ngtcp2_routes()
+    route = routes.get(settings.workload)
+    if route is None:
+        raise SpecError(
+            "workload",
+            f"ngtcp2 (a static file server) carries {', '.join(routes)}, not {settings.workload}",
+        )
+    return route
+
+
+def by_path() -> dict[str, HttpRoute]:
+    """Every request path a server answers, with its route (the first workload registered
+    with a path gives it: a tiled retouch shares the whole one's path)."""
+    out: dict[str, HttpRoute] = {}
+    for kind in WORKLOADS.values():
+        if kind.route is not None:
+            out.setdefault(kind.route.path, kind.route)
+    return out
+
 
 register_topology(TopologyKind("direct", edges=("link",)))
 register_topology(

@@ -4,7 +4,8 @@
 every h3 workload and knob. ``ngtcp2`` is Debian's ngtcp2 0.12.1 example server and client
 (``gtlsserver`` / ``gtlsclient``, C, GnuTLS; servers/ngtcp2.py and clients/ngtcp2.py run
 them): a static file server and a client that GETs a file, or POSTs one with ``--data``.
-That carries the fixed workloads whose answer is a file (:data:`NGTCP2_ROUTES`), with no
+That carries the fixed workloads whose answer is a file (their registrations say so:
+tbcore.kinds.WorkloadKind.stacks, their route tbcore.routes.HttpRoute), with no
 server processing time (a file server cannot wait 30 ms), on a new connection per request
 (gtlsclient sends all its requests at once on one connection, not one after another).
 
@@ -16,10 +17,12 @@ ignored. Pure data and checks: no I/O, no import of tbcore.settings (which calls
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tbcore.errors import SpecError
+from tbcore.routes import HttpRoute
 
 QUIC_STACKS = ("aioquic", "ngtcp2")
 """The values of ``quic_stack``."""
@@ -35,43 +38,6 @@ reno and cubic, and the testbed's bbr (proto.quic.bbr: Linux tcp_bbr.c, BBR vers
 NGTCP2_ACK_BODY = b"received\n"
 """The answer of a POST whose response is no workload (asr, sink): the file gtlsserver
 serves at that path, checked byte for byte by the client."""
-
-
-@dataclass(frozen=True)
-class FileRoute:
-    """One workload as gtlsserver and gtlsclient carry it: a request path that is a file of
-    the server's document root, and the fixed workloads on the wire."""
-
-    method: str
-    """GET (a download) or POST (the client's ``--data`` file as the body)."""
-    path: str
-    """The request path; its file name under the document root (the same paths as
-    aioquic's routes: clients/workload.py)."""
-    download: str | None
-    """The fixed workload (tbcore.workloads) the server's file holds; None: the short
-    :data:`NGTCP2_ACK_BODY`."""
-    upload: str | None = None
-    """The fixed workload the client sends (``--data``), if any."""
-    processing: str | None = None
-    """The knob (key) of the processing the workload has elsewhere; it must be 0 here."""
-
-    @property
-    def file_name(self) -> str:
-        return self.path.lstrip("/")
-
-
-NGTCP2_ROUTES: dict[str, FileRoute] = {
-    "tts": FileRoute("GET", "/tts", download="audio", processing="processing_audio"),
-    "result": FileRoute("GET", "/result", download="retouched"),
-    "image": FileRoute("GET", "/image", download="image"),
-    "asr": FileRoute("POST", "/asr", download=None, upload="audio", processing="processing_audio"),
-    "retouch": FileRoute(
-        "POST", "/retouch", download="retouched", upload="image", processing="processing_image"
-    ),
-    "sink": FileRoute("POST", "/sink", download=None, upload="image"),
-}
-"""The workloads ngtcp2 carries. Others (stream, multi, tiles, agent, upload over two
-paths) need a server that computes or streams its answer: refused."""
 
 
 @dataclass(frozen=True)
@@ -128,19 +94,7 @@ def paces(settings: Any) -> bool:
     return bool(settings.quic_pacing != "off")
 
 
-def route_of(settings: Any) -> FileRoute:
-    """The ngtcp2 route of the level's workload (SpecError when ngtcp2 cannot carry it)."""
-    route = NGTCP2_ROUTES.get(settings.workload)
-    if route is None:
-        raise SpecError(
-            "workload",
-            f"ngtcp2 (a static file server) carries {', '.join(NGTCP2_ROUTES)}, "
-            f"not {settings.workload}",
-        )
-    return route
-
-
-def _check_processing(settings: Any, route: FileRoute) -> None:
+def _check_processing(settings: Any, route: HttpRoute) -> None:
     if route.processing is None:
         return
     value = getattr(settings, f"{route.processing}_s")
@@ -152,7 +106,7 @@ def _check_processing(settings: Any, route: FileRoute) -> None:
         )
 
 
-def check(settings: Any, *, has_stacks: bool) -> None:
+def check(settings: Any, *, has_stacks: bool, routes: Mapping[str, HttpRoute]) -> None:
     """Refuse, in one line naming the knob, a ``quic_stack`` that would have no effect (on a
     protocol with no choice of stack: ``has_stacks`` False, from its kind's ``stack_of``) and
     an ngtcp2 level that asks for what gtlsclient/gtlsserver cannot do."""
@@ -164,7 +118,12 @@ def check(settings: Any, *, has_stacks: bool) -> None:
             f"{settings.quic_stack} is an HTTP/3 stack: it takes effect on protocol h3 only, "
             f"not {settings.protocol}",
         )
-    route = route_of(settings)
+    route = routes.get(settings.workload)
+    if route is None:
+        raise SpecError(
+            "workload",
+            f"ngtcp2 (a static file server) carries {', '.join(routes)}, not {settings.workload}",
+        )
     if settings.connection != "new":
         raise SpecError(
             "connection",

@@ -684,7 +684,7 @@ class _SettingsBase:
             raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
-        quicstack.check(s, has_stacks=kind.stack_of(s) is not None)
+        quicstack.check(s, has_stacks=kind.stack_of(s) is not None, routes=kinds.ngtcp2_routes())
 
     @property
     def quic_control(self) -> str:

@@ -58,8 +58,12 @@ def _wait_listening(server: subprocess.Popen[bytes], log: Path, timeout_s: float
 
 
 @contextmanager
-def sshd_in(ns: str, addr: str, workdir: Path, port: int = 22) -> Iterator[SshdHost]:
-    """sshd listening on ``addr:port`` inside namespace ``ns`` until the block ends."""
+def sshd_in(
+    ns: str, addr: str, workdir: Path, port: int = 22, alias: str = HOST_ALIAS
+) -> Iterator[SshdHost]:
+    """sshd listening on ``addr:port`` inside namespace ``ns`` until the block ends, reached
+    as ``alias`` through the ssh config it writes (its host key already known there, so
+    that asyncssh, which has no StrictHostKeyChecking, accepts it too)."""
     needs_sshd()
     workdir.mkdir(parents=True, exist_ok=True)
     _keygen(workdir / "host_key")
@@ -74,8 +78,10 @@ def sshd_in(ns: str, addr: str, workdir: Path, port: int = 22) -> Iterator[SshdH
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
     client_config = workdir / "ssh_config"
+    host_key = (workdir / "host_key.pub").read_text().split()
+    (workdir / "known_hosts").write_text(f"{alias},{addr} {host_key[0]} {host_key[1]}\n")
     client_config.write_text(
-        f"Host {HOST_ALIAS}\n  HostName {addr}\n  Port {port}\n  User root\n"
+        f"Host {alias}\n  HostName {addr}\n  Port {port}\n  User root\n"
         f"  IdentityFile {workdir / 'id'}\n  IdentitiesOnly yes\n"
         f"  UserKnownHostsFile {workdir / 'known_hosts'}\n  StrictHostKeyChecking accept-new\n"
         "  LogLevel ERROR\n"
@@ -87,7 +93,7 @@ def sshd_in(ns: str, addr: str, workdir: Path, port: int = 22) -> Iterator[SshdH
     )  # fmt: skip
     try:
         _wait_listening(server, log)
-        yield SshdHost(ssh_config=client_config, target=f"root@{HOST_ALIAS}", addr=addr)
+        yield SshdHost(ssh_config=client_config, target=f"root@{alias}", addr=addr)
     finally:
         stop_process(server, 10.0)
 
@@ -110,3 +116,32 @@ def remote_host(host: SshdHost, lease_s: float = 30.0) -> Any:
     from harness.run.remote.channel import RemoteHost
 
     return RemoteHost(host.target, TESTBED_COMMAND, lease_s, str(host.ssh_config))
+
+
+@contextmanager
+def two_ssh_hosts(prefix: str, workdir: Path) -> Iterator[tuple[str, list[SshdHost], Path]]:
+    """Two tb- namespaces joined by a veth pair, each with its sshd (a lab of two hosts on
+    one machine): yields the first namespace (where a client runs, as on the first lab
+    host), both hosts and one ssh config that reaches both."""
+    from netem import topology
+
+    needs_sshd()
+    spaces = [f"tb-{prefix}-a", f"tb-{prefix}-b"]
+    addrs = ["198.18.97.1", "198.18.97.2"]
+    for ns in spaces:
+        topology.delete_namespace(ns)
+        topology.create_namespace(ns)
+    try:
+        topology.create_veth(spaces[0], "tb-eth", spaces[1], "tb-eth", mtu_bytes=1500)
+        for ns, addr in zip(spaces, addrs, strict=True):
+            topology.add_address(ns, "tb-eth", addr, 24)
+        with (
+            sshd_in(spaces[0], addrs[0], workdir / "a", alias=f"tb-{prefix}1") as one,
+            sshd_in(spaces[1], addrs[1], workdir / "b", alias=f"tb-{prefix}2") as two,
+        ):
+            config = workdir / "ssh_config"
+            config.write_text(one.ssh_config.read_text() + two.ssh_config.read_text())
+            yield spaces[0], [one, two], config
+    finally:
+        for ns in spaces:
+            topology.delete_namespace(ns)

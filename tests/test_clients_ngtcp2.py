@@ -12,7 +12,7 @@ import pytest
 
 from clients import ngtcp2 as client
 from proto import qlogseq
-from tbcore import quicstack, workloads
+from tbcore import kinds, quicstack, workloads
 from tbcore.settings import Settings
 
 FIXTURE = Path(__file__).parent / "fixtures" / "ngtcp2-tts-loss"
@@ -45,7 +45,7 @@ def attempt(**changes: object) -> client.Attempt:
 def test_a_download_is_a_get_of_the_workloads_path_into_a_directory(tmp_path: Path) -> None:
     settings = level(cc="bbr", timeout_s=30.0)
     argv = client.client_argv(
-        settings, quicstack.route_of(settings), "198.18.2.2", 20001, tmp_path / "q", tmp_path
+        settings, kinds.ngtcp2_route(settings), "198.18.2.2", 20001, tmp_path / "q", tmp_path
     )
     assert argv[0] == "gtlsclient" and "--cc=bbr" in argv and f"--download={tmp_path}" in argv
     assert "--timeout=30000ms" in argv and "--handshake-timeout=30000ms" in argv
@@ -57,7 +57,7 @@ def test_a_download_is_a_get_of_the_workloads_path_into_a_directory(tmp_path: Pa
 def test_an_upload_posts_the_workload_file(tmp_path: Path) -> None:
     settings = level(workload="asr")
     argv = client.client_argv(
-        settings, quicstack.route_of(settings), "127.0.0.1", 4433, tmp_path, tmp_path
+        settings, kinds.ngtcp2_route(settings), "127.0.0.1", 4433, tmp_path, tmp_path
     )
     assert "--http-method=POST" in argv
     assert f"--data={workloads.workload_path('audio')}" in argv
@@ -65,22 +65,22 @@ def test_an_upload_posts_the_workload_file(tmp_path: Path) -> None:
 
 
 def test_the_expected_body_is_the_workload_or_the_short_answer() -> None:
-    assert client.response_status(quicstack.NGTCP2_ROUTES["tts"], AUDIO) == (200, True)
+    assert client.response_status(kinds.ngtcp2_routes()["tts"], AUDIO) == (200, True)
     ack = body_of(quicstack.NGTCP2_ACK_BODY)
-    assert client.response_status(quicstack.NGTCP2_ROUTES["asr"], ack) == (200, True)
-    assert client.response_status(quicstack.NGTCP2_ROUTES["tts"], ack) == (None, False)
+    assert client.response_status(kinds.ngtcp2_routes()["asr"], ack) == (200, True)
+    assert client.response_status(kinds.ngtcp2_routes()["tts"], ack) == (None, False)
 
 
 def test_an_error_page_gives_its_status() -> None:
     page = b"<html><head><title>404 Not Found</title></head><body><h1>404</h1></body></html>"
-    assert client.response_status(quicstack.NGTCP2_ROUTES["tts"], body_of(page)) == (404, False)
-    assert client.response_status(quicstack.NGTCP2_ROUTES["tts"], None) == (None, False)
+    assert client.response_status(kinds.ngtcp2_routes()["tts"], body_of(page)) == (404, False)
+    assert client.response_status(kinds.ngtcp2_routes()["tts"], None) == (None, False)
 
 
 def test_the_record_carries_the_qlogs_times_on_the_clock() -> None:
     settings = level()
     record = client.request_record(
-        attempt(), quicstack.route_of(settings), settings, request_id=0, warmup=False
+        attempt(), kinds.ngtcp2_route(settings), settings, request_id=0, warmup=False
     )
     assert record.ok and record.error is None and record.status == 200
     assert (record.protocol, record.connection, record.stream_id) == ("h3", "new", 0)
@@ -109,7 +109,7 @@ def test_the_fixture_record_is_what_the_run_wrote() -> None:
     settings = level(cc="bbr")
     again = client.request_record(
         attempt(start_s=written.connect_start),
-        quicstack.route_of(settings),
+        kinds.ngtcp2_route(settings),
         settings,
         request_id=0,
         warmup=False,
@@ -132,7 +132,7 @@ def test_the_fixture_record_is_what_the_run_wrote() -> None:
 def test_a_failed_request_says_why_in_one_line(changes: dict, reason: str) -> None:
     settings = level()
     record = client.request_record(
-        attempt(**changes), quicstack.route_of(settings), settings, request_id=2, warmup=True
+        attempt(**changes), kinds.ngtcp2_route(settings), settings, request_id=2, warmup=True
     )
     assert not record.ok and record.warmup and record.conn_index == 2
     assert record.error is not None and "\n" not in record.error
@@ -143,7 +143,7 @@ def test_an_upload_counts_its_body_up() -> None:
     settings = level(workload="asr")
     record = client.request_record(
         attempt(body=body_of(quicstack.NGTCP2_ACK_BODY)),
-        quicstack.route_of(settings),
+        kinds.ngtcp2_route(settings),
         settings,
         request_id=0,
         warmup=False,

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 from harness.cluster.ssh import connect_options, parse_hosts
@@ -36,3 +41,56 @@ def test_planned_makespan_spreads_the_work_never_below_the_longest_block() -> No
     assert planned_makespan_s([10.0, 10.0, 10.0, 10.0], 2) == pytest.approx(20.0)
     assert planned_makespan_s([30.0, 1.0, 1.0], 3) == pytest.approx(30.0)
     assert planned_makespan_s([], 2) is None
+
+
+TINY = """
+name = "hosts-tiny"
+question = "Do blocks started over ssh on two hosts make every planned run?"
+repetitions = 2
+seed = 3
+
+[fixed]
+link = "rtt=10ms,rate=100mbit"
+workload = "asr"
+processing_audio = "5ms"
+timeout = "20s"
+connection = "new"
+
+[factor]
+name = "protocol"
+settings = ["protocol"]
+levels = [ { name = "h2", protocol = "h2" }, { name = "h3", protocol = "h3" } ]
+"""
+
+
+@pytest.mark.root
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_hosts_start_a_cluster_over_ssh_and_make_every_run(tmp_path: Path) -> None:
+    """``testbed run --hosts`` end to end: sshd in two tb- namespaces (two lab hosts on one
+    machine), the command run on the first as a user would run it there; the scheduler
+    and one worker start on it over ssh, a worker on the second, and the runs come back."""
+    from support_sshd import two_ssh_hosts
+
+    from harness.plan.planner import plan_for
+    from harness.spec import experiment as specmod
+    from netem import nsexec
+
+    experiment = tmp_path / "hosts-tiny.toml"
+    experiment.write_text(TINY)
+    with two_ssh_hosts("dkh", tmp_path / "ssh") as (first, hosts, config):
+        targets = ",".join(host.target for host in hosts)
+        done = nsexec.run(
+            first,
+            [str(Path(sys.executable).with_name("testbed")), "run", str(experiment),
+             "--hosts", targets, "--ssh-config", str(config), "--output", str(tmp_path / "out")],
+            capture_output=True, text=True, timeout=540,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    (result,) = (tmp_path / "out" / "hosts-tiny").iterdir()
+    frame = pd.read_csv(result / "runs.csv")
+    planned = plan_for(specmod.load(experiment))
+    assert sorted(frame["run_id"]) == sorted(run.run_id for run in planned)
+    assert frame["valid"].all(), frame[["run_id", "invalid_reason"]].to_string()
+    cluster = json.loads((result / "manifest.json").read_text())["cluster"]
+    assert len(cluster["hosts"]) == 2 and not cluster["failures"]

@@ -7,7 +7,7 @@ import pytest
 from harness.collect.row import label_columns
 from harness.spec.experiment import loads
 from harness.spec.paths import topology_of
-from tbcore import quicstack
+from tbcore import kinds, quicstack
 from tbcore.errors import SpecError
 from tbcore.settings import KNOBS, Settings
 
@@ -39,7 +39,7 @@ def test_ngtcp2_takes_effect_on_h3_only() -> None:
 @pytest.mark.parametrize("workload", ["tts", "result", "image", "asr", "retouch", "sink"])
 def test_the_file_workloads_are_carried(workload: str) -> None:
     settings = ngtcp2(workload=workload, processing_image_s=0.0)
-    route = quicstack.route_of(settings)
+    route = kinds.ngtcp2_route(settings)
     assert route.path == f"/{workload}" and route.method in ("GET", "POST")
     assert (route.method == "POST") == (route.upload is not None)
 

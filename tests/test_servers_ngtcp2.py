@@ -17,7 +17,7 @@ from servers import ngtcp2 as server
 from servers.config import ServerConfig
 from servers.events import read_events
 from servers.process import ServerProcess
-from tbcore import quicstack, workloads
+from tbcore import kinds, quicstack, workloads
 from tbcore.errors import SpecError
 from tbcore.records import RequestRecord, read_jsonl
 from tbcore.settings import Settings
@@ -33,7 +33,7 @@ def config(**changes: object) -> ServerConfig:
 
 def test_the_document_root_holds_every_route_s_answer(tmp_path: Path) -> None:
     root = server.make_docroot(tmp_path)
-    for route in quicstack.NGTCP2_ROUTES.values():
+    for route in kinds.ngtcp2_routes().values():
         data = (root / route.file_name).read_bytes()
         if route.download is None:
             assert data == quicstack.NGTCP2_ACK_BODY

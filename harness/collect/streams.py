@@ -30,9 +30,6 @@ from tbcore import kinds
 from tbcore.errors import SpecError
 from tbcore.workloads import STREAM_CHUNK_BYTES, STREAM_CHUNK_DURATION_S
 
-STREAM_LABELS = {"tts": "audio", "stream": "audio", "result": "image", "retouch": "image"}
-"""Which stream of a group is the audio and which the image (clients.workload)."""
-
 DEADLINE_START_S = 0.4
 """The chapter's deadline case: chunk ``i`` is due at 0.4 s + i * 20 ms after the request."""
 
@@ -122,6 +119,14 @@ def _held_chunks(arrival: streamview.StreamArrival | None) -> dict[str, Any]:
     }
 
 
+def _label(workload: str | None) -> str | None:
+    """Which stream of a group is the audio and which the image (the workload's
+    registration, tbcore.kinds.WorkloadKind.label); another: its name."""
+    if workload not in kinds.WORKLOADS:
+        return workload
+    return kinds.workload(workload).label or workload
+
+
 def stream_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One row per measured response stream: ``base`` (run_id, level, protocol...) plus
     stream, bytes, first/last byte delivered, last byte arrived, the head-of-line wait."""
@@ -129,7 +134,7 @@ def stream_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]
     for record in _measured(views.records):
         start = group_start(views.records, record["request_id"])
         workload = record.get("stream_workload") or record.get("workload")
-        label = STREAM_LABELS.get(workload, workload)
+        label = _label(workload)
         arrival = views.arrivals.get(record.get("stream_id"))
 
         def rel(t: float | None, start: float | None = start) -> float | None:
