@@ -20,7 +20,8 @@ Drive it with :meth:`Player.on_chunk` (a chunk arrived at ``now``) and :meth:`Pl
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
 from tbcore.errors import SpecError
 
@@ -31,15 +32,66 @@ RULES = (RULE_WAIT, RULE_DROP)
 
 @dataclass(frozen=True)
 class PlayEvent:
-    """Something the player did at ``t``: ``play`` (chunk ``index`` starts), ``stall_start``
-    (chunk ``index`` is missing at its slot), ``stall_end`` (it arrived, after ``stall_s``),
-    ``conceal`` (drop rule: slot of ``index`` played silence), ``drop`` (a chunk came after
-    its slot and is thrown away), ``end`` (the last chunk finished playing)."""
+    """Something the player did at ``t`` about chunk ``index``; one subclass per kind, as
+    aioquic's and h2's events are (``KIND`` names it in the record)."""
 
-    kind: str
+    KIND: ClassVar[str] = ""
     t: float
     index: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """The event as the record keeps it: its kind, then its fields."""
+        return {"kind": self.KIND, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Play(PlayEvent):
+    """Chunk ``index`` starts playing."""
+
+    KIND: ClassVar[str] = "play"
+
+
+@dataclass(frozen=True)
+class StallStart(PlayEvent):
+    """Chunk ``index`` is missing at its slot (wait rule: the player stalls)."""
+
+    KIND: ClassVar[str] = "stall_start"
+
+
+@dataclass(frozen=True)
+class StallEnd(PlayEvent):
+    """Chunk ``index`` arrived after a stall of ``stall_s``."""
+
+    KIND: ClassVar[str] = "stall_end"
     stall_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Conceal(PlayEvent):
+    """Drop rule: the slot of ``index`` played silence."""
+
+    KIND: ClassVar[str] = "conceal"
+
+
+@dataclass(frozen=True)
+class Drop(PlayEvent):
+    """Chunk ``index`` came after its slot and is thrown away."""
+
+    KIND: ClassVar[str] = "drop"
+
+
+@dataclass(frozen=True)
+class End(PlayEvent):
+    """The last chunk finished playing."""
+
+    KIND: ClassVar[str] = "end"
+
+
+@dataclass(frozen=True)
+class Flushed(PlayEvent):
+    """The edge stopped playing (a cancel): chunk ``index`` and later are not played."""
+
+    KIND: ClassVar[str] = "flushed"
 
 
 @dataclass
@@ -79,10 +131,10 @@ class Player:
         if self._slot is None and index == 0:
             self._slot = now + self.initial_buffer_s
         if index < self._next:
-            self.events.append(PlayEvent("drop", now, index))
+            self.events.append(Drop(now, index))
         elif self._stalled_since is not None and index == self._next:
             stall = now - self._stalled_since
-            self.events.append(PlayEvent("stall_end", now, index, stall))
+            self.events.append(StallEnd(now, index, stall))
             self._stalled_since = None
             self._slot = now
         self._advance(now)
@@ -112,32 +164,32 @@ class Player:
             index = self._next
             arrived = self.arrivals.get(index)
             if arrived is not None and arrived <= self._slot:
-                self.events.append(PlayEvent("play", self._slot, index))
+                self.events.append(Play(self._slot, index))
             elif arrived is not None:  # arrived after its slot but before now
                 if self.rule == RULE_WAIT:
-                    self.events.append(PlayEvent("stall_start", self._slot, index))
-                    self.events.append(PlayEvent("stall_end", arrived, index, arrived - self._slot))
+                    self.events.append(StallStart(self._slot, index))
+                    self.events.append(StallEnd(arrived, index, arrived - self._slot))
                     self._slot = arrived
-                    self.events.append(PlayEvent("play", arrived, index))
+                    self.events.append(Play(arrived, index))
                 else:
-                    self.events.append(PlayEvent("conceal", self._slot, index))
+                    self.events.append(Conceal(self._slot, index))
             elif self.rule == RULE_WAIT:
                 self._stalled_since = self._slot
-                self.events.append(PlayEvent("stall_start", self._slot, index))
+                self.events.append(StallStart(self._slot, index))
                 return
             else:
-                self.events.append(PlayEvent("conceal", self._slot, index))
+                self.events.append(Conceal(self._slot, index))
             self._next += 1
             self._slot += self.chunk_s
             if self.finished:
-                self.events.append(PlayEvent("end", self._slot, index))
+                self.events.append(End(self._slot, index))
 
     # -- summary ----------------------------------------------------------------------------
     def summary(self) -> PlaybackSummary:
         first = self.arrivals.get(0)
-        plays = [e for e in self.events if e.kind == "play"]
-        stalls = [e for e in self.events if e.kind == "stall_end"]
-        conceals = [e for e in self.events if e.kind == "conceal"]
+        plays = [e for e in self.events if isinstance(e, Play)]
+        stalls = [e for e in self.events if isinstance(e, StallEnd)]
+        conceals = [e for e in self.events if isinstance(e, Conceal)]
         return PlaybackSummary(
             rule=self.rule,
             initial_buffer_s=self.initial_buffer_s,
@@ -148,7 +200,7 @@ class Player:
                 if self.rule == RULE_WAIT
                 else len(conceals) * self.chunk_s
             ),
-            dropped=sum(1 for e in self.events if e.kind == "drop"),
+            dropped=sum(1 for e in self.events if isinstance(e, Drop)),
             played=len(plays),
         )
 

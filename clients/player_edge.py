@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
-from clients.player import Player, PlayEvent
+from clients.player import Flushed, Player
 from tbcore.workloads import STREAM_CHUNK_DURATION_S
 
 
@@ -48,7 +48,7 @@ class PlayerEdge:
         """Stop playing now and drop whatever is queued (a cancel)."""
         if self.flushed_at is None:
             self.flushed_at = now
-            self.player.events.append(PlayEvent("flushed", now, self.player._next))
+            self.player.events.append(Flushed(now, self.player._next))
         if self._handle is not None:
             self._handle.cancel()
 
@@ -80,6 +80,6 @@ class PlayerEdge:
     def result(self) -> dict[str, Any]:
         return {
             "summary": asdict(self.player.summary()),
-            "events": [asdict(e) for e in self.player.events],
+            "events": [e.to_dict() for e in self.player.events],
             "flushed_at": self.flushed_at,
         }

@@ -2,7 +2,7 @@
 
 import pytest
 
-from clients.player import RULE_DROP, RULE_WAIT, Player, replay
+from clients.player import RULE_DROP, RULE_WAIT, Play, Player, replay
 from harness import bounds
 from tbcore.errors import SpecError
 
@@ -29,7 +29,7 @@ def test_wait_rule_matches_the_model(buffer_s: float) -> None:
     summary = player.summary()
     assert summary.stall_count == model.stall_count
     assert summary.stall_s == pytest.approx(model.stall_s)
-    plays = [e.t for e in player.events if e.kind == "play"]
+    plays = [e.t for e in player.events if isinstance(e, Play)]
     assert plays == pytest.approx(model.start_s)
 
 
@@ -44,14 +44,14 @@ def test_drop_rule_conceals_and_drops_the_late_chunk() -> None:
     arrivals = [i * TAU for i in range(6)]
     arrivals[2] += 0.100  # far past its slot at 0.040 + 2 * TAU
     player = replay(arrivals, TAU, 0.040, RULE_DROP)
-    kinds = [(e.kind, e.index) for e in player.events]
+    kinds = [(e.KIND, e.index) for e in player.events]
     assert ("conceal", 2) in kinds
     assert ("drop", 2) in kinds
     summary = player.summary()
     assert summary.stall_count == 1
     assert summary.stall_s == pytest.approx(TAU)
     # the schedule never moved: chunk 5 plays at its original slot
-    last = next(e for e in player.events if e.kind == "play" and e.index == 5)
+    last = next(e for e in player.events if isinstance(e, Play) and e.index == 5)
     assert last.t == pytest.approx(0.040 + 5 * TAU)
 
 
@@ -60,10 +60,10 @@ def test_poll_reports_a_stall_while_it_lasts() -> None:
     player.on_chunk(0, 0.0)
     assert player.next_wake() == pytest.approx(0.040)
     events = player.poll(0.061)
-    assert [e.kind for e in events] == ["play", "stall_start"]
+    assert [e.KIND for e in events] == ["play", "stall_start"]
     assert player.next_wake() is None
     events = player.on_chunk(1, 0.100)
-    assert [e.kind for e in events] == ["stall_end", "play"]
+    assert [e.KIND for e in events] == ["stall_end", "play"]
     assert events[0].stall_s == pytest.approx(0.040)
 
 

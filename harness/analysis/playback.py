@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clients.player import RULE_DROP, RULE_WAIT, replay
+from clients.player import RULE_DROP, RULE_WAIT, StallStart, replay
 from harness import bounds
 from harness.bounds.bottleneck import Bottleneck
 from tbcore.workloads import (
@@ -109,7 +109,7 @@ def stall_causes(
     player = replay([c.read_s for c in chunks], chunk_s, initial_buffer_s, RULE_WAIT)
     causes = []
     for event in player.events:
-        if event.kind != "stall_start":
+        if not isinstance(event, StallStart):
             continue
         chunk = chunks[event.index]
         slot = event.t

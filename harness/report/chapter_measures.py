@@ -154,12 +154,18 @@ def goodput(experiment: str, level: str, size_bytes: int) -> Measure:
     return reads(experiment, level)(measure)
 
 
+def _playback_level(results: Results, level: str) -> pd.DataFrame:
+    """The playback table's rows of ``level`` (NotMeasured when this form has none)."""
+    table = results.table("playback", "playback")
+    mine = table[table["level"].astype(str) == level]
+    if mine.empty:
+        raise NotMeasured(f"playback: level {level} is not in this form of the file")
+    return mine
+
+
 @reads("playback", "jitter-h2")
 def playback_jitter(results: Results) -> Measured:
-    table = results.table("playback", "playback")
-    mine = table[table["level"].astype(str) == "jitter-h2"]
-    if mine.empty:
-        raise NotMeasured("playback: level jitter-h2 is not in this form of the file")
+    mine = _playback_level(results, "jitter-h2")
     stalls = table_medians(mine, ["initial_buffer_s"], "stall_count")
     at = {round(k * 1e3): v for k, v in stalls.items()}
     cells = ", ".join(f"{ms} ms: {v:g}" for ms, v in sorted(at.items()))
@@ -180,10 +186,7 @@ def playback_jitter(results: Results) -> Measured:
 
 @reads("playback", "rate-shortfall-h2")
 def playback_shortfall(results: Results) -> Measured:
-    table = results.table("playback", "playback")
-    mine = table[table["level"].astype(str) == "rate-shortfall-h2"]
-    if mine.empty:
-        raise NotMeasured("playback: level rate-shortfall-h2 is not in this form of the file")
+    mine = _playback_level(results, "rate-shortfall-h2")
     stalls = table_medians(mine, ["initial_buffer_s"], "stall_count")
     cells = ", ".join(f"{round(k * 1e3)} ms: {v:g}" for k, v in sorted(stalls.items()))
     every = all(v > 0 for v in stalls.values())
