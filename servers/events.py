@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from tbcore.records import SERVER_EVENT_NAMES, ServerEvent
+from tbcore.records import SERVER_EVENT_NAMES, SERVER_EVENTS, ServerEventKind
 
 EVENT_NAMES = SERVER_EVENT_NAMES
 
@@ -54,22 +54,22 @@ class EventLog(JsonlLog):
         now: float | None = None,
         **details: Any,
     ) -> dict[str, Any]:
-        """Write one event; ``now`` defaults to ``time.monotonic()``. Returns the record as
-        written. An unknown event name or detail raises ValueError."""
-        if event not in EVENT_NAMES:
+        """Write one event of the kind ``event`` names, with ``details`` (only those that
+        kind has: tbcore.records.SERVER_EVENTS); ``now`` defaults to ``time.monotonic()``.
+        Returns the record as written. An unknown event name or detail raises ValueError."""
+        kind = SERVER_EVENTS.get(event)
+        if kind is None:
             raise ValueError(f"unknown event name {event!r}")
         try:
-            record = ServerEvent(
-                t=time.monotonic() if now is None else now,
-                event=event,
-                proto=proto,
-                conn=conn,
-                stream=stream,
-                **details,
-            )
+            made = kind(proto=proto, conn=conn, stream=stream, **details)
         except TypeError as err:
             raise ValueError(f"event {event!r}: {err}") from None
-        return self.write(record.to_dict())
+        return self.write_event(made, now)
+
+    def write_event(self, event: ServerEventKind, now: float | None = None) -> dict[str, Any]:
+        """Write one event of its own kind (tbcore.records.SERVER_EVENTS) at ``now``
+        (default ``time.monotonic()``); returns the line as written."""
+        return self.write(event.record(time.monotonic() if now is None else now).to_dict())
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:

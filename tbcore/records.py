@@ -319,37 +319,209 @@ NESTED: dict[tuple[type, str], Any] = {
 
 # --- what the server logs --------------------------------------------------------------------
 
-SERVER_EVENT_NAMES = frozenset(
-    {
-        "listening",
-        "connection_open",
-        "connection_closed",
-        "request_first_byte",
-        "request_body_first_byte",
-        "request_last_byte",
-        "upload_truncated",
-        "processing_start",
-        "processing_end",
-        "response_first_byte",
-        "response_last_byte",
-        "chunk_sent",
-        "stream_reset",
-        "abuse",
-        "error",
-        "chunk_produced",
-        "chunk_production_stopped",
-        "response_stopped",
-        "stream_cancelled",
-        "priority_update",
-        "tile_received",
-        "tile_sent",
-    }
-)
+
+@dataclass(frozen=True)
+class ServerEventKind:
+    """One kind of server event, with the details that kind has (one subclass per kind, as
+    aioquic's and h2's events are). The log writes it as a :class:`ServerEvent` line."""
+
+    EVENT: ClassVar[str] = ""
+    proto: str | None = None
+    conn: int | None = None
+    stream: int | None = None
+
+    def record(self, t: float) -> ServerEvent:
+        """The log's line of this event at ``t``."""
+        return ServerEvent(t=t, event=self.EVENT, **asdict(self))
+
+
+@dataclass(frozen=True)
+class Listening(ServerEventKind):
+    EVENT: ClassVar[str] = "listening"
+    addr: str | None = None
+
+
+@dataclass(frozen=True)
+class ConnectionOpen(ServerEventKind):
+    EVENT: ClassVar[str] = "connection_open"
+    peer: str | None = None
+    alpn: str | None = None
+    tls_version: str | None = None
+    resumed: bool | None = None
+    early_data_accepted: bool | None = None
+    fec: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ConnectionClosed(ServerEventKind):
+    EVENT: ClassVar[str] = "connection_closed"
+    reason: str | None = None
+    error_code: int | None = None
+    fec: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RequestFirstByte(ServerEventKind):
+    EVENT: ClassVar[str] = "request_first_byte"
+    method: str | None = None
+    path: str | None = None
+    content_length: int | None = None
+    priority: str | None = None
+
+
+@dataclass(frozen=True)
+class RequestBodyFirstByte(ServerEventKind):
+    EVENT: ClassVar[str] = "request_body_first_byte"
+
+
+@dataclass(frozen=True)
+class RequestLastByte(ServerEventKind):
+    EVENT: ClassVar[str] = "request_last_byte"
+    received_bytes: int | None = None
+    upload_sha256: str | None = None
+    fec: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class UploadTruncated(ServerEventKind):
+    EVENT: ClassVar[str] = "upload_truncated"
+    received_bytes: int | None = None
+    content_length: int | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ProcessingStart(ServerEventKind):
+    EVENT: ClassVar[str] = "processing_start"
+    tile: int | None = None
+
+
+@dataclass(frozen=True)
+class ProcessingEnd(ServerEventKind):
+    EVENT: ClassVar[str] = "processing_end"
+    tile: int | None = None
+
+
+@dataclass(frozen=True)
+class ResponseFirstByte(ServerEventKind):
+    EVENT: ClassVar[str] = "response_first_byte"
+    status: int | None = None
+
+
+@dataclass(frozen=True)
+class ResponseLastByte(ServerEventKind):
+    EVENT: ClassVar[str] = "response_last_byte"
+    bytes: int | None = None
+    reason: str | None = None
+    fec: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ChunkSent(ServerEventKind):
+    EVENT: ClassVar[str] = "chunk_sent"
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class StreamReset(ServerEventKind):
+    EVENT: ClassVar[str] = "stream_reset"
+    error_code: int | None = None
+
+
+@dataclass(frozen=True)
+class Abuse(ServerEventKind):
+    EVENT: ClassVar[str] = "abuse"
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Error(ServerEventKind):
+    EVENT: ClassVar[str] = "error"
+    reason: str | None = None
+    count: int | None = None
+    peer: str | None = None
+    status: int | None = None
+
+
+@dataclass(frozen=True)
+class ChunkProduced(ServerEventKind):
+    EVENT: ClassVar[str] = "chunk_produced"
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class ChunkProductionStopped(ServerEventKind):
+    EVENT: ClassVar[str] = "chunk_production_stopped"
+    next_index: int | None = None
+
+
+@dataclass(frozen=True)
+class ResponseStopped(ServerEventKind):
+    EVENT: ClassVar[str] = "response_stopped"
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class StreamCancelled(ServerEventKind):
+    EVENT: ClassVar[str] = "stream_cancelled"
+    how: str | None = None
+    error_code: int | None = None
+
+
+@dataclass(frozen=True)
+class PriorityUpdate(ServerEventKind):
+    EVENT: ClassVar[str] = "priority_update"
+    urgency: int | None = None
+    incremental: bool | None = None
+
+
+@dataclass(frozen=True)
+class TileReceived(ServerEventKind):
+    EVENT: ClassVar[str] = "tile_received"
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class TileSent(ServerEventKind):
+    EVENT: ClassVar[str] = "tile_sent"
+    index: int | None = None
+
+
+SERVER_EVENTS: dict[str, type[ServerEventKind]] = {
+    kind.EVENT: kind
+    for kind in (
+        Listening,
+        ConnectionOpen,
+        ConnectionClosed,
+        RequestFirstByte,
+        RequestBodyFirstByte,
+        RequestLastByte,
+        UploadTruncated,
+        ProcessingStart,
+        ProcessingEnd,
+        ResponseFirstByte,
+        ResponseLastByte,
+        ChunkSent,
+        StreamReset,
+        Abuse,
+        Error,
+        ChunkProduced,
+        ChunkProductionStopped,
+        ResponseStopped,
+        StreamCancelled,
+        PriorityUpdate,
+        TileReceived,
+        TileSent,
+    )
+}
+"""Every kind of server event by its name (what a log line's ``event`` says)."""
+SERVER_EVENT_NAMES = frozenset(SERVER_EVENTS)
 
 
 @record("server_event", 3)
 class ServerEvent(Record):
-    """One event of a server, on CLOCK_MONOTONIC; the details an event has, None otherwise."""
+    """One line of a server's event log, on CLOCK_MONOTONIC: the union of the kinds'
+    details (:data:`SERVER_EVENTS`), each None where the line's kind has no such detail."""
 
     t: float = col(REQUIRED, doc="time.monotonic() of the event.", unit="s")
     event: str = col(REQUIRED, doc="One of SERVER_EVENT_NAMES.")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
 import pytest
 
 from servers.events import EventLog, read_events
-from tbcore.records import ServerEvent
+from tbcore.records import SERVER_EVENTS, ServerEvent, TileSent
 
 
 def test_lines_are_json_on_the_monotonic_clock(tmp_path: Path) -> None:
@@ -45,3 +46,26 @@ def test_torn_last_line_is_skipped(tmp_path: Path) -> None:
     path = tmp_path / "ev.jsonl"
     path.write_text('{"t": 1, "event": "error"}\n{"t": 2, "ev')
     assert len(read_events(path)) == 1
+
+
+def test_a_detail_of_another_kind_is_refused() -> None:
+    log = EventLog(None)
+    log.emit("response_last_byte", stream=1, bytes=10)
+    with pytest.raises(ValueError, match="response_first_byte"):
+        log.emit("response_first_byte", stream=1, bytes=10)  # bytes belongs to the last byte
+
+
+def test_a_kind_written_as_its_dataclass_is_the_same_line(tmp_path: Path) -> None:
+    log = EventLog(tmp_path / "events.jsonl")
+    by_name = log.emit("tile_sent", proto="h2", conn=1, stream=3, index=2, now=5.0)
+    by_kind = log.write_event(TileSent(proto="h2", conn=1, stream=3, index=2), now=5.0)
+    log.close()
+    assert by_name == by_kind and by_kind["event"] == "tile_sent"
+
+
+def test_the_log_line_holds_every_kinds_details_and_nothing_else() -> None:
+    """ServerEvent (the line) is the union of the kinds: a column no kind has is dead, a
+    detail no column holds could not be written."""
+    line = set(ServerEvent.field_names()) - {"t", "event"}
+    details = {f.name for kind in SERVER_EVENTS.values() for f in dataclasses.fields(kind)}
+    assert line == details
