@@ -27,28 +27,25 @@ from __future__ import annotations
 
 import math
 import random
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
 
 from tbcore.errors import SpecError
 from tbcore.units import parse_duration_s, parse_rate_bps
 
-EVENT_KINDS = ("outage", "rate")
 DIRECTIONS = ("up", "down")
 
 
 @dataclass(frozen=True)
 class LinkEvent:
-    """One event on one edge, with its start relative to when it is given to the link."""
+    """One event on one edge, with its start relative to when it is given to the link; one
+    subclass per kind (:class:`Outage`, :class:`RateChange`), as aioquic's events are."""
 
-    kind: str
-    """``outage`` (the directions drop everything) or ``rate`` (a new bottleneck rate)."""
+    KIND: ClassVar[str] = ""
     at_s: float = 0.0
     """Start, seconds after the event is given to the link (0: now)."""
     duration_s: float | None = None
     """How long it lasts; required for an outage; None for a rate change: for good."""
-    rate_bps: float | None = None
-    """The new rate of a ``rate`` event (IP bits per second)."""
     directions: tuple[str, ...] = DIRECTIONS
     """Which directions it affects (an outage: both, unless told)."""
     spread_s: float = 0.0
@@ -56,25 +53,19 @@ class LinkEvent:
     seed: int = 1
     """Seed of the start draw (only used with ``spread_s``)."""
 
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
     def __post_init__(self) -> None:
-        if self.kind not in EVENT_KINDS:
-            raise SpecError("event.kind", f"{self.kind!r}: must be one of {', '.join(EVENT_KINDS)}")
+        if type(self) is LinkEvent:
+            raise SpecError("event.kind", f"missing: one of {', '.join(EVENT_KINDS)}")
         _check_seconds("event.at_s", self.at_s)
         _check_seconds("event.spread_s", self.spread_s)
         if self.duration_s is not None:
             _check_seconds("event.duration_s", self.duration_s)
             if self.duration_s <= 0:
                 raise SpecError("event.duration_s", f"must be > 0 s, got {self.duration_s!r}")
-        if self.kind == "outage":
-            if self.duration_s is None:
-                raise SpecError("event.duration_s", "an outage needs a duration (for=1s)")
-            if self.rate_bps is not None:
-                raise SpecError("event.rate_bps", "an outage has no rate")
-        if self.kind == "rate":
-            if isinstance(self.rate_bps, bool) or not isinstance(self.rate_bps, (int, float)):
-                raise SpecError("event.rate_bps", f"a rate event needs one, got {self.rate_bps!r}")
-            if not math.isfinite(self.rate_bps) or self.rate_bps <= 0:
-                raise SpecError("event.rate_bps", f"must be > 0 bit/s, got {self.rate_bps!r}")
         if not isinstance(self.directions, tuple) or not self.directions:
             raise SpecError("event.directions", "must be a non-empty tuple of up/down")
         for d in self.directions:
@@ -92,27 +83,21 @@ class LinkEvent:
             offset_s += random.Random(f"event:{self.seed}:{index}").uniform(0.0, self.spread_s)
         start_s = base_s + offset_s
         end_s = math.inf if self.duration_s is None else start_s + self.duration_s
-        return ScheduledEvent(
-            kind=self.kind,
-            start_s=start_s,
-            end_s=end_s,
-            rate_bps=self.rate_bps,
-            directions=self.directions,
-            given_s=base_s,
-        )
+        return self._scheduled(start_s, end_s, base_s)
+
+    def _scheduled(self, start_s: float, end_s: float, given_s: float) -> ScheduledEvent:
+        raise NotImplementedError
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {"kind": self.KIND, **asdict(self)}
         data["directions"] = list(self.directions)
         return data
 
     @classmethod
     def from_dict(cls, data: object) -> LinkEvent:
+        """The event of a mapping with its ``kind`` and that kind's keys."""
         if not isinstance(data, dict):
             raise SpecError("event", f"must be a mapping, got {type(data).__name__}")
-        unknown = set(data) - set(cls.__dataclass_fields__)
-        if unknown:
-            raise SpecError(f"event.{sorted(unknown)[0]}", "unknown event key")
         if "kind" not in data:
             raise SpecError("event.kind", "missing")
         values = dict(data)
@@ -121,7 +106,70 @@ class LinkEvent:
             if isinstance(dirs, str) or not isinstance(dirs, (list, tuple)):
                 raise SpecError("event.directions", f"must be a list of up/down, got {dirs!r}")
             values["directions"] = tuple(dirs)
-        return cls(**values)
+        return link_event(values.pop("kind"), **values)
+
+
+@dataclass(frozen=True)
+class Outage(LinkEvent):
+    """The directions drop everything for ``duration_s`` (required)."""
+
+    KIND: ClassVar[str] = "outage"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.duration_s is None:
+            raise SpecError("event.duration_s", "an outage needs a duration (for=1s)")
+
+    def _scheduled(self, start_s: float, end_s: float, given_s: float) -> ScheduledEvent:
+        return ScheduledOutage(
+            start_s=start_s, end_s=end_s, directions=self.directions, given_s=given_s
+        )
+
+
+@dataclass(frozen=True)
+class RateChange(LinkEvent):
+    """The directions' bottleneck runs at ``rate_bps`` (for ``duration_s``, or for good)."""
+
+    KIND: ClassVar[str] = "rate"
+    rate_bps: float | None = None
+    """The new rate (IP bits per second), required."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        rate = self.rate_bps
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)):
+            raise SpecError("event.rate_bps", f"a rate event needs one, got {rate!r}")
+        if not math.isfinite(rate) or rate <= 0:
+            raise SpecError("event.rate_bps", f"must be > 0 bit/s, got {rate!r}")
+
+    def _scheduled(self, start_s: float, end_s: float, given_s: float) -> ScheduledEvent:
+        return ScheduledRate(
+            start_s=start_s,
+            end_s=end_s,
+            directions=self.directions,
+            given_s=given_s,
+            rate_bps=float(self.rate_bps or 0.0),
+        )
+
+
+LINK_EVENTS: dict[str, type[LinkEvent]] = {kind.KIND: kind for kind in (Outage, RateChange)}
+"""Every kind of link event by its name (what a string or a mapping names)."""
+EVENT_KINDS = tuple(LINK_EVENTS)
+
+
+def link_event(kind: object, **values: Any) -> LinkEvent:
+    """The event of kind ``kind`` with ``values``; a key that kind has not is refused in one
+    line naming it."""
+    cls = LINK_EVENTS.get(str(kind).lower()) if isinstance(kind, str) else None
+    if cls is None:
+        raise SpecError("event.kind", f"{kind!r}: must be one of {', '.join(EVENT_KINDS)}")
+    names = {f.name for f in fields(cls)}
+    for key in values:
+        if key not in names:
+            if key in ("rate_bps",):
+                raise SpecError(f"event.{key}", f"an {cls.KIND} has no rate")
+            raise SpecError(f"event.{key}", "unknown event key")
+    return cls(**values)
 
 
 def _check_seconds(name: str, value: object) -> None:
@@ -166,29 +214,38 @@ def parse_event(text: str) -> LinkEvent:
             raise SpecError(f"event.{key}", "given twice")
         values.setdefault("_seen", set()).add(key)
     values.pop("_seen", None)
-    return LinkEvent(**values)
+    return link_event(values.pop("kind"), **values)
 
 
 @dataclass
 class ScheduledEvent:
-    """An event with absolute times (CLOCK_MONOTONIC seconds), and what it did."""
+    """An event with absolute times (CLOCK_MONOTONIC seconds), and what it did; one subclass
+    per kind (:class:`ScheduledOutage`, :class:`ScheduledRate`)."""
 
-    kind: str
+    KIND: ClassVar[str] = ""
     start_s: float
     end_s: float
     """``inf`` for a rate change that stays."""
-    rate_bps: float | None
     directions: tuple[str, ...]
     given_s: float
     """When it was given to the link (its ``t0``)."""
     dropped_packets: dict[str, int] = field(default_factory=dict)
     """Per direction, packets the outage dropped (userspace backend; empty on netem)."""
 
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    @property
+    def rate_bps(self) -> float | None:
+        """The rate it sets (a rate change), None for another kind."""
+        return None
+
     def covers(self, t: float) -> bool:
         return self.start_s <= t < self.end_s
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        data = {"kind": self.KIND, "rate_bps": self.rate_bps, **asdict(self)}
         data["directions"] = list(self.directions)
         data["end_s"] = None if math.isinf(self.end_s) else self.end_s
         return data
@@ -197,17 +254,36 @@ class ScheduledEvent:
     def from_dict(cls, data: dict[str, Any]) -> ScheduledEvent:
         try:
             end = data.get("end_s")
-            return cls(
-                kind=str(data["kind"]),
-                start_s=float(data["start_s"]),
-                end_s=math.inf if end is None else float(end),
-                rate_bps=None if data.get("rate_bps") is None else float(data["rate_bps"]),
-                directions=tuple(data.get("directions", DIRECTIONS)),
-                given_s=float(data.get("given_s", data["start_s"])),
-                dropped_packets={k: int(v) for k, v in data.get("dropped_packets", {}).items()},
-            )
+            common = {
+                "start_s": float(data["start_s"]),
+                "end_s": math.inf if end is None else float(end),
+                "directions": tuple(data.get("directions", DIRECTIONS)),
+                "given_s": float(data.get("given_s", data["start_s"])),
+                "dropped_packets": {k: int(v) for k, v in data.get("dropped_packets", {}).items()},
+            }
+            kind = str(data["kind"])
+            if kind == ScheduledRate.KIND:
+                return ScheduledRate(**common, rate_bps=float(data["rate_bps"]))
+            if kind == ScheduledOutage.KIND:
+                return ScheduledOutage(**common)
+            raise ValueError(f"kind {kind!r}")
         except (KeyError, TypeError, ValueError) as err:
             raise SpecError("event", f"not a scheduled event: {err}") from None
+
+
+@dataclass
+class ScheduledOutage(ScheduledEvent):
+    """An outage on the clock: the directions drop everything while it covers a time."""
+
+    KIND: ClassVar[str] = "outage"
+
+
+@dataclass
+class ScheduledRate(ScheduledEvent):
+    """A rate change on the clock: the directions' bottleneck runs at ``rate_bps``."""
+
+    KIND: ClassVar[str] = "rate"
+    rate_bps: float = 0.0  # type: ignore[assignment]  # a field here, None on other kinds
 
 
 class DirectionTimeline:
@@ -230,7 +306,7 @@ class DirectionTimeline:
         """Take ``event`` if it concerns this direction; True if it did."""
         if self.direction not in event.directions:
             return False
-        if event.kind == "outage":
+        if isinstance(event, ScheduledOutage):
             self.outages.append(event)
             self._horizon_s = max(self._horizon_s, event.end_s)
         else:

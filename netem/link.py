@@ -36,7 +36,7 @@ from netem.backends.base import LinkState, commit_edge, edge_state, topology_of
 from netem.backends.userspace import process_alive
 from netem.capture import snaplen_of
 from netem.emulator.options import EmulatorOptions
-from netem.events import LinkEvent, ScheduledEvent, parse_event
+from netem.events import LinkEvent, Outage, ScheduledEvent, parse_event
 from netem.linkspec import LinkSpec, resolve_link
 from netem.stats import LinkStats
 from netem.topologyspec import Topology, parse_topology
@@ -513,7 +513,7 @@ class Link:
     ) -> ScheduledEvent:
         """Both directions of ``edge`` (default ``link``) carry nothing for ``duration_s``,
         starting ``in_s`` from now."""
-        return self.event(LinkEvent("outage", at_s=in_s, duration_s=duration_s), edge=edge)
+        return self.event(Outage(at_s=in_s, duration_s=duration_s), edge=edge)
 
     def end_events(self, edge: str | None = None) -> int:
         """End every event of ``edge`` still running now, cancel those not begun (an outage

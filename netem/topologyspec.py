@@ -204,7 +204,8 @@ class Topology:
 
     def device(self, node: str, edge: str) -> str:
         """``tb-eth`` for the client's first and the server's last interface, else per edge."""
-        first = {"direct": "link", "relay": "near_link", "dual": "link"}[self.kind]
+        ends = _ends(kinds.topology(self.kind), with_optional=False)
+        first = next(name for name, (a, _b) in ends.items() if a == "client")
         last = "exit_link" if "exit_link" in self.edge_names else "link"
         if (node, edge) in (("client", first), ("server", last)):
             return PRIMARY_DEVICE

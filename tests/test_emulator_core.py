@@ -9,7 +9,7 @@ import pytest
 
 from netem.emulator.core import LinkDirection
 from netem.emulator.loss import loss_rng
-from netem.events import LinkEvent
+from netem.events import Outage, RateChange
 from netem.linkspec import DirectionSpec, GilbertElliott, LinkSpec
 from netem.trace import TraceFile, open_trace
 from tbcore.errors import SpecError
@@ -199,10 +199,10 @@ def test_set_spec_reseeds_and_keeps_packets_in_flight() -> None:
 
 
 def test_outage_drops_offered_and_arriving_packets_then_recovers() -> None:
-    from netem.events import LinkEvent
+    from netem.events import Outage
 
     core = LinkDirection("up", DirectionSpec(delay_s=0.1), None)
-    outage = LinkEvent("outage", at_s=1.0, duration_s=0.5).resolve(0.0)
+    outage = Outage(at_s=1.0, duration_s=0.5).resolve(0.0)
     assert core.add_event(outage)
     core.receive(0.95, packet(100, 1))  # on the wire when the link goes down: due at 1.05
     core.receive(1.2, packet(100, 2))  # offered during the outage
@@ -217,12 +217,12 @@ def test_outage_drops_offered_and_arriving_packets_then_recovers() -> None:
 
 
 def test_outage_keeps_the_loss_draws_aligned_with_offered_packets() -> None:
-    from netem.events import LinkEvent
+    from netem.events import Outage
 
     spec = DirectionSpec(loss=0.3, seed=5)
     plain = LinkDirection("up", spec, None)
     cut = LinkDirection("up", spec, None)
-    cut.add_event(LinkEvent("outage", at_s=10.0, duration_s=10.0).resolve(0.0))
+    cut.add_event(Outage(at_s=10.0, duration_s=10.0).resolve(0.0))
     fates = {}
     for name, core in (("plain", plain), ("cut", cut)):
         for i in range(200):
@@ -234,10 +234,10 @@ def test_outage_keeps_the_loss_draws_aligned_with_offered_packets() -> None:
 
 
 def test_rate_event_changes_serialisation_then_reverts() -> None:
-    from netem.events import LinkEvent
+    from netem.events import RateChange
 
     core = LinkDirection("up", DirectionSpec(rate_bps=8e6), 10**6)
-    core.add_event(LinkEvent("rate", at_s=1.0, duration_s=1.0, rate_bps=0.8e6).resolve(0.0))
+    core.add_event(RateChange(at_s=1.0, duration_s=1.0, rate_bps=0.8e6).resolve(0.0))
     core.receive(0.5, packet(1000))  # 1 ms at 8 Mbit/s
     core.receive(1.5, packet(1000))  # 10 ms at 0.8 Mbit/s
     core.receive(2.5, packet(1000))  # back to 1 ms
@@ -245,10 +245,10 @@ def test_rate_event_changes_serialisation_then_reverts() -> None:
 
 
 def test_rate_event_on_an_unlimited_direction_adds_a_bottleneck() -> None:
-    from netem.events import LinkEvent
+    from netem.events import RateChange
 
     core = LinkDirection("down", DirectionSpec(), None)
-    core.add_event(LinkEvent("rate", rate_bps=8e6).resolve(0.0))
+    core.add_event(RateChange(rate_bps=8e6).resolve(0.0))
     core.receive(0.0, packet(1000))
     core.receive(0.0, packet(1000))
     assert [round(t, 9) for t, _ in drain(core)] == [0.001, 0.002]
@@ -321,10 +321,10 @@ def test_a_rate_event_on_a_capacity_trace_is_refused(tmp_path: Path) -> None:
     rate = trace_file(tmp_path, "c", "1\n", "capacity")
     core = LinkDirection("up", DirectionSpec(rate_trace=rate), 10**6)
     with pytest.raises(SpecError, match=r"up\.rate: a capacity trace"):
-        core.add_event(LinkEvent("rate", rate_bps=1e6).resolve(0.0))
-    core.add_event(LinkEvent("outage", duration_s=1.0).resolve(0.0))  # outages are fine
+        core.add_event(RateChange(rate_bps=1e6).resolve(0.0))
+    core.add_event(Outage(duration_s=1.0).resolve(0.0))  # outages are fine
     fixed = LinkDirection("up", DirectionSpec(rate_bps=1e6), 10**6)
-    fixed.add_event(LinkEvent("rate", rate_bps=2e6, at_s=5.0, duration_s=2.0).resolve(0.0))
+    fixed.add_event(RateChange(rate_bps=2e6, at_s=5.0, duration_s=2.0).resolve(0.0))
     with pytest.raises(SpecError, match="rate event"):
         fixed.set_spec(DirectionSpec(rate_trace=rate), 10**6, now=1.0)
     fixed.set_spec(DirectionSpec(rate_trace=rate), 10**6, now=8.0)  # refused only while due

@@ -7,13 +7,20 @@ import math
 import pytest
 from support_inputs import assert_spec_error
 
-from netem.events import DirectionTimeline, LinkEvent, ScheduledEvent, parse_event
+from netem.events import (
+    DirectionTimeline,
+    LinkEvent,
+    Outage,
+    RateChange,
+    ScheduledEvent,
+    parse_event,
+)
 from tbcore.errors import SpecError
 
 
 def test_outage_string_resolves_to_absolute_times() -> None:
     event = parse_event("outage:at=2s,for=1s")
-    assert event == LinkEvent("outage", at_s=2.0, duration_s=1.0)
+    assert event == Outage(at_s=2.0, duration_s=1.0)
     scheduled = event.resolve(100.0)
     assert (scheduled.start_s, scheduled.end_s) == (102.0, 103.0)
     assert scheduled.directions == ("up", "down")
@@ -56,7 +63,7 @@ def test_bad_events_name_the_field(text: str, field: str) -> None:
 
 
 def test_dict_round_trip_and_unknown_keys() -> None:
-    event = LinkEvent("rate", at_s=1.0, duration_s=2.0, rate_bps=1e6, directions=("down",))
+    event = RateChange(at_s=1.0, duration_s=2.0, rate_bps=1e6, directions=("down",))
     assert LinkEvent.from_dict(event.to_dict()) == event
     with pytest.raises(SpecError, match="unknown event key"):
         LinkEvent.from_dict({"kind": "outage", "duration_s": 1.0, "when": 3})
@@ -66,11 +73,11 @@ def test_dict_round_trip_and_unknown_keys() -> None:
 
 def test_timeline_outage_and_rate_windows() -> None:
     timeline = DirectionTimeline("up")
-    outage = LinkEvent("outage", at_s=1.0, duration_s=1.0).resolve(0.0)
+    outage = Outage(at_s=1.0, duration_s=1.0).resolve(0.0)
     assert timeline.add(outage)
-    assert not timeline.add(LinkEvent("rate", rate_bps=5e6, directions=("down",)).resolve(0.0))
-    timeline.add(LinkEvent("rate", at_s=3.0, duration_s=2.0, rate_bps=1e6).resolve(0.0))
-    timeline.add(LinkEvent("rate", at_s=4.0, rate_bps=2e6).resolve(0.0))
+    assert not timeline.add(RateChange(rate_bps=5e6, directions=("down",)).resolve(0.0))
+    timeline.add(RateChange(at_s=3.0, duration_s=2.0, rate_bps=1e6).resolve(0.0))
+    timeline.add(RateChange(at_s=4.0, rate_bps=2e6).resolve(0.0))
     assert timeline.outage_at(0.5) is None
     assert timeline.outage_at(1.5) is outage
     assert timeline.outage_at(2.0) is None
@@ -85,9 +92,9 @@ def test_timeline_outage_and_rate_windows() -> None:
 def test_end_events_ends_running_and_cancels_future_ones() -> None:
     from netem.events import end_events
 
-    running = LinkEvent("outage", at_s=0.0, duration_s=10.0).resolve(0.0)
-    future = LinkEvent("outage", at_s=20.0, duration_s=1.0).resolve(0.0)
-    past = LinkEvent("outage", at_s=0.0, duration_s=1.0).resolve(0.0)
+    running = Outage(at_s=0.0, duration_s=10.0).resolve(0.0)
+    future = Outage(at_s=20.0, duration_s=1.0).resolve(0.0)
+    past = Outage(at_s=0.0, duration_s=1.0).resolve(0.0)
     timeline = DirectionTimeline("up")
     for event in (running, future, past):
         timeline.add(event)

@@ -264,12 +264,12 @@ def test_probe_answers_consistently() -> None:
 
 
 def test_plan_at_an_outage_and_a_rate_change() -> None:
-    from netem.events import LinkEvent
+    from netem.events import Outage, RateChange
 
     spec = parse_link("rtt=20ms,loss=1%,rate=20mbit")
     events = [
-        LinkEvent("outage", at_s=1.0, duration_s=1.0).resolve(0.0),
-        LinkEvent("rate", at_s=3.0, rate_bps=10e6, directions=("up",)).resolve(0.0),
+        Outage(at_s=1.0, duration_s=1.0).resolve(0.0),
+        RateChange(at_s=3.0, rate_bps=10e6, directions=("up",)).resolve(0.0),
     ]
     before = kernel.plan_at(spec, events, 0.5)
     assert before == kernel.plan_link(spec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from support_inputs import assert_spec_error
 
-from netem.events import LinkEvent
+from netem.events import Outage
 from netem.topologyspec import Topology, parse_topology
 from tbcore.errors import SpecError
 
@@ -82,7 +82,7 @@ def test_bad_topologies_name_the_field(text: str, field: str) -> None:
 
 
 def test_round_trip_with_events_and_describe() -> None:
-    outage = LinkEvent("outage", at_s=1.0, duration_s=0.5)
+    outage = Outage(at_s=1.0, duration_s=0.5)
     topo = Topology.build(
         "dual", link="rate=20mbit", link_b="rate=10mbit", events={"link_b": [outage]}
     )

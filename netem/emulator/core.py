@@ -51,7 +51,7 @@ from typing import Protocol
 
 from netem.emulator.loss import jitter_rng, make_loss
 from netem.emulator.tracelink import DelayCurve, TraceServer
-from netem.events import DirectionTimeline, ScheduledEvent
+from netem.events import DirectionTimeline, ScheduledEvent, ScheduledRate
 from netem.linkspec import DirectionSpec
 from netem.stats import LATENESS_BINS, DirectionStats, lateness_bin
 from tbcore.errors import SpecError
@@ -140,7 +140,7 @@ class LinkDirection:
 
     def _refuse_rate_events(self, events: list[ScheduledEvent]) -> None:
         for event in events:
-            if event.kind == "rate" and self.direction in event.directions:
+            if isinstance(event, ScheduledRate) and self.direction in event.directions:
                 raise SpecError(
                     f"{self.direction}.rate",
                     "a capacity trace sets this direction's rate: a rate event cannot",

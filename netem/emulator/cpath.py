@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from netem.air import AirSpec
 from netem.emulator.loss import jitter_rng, loss_rng
 from netem.emulator.packetlog import PacketLog
-from netem.events import ScheduledEvent
+from netem.events import ScheduledEvent, ScheduledOutage
 from netem.linkspec import DirectionSpec, LinkSpec
 from netem.stats import AirStats, DirectionStats
 from tbcore.errors import SpecError
@@ -216,7 +216,7 @@ class CPath:
                 self.native.add_event(
                     dir_index,
                     index,
-                    event.kind == "outage",
+                    isinstance(event, ScheduledOutage),
                     event.start_s,
                     event.end_s,
                     event.rate_bps or 0.0,
