@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from harness.cluster.ssh import connect_options, parse_hosts
+from harness.cluster.ssh import connect_options, parse_hosts, target_options
 from harness.cluster.submit import planned_makespan_s
 from harness.run.remote.channel import SSH_OPTIONS
 from tbcore.errors import SpecError
@@ -94,3 +94,12 @@ def test_hosts_start_a_cluster_over_ssh_and_make_every_run(tmp_path: Path) -> No
     assert frame["valid"].all(), frame[["run_id", "invalid_reason"]].to_string()
     cluster = json.loads((result / "manifest.json").read_text())["cluster"]
     assert len(cluster["hosts"]) == 2 and not cluster["failures"]
+
+
+def test_a_target_is_a_host_for_asyncssh_with_its_user_and_port_as_options() -> None:
+    assert target_options("lab1") == ("lab1", {})
+    assert target_options("root@lab1") == ("lab1", {"username": "root"})
+    assert target_options("ssh://root@lab3:2222") == ("lab3", {"username": "root", "port": 2222})
+    assert target_options("ssh://[2001:db8::1]") == ("2001:db8::1", {})
+    with pytest.raises(SpecError):
+        target_options("-oProxyCommand=x")

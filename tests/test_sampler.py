@@ -29,30 +29,24 @@ def test_samples_at_the_requested_period(tmp_path: Path) -> None:
     assert lines[0] == "t,request_id,n" and len(lines) == len(times) + 1
 
 
-def test_probe_failure_ends_sampling_quietly() -> None:
+@pytest.mark.parametrize(
+    ("raised", "kept"),
+    [
+        (OSError("closed"), {}),  # the socket closed under the sampler: the request is over
+        (KeyError("cwnd"), {3: "KeyError: 'cwnd'"}),  # a probe's defect: kept for the record
+    ],
+)
+def test_a_probe_that_raises_ends_sampling(raised: Exception, kept: dict[int, str]) -> None:
     sampler = Sampler(["n"], hz=1000.0)
 
     def probe() -> dict[str, int]:
-        raise OSError("closed")
-
-    sampler.start(0, probe)
-    time.sleep(0.01)
-    sampler.stop()
-    assert sampler.rows == []
-    assert sampler.failures == {}
-
-
-def test_probe_defect_is_kept_for_the_record() -> None:
-    sampler = Sampler(["n"], hz=1000.0)
-
-    def probe() -> dict[str, int]:
-        raise KeyError("cwnd")
+        raise raised
 
     sampler.start(3, probe)
     time.sleep(0.01)
     sampler.stop()
     assert sampler.rows == []
-    assert sampler.failures == {3: "KeyError: 'cwnd'"}
+    assert sampler.failures == kept
 
 
 def test_rate_below_one_hz_refused() -> None:

@@ -39,6 +39,18 @@ def parse_hosts(text: str) -> list[str]:
     return [check_target(h) for h in hosts]
 
 
+def target_options(target: str) -> tuple[str, dict[str, Any]]:
+    """A target as asyncssh takes it: the host, and the user and port as connect options
+    (asyncssh reads ``user@host`` as a host name; ssh's ``ssh://user@host:port`` too)."""
+    rest = check_target(target).removeprefix("ssh://")
+    user, _, host = rest.rpartition("@")
+    options: dict[str, Any] = {"username": user} if user else {}
+    if target.startswith("ssh://") and not host.endswith("]") and ":" in host:
+        host, _, port = host.rpartition(":")
+        options["port"] = int(port)
+    return host.strip("[]"), options
+
+
 def connect_options(ssh_config: str | None) -> dict[str, Any]:
     """asyncssh's connect options equivalent to the testbed's ssh options."""
     options: dict[str, Any] = {
@@ -65,10 +77,12 @@ def start_ssh_cluster(
         from distributed import SSHCluster
     except ImportError:
         raise SpecError("hosts", "needs distributed and asyncssh (harness/install.sh)") from None
+    split = [target_options(h) for h in (hosts[0], *hosts)]  # the scheduler's host first
+    base = connect_options(ssh_config)
     try:
         return SSHCluster(
-            [hosts[0], *hosts],
-            connect_options=connect_options(ssh_config),
+            [host for host, _ in split],
+            connect_options=[{**base, **own} for _, own in split],
             worker_options={"nthreads": 1, "n_workers": 1, "resources": {RESOURCE: 1}},
             scheduler_options={"port": scheduler_port, "dashboard_address": ":0"},
             remote_python=remote_python or sys.executable,
