@@ -126,15 +126,17 @@ def _testbed_run(host: support_sshd.SshdHost, out: Path, *extra: str) -> list[st
 
 @pytest.mark.root
 @pytest.mark.timeout(900)
-def test_connection_quick_on_a_remote_host(tmp_path: Path) -> None:
+def test_connection_quick_on_a_remote_host(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """One repetition of each level (two with --full, and so two blocks and their probes)."""
     experiment = str(ROOT / "experiments" / "connection.toml")
+    reps = 2 if request.config.getoption("--full") else 1
     with support_sshd.sshd_across("rpc", LINK, tmp_path / "sshd") as (host, up):
-        argv = _testbed_run(host, tmp_path / "out", experiment, "--quick", "--reps", "2")
+        argv = _testbed_run(host, tmp_path / "out", experiment, "--quick", "--reps", str(reps))
         done = nsexec.run(up.client_ns, argv, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stderr[-2000:]
     (result,) = (tmp_path / "out" / "connection").iterdir()
     rows = list(csv.DictReader((result / "runs.csv").open()))
-    assert len({r["run_id"][:4] for r in rows}) == 10  # 5 levels x 2 repetitions
+    assert len({r["run_id"][:4] for r in rows}) == 5 * reps  # 5 levels
     for row in rows:
         assert row["backend"] == "real" and row["remote_host"] == host.target
         # the measured path is the namespace's: 40 ms, no loss, 100 Mbit/s

@@ -300,13 +300,47 @@ def test_run_resume_continues_a_killed_experiment(tmp_path: Path) -> None:
 SHIPPED = sorted(
     p.stem for p in (Path(__file__).resolve().parent.parent / "experiments").glob("*.toml")
 )
+CI_FORMS: dict[str, tuple[str, ...] | None] = {
+    "connection": None,  # request records, h2 and h3, new, reused and 0-RTT, a direct link
+    "relay": None,  # the relay topology
+    "multipath": ("mptcp", "split", "h3-migrate-failover"),  # two paths, transfer records
+    "agent-compression": None,  # agent rounds
+    "fec": None,  # the FEC protocol
+    "cross": None,  # competing traffic
+    "playback": None,  # streamed chunks, the player, its contract
+    "hol": None,  # several streams on one connection
+    "airtime": None,  # the shared medium
+}
+"""The shipped experiments the README's test command runs for real, each covering a kind of
+run the others do not (a record kind, a topology, a protocol, a feature), with the levels
+it runs (None: its whole quick form). ``pytest --full`` runs every shipped file's whole quick
+form; every file's plan is checked in tests/test_cli_check.py either way."""
+
+
+def _shipped_params() -> list[Any]:
+    return [pytest.param(n, marks=() if n in CI_FORMS else pytest.mark.full) for n in SHIPPED]
+
+
+def _ci_form(path: Path, levels: tuple[str, ...], tmp_path: Path) -> Path:
+    """The file with its quick form cut to ``levels`` (the rest as it is)."""
+    head, marker, quick = path.read_text().partition("\n[quick]\n")
+    assert marker, f"{path.name} has no [quick] section"
+    kept = [line for line in quick.splitlines() if not line.startswith("levels")]
+    assert all("]" in line for line in quick.splitlines() if line.startswith("levels"))
+    chosen = ", ".join(f'"{level}"' for level in levels)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    trimmed = tmp_path / path.name
+    trimmed.write_text(f"{head}{marker}levels = [{chosen}]\n" + "\n".join(kept) + "\n")
+    return trimmed
 
 
 @pytest.mark.root
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("name", SHIPPED)
-def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", _shipped_params())
+def test_every_shipped_experiment_runs_in_its_quick_form(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """The issue's 'done when': each shipped experiment in --quick form, for real. Runs may
     be flagged invalid by the machine (CPU, steal), never by a failure of the harness. One
     attempt per run here: the re-runs of invalid runs are tested on their own above, and a
@@ -314,6 +348,9 @@ def test_every_shipped_experiment_runs_in_its_quick_form(name: str, tmp_path: Pa
     is that each level runs and reports (the main job's quick form, four repetitions, runs
     whole in CI's container stage)."""
     path = Path(__file__).resolve().parent.parent / "experiments" / f"{name}.toml"
+    levels = CI_FORMS.get(name)
+    if levels is not None and not request.config.getoption("--full"):
+        path = _ci_form(path, levels, tmp_path / "form")
     link = ["--link-name", f"hn{SHIPPED.index(name) + 20}"]
     once = [*link, "--attempts", "1", "--reps", "1"]
     code = main(["run", str(path), "--quick", "--output", str(tmp_path), *once])
