@@ -55,6 +55,8 @@ NGTCP2_FIXED = (
               "option (and send each window at once: tbcore.quicstack.paces)"),
     FixedKnob("quic_ack_delay", "quic_ack_delay_s", None, "aioquic's ACK delay; gtlsclient has "
               "only --ack-thresh"),
+    FixedKnob("ack_policy", "ack_policy", "default", "the ACK policy is the testbed's, in "
+              "its aioquic connection; gtlsclient has only --ack-thresh"),
     FixedKnob("quic_batching", "quic_batching", True, "aioquic's datagram batching; "
               "gtlsserver batches with GSO on its own"),
     FixedKnob("max_pacing_rate", "max_pacing_rate_bps", None, "ngtcp2 has no pacer to cap"),

@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from typing import Any, ClassVar
 
-from tbcore import cross, fecmath, kinds, quicstack, units
+from tbcore import ackpolicy, cross, fecmath, kinds, quicstack, units
 from tbcore.errors import SpecError, require_schema
 from tbcore.paths import read_regular_text
 
@@ -158,6 +158,10 @@ def _redundancy(name: str, value: Any) -> str:
     return value
 
 
+def _ack_policy(name: str, value: Any) -> str:
+    return ackpolicy.parse_ack_policy(name, value).text
+
+
 def _pacing(name: str, value: Any) -> str | float:
     if value in QUIC_PACING_MODES:
         return value
@@ -218,6 +222,7 @@ KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
     "pacing": (_pacing, (str, int, float)),
     "number": (_number, (int, float)),
     "redundancy": (_redundancy, (str,)),
+    "ack_policy": (_ack_policy, (str,)),
     "table": (_table, (dict,)),
     "streams": (_streams, (str,)),
     "capture": (_capture, (str,)),
@@ -532,6 +537,13 @@ knob("quic_ack_delay", "quic_ack_delay_s", kind="duration", default=None, unit="
      high=AIOQUIC_MAX_ACK_DELAY_S, optional=True,
      doc="How long a receiver waits after an ack-eliciting packet before an ACK of its "
      "own: aioquic's only ACK-frequency knob, at most its max_ack_delay. None: 1 ms.",
+     scope=Scope(protocols=("quic",)))  # fmt: skip
+knob("ack_policy", kind="ack_policy", default="default", unit="", applies="both",
+     how="the QUIC receiver's ACK policy (tbcore.ackpolicy)",
+     doc="When a QUIC receiver acknowledges: default (aioquic's rule: quic_ack_delay after "
+     "the first unacknowledged packet), immediate (one ACK per ack-eliciting packet) or "
+     "every:N,max:T (after N such packets or T after the first, whichever first; a packet "
+     "out of order at once). On TCP: route_quickack for one ACK per segment.",
      scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("quic_batching", kind="bool", default=True, unit="", applies="both",
      how="QUIC: runs of datagrams as UDP GSO segments, one transmit per batch read",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aioquic import tls
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer, serve
 from aioquic.h3.connection import H3Connection
@@ -42,6 +43,7 @@ from proto.quic.adapter import (
 from proto.quic.bbr import BbrCongestionControl
 from proto.quic.edge import RatePacer, make_quic_configuration, make_quic_connection
 from proto.tls import ensure_certificate
+from tbcore.ackpolicy import parse_ack_policy
 
 CLIENT_ADDR = ("1.2.3.4", 1234)
 SERVER_ADDR = ("2.3.4.5", 4433)
@@ -124,6 +126,14 @@ EXPECTED: dict[tuple[str, str], Callable[[Any], bool]] = {
     ("quic.connection.QuicConnection", "_max_datagram_size"): kind(int),
     ("quic.connection.QuicConnection", "_pacing_at"): kind(float, type(None)),
     ("quic.connection.QuicConnection", "_ack_delay"): is_float,
+    ("quic.connection.QuicConnection", "_payload_received"): method_with(
+        "context", "plain", "crypto_frame_required"
+    ),
+    ("quic.connection.QuicConnection", "_write_ack_frame"): method_with("builder", "space", "now"),
+    ("quic.connection.QuicConnection", "_spaces"): lambda v: (
+        isinstance(v, dict)
+        and all(hasattr(s, "ack_queue") and hasattr(s, "ack_at") for s in v.values())
+    ),
     ("quic.connection.QuicConnection", "_streams"): kind(dict),
     ("quic.connection.QuicConnection", "_streams_queue"): kind(list),
     ("quic.connection.QuicConnection", "_packet_number"): kind(int),
@@ -229,8 +239,19 @@ def test_the_overridden_methods_are_still_the_ones_aioquic_calls() -> None:
         QuicConnection: inspect.getsource(QuicConnection),
         QuicConnectionProtocol: inspect.getsource(QuicConnectionProtocol),
     }
-    for name in ("_write_connection_limits(", "_write_stream_limits(", "self._streams_queue"):
+    for name in (
+        "_write_connection_limits(",
+        "_write_stream_limits(",
+        "self._streams_queue",
+        "_payload_received(",
+        "_write_ack_frame(",
+    ):
         assert sources[QuicConnection].count(name) >= 2, name  # defined and called
+    # the ACK policy learns of a 1-RTT packet from the add to the space's received packets,
+    # which aioquic makes before it arms its own ACK timer (only when none is armed)
+    source = sources[QuicConnection]
+    add = source.index("space.ack_queue.add(packet_number)")
+    assert add < source.index("if is_ack_eliciting and space.ack_at is None:", add)
     assert "self._pacing_at = self._loss._pacer.next_send_time" in sources[QuicConnection]
     assert "call_at(timer_at, self._handle_timer)" in sources[QuicConnectionProtocol]
     for name in ("_connection_id_issued_handler(", "_connection_terminated_handler("):
@@ -545,3 +566,24 @@ def test_every_function_and_class_of_the_adapter_is_exercised_here() -> None:
     ]
     missing = [name for name in own + methods if name not in source.replace(f"def {name}", "")]
     assert not missing, f"not exercised in tests/test_adapter.py: {missing}"
+
+
+def test_an_ack_policy_takes_the_one_rtt_acks_and_reads_back(tmp_path: Path) -> None:
+    """set_ack_policy / ack_policy_of on a real connection; after a handshake the 1-RTT
+    space's received packets tell the policy of each packet (_ReceivedPackets)."""
+    client, server = handshake(tmp_path)
+    assert adapter.ack_policy_of(server) == "default"
+    adapter.set_ack_policy(server, parse_ack_policy("ack_policy", "immediate"))
+    assert adapter.ack_policy_of(server) == "immediate"
+    stream_id = client.get_next_available_stream_id()
+    client.send_stream_data(stream_id, b"q" * 5000, end_stream=True)
+    for data, _addr in client.datagrams_to_send(now=1.0):
+        server.receive_datagram(data, ("127.0.0.1", 4433), now=1.0)
+    space = server._spaces[tls.Epoch.ONE_RTT]
+    assert isinstance(space.ack_queue, adapter._ReceivedPackets)
+    assert space.ack_at == 1.0  # immediate: due when the packet arrived
+    assert server.ack_scheduler is not None and server.ack_scheduler.eliciting_received > 0
+    server.datagrams_to_send(now=1.0)
+    assert server.ack_scheduler.acks_sent == 1 and space.ack_at is None
+    adapter.set_ack_policy(server, parse_ack_policy("ack_policy", "default"))
+    assert server.ack_scheduler is None

@@ -218,7 +218,9 @@ def test_max_pacing_rate_paces_an_unpaced_sender(tmp_path: Path) -> None:
     assert rate == pytest.approx(100e6, rel=0.05)
 
 
-def acks_sent_by_the_receiver(tmp_path: Path, ack_delay_s: float | None) -> tuple[int, int]:
+def acks_sent_by_the_receiver(
+    tmp_path: Path, ack_delay_s: float | None, ack_policy: str = "default"
+) -> tuple[int, int]:
     """(datagrams the client sent, datagrams the server sent) while 1 MB goes client ->
     server, the client's datagrams arriving one every 0.3 ms (a 54 Mbit/s medium's pace)."""
     paths = ensure_certificate(tmp_path / "tls")
@@ -231,6 +233,7 @@ def acks_sent_by_the_receiver(tmp_path: Path, ack_delay_s: float | None) -> tupl
         server_configuration,
         None,
         ack_delay_s=ack_delay_s,
+        ack_policy=ack_policy,
         original_destination_connection_id=client.original_destination_connection_id,
     )
     now = 0.0
@@ -275,6 +278,21 @@ def test_a_longer_ack_delay_sends_fewer_acks(tmp_path: Path) -> None:
     assert ratios[0] > ratios[1] > ratios[2]
     assert ratios[0] > 0.8  # about one ACK per packet
     assert ratios[2] < 0.15  # one per 5 ms: about one per 17 packets, plus the handshake's
+
+
+def test_the_ack_policy_sets_the_receivers_acks_per_packet(tmp_path: Path) -> None:
+    """1 MB in 1,200-byte datagrams, one every 0.3 ms: ``immediate`` answers each with an
+    ACK, ``every:2,max:10ms`` every second one, and ``every:8,max:1ms`` one per five: the
+    timer comes first, due 1 ms after the first unacknowledged datagram and seen at the next
+    0.3 ms tick (the fourth after it), whose own datagram it acknowledges too."""
+    ratios = {
+        policy: server / client
+        for policy in ("immediate", "every:2,max:10ms", "every:8,max:1ms")
+        for client, server in [acks_sent_by_the_receiver(tmp_path, None, policy)]
+    }
+    assert ratios["immediate"] > 0.97
+    assert 0.45 < ratios["every:2,max:10ms"] < 0.55
+    assert 0.18 < ratios["every:8,max:1ms"] < 0.22
 
 
 @pytest.mark.parametrize("bad", [-0.001, 0.026, True, "1ms"])

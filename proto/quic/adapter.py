@@ -44,6 +44,7 @@ from aioquic.quic.recovery import QuicPacketPacer, QuicPacketRecovery
 from aioquic.quic.stream import QuicStream
 
 from proto.priority import Scheduler
+from tbcore.ackpolicy import AckPolicy, AckScheduler
 
 __all__ = [
     "K_INITIAL_WINDOW",
@@ -83,6 +84,12 @@ INTERNALS: tuple[Internal, ...] = (
              "whether the pacer held the sender back (BBR's app-limited check)"),
     Internal("quic.connection.QuicConnection", "_ack_delay", "replace",
              "quic_ack_delay: aioquic's only ACK-frequency knob (1 ms by default)"),
+    Internal("quic.connection.QuicConnection", "_payload_received", "override",
+             "ack_policy: whether the 1-RTT packet being received elicits an ACK"),
+    Internal("quic.connection.QuicConnection", "_write_ack_frame", "override",
+             "ack_policy: an ACK of the 1-RTT space has left"),
+    Internal("quic.connection.QuicConnection", "_spaces", "read",
+             "ack_policy: the 1-RTT space's received packets and ACK deadline (ack_at)"),
     Internal("quic.connection.QuicConnection", "_streams", "read",
              "a stream's sender: the last byte put in a packet, bytes sent"),
     Internal("quic.connection.QuicConnection", "_streams_queue", "override",
@@ -285,6 +292,33 @@ bandwidth-delay product (333 Mbit/s x 200 ms = 8.3 MB) with room to spare; aioqu
 windows grow without bound."""
 
 
+class _ReceivedPackets(RangeSet):
+    """The 1-RTT space's received packet numbers (aioquic's ``ack_queue``) that tell the
+    connection of each one added, so that its ACK policy sees every packet."""
+
+    def __init__(self, ranges: RangeSet, added: Callable[[int], None]) -> None:
+        super().__init__(list(ranges))
+        self._added = added
+
+    def add(self, start: int, stop: int | None = None) -> None:
+        super().add(start, stop)
+        if stop is None:
+            self._added(start)
+
+
+def ack_policy_of(quic: QuicConnection) -> str:
+    """The ACK policy in force on the connection's 1-RTT space (its written form)."""
+    scheduler = getattr(quic, "ack_scheduler", None)
+    return "default" if scheduler is None else scheduler.policy.text
+
+
+def set_ack_policy(quic: QuicConnection, policy: AckPolicy) -> None:
+    """Apply ``policy`` to the connection's 1-RTT ACKs (``default`` leaves aioquic's)."""
+    if not isinstance(quic, WindowedQuicConnection):
+        raise TypeError("an ACK policy needs the testbed's QuicConnection")
+    quic.ack_scheduler = None if policy.name == "default" else AckScheduler(policy)
+
+
 class WindowedQuicConnection(QuicConnection):
     """A QuicConnection whose receive windows follow the bytes *delivered* in order, never
     the highest offset a peer named.
@@ -306,6 +340,40 @@ class WindowedQuicConnection(QuicConnection):
         self.window_bytes = window_bytes
         self.delivered_bytes = 0
         """Stream bytes delivered in order to the application, all streams."""
+        self.ack_scheduler: AckScheduler | None = None
+        """``ack_policy`` (proto.quic.ackpolicy) on the 1-RTT space; None: aioquic's rule."""
+        self._eliciting: tuple[bool, float] | None = None
+
+    def _payload_received(
+        self, context: Any, plain: bytes, crypto_frame_required: bool = False
+    ) -> tuple[bool, bool]:
+        eliciting, probing = super()._payload_received(
+            context, plain, crypto_frame_required=crypto_frame_required
+        )
+        if self.ack_scheduler is not None and context.epoch == tls.Epoch.ONE_RTT:
+            space = self._spaces[tls.Epoch.ONE_RTT]
+            if not isinstance(space.ack_queue, _ReceivedPackets):
+                space.ack_queue = _ReceivedPackets(space.ack_queue, self._on_one_rtt_packet)
+            self._eliciting = (eliciting, context.time)
+        return eliciting, probing
+
+    def _on_one_rtt_packet(self, number: int) -> None:
+        """A 1-RTT packet was recorded as received (before aioquic's own ACK timer): the
+        policy's deadline, if earlier than one already set, becomes the space's."""
+        if self.ack_scheduler is None or self._eliciting is None:
+            return
+        eliciting, now = self._eliciting
+        self._eliciting = None
+        due = self.ack_scheduler.on_packet(number, now, eliciting)
+        if due is not None:
+            space = self._spaces[tls.Epoch.ONE_RTT]
+            space.ack_at = due if space.ack_at is None else min(space.ack_at, due)
+
+    def _write_ack_frame(self, builder: QuicPacketBuilder, space: Any, now: float) -> None:
+        super()._write_ack_frame(builder=builder, space=space, now=now)
+        scheduler = self.ack_scheduler
+        if scheduler is not None and space is self._spaces.get(tls.Epoch.ONE_RTT):
+            scheduler.on_ack_sent()
 
     def _handle_stream_frame(self, context: Any, frame_type: int, buf: Any) -> None:
         queued = len(self._events)

@@ -27,6 +27,7 @@ from proto.quic.adapter import (
     ScheduledFixedWindowQuicConnection,
     ScheduledQuicConnection,
     ack_delay_s_of,
+    ack_policy_of,
     congestion_control_of,
     hook_ack_end,
     hook_packets_lost,
@@ -38,10 +39,12 @@ from proto.quic.adapter import (
     register_congestion_control,
     rtt_estimates,
     set_ack_delay_s,
+    set_ack_policy,
 )
 from proto.quic.bbr import bbr_factory
 from proto.sockopts import set_udp_buffers
 from proto.watchers import Callback, Condition, Watchers
+from tbcore.ackpolicy import parse_ack_policy
 from tbcore.errors import SpecError
 from tbcore.records import BBR_COUNTERS
 from tbcore.settings import AIOQUIC_MAX_ACK_DELAY_S
@@ -350,6 +353,7 @@ def make_quic_connection(
     max_pacing_rate_bps: float | None = None,
     ack_delay_s: float | None = None,
     scheduler: Scheduler | None = None,
+    ack_policy: str = "default",
     **kwargs: Any,
 ) -> QuicConnection:
     """A QuicConnection with the testbed's window, pacing and ACK delay.
@@ -379,6 +383,7 @@ def make_quic_connection(
     hook_bbr_ack_end(quic)
     if ack_delay_s is not None:
         set_ack_delay_s(quic, ack_delay_s)
+    set_ack_policy(quic, parse_ack_policy("ack_policy", ack_policy))
     return quic
 
 
@@ -408,6 +413,7 @@ def quic_connection_of(
         pacing=config.settings.quic_pacing,
         max_pacing_rate_bps=config.settings.max_pacing_rate_bps,
         ack_delay_s=config.settings.quic_ack_delay_s,
+        ack_policy=config.settings.ack_policy,
         **kwargs,
     )
 
@@ -549,5 +555,6 @@ def quic_in_force(protocol: WatchedProtocol) -> dict[str, Any]:
         "quic_pacing": [type(pacer).__name__, getattr(pacer, "fixed_rate_bps", None)],
         "max_pacing_rate": getattr(pacer, "max_rate_bps", None),
         "quic_ack_delay": ack_delay_s_of(quic),
+        "ack_policy": ack_policy_of(quic),
         "quic_batching": protocol.gso_socket is not None,
     }
