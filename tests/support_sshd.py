@@ -75,6 +75,9 @@ def sshd_in(
         f"AuthorizedKeysFile {workdir / 'authorized_keys'}\nPidFile {workdir / 'sshd.pid'}\n"
         "PermitRootLogin prohibit-password\nPasswordAuthentication no\n"
         "KbdInteractiveAuthentication no\nStrictModes no\nUsePAM no\nLogLevel INFO\n"
+        # the host's own name in its sessions: two "hosts" on one machine are told apart
+        # (their runs still share the machine's run lock: one run at a time on its cores)
+        f"SetEnv TESTBED_HOST={alias}\n"
     )
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
     client_config = workdir / "ssh_config"

@@ -90,10 +90,15 @@ def test_hosts_start_a_cluster_over_ssh_and_make_every_run(tmp_path: Path) -> No
     (result,) = (tmp_path / "out" / "hosts-tiny").iterdir()
     frame = pd.read_csv(result / "runs.csv")
     planned = plan_for(specmod.load(experiment))
-    assert sorted(frame["run_id"]) == sorted(run.run_id for run in planned)
-    assert frame["valid"].all(), frame[["run_id", "invalid_reason"]].to_string()
+    made = {str(run_id).split("-a")[0] for run_id in frame["run_id"]}  # attempts: -a2, ...
+    assert made == {run.run_id for run in planned}
+    for row in frame.itertuples():  # a busy host may invalidate a run, never the harness
+        reason = str(row.invalid_reason)
+        assert not reason.startswith(("error", "integrity", "harness")), (row.run_id, reason)
+    assert set(frame["host"]) == {"tb-dkh1", "tb-dkh2"}  # each host made blocks
     cluster = json.loads((result / "manifest.json").read_text())["cluster"]
-    assert len(cluster["hosts"]) == 2 and not cluster["failures"]
+    (session,) = cluster["sessions"]
+    assert set(cluster["hosts"]) == {"tb-dkh1", "tb-dkh2"} and not session["failures"]
 
 
 def test_a_target_is_a_host_for_asyncssh_with_its_user_and_port_as_options() -> None:

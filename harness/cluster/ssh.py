@@ -13,6 +13,7 @@ with one checkout path everywhere has it); the client then checks each host's ve
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -72,20 +73,60 @@ def start_ssh_cluster(
     remote_python: str | None = None,
     scheduler_port: int = 0,
 ) -> Any:
-    """An SSHCluster: the scheduler on ``hosts[0]``, a worker on each of ``hosts``."""
+    """An SSHCluster, as ``distributed.SSHCluster`` builds it: the scheduler on ``hosts[0]``,
+    a worker on each of ``hosts``; each listening on the address this host reached it at
+    (``ssh -G``), which Dask would otherwise guess from a route to 8.8.8.8 that an isolated
+    lab does not have (and then offer 127.0.0.1 to the other hosts)."""
     try:
-        from distributed import SSHCluster
+        from distributed.deploy.spec import SpecCluster
+        from distributed.deploy.ssh import Scheduler, Worker
     except ImportError:
         raise SpecError("hosts", "needs distributed and asyncssh (harness/install.sh)") from None
-    split = [target_options(h) for h in (hosts[0], *hosts)]  # the scheduler's host first
     base = connect_options(ssh_config)
+    python = remote_python or sys.executable
+
+    def options(target: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+        host, own = target_options(target)
+        listen = {**kwargs, "host": reached_address(target, ssh_config)}
+        return {
+            "address": host,
+            "connect_options": {**base, **own},
+            "kwargs": listen,
+            "remote_python": python,
+        }
+
+    scheduler = {
+        "cls": Scheduler,
+        "options": options(hosts[0], {"port": scheduler_port, "dashboard_address": ":0"}),
+    }
+    worker = {"nthreads": 1, "n_workers": 1, "resources": {RESOURCE: 1}}
+    workers = {
+        i: {
+            "cls": Worker,
+            "options": {**options(target, worker), "worker_class": "distributed.Nanny"},
+        }
+        for i, target in enumerate(hosts)
+    }
     try:
-        return SSHCluster(
-            [host for host, _ in split],
-            connect_options=[{**base, **own} for _, own in split],
-            worker_options={"nthreads": 1, "n_workers": 1, "resources": {RESOURCE: 1}},
-            scheduler_options={"port": scheduler_port, "dashboard_address": ":0"},
-            remote_python=remote_python or sys.executable,
-        )
+        return SpecCluster(workers, scheduler, name="SSHCluster")
     except Exception as err:  # asyncssh's and the scheduler's many errors: one line
         raise SpecError("hosts", f"could not start the cluster: {clip(str(err))}") from None
+
+
+SSH_G_TIMEOUT_S = 10.0
+
+
+def reached_address(target: str, ssh_config: str | None) -> str:
+    """The address ssh reaches ``target`` at (its config's HostName, ``ssh -G``): where the
+    process started there listens. The target's host itself when ssh cannot say."""
+    host, _ = target_options(target)
+    argv = ["ssh", "-G", *(["-F", ssh_config] if ssh_config else []), host]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=SSH_G_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return host
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    return host
