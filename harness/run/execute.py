@@ -9,7 +9,6 @@ processes is watched by the caller's watcher (``watch(name, pid)`` as the proces
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -152,7 +151,7 @@ def _run(
     s_argv = server_argv(settings, link_spec, bind=link.server_addr, port=port, run_dir=run_dir)
     c_argv = client_argv(settings, link_spec, host=target.host, port=target.port, run_dir=run_dir)
     c_argv += list(target.client_args)
-    write_run_file(
+    context = write_run_file(
         env,
         link,
         planned,
@@ -167,13 +166,16 @@ def _run(
         watch.watch("server", procs.server.pid)
         for pid in env.paths.emulator_pids(link):
             watch.watch("emulator", pid)
-        return _client_run(env, link, settings, path, run_dir, c_argv, watch, procs, planned.seq)
+        return _client_run(
+            env, link, settings, context, path, run_dir, c_argv, watch, procs, planned.seq
+        )
 
 
 def _client_run(
     env: RunEnvironment,
     link: Any,
     settings: Settings,
+    context: dict[str, Any],
     path: Topology,
     run_dir: Path,
     c_argv: list[str],
@@ -182,7 +184,8 @@ def _client_run(
     seq: int = 0,
 ) -> str | None:
     """The client's part of a run, inside the competing traffic (harness.run.cross), the
-    captures and the link's counters."""
+    captures and the link's counters; ``context``: run.json as written (the capture's
+    files are added to it, never read back)."""
     error = None
     before = {e: link.stats(edge=e) for e in path.edge_names} if env.paths.counts else None
     plan = capturemod.capture_plan(settings)
@@ -204,7 +207,8 @@ def _client_run(
             error = f"client exited {code}: {_tail(run_dir / 'client.stderr')}"
     if plan.mode != "off":
         written = capturemod.finish(run_dir)
-        _update_json(run_dir / RUN_FILE, "capture", {**plan.to_dict(), **written})
+        context["capture"] = {**plan.to_dict(), **written}
+        atomic_write_json(run_dir / RUN_FILE, context)
     if before is not None:  # a real path has no emulator counters
         delta = {e: (link.stats(edge=e) - before[e]).to_dict() for e in path.edge_names}
         atomic_write_json(run_dir / LINK_STATS_FILE, delta["link"])
@@ -247,36 +251,29 @@ def write_run_file(
     run_dir: Path,
     argvs: tuple[list[str], list[str]],
     extra: dict[str, Any] | None = None,
-) -> None:
+) -> dict[str, Any]:
     """run.json: what collection needs to read the run's other files, and how it ran;
-    ``extra``: the server's port and the trace clocks by edge (``traces``)."""
+    ``extra``: the server's port and the trace clocks by edge (``traces``). Returns what it
+    wrote (the run adds the capture's files to it)."""
     applied = path_applied(env, link, settings)
-    atomic_write_json(
-        run_dir / RUN_FILE,
-        {
-            "run": planned.to_dict(),
-            "settings": settings.to_dict(),
-            "ignored_settings": settings.ignored(),
-            "link": str(path.link_spec),
-            "topology": path.to_dict(),
-            "backend": env.paths.backend,
-            "server_argv": argvs[0],
-            "client_argv": argvs[1],
-            "sysctls": applied["sysctls"],
-            "applied": applied,
-            "clock_offset_s": time.time() - time.monotonic(),
-            "capture": capturemod.capture_plan(settings).to_dict(),
-            "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
-            **(extra or {}),
-        },
-    )
-
-
-def _update_json(path: Path, key: str, value: Any) -> None:
-    """One key of a JSON object file set anew (atomically)."""
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data[key] = value
-    atomic_write_json(path, data)
+    context = {
+        "run": planned.to_dict(),
+        "settings": settings.to_dict(),
+        "ignored_settings": settings.ignored(),
+        "link": str(path.link_spec),
+        "topology": path.to_dict(),
+        "backend": env.paths.backend,
+        "server_argv": argvs[0],
+        "client_argv": argvs[1],
+        "sysctls": applied["sysctls"],
+        "applied": applied,
+        "clock_offset_s": time.time() - time.monotonic(),
+        "capture": capturemod.capture_plan(settings).to_dict(),
+        "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
+        **(extra or {}),
+    }
+    atomic_write_json(run_dir / RUN_FILE, context)
+    return context
 
 
 def path_applied(env: RunEnvironment, link: Any, settings: Settings) -> dict[str, Any]:
