@@ -113,7 +113,7 @@ def _to_topology(spec: LinkSpec | str | Topology) -> Topology | None:
         topo = parse_topology(spec)
     else:
         return None
-    return None if topo.edge_names == ("link",) else topo
+    return None if topo.one_link else topo
 
 
 def check_name_free(name: str) -> None:

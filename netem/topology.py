@@ -527,8 +527,9 @@ def mptcp_state_of(mptcp: Any) -> dict[str, Any]:
 
 
 def configure_topology_mptcp(link: str, topo: Topology) -> None:
-    """Two paths: the client's second address is a subflow endpoint; both ends' limits."""
-    if topo.kind != "dual":
+    """Two paths: the client's second address is a subflow endpoint; both ends' limits (a
+    path without a second address for the client has nothing to configure)."""
+    if not topo.source_rules("client"):
         return
     for node in ("client", "server"):
         endpoints = (

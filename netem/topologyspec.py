@@ -184,6 +184,11 @@ class Topology:
         return tuple(e.name for e in self.edges)
 
     @property
+    def one_link(self) -> bool:
+        """The path is one link from client to server (what a plain ``link`` string makes)."""
+        return self.edge_names == ("link",)
+
+    @property
     def link_spec(self) -> LinkSpec:
         """The ``link`` edge's spec: the long haul, or the first path."""
         return self.edge("link").spec

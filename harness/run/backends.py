@@ -181,7 +181,7 @@ def emulated(
             for (shape, topology), link_name in zip(
                 shapes.items(), link_names(name, len(shapes)), strict=True
             ):
-                path = topology if topology.kind != "direct" else topology.link_spec
+                path = topology.link_spec if topology.one_link else topology
                 # a trace is replayed by the emulator's Python core (the C path has none)
                 options = EmulatorOptions(path="python") if shape in traced else None
                 links[shape] = stack.enter_context(

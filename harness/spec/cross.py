@@ -38,7 +38,7 @@ def check_cross(settings: Settings, path: Topology, where: str) -> None:
             raise SpecError(f"{where}.cross_lead", "has no effect without cross")
         return
     name = f"{where}.cross"
-    if path.kind != "direct":
+    if not path.one_link:
         raise SpecError(
             name, f"competing flows share a direct link's bottleneck, not a {path.kind} path's"
         )

@@ -448,7 +448,7 @@ def check_spec(spec: Any) -> None:
             "measured, not set (run it on an emulated link, or one link for every level)",
         )
     for level in spec.levels:
-        if level.topology.kind != "direct":
+        if not level.topology.one_link:
             raise SpecError(
                 "remote",
                 f"level {level.name!r} has a {level.topology.kind} topology: a real path is "
