@@ -306,7 +306,6 @@ CI_FORMS: dict[str, tuple[str, ...] | None] = {
     "multipath": ("mptcp", "split", "h3-migrate-failover"),  # two paths, transfer records
     "agent-compression": None,  # agent rounds
     "fec": None,  # the FEC protocol
-    "cross": None,  # competing traffic
     "playback": None,  # streamed chunks, the player, its contract
     "hol": None,  # several streams on one connection
     "airtime": None,  # the shared medium
@@ -314,7 +313,8 @@ CI_FORMS: dict[str, tuple[str, ...] | None] = {
 """The shipped experiments the README's test command runs for real, each covering a kind of
 run the others do not (a record kind, a topology, a protocol, a feature), with the levels
 it runs (None: its whole quick form). ``pytest --full`` runs every shipped file's whole quick
-form; every file's plan is checked in tests/test_cli_check.py either way."""
+form; every file's plan is checked in tests/test_cli_check.py either way. Competing traffic
+runs for real in tests/test_run_cross.py."""
 
 
 def _shipped_params() -> list[Any]:
