@@ -113,10 +113,11 @@ def _stream(
     workload: str, chunks: int, cancel_after_chunks: int | None, player_buffer_s: float | None
 ) -> RequestSpec:
     """``chunks`` 20 ms chunks of audio, maybe cancelled or played as they arrive."""
+    route = _route(workload)
     return RequestSpec(
         workload,
-        _route(workload).method,
-        f"{_route(workload).path}?chunks={chunks}",
+        route.method,
+        f"{route.path}?chunks={chunks}",
         expect_down_sha256=workloads.stream_sha256(chunks),
         expect_down_bytes=chunks * workloads.STREAM_CHUNK_BYTES,
         stream_chunks=chunks,

@@ -261,12 +261,12 @@ class ScheduledEvent:
                 "given_s": float(data.get("given_s", data["start_s"])),
                 "dropped_packets": {k: int(v) for k, v in data.get("dropped_packets", {}).items()},
             }
-            kind = str(data["kind"])
-            if kind == ScheduledRate.KIND:
-                return ScheduledRate(**common, rate_bps=float(data["rate_bps"]))
-            if kind == ScheduledOutage.KIND:
-                return ScheduledOutage(**common)
-            raise ValueError(f"kind {kind!r}")
+            kind = SCHEDULED_EVENTS.get(str(data["kind"]))
+            if kind is None:
+                raise ValueError(f"kind {data['kind']!r}")
+            if kind is ScheduledRate:
+                common["rate_bps"] = float(data["rate_bps"])
+            return kind(**common)
         except (KeyError, TypeError, ValueError) as err:
             raise SpecError("event", f"not a scheduled event: {err}") from None
 
@@ -284,6 +284,12 @@ class ScheduledRate(ScheduledEvent):
 
     KIND: ClassVar[str] = "rate"
     rate_bps: float = 0.0  # type: ignore[assignment]  # a field here, None on other kinds
+
+
+SCHEDULED_EVENTS: dict[str, type[ScheduledEvent]] = {
+    kind.KIND: kind for kind in (ScheduledOutage, ScheduledRate)
+}
+"""Every kind of scheduled event by its name (what a link's state file says)."""
 
 
 class DirectionTimeline:

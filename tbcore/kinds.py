@@ -11,7 +11,7 @@ own registries of implementations (clients.api, servers).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tbcore import agent, fecmath, quicstack, workloads
@@ -361,14 +361,7 @@ register_workload(
         lambda s: s.processing_image_s,
         bounded=False,  # its bound is the tile pipeline (docs/models.md section 2)
         parts=3,
-        route=HttpRoute(
-            "POST",
-            "/retouch",
-            upload="image",
-            download="retouched",
-            processing="processing_image",
-            tiles=3,
-        ),
+        route=replace(_RETOUCH, tiles=3),
         traits=_IMAGE_UPLOAD,
     )
 )

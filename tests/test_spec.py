@@ -390,7 +390,7 @@ def _values(knob: Any) -> list[Any]:
     if knob.kind == "bool":
         values.append(not knob.default)
     elif knob.kind == "choice":
-        values += [c for c in list(knob.choices)[:3] if c != knob.default][:1]
+        values += [c for c in knob.choices if c != knob.default][:1]
     return values
 
 

@@ -341,7 +341,7 @@ class WindowedQuicConnection(QuicConnection):
         self.delivered_bytes = 0
         """Stream bytes delivered in order to the application, all streams."""
         self.ack_scheduler: AckScheduler | None = None
-        """``ack_policy`` (proto.quic.ackpolicy) on the 1-RTT space; None: aioquic's rule."""
+        """``ack_policy`` (tbcore.ackpolicy) on the 1-RTT space; None: aioquic's rule."""
         self._eliciting: tuple[bool, float] | None = None
 
     def _payload_received(
