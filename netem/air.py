@@ -30,10 +30,11 @@ Everything here is plain arithmetic, shared by the emulator's medium
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from tbcore.errors import SpecError
+from tbcore.plain import AsDict
 from tbcore.units import format_duration, format_rate, parse_duration_s, parse_rate_bps
 
 # --- IEEE 802.11-2020 clause 17 (OFDM PHY, 20 MHz channel spacing) ---------------------------
@@ -96,7 +97,7 @@ DIRECTIONS = ("up", "down")
 
 
 @dataclass(frozen=True)
-class AirSpec:
+class AirSpec(AsDict):
     """One shared medium for both directions; defaults are 802.11a's, no backoff, no A-MPDU."""
 
     data_rate_bps: float = 54e6
@@ -217,9 +218,6 @@ class AirSpec:
         return self.exchange_ns(ip_bytes, backoff_slots) / 1e9
 
     # --- forms ---------------------------------------------------------------------------------
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: object) -> AirSpec:

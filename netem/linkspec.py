@@ -590,28 +590,24 @@ def _format_direction(name: str, d: DirectionSpec) -> list[str]:
             parts.append(f"{name}.delay_interp={d.delay_interp}")
     else:
         parts.append(f"{name}.delay={format_duration(d.delay_s)}")
-    if d.jitter_s:
-        parts.append(f"{name}.jitter={format_duration(d.jitter_s)}")
-    if d.gemodel is not None:
-        g = d.gemodel
-        parts.append(
-            f"{name}.gemodel={format_percent(g.p)}/{format_percent(g.r)}/"
-            f"{format_percent(g.loss_bad)}/{format_percent(g.loss_good)}"
-        )
-    elif d.loss:
-        parts.append(f"{name}.loss={format_percent(d.loss)}")
-    if d.rate_bps is not None:
-        parts.append(f"{name}.rate={format_rate(d.rate_bps)}")
-    if d.rate_trace is not None:
-        parts.append(f"{name}.rate={d.rate_trace.text()}")
-    if d.trace_offset_s:
-        parts.append(f"{name}.trace_offset={format_duration(d.trace_offset_s)}")
-    if d.queue_bytes is not None:
-        parts.append(f"{name}.queue={d.queue_bytes}b")
-    if d.queue_packets is not None:
-        parts.append(f"{name}.queue={d.queue_packets}p")
-    parts.append(f"{name}.seed={d.seed}")
-    return parts
+    g = d.gemodel
+    written: list[tuple[str, str | None]] = [
+        ("jitter", format_duration(d.jitter_s) if d.jitter_s else None),
+        (
+            "gemodel",
+            "/".join(format_percent(v) for v in (g.p, g.r, g.loss_bad, g.loss_good))
+            if g is not None
+            else None,
+        ),
+        ("loss", format_percent(d.loss) if g is None and d.loss else None),
+        ("rate", format_rate(d.rate_bps) if d.rate_bps is not None else None),
+        ("rate", d.rate_trace.text() if d.rate_trace is not None else None),
+        ("trace_offset", format_duration(d.trace_offset_s) if d.trace_offset_s else None),
+        ("queue", f"{d.queue_bytes}b" if d.queue_bytes is not None else None),
+        ("queue", f"{d.queue_packets}p" if d.queue_packets is not None else None),
+        ("seed", str(d.seed)),
+    ]
+    return parts + [f"{name}.{key}={text}" for key, text in written if text is not None]
 
 
 # --- presets: measured paths, each citing its source (docs/design.md, "Reference paths") ---

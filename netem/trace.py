@@ -43,9 +43,11 @@ import stat
 from array import array
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tbcore.errors import SpecError
+
+_Parsed = TypeVar("_Parsed")
 
 OPPORTUNITY_BYTES = 1500
 """IP bytes one delivery opportunity carries (docs/models.md section 14, the issue's 1,500 bytes).
@@ -333,19 +335,19 @@ class TraceFile:
         _, parsed = load(self.path, self.kind, self.sha256)
         object.__setattr__(self, "_parsed", parsed)
 
-    @property
-    def capacity(self) -> CapacityTrace:
+    def _parsed_as(self, kind: type[_Parsed], name: str) -> _Parsed:
         parsed = self._parsed  # type: ignore[attr-defined]
-        if not isinstance(parsed, CapacityTrace):
-            raise SpecError("trace", f"{self.path} is a {self.kind} trace, not a capacity one")
+        if not isinstance(parsed, kind):
+            raise SpecError("trace", f"{self.path} is a {self.kind} trace, not a {name} one")
         return parsed
 
     @property
+    def capacity(self) -> CapacityTrace:
+        return self._parsed_as(CapacityTrace, "capacity")
+
+    @property
     def delay(self) -> DelayTrace:
-        parsed = self._parsed  # type: ignore[attr-defined]
-        if not isinstance(parsed, DelayTrace):
-            raise SpecError("trace", f"{self.path} is a {self.kind} trace, not a delay one")
-        return parsed
+        return self._parsed_as(DelayTrace, "delay")
 
     @property
     def period_s(self) -> float:

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from tbcore.ownedfd import OwnedFd
+
 IN_CREATE = 0x00000100
 IN_MOVED_TO = 0x00000080
 IN_NONBLOCK = 0o4000
@@ -48,7 +50,7 @@ def parse_events(buffer: bytes) -> list[tuple[int, str]]:
     return out
 
 
-class CreationWatch:
+class CreationWatch(OwnedFd):
     """The files created in one directory and when (``created``: name -> CLOCK_MONOTONIC
     seconds), from the moment it is made until :meth:`close`."""
 
@@ -65,9 +67,6 @@ class CreationWatch:
             err = ctypes.get_errno()
             os.close(self.fd)
             raise OSError(err, f"inotify_add_watch {self.directory}: {os.strerror(err)}")
-
-    def fileno(self) -> int:
-        return self.fd
 
     def drain(self) -> list[str]:
         """Read what is queued (never blocks); the names created since the last call."""
@@ -87,14 +86,3 @@ class CreationWatch:
         """Block up to ``timeout_s`` for a creation; the new names (maybe none)."""
         ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout_s))
         return self.drain() if ready else []
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> CreationWatch:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -30,15 +30,8 @@ from aioquic.quic.packet import (
 from aioquic.quic.retry import QuicRetryTokenHandler
 
 from proto.priority import POLICY_NONE
+from proto.quic import edge
 from proto.quic.adapter import is_first_flight, stream_fully_sent
-from proto.quic.edge import (
-    WatchedProtocol,
-    make_udp_socket,
-    quic_configuration_of,
-    quic_connection_of,
-    quic_counters,
-    quic_in_force,
-)
 from proto.tls import ensure_certificate
 from servers import app
 from servers.context import ServerContext
@@ -60,7 +53,7 @@ RETRY_CID_BYTES = 8
 """The Retry's source connection ID (aioquic's own length for the IDs it chooses)."""
 
 
-class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
+class H3ServerProtocol(ExchangeStreams, edge.WatchedProtocol):
     """One QUIC connection of the server."""
 
     proto = PROTO
@@ -198,7 +191,7 @@ class H3ServerProtocol(ExchangeStreams, WatchedProtocol):
         self.transmit()
 
     def _sender_state(self) -> dict[str, Any]:
-        return quic_counters(self)
+        return edge.quic_counters(self)
 
     def _sender_drained(self, state: dict[str, Any]) -> bool:
         return state.get("bytes_in_flight") == 0
@@ -392,7 +385,7 @@ class H3Listener(asyncio.DatagramProtocol):
         source: str,
     ) -> H3ServerProtocol | None:
         """A connection for a first Initial, kept only if that Initial decrypts."""
-        quic = quic_connection_of(
+        quic = edge.quic_connection_of(
             self.configuration,
             self.ctx.config,
             original_destination_connection_id=original_dcid,
@@ -410,7 +403,7 @@ class H3Listener(asyncio.DatagramProtocol):
         protocol.connection_made(self.transport)  # type: ignore[arg-type]
         protocol.gso_socket = self.sock
         protocol.coalesce_transmit = self.sock is not None
-        self.ctx.applied.write("quic", quic_in_force(protocol), conn_id)
+        self.ctx.applied.write("quic", edge.quic_in_force(protocol), conn_id)
         scheduler = getattr(quic, "scheduler", None)
         policy = {"send_policy": scheduler.policy if scheduler is not None else None}
         self.ctx.applied.write("streams", policy, conn_id)
@@ -495,11 +488,11 @@ async def start_h3(
     """Listen for HTTP/3 on UDP; returns the listener and the bound address."""
     config = ctx.config
     paths = ensure_certificate(config.cert_dir)
-    configuration = quic_configuration_of(
+    configuration = edge.quic_configuration_of(
         config, is_client=False, keylog=keylog, idle_timeout_s=config.idle_timeout_s
     )
     configuration.load_cert_chain(paths.cert, paths.key)
-    sock = make_udp_socket(config.bind, config.h3_port or 0, config.udp_buffer_bytes)
+    sock = edge.make_udp_socket(config.bind, config.h3_port or 0, config.udp_buffer_bytes)
     loop = asyncio.get_running_loop()
     listener = H3Listener(ctx, configuration)
     listener.sock = sock if config.settings.quic_batching else None

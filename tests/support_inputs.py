@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -22,3 +23,12 @@ def assert_spec_error(call: Callable[[], object], field: str, *words: str) -> Sp
     for word in words:
         assert word in str(err)
     return err
+
+
+EXPERIMENT_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "experiments"
+"""Experiment files the tests write into their run directories (data, kept as files)."""
+
+
+def experiment_text(name: str) -> str:
+    """The text of ``tests/fixtures/experiments/<name>.toml``."""
+    return (EXPERIMENT_FIXTURES / f"{name}.toml").read_text()

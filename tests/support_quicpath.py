@@ -11,6 +11,7 @@ sender's app-limited check runs, as ``WatchedProtocol.transmit`` does.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import random
 from collections.abc import Callable
@@ -43,10 +44,11 @@ class Direction:
     free_at_s: float = 0.0
     sent: int = 0
     dropped: int = 0
-    rng: random.Random = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.rng = random.Random(self.seed)
+    @functools.cached_property
+    def rng(self) -> random.Random:
+        """The loss draws, from ``seed``."""
+        return random.Random(self.seed)
 
     def arrival_s(self, now: float, size_bytes: int) -> float | None:
         """When a datagram handed to the path at ``now`` arrives (None: lost or dropped)."""

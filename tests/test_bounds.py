@@ -485,33 +485,28 @@ def test_retransmission_quantile_is_the_smallest_k(n: int, p: float, q: float) -
     assert retransmission_rounds(n, p) >= 1.0
 
 
-@given(
-    rtt=st.floats(min_value=0.0, max_value=1.0),
-    up=rates,
-    down=rates,
-    upload=st.integers(min_value=0, max_value=10**8),
-    download=st.integers(min_value=0, max_value=10**8),
-    processing=st.floats(min_value=0.0, max_value=1.0),
-    protocol=st.sampled_from(bounds.PROTOCOLS),
-    iw=st.integers(min_value=1, max_value=64),
-    window=st.one_of(st.none(), st.integers(min_value=1200, max_value=10**8)),
-    loss=losses,
+REQUESTS = st.fixed_dictionaries(
+    {
+        "rtt_s": st.floats(min_value=0.0, max_value=1.0),
+        "up_bps": rates,
+        "down_bps": rates,
+        "upload_bytes": st.integers(min_value=0, max_value=10**8),
+        "download_bytes": st.integers(min_value=0, max_value=10**8),
+        "processing_s": st.floats(min_value=0.0, max_value=1.0),
+        "protocol": st.sampled_from(bounds.PROTOCOLS),
+        "initcwnd_segments": st.integers(min_value=1, max_value=64),
+        "window_bytes": st.one_of(st.none(), st.integers(min_value=1200, max_value=10**8)),
+        "loss": losses,
+    }
 )
-def test_request_bound_invariants(
-    rtt, up, down, upload, download, processing, protocol, iw, window, loss
-) -> None:
-    common = dict(
-        rtt_s=rtt,
-        up_bps=up,
-        down_bps=down,
-        upload_bytes=upload,
-        download_bytes=download,
-        protocol=protocol,
-        processing_s=processing,
-        initcwnd_segments=iw,
-        window_bytes=window,
-        loss=loss,
-    )
+"""request_time's keywords but the connection, over their whole ranges."""
+
+
+@given(common=REQUESTS)
+def test_request_bound_invariants(common: dict[str, Any]) -> None:
+    rtt, upload, download = common["rtt_s"], common["upload_bytes"], common["download_bytes"]
+    up, down, processing = common["up_bps"], common["down_bps"], common["processing_s"]
+    iw, window, loss = common["initcwnd_segments"], common["window_bytes"], common["loss"]
     new = request_time(connection="new", **common)
     resumed = request_time(connection="0rtt", **common)
     reused = request_time(connection="reused", **common)

@@ -203,13 +203,19 @@ def _sleeper() -> subprocess.Popen:
     return subprocess.Popen(["sleep", "60"])
 
 
-@pytest.fixture
-def fake_state() -> Iterator[Path]:
-    """A state file of link ab62 (no namespaces: ownership is read from the file alone)."""
-    path = names.state_file("ab62")
+def _state_of(link: str) -> Iterator[Path]:
+    """The state file of ``link``, its folder made, removed afterwards (no namespaces: what
+    the tests read is in the file alone)."""
+    path = names.state_file(link)
     path.parent.mkdir(parents=True, exist_ok=True)
     yield path
     path.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def fake_state() -> Iterator[Path]:
+    """A state file of link ab62 (ownership is read from the file alone)."""
+    yield from _state_of("ab62")
 
 
 @pytest.mark.root
@@ -455,11 +461,8 @@ def test_a_live_owner_and_a_link_left_up_on_purpose_are_not_reaped() -> None:
 
 @pytest.fixture
 def orphan_state() -> Iterator[Path]:
-    """A state file of link hos6 (no namespaces: orphans are told from the file alone)."""
-    path = names.state_file("hos6")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    yield path
-    path.unlink(missing_ok=True)
+    """A state file of link hos6 (orphans are told from the file alone)."""
+    yield from _state_of("hos6")
 
 
 @pytest.mark.root

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support_inputs import experiment_text
 
 from harness.cluster.ssh import connect_options, parse_hosts, target_options
 from harness.cluster.submit import planned_makespan_s
@@ -43,24 +44,7 @@ def test_planned_makespan_spreads_the_work_never_below_the_longest_block() -> No
     assert planned_makespan_s([], 2) is None
 
 
-TINY = """
-name = "hosts-tiny"
-question = "Do blocks started over ssh on two hosts make every planned run?"
-repetitions = 2
-seed = 3
-
-[fixed]
-link = "rtt=40ms,rate=100mbit"
-workload = "asr"
-processing_audio = "5ms"
-timeout = "20s"
-connection = "new"
-
-[factor]
-name = "protocol"
-settings = ["protocol"]
-levels = [ { name = "h2", protocol = "h2" }, { name = "h3", protocol = "h3" } ]
-"""
+TINY = experiment_text("hosts-tiny")
 
 
 @pytest.mark.root

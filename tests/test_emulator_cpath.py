@@ -32,41 +32,32 @@ pytestmark = pytest.mark.skipif(not cpath.available(), reason="C path not built 
 DIRECTIONS = ("up", "down")
 
 
-def tcp(payload: int, seq: int, *, flags: int = 0x10) -> bytes:
-    """An IPv4 TCP segment with the timestamp option (52 header bytes)."""
-    total = 52 + payload
-    ip = struct.pack(
+def ipv4(total: int, ident: int, proto: int, *, dont_fragment: bool) -> bytes:
+    """An IPv4 header from 198.18.1.2 to 198.18.2.2 (no options, checksum left 0)."""
+    return struct.pack(
         "!BBHHHBBH4s4s",
         0x45,
         0,
         total,
-        seq & 0xFFFF,
-        0x4000,
+        ident & 0xFFFF,
+        0x4000 if dont_fragment else 0,
         64,
-        6,
+        proto,
         0,
         bytes([198, 18, 1, 2]),
         bytes([198, 18, 2, 2]),
     )
+
+
+def tcp(payload: int, seq: int, *, flags: int = 0x10) -> bytes:
+    """An IPv4 TCP segment with the timestamp option (52 header bytes)."""
+    ip = ipv4(52 + payload, seq, 6, dont_fragment=True)
     th = struct.pack("!HHIIBBHHH", 40000, 5201, seq, 7, 8 << 4, flags, 512, 0, 0)
     return ip + th + bytes(12) + bytes(payload)
 
 
 def udp(payload: int, tag: int) -> bytes:
-    total = 28 + payload
-    ip = struct.pack(
-        "!BBHHHBBH4s4s",
-        0x45,
-        0,
-        total,
-        tag & 0xFFFF,
-        0,
-        64,
-        17,
-        0,
-        bytes([198, 18, 1, 2]),
-        bytes([198, 18, 2, 2]),
-    )
+    ip = ipv4(28 + payload, tag, 17, dont_fragment=False)
     return ip + struct.pack("!HHHH", 4433, 443, 8 + payload, 0) + bytes(payload)
 
 

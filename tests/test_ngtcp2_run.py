@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support_inputs import experiment_text
 
 from harness.run.runner import run_experiment
 from harness.spec import experiment as specmod
@@ -16,25 +17,7 @@ from netem.pcapng import read_capture
 from tbcore import workloads
 from tbcore.records import RequestRecord, read_jsonl
 
-ONE_DOWNLOAD = """
-name = "ngtcp2-run"
-question = "Does the harness run ngtcp2 at both ends like any other stack?"
-repetitions = 1
-seed = 25
-
-[fixed]
-link = "rtt=200ms,rate=333mbit"
-workload = "tts"
-processing_audio = "0ms"
-protocol = "h3"
-quic_stack = "ngtcp2"
-timeout = "30s"
-
-[factor]
-name = "cc"
-settings = ["cc"]
-levels = [{ name = "bbr", cc = "bbr" }, { name = "cubic", cc = "cubic" }]
-"""
+ONE_DOWNLOAD = experiment_text("ngtcp2-run")
 
 CLIENT_ADDR = "198.18.1.2"
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import h2.config
 import h2.connection
 import pytest
+from support_tls import handshake_step
 
 from netem import pcapng
 from proto.tls import client_context, ensure_certificate, server_context
@@ -119,11 +120,7 @@ def _h2_exchange(tmp_path: Path) -> tuple[list[tuple[int, bytes]], str]:
     tcp.send(SERVER, b"", "SA")
     tcp.send(CLIENT, b"", "A")
     for _ in range(10):
-        for side in (client, server):
-            try:
-                side.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
+        handshake_step(client, server)
         _pump(client, c_out, s_in, tcp, CLIENT)
         _pump(server, s_out, c_in, tcp, SERVER)
     conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support_inputs import experiment_text
 
 from harness.collect.row import label_columns
 from harness.spec.experiment import loads
@@ -118,21 +119,7 @@ def test_the_row_labels_the_stack_and_the_control_that_ran() -> None:
     assert (h2["cc"], h2["quic_stack"]) == ("bbr", None)
 
 
-EXPERIMENT = """
-name = "x"
-question = "q?"
-repetitions = 1
-[fixed]
-link = "rtt=200ms,rate=333mbit"
-workload = "tts"
-[factor]
-name = "stack"
-settings = ["protocol", "quic_stack"]
-levels = [
-  { name = "aioquic", protocol = "h3" },
-  { name = "ngtcp2", protocol = "h3", quic_stack = "ngtcp2" },
-]
-"""
+EXPERIMENT = experiment_text("stack-level")
 
 
 def test_an_experiment_level_is_refused_in_one_line_before_anything_runs() -> None:

@@ -10,33 +10,13 @@ from typing import Any
 
 import pandas as pd
 import pytest
+from support_inputs import experiment_text
 
 from harness.cli import EXIT_USAGE, main
 from harness.cli.run import attempts_of, env_bool, env_int
 from tbcore.errors import SpecError
 
-TINY = """
-name = "tiny"
-question = "Does the campaign run, record and resume?"
-repetitions = 3
-seed = 5
-
-[fixed]
-link = "rtt=20ms,rate=100mbit"
-protocol = "h2"
-connection = "new"
-workload = "asr"
-processing_audio = "5ms"
-timeout = "30s"
-
-[factor]
-name = "initcwnd"
-settings = ["initcwnd"]
-levels = [ { name = "iw10", initcwnd = 10 }, { name = "iw40", initcwnd = 40 } ]
-
-[quick]
-repetitions = 1
-"""
+TINY = experiment_text("tiny")
 
 
 def test_environment_defaults_parse_or_fail_with_one_line() -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from support_inputs import experiment_text
 
 from harness.run.cross import client_argv, cross_port, listening, server_argv
 from tbcore.cross import CrossTraffic
@@ -49,25 +50,7 @@ def test_listening_reads_proc_net_tcp() -> None:
     assert not listening("header only\n", 0xAFC9)
 
 
-CROSS_FILE = """
-name = "crosstest"
-question = "Does the request slow down beside a cubic flow?"
-repetitions = 1
-counterbalance = false
-[fixed]
-link = "rtt=40ms,rate=20mbit"
-protocol = "h2"
-connection = "new"
-workload = "asr"
-timeout = "20s"
-[factor]
-name = "competition"
-settings = ["cross", "cross_lead"]
-levels = [
-  { name = "alone", cross = "none" },
-  { name = "cubic-2", cross = "tcp:2:cubic", cross_lead = "2s" },
-]
-"""
+CROSS_FILE = experiment_text("cross")
 
 
 @pytest.mark.root

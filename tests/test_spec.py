@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support_inputs import experiment_text
 
 from harness.spec.experiment import load, loads, parse_experiment
 from netem.linkspec import merge_link
@@ -15,28 +16,7 @@ from tbcore.settings import KNOBS, Settings
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
-GOOD = """
-name = "initcwnd"
-question = "Does a larger initial window shorten a new connection's request?"
-repetitions = 4
-seed = 7
-warmup_runs = 1
-
-[fixed]
-link = "rtt=200ms,rate=333mbit"
-protocol = "h2"
-connection = "new"
-workload = "asr"
-processing_audio = "30ms"
-
-[factor]
-name = "initcwnd"
-settings = ["initcwnd"]
-levels = [ { name = "iw10", initcwnd = 10 }, { name = "iw40", initcwnd = 40 } ]
-
-[quick]
-repetitions = 1
-"""
+GOOD = experiment_text("initcwnd")
 
 
 H3_GOOD = (

@@ -6,46 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support_inputs import experiment_text
 
 from harness.spec import experiment as specmod
 from harness.spec.paths import end_to_end, topology_of
 from tbcore.errors import SpecError
 from tbcore.settings import Settings
 
-RELAY = """
-name = "r"
-question = "q?"
-repetitions = 3
-[fixed]
-topology = "relay"
-near_link = "rtt=2ms"
-link = "dc-longhaul-clean"
-[factor]
-name = "path"
-settings = ["route", "connection"]
-levels = [
-  { name = "direct-new", route = "direct", connection = "new" },
-  { name = "relay-new", route = "relay", connection = "new" },
-]
-[quick]
-repetitions = 1
-levels = ["direct-new", "relay-new"]
-"""
+RELAY = experiment_text("relay-route")
 
-TOPOLOGY_FACTOR = """
-name = "t"
-question = "q?"
-[fixed]
-link = "dc-longhaul-clean"
-near_link = "rtt=2ms"
-[factor]
-name = "topology"
-settings = ["topology", "near_link"]
-levels = [
-  { name = "direct", topology = "direct", near_link = "none" },
-  { name = "relay", topology = "relay" },
-]
-"""
+TOPOLOGY_FACTOR = experiment_text("topology-factor")
 
 
 def test_the_shipped_topology_experiments_load() -> None:
@@ -171,18 +141,7 @@ levels = [{{ name = "a", multipath = "mptcp" }}, {level}]
     assert err.value.field == f"factor.levels.b.{field}"
 
 
-MPTCP_IMAGE = """
-name = "m"
-question = "q?"
-[fixed]
-topology = "dual"
-link = "rtt=40ms,rate=20mbit"
-link_b = "rtt=40ms,rate=10mbit"
-workload = "retouch"
-[factor]
-name = "multipath"
-levels = [{ name = "mptcp", multipath = "mptcp" }, { name = "single", multipath = "single" }]
-"""
+MPTCP_IMAGE = experiment_text("mptcp-image")
 
 
 def test_any_http2_workload_rides_two_paths_under_mptcp() -> None:

@@ -4,6 +4,7 @@ import ssl
 from pathlib import Path
 
 import pytest
+from support_tls import handshake_step
 
 from harness.collect import tlsview
 from proto.tls import client_context, ensure_certificate, server_context
@@ -21,11 +22,7 @@ def _session(tmp_path: Path, payload: bytes) -> tuple[bytes, bytes, str]:
     server = server_ctx.wrap_bio(s_in, s_out, server_side=True)
     up, down = bytearray(), bytearray()
     for _ in range(10):
-        for end in (client, server):
-            try:
-                end.do_handshake()
-            except ssl.SSLWantReadError:
-                pass
+        handshake_step(client, server)
         data = c_out.read()
         up += data
         s_in.write(data)

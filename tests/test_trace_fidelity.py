@@ -14,6 +14,7 @@ clocks is read before and after and its drift reported. Run with ``-s`` for the 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import socket
@@ -86,6 +87,13 @@ def trace_clock(link: Link, direction: str) -> dict:
     return info
 
 
+@contextlib.contextmanager
+def traced_link(name: str, text: str, direction: str) -> Iterator[tuple[Link, dict]]:
+    """The link of ``text`` up (userspace), with where ``direction``'s trace is when."""
+    with Link.up(name, parse_link(text), backend="userspace") as link:
+        yield link, trace_clock(link, direction)
+
+
 def realtime_minus_monotonic_s() -> float:
     return time.clock_gettime(time.CLOCK_REALTIME) - time.monotonic()
 
@@ -104,15 +112,19 @@ class Receiver(threading.Thread):
         self.stop = threading.Event()
         self.got: list[tuple[int, bytes]] = []
 
+    def _take_one(self) -> None:
+        """One datagram with the kernel's arrival stamp (raises as recvmsg does)."""
+        data, ancdata, _, _ = self.sock.recvmsg(65535, 256)
+        stamp = _kernel_time_ns(ancdata)
+        assert stamp is not None
+        self.got.append((stamp, data))
+
     def run(self) -> None:
         while not self.stop.is_set():
             try:
-                data, ancdata, _, _ = self.sock.recvmsg(65535, 256)
+                self._take_one()
             except TimeoutError:
                 continue
-            stamp = _kernel_time_ns(ancdata)
-            assert stamp is not None
-            self.got.append((stamp, data))
 
     def finish(self) -> list[tuple[int, bytes]]:
         self.stop.set()
@@ -125,12 +137,9 @@ class Receiver(threading.Thread):
         self.sock.setblocking(False)
         while True:
             try:
-                data, ancdata, _, _ = self.sock.recvmsg(65535, 256)
+                self._take_one()
             except BlockingIOError:
                 break
-            stamp = _kernel_time_ns(ancdata)
-            assert stamp is not None
-            self.got.append((stamp, data))
         self.sock.close()
         return self.got
 
@@ -173,10 +182,9 @@ def test_udp_above_capacity_delivers_the_traces_opportunities_per_100ms(link_nam
     trace = open_trace("trace:cell-markov.down", "capacity")
     assert trace.path == str(SHIPPED_DIR / "cell-markov.down")
     cap = trace.capacity
-    spec = parse_link(f"rtt=0ms,down.rate={trace.text()},down.queue={QUEUE_PACKETS}p")
+    text = f"rtt=0ms,down.rate={trace.text()},down.queue={QUEUE_PACKETS}p"
     host = HostLoad()
-    with Link.up(link_name, spec, backend="userspace") as link:
-        clock = trace_clock(link, "down")
+    with traced_link(link_name, text, "down") as (link, clock):
         receiver = Receiver(link.client_ns, names.CLIENT_ADDR)
         receiver.start()
         before = realtime_minus_monotonic_s()
@@ -346,10 +354,8 @@ def test_a_delay_trace_moves_a_probes_one_way_delay_to_the_trace(
     (tmp_path / "leo.delay").write_text(leo_trace(model))
     trace = open_trace(f"trace:{tmp_path / 'leo.delay'}", "delay")
     curve = trace.delay
-    spec = parse_link(f"up.delay={trace.text()},down.delay=1ms")
     host = HostLoad()
-    with Link.up(link_name, spec, backend="userspace") as link:
-        clock = trace_clock(link, "up")
+    with traced_link(link_name, f"up.delay={trace.text()},down.delay=1ms", "up") as (link, clock):
         # read after the probes were sent: no other thread of this process may hold the GIL
         # between a probe's time stamp and its send
         receiver = Receiver(link.server_ns, names.SERVER_ADDR)

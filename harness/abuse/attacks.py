@@ -16,7 +16,7 @@ import socket
 import ssl
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import h2.config
@@ -103,6 +103,17 @@ def _tls_or_pause(target: Target) -> ssl.SSLSocket | None:
     except OSError:
         time.sleep(0.05)
         return None
+
+
+def _connections(
+    target: Target, deadline: float, more: Callable[[], bool]
+) -> Iterator[ssl.SSLSocket]:
+    """TLS connections to ``target``, one after another while ``more()`` holds and the
+    deadline is ahead (a refused attempt pauses and tries again); the caller closes each."""
+    while more() and time.monotonic() < deadline:
+        sock = _tls_or_pause(target)
+        if sock is not None:
+            yield sock
 
 
 def _h2_client() -> h2.connection.H2Connection:
@@ -199,10 +210,8 @@ def rapid_reset(target: Target, duration_s: float, streams: int) -> str:
     flags = H2_FLAG_END_STREAM | H2_FLAG_END_HEADERS
     deadline = time.monotonic() + duration_s
     sent = connections = goaways = 0
-    while sent < streams and time.monotonic() < deadline:
-        sock = _tls_or_pause(target)
-        if sock is None:
-            continue
+
+    for sock in _connections(target, deadline, lambda: sent < streams):  # noqa: B023 (read as it grows)
         connections += 1
         peer = _PeerFrames()
         stream_id = 1
@@ -552,10 +561,8 @@ def control_flood(target: Target, duration_s: float, kind: str, frames: int) -> 
     deadline = time.monotonic() + duration_s
     sent = connections = goaways = 0
     replies_bytes = 0
-    while sent < frames and time.monotonic() < deadline:
-        sock = _tls_or_pause(target)
-        if sock is None:
-            continue
+
+    for sock in _connections(target, deadline, lambda: sent < frames):  # noqa: B023 (read as it grows)
         connections += 1
         scan = _GoawayScan()
         try:

@@ -34,6 +34,7 @@ from harness.abuse.attacks import (
     H2_SETTINGS,
     IO_TIMEOUT_S,
     Target,
+    _connections,
     _frame,
     _GoawayScan,
     _read_replies,
@@ -90,10 +91,8 @@ def header_block(target: Target, duration_s: float, block_bytes: int, connection
     is quadratic in hpack, so the server must refuse it before decoding."""
     deadline = time.monotonic() + duration_s
     sent = made = goaways = 0
-    while made < connections and time.monotonic() < deadline:
-        sock = _tls_or_pause(target)
-        if sock is None:
-            continue
+
+    for sock in _connections(target, deadline, lambda: made < connections):  # noqa: B023 (read as it grows)
         made += 1
         sock.sendall(H2_PREFACE + _frame(H2_SETTINGS, 0, 0))
         sent += _send_until_closed(sock, _block_frames(block_bytes, end=True), deadline)

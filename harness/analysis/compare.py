@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
 from harness.analysis.levels import NEGLIGIBLE_GAP_S, analysable
 from tbcore.errors import SpecError
+from tbcore.plain import AsDict
 from tbcore.stats import median_difference_ci
 
 NOISE_FLOOR_S = NEGLIGIBLE_GAP_S
@@ -32,7 +32,7 @@ CAMPAIGN_INDEX = "campaign.json"
 
 
 @dataclass(frozen=True)
-class LevelComparison:
+class LevelComparison(AsDict):
     """One level of one experiment in A and in B."""
 
     experiment: str
@@ -48,9 +48,6 @@ class LevelComparison:
     ci_high_s: float
     moved: str
     """``slower`` / ``faster`` (beyond the noise), ``no``, or why it cannot be said."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def moved(difference_s: float, low_s: float, high_s: float, runs: tuple[int, int]) -> str:

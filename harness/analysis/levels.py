@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pandas as pd
 
 from harness.analysis.effects import paired_effect
+from tbcore.plain import AsDict
 from tbcore.stats import median_ci, quantile
 
 GAP_PARTS = ("setup", "processing", "transfer", "none")
@@ -52,7 +53,7 @@ def _median_of(runs: pd.DataFrame, column: str) -> float:
 
 
 @dataclass(frozen=True)
-class LevelSummary:
+class LevelSummary(AsDict):
     level: str
     runs: int
     """Measured runs of this level (warm-up excluded), valid or not."""
@@ -86,9 +87,6 @@ class LevelSummary:
     run's own processes (the emulator, the peer stack on the same cores)."""
     endpoint_cpu_s: float = math.nan
     """CPU: the endpoints: median CPU seconds client and server computed in the request."""
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def _num(series: pd.Series) -> pd.Series:
@@ -270,7 +268,7 @@ def level_summary(
 
 
 @dataclass(frozen=True)
-class Effect:
+class Effect(AsDict):
     level: str
     baseline: str
     pairs: int
@@ -284,9 +282,6 @@ class Effect:
     order_s: float
     """Second-position minus first-position effect, from the paired differences of blocks
     with each order; NaN when every block has the same order (not separable)."""
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
 
 def effects(frame: pd.DataFrame, baselines: Mapping[str, str], *, seed: int = 0) -> list[Effect]:

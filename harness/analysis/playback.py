@@ -57,18 +57,26 @@ class ChunkTimes:
 def predicted_arrivals(
     chunks: int,
     *,
-    down_rate_bps: float | None,
     down_delay_s: float,
     up_delay_s: float,
     overhead_bytes: int,
+    down_rate_bps: float | None = None,
+    down: Bottleneck | None = None,
     chunk_s: float = STREAM_CHUNK_DURATION_S,
     processing_s: float = STREAM_CHUNK_PROCESSING_S,
 ) -> list[float]:
     """Section 2 from the link alone: the request reaches the server after ``up_delay_s``;
     chunk ``i`` is ready at ``i * tau``, processed in ``processing_s``, sent in
     ``(960 + overhead) * 8 / rate`` and arrives ``down_delay_s`` later (seconds from the
-    request start)."""
-    send_s = (STREAM_CHUNK_BYTES + overhead_bytes) * 8 / down_rate_bps if down_rate_bps else 0.0
+    request start). ``down``: the downlink's bottleneck when it follows a capacity trace
+    (harness.bounds.bottleneck, at the position it had at the request's start), used instead
+    of ``down_rate_bps``: a chunk then leaves when the trace's opportunities have carried it
+    after the chunks before it."""
+    size = STREAM_CHUNK_BYTES + overhead_bytes
+    if down is not None:
+        ready_s = [up_delay_s + i * chunk_s for i in range(chunks)]
+        return _through(down, size, ready_s, processing_s, down_delay_s)
+    send_s = size * 8 / down_rate_bps if down_rate_bps else 0.0
     arrivals = bounds.pipeline(
         [i * chunk_s for i in range(chunks)],
         [processing_s] * chunks,
@@ -78,26 +86,15 @@ def predicted_arrivals(
     return [up_delay_s + r for r in arrivals]
 
 
-def predicted_arrivals_through(
-    chunks: int,
-    *,
-    down: Bottleneck,
-    down_delay_s: float,
-    up_delay_s: float,
-    overhead_bytes: int,
-    chunk_s: float = STREAM_CHUNK_DURATION_S,
-    processing_s: float = STREAM_CHUNK_PROCESSING_S,
+def _through(
+    down: Bottleneck, size: int, ready_s: list[float], processing_s: float, down_delay_s: float
 ) -> list[float]:
-    """Section 2 with the downlink's bottleneck instead of a fixed rate (harness.bounds
-    .bottleneck: a capacity trace at the position it had at the request's start): chunk
-    ``i`` is ready at ``up_delay + i * tau``, processed in ``processing_s``, then leaves when
-    the trace's opportunities have carried it after the chunks before it, and arrives
-    ``down_delay_s`` later (seconds from the request start)."""
-    size = STREAM_CHUNK_BYTES + overhead_bytes
+    """:func:`predicted_arrivals` through a trace's bottleneck: chunks ready at ``ready_s``
+    (at the server), processed one after another, then carried by ``down``."""
     arrivals = []
     processed = 0.0
-    for index in range(chunks):
-        processed = max(up_delay_s + index * chunk_s, processed) + processing_s
+    for ready in ready_s:
+        processed = max(ready, processed) + processing_s
         arrivals.append(down.serve(size, processed) + down_delay_s)
     return arrivals
 

@@ -46,40 +46,19 @@ from harness.bounds.base import (  # noqa: F401
     TCP_MSS_BYTES,
     TLS13_TCP_SETUP_RTTS,
 )
-from harness.bounds.examples import (  # noqa: F401
-    AUDIO_BYTES,
-    MBIT,
-    WorkedExample,
-    worked_examples,
-)
+from harness.bounds.examples import AUDIO_BYTES, MBIT, WorkedExample, worked_examples  # noqa: F401
 from harness.bounds.fec import (  # noqa: F401
     FecBound,
     fec_repair_symbols,
     fec_request_time,
     fec_success_probability,
 )
-from harness.bounds.mathis import (  # noqa: F401
-    mathis_throughput_bps,
-)
-from harness.bounds.onlink import (  # noqa: F401
-    RequestArgs,
-    request_time_for_link,
-)
-from harness.bounds.overhead import (  # noqa: F401
-    wire_bytes,
-)
-from harness.bounds.pipeline import (  # noqa: F401
-    pipeline,
-)
-from harness.bounds.playback import (  # noqa: F401
-    Playback,
-    buffer_depletion_s,
-    playback,
-)
-from harness.bounds.relay import (  # noqa: F401
-    RelayBound,
-    relay_request_time,
-)
+from harness.bounds.mathis import mathis_throughput_bps  # noqa: F401
+from harness.bounds.onlink import RequestArgs, request_time_for_link  # noqa: F401
+from harness.bounds.overhead import wire_bytes  # noqa: F401
+from harness.bounds.pipeline import pipeline  # noqa: F401
+from harness.bounds.playback import Playback, buffer_depletion_s, playback  # noqa: F401
+from harness.bounds.relay import RelayBound, relay_request_time  # noqa: F401
 from harness.bounds.request import (  # noqa: F401
     DirectionRounds,
     Parts,
@@ -87,20 +66,10 @@ from harness.bounds.request import (  # noqa: F401
     direction_rounds,
     request_time,
 )
-from harness.bounds.retransmission import (  # noqa: F401
-    retransmission_rounds,
-    retransmission_time_s,
-)
-from harness.bounds.serial import (  # noqa: F401
-    serial_time,
-)
-from harness.bounds.setup import (  # noqa: F401
-    setup_rtts,
-    setup_time_s,
-)
-from harness.bounds.slowstart import (  # noqa: F401
-    slow_start_rounds,
-)
+from harness.bounds.retransmission import retransmission_rounds, retransmission_time_s  # noqa: F401
+from harness.bounds.serial import serial_time  # noqa: F401
+from harness.bounds.setup import setup_rtts, setup_time_s  # noqa: F401
+from harness.bounds.slowstart import slow_start_rounds  # noqa: F401
 from harness.bounds.trace import (  # noqa: F401
     TraceRequestBound,
     direction_bottleneck,
@@ -114,7 +83,4 @@ from harness.bounds.twopaths import (  # noqa: F401
     split_fractions,
     split_time_s,
 )
-from harness.bounds.window import (  # noqa: F401
-    bdp_bytes,
-    window_throughput_bps,
-)
+from harness.bounds.window import bdp_bytes, window_throughput_bps  # noqa: F401

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from harness.bounds.base import BITS_PER_BYTE, INITCWND_SEGMENTS, _count, _non_negative, _positive
 from harness.bounds.request import RequestBound, request_time
 from harness.bounds.trace import trace_request_time
 from tbcore.errors import SpecError
+from tbcore.plain import AsDict
 
 
 @dataclass(frozen=True)
-class AgentBound:
+class AgentBound(AsDict):
     """The lower bound of an agent task: ``rounds`` serial rounds, each local work + encode
     + one request (section 1: upload, RTT, model, reply) with set-up (section 4) and slow
     start (section 6) on every new connection, plus, after an outage, the outage itself, the
@@ -47,9 +48,6 @@ class AgentBound:
         parts = [done * self.round_s, self.later_rounds * self.later_round_s]
         parts += [self.setup_s, self.feedback_s, self.outage_s]
         object.__setattr__(self, "total_s", math.fsum(parts) - self.stored_model_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def agent_round_time(common: dict[str, Any], connection: str) -> RequestBound:
@@ -211,7 +209,7 @@ def agent_break_even_rounds(rounds: int, raw_round_s: float, compressed_round_s:
 
 
 @dataclass(frozen=True)
-class AgentTraceBound:
+class AgentTraceBound(AsDict):
     """The lower bound of an agent task on a traced path: the rounds one after the other, each
     round's request through the same bottlenecks (harness.bounds.trace), so that every
     round's upload meets the rates the trace offers when it can start. With ``b_i`` the rate
@@ -232,9 +230,6 @@ class AgentTraceBound:
     """Each round's upload: first byte offered to its last byte out of the uplink."""
     offered_bps: tuple[float, ...]
     """The rate the uplink offered during each round's upload (``b_i``)."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def agent_task_on_trace(

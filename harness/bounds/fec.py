@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tbcore import fecmath
 from tbcore.stats import binomial_cdf
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
 from harness.bounds.base import BITS_PER_BYTE, _count, _loss, _non_negative, _open_unit, _positive
 from harness.bounds.setup import setup_rtts
+from tbcore.plain import AsDict
 
 
 def fec_success_probability(data_symbols: int, repair_symbols: int, loss: float) -> float:
@@ -41,7 +42,7 @@ def fec_repair_symbols(data_symbols: int, loss: float, target: float = 0.999) ->
 
 
 @dataclass(frozen=True)
-class FecBound:
+class FecBound(AsDict):
     """Section 10: a FEC request's bound, by part: set-up, then every source and repair
     symbol of both directions at the path rate, one round trip of propagation and the
     processing; no retransmission round."""
@@ -56,9 +57,6 @@ class FecBound:
     def __post_init__(self) -> None:
         total = math.fsum((self.setup_s, self.serialisation_s, self.propagation_s))
         object.__setattr__(self, "total_s", total + self.processing_s)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def fec_request_time(

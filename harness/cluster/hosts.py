@@ -11,12 +11,13 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import __version__
 from harness.run.environment import host_label
+from tbcore.plain import AsDict
 
 TUN_DEVICE = Path("/dev/net/tun")
 """The emulator's packet path (netem.emulator): Linux's tuntap.txt, 'the /dev/net/tun
@@ -29,7 +30,7 @@ OWN_CHECKS = ("root:", "tun_device:")
 
 
 @dataclass(frozen=True)
-class HostFingerprint:
+class HostFingerprint(AsDict):
     """A host as the manifest records it: what could make its runs differ from another's."""
 
     host: str
@@ -42,9 +43,6 @@ class HostFingerprint:
     """The link backend the host would use (netem.doctor), None when it has none."""
     problems: list[str] = field(default_factory=list)
     """Why the host cannot run the testbed (empty: it can), one line each."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def cpu_model(cpuinfo: str) -> str:

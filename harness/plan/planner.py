@@ -21,14 +21,15 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from harness.spec.experiment import ORDERS, ExperimentSpec
 from tbcore.errors import SpecError
+from tbcore.plain import AsDict
 
 
 @dataclass(frozen=True)
-class PlannedRun:
+class PlannedRun(AsDict):
     run_id: str
     """Stable name of the run: ``0007-h2-new-r3`` (sequence, level, repetition)."""
     seq: int
@@ -46,9 +47,6 @@ class PlannedRun:
     a block see the same loss pattern."""
     attempt: int = 1
     """1 for the planned run; 2, 3, ... for the re-runs of an invalid one."""
-
-    def to_dict(self) -> dict[str, object]:
-        return asdict(self)
 
     @property
     def planned_id(self) -> str:

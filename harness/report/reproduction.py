@@ -26,7 +26,7 @@ import json
 import math
 import os
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from harness.report.verdict import (
 )
 from harness.store.resultdir import atomic_write_text, read_json_object
 from tbcore.errors import SpecError
+from tbcore.plain import AsDict
 
 COLUMNS = ("id", "section", "finding", "chapter", "bound", "measured", "verdict")
 """The report's columns, in order (the names checks use)."""
@@ -65,7 +66,7 @@ KINDS = VERDICTS
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(AsDict):
     id: str
     section: str
     kind: str
@@ -93,9 +94,6 @@ class Row:
             "finding": self.finding, "chapter": self.chapter, "measured": self.measured,
             "bound": self.bound,
         }  # fmt: skip
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _finite(value: Any) -> Any:

@@ -139,7 +139,7 @@ def _playback(
         traced = link.down.rate_trace is not None
         if traced:
             where = (positions or {}).get(request_id, {}).get("down")
-            predicted = playback.predicted_arrivals_through(
+            predicted = playback.predicted_arrivals(
                 len(times),
                 down=bounds.direction_bottleneck(link.down, where),
                 down_delay_s=link.down.min_delay_s,

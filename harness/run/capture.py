@@ -16,7 +16,7 @@ mode ran, why, and what was written.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from harness.store.files import KEY_LOG_FILE
 from netem import pcapng
 from netem.capture import snaplen_of
 from tbcore import kinds
+from tbcore.plain import AsDict
 from tbcore.settings import Settings
 
 FULL_CAPTURE_MAX_BYTES = 32 * 2**20
@@ -38,7 +39,7 @@ ENDS = ("client", "server")
 
 
 @dataclass(frozen=True)
-class CapturePlan:
+class CapturePlan(AsDict):
     """What a run captures, decided before it starts."""
 
     requested: str
@@ -49,9 +50,6 @@ class CapturePlan:
     run_bytes: int
     """The run's application bytes as planned (both directions, every exchange)."""
     reason: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def exchanges(settings: Settings) -> int:

@@ -114,7 +114,36 @@ def run_processes(
     error: str | None = None
     procs = RunProcesses()
     try:
-        error = _run(env, planned, level, path, run_dir, watch, procs)
+        settings = level.settings
+        link = env.paths.link_for(level)
+        clocks = prepare_link(env, link, settings, path)
+        shape = topology_run(path.kind)
+        port = env.port_base + planned.seq % PORT_SPAN
+        link_spec = path.link_spec
+        target = shape.target(link, settings, port)
+        s_argv = server_argv(settings, link_spec, bind=link.server_addr, port=port, run_dir=run_dir)
+        c_argv = client_argv(
+            settings, link_spec, host=target.host, port=target.port, run_dir=run_dir
+        )
+        c_argv += list(target.client_args)
+        context = write_run_file(
+            env,
+            link,
+            planned,
+            settings,
+            path,
+            run_dir,
+            (s_argv, c_argv),
+            {"port": port, "traces": clocks},
+        )
+        procs.server = env.paths.start_server(link, s_argv, run_dir)
+        with watch, shape.middle(link, settings, run_dir, port):
+            watch.watch("server", procs.server.pid)
+            for pid in env.paths.emulator_pids(link):
+                watch.watch("emulator", pid)
+            error = _client_run(
+                env, link, settings, context, path, run_dir, c_argv, watch, procs, planned.seq
+            )
     except Exception as err:  # a run that fails is recorded, never dropped
         error = f"harness: {type(err).__name__}: {err}".replace("\n", " ")[:ERROR_CHARS]
         (run_dir / "harness_error.txt").write_text(traceback.format_exc())
@@ -129,46 +158,6 @@ def run_processes(
         if procs.progress is not None:
             procs.progress.finish(run_dir)
     return error
-
-
-def _run(
-    env: RunEnvironment,
-    planned: PlannedRun,
-    level: Level,
-    path: Topology,
-    run_dir: Path,
-    watch: Any,
-    procs: RunProcesses,
-) -> str | None:
-    """The body of :func:`run_processes`; the processes it starts go into ``procs``."""
-    settings = level.settings
-    link = env.paths.link_for(level)
-    clocks = prepare_link(env, link, settings, path)
-    shape = topology_run(path.kind)
-    port = env.port_base + planned.seq % PORT_SPAN
-    link_spec = path.link_spec
-    target = shape.target(link, settings, port)
-    s_argv = server_argv(settings, link_spec, bind=link.server_addr, port=port, run_dir=run_dir)
-    c_argv = client_argv(settings, link_spec, host=target.host, port=target.port, run_dir=run_dir)
-    c_argv += list(target.client_args)
-    context = write_run_file(
-        env,
-        link,
-        planned,
-        settings,
-        path,
-        run_dir,
-        (s_argv, c_argv),
-        {"port": port, "traces": clocks},
-    )
-    procs.server = env.paths.start_server(link, s_argv, run_dir)
-    with watch, shape.middle(link, settings, run_dir, port):
-        watch.watch("server", procs.server.pid)
-        for pid in env.paths.emulator_pids(link):
-            watch.watch("emulator", pid)
-        return _client_run(
-            env, link, settings, context, path, run_dir, c_argv, watch, procs, planned.seq
-        )
 
 
 def _client_run(

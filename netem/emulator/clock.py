@@ -18,6 +18,8 @@ import ctypes.util
 import math
 import os
 
+from tbcore.ownedfd import OwnedFd
+
 CLOCK_MONOTONIC = 1
 """linux/time.h."""
 TFD_TIMER_ABSTIME = 1
@@ -67,7 +69,7 @@ def set_thread_name(name: str) -> None:
     _check(_libc.prctl(PR_SET_NAME, buf, 0, 0, 0), "prctl")
 
 
-class Timerfd:
+class Timerfd(OwnedFd):
     """A one-shot absolute CLOCK_MONOTONIC timer that is readable once it has expired."""
 
     def __init__(self) -> None:
@@ -78,9 +80,6 @@ class Timerfd:
         self._spec_ref = ctypes.byref(self._spec)
         self.armed_at: float | None = None
         """The monotonic time the timer is armed for, or None when disarmed."""
-
-    def fileno(self) -> int:
-        return self.fd
 
     def arm_at(self, when_s: float) -> None:
         """Expire at monotonic time ``when_s`` (at once if it is already past)."""
@@ -109,14 +108,3 @@ class Timerfd:
             return int.from_bytes(os.read(self.fd, 8), "little")
         except BlockingIOError:
             return 0
-
-    def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-
-    def __enter__(self) -> Timerfd:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

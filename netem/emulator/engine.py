@@ -309,10 +309,16 @@ class Engine:
         return {"offset_ns": offset_ns, "snaplen": snaplen}
 
     def cmd_capture_stop(self, request: dict[str, Any]) -> dict[str, Any]:
-        if self.capture_dir is None:
-            raise SpecError("cmd", "capture_stop without capture_start")
-        directory, self.capture_dir = self.capture_dir, None
+        directory = self._stop_dir("capture_dir", "capture")
         return {n: p.capture_stop(directory) for n, p in self.pumps.items()}
+
+    def _stop_dir(self, attr: str, what: str) -> Path:
+        """The folder of the running ``what`` (capture or packet_log), which stops with it."""
+        directory = getattr(self, attr)
+        if directory is None:
+            raise SpecError("cmd", f"{what}_stop without {what}_start")
+        setattr(self, attr, None)
+        return directory
 
     def cmd_packet_log_start(self, request: dict[str, Any]) -> dict[str, Any]:
         if self.log_dir is not None:
@@ -323,9 +329,7 @@ class Engine:
         return {}
 
     def cmd_packet_log_stop(self, request: dict[str, Any]) -> dict[str, Any]:
-        if self.log_dir is None:
-            raise SpecError("cmd", "packet_log_stop without packet_log_start")
-        directory, self.log_dir = self.log_dir, None
+        directory = self._stop_dir("log_dir", "packet_log")
         return {n: p.log_stop(directory) for n, p in self.pumps.items()}
 
     def cmd_event(self, request: dict[str, Any]) -> dict[str, Any]:

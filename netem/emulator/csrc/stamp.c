@@ -58,6 +58,12 @@ static long sys_bpf(int cmd, union bpf_attr *attr)
     return syscall(__NR_bpf, cmd, attr, sizeof(*attr));
 }
 
+/* Six instructions: skb_load_bytes(skb in r6, offset, r10 + slot, 4), four bytes of the
+ * packet at ``offset`` onto the stack (zero stays there when the packet is shorter). */
+#define LOAD_WORD(offset, slot)                                                  \
+    MOV_REG(R1, R6), MOV_IMM(R2, (offset)), MOV_REG(R3, R10), ADD_IMM(R3, (slot)), \
+        MOV_IMM(R4, 4), CALL(BPF_FUNC_skb_load_bytes)
+
 static int load_program(int map_fd, char *log, size_t log_bytes)
 {
     enum { R0, R1, R2, R3, R4, R5, R6, R7, R8, R9, R10 };
@@ -65,18 +71,8 @@ static int load_program(int map_fd, char *log, size_t log_bytes)
     struct bpf_insn prog[] = {
         MOV_REG(R6, R1),                       /* 0: the skb */
         ST_MEM(BPF_DW, R10, -8, 0),            /* 1: two words, zero unless loaded */
-        MOV_REG(R1, R6),                       /* 2 */
-        MOV_IMM(R2, FP_OFFSET_A),              /* 3 */
-        MOV_REG(R3, R10),                      /* 4 */
-        ADD_IMM(R3, -8),                       /* 5 */
-        MOV_IMM(R4, 4),                        /* 6 */
-        CALL(BPF_FUNC_skb_load_bytes),         /* 7 */
-        MOV_REG(R1, R6),                       /* 8 */
-        MOV_IMM(R2, FP_OFFSET_B),              /* 9 */
-        MOV_REG(R3, R10),                      /* 10 */
-        ADD_IMM(R3, -4),                       /* 11 */
-        MOV_IMM(R4, 4),                        /* 12 */
-        CALL(BPF_FUNC_skb_load_bytes),         /* 13 */
+        LOAD_WORD(FP_OFFSET_A, -8),            /* 2-7 */
+        LOAD_WORD(FP_OFFSET_B, -4),            /* 8-13 */
         ST_MEM(BPF_W, R10, -12, 0),            /* 14: key 0, the count */
         LD_MAP_FD(R1, map_fd),                 /* 15, 16 */
         MOV_REG(R2, R10),                      /* 17 */
