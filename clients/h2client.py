@@ -46,13 +46,19 @@ class _Pending:
 
 class H2ClientProtocol(asyncio.Protocol):
     def __init__(
-        self, window_bytes: int, quickack: bool, window_clamp_bytes: int | None = None
+        self,
+        window_bytes: int,
+        quickack: bool,
+        window_clamp_bytes: int | None = None,
+        ack_policy: str = "default",
     ) -> None:
         self.h2 = h2.connection.H2Connection(
             h2.config.H2Configuration(client_side=True, header_encoding=None)
         )
         self.window_bytes = window_bytes
         self.quickack = quickack
+        self.ack_policy = ack_policy
+        """The receiver's ACK policy over TCP (default or immediate: tbcore.ackpolicy)."""
         self.window_clamp_bytes = window_clamp_bytes
         self.transport: asyncio.Transport | None = None
         self.sock: Any = None
@@ -196,7 +202,11 @@ class H2Client:
         connection window (its SETTINGS take effect only once acknowledged)."""
         proto = self.protocol
         return {
-            "tcp": {**read_tcp_options(proto.sock), "quickack": proto.quickack},
+            "tcp": {
+                **read_tcp_options(proto.sock),
+                "quickack": proto.quickack,
+                "ack_policy": proto.ack_policy,
+            },
             "h2": {"h2_window": proto.h2.inbound_flow_control_window},
         }
 
@@ -304,8 +314,9 @@ async def open_connection(
             transport, protocol = await loop.create_connection(
                 lambda: H2ClientProtocol(
                     config.settings.h2_window_bytes,
-                    config.settings.quickack,
+                    config.settings.quickack_socket,
                     config.settings.window_clamp_bytes,
+                    config.settings.ack_policy,
                 ),
                 sock=sock,
                 ssl=tls,

@@ -281,7 +281,11 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         settings = self.ctx.config.settings
         applied, conn = self.ctx.applied, self.conn_id
         if self.sock is not None:
-            tcp = {**read_tcp_options(self.sock), "quickack": settings.quickack}
+            tcp = {
+                **read_tcp_options(self.sock),
+                "quickack": settings.quickack_socket,
+                "ack_policy": settings.ack_policy,
+            }
             applied.write("tcp", tcp, conn)
         applied.write("h2", {"h2_window": self.h2.inbound_flow_control_window}, conn)
         gated = settings.send_policy != POLICY_NONE  # the pump's gate (_run_pump)
@@ -290,7 +294,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         now = time.monotonic()
         self._last_activity = now
-        if self.ctx.config.settings.quickack and self.sock is not None:
+        if self.ctx.config.settings.quickack_socket and self.sock is not None:
             rearm_quickack(self.sock)
         hold_window_clamp(self.sock, self.ctx.config.settings.window_clamp_bytes)
         if self._abuse is not None or self._closed:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tbcore import agent, fecmath, quicstack, workloads
+from tbcore.ackpolicy import KINDS as ACK_POLICY_KINDS
 from tbcore.errors import SpecError
 from tbcore.registry import Registry
 from tbcore.routes import HttpRoute
@@ -82,6 +83,11 @@ class ProtocolKind:
     stack_of: Callable[[Any], str | None] = lambda s: None
     """The implementation that carries it, from the settings (``quic_stack`` for h3); None:
     it has one only (runs.csv's ``quic_stack`` column stays empty)."""
+    ack_policies: tuple[str, ...] = ()
+    """The ``ack_policy`` kinds its receivers can give (tbcore.ackpolicy names: default,
+    immediate, every...); empty: the knob does not apply to it."""
+    ack_note: str = ""
+    """Why the other ACK policies are refused (the one-line reason)."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +219,10 @@ register_protocol(
         connection_note="Python's ssl has no TLS 1.3 early data (use resume for h2)",
         chunk_overhead_bytes=H2_CHUNK_OVERHEAD_BYTES,
         upload_mode=lambda s: s.multipath,
+        ack_policies=("default", "immediate"),
+        ack_note="Linux TCP acknowledges by its own delayed-ACK rules (an ACK for at least "
+        "every second full segment when the window moves, quickack mode, a 40-200 ms timer); "
+        "a socket can ask for one ACK per segment (immediate), not for every N or a delay",
     )
 )
 register_protocol(
@@ -232,6 +242,7 @@ register_protocol(
         connections=("new", "reused", "0rtt"),
         chunk_overhead_bytes=H3_CHUNK_OVERHEAD_BYTES,
         upload_mode=lambda s: MIGRATE,
+        ack_policies=ACK_POLICY_KINDS,
     )
 )
 

@@ -14,14 +14,20 @@ from typing import Any
 
 from tbcore.records import REQUIRED, SCHEMA_KEY, Record, RecordError, col, record
 
+RENAMED = {"air_busy_ack_s": "air_time_ack_s", "air_busy_data_s": "air_time_data_s"}
+"""Columns of older versions by their new names (version 6)."""
 
-@record("run", 5)
+
+@record("run", 6)
 class RunRow(Record):
     """One run (one client process) of an experiment, valid or not.
 
-    Version 5 added ``host`` (harness.cluster) and ``lock_wait_s``. A row of an older version
-    (``run/1`` to ``run/4``) is read with the columns it predates as None (its testbed did not
-    measure them); a column it has that this version does not know is still refused."""
+    Version 5 added ``host`` (harness.cluster) and ``lock_wait_s``; version 6 the ACK
+    policy's columns (``acks_per_packet``, ``ack_delay_p50_s``, ``ack_delay_p99_s``,
+    ``wire_bytes_data``, ``wire_bytes_ack``) and named the medium's time by kind
+    ``air_time_*`` (:data:`RENAMED`). A row of an older version (``run/1`` to ``run/5``) is
+    read with the columns it predates as None (its testbed did not measure them); a column
+    it has that this version does not know is still refused."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "") -> RunRow:
@@ -29,6 +35,7 @@ class RunRow(Record):
         prefix = f"{cls.SCHEMA}/"
         older = tag.removeprefix(prefix)
         if tag.startswith(prefix) and older.isdigit() and 0 < int(older) < cls.VERSION:
+            data = {RENAMED.get(k, k): v for k, v in data.items()}
             upgraded = {name: data.get(name) for name in cls.field_names()}
             unknown = [k for k in data if k != SCHEMA_KEY and k not in upgraded]
             if unknown:
@@ -166,6 +173,36 @@ class RunRow(Record):
     measured_rtt_s: float | None = col(
         doc="Handshake RTT from the capture (h2) or qlog min_rtt (h3).", unit="s"
     )
+    # --- the data receiver's ACK policy as it acted (harness.collect.feedback; issue 38)
+    acks_per_packet: float | None = col(
+        doc="ACKs sent per data packet received in the request, both directions' receivers "
+        "(QUIC: packets carrying an ACK per ack-eliciting packet, from each end's qlog; TCP: "
+        "pure ACKs per data segment, from the capture at each end).",
+    )
+    ack_delay_p50_s: float | None = col(
+        doc="Median wait of an ACK at the receiver: sent minus the arrival of the packet it "
+        "newly acknowledges as largest.",
+        unit="s",
+    )
+    ack_delay_p99_s: float | None = col(doc="p99 of that wait.", unit="s")
+    wire_bytes_data: int | None = col(
+        doc="IP bytes of the data packets received in the request, both directions.",
+        unit="bytes",
+    )
+    wire_bytes_ack: int | None = col(
+        doc="IP bytes of the ACK-only packets the receivers sent back.", unit="bytes"
+    )
+    data_packets: int | None = col(
+        doc="Data packets received in the request, both directions (what acks_per_packet "
+        "and wire_bytes_data count)."
+    )
+    ack_only_packets: int | None = col(
+        doc="ACK-only packets the receivers sent for them (what wire_bytes_ack counts)."
+    )
+    ack_frequency_frames: int | None = col(
+        doc="ACK_FREQUENCY frames the receivers followed (ack_policy ack-frequency: how "
+        "often the data sender changed their ACK rate).",
+    )
     # --- the link over the run
     realised_loss_up: float | None = col(doc="Packets the emulator dropped for loss, up.")
     realised_loss_down: float | None = col(doc="Packets the emulator dropped for loss, down.")
@@ -183,8 +220,8 @@ class RunRow(Record):
         unit="s",
     )
     air_frames: int | None = col(group="air", doc="Frames the medium carried, both directions.")
-    air_busy_data_s: float | None = col(group="air", doc="Medium time of data frames.", unit="s")
-    air_busy_ack_s: float | None = col(
+    air_time_data_s: float | None = col(group="air", doc="Medium time of data frames.", unit="s")
+    air_time_ack_s: float | None = col(
         group="air",
         doc="Medium time of ACK-only frames (TCP without payload; non-TCP <= 128 IP bytes).",
         unit="s",

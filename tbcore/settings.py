@@ -539,12 +539,13 @@ knob("quic_ack_delay", "quic_ack_delay_s", kind="duration", default=None, unit="
      "own: aioquic's only ACK-frequency knob, at most its max_ack_delay. None: 1 ms.",
      scope=Scope(protocols=("quic",)))  # fmt: skip
 knob("ack_policy", kind="ack_policy", default="default", unit="", applies="both",
-     how="the QUIC receiver's ACK policy (tbcore.ackpolicy)",
-     doc="When a QUIC receiver acknowledges: default (aioquic's rule: quic_ack_delay after "
-     "the first unacknowledged packet), immediate (one ACK per ack-eliciting packet) or "
-     "every:N,max:T (after N such packets or T after the first, whichever first; a packet "
-     "out of order at once). On TCP: route_quickack for one ACK per segment.",
-     scope=Scope(protocols=("quic",)))  # fmt: skip
+     how="the receiver's ACK policy (tbcore.ackpolicy)",
+     doc="When a receiver acknowledges: default (the stack's own rule), immediate (one ACK "
+     "per ack-eliciting packet; TCP: the quickack route metric and TCP_QUICKACK after each "
+     "read) or, on QUIC only, every:N,max:T (after N such packets or T after the first, "
+     "whichever first; a packet out of order at once). Over TCP the others are refused: "
+     "Linux has no such control.",
+     scope=Scope(protocols=("quic", "tcp")))  # fmt: skip
 knob("quic_batching", kind="bool", default=True, unit="", applies="both",
      how="QUIC: runs of datagrams as UDP GSO segments, one transmit per batch read",
      doc="false: aioquic's one sendto and one transmit per datagram (bench stacks).",
@@ -697,12 +698,34 @@ class _SettingsBase:
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
         quicstack.check(s, has_stacks=kind.stack_of(s) is not None, routes=kinds.ngtcp2_routes())
+        policy = ackpolicy.parse_ack_policy("ack_policy", s.ack_policy)
+        if kind.ack_policies and policy.name not in kind.ack_policies:
+            raise SpecError("ack_policy", f"{s.ack_policy} over {s.protocol}: {kind.ack_note}")
 
     @property
     def quic_control(self) -> str:
         """QUIC's congestion control: ``quic_cc`` when given, else ``cc`` (one name for both
         stacks)."""
         return self.quic_cc or self.cc  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def acks_each_segment(self) -> bool:
+        """TCP: one ACK per segment asked of Linux at both ends (``ack_policy = "immediate"``
+        over TCP): the quickack route metric and TCP_QUICKACK after each read."""
+        s: Any = self
+        return s.ack_policy == "immediate" and kinds.protocol(s.protocol).transport == "tcp"
+
+    @property
+    def quickack_route(self) -> bool:
+        """The quickack route metric in both namespaces: ``route_quickack`` or the policy."""
+        s: Any = self
+        return bool(s.route_quickack) or self.acks_each_segment
+
+    @property
+    def quickack_socket(self) -> bool:
+        """TCP_QUICKACK set again after each read: ``quickack`` or the policy."""
+        s: Any = self
+        return bool(s.quickack) or self.acks_each_segment
 
     @property
     def stream_list(self) -> tuple[str, ...]:

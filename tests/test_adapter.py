@@ -147,6 +147,17 @@ EXPECTED: dict[tuple[str, str], Callable[[Any], bool]] = {
         "delivery", "stream"
     ),
     ("quic.connection.QuicConnection", "_write_connection_limits"): method_with("builder", "space"),
+    ("quic.connection.QuicConnection", "_serialize_transport_parameters"): method_with(),
+    ("quic.connection.QuicConnection", "_parse_transport_parameters"): method_with(
+        "data", "from_session_ticket"
+    ),
+    ("quic.connection.QuicConnection", "_QuicConnection__frame_handlers"): lambda v: (
+        isinstance(v, dict) and all(isinstance(h, tuple) and len(h) == 2 for h in v.values())
+    ),
+    ("quic.connection.QuicConnection", "_handshake_complete"): kind(bool),
+    ("quic.connection.QuicConnection", "_write_ping_frame"): method_with(
+        "builder", "uids", "comment"
+    ),
     ("quic.connection.QuicConnection", "_write_stream_limits"): method_with(
         "builder", "space", "stream"
     ),
@@ -587,3 +598,50 @@ def test_an_ack_policy_takes_the_one_rtt_acks_and_reads_back(tmp_path: Path) -> 
     assert server.ack_scheduler.acks_sent == 1 and space.ack_at is None
     adapter.set_ack_policy(server, parse_ack_policy("ack_policy", "default"))
     assert server.ack_scheduler is None
+
+
+def test_ack_frequency_is_negotiated_and_its_frames_go_both_ways(tmp_path: Path) -> None:
+    """Both ends with ack-frequency: each sees the other's min_ack_delay (_transport_parameter
+    reads it from the list aioquic skips), the data sender sends ACK_FREQUENCY (qlog'd as
+    _ack_frequency_qlog writes it) and the receiver follows it (_AckFrequency counts)."""
+    policy = parse_ack_policy("ack_policy", "ack-frequency")
+    client, server = pair(tmp_path)
+    adapter.set_ack_policy(client, policy)
+    adapter.set_ack_policy(server, policy)
+    client.connect(SERVER_ADDR, now=0.0)
+    now = 0.0
+    for _ in range(10):
+        now = step(client, server, now)
+    stream_id = client.get_next_available_stream_id()
+    client.send_stream_data(stream_id, b"u" * 200_000, end_stream=True)
+    for _ in range(40):
+        now = step(client, server, now)
+    sent, got = adapter.ack_frequency_counts(client), adapter.ack_frequency_counts(server)
+    assert isinstance(client.frequency, adapter._AckFrequency)
+    assert sent is not None and got is not None
+    assert sent["peer_min_ack_delay_s"] == got["peer_min_ack_delay_s"] == 0.001
+    assert sent["frames_sent"] >= 1 and got["frames_received"] >= 1
+    assert got["following"].startswith("every:")
+    assert adapter.ack_frequency_counts(pair(tmp_path)[0]) is None
+    frame = adapter._ack_frequency_qlog(3, 1, 10_000, 1)
+    assert frame["frame_type"] == "ack_frequency" and frame["request_max_ack_delay"] == 10_000
+    data = bytes([0x0B, 0x01, 0x19, 0xC0, 0, 0, 0, 0xFF, 0x04, 0xDE, 0x1B, 0x02, 0x43, 0xE8])
+    assert adapter._transport_parameter(data, adapter.TP_MIN_ACK_DELAY) == 1000
+    assert adapter._transport_parameter(data[:5], adapter.TP_MIN_ACK_DELAY) is None
+
+
+def test_an_ack_frequency_peer_without_the_parameter_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    client, server = pair(tmp_path)
+    adapter.set_ack_policy(client, parse_ack_policy("ack_policy", "ack-frequency"))
+    client.connect(SERVER_ADDR, now=0.0)
+    now = 0.0
+    for _ in range(10):
+        now = step(client, server, now)
+    server.handle_timer(now=now + 5.0)  # the end of its draining period: the event
+    closed = [
+        e for e in iter(server.next_event, None) if isinstance(e, events.ConnectionTerminated)
+    ]
+    assert closed and "did not negotiate" in closed[0].reason_phrase
+    assert "\n" not in closed[0].reason_phrase

@@ -45,9 +45,9 @@ def test_columns_split_by_kind_and_direction() -> None:
     assert row["air_frames"] == 1502
     assert (row["air_frames_data"], row["air_frames_ack"]) == (1002, 500)
     assert (row["air_frames_up"], row["air_frames_down"]) == (1000, 502)
-    assert row["air_busy_ack_s"] == pytest.approx(500 * 130e-6)
-    assert row["air_busy_data_s"] == pytest.approx(1000 * 342e-6 + 2 * 182e-6)
-    assert row["air_busy_s"] == pytest.approx(row["air_busy_data_s"] + row["air_busy_ack_s"])
+    assert row["air_time_ack_s"] == pytest.approx(500 * 130e-6)
+    assert row["air_time_data_s"] == pytest.approx(1000 * 342e-6 + 2 * 182e-6)
+    assert row["air_busy_s"] == pytest.approx(row["air_time_data_s"] + row["air_time_ack_s"])
     assert doc.by_kind["down.ack"]["frames"] == 500
     assert doc.wait_s == {"up": 0.005, "down": 0.001}
     assert AirRecord.from_dict(doc.to_dict()) == doc
@@ -59,7 +59,7 @@ def test_model_matches_the_medium_when_sizes_are_uniform() -> None:
     assert row["air_model_error"] == pytest.approx(0.0, abs=1e-12)
     assert row["air_bound_busy_s"] == pytest.approx(row["air_busy_s"])
     # processing and RTT cannot overlap the data exchanges
-    assert row["air_bound_s"] == pytest.approx(row["air_busy_data_s"] + 0.31)
+    assert row["air_bound_s"] == pytest.approx(row["air_time_data_s"] + 0.31)
     assert doc.bound["total_s"] == row["air_bound_s"]
 
 
@@ -112,7 +112,7 @@ def test_air_columns_from_the_runs_link_stats(tmp_path: Path) -> None:
     settings = Settings(workload="retouch")
     row = air_columns(stats_path, tmp_path / "air.json", settings, link)
     assert row["air_frames"] == 1502
-    assert row["air_bound_s"] == pytest.approx(row["air_busy_data_s"] + 0.3 + 0.01)
+    assert row["air_bound_s"] == pytest.approx(row["air_time_data_s"] + 0.3 + 0.01)
     doc = AirRecord.from_dict(json.loads((tmp_path / "air.json").read_text()))
     assert doc.busy_s == row["air_busy_s"]
     # a link without a medium: nothing, no file

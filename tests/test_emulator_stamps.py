@@ -125,7 +125,10 @@ def test_without_stamps_a_packet_is_timed_by_its_read(link_name: str, tmp_path: 
     assert counters["kernel_stamps"] == 0 and counters["read_stamps"] == counters["reads"]
     assert len(arrivals) == MARKERS
     assert all(a > before for (_, before, _), a in zip(sent, arrivals, strict=True))
-    assert sum(a > after for (_, _, after), a in zip(sent, arrivals, strict=True)) > 0.5 * MARKERS
+    # a read can come after sendto returned, which a kernel stamp never does; how many do
+    # depends on the scheduler (a sender preempted after sendto reads its clock late: 27 of
+    # 150 on a loaded host, most on a quiet one)
+    assert any(a > after for (_, _, after), a in zip(sent, arrivals, strict=True))
 
 
 SYN, ACK = 0x02, 0x10

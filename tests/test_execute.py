@@ -69,17 +69,18 @@ def test_run_sysctls_carry_slow_start_after_idle_and_the_extras() -> None:
     }
 
 
-def test_airtime_arms_carry_their_ack_knobs(tmp_path: Path) -> None:
+def test_airtime_arms_carry_their_ack_policies_to_both_ends(tmp_path: Path) -> None:
     spec = specmod.load(EXPERIMENTS / "airtime.toml")
-    fewer = spec.level("quic-5ms").settings
+    fewer = spec.level("quic-every2").settings
     link = topology_of(fewer, "test").link_spec
     for passed in settings_at_both_ends(fewer, link, tmp_path):
-        assert passed.quic_ack_delay_s == 0.005
-    default = spec.level("quic-1ms").settings
+        assert passed.ack_policy == "every:2,max:10ms"
+    default = spec.level("tcp-delayed").settings
     argv = client_argv(default, link, host=SERVER_ADDRESS, port=PORT, run_dir=tmp_path)
-    assert settings_passed(argv).quic_ack_delay_s is None
-    assert spec.level("tcp-quick").settings.route_quickack
-    assert not spec.level("tcp-delayed").settings.route_quickack
+    assert settings_passed(argv).ack_policy == "default"
+    assert spec.level("tcp-quick").settings.quickack_route
+    assert not spec.level("tcp-delayed").settings.quickack_route
+    assert spec.level("quic-tack").settings.max_datagram_size_bytes == 1200
     assert link.air is not None and link.air.order == "alternate"
 
 

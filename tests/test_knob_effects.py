@@ -75,7 +75,7 @@ GROUPS: dict[str, dict[str, Any]] = {
     },
     "b": {
         "rcvbuf": "4mb", "max_pacing_rate": "10gbit", "quic_ack_delay": "2ms",
-        "ack_policy": "every:2,max:10ms",
+        "ack_policy": "immediate",
         "fec_target": 0.99, "cancel_after": 2, "player_buffer": "40ms", "send_policy": "rr",
         "warmup_requests": 1, "resume": True, "round_timeout": "5s",
     },

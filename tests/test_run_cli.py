@@ -288,7 +288,7 @@ CI_FORMS: dict[str, tuple[str, ...] | None] = {
     "fec": None,  # the FEC protocol
     "playback": None,  # streamed chunks, the player, its contract
     "hol": None,  # several streams on one connection
-    "airtime": None,  # the shared medium
+    "airtime": ("tcp-delayed", "quic-ack-frequency", "quic-tack"),  # the medium; ACK policies
 }
 """The shipped experiments the README's test command runs for real, each covering a kind of
 run the others do not (a record kind, a topology, a protocol, a feature), with the levels

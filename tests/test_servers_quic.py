@@ -228,7 +228,7 @@ def acks_sent_by_the_receiver(
     server_configuration.load_cert_chain(paths.cert, paths.key)
     client_configuration = make_quic_configuration(is_client=True)
     client_configuration.verify_mode = 0
-    client = make_quic_connection(client_configuration, None)
+    client = make_quic_connection(client_configuration, None, ack_policy=ack_policy)
     server = make_quic_connection(
         server_configuration,
         None,
@@ -293,6 +293,22 @@ def test_the_ack_policy_sets_the_receivers_acks_per_packet(tmp_path: Path) -> No
     assert ratios["immediate"] > 0.97
     assert 0.45 < ratios["every:2,max:10ms"] < 0.55
     assert 0.18 < ratios["every:8,max:1ms"] < 0.22
+
+
+def test_ack_frequency_and_tack_set_the_receivers_acks_from_the_sender_and_the_rtt(
+    tmp_path: Path,
+) -> None:
+    """The same transfer: under ack-frequency the sender's ACK_FREQUENCY frames take the
+    receiver from aioquic's 1 ms timer to one ACK per N as its window grows (fewer ACKs
+    than every:2); under tack, at an RTT below the 0.3 ms between datagrams, L = 2 rules:
+    one ACK per two."""
+    ratios = {
+        policy: server / client
+        for policy in ("ack-frequency", "tack")
+        for client, server in [acks_sent_by_the_receiver(tmp_path, None, policy)]
+    }
+    assert ratios["ack-frequency"] < 0.45
+    assert 0.45 < ratios["tack"] < 0.55
 
 
 @pytest.mark.parametrize("bad", [-0.001, 0.026, True, "1ms"])

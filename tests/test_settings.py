@@ -233,3 +233,21 @@ def test_a_settings_document_that_is_not_one_is_one_line(make, says: str, tmp_pa
     assert caught.value.field == "settings" and "\n" not in str(caught.value)
     with pytest.raises(SpecError, match="regular file"):
         Settings.load("/dev/zero")
+
+
+@pytest.mark.parametrize("policy", ["every:2,max:10ms", "ack-frequency", "tack"])
+def test_an_ack_policy_linux_tcp_cannot_give_is_refused_in_one_line(policy: str) -> None:
+    with pytest.raises(SpecError) as err:
+        Settings(protocol="h2", ack_policy=policy)
+    assert err.value.field == "ack_policy" and "\n" not in str(err.value)
+    assert "Linux TCP" in str(err.value)
+    assert Settings(protocol="h3", ack_policy=policy).ack_policy == policy
+
+
+def test_immediate_over_tcp_is_the_quickack_route_metric_and_socket_option() -> None:
+    tcp = Settings(protocol="h2", ack_policy="immediate")
+    assert tcp.acks_each_segment and tcp.quickack_route and tcp.quickack_socket
+    quic = Settings(protocol="h3", ack_policy="immediate")
+    assert not quic.acks_each_segment and not quic.quickack_route
+    assert Settings(protocol="h2", route_quickack=True).quickack_route
+    assert not Settings(protocol="h2").quickack_socket

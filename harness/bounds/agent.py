@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Required, TypedDict, Unpack
 
 from harness.bounds.base import BITS_PER_BYTE, INITCWND_SEGMENTS, _count, _non_negative, _positive
 from harness.bounds.request import RequestBound, request_time
@@ -232,6 +232,21 @@ class AgentTraceBound(AsDict):
     """The rate the uplink offered during each round's upload (``b_i``)."""
 
 
+class AgentRound(TypedDict, total=False):
+    """What each round of a task does, as :func:`agent_task_on_trace` takes it (the
+    defaults are :func:`agent_task_time`'s)."""
+
+    upload_bytes: Required[int]
+    local_s: Required[float]
+    model_s: Required[float]
+    protocol: Required[str]
+    connection: Required[str]
+    encode_s: float
+    reply_bytes: int
+    initcwnd_segments: int
+    mss_bytes: int | None
+
+
 def agent_task_on_trace(
     *,
     rounds: int,
@@ -239,23 +254,17 @@ def agent_task_on_trace(
     down: Any,
     up_delay_s: float,
     down_delay_s: float,
-    upload_bytes: int,
-    local_s: float,
-    model_s: float,
-    protocol: str,
-    connection: str,
-    encode_s: float = 0.0,
-    reply_bytes: int = 0,
-    initcwnd_segments: int = INITCWND_SEGMENTS,
-    mss_bytes: int | None = None,
     warm: bool = False,
+    **work: Unpack[AgentRound],
 ) -> AgentTraceBound:
     """``rounds`` serial rounds whose requests cross the bottlenecks ``up`` and ``down``
     (:class:`~harness.bounds.bottleneck.Bottleneck`, positioned where the traces were at the
     task's start): a new connection per round (``new``, ``0rtt``) or one for the task
     (``reused``; ``warm``: open and grown when the task starts)."""
     count = _count("rounds", rounds, minimum=1)
+    local_s, encode_s = work["local_s"], work.get("encode_s", 0.0)
     before = _non_negative("local_s", local_s) + _non_negative("encode_s", encode_s)
+    connection = work["connection"]
     now = 0.0
     setup = feedback = 0.0
     round_s, upload_s, offered = [], [], []
@@ -264,9 +273,10 @@ def agent_task_on_trace(
         kind = ("0rtt" if connection == "0rtt" else "new") if opening else "reused"
         request = trace_request_time(
             up=up, down=down, up_delay_s=up_delay_s, down_delay_s=down_delay_s,
-            upload_bytes=upload_bytes, download_bytes=reply_bytes, protocol=protocol,
-            connection=kind, processing_s=model_s, initcwnd_segments=initcwnd_segments,
-            mss_bytes=mss_bytes, start_s=now + before,
+            upload_bytes=work["upload_bytes"], download_bytes=work.get("reply_bytes", 0),
+            protocol=work["protocol"], connection=kind, processing_s=work["model_s"],
+            initcwnd_segments=work.get("initcwnd_segments", INITCWND_SEGMENTS),
+            mss_bytes=work.get("mss_bytes"), start_s=now + before,
         )  # fmt: skip
         setup += request.setup_s
         feedback += request.feedback_s
@@ -279,7 +289,7 @@ def agent_task_on_trace(
         total_s=now,
         setup_s=setup,
         feedback_s=feedback,
-        processing_s=count * _non_negative("model_s", model_s),
+        processing_s=count * _non_negative("model_s", work["model_s"]),
         round_s=tuple(round_s),
         upload_s=tuple(upload_s),
         offered_bps=tuple(offered),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Required, TypedDict
 
 from tbcore.errors import SpecError
 from tbcore.settings import TCP_DEFAULT_MSS_BYTES
@@ -125,3 +125,19 @@ def _sequence(name: str, values: object, check: Any) -> list[float]:
     if len(values) == 0:  # type: ignore[arg-type]
         raise SpecError(name, "must not be empty")
     return [check(f"{name}[{i}]", v) for i, v in enumerate(values)]  # type: ignore[attr-defined]
+
+
+class RequestArgs(TypedDict, total=False):
+    """The arguments of :func:`harness.bounds.request.request_time` other than the path's
+    (round trip, rates and losses), as :func:`harness.bounds.onlink.request_time_for_link` and
+    :func:`harness.bounds.trace.trace_request_time` take them; the defaults are
+    request_time's."""
+
+    upload_bytes: Required[int]
+    download_bytes: Required[int]
+    protocol: Required[str]
+    connection: Required[str]
+    processing_s: float
+    initcwnd_segments: int
+    mss_bytes: int | None
+    window_bytes: int | None

@@ -11,29 +11,15 @@ where the traces start when the spec is applied).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Required, TypedDict, Unpack
+from typing import TYPE_CHECKING, Unpack
 
+from harness.bounds.base import RequestArgs
 from harness.bounds.request import RequestBound, request_time
 from harness.bounds.trace import TraceRequestBound, direction_bottleneck, trace_request_time
 from tbcore.errors import SpecError
 
 if TYPE_CHECKING:
     from netem.linkspec import LinkSpec
-
-
-class RequestArgs(TypedDict, total=False):
-    """The arguments of :func:`request_time` other than the path's (round trip, rates and
-    losses), as :func:`request_time_for_link` takes them; the defaults are
-    :func:`request_time`'s."""
-
-    upload_bytes: Required[int]
-    download_bytes: Required[int]
-    protocol: Required[str]
-    connection: Required[str]
-    processing_s: float
-    initcwnd_segments: int
-    mss_bytes: int | None
-    window_bytes: int | None
 
 
 def request_time_for_link(

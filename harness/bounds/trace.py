@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Unpack
 
 from harness.bounds.base import (
     BITS_PER_BYTE,
     INITCWND_SEGMENTS,
+    RequestArgs,
     _count,
     _loss,
     _non_negative,
@@ -167,17 +169,10 @@ def trace_request_time(
     down: Bottleneck,
     up_delay_s: float,
     down_delay_s: float,
-    upload_bytes: int,
-    download_bytes: int,
-    protocol: str,
-    connection: str,
-    processing_s: float = 0.0,
-    initcwnd_segments: int = INITCWND_SEGMENTS,
-    mss_bytes: int | None = None,
-    window_bytes: int | None = None,
     up_loss: float = 0.0,
     down_loss: float = 0.0,
     start_s: float = 0.0,
+    **request: Unpack[RequestArgs],
 ) -> TraceRequestBound:
     """The request's lower bound across two bottlenecks: set-up (section 4, ``setup_rtts``
     round trips of the least delays), the upload in slow-start windows through ``up``,
@@ -187,15 +182,18 @@ def trace_request_time(
     rate it agrees with :func:`harness.bounds.request.request_time` within one opportunity
     per window."""
     rtt = _non_negative("up_delay_s", up_delay_s) + _non_negative("down_delay_s", down_delay_s)
+    protocol, connection = request["protocol"], request["connection"]
     setup = setup_rtts(protocol, connection) * rtt
-    upload = _count("upload_bytes", upload_bytes)
-    download = _count("download_bytes", download_bytes)
-    processing = _non_negative("processing_s", processing_s)
+    upload = _count("upload_bytes", request["upload_bytes"])
+    download = _count("download_bytes", request["download_bytes"])
+    processing = _non_negative("processing_s", request.get("processing_s", 0.0))
+    mss_bytes = request.get("mss_bytes")
     if mss_bytes is None:  # the protocol's full packet at the default settings
         mss_bytes = kinds.protocol(protocol).mss(DEFAULT_SETTINGS)
     mss = _count("mss_bytes", mss_bytes, minimum=1)
-    iw = _count("initcwnd_segments", initcwnd_segments, minimum=1)
+    iw = _count("initcwnd_segments", request.get("initcwnd_segments", INITCWND_SEGMENTS), minimum=1)
     cap = math.inf
+    window_bytes = request.get("window_bytes")
     if window_bytes is not None:
         cap = float(_count("window_bytes", window_bytes, minimum=1))
     first = math.inf if connection == "reused" else float(iw * mss)

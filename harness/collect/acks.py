@@ -76,6 +76,8 @@ class TcpSegment:
     sack_blocks: int
     wscale: int | None = None
     """The window scale option (SYN segments only), None when absent."""
+    wire_bytes: int = 0
+    """The IP total length: headers, options and payload."""
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ def parse_ipv4_tcp(data: bytes, time_s: float) -> TcpSegment | None:
         window=window,
         sack_blocks=sack_blocks,
         wscale=wscale,
+        wire_bytes=total_length,
     )
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from harness import bounds
 from harness.collect import acks as ackmod
+from harness.collect import feedback
 from harness.collect.agent_rows import agent_part
 from harness.collect.airtime import air_columns
 from harness.collect.cross import cross_columns
@@ -747,6 +748,7 @@ def _tcp_packets(
         return {}
     result = ackmod.tcp_acks(segments, clock_offset_s=files.offset_s)
     inside = _inside(result.rows, start_s, end_s)
+    policy = _tcp_feedback(files, (start_s, end_s))
     windows = [r.rwnd_bytes for r in inside if r.rwnd_bytes is not None]
     ackmod.write_inflight_csv(
         files.run_dir / "inflight.csv",
@@ -759,7 +761,27 @@ def _tcp_packets(
         "min_rwnd_bytes": min(windows) if windows else None,
         "retransmits": _count_inside(result.retransmit_times_s, start_s, end_s),
         "measured_rtt_s": ackmod.handshake_rtt_s(segments),
+        **policy,
     }
+
+
+def _tcp_feedback(files: RunFiles, window: tuple[float | None, float | None]) -> dict[str, Any]:
+    """The receivers' ACKs (harness.collect.feedback), each from the capture at its end,
+    both directions added."""
+    total = feedback.Feedback()
+    for receiver in ("client", "server"):
+        capture = pcapng.capture_file(files.run_dir, receiver)
+        if capture is None:
+            continue
+        segments = ackmod.read_tcp_segments(capture)
+        if files.settings.cross is not None and files.port is not None:
+            segments = [s for s in segments if files.port in (s.sport, s.dport)]
+        total = total.add(
+            feedback.tcp_feedback(
+                segments, receiver=receiver, clock_offset_s=files.offset_s, window=window
+            )
+        )
+    return total.columns()
 
 
 def _quic_packets(
@@ -777,10 +799,23 @@ def _quic_packets(
     )
     if result.rows:
         ackmod.write_acks_csv(files.run_dir / "acks.csv", result.rows, start_s=start_s or 0.0)
+    policy = feedback.Feedback()
+    for receiver in ("client", "server"):
+        policy = policy.add(
+            feedback.quic_feedback(
+                traces
+                if receiver == vantage
+                else ackmod.read_qlog_traces(files.run_dir / QLOG_DIR / receiver),
+                vantage=receiver,
+                clock_offset_s=files.offset_s,
+                window=(start_s, end_s),
+            )
+        )
     return {
         "acks": len(_inside(result.rows, start_s, end_s)),
         "retransmits": _count_inside(result.lost_times_s, start_s, end_s),
         "measured_rtt_s": ackmod.qlog_min_rtt_s(traces),
+        **policy.columns(),
     }
 
 

@@ -92,9 +92,10 @@ NEW_CONNECTION = Departure(
     "established request the chapter computes",
     +1,
 )
-LINUX_TCP_ACKS = Departure(
-    "Linux TCP: 1,448-byte segments with 52-byte headers and its own delayed ACKs, not the "
-    "chapter's 1,168/60/92-byte QUIC-sized packets with one ACK per packet",
+AIOQUIC_FRAMING = Departure(
+    "HTTP/3 with 1,200-byte datagrams as the chapter's: aioquic carries about 1,160 bytes of "
+    "stream data in one (not 1,168) and its ACK-only packets are 60-80 IP bytes (not 92), "
+    "so its packet count is about 1 % higher and its ACK bytes lower",
     0,
 )
 AUDIO = m.AUDIO_BYTES
@@ -204,7 +205,8 @@ FINDINGS: tuple[Finding, ...] = (
       tolerance=Tolerance(relative=0.05, reason="as the rate above")),
     _unmeasured("F27", "§12.3.2", "A batch ACK 100 ms after its last byte: a 125.6 ms cycle",
                 "125.6 ms", "no receiver here holds its ACK until a batch's last byte plus "
-                "100 ms (an ACK policy the QUIC endpoints do not have yet)",
+                "100 ms: an ack_policy's delay is at most the 25 ms max_ack_delay the "
+                "receiver advertises (RFC 9000 section 18.2)",
                 bound=m.text(64_000 * 8 / (20 * MBIT) * 1e3 + 100, "ms", "MODELS 5"),
                 value=125.6, unit="ms"),
     F("F28", "§12.3.2", "The audio needs five rounds of slow start (IW 10)", "5 rounds",
@@ -214,19 +216,28 @@ FINDINGS: tuple[Finding, ...] = (
                    "MODELS 6")),
     F("F29", "§12.3.2", "The image round trip with headers and one ACK per packet "
       "(1,168-byte payloads, 60-byte headers, 92-byte ACKs)", "14.36 s", value=14.36, unit="s",
-      experiment="overhead", measure=level_value("overhead", "ack-per-segment"),
+      experiment="overhead", measure=level_value("overhead", "h3-immediate"),
       bound=m.fixed(f"{m.image_with_overhead_s(1168, 60, 92):.2f} s (MODELS 1 + 7, every "
                     f"byte at the data's rate, {bounds.wire_bytes(30_000_000, 1168, 60, 92)[1] + bounds.wire_bytes(5_000_000, 1168, 60, 92)[1]:,} "  # noqa: E501
                     "wire bytes)"),
-      departure=LINUX_TCP_ACKS),
+      departure=AIOQUIC_FRAMING),
+    F("F29", "§12.3.2", "... and its bytes on the wire: 29,966 packets of 1,228 bytes and as "
+      "many 92-byte ACKs", "39,554,832 B", value=39_554_832.0, unit="",
+      tolerance=Tolerance(relative=0.01, reason="the issue's 1 % of the chapter's bytes"),
+      experiment="overhead",
+      measure=m.wire_bytes_at_sizes("overhead", "h3-immediate", 1168 + 60, 92),
+      bound=m.fixed(f"{bounds.wire_bytes(30_000_000, 1168, 60, 92)[1] + bounds.wire_bytes(5_000_000, 1168, 60, 92)[1]:,} B (MODELS 7)"),  # noqa: E501
+      departure=AIOQUIC_FRAMING),
     F("F30", "§12.3.2", "Half the ACKs: 1.38 MB fewer bytes on the wire", "1.38 MB",
-      value=1.38, unit="MB", experiment="overhead", measure=m.ack_saving,
-      bound=m.ack_saving_bound, departure=LINUX_TCP_ACKS),
+      value=1.38, unit="MB", experiment="overhead",
+      tolerance=Tolerance(relative=0.10, reason="the issue's 10 % of the chapter's saving"),
+      measure=m.acks_saved_mb("overhead", "h3-every2", "h3-immediate", 92),
+      bound=m.ack_saving_bound),
     F("F30", "§12.3.2", "... and the request ends 43 ms later (NewReno, every 2 packets or "
       "10 ms against one ACK per packet)", "+43 ms", value=43.0, unit="ms", experiment="ack",
-      measure=level_difference("ack", "delayed", "per-segment", unit="ms"),
-      bound=m.runs_bound_of("ack", "delayed", "ms"),
-      tolerance=half_effect(43.0, "43 ms"), departure=LINUX_TCP_ACKS),
+      measure=level_difference("ack", "h3-every2", "h3-immediate", unit="ms"),
+      bound=m.runs_bound_of("ack", "h3-every2", "ms"),
+      tolerance=half_effect(43.0, "43 ms")),
     _unmeasured("F31", "§12.3.2", "NewReno against CUBIC on the image: both about 14.5 s",
                 "about 14.5 s", "no level runs the image with reno against cubic yet",
                 value=14.5, unit="s"),
@@ -300,18 +311,17 @@ FINDINGS: tuple[Finding, ...] = (
                 "(kind C rows)", value=302.0, unit="µs"),
     F("F46", "§12.4.1", "The image's exchanges each way hold the medium", "13.4 s",
       value=13.4, unit="s", experiment="airtime",
-      measure=m.airtime_image("air_busy_s", "tcp-quick"),
+      measure=m.airtime_image("air_busy_s", "quic-immediate"),
       bound=m.text(bounds.airtime_s(bounds.IMAGE_EXCHANGES, bounds.CHAPTER_DATA_IP_BYTES)
                    + bounds.airtime_s(bounds.IMAGE_EXCHANGES, bounds.CHAPTER_ACK_IP_BYTES),
                    "s", "MODELS 7"),
-      departure=Departure("1,448-byte TCP segments (about 24,200 frames) and Linux's ACKs, "
-                          "not 30,800 QUIC-sized exchanges each way", -1)),
+      departure=AIOQUIC_FRAMING),
     F("F46", "§12.4.1", "Half the ACKs free medium time", "2.1 s", value=2.1, unit="s",
       experiment="airtime",
-      measure=m.airtime_image("air_busy_ack_s", "tcp-quick", "tcp-delayed"),
+      measure=m.airtime_image("air_time_ack_s", "quic-immediate", "quic-every2"),
       bound=m.text(bounds.airtime_s(bounds.IMAGE_EXCHANGES // 2, bounds.CHAPTER_ACK_IP_BYTES),
                    "s", "MODELS 7"),
-      departure=Departure("Linux's delayed ACKs are not one per two segments")),
+      departure=AIOQUIC_FRAMING),
     F("F47", "§12.4.2", "Eight 20 ms chunks due from 0.4 s behind a 5 MB image: FIFO gets none "
       "on time, media first all", "FIFO 0, media first 8", experiment="priority",
       measure=m.deadline_chunks, bound=m.fixed("MODELS 2 (the chunk pipeline)")),

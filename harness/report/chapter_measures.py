@@ -305,30 +305,6 @@ def cancel(results: Results) -> Measured:
     )
 
 
-@reads("overhead", "ack-per-segment", "delayed-ack")
-def ack_saving(results: Results) -> Measured:
-    table = results.table("overhead", "overhead")
-    sized = "ack_wire_bytes_at_chapter_size"
-    if sized not in table:
-        raise NotMeasured("overhead.csv has no ACK bytes at the chapter's size (an older run)")
-    per_run = table.groupby(["level", "run_id"])[[sized, "ack_wire_bytes", "total_s"]].agg(
-        {sized: "sum", "ack_wire_bytes": "sum", "total_s": "first"}
-    )
-    med = per_run.groupby("level").median()
-    if not {"ack-per-segment", "delayed-ack"} <= set(med.index):
-        raise NotMeasured("overhead: both ACK levels are needed")
-    saved = med.loc["ack-per-segment", sized] - med.loc["delayed-ack", sized]
-    saved_here = (
-        med.loc["ack-per-segment", "ack_wire_bytes"] - med.loc["delayed-ack", "ack_wire_bytes"]
-    )
-    later = med.loc["delayed-ack", "total_s"] - med.loc["ack-per-segment", "total_s"]
-    text = (
-        f"{saved / 1e6:.2f} MB fewer at 92 bytes an ACK ({saved_here / 1e6:.2f} MB at "
-        f"Linux's 52), completion {later * 1e3:+.0f} ms"
-    )
-    return Measured(text, value=saved / 1e6, runs=per_run.shape[0])
-
-
 @reads("congestion", "cubic-l3.6", "bbr-l3.6")
 def bbr_vs_loss_based(results: Results) -> Measured:
     cubic = level_value("congestion", "cubic-l3.6", unit="ms")(results)
@@ -565,3 +541,49 @@ def quic_implementations(results: Results) -> Measured:
         f"{cells} (cubic, 0 % loss, new connection)",
         runs=sum(v.runs for v in values.values()),
     )
+
+
+# --- the receiver's ACK policy (issue 38; runs.csv's feedback columns) -----------------------
+
+
+def acks_saved_mb(experiment: str, level: str, baseline: str, ack_bytes: int) -> Measure:
+    """The ACK bytes ``level`` saves against ``baseline`` at ``ack_bytes`` an ACK (the
+    chapter's 92): the difference of their median ACK-only packets (runs.csv
+    ``ack_only_packets``, counted at the receivers), with its interval."""
+    packets = level_difference(experiment, baseline, level, column="ack_only_packets", unit="")
+
+    def measure(results: Results) -> Measured:
+        got = packets(results)
+        scale = ack_bytes / 1e6
+        value = None if got.value is None else got.value * scale
+        text = (
+            f"{fmt(value, 'MB')} at {ack_bytes} bytes an ACK ({experiment}: "
+            f"{fmt(got.value, '')} fewer ACKs, {level} against {baseline}, {got.runs} runs an arm)"
+        )
+        return Measured(text, value, runs=got.runs, low=got.low * scale, high=got.high * scale)
+
+    return reads(experiment, level, baseline)(measure)
+
+
+def wire_bytes_at_sizes(experiment: str, level: str, packet_bytes: int, ack_bytes: int) -> Measure:
+    """The level's measured packet counts at the chapter's sizes: data packets x
+    ``packet_bytes`` + ACK-only packets x ``ack_bytes`` (median over runs, its interval)."""
+
+    def measure(results: Results) -> Measured:
+        runs = results.runs(experiment, level)
+        if "data_packets" not in runs or runs["data_packets"].isna().all():
+            raise NotMeasured(f"{experiment}/{level}: no packet counts (data_packets)")
+        counted = runs.dropna(subset=["data_packets", "ack_only_packets"])
+        values = (
+            counted["data_packets"] * packet_bytes + counted["ack_only_packets"] * ack_bytes
+        ).tolist()
+        low, high = median_ci_order(values)
+        median = float(pd.Series(values).median())
+        measured = float((counted["wire_bytes_data"] + counted["wire_bytes_ack"]).median())
+        text = (
+            f"{median:,.0f} B at {packet_bytes} + {ack_bytes} bytes ({measured:,.0f} B as sent; "
+            f"{experiment}/{level}, {len(values)} valid)"
+        )
+        return Measured(text, median, runs=len(values), low=low, high=high)
+
+    return reads(experiment, level)(measure)

@@ -95,7 +95,11 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     client_capture = pcapng.capture_file(run_dir, "client")
     if _counts_overhead(protocol, str(workload)) and client_capture is not None:
         counts = overhead.count(streamview.read_pcap(client_capture), CLIENT_ADDR)
-        per_segment = bool(settings.get("route_quickack") or settings.get("quickack"))
+        per_segment = bool(
+            settings.get("route_quickack")
+            or settings.get("quickack")
+            or (settings.get("ack_policy") == "immediate")
+        )
         extra = {**base, "total_s": row.get("total_s"), "ack_per_segment": per_segment}
         out["overhead"] = overhead.overhead_rows(
             counts, extra, int(settings.get("mss_bytes", 1448)), per_segment

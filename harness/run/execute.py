@@ -226,7 +226,7 @@ def prepare_link(
                 role,
                 initcwnd=settings.initcwnd or DEFAULT_INITCWND_SEGMENTS,
                 initrwnd=settings.initrwnd,
-                quickack=settings.route_quickack,
+                quickack=settings.quickack_route,
             )
     return clocks
 

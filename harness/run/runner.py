@@ -282,7 +282,7 @@ def _environment(
         set_route_metrics=any(
             lv.settings.initcwnd is not None
             or lv.settings.initrwnd is not None
-            or lv.settings.route_quickack
+            or lv.settings.quickack_route
             for lv in spec.levels
         ),
         log=log,

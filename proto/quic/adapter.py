@@ -29,6 +29,7 @@ from typing import Any
 from aioquic import tls
 from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.asyncio.server import QuicServer
+from aioquic.buffer import Buffer, BufferReadError
 from aioquic.h3.connection import H3Connection
 from aioquic.quic import events
 from aioquic.quic.congestion.base import (
@@ -36,15 +37,25 @@ from aioquic.quic.congestion.base import (
     QuicCongestionControl,
     register_congestion_control,
 )
-from aioquic.quic.connection import QuicConnection, QuicConnectionError, QuicConnectionState
+from aioquic.quic.connection import (
+    EPOCHS,
+    QuicConnection,
+    QuicConnectionError,
+    QuicConnectionState,
+)
 from aioquic.quic.packet import QuicErrorCode, QuicFrameType
-from aioquic.quic.packet_builder import QuicPacketBuilder, QuicSentPacket
+from aioquic.quic.packet_builder import QuicDeliveryState, QuicPacketBuilder, QuicSentPacket
 from aioquic.quic.rangeset import RangeSet
 from aioquic.quic.recovery import QuicPacketPacer, QuicPacketRecovery
 from aioquic.quic.stream import QuicStream
 
 from proto.priority import Scheduler
-from tbcore.ackpolicy import AckPolicy, AckScheduler
+from tbcore.ackpolicy import (
+    AF_MIN_ACK_DELAY_S,
+    AckPolicy,
+    AckScheduler,
+    requested_frequency,
+)
 
 __all__ = [
     "K_INITIAL_WINDOW",
@@ -59,6 +70,17 @@ AIOQUIC_VERSION = "1.7.2"
 """The aioquic release these internals were read from (pyproject.toml pins it)."""
 MAX_STREAM_DATA_FRAME_CAPACITY = 1 + 8 + 8
 """Frame type + stream id + limit, as varints (aioquic's own constant is private)."""
+# draft-ietf-quic-ack-frequency-10 (tbcore.ackpolicy's ack-frequency)
+TP_MIN_ACK_DELAY = 0xFF04DE1B
+"""The min_ack_delay transport parameter (section 3), microseconds."""
+FRAME_ACK_FREQUENCY = 0xAF
+"""ACK_FREQUENCY (section 4): Sequence Number, Ack-Eliciting Threshold, Requested Max Ack
+Delay (microseconds), Reordering Threshold, each a varint."""
+FRAME_IMMEDIATE_ACK = 0x1F
+"""IMMEDIATE_ACK (section 5): no fields."""
+ACK_FREQUENCY_FRAME_CAPACITY = 2 + 4 * 8
+AF_REORDERING_THRESHOLD = 1
+"""The Reordering Threshold the sender asks for: RFC 9000's immediate ACK on any gap."""
 
 
 @dataclass(frozen=True)
@@ -110,6 +132,16 @@ INTERNALS: tuple[Internal, ...] = (
              "quic_max_data: MAX_DATA stays consumed + window instead of doubling"),
     Internal("quic.connection.QuicConnection", "_write_stream_limits", "override",
              "quic_max_data: MAX_STREAM_DATA stays consumed + window"),
+    Internal("quic.connection.QuicConnection", "_serialize_transport_parameters", "override",
+             "ack-frequency: the min_ack_delay transport parameter is added"),
+    Internal("quic.connection.QuicConnection", "_parse_transport_parameters", "override",
+             "ack-frequency: the peer's min_ack_delay (aioquic skips unknown ones)"),
+    Internal("quic.connection.QuicConnection", "_QuicConnection__frame_handlers", "replace",
+             "ack-frequency: handlers of the ACK_FREQUENCY and IMMEDIATE_ACK frames added"),
+    Internal("quic.connection.QuicConnection", "_handshake_complete", "read",
+             "ack-frequency: frames are sent once the handshake is complete"),
+    Internal("quic.connection.QuicConnection", "_write_ping_frame", "override",
+             "ack-frequency: an IMMEDIATE_ACK rides with each probe"),
     Internal("quic.recovery.QuicPacketRecovery", "_cc", "read",
              "the congestion control: counters, BBR's pacing rate and hooks"),
     Internal("quic.recovery.QuicPacketRecovery", "_pacer", "replace",
@@ -313,10 +345,77 @@ def ack_policy_of(quic: QuicConnection) -> str:
 
 
 def set_ack_policy(quic: QuicConnection, policy: AckPolicy) -> None:
-    """Apply ``policy`` to the connection's 1-RTT ACKs (``default`` leaves aioquic's)."""
+    """Apply ``policy`` to the connection's 1-RTT ACKs (``default`` leaves aioquic's); with
+    ``ack-frequency`` the connection advertises min_ack_delay, takes the draft's frames and,
+    as a data sender, sends them. Before the handshake starts."""
     if not isinstance(quic, WindowedQuicConnection):
         raise TypeError("an ACK policy needs the testbed's QuicConnection")
-    quic.ack_scheduler = None if policy.name == "default" else AckScheduler(policy)
+    if policy.name == "default":
+        quic.ack_scheduler = None
+        return
+    quic.ack_scheduler = AckScheduler(policy, rtt_min_s=lambda: quic._loss._rtt_min)
+    if policy.name == "ack-frequency":
+        quic.frequency = _AckFrequency()
+        handlers = quic._QuicConnection__frame_handlers  # type: ignore[attr-defined]
+        handlers[FRAME_ACK_FREQUENCY] = (quic._handle_ack_frequency_frame, EPOCHS("01"))
+        handlers[FRAME_IMMEDIATE_ACK] = (quic._handle_immediate_ack_frame, EPOCHS("1"))
+
+
+@dataclass
+class _AckFrequency:
+    """One connection's draft-ietf-quic-ack-frequency state (both roles)."""
+
+    peer_min_ack_delay_s: float | None = None
+    """The peer's min_ack_delay: None until its transport parameters, and when it sent none."""
+    sent_seq: int = -1
+    requested: tuple[int, float] | None = None
+    """(threshold, max delay) of the newest frame sent and not lost."""
+    frames_sent: int = 0
+    frames_received: int = 0
+    refused: bool = False
+
+
+def ack_frequency_counts(quic: QuicConnection) -> dict[str, Any] | None:
+    """What ack-frequency did on the connection (None: not in force): the peer's
+    min_ack_delay, the frames sent and followed, the request in force."""
+    state = getattr(quic, "frequency", None)
+    if state is None:
+        return None
+    scheduler = quic.ack_scheduler
+    return {
+        "peer_min_ack_delay_s": state.peer_min_ack_delay_s,
+        "frames_sent": state.frames_sent,
+        "frames_received": state.frames_received,
+        "requested": list(state.requested) if state.requested else None,
+        "following": scheduler.rule.text if scheduler is not None else None,
+    }
+
+
+def _ack_frequency_qlog(seq: int, threshold: int, delay_us: int, reordering: int) -> dict:
+    """An ACK_FREQUENCY frame as qlog writes it (draft-ietf-quic-ack-frequency's names)."""
+    return {
+        "frame_type": "ack_frequency",
+        "sequence_number": seq,
+        "ack_eliciting_threshold": threshold,
+        "request_max_ack_delay": delay_us,
+        "reordering_threshold": reordering,
+    }
+
+
+def _transport_parameter(data: bytes, wanted: int) -> int | None:
+    """The varint value of transport parameter ``wanted`` in a serialised list (RFC 9000
+    section 18: id, length, value), None when absent or malformed."""
+    buf = Buffer(data=data)
+    try:
+        while not buf.eof():
+            param_id, length = buf.pull_uint_var(), buf.pull_uint_var()
+            start = buf.tell()
+            if param_id == wanted:
+                return buf.pull_uint_var()
+            buf.seek(start + length)
+    except BufferReadError:
+        return None
+    return None
 
 
 class WindowedQuicConnection(QuicConnection):
@@ -342,6 +441,8 @@ class WindowedQuicConnection(QuicConnection):
         """Stream bytes delivered in order to the application, all streams."""
         self.ack_scheduler: AckScheduler | None = None
         """``ack_policy`` (tbcore.ackpolicy) on the 1-RTT space; None: aioquic's rule."""
+        self.frequency: _AckFrequency | None = None
+        """draft-ietf-quic-ack-frequency in force (``ack_policy = "ack-frequency"``)."""
         self._eliciting: tuple[bool, float] | None = None
 
     def _payload_received(
@@ -373,7 +474,123 @@ class WindowedQuicConnection(QuicConnection):
         super()._write_ack_frame(builder=builder, space=space, now=now)
         scheduler = self.ack_scheduler
         if scheduler is not None and space is self._spaces.get(tls.Epoch.ONE_RTT):
-            scheduler.on_ack_sent()
+            scheduler.on_ack_sent(now)
+
+    # --- draft-ietf-quic-ack-frequency-10 ---------------------------------------------------
+
+    def _serialize_transport_parameters(self) -> bytes:
+        data = super()._serialize_transport_parameters()
+        if self.frequency is None:
+            return data
+        value = Buffer(capacity=8)
+        value.push_uint_var(round(AF_MIN_ACK_DELAY_S * 1e6))
+        extra = Buffer(capacity=24)
+        extra.push_uint_var(TP_MIN_ACK_DELAY)
+        extra.push_uint_var(len(value.data))
+        extra.push_bytes(value.data)
+        return data + extra.data
+
+    def _parse_transport_parameters(self, data: bytes, from_session_ticket: bool = False) -> None:
+        super()._parse_transport_parameters(data, from_session_ticket=from_session_ticket)
+        if self.frequency is not None and not from_session_ticket:
+            micros = _transport_parameter(data, TP_MIN_ACK_DELAY)
+            if micros is not None and micros / 1e6 > self._loss.max_ack_delay:
+                raise QuicConnectionError(
+                    error_code=QuicErrorCode.TRANSPORT_PARAMETER_ERROR,
+                    frame_type=QuicFrameType.CRYPTO,
+                    reason_phrase="min_ack_delay above max_ack_delay",
+                )
+            self.frequency.peer_min_ack_delay_s = None if micros is None else micros / 1e6
+
+    def _handle_ack_frequency_frame(self, context: Any, frame_type: int, buf: Any) -> None:
+        """Follow the newest ACK_FREQUENCY (section 4); a delay below the min_ack_delay this
+        end advertised is a PROTOCOL_VIOLATION."""
+        seq, threshold = buf.pull_uint_var(), buf.pull_uint_var()
+        delay_us, reordering = buf.pull_uint_var(), buf.pull_uint_var()
+        if delay_us < round(AF_MIN_ACK_DELAY_S * 1e6):
+            raise QuicConnectionError(
+                error_code=QuicErrorCode.PROTOCOL_VIOLATION,
+                frame_type=frame_type,
+                reason_phrase=f"Requested Max Ack Delay {delay_us} us below min_ack_delay",
+            )
+        assert self.frequency is not None and self.ack_scheduler is not None
+        if self.ack_scheduler.apply_frequency(seq, threshold, delay_us / 1e6, reordering):
+            self.frequency.frames_received += 1
+        if self._quic_logger is not None:
+            context.quic_logger_frames.append(
+                _ack_frequency_qlog(seq, threshold, delay_us, reordering)
+            )
+
+    def _handle_immediate_ack_frame(self, context: Any, frame_type: int, buf: Any) -> None:
+        """IMMEDIATE_ACK (section 5): an ACK at once."""
+        self._spaces[tls.Epoch.ONE_RTT].ack_at = context.time
+        if self._quic_logger is not None:
+            context.quic_logger_frames.append({"frame_type": "immediate_ack"})
+
+    def _write_ack_frequency(self, builder: QuicPacketBuilder) -> None:
+        """As the data sender: an ACK_FREQUENCY frame whenever the choice of
+        :func:`tbcore.ackpolicy.requested_frequency` changes (the window grew, the RTT moved);
+        a peer that did not advertise min_ack_delay ends the connection in one line."""
+        state = self.frequency
+        if state is None or not self._handshake_complete or state.refused:
+            return
+        if state.peer_min_ack_delay_s is None:
+            state.refused = True
+            self.close(
+                error_code=QuicErrorCode.NO_ERROR,
+                reason_phrase="ack_policy ack-frequency: the peer did not negotiate "
+                "draft-ietf-quic-ack-frequency (no min_ack_delay transport parameter)",
+            )
+            return
+        loss = self._loss
+        if not loss._rtt_smoothed:
+            return
+        wanted = requested_frequency(
+            loss.congestion_window, self._max_datagram_size, loss._rtt_smoothed,
+            state.peer_min_ack_delay_s,
+        )  # fmt: skip
+        if wanted == state.requested:
+            return
+        state.sent_seq += 1
+        buf = builder.start_frame(
+            FRAME_ACK_FREQUENCY,
+            capacity=ACK_FREQUENCY_FRAME_CAPACITY,
+            handler=self._on_ack_frequency_delivery,
+            handler_args=(state.sent_seq, wanted),
+        )
+        fields = (state.sent_seq, wanted[0], round(wanted[1] * 1e6), AF_REORDERING_THRESHOLD)
+        for value in fields:
+            buf.push_uint_var(value)
+        state.requested = wanted
+        state.frames_sent += 1
+        if self._quic_logger is not None:
+            builder.quic_logger_frames.append(_ack_frequency_qlog(*fields))
+
+    def _on_ack_frequency_delivery(
+        self, delivery: QuicDeliveryState, seq: int, wanted: tuple[int, float]
+    ) -> None:
+        """A lost frame that is still the newest is sent again; an acknowledged one's delay
+        becomes the peer's max_ack_delay in this end's probe timeout (section 6)."""
+        state = self.frequency
+        if state is None or seq != state.sent_seq:
+            return
+        if delivery == QuicDeliveryState.LOST:
+            state.requested = None
+        elif delivery == QuicDeliveryState.ACKED:
+            self._loss.max_ack_delay = wanted[1]
+
+    def _write_ping_frame(
+        self, builder: QuicPacketBuilder, uids: Any = None, comment: str = ""
+    ) -> None:
+        if (
+            comment == "probe"
+            and self.frequency is not None
+            and self.frequency.peer_min_ack_delay_s
+        ):
+            builder.start_frame(FRAME_IMMEDIATE_ACK)
+            if self._quic_logger is not None:
+                builder.quic_logger_frames.append({"frame_type": "immediate_ack"})
+        super()._write_ping_frame(builder, [] if uids is None else uids, comment)
 
     def _handle_stream_frame(self, context: Any, frame_type: int, buf: Any) -> None:
         queued = len(self._events)
@@ -428,6 +645,7 @@ class WindowedQuicConnection(QuicConnection):
         return limit
 
     def _write_connection_limits(self, builder: QuicPacketBuilder, space: Any) -> None:
+        self._write_ack_frequency(builder)
         limit = self._local_max_data
         limit.value = self._grown(limit.value, self.delivered_bytes)
         # the parent doubles max_data when used * 2 > value (used counts the highest offsets,

@@ -458,7 +458,7 @@ def check_spec(spec: Any) -> None:
         if (
             settings.initcwnd is not None
             or settings.initrwnd is not None
-            or settings.route_quickack
+            or settings.quickack_route
         ):
             raise SpecError(
                 "remote",
