@@ -179,6 +179,11 @@ class RunRow(Record):
         "(QUIC: packets carrying an ACK per ack-eliciting packet, from each end's qlog; TCP: "
         "pure ACKs per data segment, from the capture at each end).",
     )
+    model_acks_per_packet: float | None = col(
+        doc="Section 7's ACKs per data packet for the run's ack_policy (harness.bounds."
+        "policy_acks_per_packet): 1, 1/N, TCP's delayed 1/2, TACK's at the path's rate; "
+        "empty where the stack's timer or the sender decides."
+    )
     ack_delay_p50_s: float | None = col(
         doc="Median wait of an ACK at the receiver: sent minus the arrival of the packet it "
         "newly acknowledges as largest.",

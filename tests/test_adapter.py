@@ -593,9 +593,11 @@ def test_an_ack_policy_takes_the_one_rtt_acks_and_reads_back(tmp_path: Path) -> 
     space = server._spaces[tls.Epoch.ONE_RTT]
     assert isinstance(space.ack_queue, adapter._ReceivedPackets)
     assert space.ack_at == 1.0  # immediate: due when the packet arrived
+    assert adapter.policy_ack_due(server, 1.0) and not adapter.policy_ack_due(client, 1.0)
     assert server.ack_scheduler is not None and server.ack_scheduler.eliciting_received > 0
     server.datagrams_to_send(now=1.0)
     assert server.ack_scheduler.acks_sent == 1 and space.ack_at is None
+    assert not adapter.policy_ack_due(server, 1.0)
     adapter.set_ack_policy(server, parse_ack_policy("ack_policy", "default"))
     assert server.ack_scheduler is None
 

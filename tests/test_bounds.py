@@ -810,3 +810,20 @@ def test_fec_bound_is_the_serial_time_of_every_symbol() -> None:
     assert new.setup_s == pytest.approx(0.6)
     with pytest.raises(SpecError, match="up_symbols"):
         fec_voice(up_symbols=-1)
+
+
+def test_each_ack_policy_has_its_acks_per_packet_where_section_7_can_say() -> None:
+    from harness.bounds import policy_acks_per_packet
+
+    assert policy_acks_per_packet("immediate", "udp") == 1.0
+    assert policy_acks_per_packet("every:2,max:10ms", "udp") == 0.5
+    assert policy_acks_per_packet("default", "tcp") == 0.5
+    assert policy_acks_per_packet("default", "udp") is None  # aioquic's 1 ms timer decides
+    assert policy_acks_per_packet("ack-frequency", "udp") is None  # the sender decides
+    # TACK at 20 Mbit/s of 1,200-byte packets (2,083/s), 100 ms: the 25 ms cap, 1 per 52
+    assert policy_acks_per_packet("tack", "udp", 20e6 / 9600, 0.1) == pytest.approx(
+        1 / (0.025 * 20e6 / 9600)
+    )
+    # slow: one packet per 50 ms, L = 2 rules
+    assert policy_acks_per_packet("tack", "udp", 20.0, 0.04) == 0.5
+    assert policy_acks_per_packet("tack", "udp") is None

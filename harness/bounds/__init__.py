@@ -55,7 +55,7 @@ from harness.bounds.fec import (  # noqa: F401
 )
 from harness.bounds.mathis import mathis_throughput_bps  # noqa: F401
 from harness.bounds.onlink import RequestArgs, request_time_for_link  # noqa: F401
-from harness.bounds.overhead import wire_bytes  # noqa: F401
+from harness.bounds.overhead import policy_acks_per_packet, wire_bytes  # noqa: F401
 from harness.bounds.pipeline import pipeline  # noqa: F401
 from harness.bounds.playback import Playback, buffer_depletion_s, playback  # noqa: F401
 from harness.bounds.relay import RelayBound, relay_request_time  # noqa: F401

@@ -36,6 +36,8 @@ TCP_FLAGS_NOT_PURE_ACK = 0x01 | 0x02 | 0x04
 """FIN, SYN, RST: a segment with one of them is not a pure ACK."""
 NOT_ELICITING = frozenset({"ack", "padding", "connection_close"})
 """Frames that do not elicit an ACK (RFC 9000 section 13.2.1 and 19.19)."""
+PACKET_EVENTS = ("transport:packet_received", "transport:packet_sent")
+"""The qlog events of one packet each (RFC 9000's 1-RTT ones are counted)."""
 QUANTILES = 100
 """Cut points of the ACK delay distribution (percentiles)."""
 
@@ -116,11 +118,11 @@ def quic_feedback(
         largest = -1
         events = sorted(trace.get("events", []), key=lambda e: e.get("time", 0.0))
         for event in events:
+            name = event.get("name", "")
             data = event.get("data") or {}
-            if data.get("header", {}).get("packet_type") not in ("1RTT", None):
+            if name not in PACKET_EVENTS or data.get("header", {}).get("packet_type") != "1RTT":
                 continue
             time_s = float(event.get("time", 0.0)) / 1e3 - clock_offset_s
-            name = event.get("name", "")
             kinds = {f.get("frame_type") for f in data.get("frames") or []}
             size = int((data.get("raw") or {}).get("length") or 0) + IPV4_UDP_HEADER_BYTES
             if name == "transport:packet_received":

@@ -728,12 +728,25 @@ def packet_columns(
     """acks.csv and inflight.csv of the data sender; counts within the request window."""
     kind = kinds.protocol(files.settings.protocol)
     if kind.transport == "tcp":
-        return _tcp_packets(files, upload, start_s, end_s)
+        return {**_tcp_packets(files, upload, start_s, end_s), **_ack_model(files, upload)}
     if not kind.qlog:
         return {}  # datagrams without ACKs (fec: its figures are in the fec_* columns)
     out = _quic_packets(files, upload, start_s, end_s)
     _trim_qlog(files.run_dir / QLOG_DIR)
-    return out
+    return {**out, **_ack_model(files, upload)}
+
+
+def _ack_model(files: RunFiles, upload: bool) -> dict[str, Any]:
+    """The ACKs per data packet section 7 gives the run's ack_policy (harness.bounds), at
+    the data direction's rate in full packets."""
+    settings, link = files.settings, end_to_end(files.path)
+    kind = kinds.protocol(settings.protocol)
+    rate = (link.up if upload else link.down).rate_bps
+    packets_per_s = rate / (8 * kind.mss(settings)) if rate else None
+    model = bounds.policy_acks_per_packet(
+        settings.ack_policy, kind.transport, packets_per_s, link.rtt_s or None
+    )
+    return {"model_acks_per_packet": model}
 
 
 def _tcp_packets(

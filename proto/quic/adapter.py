@@ -344,6 +344,15 @@ def ack_policy_of(quic: QuicConnection) -> str:
     return "default" if scheduler is None else scheduler.policy.text
 
 
+def policy_ack_due(quic: QuicConnection, now: float) -> bool:
+    """Whether the connection's ACK policy (not aioquic's own rule) has an ACK of the 1-RTT
+    space due by ``now``."""
+    if getattr(quic, "ack_scheduler", None) is None:
+        return False
+    space = quic._spaces.get(tls.Epoch.ONE_RTT)
+    return space is not None and space.ack_at is not None and space.ack_at <= now
+
+
 def set_ack_policy(quic: QuicConnection, policy: AckPolicy) -> None:
     """Apply ``policy`` to the connection's 1-RTT ACKs (``default`` leaves aioquic's); with
     ``ack-frequency`` the connection advertises min_ack_delay, takes the draft's frames and,
@@ -807,7 +816,12 @@ class MonotonicProtocol(AdaptedProtocol):
             self.transmit()
 
     def datagram_received(self, data: bytes | str, addr: Any) -> None:
-        self._quic.receive_datagram(data, addr, now=time.monotonic())  # type: ignore[arg-type]
+        now = time.monotonic()
+        if self.coalesce_transmit and policy_ack_due(self._quic, now):
+            # an ACK the receiver's policy made due leaves before the next datagram of the
+            # batch is read: one per packet when the policy asks for one (ack_policy)
+            self.transmit()
+        self._quic.receive_datagram(data, addr, now=now)  # type: ignore[arg-type]
         self._process_events()
         # one transmit per batch of datagrams read in a loop iteration (libuv reads up to
         # 32 per wake-up), not one per datagram: datagrams_to_send() costs ~10 us even when
