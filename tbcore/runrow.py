@@ -184,6 +184,11 @@ class RunRow(Record):
         "policy_acks_per_packet): 1, 1/N, TCP's delayed 1/2, TACK's at the path's rate; "
         "empty where the stack's timer or the sender decides."
     )
+    model_wire_bytes_ack: int | None = col(
+        doc="Section 7's ACK bytes for the data packets measured: data_packets x "
+        "model_acks_per_packet x the mean ACK-only packet measured (beside wire_bytes_ack).",
+        unit="bytes",
+    )
     ack_delay_p50_s: float | None = col(
         doc="Median wait of an ACK at the receiver: sent minus the arrival of the packet it "
         "newly acknowledges as largest.",

@@ -118,3 +118,20 @@ def test_air_columns_from_the_runs_link_stats(tmp_path: Path) -> None:
     # a link without a medium: nothing, no file
     assert air_columns(stats_path, tmp_path / "none.json", settings, parse_link("rtt=10ms")) == {}
     assert not (tmp_path / "none.json").exists()
+
+
+def test_the_tradeoff_puts_freed_medium_time_beside_the_completion_time_change() -> None:
+    from harness.collect.airtime import tradeoff_lines
+
+    frame = pd.DataFrame(
+        {
+            "protocol": ["h3", "h3", "h3", "h2"],
+            "level": ["immediate", "every2", "every2", "tcp"],
+            "air_time_ack_s": [5.4, 2.7, 2.9, 1.6],
+            "total_s": [16.4, 13.5, 13.7, 10.2],
+        }
+    )
+    lines = tradeoff_lines(frame, ["immediate", "every2", "tcp"])
+    assert "| h3 | every2 | immediate | 2.600 | -2.800 |" in lines
+    assert not any("| h2 |" in line for line in lines)  # one level: nothing to compare
+    assert tradeoff_lines(frame.iloc[:0], ["immediate"]) == []

@@ -126,6 +126,12 @@ def test_a_real_h2_run_collects_to_the_row_it_was_given(tmp_path: Path) -> None:
     assert (run_dir / "acks.csv").exists() and (run_dir / "events.jsonl").exists()
     assert collected.start_s is not None and collected.end_s - collected.start_s == row.total_s
     assert collected.loss_checks["down"][0] == 0.0
+    # the client end's capture: its 5 data segments in the request got 3 pure ACKs back
+    # (Linux's delayed ACKs, against section 7's one per two), each ACK waiting < 1 ms
+    assert (row.data_packets, row.ack_only_packets) == (5, 3)
+    assert row.acks_per_packet == pytest.approx(0.6) and row.model_acks_per_packet == 0.5
+    assert row.model_wire_bytes_ack == round(5 * 0.5 * 156 / 3)
+    assert row.ack_delay_p50_s is not None and row.ack_delay_p50_s < 0.001
 
 
 def test_a_run_without_its_records_is_an_error_not_a_crash(tmp_path: Path) -> None:

@@ -180,6 +180,7 @@ def air_report_lines(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
     headers = ["level", "valid/runs", *(name for name, _, _, _ in REPORT_COLUMNS)]
     table = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     table += ["| " + " | ".join(row) + " |" for row in rows]
+    table += ["", *tradeoff_lines(measured[valid], levels)]
     return [
         "## Shared medium",
         "",
@@ -195,4 +196,39 @@ def air_report_lines(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
         "",
         *table,
         "",
+    ]
+
+
+def tradeoff_lines(frame: pd.DataFrame, levels: Sequence[str]) -> list[str]:
+    """The chapter's trade-off (§12.4.1): per protocol, each level against the one whose
+    ACK-only frames held the medium longest (the most ACKs), the medium time its fewer ACKs
+    freed beside the change in completion time (medians of valid runs)."""
+    if frame.empty or "protocol" not in frame.columns:
+        return []
+    numbers = pd.DataFrame(
+        {
+            "protocol": frame["protocol"],
+            "level": frame["level"],
+            "ack_s": pd.to_numeric(frame["air_time_ack_s"], errors="coerce"),
+            "total": pd.to_numeric(frame["total_s"], errors="coerce"),
+        }
+    )
+    medians = numbers.groupby(["protocol", "level"])[["ack_s", "total"]].median()
+    rows = []
+    for protocol, group in medians.groupby(level=0):
+        by_level = group.droplevel(0)
+        most = by_level["ack_s"].idxmax()
+        for level in (lv for lv in levels if lv in by_level.index and lv != most):
+            freed = by_level.loc[most, "ack_s"] - by_level.loc[level, "ack_s"]
+            changed = by_level.loc[level, "total"] - by_level.loc[most, "total"]
+            rows.append(f"| {protocol} | {level} | {most} | {freed:.3f} | {changed:+.3f} |")
+    if not rows:
+        return []
+    return [
+        "Fewer ACKs against the most (per protocol): medium time freed and completion time "
+        "changed.",
+        "",
+        "| protocol | level | against | ACK medium freed (s) | completion changed (s) |",
+        "|---|---|---|---|---|",
+        *rows,
     ]

@@ -728,17 +728,19 @@ def packet_columns(
     """acks.csv and inflight.csv of the data sender; counts within the request window."""
     kind = kinds.protocol(files.settings.protocol)
     if kind.transport == "tcp":
-        return {**_tcp_packets(files, upload, start_s, end_s), **_ack_model(files, upload)}
-    if not kind.qlog:
+        out = _tcp_packets(files, upload, start_s, end_s)
+    elif not kind.qlog:
         return {}  # datagrams without ACKs (fec: its figures are in the fec_* columns)
-    out = _quic_packets(files, upload, start_s, end_s)
-    _trim_qlog(files.run_dir / QLOG_DIR)
-    return {**out, **_ack_model(files, upload)}
+    else:
+        out = _quic_packets(files, upload, start_s, end_s)
+        _trim_qlog(files.run_dir / QLOG_DIR)
+    return {**out, **_ack_model(files, upload, out)}
 
 
-def _ack_model(files: RunFiles, upload: bool) -> dict[str, Any]:
+def _ack_model(files: RunFiles, upload: bool, measured: Mapping[str, Any]) -> dict[str, Any]:
     """The ACKs per data packet section 7 gives the run's ack_policy (harness.bounds), at
-    the data direction's rate in full packets."""
+    the data direction's rate in full packets, and the ACK bytes it predicts for the data
+    packets measured (at the stack's mean ACK-only packet, as measured)."""
     settings, link = files.settings, end_to_end(files.path)
     kind = kinds.protocol(settings.protocol)
     rate = (link.up if upload else link.down).rate_bps
@@ -746,7 +748,12 @@ def _ack_model(files: RunFiles, upload: bool) -> dict[str, Any]:
     model = bounds.policy_acks_per_packet(
         settings.ack_policy, kind.transport, packets_per_s, link.rtt_s or None
     )
-    return {"model_acks_per_packet": model}
+    data, acks = measured.get("data_packets"), measured.get("ack_only_packets")
+    ack_bytes = measured.get("wire_bytes_ack")
+    predicted = None
+    if model is not None and data and acks and ack_bytes:
+        predicted = round(data * model * ack_bytes / acks)
+    return {"model_acks_per_packet": model, "model_wire_bytes_ack": predicted}
 
 
 def _tcp_packets(
