@@ -51,6 +51,9 @@ POLICIES = ("default", "immediate", "every:N,max:T", "ack-frequency", "tack")
 """The written forms ``ack_policy`` takes."""
 KINDS = ("default", "immediate", "every", "ack-frequency", "tack")
 """The policies by name (:attr:`AckPolicy.name`): what a protocol's receivers can give."""
+TCP_DELACK_MIN_S = 0.002
+"""The shortest delayed-ACK ceiling Linux takes (TCP_TIMEOUT_MIN: two jiffies at HZ=1000);
+its own ceiling is TCP_DELACK_MAX, 200 ms (include/net/tcp.h)."""
 TACK_L = 2
 """TACK's byte-counting parameter L: full-sized packets per ACK at low rates (the paper's
 default, section 4.1)."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from tbcore import agent, fecmath, quicstack, workloads
-from tbcore.ackpolicy import KINDS as ACK_POLICY_KINDS
+from tbcore.ackpolicy import TCP_DELACK_MIN_S
 from tbcore.errors import SpecError
 from tbcore.registry import Registry
 from tbcore.routes import HttpRoute
@@ -83,11 +83,9 @@ class ProtocolKind:
     stack_of: Callable[[Any], str | None] = lambda s: None
     """The implementation that carries it, from the settings (``quic_stack`` for h3); None:
     it has one only (runs.csv's ``quic_stack`` column stays empty)."""
-    ack_policies: tuple[str, ...] = ()
-    """The ``ack_policy`` kinds its receivers can give (tbcore.ackpolicy names: default,
-    immediate, every...); empty: the knob does not apply to it."""
-    ack_note: str = ""
-    """Why the other ACK policies are refused (the one-line reason)."""
+    ack_refusal: Callable[[Any], str | None] = lambda policy: None
+    """Why its receivers cannot give an ``ack_policy`` (a tbcore.ackpolicy.AckPolicy), in one
+    line; None: they can."""
 
 
 @dataclass(frozen=True)
@@ -202,6 +200,24 @@ H3_CHUNK_OVERHEAD_BYTES = 3 + 28 + 1 + 8 + 8 + 16
 """Per chunk over HTTP/3: DATA frame header (type + 2-byte length), IPv4 + UDP (28), a
 short header (1 + 8-byte connection ID), STREAM frame header (about 8) and the AEAD tag."""
 
+
+def _tcp_ack_refusal(policy: Any) -> str | None:
+    """What Linux lets a TCP socket ask for: one ACK per segment (the quickack route metric
+    and TCP_QUICKACK), or its delayed ACKs (at least every second full segment: every:2)
+    with their longest wait capped (TCP_BPF_DELACK_MAX, proto/delack.py)."""
+    if policy.name in ("default", "immediate"):
+        return None
+    if policy.name == "every" and policy.every_packets == 2:
+        if policy.max_delay_s < TCP_DELACK_MIN_S:
+            return f"Linux's delayed-ACK ceiling is at least {TCP_DELACK_MIN_S * 1e3:g} ms"
+        return None
+    return (
+        "Linux TCP acknowledges by its own delayed-ACK rule (at least every second full "
+        "segment); a socket can ask for one ACK per segment (immediate) or cap the delay "
+        "(every:2,max:T), not another count, ack-frequency or tack"
+    )
+
+
 register_protocol(
     ProtocolKind(
         name="h2",
@@ -219,10 +235,7 @@ register_protocol(
         connection_note="Python's ssl has no TLS 1.3 early data (use resume for h2)",
         chunk_overhead_bytes=H2_CHUNK_OVERHEAD_BYTES,
         upload_mode=lambda s: s.multipath,
-        ack_policies=("default", "immediate"),
-        ack_note="Linux TCP acknowledges by its own delayed-ACK rules (an ACK for at least "
-        "every second full segment when the window moves, quickack mode, a 40-200 ms timer); "
-        "a socket can ask for one ACK per segment (immediate), not for every N or a delay",
+        ack_refusal=_tcp_ack_refusal,
     )
 )
 register_protocol(
@@ -242,7 +255,6 @@ register_protocol(
         connections=("new", "reused", "0rtt"),
         chunk_overhead_bytes=H3_CHUNK_OVERHEAD_BYTES,
         upload_mode=lambda s: MIGRATE,
-        ack_policies=ACK_POLICY_KINDS,
     )
 )
 

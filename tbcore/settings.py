@@ -542,9 +542,9 @@ knob("ack_policy", kind="ack_policy", default="default", unit="", applies="both"
      how="the receiver's ACK policy (tbcore.ackpolicy)",
      doc="When a receiver acknowledges: default (the stack's own rule), immediate (one ACK "
      "per ack-eliciting packet; TCP: the quickack route metric and TCP_QUICKACK after each "
-     "read) or, on QUIC only, every:N,max:T (after N such packets or T after the first, "
-     "whichever first; a packet out of order at once). Over TCP the others are refused: "
-     "Linux has no such control.",
+     "read), every:N,max:T (after N such packets or T after the first, whichever first; a "
+     "packet out of order at once; over TCP N = 2, Linux's own rule, with T its delayed-ACK "
+     "ceiling through a BPF program: proto/delack.py), ack-frequency or tack (QUIC only).",
      scope=Scope(protocols=("quic", "tcp")))  # fmt: skip
 knob("quic_batching", kind="bool", default=True, unit="", applies="both",
      how="QUIC: runs of datagrams as UDP GSO segments, one transmit per batch read",
@@ -698,9 +698,9 @@ class _SettingsBase:
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
         quicstack.check(s, has_stacks=kind.stack_of(s) is not None, routes=kinds.ngtcp2_routes())
-        policy = ackpolicy.parse_ack_policy("ack_policy", s.ack_policy)
-        if kind.ack_policies and policy.name not in kind.ack_policies:
-            raise SpecError("ack_policy", f"{s.ack_policy} over {s.protocol}: {kind.ack_note}")
+        why = kind.ack_refusal(ackpolicy.parse_ack_policy("ack_policy", s.ack_policy))
+        if why is not None:
+            raise SpecError("ack_policy", f"{s.ack_policy} over {s.protocol}: {why}")
 
     @property
     def quic_control(self) -> str:
@@ -714,6 +714,15 @@ class _SettingsBase:
         over TCP): the quickack route metric and TCP_QUICKACK after each read."""
         s: Any = self
         return s.ack_policy == "immediate" and kinds.protocol(s.protocol).transport == "tcp"
+
+    @property
+    def tcp_delack_max_s(self) -> float | None:
+        """TCP's delayed-ACK ceiling (``every:2,max:T`` over TCP: proto.delack), else None."""
+        s: Any = self
+        if kinds.protocol(s.protocol).transport != "tcp":
+            return None
+        policy = ackpolicy.parse_ack_policy("ack_policy", s.ack_policy)
+        return policy.max_delay_s if policy.name == "every" else None
 
     @property
     def quickack_route(self) -> bool:

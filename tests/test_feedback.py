@@ -109,3 +109,18 @@ def test_a_real_ngtcp2_download_acknowledges_some_packets_with_measured_delays(
     assert 0.05 < got.acks / got.data_packets <= 1.0
     assert got.ack_delays_s and max(got.ack_delays_s) < 1.0
     assert got.wire_bytes_ack < got.wire_bytes_data
+
+
+def test_tcp_an_ack_released_by_a_filled_hole_did_not_wait() -> None:
+    """Segments 1 and 3 arrive, 2 is lost and comes again 200 ms later: the ACK right after
+    it acknowledges all three and waited 0.1 ms, not the 200 ms since 3 arrived."""
+    size = 1448
+    segs = [_segment(0.0, "c", "s", flags=0x02)]
+    segs.append(_segment(0.010, "s", "c", seq=1, payload_bytes=size))
+    segs.append(_segment(0.0101, "c", "s", ack=1 + size))
+    segs.append(_segment(0.012, "s", "c", seq=1 + 2 * size, payload_bytes=size))
+    segs.append(_segment(0.0121, "c", "s", ack=1 + size))  # a duplicate ACK: no new delay
+    segs.append(_segment(0.212, "s", "c", seq=1 + size, payload_bytes=size))
+    segs.append(_segment(0.2121, "c", "s", ack=1 + 3 * size))
+    got = tcp_feedback(segs, receiver="client")
+    assert got.ack_delays_s == pytest.approx([0.0001, 0.0001])

@@ -235,13 +235,19 @@ def test_a_settings_document_that_is_not_one_is_one_line(make, says: str, tmp_pa
         Settings.load("/dev/zero")
 
 
-@pytest.mark.parametrize("policy", ["every:2,max:10ms", "ack-frequency", "tack"])
+@pytest.mark.parametrize("policy", ["every:3,max:10ms", "every:2,max:1ms", "ack-frequency", "tack"])
 def test_an_ack_policy_linux_tcp_cannot_give_is_refused_in_one_line(policy: str) -> None:
     with pytest.raises(SpecError) as err:
         Settings(protocol="h2", ack_policy=policy)
     assert err.value.field == "ack_policy" and "\n" not in str(err.value)
-    assert "Linux TCP" in str(err.value)
+    assert "Linux" in str(err.value)
     assert Settings(protocol="h3", ack_policy=policy).ack_policy == policy
+
+
+def test_every_two_over_tcp_is_linuxs_rule_with_its_delay_capped() -> None:
+    assert Settings(protocol="h2", ack_policy="every:2,max:10ms").tcp_delack_max_s == 0.010
+    assert Settings(protocol="h3", ack_policy="every:2,max:10ms").tcp_delack_max_s is None
+    assert Settings(protocol="h2").tcp_delack_max_s is None
 
 
 def test_immediate_over_tcp_is_the_quickack_route_metric_and_socket_option() -> None:

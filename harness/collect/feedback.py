@@ -12,8 +12,9 @@ Read from the receiver's own records, never from the settings:
   handshake a datagram carries one packet).
 - **TCP**: the capture at the receiver's end of the link. Data segments (payload > 0) from
   the sender, pure ACKs (no payload, no SYN/FIN/RST) from the receiver; an ACK's delay: its
-  time minus the arrival of the segment whose end it acknowledges first. Wire bytes: the IP
-  total length.
+  time minus the arrival of the latest data segment before it (the one that set it off; a
+  cumulative ACK released by a retransmission filling a hole is not counted as waiting
+  since the data beyond the hole arrived). Wire bytes: the IP total length.
 
 Only the run's request window counts (the harness's measured request, CLOCK_MONOTONIC).
 Sans-I/O: it takes parsed qlog traces or segments.
@@ -166,14 +167,13 @@ def tcp_feedback(
     if syn is None:
         return out  # the capture began after the handshake: who is who is not known
     address = syn.src if receiver == "client" else syn.dst
-    ends: dict[tuple, dict[int, float]] = {}
-    """Per connection (as the receiver sees it): sequence end -> its latest arrival."""
+    latest: dict[tuple, float] = {}
+    """Per connection (as the receiver sees it): when its latest data segment arrived."""
     acked: dict[tuple, int] = {}
     for seg in segments:
         time_s = seg.time_s - clock_offset_s
         if seg.dst == address and seg.payload_bytes > 0:
-            key = (seg.src, seg.sport, seg.dport)
-            ends.setdefault(key, {})[(seg.seq + seg.payload_bytes) % 2**32] = time_s
+            latest[(seg.src, seg.sport, seg.dport)] = time_s
             if _inside(time_s, window):
                 out.data_packets += 1
                 out.wire_bytes_data += seg.wire_bytes
@@ -184,11 +184,11 @@ def tcp_feedback(
             out.acks += 1
             out.ack_only_packets += 1
             out.wire_bytes_ack += seg.wire_bytes
-            if acked.get(key) != seg.ack:
-                acked[key] = seg.ack
-                arrival = ends.get(key, {}).get(seg.ack)
-                if arrival is not None:
-                    out.ack_delays_s.append(time_s - arrival)
+            if acked.get(key) != seg.ack and key in latest:
+                # the segment that set it off is the latest to arrive: a delayed ACK waited
+                # since then; one that a retransmission filling a hole released did not
+                out.ack_delays_s.append(time_s - latest[key])
+            acked[key] = seg.ack
     return out
 
 

@@ -36,6 +36,7 @@ from harness.spec.experiment import ExperimentSpec, Level
 from harness.store.files import EDGE_STATS_FILE, LINK_STATS_FILE, RUN_FILE
 from harness.store.resultdir import ResultDir, atomic_write_json
 from netem.topologyspec import Topology
+from proto.delack import delack_max
 from tbcore import kinds
 from tbcore.processes import stop_process
 from tbcore.settings import DEFAULT_INITCWND_SEGMENTS, Settings
@@ -137,7 +138,8 @@ def run_processes(
             {"port": port, "traces": clocks},
         )
         procs.server = env.paths.start_server(link, s_argv, run_dir)
-        with watch, shape.middle(link, settings, run_dir, port):
+        ceiling = delack_max(settings.tcp_delack_max_s)  # ack_policy every:2,max:T over TCP
+        with ceiling, watch, shape.middle(link, settings, run_dir, port):
             watch.watch("server", procs.server.pid)
             for pid in env.paths.emulator_pids(link):
                 watch.watch("emulator", pid)

@@ -459,10 +459,12 @@ def check_spec(spec: Any) -> None:
             settings.initcwnd is not None
             or settings.initrwnd is not None
             or settings.quickack_route
+            or settings.tcp_delack_max_s is not None
         ):
             raise SpecError(
                 "remote",
-                f"level {level.name!r} sets route metrics, which a real path does not take",
+                f"level {level.name!r} sets route metrics or TCP's delayed-ACK ceiling, which a "
+                "real path does not take",
             )
         if kinds.workload(settings.workload).link_events(settings):
             raise SpecError(
