@@ -106,10 +106,12 @@ def plain_link(link_name: str) -> Iterator[Link]:
 @pytest.mark.root
 def test_the_ceiling_shortens_a_delayed_ack_and_goes_with_the_block(plain_link: Link) -> None:
     """An interactive request's ACK waits to ride on the answer (30 ms); under a 10 ms
-    ceiling the delayed ACK leaves after the ceiling as Linux rounds it (12 ms at HZ 250);
-    after the block, it waits for the answer again."""
+    ceiling the delayed ACK leaves after the ceiling as Linux rounds it (12 ms at HZ 250:
+    14.5 ms median measured, the timer firing on a jiffy); after the block, it waits for the
+    answer again (30.5 ms)."""
     with delack.DelackMax(0.010) as ceiling:
         capped = sorted(_ack_waits(plain_link, 25))
     free = sorted(_ack_waits(plain_link, 25))
-    assert capped[len(capped) // 2] < ceiling.effective_s + 0.004, capped
+    # the delayed-ACK timer fires on a jiffy: up to one late, and one more for the host
+    assert capped[len(capped) // 2] < ceiling.effective_s + 2 / delack.kernel_hz(), capped
     assert free[len(free) // 2] > 0.025, free
