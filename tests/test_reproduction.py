@@ -115,7 +115,7 @@ def test_a_campaign_gets_every_id_and_the_json_fields(tmp_path: Path) -> None:
     assert direct["verdict"] == "inconclusive" and direct["runs"] == 3
     assert direct["measured_median"] == pytest.approx(1449.0) and direct["ci_low"] is None
     assert "Form: quick" in text and "wall time 30.0 min" in text
-    failed = next(r for r in data if r["id"] == "F30" and r["experiment"] == "ack")
+    failed = next(r for r in data if r["id"] == "T7" and r["experiment"] == "ack")
     assert failed["verdict"] == "not measurable"
     assert "ack: failed: RuntimeError: the link went away" in failed["reason"]
     assert "Runs below their lower bound (runs.csv below_bound): 2 of 6 measured runs: " in text
