@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from harness.collect.acks import TcpSegment
@@ -64,13 +64,7 @@ class Feedback:
     def add(self, other: Feedback) -> Feedback:
         """Both directions of an exchange as one (each direction's receiver counted)."""
         return Feedback(
-            data_packets=self.data_packets + other.data_packets,
-            acks=self.acks + other.acks,
-            ack_only_packets=self.ack_only_packets + other.ack_only_packets,
-            wire_bytes_data=self.wire_bytes_data + other.wire_bytes_data,
-            wire_bytes_ack=self.wire_bytes_ack + other.wire_bytes_ack,
-            ack_delays_s=[*self.ack_delays_s, *other.ack_delays_s],
-            frequency_frames=self.frequency_frames + other.frequency_frames,
+            **{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)}
         )
 
     def columns(self) -> dict[str, Any]:

@@ -33,8 +33,6 @@ CHAPTER_ACK_BYTES = 92
 """... and bytes per ACK: with them the image round trip takes 14.4 s on the wire and half the
 ACKs save 1.38 MB. Linux here sends 1,448-byte payloads with 52-byte headers and ACKs, so the
 measured bytes are not the same quantity: the chapter's model runs beside them."""
-DELAYED_ACK_SEGMENTS = 2
-"""RFC 9293 section 3.8.6.3 / RFC 1122: an ACK for at least every second full segment."""
 
 
 @dataclass
@@ -96,7 +94,7 @@ def overhead_rows(
     """One row per data direction: measured data packets, the ACKs the other direction sent
     for them, wire bytes of both, next to the model (an ACK per packet, or per two)."""
     rows = []
-    acks_per_packet = 1.0 if quickack else 1.0 / DELAYED_ACK_SEGMENTS
+    acks_per_packet = 1.0 if quickack else bounds.policy_acks_per_packet("default", "tcp")
     for direction, other in (("up", "down"), ("down", "up")):
         data, acks = counts[direction], counts[other]
         if data.payload_bytes == 0:
