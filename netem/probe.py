@@ -44,7 +44,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from netem.nsexec import in_netns
-from tbcore import stats
 from tbcore.errors import SpecError
 
 SO_TIMESTAMPNS = 35
@@ -121,12 +120,22 @@ class ProbeResult:
 
 
 def quantile(values: list[float], q: float) -> float | None:
-    """The q-quantile (:func:`tbcore.stats.quantile`, numpy's linear interpolation); None
-    when there are no values (JSON has no NaN)."""
-    return stats.quantile(values, q) if values else None
+    """The q-quantile, linear between order statistics (numpy's default, as
+    :func:`tbcore.stats.quantile`); None when there are no values (JSON has no NaN).
+
+    Written here with the standard library only: the probe's sender also runs under a plain
+    system Python, as an unprivileged user inside another emulator (harness.bench.peerlink).
+    """
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = min(max(q, 0.0), 1.0) * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def _kernel_time_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
+def kernel_time_ns(ancdata: list[tuple[int, int, bytes]]) -> int | None:
     for level, kind, data in ancdata:
         if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= _TIMESPEC.size:
             sec, nsec = _TIMESPEC.unpack_from(data)
@@ -201,7 +210,7 @@ class Echo:
             if len(data) < MIN_SIZE_BYTES or data[:4] != MAGIC:
                 continue
             self.received += 1
-            rx_ns = _kernel_time_ns(ancdata) or time.time_ns()
+            rx_ns = kernel_time_ns(ancdata) or time.time_ns()
             head = data[: _REQUEST.size]
             tail = data[MIN_SIZE_BYTES:]
             reply = head + _ECHO.pack(rx_ns, time.time_ns(), self.received) + tail
@@ -306,7 +315,7 @@ class _Replies:
                 result.reordered += 1
             self.highest = max(self.highest, rseq)
             self.echoed_max = max(self.echoed_max, echo_count)
-            rx_ns = _kernel_time_ns(ancdata) or app_ns
+            rx_ns = kernel_time_ns(ancdata) or app_ns
             result.received += 1
             result.seqs.append(rseq)
             result.rtt_s.append(((rx_ns - send_ns) - (echo_tx_ns - echo_rx_ns)) * 1e-9)

@@ -44,12 +44,16 @@ class HostCpu:
     """Time the hypervisor ran something else while this VM wanted the CPU."""
     total_s: float
     """All of it (the first eight fields): the denominator of busy and steal fractions."""
+    softirq_s: float = 0.0
+    """Of ``busy_s``, the time in softirq context (``softirq``, the seventh field): where a
+    receiving stack's packet processing lands when no process's system time takes it."""
 
     def __sub__(self, other: HostCpu) -> HostCpu:
         return HostCpu(
             busy_s=self.busy_s - other.busy_s,
             steal_s=self.steal_s - other.steal_s,
             total_s=self.total_s - other.total_s,
+            softirq_s=self.softirq_s - other.softirq_s,
         )
 
     @property
@@ -76,6 +80,7 @@ def parse_host_cpu(line: str) -> HostCpu:
         busy_s=(total - idle - steal) / CLOCK_TICKS_PER_S,
         steal_s=steal / CLOCK_TICKS_PER_S,
         total_s=total / CLOCK_TICKS_PER_S,
+        softirq_s=ticks[6] / CLOCK_TICKS_PER_S,
     )
 
 

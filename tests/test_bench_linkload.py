@@ -1,16 +1,12 @@
-"""The loaded rows of ``testbed bench link``: CPU per packet and per Mbit/s, the Mahimahi
-refusal, and the iperf3 command lines (the runs themselves: tests/test_bench_link.py)."""
+"""The loaded rows of ``testbed bench link``: CPU per packet and per Mbit/s and the iperf3
+command lines (the runs themselves: tests/test_bench_link.py)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
-from harness.bench.linkload import LOAD_CASES, LoadCase, check_compare, cpu_columns, iperf_argv
+from harness.bench.linkload import LOAD_CASES, LoadCase, cpu_columns, iperf_argv
 from netem.stats import CpuStats, DirectionStats, LinkStats
-from tbcore.errors import SpecError
 
 
 def test_cpu_per_packet_and_per_mbit() -> None:
@@ -30,26 +26,6 @@ def test_cpu_per_packet_and_per_mbit() -> None:
 def test_cpu_columns_without_packets() -> None:
     cols = cpu_columns(LinkStats(backend="userspace", time_s=1.0))
     assert cols == {"emulator_cpu_us_per_packet": None, "emulator_cpu_cores_per_mbit_s": None}
-
-
-def test_compare_is_refused_in_one_line_without_mahimahi(monkeypatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("PATH", str(tmp_path))
-    check_compare(None)
-    with pytest.raises(SpecError, match="mm-delay and mm-link not on the PATH") as err:
-        check_compare("mahimahi")
-    assert "\n" not in str(err.value)
-    with pytest.raises(SpecError, match="mahimahi"):
-        check_compare("ns-3")
-
-
-def test_compare_with_mahimahi_present_is_refused_too(monkeypatch, tmp_path: Path) -> None:
-    for tool in ("mm-delay", "mm-link"):
-        path = tmp_path / tool
-        path.write_text("#!/bin/sh\nexit 1\n")
-        os.chmod(path, 0o755)
-    monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(SpecError, match="cannot drive Mahimahi yet"):
-        check_compare("mahimahi")
 
 
 def test_the_cases_are_the_issues_rates_at_200_ms() -> None:

@@ -30,11 +30,10 @@ import pytest
 
 from harness.bounds.trace import trace_transfer_done_s
 from netem import backends, clean, names, nsexec
-from netem.emulator.options import EmulatorOptions
 from netem.link import Link
 from netem.linkspec import parse_link
 from netem.nsexec import in_netns
-from netem.probe import SO_TIMESTAMPNS, _kernel_time_ns, realtime_thread
+from netem.probe import SO_TIMESTAMPNS, kernel_time_ns, probe_link, quantile, realtime_thread
 from netem.stats import host_cpu_s
 from netem.trace import SHIPPED_DIR, DelayTrace, open_trace
 from netem.tracegen import LeoModel, leo_trace
@@ -115,7 +114,7 @@ class Receiver(threading.Thread):
     def _take_one(self) -> None:
         """One datagram with the kernel's arrival stamp (raises as recvmsg does)."""
         data, ancdata, _, _ = self.sock.recvmsg(65535, 256)
-        stamp = _kernel_time_ns(ancdata)
+        stamp = kernel_time_ns(ancdata)
         assert stamp is not None
         self.got.append((stamp, data))
 
@@ -272,8 +271,7 @@ def test_tcp_transfers_finish_at_or_after_the_bound_from_the_trace(link_name: st
     wire = size + TCP_HEADER_BYTES * math.ceil(size / MSS_BYTES)
     lines = []
     host = HostLoad()
-    python = EmulatorOptions(path="python")  # the C path refuses a trace set later
-    with Link.up(link_name, parse_link("rtt=20ms"), backend="userspace", emulator=python) as link:
+    with Link.up(link_name, parse_link("rtt=20ms"), backend="userspace") as link:
         for offset_s in (0.0, 12.5, 25.0):
             link.set_spec(parse_link(f"rtt=20ms,up.rate={trace.text()},trace_offset={offset_s}s"))
             clock = trace_clock(link, "up")
@@ -375,3 +373,32 @@ def test_a_delay_trace_moves_a_probes_one_way_delay_to_the_trace(
     assert len(got) == len(sent)
     assert steps == list(range(round(curve.period_ms / 10)))  # every step was probed
     assert max(abs(m) for m in medians) <= 0.5
+
+
+@pytest.mark.timeout(60)
+def test_a_stepped_delay_trace_has_a_fixed_links_rtt_error(link_name: str, tmp_path: Path) -> None:
+    """Issue 41's held-out trace on the C path (the default): 10 ms one way for a second,
+    then 40 ms, 10 ms back. Each plateau's probe RTTs against 20 and 50 ms within the fixed
+    link's targets (median 0.3 ms, p99 1 ms: harness/bench/link.py TARGETS); the probes sent
+    just after the fall to 10 ms leave in order behind those still in flight, in between."""
+    (tmp_path / "step.delay").write_text("0 10\n1000 40\n")
+    spec = parse_link(f"up.delay=trace:{tmp_path / 'step.delay'},down.delay=10ms")
+    with Link.up(link_name, spec, backend="userspace") as link:
+        assert link.show()["emulator_path"]["path"] == "c"
+        result = probe_link(link, count=2000, interval_s=1e-3, drain_s=0.3)
+    plateaus = {0.020: [], 0.050: []}
+    for rtt in result.rtt_s:
+        for want, got in plateaus.items():
+            if abs(rtt - want) < 5e-3:
+                got.append(rtt - want)
+    in_between = len(result.rtt_s) - sum(len(v) for v in plateaus.values())
+    lines = []
+    for want, errors in plateaus.items():
+        median, p99 = quantile(errors, 0.5), quantile(errors, 0.99)
+        lines.append(f"{want * 1e3:.0f} ms: {len(errors)}, {median * 1e3:+.3f}/{p99 * 1e3:+.3f}")
+        assert len(errors) > 800 and abs(median) < 0.3e-3 and p99 < 1e-3, lines[-1]
+    summary = "; ".join(lines)
+    print(
+        f"\nstepped delay trace: probes, RTT error median/p99 ms: {summary}; {in_between} between"
+    )
+    assert in_between < 60

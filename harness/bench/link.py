@@ -30,8 +30,9 @@ On the backend in use (or a forced one), through the :class:`netem.link.Link` AP
   delivered), and the host's busy and steal fractions (the load the number was taken under).
 
 ``--path c|python`` picks the emulator's packet path (the C path by default, the Python
-reference to compare); ``--compare mahimahi`` is refused
-(:func:`harness.bench.linkload.check_compare`).
+reference to compare). ``--compare mahimahi[,netem]`` measures the emulator beside its peers
+instead (:mod:`harness.bench.peerlink`, :mod:`harness.bench.peers`): one table, ratios to
+ours.
 ``--quick`` runs a short version (a test runs it); ``--json`` prints the JSON document.
 """
 
@@ -49,7 +50,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.bench.linkload import check_compare, iperf_server, load_row, measure_load
+from harness.bench.linkload import iperf_server, load_row, measure_load
 from netem import nsexec
 from netem.air import AirSpec
 from netem.emulator.control import EmulatorClient
@@ -592,7 +593,11 @@ def print_air(console: Any, air: dict[str, Any]) -> None:
 
 
 def cli(args: argparse.Namespace) -> int:
-    check_compare(args.compare)
+    from harness.bench.peercli import check_options, compare_cli
+
+    check_options(args)
+    if args.compare is not None:
+        return compare_cli(args)
     config = BenchConfig.quick() if args.quick else BenchConfig()
     if args.no_load:
         config = replace(config, load=False)
@@ -655,8 +660,29 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     parser.add_argument(
         "--compare",
-        metavar="EMULATOR",
-        help="mahimahi: compare with Mahimahi's mm-delay/mm-link (refused while they are not "
-        "on the PATH)",
+        metavar="PEERS",
+        help="mahimahi, netem or mahimahi,netem: the same workloads through each emulator, "
+        "alternated, one table with ratios to ours (instead of the fidelity bench)",
+    )
+    parser.add_argument(
+        "--mahimahi-bin",
+        metavar="DIR",
+        help="where Mahimahi's mm-delay and mm-link are (setuid root; default: the PATH)",
+    )
+    parser.add_argument(
+        "--trace",
+        action="append",
+        metavar="FILE",
+        help="--compare: a capacity trace (Mahimahi's format) every emulator also replays, "
+        "beside the shipped cell-markov.down (repeatable)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=None, help="--compare: alternated rounds (default 3)"
+    )
+    parser.add_argument(
+        "--save",
+        metavar="STEM",
+        default=None,
+        help="--compare: also write STEM.md and STEM.json (e.g. results/reference/link-compare)",
     )
     parser.set_defaults(handler=cli)

@@ -16,15 +16,12 @@ CPU per packet is the emulator's CPU seconds (user and system, all its threads) 
 packets it delivered in both directions in the window; per Mbit/s, its cores over the IP
 Mbit/s delivered upstream.
 
-``--compare mahimahi`` is refused in one line while Mahimahi's ``mm-delay``/``mm-link`` are
-not on the PATH (the testbed does not ship them), and also when they are: driving Mahimahi
-(a plain user, inside a tb- namespace) is not written yet.
+The comparison with the peers (``--compare``) is :mod:`harness.bench.peerlink`.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import time
 from collections.abc import Callable
@@ -35,7 +32,6 @@ from netem import nsexec, sysctl
 from netem.linkspec import parse_link
 from netem.probe import probe_link, quantile
 from netem.stats import LinkStats
-from tbcore.errors import SpecError
 
 LOAD_RTT = "rtt=200ms"
 GIGABIT_BPS = 1e9
@@ -45,7 +41,6 @@ UDP_PAYLOAD_BYTES = 1400
 IPERF_PORT = 5202
 PROBE_INTERVAL_S = 5e-3
 """The probe alongside a loaded run: 200 round trips a second, a small load of its own."""
-MAHIMAHI_TOOLS = ("mm-delay", "mm-link")
 
 
 @dataclass(frozen=True)
@@ -66,29 +61,6 @@ LOAD_CASES = (
     LoadCase("UDP 1 Gbit/s", True, GIGABIT_BPS),
     LoadCase("TCP 1 Gbit/s", False, GIGABIT_BPS),
 )
-
-
-def check_compare(compare: str | None) -> None:
-    """``--compare mahimahi`` needs ``mm-delay`` and ``mm-link`` on the PATH."""
-    if compare is None:
-        return
-    if compare != "mahimahi":
-        raise SpecError("compare", f"{compare!r}: the one emulator to compare with is mahimahi")
-    missing = [tool for tool in MAHIMAHI_TOOLS if shutil.which(tool) is None]
-    if missing:
-        raise SpecError(
-            "compare",
-            f"{' and '.join(missing)} not on the PATH: Mahimahi is not shipped with the "
-            "testbed (build it from its source and put its tools on the PATH)",
-        )
-    # Mahimahi refuses to run as root and routes through the host's own namespace, where the
-    # testbed sends no traffic: running it in a tb- namespace as a plain user is left to be
-    # written on a host that has it (issue 29); until then the comparison is refused, not faked
-    raise SpecError(
-        "compare",
-        "mm-delay and mm-link are on the PATH, but this testbed cannot drive Mahimahi yet "
-        "(it needs a plain user inside a tb- namespace); run it by hand beside bench link",
-    )
 
 
 def cpu_columns(delta: LinkStats) -> dict[str, float | None]:

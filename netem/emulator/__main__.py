@@ -220,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PATHS,
         default=None,
         help="the per-packet path: c (netem/emulator/csrc) or python (the reference core); "
-        "default c, python for a link that replays a trace",
+        "default c",
     )
     parser.add_argument(
         "--offload",
@@ -277,12 +277,10 @@ def check_path_options(args: argparse.Namespace, spec: LinkSpec) -> None:
         )
     except SpecError as err:  # named by the command-line option
         raise SpecError(flags.get(err.field, err.field), err.reason) from None
-    if args.path is None:  # the C path, unless the link replays a trace (the Python core's)
-        args.path = "python" if spec.has_trace else DEFAULT_PATH
+    if args.path is None:
+        args.path = DEFAULT_PATH
     if args.path == "python":
         return
-    if spec.has_trace:
-        raise SpecError("path", "the C packet path does not replay traces: use --path python")
     cpath.require()
     if spec.air is not None:
         cpath.medium_args(spec.air)  # what the C medium cannot gather is refused here
@@ -348,6 +346,7 @@ def make_engine(
             vnet_hdr=args.offload == "on",
             gro=args.gro == "on",
             stamps=args.stamps == "on",
+            origin_s=origin_s,
         )
     if set(fds) == {"up", "down"}:
         cores = make_cores(spec, origin_s)  # an air= link's directions share its medium

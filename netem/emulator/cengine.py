@@ -20,8 +20,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from netem.emulator.core import refuse_rate_events
 from netem.emulator.cpath import DIRECTION_INDEX, CPath
-from netem.emulator.engine import DENSE_GAP_S, ENDS, Engine, end_time_arg
+from netem.emulator.engine import DENSE_GAP_S, ENDS, Engine, end_time_arg, time_arg
 from netem.emulator.pcap import DEFAULT_MEMORY_LIMIT_BYTES
 from netem.emulator.stats import cpu_snapshot
 from netem.events import ScheduledEvent, end_events
@@ -104,9 +105,11 @@ class CEngine(Engine):
         vnet_hdr: bool = False,
         gro: bool = False,
         stamps: bool = False,
+        origin_s: float = 0.0,
     ) -> CEngine:
-        """An engine for the directions in ``fds`` (name: (in_fd, out_fd))."""
-        path = CPath(spec)
+        """An engine for the directions in ``fds`` (name: (in_fd, out_fd)), whose traces
+        start at ``origin_s``."""
+        path = CPath(spec, origin_s)
         pumps = {name: CPump(path, name, *fds[name]) for name in fds}
         return cls(
             spec,
@@ -136,6 +139,9 @@ class CEngine(Engine):
         self.path.native.stop()
 
     def add_event(self, event: ScheduledEvent) -> ScheduledEvent:
+        for name in self.pumps:
+            if getattr(self.spec, name).rate_trace is not None:
+                refuse_rate_events(name, [event])
         self.path.add_event(len(self.events), event)
         self.events.append(event)
         return event
@@ -159,10 +165,18 @@ class CEngine(Engine):
         }
 
     def cmd_set_spec(self, request: dict[str, Any]) -> dict[str, Any]:
+        """at_s: the parent's time, so both processes' traces agree (as the Python path)."""
         spec = LinkSpec.from_dict(request.get("spec") or {})
-        self.path.set_spec(spec)
+        at_s = time_arg(request, "at_s")
+        for name in self.pumps:  # a capacity trace while a rate event is in force or to come
+            if getattr(spec, name).rate_trace is not None:
+                refuse_rate_events(name, [e for e in self.events if e.end_s > at_s])
+        self.path.set_spec(spec, at_s)
         self.spec = spec
-        return {}
+        return {"trace": self.trace_info()}
+
+    def trace_info(self) -> dict[str, Any]:
+        return {name: self.path.trace_info(name) for name in self.pumps}
 
     def cmd_end_events(self, request: dict[str, Any]) -> dict[str, Any]:
         changed = end_events(self.events, end_time_arg(request))

@@ -69,6 +69,17 @@ class PacketRecorder(Protocol):
     def dropped(self, arrival_s: float, reason: str, packet: bytes) -> None: ...
 
 
+def refuse_rate_events(direction: str, events: list[ScheduledEvent]) -> None:
+    """SpecError if a rate change of ``events`` concerns ``direction``, whose capacity trace
+    sets its rate (change the trace with set_spec instead)."""
+    for event in events:
+        if isinstance(event, ScheduledRate) and direction in event.directions:
+            raise SpecError(
+                f"{direction}.rate",
+                "a capacity trace sets this direction's rate: a rate event cannot",
+            )
+
+
 class LinkDirection:
     """The queue, serialiser, loss and delay of one direction (``up`` or ``down``)."""
 
@@ -139,12 +150,7 @@ class LinkDirection:
             self._refuse_rate_events([event])
 
     def _refuse_rate_events(self, events: list[ScheduledEvent]) -> None:
-        for event in events:
-            if isinstance(event, ScheduledRate) and self.direction in event.directions:
-                raise SpecError(
-                    f"{self.direction}.rate",
-                    "a capacity trace sets this direction's rate: a rate event cannot",
-                )
+        refuse_rate_events(self.direction, events)
 
     def add_event(self, event: ScheduledEvent) -> bool:
         """Take a scheduled outage or rate change (absolute times); False if not ours."""
@@ -258,13 +264,18 @@ class LinkDirection:
 
     def trace_info(self) -> dict[str, object] | None:
         """This direction's traces and their clock (JSON-ready), or None without one."""
-        spec = self.spec
-        if not spec.has_trace:
-            return None
-        return {
-            "origin_s": self.trace_origin_s,
-            "offset_s": spec.trace_offset_s,
-            "rate_trace": None if spec.rate_trace is None else spec.rate_trace.to_dict(),
-            "delay_trace": None if spec.delay_trace is None else spec.delay_trace.to_dict(),
-            "delay_interp": spec.delay_interp,
-        }
+        return trace_info(self.spec, self.trace_origin_s)
+
+
+def trace_info(spec: DirectionSpec, origin_s: float) -> dict[str, object] | None:
+    """A direction's traces and their clock started at ``origin_s`` (JSON-ready), or None
+    without one: what the emulator's ``trace`` command answers, on either packet path."""
+    if not spec.has_trace:
+        return None
+    return {
+        "origin_s": origin_s,
+        "offset_s": spec.trace_offset_s,
+        "rate_trace": None if spec.rate_trace is None else spec.rate_trace.to_dict(),
+        "delay_trace": None if spec.delay_trace is None else spec.delay_trace.to_dict(),
+        "delay_interp": spec.delay_interp,
+    }

@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass
 
 from netem.air import AirSpec
+from netem.emulator.core import trace_info
 from netem.emulator.loss import jitter_rng, loss_rng
 from netem.emulator.packetlog import PacketLog
 from netem.events import ScheduledEvent, ScheduledOutage
@@ -74,10 +75,10 @@ C_PATH_FIELDS: dict[str, str | None] = {
     "queue_bytes": None,
     "queue_packets": None,
     "seed": None,
-    "rate_trace": "the C packet path does not replay traces (--path python)",
-    "delay_trace": "the C packet path does not replay traces (--path python)",
-    "delay_interp": "the C packet path does not replay traces (--path python)",
-    "trace_offset_s": "the C packet path does not replay traces (--path python)",
+    "rate_trace": None,
+    "delay_trace": None,
+    "delay_interp": None,
+    "trace_offset_s": None,
 }
 """Every :class:`~netem.linkspec.DirectionSpec` field, as the C path takes it: None where it
 applies it (queue_bytes and queue_packets through the byte limit the spec resolves), or why
@@ -116,8 +117,8 @@ class DirectionConfig:
 
     @classmethod
     def of(cls, direction: str, spec: DirectionSpec, queue_limit: int | None) -> DirectionConfig:
-        """What :meth:`netem.emulator.core.LinkDirection.set_spec` sets up, for C (which
-        has no trace schedules yet: a traced direction is refused, never run flat)."""
+        """What :meth:`netem.emulator.core.LinkDirection.set_spec` sets up, for C (its
+        traces: :meth:`CPath.set_traces`)."""
         refused_fields(direction, spec)
         if spec.gemodel is not None:
             g = spec.gemodel
@@ -167,17 +168,21 @@ def medium_args(air: AirSpec) -> tuple:
 class CPath:
     """Both directions of one link in C, configured from a :class:`LinkSpec`."""
 
-    def __init__(self, spec: LinkSpec) -> None:
+    def __init__(self, spec: LinkSpec, origin_s: float = 0.0) -> None:
+        """``origin_s``: when the spec's traces are at their offset (CLOCK_MONOTONIC)."""
         require()
         assert _cpath is not None
         self.native = _cpath.Path(spec.mtu_bytes + SLOT_HEADROOM_BYTES)
         self.spec = spec
         self.has_medium = spec.air is not None
-        self.set_spec(spec)
+        self.trace_origin_s = origin_s
+        self.set_spec(spec, origin_s)
 
-    def set_spec(self, spec: LinkSpec) -> None:
-        """A new spec: generators restart from its seeds; packets in flight keep their times
-        (:meth:`LinkDirection.set_spec`, :meth:`Medium.set_spec`)."""
+    def set_spec(self, spec: LinkSpec, origin_s: float = 0.0) -> None:
+        """A new spec at ``origin_s``: generators restart from its seeds, traces from their
+        offset; packets in flight keep their times, and a new capacity trace's opportunities
+        start once the packets queued before have left (:meth:`LinkDirection.set_spec`,
+        :meth:`Medium.set_spec`)."""
         if (spec.air is not None) != self.has_medium:
             state = "with" if self.has_medium else "without"
             raise SpecError(
@@ -203,7 +208,29 @@ class CPath:
                 c.rate_bps,
                 c.queue_limit_bytes,
             )
+            self.set_traces(name, getattr(spec, name), origin_s)
         self.spec = spec
+        self.trace_origin_s = origin_s
+
+    def set_traces(self, direction: str, spec: DirectionSpec, origin_s: float) -> None:
+        """The direction's capacity and delay traces (or none) on a clock started at
+        ``origin_s`` (:class:`netem.emulator.tracelink.TraceServer`, ``DelayCurve``)."""
+        stamps = None if spec.rate_trace is None else spec.rate_trace.capacity.stamps_ms
+        delay = None if spec.delay_trace is None else spec.delay_trace.delay
+        self.native.set_traces(
+            DIRECTION_INDEX[direction],
+            origin_s,
+            float(spec.trace_offset_s),
+            stamps,
+            None if delay is None else delay.times_ms,
+            None if delay is None else delay.delays_ms,
+            0.0 if delay is None else float(delay.period_ms),
+            spec.delay_interp == "linear",
+        )
+
+    def trace_info(self, direction: str) -> dict[str, object] | None:
+        """As :meth:`netem.emulator.core.LinkDirection.trace_info`."""
+        return trace_info(getattr(self.spec, direction), self.trace_origin_s)
 
     # --- events ---------------------------------------------------------------------------
 

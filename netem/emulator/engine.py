@@ -204,7 +204,7 @@ def end_time_arg(request: dict[str, Any]) -> float:
     return float(at_s)
 
 
-def _time_arg(request: dict[str, Any], key: str) -> float:
+def time_arg(request: dict[str, Any], key: str) -> float:
     """A CLOCK_MONOTONIC time of a request (default: now)."""
     value = request.get(key)
     if value is None:
@@ -286,7 +286,7 @@ class Engine:
     def cmd_set_spec(self, request: dict[str, Any]) -> dict[str, Any]:
         """at_s: the parent's time, so both processes' traces agree."""
         spec = LinkSpec.from_dict(request.get("spec") or {})
-        at_s = _time_arg(request, "at_s")
+        at_s = time_arg(request, "at_s")
         for name, pump in self.pumps.items():  # all or none
             pump.core.check_spec(getattr(spec, name), at_s)
         set_medium_spec([p.core for p in self.pumps.values()], spec)

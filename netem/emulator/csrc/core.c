@@ -79,11 +79,10 @@ static void drop(struct path *p, struct direction *d, double now, int reason, st
 }
 
 /* The serialisation stage: admission to the drop-tail byte queue and the time the packet's
- * last bit leaves the bottleneck (tx_done), or -1 for a refusal. This is where a rate
- * schedule plugs in: a constant rate (RATE_CONSTANT, changed by rate events, seconds per
- * byte `spb`) gives max(now, previous tx_done) + size * spb; a capacity trace of delivery
- * opportunities (Mahimahi's format, bytes per millisecond stamp) would answer the same
- * question from its own cursor, with the same queue in front of it. NAN: refused. */
+ * last bit leaves the bottleneck (tx_done). A constant rate (RATE_CONSTANT, changed by rate
+ * events, seconds per byte `spb`) gives max(now, previous tx_done) + size * spb; a capacity
+ * trace (RATE_TRACE, trace.c) answers from its own cursor, with the same queue in front of
+ * it. NAN: refused. */
 static double serialise(struct direction *d, double now, uint64_t size, double spb)
 {
     struct dstats *st = &d->st;
@@ -92,7 +91,8 @@ static double serialise(struct direction *d, double now, uint64_t size, double s
     int64_t backlog = d->backlog_bytes + (int64_t)size;
     if (backlog > d->queue_limit_bytes)
         return NAN;
-    double tx_done = (now > d->tx_done ? now : d->tx_done) + (double)size * spb;
+    double tx_done = d->cap ? cap_trace_serve(d->cap, now, size)
+                            : (now > d->tx_done ? now : d->tx_done) + (double)size * spb;
     if (!ring_push(&d->queue, (struct ent){.t1 = tx_done, .size = size}))
         return NAN; /* out of memory: refused like a full queue */
     d->tx_done = tx_done;
@@ -105,12 +105,14 @@ static double serialise(struct direction *d, double now, uint64_t size, double s
 }
 
 /* The propagation stage: when a packet that left the bottleneck at tx_done reaches the far
- * end. A delay schedule (a trace of one-way delays) plugs in here, keyed by tx_done; the
- * no-reordering rule after it holds for any schedule. */
+ * end: the fixed delay with its jitter, or a delay trace's delay at tx_done; the
+ * no-reordering rule after it holds for either. */
 static double arrival_due(struct direction *d, double tx_done)
 {
     double due = tx_done + d->delay_s;
-    if (d->jitter_s != 0.0) {
+    if (d->dtr) {
+        due += delay_trace_delay_s(d->dtr, tx_done);
+    } else if (d->jitter_s != 0.0) {
         double a = -d->jitter_s, b = d->jitter_s;
         due += a + (b - a) * mt_random(&d->jitter_rng);
     }
@@ -282,6 +284,21 @@ int path_init(struct path *p, size_t mtu_bytes)
     return 0;
 }
 
+void direction_drop_traces(struct direction *d)
+{
+    if (d->cap) {
+        free(d->cap->stamps_ms);
+        free(d->cap);
+        d->cap = NULL;
+    }
+    if (d->dtr) {
+        free(d->dtr->times_ms);
+        free(d->dtr->delays_ms);
+        free(d->dtr);
+        d->dtr = NULL;
+    }
+}
+
 void path_free(struct path *p)
 {
     for (int i = 0; i < N_DIRS; i++) {
@@ -290,6 +307,7 @@ void path_free(struct path *p)
         ring_free(&d->line);
         buf_free(&d->log);
         free(d->events);
+        direction_drop_traces(d);
     }
     if (p->medium) {
         ring_free(&p->medium->q[0]);

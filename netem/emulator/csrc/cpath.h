@@ -119,11 +119,43 @@ struct event {
     uint64_t drops;
 };
 
-/* Where the serialisation time of a packet comes from. Only RATE_CONSTANT (with rate
- * events) exists today; a capacity trace (delivery opportunities) is another kind that
- * answers the same question, tx_done of a packet of `size` bytes offered at `now`. */
+/* Where the serialisation time of a packet comes from: a constant rate (with rate events)
+ * or a capacity trace's delivery opportunities; both answer tx_done of a packet of `size`
+ * bytes offered at `now`. */
 #define RATE_UNLIMITED 0
 #define RATE_CONSTANT 1
+#define RATE_TRACE 2
+
+/* netem/trace.py OPPORTUNITY_BYTES: IP bytes one delivery opportunity carries. */
+#define OPPORTUNITY_BYTES 1500
+
+/* A capacity trace on the direction's trace clock (netem/emulator/tracelink.py
+ * TraceServer): its stamps (ms, one opportunity each, repeating with period = the last),
+ * where the clock started, and the server's cursor. */
+struct cap_trace {
+    int64_t *stamps_ms;
+    size_t count;
+    int64_t period_ms;
+    double origin_s, offset_ms;
+    int64_t next_k;     /* the first opportunity no packet has used */
+    double tx_done_s;   /* when the last packet left */
+    int64_t left_bytes; /* bytes of that opportunity no packet has taken */
+};
+
+/* A one-way delay trace on the trace clock (tracelink.py DelayCurve, trace.py DelayTrace). */
+struct delay_trace {
+    double *times_ms, *delays_ms;
+    size_t count;
+    double period_ms;
+    double origin_s, offset_ms;
+    int linear;
+};
+
+struct direction;
+double cap_trace_serve(struct cap_trace *c, double now, uint64_t size);
+int64_t cap_trace_first_at_or_after(const struct cap_trace *c, double position_ms);
+double delay_trace_delay_s(const struct delay_trace *t, double at);
+void direction_drop_traces(struct direction *d); /* frees and clears both (core.c) */
 
 struct direction {
     int dir;
@@ -137,6 +169,9 @@ struct direction {
     int rate_kind;
     double rate_bps;
     double seconds_per_byte;
+    struct cap_trace *cap;    /* RATE_TRACE's trace, else NULL */
+    struct delay_trace *dtr; /* a delay trace instead of delay and jitter, or NULL */
+    double min_delay_s;      /* the least delay a packet can get (loop.c's deferral) */
     int64_t queue_limit_bytes; /* -1: none */
     /* state */
     struct ring queue;  /* t1 = tx_done, size */

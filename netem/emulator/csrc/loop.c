@@ -332,8 +332,8 @@ static void drain(struct pump *u)
 /* Whether a direction's input may go unwatched until the next wake-up, at `at`: its
  * arrivals are timed by the kernel; the wake-up is at most DEFER_WINDOW_S away; no packet
  * that arrives meanwhile can be due before DEFER_MIN_DELAY_S after it arrived (the
- * direction's delay less its jitter), so reading it at the wake-up changes nothing of its
- * path: its queue is computed at its arrival time, its departure is later than the read.
+ * direction's delay less its jitter, or its delay trace's least), so reading it at the
+ * wake-up changes nothing of its path: its queue is computed at its arrival time, its departure is later than the read.
  * Not with the air medium (its two directions contend at the times the core is given). */
 #define DEFER_WINDOW_S 1e-3
 #define DEFER_MIN_DELAY_S 2e-3
@@ -343,7 +343,7 @@ static int may_defer(const struct loop *L, const struct pump *u, int have_at, do
 {
     const struct direction *d = &L->path->d[u->dir];
     return u->stamp.mem && !L->path->medium && have_at && at - now <= DEFER_WINDOW_S &&
-           d->delay_s - fabs(d->jitter_s) >= DEFER_MIN_DELAY_S;
+           d->min_delay_s >= DEFER_MIN_DELAY_S;
 }
 
 static void choose_reads(struct loop *L, int have_at, double at)

@@ -137,8 +137,121 @@ static PyObject *Path_set_direction(PathObject *self, PyObject *args)
     if (rate != Py_None && limit < 0)
         limit = (long long)1 << 62;
     d->queue_limit_bytes = limit;
+    d->min_delay_s = delay_s - fabs(jitter_s);
+    direction_drop_traces(d);
     UNLOCK(self);
     Py_RETURN_NONE;
+}
+
+/* set_traces(dir, origin_s, offset_s, stamps, delay_times, delay_values, period_ms, linear):
+ * the traces of LinkDirection.set_spec, after set_direction. `stamps`: an int64 buffer
+ * (array('q')) of a capacity trace or None; `delay_times`/`delay_values`: float64 buffers
+ * (array('d')) of a delay trace or None, its period in ms. A new capacity trace's
+ * opportunities start once the packets queued before have left (busy_until: tx_done). */
+static PyObject *Path_set_traces(PathObject *self, PyObject *args)
+{
+    int dir, linear;
+    double origin_s, offset_s, period_ms;
+    PyObject *stamps_obj, *times_obj, *values_obj;
+    if (!PyArg_ParseTuple(args, "iddOOOdp", &dir, &origin_s, &offset_s, &stamps_obj,
+                          &times_obj, &values_obj, &period_ms, &linear))
+        return NULL;
+    if (!check_dir(dir))
+        return NULL;
+    struct cap_trace *cap = NULL;
+    struct delay_trace *dtr = NULL;
+    Py_buffer b = {0}, bt = {0}, bv = {0};
+    if (stamps_obj != Py_None) {
+        if (PyObject_GetBuffer(stamps_obj, &b, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            return NULL;
+        size_t n = (size_t)b.len / sizeof(int64_t);
+        if (b.itemsize != sizeof(int64_t) || n == 0 || ((int64_t *)b.buf)[n - 1] <= 0) {
+            PyBuffer_Release(&b);
+            PyErr_SetString(PyExc_ValueError, "stamps: int64 items, the last after 0");
+            return NULL;
+        }
+        cap = calloc(1, sizeof(*cap));
+        int64_t *copy = malloc((size_t)b.len);
+        if (!cap || !copy) {
+            free(cap);
+            free(copy);
+            PyBuffer_Release(&b);
+            return PyErr_NoMemory();
+        }
+        memcpy(copy, b.buf, (size_t)b.len);
+        PyBuffer_Release(&b);
+        cap->stamps_ms = copy;
+        cap->count = n;
+        cap->period_ms = copy[n - 1];
+        cap->origin_s = origin_s;
+        cap->offset_ms = offset_s * 1e3;
+    }
+    if (times_obj != Py_None) {
+        if (PyObject_GetBuffer(times_obj, &bt, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto fail;
+        if (PyObject_GetBuffer(values_obj, &bv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0)
+            goto fail;
+        size_t n = (size_t)bt.len / sizeof(double);
+        if (bt.itemsize != sizeof(double) || bv.len != bt.len || n < 2 || !(period_ms > 0)) {
+            PyErr_SetString(PyExc_ValueError, "delay trace: two float64 buffers of >= 2 points");
+            goto fail;
+        }
+        dtr = calloc(1, sizeof(*dtr));
+        if (!dtr || !(dtr->times_ms = malloc((size_t)bt.len)) ||
+            !(dtr->delays_ms = malloc((size_t)bv.len))) {
+            PyErr_NoMemory();
+            goto fail;
+        }
+        memcpy(dtr->times_ms, bt.buf, (size_t)bt.len);
+        memcpy(dtr->delays_ms, bv.buf, (size_t)bv.len);
+        dtr->count = n;
+        dtr->period_ms = period_ms;
+        dtr->origin_s = origin_s;
+        dtr->offset_ms = offset_s * 1e3;
+        dtr->linear = linear;
+        PyBuffer_Release(&bt);
+        PyBuffer_Release(&bv);
+    }
+    LOCK(self);
+    struct direction *d = &self->path.d[dir];
+    direction_drop_traces(d);
+    if (cap) {
+        double busy_until = d->tx_done;
+        double start = origin_s > busy_until ? origin_s : busy_until;
+        cap->next_k =
+            cap_trace_first_at_or_after(cap, (start - cap->origin_s) * 1e3 + cap->offset_ms);
+        cap->tx_done_s = busy_until;
+        cap->left_bytes = 0;
+        d->cap = cap;
+        d->rate_kind = RATE_TRACE;
+        if (d->queue_limit_bytes < 0)
+            d->queue_limit_bytes = (int64_t)1 << 62;
+    }
+    if (dtr) {
+        double least = dtr->delays_ms[0];
+        for (size_t i = 1; i < dtr->count; i++)
+            if (dtr->delays_ms[i] < least)
+                least = dtr->delays_ms[i];
+        d->dtr = dtr;
+        d->min_delay_s = d->delay_s + least * 1e-3;
+    }
+    UNLOCK(self);
+    Py_RETURN_NONE;
+fail:
+    if (bt.obj)
+        PyBuffer_Release(&bt);
+    if (bv.obj)
+        PyBuffer_Release(&bv);
+    if (cap) {
+        free(cap->stamps_ms);
+        free(cap);
+    }
+    if (dtr) {
+        free(dtr->times_ms);
+        free(dtr->delays_ms);
+        free(dtr);
+    }
+    return NULL;
 }
 
 /* set_medium(ints..., backoff, alternate, rng_state): Medium.set_spec (queues kept). */
@@ -728,6 +841,7 @@ done:
 
 static PyMethodDef Path_methods[] = {
     {"set_direction", (PyCFunction)Path_set_direction, METH_VARARGS, NULL},
+    {"set_traces", (PyCFunction)Path_set_traces, METH_VARARGS, NULL},
     {"set_medium", (PyCFunction)Path_set_medium, METH_VARARGS, NULL},
     {"add_event", (PyCFunction)Path_add_event, METH_VARARGS, NULL},
     {"timeline", (PyCFunction)Path_timeline, METH_VARARGS, NULL},
