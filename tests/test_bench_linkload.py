@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.bench.linkload import LOAD_CASES, LoadCase, cpu_columns, iperf_argv
+from harness.bench.linkload import GRO_CASES, LOAD_CASES, LoadCase, cpu_columns, iperf_argv
 from netem.stats import CpuStats, DirectionStats, LinkStats
 
 
@@ -39,3 +39,16 @@ def test_udp_is_offered_at_110_percent() -> None:
     assert "-u" in argv and "-C" not in argv
     tcp = iperf_argv("198.18.2.2", LoadCase("t", False, 333e6), 10, 4)
     assert tcp[tcp.index("-C") + 1] == "cubic" and "-u" not in tcp
+
+
+def test_the_gro_rows_are_issue_41s_path_to_2_5_gbit() -> None:
+    assert [(c.udp, c.rate_bps, c.link.split(",")[0], c.gro) for c in GRO_CASES] == [
+        (False, 2.5e9, "rtt=40ms", True),
+        (False, 2.5e9, "rtt=200ms", True),
+        (True, 2.5e9, "rtt=200ms", True),
+    ]
+
+
+def test_the_payload_limit_takes_each_packets_headers_off_the_rate() -> None:
+    assert LoadCase("t", False, 1.5e9).payload_bps == pytest.approx(1.448e9)
+    assert LoadCase("u", True, 1.428e9).payload_bps == pytest.approx(1.4e9)

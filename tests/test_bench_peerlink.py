@@ -21,7 +21,15 @@ from harness.bench.peerlink import (
     mahimahi_argv,
     measure_slot,
 )
-from harness.bench.peers import CHAPTER_RATE_BPS, PeerCase, PeerConfig, trace_case
+from harness.bench.peers import (
+    CHAPTER_RATE_BPS,
+    PeerCase,
+    PeerConfig,
+    PeerRun,
+    rows_from_dicts,
+    table,
+    trace_case,
+)
 from netem.trace import load, resolve_path
 from tbcore.errors import SpecError
 
@@ -113,12 +121,45 @@ def test_the_unprivileged_side_runs_the_system_python_on_the_repository() -> Non
     assert done.stdout.strip() == "[]"
 
 
-@pytest.mark.root
-def test_netem_absent_here_is_refused_with_the_guests_command(monkeypatch) -> None:
+def test_netem_absent_here_and_no_guest_stage_is_one_line(monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr(peerlink, "netem_here", lambda: (False, "no sch_netem"))
-    with pytest.raises(SpecError, match=r"no sch_netem; .*\.ci/netem-vm") as err:
+    monkeypatch.setattr(peerlink, "STAGE", tmp_path / "netem-vm")
+    with pytest.raises(SpecError, match=r"netem: no sch_netem, and no .*netem-vm") as err:
         peerlink.run_compare(("ours", "netem"), PeerConfig.quick())
     assert "\n" not in str(err.value)
+
+
+def test_netem_absent_here_runs_beside_ours_in_the_guest(monkeypatch) -> None:
+    """The guest's rows come back marked @guest, and divide by ours in the guest."""
+    monkeypatch.setattr(peerlink, "netem_here", lambda: (False, "no sch_netem"))
+    here_runs = [_slot("ours", 330e6, 0.2)]
+
+    def here(emulators, config, **kwargs):
+        assert list(emulators) == ["ours"]
+        return {"host": {}, "emulators": ["ours"], "runs": here_runs}
+
+    calls = []
+
+    def guest(argv, name, timeout_s):
+        calls.append(argv)
+        part = [_slot("ours", 100e6, 0.9), _slot("netem", 50e6, None)]
+        return {"host": {"kernel": "6.1.0-guest"}, "emulators": ["ours", "netem"], "runs": part}, {
+            "vm_stage_s": 1.0
+        }
+
+    monkeypatch.setattr(peerlink, "measure_here", here)
+    monkeypatch.setattr(peerlink, "run_in_guest", guest)
+    doc = peerlink.run_compare(("ours", "netem"), PeerConfig.quick(), traces=())
+    assert "--emulators" in calls[0] and calls[0][calls[0].index("--emulators") + 1] == "ours,netem"
+    assert doc["emulators"] == ["ours", "ours@guest", "netem@guest"]
+    assert doc["guest"] == {"kernel": "6.1.0-guest", "vm_stage_s": 1.0}
+    rows = {row.emulator: row for row in table(rows_from_dicts(doc["runs"]))}
+    assert rows["netem@guest"].values["delivered_ratio"] == pytest.approx(0.5)
+    assert rows["ours@guest"].values["delivered_ratio"] == pytest.approx(1.0)
+
+
+def _slot(emulator: str, delivered: float, cpu: float | None) -> dict:
+    return PeerRun(1, "tcp 333 Mbit/s", "tcp", emulator, 333e6, delivered, cpu_cores=cpu).to_dict()
 
 
 @pytest.mark.root

@@ -25,13 +25,10 @@ import math
 import os
 import platform
 import select
-import shlex
 import socket
 import statistics
 import struct
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,6 +36,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.bench.guest import guest_path, run_in_guest
 from netem import names
 from netem.link import Link
 from netem.linkspec import LinkSpec, format_link, resolve_link
@@ -71,8 +69,8 @@ UPLOAD_TIMEOUT_S = 180.0
 BACKENDS = ("userspace", "netem")
 HOST_LINK_NAME = "vm2"
 GUEST_LINK_NAME = "vm1"
-GUEST_JSON = "/run/tb-vm/out/crossval-netem.json"
-"""Where the guest part writes its JSON: the VM's writable share (see .ci/vm/init)."""
+GUEST_JSON_NAME = "crossval-netem.json"
+"""The guest part's JSON, in the VM's writable share (:func:`harness.bench.guest.guest_path`)."""
 GUEST_TIMEOUT_S = 2400.0
 REFERENCE_STEM = Path("results/reference/crossval")
 BOOTSTRAP_SEED = 20261202
@@ -662,10 +660,6 @@ def link_counters(delta: LinkStats) -> dict[str, dict[str, Any]]:
 # --- the VM edge --------------------------------------------------------------------------
 
 
-def repo_root() -> Path:
-    return Path(__file__).resolve().parents[1]
-
-
 def guest_command(args: argparse.Namespace) -> list[str]:
     return [
         str(Path(sys.executable)),
@@ -682,43 +676,14 @@ def guest_command(args: argparse.Namespace) -> list[str]:
         "--link",
         args.link,
         "--json",
-        GUEST_JSON,
+        guest_path(GUEST_JSON_NAME),
     ]
 
 
 def run_guest_part(args: argparse.Namespace) -> tuple[Part, dict[str, Any]]:
     """Boot the netem guest (``.ci/netem-vm``) to measure the netem part; read its JSON."""
-    stage = repo_root() / ".ci" / "netem-vm"
-    if not stage.exists():
-        raise SpecError("part", f"{stage} is missing: the netem part needs the VM stage")
-    with tempfile.TemporaryDirectory(prefix="tb-crossval-vm-") as work:
-        command = shlex.join(guest_command(args))
-        steal_before = cpu_counters()
-        started = time.monotonic()
-        proc = subprocess.run(
-            [
-                "bash",
-                str(stage),
-                "--work",
-                work,
-                "--timeout",
-                str(GUEST_TIMEOUT_S),
-                "--command",
-                command,
-            ],
-            stdin=subprocess.DEVNULL,
-            timeout=GUEST_TIMEOUT_S + 60,
-        )
-        host = {
-            "host_steal_percent": round(steal_percent(steal_before, cpu_counters()), 1),
-            "host_loadavg_1min": round(os.getloadavg()[0], 2),
-            "vm_stage_s": round(time.monotonic() - started, 1),
-            "host_kernel": platform.release(),
-        }
-        result = Path(work) / "out" / Path(GUEST_JSON).name
-        if proc.returncode != 0 or not result.exists():
-            raise OSError(f"the netem guest part failed (stage exit {proc.returncode})")
-        return Part.from_dict(json.loads(result.read_text())), host
+    data, host = run_in_guest(guest_command(args), GUEST_JSON_NAME, GUEST_TIMEOUT_S)
+    return Part.from_dict(data), host
 
 
 # --- the command line ---------------------------------------------------------------------

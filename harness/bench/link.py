@@ -23,9 +23,10 @@ On the backend in use (or a forced one), through the :class:`netem.link.Link` AP
   goodput should reach the medium's capacity for the ACK ratio the link carried:
   ``1448 * 8 / (exchange(1500) + acks/data * exchange(52))`` bits per second.
 * **Load** (:mod:`harness.bench.linkload`): the emulator at the rates of issue 29 on the 200 ms
-  path, TCP at 333 Mbit/s, UDP and TCP at 1 Gbit/s, with the probe alongside: delivered
-  rate, RTT error under load, each direction's lateness p99, and the emulator's CPU per
-  packet and per Mbit/s.
+  path, TCP at 333 Mbit/s, UDP and TCP at 1 Gbit/s, and (full run, a second link with
+  ``--gro on``) TCP at 2.5 Gbit/s at 40 and 200 ms and UDP above it, with the probe
+  alongside: delivered rate (and its share of the payload limit), RTT error under load,
+  each direction's lateness p99, and the emulator's CPU per packet and per Mbit/s.
 * For every measurement: the emulator's lateness p99, its CPU (cores, and per packet
   delivered), and the host's busy and steal fractions (the load the number was taken under).
 
@@ -50,7 +51,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from harness.bench.linkload import iperf_server, load_row, measure_load
+from harness.bench.linkload import GRO_CASES, iperf_server, load_row, measure_load
 from netem import nsexec
 from netem.air import AirSpec
 from netem.emulator.control import EmulatorClient
@@ -109,6 +110,12 @@ class BenchConfig:
     load_omit_s: float = 4.0
     """iperf3's omitted start at 200 ms (TCP's slow start to 1 Gbit/s takes about 3 s)."""
     load: bool = True
+    gro_omit_s: float = 8.0
+    """The 2.5 Gbit/s rows' omitted start: slow start to 2.5 Gbit/s at 200 ms takes longer."""
+
+    @property
+    def quick_form(self) -> bool:
+        return self.rates_bps != RATES_BPS
 
     @classmethod
     def quick(cls) -> BenchConfig:
@@ -324,10 +331,35 @@ def run_bench(
         air = doc["backend"] == "userspace"
         if config.load:
             doc["load"] = measure_load(link, config.load_duration_s, config.load_omit_s, say)
+    if config.load and doc["backend"] == "userspace" and not config.quick_form:
+        doc["load"] += measure_gro_load(name, config, say, emulator)
     if air:
         doc["air"] = measure_air(name, config, say, emulator)
     doc["host"]["loadavg_end"] = os.getloadavg()
     return doc
+
+
+def measure_gro_load(
+    name: str,
+    config: BenchConfig,
+    say: Callable[[str], None],
+    emulator: EmulatorOptions | None,
+) -> list[dict[str, Any]]:
+    """The 2.5 Gbit/s rows (:data:`harness.bench.linkload.GRO_CASES`) on a link of their own
+    with ``--gro on``; not on the Python path (it has no offloads), and with the user's
+    ``--gro off`` as asked (the rows then say so)."""
+    options = emulator or EmulatorOptions()
+    if options.path == "python":
+        return []
+    gro = options.gro is not False
+    cases = tuple(
+        replace(c, gro=gro, label=c.label.replace(", GRO", "" if gro else ", no GRO"))
+        for c in GRO_CASES
+    )
+    with Link.up(
+        f"{name}g", cases[0].link, backend="userspace", emulator=replace(options, gro=gro)
+    ) as link:
+        return measure_load(link, config.load_duration_s, config.gro_omit_s, say, cases=cases)
 
 
 def air_probe_model_s(air: AirSpec) -> float:
@@ -514,6 +546,7 @@ def print_load(console: Any, rows: list[dict[str, Any]]) -> None:
         (
             "run",
             "goodput Mbit/s",
+            "of payload limit %",
             "link out Mbit/s",
             "of rate %",
             "down err median ms",
@@ -532,6 +565,7 @@ def print_load(console: Any, rows: list[dict[str, Any]]) -> None:
         table.add_row(
             r["label"],
             f"{r['goodput_bps'] / 1e6:.1f}",
+            _pct(r.get("payload_fraction")),
             f"{r['link_out_bps'] / 1e6:.1f}",
             _pct(r["link_fraction"]),
             _ms(r["down_median_error_s"]),

@@ -109,6 +109,13 @@ def conditions(doc: dict[str, Any]) -> dict[str, Any]:
         out["ours"] = doc.get("ours_path", "the userspace emulator's default packet path")
     if "mahimahi" in doc:
         out["mahimahi"] = ", ".join(doc["mahimahi"].values())
+    if "guest" in doc:
+        guest = doc["guest"]
+        out["@guest"] = (
+            f"measured in the stock-kernel QEMU guest (Linux {guest.get('kernel')}, QEMU's "
+            "software CPU: rates and CPU compare within the guest only, ratios are to ours "
+            f"there), the VM stage {guest.get('vm_stage_s')} s"
+        )
     return out
 
 

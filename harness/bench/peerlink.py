@@ -17,17 +17,23 @@ up for one case, runs the workload through it and reads its CPU.
   inside waits for a go file while the client side's namespace gets the same socket
   sysctls as ours (``ip netns attach``, then :func:`netem.sysctl.link_sysctls`).
 * **netem**: a :class:`netem.link.Link` on the kernel backend, where this kernel has
-  sch_netem; otherwise refused in one line, with the command that runs the comparison
-  inside the stock-kernel QEMU guest (``.ci/netem-vm``).
+  sch_netem; otherwise the netem comparison (ours beside netem, alternated the same way)
+  runs inside the stock-kernel QEMU guest (:mod:`harness.bench.guest`), its rows marked
+  ``@guest`` and divided by ours in the guest: under QEMU's software CPU, its rates and
+  CPU times compare within the guest only.
 
 Both sides' workload commands run as ``nobody`` for every emulator, so that privileges
 differ nowhere. CPU: the emulator's processes (``ours``: the emulator daemon; Mahimahi: every
 ``mm-*`` process under the shell, all threads), user + system time from /proc/PID/stat over
-the measured window. The kernel's share that follows a packet through a TUN write (the
-receiving stack runs in the writer's system time) is in those numbers for both userspace
-emulators; what runs in softirq context instead (the receive path after a queue, netem's
-whole work) Linux does not attribute to a process: the host's ``softirq`` time over the
-same window is reported apart, in cores.
+the measured window. What that holds, and what Linux lets be separated: a TUN ``write()``
+hands the packet to the receiving stack, whose softirq work then mostly runs in the writer's
+own context (when it re-enables bottom halves) and is charged to the writer's system time,
+for both userspace emulators alike; on a kernel that samples CPU time per tick (this one:
+CONFIG_TICK_CPU_ACCOUNTING, no IRQ_TIME_ACCOUNTING), a tick taken in softirq goes both to the
+task that was running and to /proc/stat's ``softirq``. No interface says which task's softirq
+time it was, so the host's softirq time over the same window is reported beside the
+emulator's CPU (``softirq_cores``), overlapping it, never subtracted; netem has no process and
+shows there only.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -47,8 +54,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from harness.bench.guest import STAGE, guest_path, run_in_guest
 from harness.bench.peers import (
     DEFAULT_TRACE,
+    GUEST_SUFFIX,
     ONE_WAY_DELAY_S,
     UDP_PAYLOAD_BYTES,
     PeerCase,
@@ -80,6 +89,9 @@ DEVCONF_SYSCTL = Path("/proc/sys/net/core/devconf_inherit_init_net")
 DEVCONF_INHERIT_CURRENT = "3"
 """net.core.devconf_inherit_init_net = 3: a new namespace inherits the settings of the one it
 is made in (Documentation/admin-guide/sysctl/net.rst)."""
+GUEST_RESULT = "peers-netem.json"
+GUEST_TIMEOUT_S = 5400.0
+"""The guest part's limit: under QEMU's software CPU every slot is slower than here."""
 SERVER_ADDR = "198.18.9.1"
 """The server side's address in Mahimahi's outer namespace (on its loopback)."""
 IPERF_PORT = 5203
@@ -214,8 +226,8 @@ def find_mahimahi(bin_dir: str | None) -> dict[str, str]:
         if not path or not os.access(path, os.X_OK):
             raise SpecError(
                 "mahimahi_bin",
-                f"no {tool} {where}: build Mahimahi (its source and build script are not "
-                "shipped; see docs/emulator.md) and give --mahimahi-bin DIR",
+                f"no {tool} {where}: Mahimahi is not shipped; build it (docs/measurements.md, "
+                '"The emulator beside its peers") and give --mahimahi-bin DIR',
             )
         info = os.stat(path)
         if info.st_uid != 0 or not info.st_mode & stat.S_ISUID:
@@ -615,6 +627,17 @@ def host_description() -> dict[str, Any]:
     }
 
 
+def guest_netem() -> bool:
+    """Whether netem must be compared in the QEMU guest (this kernel has no sch_netem);
+    refused in one line when the repository's VM stage is not there either."""
+    present, why = netem_here()
+    if present:
+        return False
+    if not STAGE.exists():
+        raise SpecError("compare", f"netem: {why}, and no {STAGE} to run it in a guest")
+    return True
+
+
 def run_compare(
     emulators: Sequence[str],
     config: PeerConfig,
@@ -625,16 +648,45 @@ def run_compare(
     emulator: EmulatorOptions | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Every slot of the schedule (:func:`harness.bench.peers.schedule`); the JSON document."""
+    """Every slot of the schedule (:func:`harness.bench.peers.schedule`) here; netem, where
+    this kernel has none, in the stock-kernel QEMU guest with ours beside it there
+    (emulators marked :data:`~harness.bench.peers.GUEST_SUFFIX`). The JSON document."""
     say = progress or (lambda _msg: None)
-    if "netem" in emulators:
-        present, why = netem_here()
-        if not present:
-            raise SpecError(
-                "compare",
-                f"netem: {why}; on this host compare it inside the stock-kernel QEMU guest: "
-                ".ci/netem-vm --command 'testbed bench link --compare netem'",
-            )
+    in_guest = "netem" in emulators and guest_netem()
+    here = [e for e in emulators if not (in_guest and e == "netem")]
+    doc = measure_here(
+        here,
+        config,
+        name=name,
+        traces=traces,
+        mahimahi_bin=mahimahi_bin,
+        emulator=emulator,
+        say=say,
+    )
+    if in_guest:
+        guest = [*(e for e in emulators if e.startswith("ours")), "netem"]
+        say(f"netem: not in this kernel; {', '.join(guest)} in the stock-kernel QEMU guest")
+        argv = [sys.executable, "-m", "harness.bench.peerlink", "--emulators", ",".join(guest)]
+        argv += ["--config", json.dumps(asdict(config)), "--out", guest_path(GUEST_RESULT)]
+        argv += [arg for trace in traces for arg in ("--trace", resolve_path(trace))]
+        part, host = run_in_guest(argv, GUEST_RESULT, GUEST_TIMEOUT_S)
+        doc["guest"] = {**part["host"], **host}
+        doc["emulators"] += [e + GUEST_SUFFIX for e in part["emulators"]]
+        doc["runs"] += [{**r, "emulator": r["emulator"] + GUEST_SUFFIX} for r in part["runs"]]
+    return doc
+
+
+def measure_here(
+    emulators: Sequence[str],
+    config: PeerConfig,
+    *,
+    name: str,
+    traces: Sequence[str],
+    mahimahi_bin: str | None,
+    emulator: EmulatorOptions | None,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """Every slot of the schedule on this host."""
     trace_cases = []
     for trace in traces:
         path = resolve_path(trace)
@@ -666,3 +718,37 @@ def run_compare(
             doc["runs"].append(run.to_dict())
     doc["host"]["loadavg_end"] = round(os.getloadavg()[0], 2)
     return doc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m harness.bench.peerlink``: one machine's part (the guest runs it), written
+    as JSON to ``--out``."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.peerlink")
+    parser.add_argument("--emulators", required=True, help="e.g. ours,ours-gro,netem")
+    parser.add_argument("--config", required=True, help="PeerConfig as JSON")
+    parser.add_argument("--trace", action="append", default=[], help="a capacity trace")
+    parser.add_argument("--out", required=True, help="where the JSON goes")
+    args = parser.parse_args(argv)
+    try:
+        raw = json.loads(args.config)
+        config = PeerConfig(**{**raw, "rates_bps": tuple(raw["rates_bps"])})
+        doc = measure_here(
+            args.emulators.split(","),
+            config,
+            name="guest",
+            traces=args.trace,
+            mahimahi_bin=None,
+            emulator=None,
+            say=lambda msg: print(msg, flush=True),
+        )
+    except (SpecError, ValueError, KeyError, TypeError) as err:
+        print(f"peerlink: error: {err}", file=sys.stderr)
+        return 2
+    Path(args.out).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -68,6 +68,16 @@ OURS_VARIANTS = {
 """Ours, as the table shows it: with its defaults and with the one setting that changes its
 CPU most (:data:`netem.emulator.options.GRO_DOC`), so that the table says what it changes."""
 EMULATORS = (*OURS_VARIANTS, *PEERS)
+GUEST_SUFFIX = "@guest"
+"""Marks the emulators measured in the stock-kernel QEMU guest (netem where this kernel has
+none, with ours beside it there): their ratios are to ours in the guest."""
+
+
+def ratio_base(emulator: str) -> str:
+    """The emulator a row's ratios divide by: ours, on the same machine."""
+    return "ours" + (GUEST_SUFFIX if emulator.endswith(GUEST_SUFFIX) else "")
+
+
 KINDS = ("rtt", "tcp", "udp", "trace")
 
 
@@ -416,7 +426,8 @@ MEDIAN_FIELDS = (
 
 
 def table(runs: Sequence[PeerRun]) -> list[TableRow]:
-    """Medians per (case, emulator) in the schedule's order, with ratios to ours."""
+    """Medians per (case, emulator) in the schedule's order, with ratios to ours (on the
+    same machine: :func:`ratio_base`)."""
     groups: dict[tuple[str, str], list[PeerRun]] = {}
     for run in runs:
         groups.setdefault((run.case, run.emulator), []).append(run)
@@ -435,9 +446,9 @@ def table(runs: Sequence[PeerRun]) -> list[TableRow]:
                 values=values,
             )
         )
-    ours = {row.case: row for row in rows if row.emulator == "ours"}
+    bases = {(row.case, row.emulator): row for row in rows}
     for row in rows:
-        base = ours.get(row.case)
+        base = bases.get((row.case, ratio_base(row.emulator)))
         for name, source in (
             ("delivered_ratio", "delivered_bps"),
             ("cpu_ratio", "cpu_cores_per_100mbit"),
