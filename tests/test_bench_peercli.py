@@ -79,6 +79,12 @@ def test_the_conditions_name_the_host_the_settings_and_the_guest() -> None:
     assert "bbr" in lines["tcp"] and "ours-gro" in lines and "--gro on" in lines["ours-gro"]
     assert "QEMU" in lines["@guest"] and "6.1.0-41-amd64" in lines["@guest"]
     assert "@guest" not in conditions(_doc(guest=False))
+    guest = {**_doc(guest=True), "emulators": ["ours", "mahimahi", "ours@guest", "netem@guest"]}
+    lines = conditions(guest)
+    assert lines["rounds"].endswith(
+        "ours, mahimahi in turn here; ours@guest, netem@guest in turn in the guest)"
+    )
+    assert lines["netem, trace"].startswith("not measured: the kernel's netem has a rate")
 
 
 def test_save_writes_the_table_and_every_run(tmp_path: Path) -> None:

@@ -109,16 +109,23 @@ def test_descendants_are_found_breadth_first() -> None:
         child.wait()
 
 
-def test_the_unprivileged_side_runs_the_system_python_on_the_repository() -> None:
-    argv = peerlink.inner_python()
-    assert argv[0] == "env" and argv[1] == f"PYTHONPATH={peerlink.REPO_ROOT}"
-    # the modules it runs import the standard library only
+def test_the_unprivileged_side_runs_a_readable_copy_with_the_standard_library(
+    tmp_path: Path,
+) -> None:
+    tree = peerlink.client_tree(tmp_path)
+    argv = peerlink.inner_python(tree)
+    assert argv[0] == "env" and argv[1] == f"PYTHONPATH={tree}"
+    assert all(oct(p.stat().st_mode & 0o777) in ("0o644", "0o755") for p in tree.rglob("*"))
+    # the copy is closed under its imports, and imports nothing outside the standard library
     code = (
         "import sys, netem.probe, harness.bench.udpblast; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy','scipy','pandas')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('netem', 'tbcore', 'harness', 'numpy', 'scipy', 'pandas')))"
     )
-    done = subprocess.run([*argv, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"
+    done = subprocess.run([*argv, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    loaded = {name.replace(".", "/") for name in eval(done.stdout)}
+    wanted = {m.removesuffix(".py").removesuffix("/__init__") for m in peerlink.CLIENT_MODULES}
+    assert loaded == wanted
 
 
 def test_netem_absent_here_and_no_guest_stage_is_one_line(monkeypatch, tmp_path: Path) -> None:
@@ -132,11 +139,10 @@ def test_netem_absent_here_and_no_guest_stage_is_one_line(monkeypatch, tmp_path:
 def test_netem_absent_here_runs_beside_ours_in_the_guest(monkeypatch) -> None:
     """The guest's rows come back marked @guest, and divide by ours in the guest."""
     monkeypatch.setattr(peerlink, "netem_here", lambda: (False, "no sch_netem"))
-    here_runs = [_slot("ours", 330e6, 0.2)]
 
     def here(emulators, config, **kwargs):
-        assert list(emulators) == ["ours"]
-        return {"host": {}, "emulators": ["ours"], "runs": here_runs}
+        assert list(emulators) == []  # no peer to compare with here: ours runs in the guest
+        return {"host": {}, "emulators": [], "runs": []}
 
     calls = []
 
@@ -151,7 +157,7 @@ def test_netem_absent_here_runs_beside_ours_in_the_guest(monkeypatch) -> None:
     monkeypatch.setattr(peerlink, "run_in_guest", guest)
     doc = peerlink.run_compare(("ours", "netem"), PeerConfig.quick(), traces=())
     assert "--emulators" in calls[0] and calls[0][calls[0].index("--emulators") + 1] == "ours,netem"
-    assert doc["emulators"] == ["ours", "ours@guest", "netem@guest"]
+    assert doc["emulators"] == ["ours@guest", "netem@guest"]
     assert doc["guest"] == {"kernel": "6.1.0-guest", "vm_stage_s": 1.0}
     rows = {row.emulator: row for row in table(rows_from_dicts(doc["runs"]))}
     assert rows["netem@guest"].values["delivered_ratio"] == pytest.approx(0.5)
@@ -170,7 +176,7 @@ def test_one_case_of_each_kind_through_ours(tmp_path: Path) -> None:
     )
     path = resolve_path("cell-markov.down")
     _, parsed = load(path, "capacity")
-    peers = Peers("tpl")
+    peers = Peers("tpl", python=peerlink.inner_python(peerlink.client_tree(tmp_path)))
     runs = {
         kind: measure_slot(peers, "ours", case, config, 1)
         for kind, case in (
@@ -204,9 +210,14 @@ def test_a_failing_slot_is_recorded_not_raised(monkeypatch) -> None:
     assert (run.round, run.emulator, run.delivered_bps) == (2, "mahimahi", None)
 
 
-def test_the_client_modules_run_without_the_venv() -> None:
+def test_the_client_modules_run_without_the_venv(tmp_path: Path) -> None:
     done = subprocess.run(
-        [*peerlink.inner_python(), "-m", "harness.bench.udpblast", "--help"],
+        [
+            *peerlink.inner_python(peerlink.client_tree(tmp_path)),
+            "-m",
+            "harness.bench.udpblast",
+            "--help",
+        ],
         capture_output=True,
         text=True,
         check=False,

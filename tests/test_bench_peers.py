@@ -85,6 +85,16 @@ def test_the_schedule_alternates_emulators_case_by_case_round_by_round() -> None
         schedule(cases, ("mahimahi", "ours"), 1)
 
 
+def test_netem_replays_no_capacity_trace_so_it_has_no_trace_slot() -> None:
+    trace = trace_case("/x/t", [1, 2])
+    slots = schedule([PeerCase("rtt", 1e6), trace], ("ours", "netem"), 1)
+    assert [(s.case.kind, s.emulator) for s in slots] == [
+        ("rtt", "ours"),
+        ("rtt", "netem"),
+        ("trace", "ours"),
+    ]
+
+
 def test_config_refuses_what_cannot_be_measured() -> None:
     assert PeerConfig.quick().rounds == 1
     for kwargs, name in (

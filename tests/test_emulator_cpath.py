@@ -169,6 +169,20 @@ def assert_same(ref: Reference, nat: Native) -> None:
         assert nat.path.air_stats(now) == core.medium.snapshot(now)
 
 
+def offer(ref: Reference, nat: Native, now: float, direction: str, packet: bytes) -> None:
+    """One arrival to both, then what each has due by then (the same, in the same order)."""
+    ref.cores[direction].receive(now, packet)
+    nat.path.receive(direction, now, packet)
+    for name in DIRECTIONS:
+        assert ref.cores[name].pop_due(now) == nat.path.pop_due(name, now)
+
+
+def drain_and_compare(ref: Reference, nat: Native) -> None:
+    for name in DIRECTIONS:
+        assert ref.cores[name].pop_due(math.inf) == nat.path.pop_due(name, math.inf)
+    assert_same(ref, nat)
+
+
 def departed(ref: Reference) -> int:
     return sum(ref.cores[d].stats.packets_out for d in DIRECTIONS)
 
@@ -245,13 +259,8 @@ def test_a_new_spec_restarts_the_generators_and_keeps_packets_in_flight() -> Non
             for name in DIRECTIONS:
                 ref.cores[name].set_spec(getattr(other, name), other.queue_limit_bytes(name))
             nat.path.set_spec(other)
-        ref.cores[d].receive(now, packet)
-        nat.path.receive(d, now, packet)
-        for name in DIRECTIONS:
-            assert ref.cores[name].pop_due(now) == nat.path.pop_due(name, now)
-    for name in DIRECTIONS:
-        assert ref.cores[name].pop_due(math.inf) == nat.path.pop_due(name, math.inf)
-    assert_same(ref, nat)
+        offer(ref, nat, now, d, packet)
+    drain_and_compare(ref, nat)
 
 
 def test_capacity_traces_with_an_offset_loss_and_a_byte_queue() -> None:
@@ -302,13 +311,8 @@ def test_a_new_traced_spec_starts_after_the_queued_packets() -> None:
                 ref.cores[name].set_spec(getattr(other, name), other.queue_limit_bytes(name), now)
             nat.path.set_spec(other, now)
             assert nat.path.trace_info("up") == ref.cores["up"].trace_info()
-        ref.cores[d].receive(now, packet)
-        nat.path.receive(d, now, packet)
-        for name in DIRECTIONS:
-            assert ref.cores[name].pop_due(now) == nat.path.pop_due(name, now)
-    for name in DIRECTIONS:
-        assert ref.cores[name].pop_due(math.inf) == nat.path.pop_due(name, math.inf)
-    assert_same(ref, nat)
+        offer(ref, nat, now, d, packet)
+    drain_and_compare(ref, nat)
 
 
 def test_a_medium_cannot_come_or_go() -> None:

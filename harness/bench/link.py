@@ -627,7 +627,7 @@ def print_air(console: Any, air: dict[str, Any]) -> None:
 
 
 def cli(args: argparse.Namespace) -> int:
-    from harness.bench.peercli import check_options, compare_cli
+    from harness.bench.peercli import check_options, compare_cli, emulator_options
 
     check_options(args)
     if args.compare is not None:
@@ -636,14 +636,7 @@ def cli(args: argparse.Namespace) -> int:
     if args.no_load:
         config = replace(config, load=False)
     progress = None if args.json else (lambda msg: print(f"bench link: {msg}", flush=True))
-    emulator = EmulatorOptions(
-        path=args.path,
-        offload=None if args.offload is None else args.offload == "on",
-        coalesce_s=None if args.coalesce_us is None else args.coalesce_us * 1e-6,
-        gro=None if args.gro is None else args.gro == "on",
-        stamps=None if args.stamps is None else args.stamps == "on",
-    )
-    emulator = None if emulator.empty else emulator
+    emulator = emulator_options(args)
     if emulator is not None and args.backend == "netem":
         raise SpecError("path", "the netem backend has no userspace emulator")
     doc = run_bench(

@@ -18,7 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.bench.peers import (
+    CANNOT,
     DEFAULT_TRACE,
+    GUEST_SUFFIX,
     OURS_VARIANTS,
     TABLE_COLUMNS,
     PeerConfig,
@@ -97,7 +99,15 @@ def conditions(doc: dict[str, Any]) -> dict[str, Any]:
         "made": f"{host['date_utc']}, load average {host['loadavg_start']} -> "
         f"{host.get('loadavg_end')}",
         "rounds": f"{config['rounds']} (alternated: each case through "
-        f"{', '.join(doc['emulators'])} in turn)",
+        + "; ".join(
+            f"{', '.join(group)} in turn{where}"
+            for group, where in (
+                ([e for e in doc["emulators"] if not e.endswith(GUEST_SUFFIX)], " here"),
+                ([e for e in doc["emulators"] if e.endswith(GUEST_SUFFIX)], " in the guest"),
+            )
+            if group
+        )
+        + ")",
         "path": "100 ms each way, drop-tail queue of one BDP in bytes per direction",
         "tcp": f"one flow, server to client, {doc.get('tcp_congestion_control')} (the host's "
         "default), socket buffers of twice the BDP at both ends",
@@ -109,6 +119,9 @@ def conditions(doc: dict[str, Any]) -> dict[str, Any]:
         out["ours"] = doc.get("ours_path", "the userspace emulator's default packet path")
     if "mahimahi" in doc:
         out["mahimahi"] = ", ".join(doc["mahimahi"].values())
+    for (emulator, kind), why in CANNOT.items():
+        if any(e.split("@")[0] == emulator for e in doc["emulators"]):
+            out[f"{emulator}, {kind}"] = f"not measured: {why}"
     if "guest" in doc:
         guest = doc["guest"]
         out["@guest"] = (

@@ -109,6 +109,8 @@ class Session(Protocol):
     emulator: str
     server_ns: str
     server_addr: str
+    python: list[str]
+    """The argv prefix of the client side's Python commands (:func:`inner_python`)."""
 
     def client(self, argv: Sequence[str], **kwargs: Any) -> subprocess.Popen[bytes]:
         """Start ``argv`` on the client side as the unprivileged user."""
@@ -130,29 +132,54 @@ def endpoint_sysctls(case: PeerCase) -> dict[str, str]:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
 """Debian's own interpreter (python3): outside any user's home, runnable by every user."""
+CLIENT_MODULES = (
+    "netem/__init__.py",
+    "netem/nsexec.py",
+    "netem/probe.py",
+    "tbcore/__init__.py",
+    "tbcore/errors.py",
+    "harness/__init__.py",
+    "harness/bench/__init__.py",
+    "harness/bench/udpblast.py",
+)
+"""What the client side runs as the unprivileged user (the probe's sender, the UDP sender):
+standard library only, closed under its own imports (tests/test_bench_peerlink.py)."""
 
 
-def inner_python() -> list[str]:
-    """The interpreter the client side's Python commands run under (the probe's sender, the
-    UDP sender): the system's ``python3`` (else the PATH's), which an unprivileged user can run
-    (a virtual environment under a private home may not be), with the repository on its path;
-    those modules need the standard library only."""
+def client_tree(work: Path) -> Path:
+    """A copy of :data:`CLIENT_MODULES` under ``work`` that any user can read, whatever the
+    permissions of the repository's own folder (a clone under root's home, say)."""
+    tree = work / "client"
+    for name in CLIENT_MODULES:
+        target = tree / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(REPO_ROOT / name, target)
+    for path in [tree, *tree.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return tree
+
+
+def inner_python(tree: Path) -> list[str]:
+    """The interpreter the client side's Python commands run under: the system's ``python3``
+    (else the PATH's), which an unprivileged user can run (a virtual environment under a
+    private home may not be), on the modules of :func:`client_tree`."""
     python = SYSTEM_PYTHON if os.access(SYSTEM_PYTHON, os.X_OK) else shutil.which("python3")
     if python is None:
         raise SpecError("compare", "no python3 on the PATH for the unprivileged side")
-    return ["env", f"PYTHONPATH={REPO_ROOT}", python]
+    return ["env", f"PYTHONPATH={tree}", python]
 
 
-def check_inner_python() -> None:
+def check_inner_python(tree: Path) -> None:
     """Refuse in one line when the unprivileged user cannot run the client side's modules."""
-    argv = [*unprivileged(), *inner_python(), "-c", "import netem.probe, harness.bench.udpblast"]
+    code = "import netem.probe, harness.bench.udpblast"
+    argv = [*unprivileged(), *inner_python(tree), "-c", code]
     done = subprocess.run(argv, capture_output=True, text=True, cwd="/", check=False)
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no message"])[-1]
         raise SpecError(
             "compare",
-            f"user {UNPRIVILEGED_USER} cannot import the testbed from {REPO_ROOT} with "
-            f"python3 ({last}): the repository must be readable by that user",
+            f"user {UNPRIVILEGED_USER} cannot run the client side's modules in {tree} with "
+            f"python3: {last}",
         )
 
 
@@ -176,6 +203,7 @@ class LinkSession:
 
     emulator: str
     link: Link
+    python: list[str] = field(default_factory=list)
 
     @property
     def server_ns(self) -> str:
@@ -348,6 +376,7 @@ class MahimahiSession:
     server_addr: str = SERVER_ADDR
     shell: subprocess.Popen[bytes] | None = None
     mm_pids: list[int] = field(default_factory=list)
+    python: list[str] = field(default_factory=list)
 
     @property
     def server_ns(self) -> str:
@@ -507,7 +536,7 @@ def measure_iperf(session: Session, case: PeerCase, config: PeerConfig) -> dict[
 def measure_rtt(session: Session, case: PeerCase, config: PeerConfig) -> dict[str, Any]:
     """The probe's sender on the client side, its echo on the server side: idle round trips."""
     configured_ms = 2 * ONE_WAY_DELAY_S * 1e3
-    argv = [*inner_python(), "-m", "netem.probe", "send", "--addr", "0.0.0.0"]
+    argv = [*session.python, "-m", "netem.probe", "send", "--addr", "0.0.0.0"]
     argv += ["--to", session.server_addr, "--port", str(PROBE_PORT)]
     argv += ["--count", str(config.probes), "--interval-ms", f"{config.probe_interval_s * 1e3:g}"]
     argv += ["--rtt-ms", f"{configured_ms:g}"]
@@ -532,7 +561,7 @@ def measure_rtt(session: Session, case: PeerCase, config: PeerConfig) -> dict[st
 def measure_trace(session: Session, case: PeerCase, config: PeerConfig) -> dict[str, Any]:
     """UDP above the trace's peak from the client side; arrivals stamped at the server side."""
     assert case.trace_path is not None
-    argv = [*inner_python(), "-m", "harness.bench.udpblast", "--to", session.server_addr]
+    argv = [*session.python, "-m", "harness.bench.udpblast", "--to", session.server_addr]
     argv += ["--port", str(SINK_PORT), "--rate-bps", f"{case.offered_bps:.0f}"]
     argv += ["--duration-s", f"{config.trace_duration_s:g}"]
     with Sink(session.server_addr, SINK_PORT, session.server_ns) as sink:
@@ -577,9 +606,17 @@ class Peers:
     mahimahi: MahimahiHost | None = None
     options: EmulatorOptions | None = None
     """Ours: the packet path's options (``--path`` and the rest), if any."""
+    python: list[str] = field(default_factory=list)
+    """The client side's Python (:func:`inner_python`), the same for every emulator."""
 
     @contextlib.contextmanager
     def session(self, emulator: str, case: PeerCase) -> Iterator[Session]:
+        with self._session(emulator, case) as session:
+            session.python = self.python
+            yield session
+
+    @contextlib.contextmanager
+    def _session(self, emulator: str, case: PeerCase) -> Iterator[Session]:
         if emulator == "mahimahi":
             assert self.mahimahi is not None
             with mahimahi_session(self.mahimahi, self.name, case) as session:
@@ -654,6 +691,8 @@ def run_compare(
     say = progress or (lambda _msg: None)
     in_guest = "netem" in emulators and guest_netem()
     here = [e for e in emulators if not (in_guest and e == "netem")]
+    if in_guest and here == [e for e in emulators if e.startswith("ours")]:
+        here = []  # no peer left to compare with here: ours runs beside netem in the guest
     doc = measure_here(
         here,
         config,
@@ -686,15 +725,14 @@ def measure_here(
     emulator: EmulatorOptions | None,
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """Every slot of the schedule on this host."""
+    """Every slot of the schedule on this host (none for no emulator: the host described)."""
     trace_cases = []
     for trace in traces:
         path = resolve_path(trace)
         _, parsed = load_trace(path, "capacity")
         trace_cases.append(trace_case(path, list(parsed.stamps_ms)))
-    check_inner_python()
     cases = plan_cases(config, trace_cases)
-    slots = schedule(cases, emulators, config.rounds)
+    slots = schedule(cases, emulators, config.rounds) if emulators else []
     doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "host": host_description(),
@@ -706,7 +744,14 @@ def measure_here(
         "runs": [],
     }
     with contextlib.ExitStack() as stack:
-        peers = Peers(name, options=emulator)
+        if not slots:
+            return doc
+        work = Path(tempfile.mkdtemp(prefix="tb-peers-client-"))
+        stack.callback(shutil.rmtree, work, ignore_errors=True)
+        work.chmod(0o755)
+        tree = client_tree(work)
+        check_inner_python(tree)
+        peers = Peers(name, options=emulator, python=inner_python(tree))
         if "mahimahi" in emulators:
             peers.mahimahi = stack.enter_context(mahimahi_host(name, mahimahi_bin))
             doc["mahimahi"] = peers.mahimahi.tools

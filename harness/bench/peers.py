@@ -224,8 +224,13 @@ class Slot:
     emulator: str
 
 
+CANNOT = {("netem", "trace"): "the kernel's netem has a rate, not a capacity trace"}
+"""(emulator, case kind) pairs that are not measured, and why (the table's conditions say)."""
+
+
 def schedule(cases: Sequence[PeerCase], emulators: Sequence[str], rounds: int) -> list[Slot]:
-    """A B A B: each round runs every case, each case through every emulator in turn."""
+    """A B A B: each round runs every case, each case through every emulator in turn (but
+    the pairs of :data:`CANNOT`)."""
     if not emulators or emulators[0] != "ours":
         raise SpecError("compare", "the testbed's own emulator comes first (the ratios' base)")
     return [
@@ -233,6 +238,7 @@ def schedule(cases: Sequence[PeerCase], emulators: Sequence[str], rounds: int) -
         for r in range(1, rounds + 1)
         for case in cases
         for emulator in emulators
+        if (emulator, case.kind) not in CANNOT
     ]
 
 
@@ -413,16 +419,8 @@ class TableRow(AsDict):
         return self.values.get(column)
 
 
-MEDIAN_FIELDS = (
-    "delivered_bps",
-    "cpu_cores",
-    "softirq_cores",
-    "rtt_err_p50_s",
-    "rtt_err_p99_s",
-    "trace_delivered_ratio",
-    "trace_err_p50",
-    "trace_err_p99",
-)
+MEDIAN_FIELDS = tuple(c for c in TABLE_COLUMNS[4:] if c in PeerRun.__dataclass_fields__)
+"""The measured columns, each the median of the rounds' values (the rest are derived)."""
 
 
 def table(runs: Sequence[PeerRun]) -> list[TableRow]:

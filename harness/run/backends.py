@@ -166,15 +166,11 @@ def emulated(
         from netem.link import Link
     except ImportError as err:
         raise SpecError("backend", f"the emulated path is not available: {err}") from None
-    from netem.emulator.options import EmulatorOptions
 
     shapes: dict[str, Topology] = {}
-    traced: set[str] = set()
     for level in levels:
         topology = spec.level(level).topology
         shapes.setdefault(shape_of(topology), topology)
-        if any(e.spec.has_trace for e in topology.edges):
-            traced.add(shape_of(topology))
     with contextlib.ExitStack() as stack:
         links: dict[str, Any] = {}
         with exclusive_run(log):  # starting emulators and namespaces: not beside a run
@@ -182,11 +178,7 @@ def emulated(
                 shapes.items(), link_names(name, len(shapes)), strict=True
             ):
                 path = topology.link_spec if topology.one_link else topology
-                # a trace is replayed by the emulator's Python core (the C path has none)
-                options = EmulatorOptions(path="python") if shape in traced else None
-                links[shape] = stack.enter_context(
-                    Link.up(link_name, path, backend=backend, emulator=options)
-                )
+                links[shape] = stack.enter_context(Link.up(link_name, path, backend=backend))
         yield EmulatedPaths(links, next(iter(links.values())).backend)
 
 
