@@ -112,10 +112,11 @@ def conditions(doc: dict[str, Any]) -> dict[str, Any]:
         "tcp": f"one flow, server to client, {doc.get('tcp_congestion_control')} (the host's "
         "default), socket buffers of twice the BDP at both ends",
     }
+    present = {e.split("@")[0] for e in doc["emulators"]}
     for variant, what in OURS_VARIANTS.items():
-        if variant in doc["emulators"]:
+        if variant in present:
             out[variant] = what
-    if "ours-gro" not in doc["emulators"]:
+    if "ours-gro" not in present:
         out["ours"] = doc.get("ours_path", "the userspace emulator's default packet path")
     if "mahimahi" in doc:
         out["mahimahi"] = ", ".join(doc["mahimahi"].values())

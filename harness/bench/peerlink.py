@@ -745,6 +745,7 @@ def measure_here(
     }
     with contextlib.ExitStack() as stack:
         if not slots:
+            doc["host"]["loadavg_end"] = doc["host"]["loadavg_start"]
             return doc
         work = Path(tempfile.mkdtemp(prefix="tb-peers-client-"))
         stack.callback(shutil.rmtree, work, ignore_errors=True)
