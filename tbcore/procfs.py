@@ -141,6 +141,16 @@ SCHED_POLICIES = {0: "other", 1: "fifo", 2: "rr", 3: "batch", 5: "idle", 6: "dea
 """sched(7) policy numbers, as /proc/PID/stat's field 41 gives them."""
 
 
+def descendant_pids(pid: int) -> list[int]:
+    """Every live descendant of a process, breadth first (children, then theirs)."""
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        frontier = [c for p in frontier for c in child_pids(p)]
+        found += frontier
+    return found
+
+
 def parse_process_sched(text: str) -> str:
     """How a process is scheduled, from the text of /proc/PID/stat: ``rr 1`` / ``fifo 10``
     (policy and real-time priority, fields 41 and 40) or ``other nice -10`` (field 19)."""

@@ -42,10 +42,10 @@ def test_udp_is_offered_at_110_percent() -> None:
 
 
 def test_the_gro_rows_are_issue_41s_path_to_2_5_gbit() -> None:
-    assert [(c.udp, c.rate_bps, c.link.split(",")[0], c.gro) for c in GRO_CASES] == [
-        (False, 2.5e9, "rtt=40ms", True),
-        (False, 2.5e9, "rtt=200ms", True),
-        (True, 2.5e9, "rtt=200ms", True),
+    assert [(c.udp, c.rate_bps, c.link.split(",")[0], c.label[-3:]) for c in GRO_CASES] == [
+        (False, 2.5e9, "rtt=40ms", "GRO"),
+        (False, 2.5e9, "rtt=200ms", "GRO"),
+        (True, 2.5e9, "rtt=200ms", "GRO"),
     ]
 
 

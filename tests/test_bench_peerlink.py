@@ -16,7 +16,6 @@ from harness.bench import peerlink
 from harness.bench.peerlink import (
     MahimahiHost,
     Peers,
-    descendants,
     find_mahimahi,
     mahimahi_argv,
     measure_slot,
@@ -91,22 +90,6 @@ def test_mahimahis_command_line_has_the_cases_delay_trace_and_queues(tmp_path: P
     _, parsed = load(path, "capacity")
     replay = mahimahi_argv(host, trace_case(path, list(parsed.stamps_ms)), ["true"])
     assert replay[3:5] == [path, path]
-
-
-def test_descendants_are_found_breadth_first() -> None:
-    child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
-    try:
-        for _ in range(100):
-            found = descendants(child.pid)
-            if found:
-                break
-            subprocess.run(["sleep", "0.02"], check=True)
-        assert found and all(Path(f"/proc/{pid}").exists() for pid in found)
-        assert child.pid not in found
-    finally:
-        subprocess.run(["pkill", "-P", str(child.pid)], check=False)
-        child.kill()
-        child.wait()
 
 
 def test_the_unprivileged_side_runs_a_readable_copy_with_the_standard_library(

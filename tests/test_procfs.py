@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from tbcore import procfs
 from tbcore.errors import SpecError
 from tbcore.procfs import (
     CLOCK_TICKS_PER_S,
@@ -84,3 +87,19 @@ def test_children_of_a_process() -> None:
         proc.kill()
         proc.wait()
     assert child_pids(2**22 + 1) == []  # no such process
+
+
+def test_descendants_are_found_below_their_children() -> None:
+    child = subprocess.Popen(["sh", "-c", "sleep 30 & wait"])
+    try:
+        for _ in range(100):
+            found = procfs.descendant_pids(child.pid)
+            if found:
+                break
+            subprocess.run(["sleep", "0.02"], check=True)
+        assert found and all(Path(f"/proc/{pid}").exists() for pid in found)
+        assert child.pid not in found
+    finally:
+        subprocess.run(["pkill", "-P", str(child.pid)], check=False)
+        child.kill()
+        child.wait()

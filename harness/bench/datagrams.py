@@ -95,10 +95,7 @@ def parse_snmp_udp(text: str) -> dict[str, int]:
 def tree_runtime_s(pid: int) -> float:
     """On-CPU seconds of every thread of ``pid`` and its live descendants (schedstat)."""
     total = 0.0
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        pending += procfs.child_pids(current)
+    for current in [pid, *procfs.descendant_pids(pid)]:
         try:
             tasks = os.listdir(f"/proc/{current}/task")
         except FileNotFoundError:

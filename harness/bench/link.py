@@ -352,9 +352,10 @@ def measure_gro_load(
     if options.path == "python":
         return []
     gro = options.gro is not False
-    cases = tuple(
-        replace(c, gro=gro, label=c.label.replace(", GRO", "" if gro else ", no GRO"))
-        for c in GRO_CASES
+    cases = (
+        GRO_CASES
+        if gro
+        else tuple(replace(c, label=c.label.replace(", GRO", ", no GRO")) for c in GRO_CASES)
     )
     with Link.up(
         f"{name}g", cases[0].link, backend="userspace", emulator=replace(options, gro=gro)

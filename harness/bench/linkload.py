@@ -54,9 +54,6 @@ class LoadCase:
     udp: bool
     rate_bps: float
     rtt: str = LOAD_RTT
-    gro: bool = False
-    """Measured on a second link whose emulator hands the receiver super-packets (``--gro
-    on``): what the 2.5 Gbit/s rows need on two cores (:data:`GRO_CASES`)."""
 
     @property
     def link(self) -> str:
@@ -75,15 +72,17 @@ LOAD_CASES = (
     LoadCase("TCP 1 Gbit/s", False, GIGABIT_BPS),
 )
 GRO_CASES = (
-    LoadCase("TCP 2.5 Gbit/s, 40 ms, GRO", False, 2.5e9, rtt="rtt=40ms", gro=True),
-    LoadCase("TCP 2.5 Gbit/s, 200 ms, GRO", False, 2.5e9, gro=True),
-    LoadCase("UDP 2.5 Gbit/s, 200 ms, GRO", True, 2.5e9, gro=True),
+    LoadCase("TCP 2.5 Gbit/s, 40 ms, GRO", False, 2.5e9, rtt="rtt=40ms"),
+    LoadCase("TCP 2.5 Gbit/s, 200 ms, GRO", False, 2.5e9),
+    LoadCase("UDP 2.5 Gbit/s, 200 ms, GRO", True, 2.5e9),
 )
-"""Issue 41's path to 2.5 Gbit/s: one TCP flow at 40 ms (its BDP, 12.5 MB, within the link's
-buffers of twice it) and at 200 ms (62.5 MB), and UDP above the rate. On two cores the
-receiving stack's work, which runs in the emulator's TUN writes, sets the ceiling: handed one
-segment at a time it stopped near 1.7 Gbit/s with the emulator at 0.92-0.94 of a core; as
-super-packets (GRO) the receiver does that work once per run of segments."""
+"""Issue 41's path to 2.5 Gbit/s, measured on a second link whose emulator hands the receiver
+super-packets (``--gro on``, harness.bench.link.measure_gro_load): one TCP flow at 40 ms
+(its BDP, 12.5 MB, within the link's buffers of twice it) and at 200 ms (62.5 MB), and UDP
+above the rate. On two cores the receiving stack's work, which runs in the emulator's TUN
+writes, sets the ceiling: handed one segment at a time it stopped near 1.7 Gbit/s with the
+emulator at 0.92-0.94 of a core; as super-packets (GRO) the receiver does that work once per
+run of segments."""
 
 
 def cpu_columns(delta: LinkStats) -> dict[str, float | None]:

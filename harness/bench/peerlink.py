@@ -355,16 +355,6 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``, breadth first."""
-    found, frontier = [], [pid]
-    while frontier:
-        children = [c for p in frontier for c in procfs.child_pids(p)]
-        found += children
-        frontier = children
-    return found
-
-
 @dataclass
 class MahimahiSession:
     """One case through Mahimahi (its shell is started by :meth:`client`)."""
@@ -402,7 +392,9 @@ class MahimahiSession:
             sysctl.apply_link_sysctls(inner_ns, endpoint_sysctls(self.case))
         finally:
             subprocess.run(["ip", "netns", "delete", inner_ns], check=False)
-        self.mm_pids = [p for p in descendants(self.shell.pid) if _comm(p).startswith("mm-")]
+        self.mm_pids = [
+            p for p in procfs.descendant_pids(self.shell.pid) if _comm(p).startswith("mm-")
+        ]
         self.mm_pids.insert(0, self.shell.pid)
         go.touch()
         return self.shell
@@ -416,7 +408,7 @@ class MahimahiSession:
                 _, err = self.shell.communicate()
                 tail = (err or b"").decode(errors="replace").strip().splitlines()[:1]
                 raise OSError(f"mahimahi exited during set-up: {' '.join(tail) or 'no message'}")
-            for pid in descendants(self.shell.pid):
+            for pid in procfs.descendant_pids(self.shell.pid):
                 with contextlib.suppress(OSError):
                     if marker.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
                         return pid

@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -252,13 +252,6 @@ def delivered_ip_bps(goodput_bps: float, kind: str) -> float:
     return goodput_bps * IP_PACKET_BYTES / UDP_PAYLOAD_BYTES
 
 
-def quantile(values: Sequence[float], q: float) -> float | None:
-    """The ``q`` quantile (linear between order statistics), None for no values."""
-    if not values:
-        return None
-    return float(np.quantile(np.asarray(values, dtype=float), q))
-
-
 @dataclass(frozen=True)
 class TraceFit:
     """How a trace's replay matched the trace, per :data:`TRACE_BIN_S` window."""
@@ -288,14 +281,15 @@ def opportunities_per_ms(stamps_ms: Sequence[int]) -> np.ndarray:
     return np.bincount(np.clip(stamps - 1, 0, period - 1), minlength=period)
 
 
-def window_counts(per_ms: np.ndarray, offset_ms: int, bin_ms: int, count: int) -> np.ndarray:
+def window_counts(per_ms: np.ndarray, offset_ms: Any, bin_ms: int, count: int) -> np.ndarray:
     """Opportunities in ``count`` consecutive windows of ``bin_ms`` from ``offset_ms`` (wrapping
-    over the period)."""
+    over the period); ``offset_ms`` an int or an array of them (one row of windows each)."""
+    offsets = np.asarray(offset_ms)
     period = len(per_ms)
-    reps = (offset_ms + bin_ms * count) // period + 2
+    reps = (int(offsets.max()) + bin_ms * count) // period + 2
     cumulative = np.concatenate(([0], np.cumsum(np.tile(per_ms, reps))))
-    edges = offset_ms + bin_ms * np.arange(count + 1)
-    return np.diff(cumulative[edges])
+    edges = offsets[..., None] + bin_ms * np.arange(count + 1)
+    return np.diff(cumulative[edges], axis=-1)
 
 
 def fit_trace(arrivals_s: Sequence[float], stamps_ms: Sequence[int]) -> TraceFit:
@@ -316,12 +310,7 @@ def fit_trace(arrivals_s: Sequence[float], stamps_ms: Sequence[int]) -> TraceFit
     got = np.bincount(relative_ms // bin_ms, minlength=windows)
     got = got[:windows]
     per_ms = opportunities_per_ms(stamps_ms)
-    period = len(per_ms)
-    reps = (period + bin_ms * windows) // period + 2
-    cumulative = np.concatenate(([0], np.cumsum(np.tile(per_ms, reps))))
-    offsets = np.arange(period)[:, None]
-    edges = offsets + bin_ms * np.arange(windows + 1)[None, :]
-    expected = np.diff(cumulative[edges], axis=1)
+    expected = window_counts(per_ms, np.arange(len(per_ms)), bin_ms, windows)
     errors = np.abs(expected - got[None, :]).sum(axis=1)
     best = int(np.argmin(errors))
     chosen = expected[best]
@@ -502,8 +491,3 @@ def rows_from_dicts(data: Sequence[dict[str, Any]]) -> list[PeerRun]:
             raise SpecError("runs", f"unknown field(s) {', '.join(sorted(extra))}")
         runs.append(PeerRun(**item))
     return runs
-
-
-def without_failures(run: PeerRun, error: str) -> PeerRun:
-    """The slot's record when its emulator failed it."""
-    return replace(run, error=error)
