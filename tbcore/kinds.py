@@ -253,6 +253,7 @@ register_protocol(
         qlog=True,
         traits=("quic", "http", "sessions"),
         connections=("new", "reused", "0rtt"),
+        columns=("h3",),
         chunk_overhead_bytes=H3_CHUNK_OVERHEAD_BYTES,
         upload_mode=lambda s: MIGRATE,
     )

@@ -63,7 +63,9 @@ class RunRow(Record):
     workload: str | None = col(doc="asr, tts, retouch, stream...")
     cc: str | None = col(doc="Congestion control of the protocol's transport.")
     quic_stack: str | None = col(
-        doc="h3: the QUIC implementation, aioquic or ngtcp2 (tbcore.quicstack); None otherwise."
+        group="h3",
+        doc="h3: the QUIC implementation, aioquic or ngtcp2 (tbcore.quicstack); only in an "
+        "experiment with an h3 level.",
     )
     paced: bool | None = col(doc="The data sender paces (bbr, a pacing rate, aioquic's pacer).")
     link: str | None = col(
@@ -296,13 +298,13 @@ class RunRow(Record):
     )
     # --- a link that follows a capacity trace (harness.collect.traces; issue 28)
     trace_position_up_s: float | None = col(
-        group="trace",
+        group="trace_up",
         doc="Where the uplink's traces were when the measured work began (seconds into "
         "them, wrapping with their period): the bound starts there.",
         unit="s",
     )
     trace_position_down_s: float | None = col(
-        group="trace", doc="The same for the downlink's traces.", unit="s"
+        group="trace_down", doc="The same for the downlink's traces.", unit="s"
     )
     offered_up_bps: float | None = col(
         group="trace",

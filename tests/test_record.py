@@ -180,3 +180,16 @@ def test_run_ids_must_be_plain_names(tmp_path: Path) -> None:
     result = ResultDir.create(tmp_path, "x")
     with pytest.raises(SpecError):
         result.run_dir("../evil")
+
+
+def test_the_groups_drop_empty_columns_but_never_a_filled_one(tmp_path: Path) -> None:
+    """A manifest from before a group was split (``trace`` once held both trace positions)
+    names the older group: the filled position stays, the empty grouped columns go."""
+    result = ResultDir.create(tmp_path, "x")
+    result.write_manifest({"column_groups": ["trace"]})
+    result.fresh_run_dir("0000-a-r0")
+    result.save_row(row(run_id="0000-a-r0", seq=0, level="a", trace_position_up_s=3.5))
+    csv = pd.read_csv(result.path / "runs.csv")
+    assert list(csv["trace_position_up_s"]) == [3.5]
+    assert "trace_position_down_s" not in csv and "quic_stack" not in csv
+    assert "offered_up_bps" in csv  # the trace group's own columns, empty or not

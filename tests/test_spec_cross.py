@@ -58,7 +58,7 @@ def test_a_path_it_cannot_apply_to_is_refused(fixed: str, message: str) -> None:
 
 def test_a_traced_bottleneck_can_be_shared() -> None:
     spec = loads(_file('link = "rtt=200ms,up.rate=trace:cell-markov.up,down.rate=10mbit"'))
-    assert spec.column_groups() == ["cross", "trace"]
+    assert spec.column_groups() == ["cross", "trace", "trace_up"]  # the uplink has the trace
 
 
 def test_cross_lead_without_cross_has_no_effect() -> None:
@@ -69,3 +69,8 @@ def test_cross_lead_without_cross_has_no_effect() -> None:
     levels = '{ name = "a", cross = "tcp:1:cubic" }, { name = "b", cross = "tcp:1:bbr" }'
     spec = loads(_file('link = "rtt=200ms,rate=5mbit"\ncross_lead = "5s"', levels))
     assert spec.level("a").settings.cross_lead_s == 5.0
+
+
+def test_only_an_experiment_with_h3_has_the_quic_stack_column() -> None:
+    spec = loads(_file('link = "rtt=200ms,rate=10mbit"'))
+    assert "h3" not in spec.column_groups()

@@ -279,6 +279,9 @@ class ExperimentSpec:
                 groups.add("air")
             if any(e.spec.has_trace for e in lv.topology.edges):
                 groups.add("trace")
+            for direction in ("up", "down"):  # a trace's position: where that direction has one
+                if any(getattr(e.spec, direction).has_trace for e in lv.topology.edges):
+                    groups.add(f"trace_{direction}")
             if lv.settings.cross is not None:
                 groups.add("cross")
         return sorted(groups)

@@ -258,13 +258,16 @@ class ResultDir:
 
     def write_tables(self) -> pd.DataFrame:
         """runs.csv and runs.parquet: every row, with the columns its experiment's kinds of
-        run fill (the manifest's ``column_groups``; all of them when it names none)."""
+        run fill (the manifest's ``column_groups``; all of them when it names none), and every
+        column any row filled."""
         frame = self.frame()
         written = frame
         manifest = self.read_manifest() if self.manifest_path.is_file() else {}
         groups = manifest.get("column_groups")
         if isinstance(groups, list):
-            kept = set(run_columns(groups))
+            # a column some row filled stays whatever the groups say (a manifest written
+            # before a group was split names the older group): the groups drop empty ones only
+            kept = set(run_columns(groups)) | {c for c in frame.columns if frame[c].notna().any()}
             written = frame[[c for c in frame.columns if c in kept or c not in RUN_COLUMNS]]
         atomic_write_frame(self.path / "runs.csv", written)
         atomic_write_frame(self.path / "runs.parquet", written)
