@@ -64,6 +64,22 @@ def test_the_quick_forms_carry_every_level_a_finding_reads() -> None:
         assert set(levels) <= names, (finding.id, finding.finding, set(levels) - names)
 
 
+def test_the_chapter_forms_run_every_level_a_row_reads_six_times() -> None:
+    """The signed form (testbed campaign --chapter): each level a row reads, with the runs a
+    two-sided 95 % interval on its median needs, and nothing a row does not read."""
+    from harness.report.verdict import MIN_RUNS
+
+    read: dict[str, set[str]] = {}
+    for finding in chapter.FINDINGS + chapter.TESTBED_QUESTIONS:
+        if finding.experiment is not None:
+            experiment, levels = finding.measure.levels  # type: ignore[union-attr]
+            read.setdefault(experiment, set()).update(levels)
+    for name in chapter.CHAPTER_ORDER:
+        form = specmod.load(EXPERIMENTS / f"{name}.toml").chapter_form()
+        assert {lv.name for lv in form.levels} == read[name], name
+        assert form.repetitions >= MIN_RUNS, name
+
+
 def test_an_effect_row_is_judged_with_half_the_chapters_effect() -> None:
     """A band that includes zero would call no effect at all reproduced."""
     for finding in chapter.FINDINGS:

@@ -223,7 +223,7 @@ def test_campaign_reads_the_compose_variables() -> None:
     args = build_parser().parse_args(svc["command"][1:])
     assert args.command == "campaign" and not args.quick and not args.chapter
     default = svc["environment"]
-    assert run_cli.campaign_profile(args, default) == (True, False)  # quick unless asked
+    assert run_cli.campaign_profile(args, default) == ("quick", False)  # quick unless asked
     assert run_cli.env_int(run_cli.ENV_REPS, default) is None
     assert run_cli.attempts_of(args, default) == DEFAULT_ATTEMPTS
     for profile, expected in run_cli.PROFILES.items():

@@ -118,3 +118,21 @@ def test_report_of_an_empty_result_says_so(tmp_path: Path) -> None:
     )
     text = build_report(result.path).read_text()
     assert "No valid measured run" in text
+
+
+def test_the_answer_of_a_one_level_form_names_it_once() -> None:
+    """A chapter form may run one level: no 'fastest' and 'slowest' of one."""
+    import dataclasses
+    import math
+
+    from harness.analysis.levels import LevelSummary
+    from harness.report.build import answer_text
+
+    fields = {f.name: math.nan for f in dataclasses.fields(LevelSummary)}
+    fields.update(level="l14", runs=6, valid=6, median_s=14.69, bound_s=1.433, median_ratio=10.25,
+                  gap_part="none", invalid_reasons="")  # fmt: skip
+    one = LevelSummary(**fields)
+    text = answer_text([one], [])
+    assert text.startswith("- One level ran: **l14**, median 14690.0 ms") and "Fastest" not in text
+    two = answer_text([one, dataclasses.replace(one, level="l0", median_s=1.5)], [])
+    assert "Fastest level: **l0**" in two and "Slowest: **l14**" in two

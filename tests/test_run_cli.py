@@ -426,7 +426,9 @@ def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) ->
         "--attempts",
         "1",
     ]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stderr = tmp_path / "stderr.txt"
+    with open(stderr, "wb") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 120
         finished: list[Path] = []
@@ -438,7 +440,7 @@ def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) ->
             time.sleep(0.02)  # interrupt while a client is mid-request
         assert _processes_naming(out, "client"), "no client started within 120 s"
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 130
+        assert proc.wait(timeout=60) == 130, stderr.read_text()[-2000:]
         assert _processes_naming(out) == []  # no client or server outlives the harness
     finally:
         if proc.poll() is None:
@@ -464,16 +466,22 @@ def test_the_campaigns_profile_comes_from_the_flags_then_the_environment() -> No
     def flags(**kw: bool) -> argparse.Namespace:
         return argparse.Namespace(**{"quick": False, "chapter": False, "full": False, **kw})
 
-    assert campaign_profile(flags(chapter=True), {}) == (True, True)
-    assert campaign_profile(flags(chapter=True, full=True), {}) == (False, True)
-    assert campaign_profile(flags(quick=True), {"TESTBED_PROFILE": "chapter"}) == (True, False)
-    assert campaign_profile(flags(), {"TESTBED_PROFILE": "chapter-full"}) == (False, True)
-    assert campaign_profile(flags(), {"TESTBED_PROFILE": "quick", "TESTBED_QUICK": "0"}) == (
-        True,
+    assert campaign_profile(flags(chapter=True), {}) == ("chapter", True)  # the signed form
+    assert campaign_profile(flags(chapter=True, quick=True), {}) == ("quick", True)
+    assert campaign_profile(flags(chapter=True, full=True), {}) == ("full", True)
+    assert campaign_profile(flags(quick=True), {"TESTBED_PROFILE": "chapter"}) == (
+        "quick",
         False,
     )
-    assert campaign_profile(flags(), {"TESTBED_QUICK": "1"}) == (True, False)
-    assert campaign_profile(flags(), {}) == (False, False)
+    assert campaign_profile(flags(), {"TESTBED_PROFILE": "chapter"}) == ("chapter", True)
+    assert campaign_profile(flags(), {"TESTBED_PROFILE": "chapter-quick"}) == ("quick", True)
+    assert campaign_profile(flags(), {"TESTBED_PROFILE": "chapter-full"}) == ("full", True)
+    assert campaign_profile(flags(), {"TESTBED_PROFILE": "quick", "TESTBED_QUICK": "0"}) == (
+        "quick",
+        False,
+    )
+    assert campaign_profile(flags(), {"TESTBED_QUICK": "1"}) == ("quick", False)
+    assert campaign_profile(flags(), {}) == ("full", False)
     for bad, field in (
         (flags(full=True), "full"),
         (flags(full=True, quick=True, chapter=True), "full"),
@@ -500,16 +508,21 @@ def test_the_chapter_campaign_runs_every_file_in_the_chapters_order(tmp_path: Pa
 
     def runner(spec, **_kw):  # a runner that runs nothing: the campaign's own bookkeeping
         made.append(spec.name)
+        forms.append((spec.level_names, spec.repetitions))
         raise RuntimeError("no link here")
 
+    forms: list[tuple[tuple[str, ...], int]] = []
+
     summary = run_campaign(
-        experiments_dir=shipped, names=["initcwnd", "tiles"], reps=1, quick=True,
+        experiments_dir=shipped, names=["initcwnd", "tiles"], reps=1, form="chapter",
         backend="userspace", output=tmp_path, runner=runner, chapter=True,
     )  # fmt: skip
     assert made == ["tiles", "initcwnd"] and not summary.ok
+    assert forms == [(("whole-h2", "tiles-h2"), 1), (("iw10",), 1)]  # [chapter], --reps 1
     directory = summary.index_path.parent
     index = json.loads(summary.index_path.read_text())
-    assert index["chapter"] is True and index["wall_s"] >= 0
+    assert index["chapter"] is True and index["wall_s"] >= 0 and index["form"] == "chapter"
     assert (directory / "report.md").is_file() and (directory / "index.html").is_file()
     report = (directory / "report.md").read_text()
+    assert "Form: chapter (the signed form" in report
     assert "not measurable: tiles: failed: RuntimeError: no link here" in report

@@ -457,3 +457,41 @@ def test_most_generated_files_load() -> None:
         and _loads_or_none(_generated(k, _written(KNOBS[k], KNOBS[k].default), "fixed"))
     ]
     assert len(loaded) >= 0.6 * len(keys), sorted(set(keys) - set(loaded))
+
+
+def _with_chapter(table: str) -> str:
+    return GOOD + "\n[chapter]\n" + table
+
+
+def test_the_chapter_form_is_its_own_levels_and_runs() -> None:
+    spec = loads(_with_chapter('repetitions = 6\nlevels = ["iw40"]\n'))
+    form = spec.chapter_form()
+    assert form.level_names == ("iw40",) and form.repetitions == 6
+    assert form.levels[0].baseline == "iw40"  # its baseline did not run: itself
+    assert spec.in_form("chapter") == form
+    assert spec.in_form("quick") == spec.quick_form()
+    assert spec.in_form("full") is spec
+    both = loads(_with_chapter('levels = ["iw10", "iw40"]\n[chapter.fixed]\nworkload = "tts"\n'))
+    full = both.chapter_form()
+    assert full.repetitions == both.repetitions  # no count given: the file's own
+    assert {lv.settings.workload for lv in full.levels} == {"tts"}
+    assert {lv.settings.workload for lv in both.quick_form().levels} == {"asr"}
+
+
+def test_a_bad_chapter_form_is_one_line_naming_its_field() -> None:
+    assert _refused(_with_chapter('levels = ["iw99"]\n')).field == "chapter.levels"
+    assert _refused(_with_chapter('levels = ["iw10", "iw10"]\n')).field == "chapter.levels"
+    assert _refused(_with_chapter("repetitions = 0\n")).field == "chapter.repetitions"
+    assert _refused(_with_chapter("colour = 1\n")).field == "chapter.colour"
+    assert _refused(_with_chapter("[chapter.fixed]\ninitcwnd = 20\n")).field == (
+        "chapter.fixed.initcwnd"
+    )
+    assert _refused(_with_chapter("fixed = 3\n")).field == "chapter.fixed"
+    # a quick form still compares: one level is refused there
+    assert _refused(GOOD + 'levels = ["iw10"]\n').field == "quick.levels"
+    with pytest.raises(SpecError) as info:
+        loads(GOOD).chapter_form()
+    assert info.value.field == "chapter" and "no [chapter] table" in str(info.value)
+    with pytest.raises(SpecError) as info:
+        loads(GOOD).in_form("signed")
+    assert info.value.field == "form"

@@ -100,10 +100,23 @@ class CampaignSummary:
         return out
 
 
+FORMS = ("quick", "chapter", "full")
+"""The forms a campaign runs each file in: ``[quick]`` (indicative), ``[chapter]`` (the
+chapter's signed reproduction), the file as written."""
+
+
+def form_of(index: dict[str, Any]) -> str:
+    """The form a campaign index records (an index older than ``form`` has ``quick``)."""
+    form = index.get("form")
+    if form in FORMS:
+        return str(form)
+    return "quick" if index.get("quick") else "full"
+
+
 def _open_index(
     resume: Path | None,
     output: Path,
-    quick: bool,
+    form: str,
     reps: int | None,
     backend: str,
     chapter: bool = False,
@@ -116,10 +129,13 @@ def _open_index(
         except (OSError, json.JSONDecodeError) as err:
             raise SpecError("resume", f"{index_path}: {err}") from None
         return index_path, index
+    if form not in FORMS:
+        raise SpecError("form", f"{form!r} is not one of {', '.join(FORMS)}")
     index_path = Path(output) / "campaign" / utc_stamp() / INDEX
     index = {
         "started_utc": utc_stamp(),
-        "quick": quick,
+        "form": form,
+        "quick": form == "quick",
         "reps": reps,
         "backend": backend,
         "chapter": chapter,
@@ -131,16 +147,15 @@ def _open_index(
 def _load_specs(
     experiments_dir: Path,
     names: Sequence[str] | None,
-    quick: bool,
+    form: str,
     reps: int | None,
     chapter: bool = False,
 ) -> list[specmod.ExperimentSpec]:
-    """Load and validate every experiment file before the first run."""
+    """Load and validate every experiment file (in the campaign's form) before the first
+    run."""
     specs = []
     for path in experiment_files(experiments_dir, names, chapter):
-        spec = specmod.load(path)
-        if quick:
-            spec = spec.quick_form()
+        spec = specmod.load(path).in_form(form)
         if reps is not None:
             spec = spec.with_repetitions(reps)
         specs.append(spec)
@@ -197,7 +212,7 @@ def run_campaign(
     experiments_dir: Path,
     names: Sequence[str] | None,
     reps: int | None,
-    quick: bool,
+    form: str,
     backend: str,
     output: Path,
     resume: Path | None = None,
@@ -213,12 +228,12 @@ def run_campaign(
     if runner is None:
         runner = reported.run_reported  # looked up now: a test may replace it
     started = time.monotonic()
-    index_path, index = _open_index(resume, output, quick, reps, backend, chapter)
+    index_path, index = _open_index(resume, output, form, reps, backend, chapter)
     if resume is not None:
-        quick, reps, backend = index["quick"], index["reps"], index["backend"]
+        form, reps, backend = form_of(index), index["reps"], index["backend"]
         chapter = bool(index.get("chapter", False))
         names = [e["name"] for e in index["entries"]]
-    specs = _load_specs(experiments_dir, names, quick, reps, chapter)
+    specs = _load_specs(experiments_dir, names, form, reps, chapter)
     entries = {e["name"]: e for e in index["entries"]}
     for spec in specs:
         entries.setdefault(spec.name, {"name": spec.name, "status": "pending"})

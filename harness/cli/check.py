@@ -16,6 +16,7 @@ from pathlib import Path
 from harness.plan.planner import plan_for
 from harness.spec import experiment as specmod
 from tbcore import kinds
+from tbcore.errors import SpecError
 from tbcore.settings import KNOBS
 
 RUN_SETUP_S = 3.0
@@ -98,10 +99,16 @@ def plan_lines(spec: specmod.ExperimentSpec) -> list[str]:
     return lines
 
 
+def file_form(args: argparse.Namespace) -> str:
+    """The form of one file that ``--quick`` or ``--chapter`` asks for (``testbed run``,
+    ``testbed check``)."""
+    if args.quick and args.chapter:
+        raise SpecError("chapter", "give --quick or --chapter, not both")
+    return "quick" if args.quick else "chapter" if args.chapter else "full"
+
+
 def _check(args: argparse.Namespace) -> int:
-    spec = specmod.load(Path(args.experiment))
-    if args.quick:
-        spec = spec.quick_form()
+    spec = specmod.load(Path(args.experiment)).in_form(file_form(args))
     if args.reps is not None:
         spec = spec.with_repetitions(args.reps)
     for line in plan_lines(spec):
@@ -115,5 +122,6 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     )
     check.add_argument("experiment", help="experiments/NAME.toml")
     check.add_argument("--quick", action="store_true", help="the file's quick form")
+    check.add_argument("--chapter", action="store_true", help="the file's [chapter] form")
     check.add_argument("--reps", type=int, default=None, help="repetitions per level")
     check.set_defaults(handler=_check)

@@ -1,7 +1,8 @@
 """``testbed run``, ``testbed campaign`` and ``testbed report``.
 
 ``testbed campaign`` reads its defaults from the environment so that the docker compose
-file can drive it: ``TESTBED_PROFILE`` (quick, full, chapter, chapter-full), else
+file can drive it: ``TESTBED_PROFILE`` (quick, full, chapter, chapter-quick,
+chapter-full), else
 ``TESTBED_QUICK`` (1/true/yes), ``TESTBED_EXPERIMENTS`` (comma-separated names),
 ``TESTBED_REPS``, ``TESTBED_ATTEMPTS``, ``TESTBED_BACKEND`` and ``TESTBED_OUTPUT``; flags
 (``--quick``, ``--chapter``, ``--full``) win.
@@ -29,9 +30,10 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from harness.cli.check import file_form
 from harness.plan.planner import DEFAULT_ATTEMPTS
 from harness.spec import experiment as specmod
-from tbcore import paths
+from tbcore import paths, stopping
 from tbcore.control import check_address
 from tbcore.errors import SpecError
 from tbcore.units import parse_count
@@ -45,14 +47,16 @@ ENV_OUTPUT = "TESTBED_OUTPUT"
 ENV_PROFILE = "TESTBED_PROFILE"
 
 PROFILES = {
-    "quick": (True, False),
-    "full": (False, False),
-    "chapter": (True, True),
-    "chapter-full": (False, True),
+    "quick": ("quick", False),
+    "full": ("full", False),
+    "chapter": ("chapter", True),
+    "chapter-quick": ("quick", True),
+    "chapter-full": ("full", True),
 }
-"""``TESTBED_PROFILE`` (what ``docker compose up`` runs): name -> (quick forms, the chapter's
-experiments). ``quick`` is the main job, ``chapter`` every experiment that reproduces a
-section of the chapter (``testbed campaign --chapter``), ``-full`` the long forms."""
+"""``TESTBED_PROFILE`` (what ``docker compose up`` runs): name -> (the form each file runs
+in, the chapter's experiments only). ``quick`` is the main job; ``chapter`` the chapter's
+signed reproduction (``testbed campaign --chapter``: each file's ``[chapter]`` form),
+``chapter-quick`` its indicative form, ``-full`` the files as written."""
 
 EXIT_MISSING = 2
 """Exit status when the host or container lacks a privilege the testbed needs."""
@@ -186,20 +190,13 @@ class RichProgress:
 
 def _terminate_cleanly() -> None:
     """SIGTERM (``docker stop``, a CI timeout) unwinds like Ctrl-C: the link comes down, the
-    finished runs stay, and ``--resume`` continues from there."""
-
-    main_pid = os.getpid()
-
-    def handler(signum: int, _frame: object) -> None:
-        if os.getpid() != main_pid:
-            # a forked child (the link's emulator) inherits this handler: it must die as
-            # it would have without it, never unwind the parent's stack (and its link)
-            signal.signal(signum, signal.SIG_DFL)
-            os.kill(os.getpid(), signum)
-            return
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    signal.signal(signal.SIGTERM, handler)
+    finished runs stay, and ``--resume`` continues from there. Both are noted as well as
+    raised (tbcore.stopping), so an interrupt a finaliser swallowed still stops the next run;
+    a SIGINT the harness was started ignoring (a background job) stays ignored."""
+    wanted = [signal.SIGTERM]
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        wanted.append(signal.SIGINT)
+    stopping.install(wanted)
 
 
 def _check_early(backend: str, link_name: str | None) -> None:
@@ -250,11 +247,7 @@ def _run(args: argparse.Namespace) -> int:
     if remote is None:
         _reap("run", args.link_name)
 
-    spec = specmod.load(args.experiment)
-    if args.quick:
-        spec = spec.quick_form()
-    if args.reps is not None:
-        spec = spec.with_repetitions(args.reps)
+    spec = _load(args)
     if args.resume is not None and args.output is not None:
         raise SpecError("resume", "give --resume DIR or --output DIR, not both")
     if args.resume is None:
@@ -274,12 +267,9 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> Any:
-    """The experiment of ``testbed run``, with ``--quick`` and ``--reps``."""
-    from harness.spec import experiment as specmod
-
-    spec = specmod.load(args.experiment)
-    if args.quick:
-        spec = spec.quick_form()
+    """The experiment of ``testbed run``, in the form ``--quick`` or ``--chapter`` asks, with
+    ``--reps``."""
+    spec = specmod.load(args.experiment).in_form(file_form(args))
     if args.reps is not None:
         spec = spec.with_repetitions(args.reps)
     return spec
@@ -423,14 +413,14 @@ def _campaign_cluster(args: argparse.Namespace) -> int:
     output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
     if args.resume is None:
         paths.check_writable_dir("output", output)
-    quick, chapter = campaign_profile(args)
+    form, chapter = campaign_profile(args)
     started = time.monotonic()
     with _cluster(args) as (address, client):
         summary = run_campaign_on_cluster(
             experiments_dir=Path(args.experiments_dir),
             names=None if names is None else [n.strip() for n in names.split(",") if n.strip()],
             reps=args.reps if args.reps is not None else env_int(ENV_REPS),
-            quick=quick,
+            form=form,
             chapter=chapter,
             options=ClusterOptions(address, backend, attempts_of(args)),
             output=output,
@@ -456,7 +446,7 @@ def _campaign(args: argparse.Namespace) -> int:
     reps = args.reps if args.reps is not None else env_int(ENV_REPS)
     backend = args.backend or os.environ.get(ENV_BACKEND) or "auto"
     _check_early(backend, args.link_name)
-    quick, chapter = campaign_profile(args)
+    form, chapter = campaign_profile(args)
     output = Path(args.output or os.environ.get(ENV_OUTPUT) or "results")
     if args.resume is None:
         paths.check_writable_dir("output", output)
@@ -469,7 +459,7 @@ def _campaign(args: argparse.Namespace) -> int:
         experiments_dir=Path(args.experiments_dir),
         names=None if names is None else [n.strip() for n in names.split(",") if n.strip()],
         reps=reps,
-        quick=quick,
+        form=form,
         backend=backend,
         output=output,
         resume=Path(args.resume) if args.resume else None,
@@ -489,22 +479,24 @@ def _campaign(args: argparse.Namespace) -> int:
 
 def campaign_profile(
     args: argparse.Namespace, environ: dict[str, str] | None = None
-) -> tuple[bool, bool]:
-    """(quick forms, the chapter's experiments) from the flags, else ``TESTBED_PROFILE``,
-    else ``TESTBED_QUICK``."""
+) -> tuple[str, bool]:
+    """(the form each file runs in, the chapter's experiments only) from the flags, else
+    ``TESTBED_PROFILE``, else ``TESTBED_QUICK``. ``--chapter`` alone is the signed form."""
     env = environ if environ is not None else os.environ
     if args.full and args.quick:
         raise SpecError("full", "give --quick or --full, not both")
     if args.full and not args.chapter:
         raise SpecError("full", "only with --chapter (a campaign is full unless --quick)")
-    if args.chapter or args.quick:
-        return (not args.full), bool(args.chapter)
+    if args.chapter:
+        return ("quick" if args.quick else "full" if args.full else "chapter"), True
+    if args.quick:
+        return "quick", False
     profile = env.get(ENV_PROFILE, "").strip()
     if profile:
         if profile not in PROFILES:
             raise SpecError(ENV_PROFILE, f"{profile!r} is not one of {', '.join(PROFILES)}")
         return PROFILES[profile]
-    return env_bool(ENV_QUICK, dict(env)), False
+    return ("quick" if env_bool(ENV_QUICK, dict(env)) else "full"), False
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -570,6 +562,9 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
     run.add_argument("--reps", type=_reps, default=None, help="repetitions (overrides the file)")
     run.add_argument("--quick", action="store_true", help="the file's short [quick] form")
     run.add_argument(
+        "--chapter", action="store_true", help="the file's [chapter] form (the signed reproduction)"
+    )
+    run.add_argument(
         "--backend", default="auto", help="link backend: auto, userspace, netem (default auto)"
     )
     run.add_argument("--output", type=_path, default=None, help="results root (default results/)")
@@ -599,12 +594,15 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="run every shipped experiment (env: TESTBED_PROFILE, TESTBED_EXPERIMENTS, "
         "TESTBED_REPS, TESTBED_ATTEMPTS, TESTBED_BACKEND, TESTBED_QUICK)",
     )
-    campaign.add_argument("--quick", action="store_true", help="short forms (< 10 min in all)")
+    campaign.add_argument(
+        "--quick", action="store_true", help="short [quick] forms (indicative; with --chapter too)"
+    )
     campaign.add_argument(
         "--chapter",
         action="store_true",
-        help="every experiment that reproduces a section of the chapter, in its order, quick "
-        "forms (< 45 min on a 2-core host); the reproduction report beside the index",
+        help="every experiment that reproduces a section of the chapter, in its order, each in "
+        "its [chapter] form (the signed reproduction; --quick: indicative); the reproduction "
+        "report beside the index",
     )
     campaign.add_argument(
         "--full", action="store_true", help="with --chapter: the full forms (a lab machine)"

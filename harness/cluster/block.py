@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.store.resultdir import atomic_write_bytes, utc_stamp
+from tbcore import stopping
 from tbcore.errors import SpecError, clip
 
 PR_SET_PDEATHSIG = 1
@@ -196,14 +197,8 @@ def make_block(job: BlockJob, workdir: Path) -> BlockResult:
 def main(argv: list[str]) -> int:
     """``python -m harness.cluster.block JOB``: SIGTERM unwinds (the link comes down)."""
 
-    def on_term(signum: int, _frame: object) -> None:
-        if os.getpid() == main_pid:
-            raise KeyboardInterrupt(f"signal {signum}")
-        signal.signal(signum, signal.SIG_DFL)  # a forked child dies as it would have
-        os.kill(os.getpid(), signum)
-
-    main_pid, parent = os.getpid(), os.getppid()
-    signal.signal(signal.SIGTERM, on_term)
+    parent = os.getppid()
+    stopping.install([signal.SIGTERM])
     job_file = Path(argv[0])
     job: BlockJob = pickle.loads(job_file.read_bytes())
     try:

@@ -49,7 +49,7 @@ def run_campaign_on_cluster(
     experiments_dir: Path,
     names: Sequence[str] | None,
     reps: int | None,
-    quick: bool,
+    form: str,
     options: submit.ClusterOptions,
     chapter: bool = False,
     output: Path,
@@ -58,12 +58,12 @@ def run_campaign_on_cluster(
     client: Any = None,
 ) -> serial.CampaignSummary:
     """Run the experiments' blocks on the cluster at ``options.address`` (or ``client``)."""
-    index_path, index = serial._open_index(resume, output, quick, reps, options.backend, chapter)
+    index_path, index = serial._open_index(resume, output, form, reps, options.backend, chapter)
     if resume is not None:
-        quick, reps = index["quick"], index["reps"]
+        form, reps = serial.form_of(index), index["reps"]
         chapter = bool(index.get("chapter", False))
         names = [e["name"] for e in index["entries"]]
-    specs = serial._load_specs(experiments_dir, names, quick, reps, chapter)
+    specs = serial._load_specs(experiments_dir, names, form, reps, chapter)
     entries = {e["name"]: e for e in index["entries"]}
     for spec in specs:
         entries.setdefault(spec.name, {"name": spec.name, "status": "pending"})

@@ -570,7 +570,10 @@ def answer_text(
     fastest = min(rows, key=lambda s: s.median_s)
     slowest = max(rows, key=lambda s: s.median_s)
     parts = [
-        f"Fastest level: **{fastest.level}**, median {_ms(fastest.median_s)} ms "
+        f"One level ran: **{fastest.level}**, median {_ms(fastest.median_s)} ms "
+        f"({_ratio(fastest.median_ratio)} x its bound of {_ms(fastest.bound_s)} ms)."
+        if len(rows) == 1
+        else f"Fastest level: **{fastest.level}**, median {_ms(fastest.median_s)} ms "
         f"({_ratio(fastest.median_ratio)} x its bound of {_ms(fastest.bound_s)} ms). "
         f"Slowest: **{slowest.level}**, median {_ms(slowest.median_s)} ms "
         f"({_ratio(slowest.median_ratio)} x its bound of {_ms(slowest.bound_s)} ms)."

@@ -110,7 +110,7 @@ def judge(finding: Finding, measured: Measured) -> Verdict:
     if measured.scaled:
         return Verdict(
             INCONCLUSIVE,
-            f"indicative only: {measured.scaled} (a quick form); the full form runs the "
+            f"indicative only: {measured.scaled} (a quick form); the chapter form runs the "
             "chapter's whole task",
         )
     if measured.ok is not None:
@@ -352,6 +352,15 @@ def _cell(text: str) -> str:
     return html.escape(text).replace("\n", "<br>")
 
 
+FORM_TEXT = {
+    "quick": "quick (indicative: few runs, 'inconclusive' is expected)",
+    "chapter": "chapter (the signed form: each experiment's [chapter] form, the runs its "
+    "judged levels need)",
+    "full": "full (every level of every file, its own repetitions)",
+}
+"""The campaign's form as the report's header names it."""
+
+
 @dataclass(frozen=True)
 class Campaign:
     """What the report says of the campaign besides its rows."""
@@ -361,8 +370,12 @@ class Campaign:
     results: Results
 
     @property
-    def quick(self) -> bool:
-        return bool(self.index.get("quick"))
+    def form(self) -> str:
+        """quick, chapter or full (an index older than ``form`` says ``quick``)."""
+        form = self.index.get("form")
+        if form in FORM_TEXT:
+            return str(form)
+        return "quick" if self.index.get("quick") else "full"
 
     @property
     def wall_s(self) -> float | None:
@@ -387,11 +400,7 @@ def _summary(campaign: Campaign, rows: list[Row]) -> list[str]:
     shared = (
         f", of which {waited / 60:.1f} min waiting for other experiments' runs" if waited else ""
     )
-    form = (
-        "quick (indicative: few runs, 'inconclusive' is expected)"
-        if campaign.quick
-        else ("full (the signed form)")
-    )
+    form = FORM_TEXT[campaign.form]
     lines = [
         f"Form: {form}; {all_runs} measured runs in {len(campaign.index.get('entries', []))} "
         f"experiments, started {campaign.index.get('started_utc', '?')}, finished "

@@ -46,7 +46,7 @@ from harness.spec.experiment import ExperimentSpec
 from harness.spec.traces import run_path as path_at_start
 from harness.store.resultdir import ResultDir, utc_stamp
 from harness.validity.judge import judge
-from tbcore import kinds
+from tbcore import kinds, stopping
 from tbcore.errors import LinkLost, SpecError
 from tbcore.runrow import RunRow
 
@@ -236,6 +236,7 @@ def _make_runs(
         predicted = bound_times(spec)
         queue = collections.deque(left)
         while queue:
+            stopping.check()  # a stop a finaliser swallowed ends the experiment here
             run = queue.popleft()
             paths.probe(run.block)
             if run.attempt > 1:

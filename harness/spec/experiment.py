@@ -26,6 +26,10 @@ One file is one single-factor experiment::
     warmup_runs = 0
     levels = ["iw10", "iw40"]
 
+    [chapter]                    # the form ``testbed campaign --chapter`` runs (same keys)
+    repetitions = 6              # the fewest runs with a two-sided 95 % interval on a median
+    levels = ["iw10", "iw40"]
+
 A level's ``link`` is a list of overriding link keys applied on top of the fixed link
 (``"down.loss=14%"``). A level may also name a ``baseline``: the level it is compared
 against (default: the first level), so that one file can hold pairs such as h2-new vs
@@ -189,7 +193,11 @@ class Level:
 
 
 @dataclass(frozen=True)
-class Quick:
+class Form:
+    """A shorter form of the file: ``[quick]`` (``--quick``: indicative) or ``[chapter]``
+    (``testbed campaign --chapter``: the signed reproduction, enough runs for the levels the
+    chapter's rows read)."""
+
     repetitions: int = 2
     warmup_runs: int = 0
     levels: tuple[str, ...] | None = None
@@ -197,6 +205,14 @@ class Quick:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Fixed settings the short form changes (never the factor's own settings), e.g. a
     smaller workload or a shorter path so that the quick campaign stays short."""
+
+
+CHAPTER_MIN_LEVELS = 1
+"""A chapter form may run one level: the chapter's figure is its comparison (a 64 KB window
+against 0.756 s), and the file's other levels are questions of the testbed's own."""
+
+FORM_TABLES = ("quick", "chapter")
+"""The tables that describe a form of the file, each with :data:`FORM_KEYS`."""
 
 
 @dataclass(frozen=True)
@@ -212,7 +228,9 @@ class ExperimentSpec:
     counterbalance: bool = True
     seed: int = 1
     warmup_runs: int = 0
-    quick: Quick = field(default_factory=Quick)
+    quick: Form = field(default_factory=Form)
+    chapter: Form | None = None
+    """``[chapter]``: the form ``testbed campaign --chapter`` runs (None: the file has none)."""
     source: str = ""
     """The file as given (kept verbatim in the manifest)."""
     path: str = ""
@@ -234,26 +252,48 @@ class ExperimentSpec:
     def quick_form(self) -> ExperimentSpec:
         """The short form ``--quick`` runs: fewer repetitions, maybe fewer levels/requests,
         maybe other fixed settings."""
-        if self.quick.fixed:
-            data = {k: v for k, v in self.raw.items() if k != "quick"}
-            data["fixed"] = {**data.get("fixed", {}), **self.quick.fixed}
-            data["quick"] = {k: v for k, v in self.raw.get("quick", {}).items() if k != "fixed"}
-            # the full form's fixed settings the quick one makes moot (a workload's own
+        return self._form("quick")
+
+    def chapter_form(self) -> ExperimentSpec:
+        """The form ``testbed campaign --chapter`` runs (``[chapter]``): the levels the
+        chapter's rows read, with the runs their verdicts need."""
+        if self.chapter is None:
+            raise SpecError(
+                "chapter",
+                f"{self.path or self.name} has no [chapter] table: the chapter's signed form "
+                "needs its levels and repetitions",
+            )
+        return self._form("chapter")
+
+    def in_form(self, form: str) -> ExperimentSpec:
+        """The file in ``form``: ``quick``, ``chapter`` or ``full`` (as written)."""
+        if form == "full":
+            return self
+        if form not in FORM_TABLES:
+            raise SpecError("form", f"{form!r} is not one of quick, chapter, full")
+        return self.chapter_form() if form == "chapter" else self.quick_form()
+
+    def _form(self, key: str) -> ExperimentSpec:
+        form: Form = getattr(self, key)
+        if form.fixed:
+            data = {k: v for k, v in self.raw.items() if k not in FORM_TABLES}
+            data["fixed"] = {**data.get("fixed", {}), **form.fixed}
+            data[key] = {k: v for k, v in self.raw.get(key, {}).items() if k != "fixed"}
+            # the full form's fixed settings the short one makes moot (a workload's own
             # processing, say) are its runs' ignored_settings; its own keys were checked
             base = parse_experiment(
                 data,
                 source=self.source,
                 path=self.path,
-                moot=set(data["fixed"]) - set(self.quick.fixed),
+                moot=set(data["fixed"]) - set(form.fixed),
             )
-            return base.quick_form()
+            return base._form(key)
         levels = self.levels
-        if self.quick.levels is not None:
-            levels = tuple(self.level(name) for name in self.quick.levels)
-        if self.quick.requests is not None:
+        if form.levels is not None:
+            levels = tuple(self.level(name) for name in form.levels)
+        if form.requests is not None:
             levels = tuple(
-                replace(lv, settings=replace(lv.settings, requests=self.quick.requests))
-                for lv in levels
+                replace(lv, settings=replace(lv.settings, requests=form.requests)) for lv in levels
             )
         names = {lv.name for lv in levels}
         levels = tuple(
@@ -262,8 +302,8 @@ class ExperimentSpec:
         return replace(
             self,
             levels=levels,
-            repetitions=self.quick.repetitions,
-            warmup_runs=self.quick.warmup_runs,
+            repetitions=form.repetitions,
+            warmup_runs=form.warmup_runs,
         )
 
     def column_groups(self, remote: bool = False) -> list[str]:
@@ -331,10 +371,11 @@ TOP_KEYS = {
     "fixed",
     "factor",
     "quick",
+    "chapter",
     "reference",
 }
 FACTOR_KEYS = {"name", "settings", "levels"}
-QUICK_KEYS = {"repetitions", "warmup_runs", "levels", "requests", "fixed"}
+FORM_KEYS = {"repetitions", "warmup_runs", "levels", "requests", "fixed"}
 
 
 def parse_experiment(
@@ -360,6 +401,7 @@ def parse_experiment(
     refuse_unapplied(applied, [lv.settings for lv in levels], "fixed")
     for level in levels:
         check_repetitions(level.settings, repetitions, "repetitions")
+    form_args = (levels, own, factor_name, fixed)
     return ExperimentSpec(
         name=name,
         question=question.strip(),
@@ -372,7 +414,12 @@ def parse_experiment(
         counterbalance=_bool("counterbalance", data.get("counterbalance", True)),
         seed=_int_range(0, 2**63 - 1)("seed", data.get("seed", 1)),
         warmup_runs=_int_range(0, 100)("warmup_runs", data.get("warmup_runs", 0)),
-        quick=_parse_quick(data.get("quick", {}), levels, own, factor_name, fixed, repetitions),
+        quick=_parse_form("quick", data.get("quick", {}), *form_args, min(2, repetitions)),
+        chapter=(
+            None
+            if "chapter" not in data
+            else _parse_form("chapter", data["chapter"], *form_args, repetitions)
+        ),
         source=source,
         path=path,
         raw=dict(data),
@@ -535,62 +582,67 @@ def _merged_edges(table: Mapping[str, Any], fixed: Settings, where: str) -> dict
     return out
 
 
-def _parse_quick(
-    quick_table: Any,
+def _parse_form(
+    key: str,
+    table: Any,
     levels: list[Level],
     own: list[str],
     factor_name: str,
     fixed: Settings,
-    repetitions: int,
-) -> Quick:
-    if not isinstance(quick_table, dict):
-        raise SpecError("quick", "must be a table")
-    _reject_unknown_keys(quick_table, QUICK_KEYS, "quick")
-    quick_levels = quick_table.get("levels")
-    if quick_levels is not None:
+    default_repetitions: int,
+) -> Form:
+    """``[quick]`` or ``[chapter]``: each level the form runs must run with its settings."""
+    if not isinstance(table, dict):
+        raise SpecError(key, "must be a table")
+    _reject_unknown_keys(table, FORM_KEYS, key)
+    form_levels = table.get("levels")
+    if form_levels is not None:
         names = [lv.name for lv in levels]
-        if not isinstance(quick_levels, list) or len(quick_levels) < 2:
-            raise SpecError("quick.levels", "must list at least two level names")
-        for lv in quick_levels:
+        fewest = CHAPTER_MIN_LEVELS if key == "chapter" else 2
+        if not isinstance(form_levels, list) or len(form_levels) < fewest:
+            raise SpecError(f"{key}.levels", f"must list at least {fewest} level name(s)")
+        for lv in form_levels:
             if lv not in names:
-                raise SpecError("quick.levels", f"{lv!r} is not a level")
-        quick_levels = tuple(quick_levels)
-    quick_requests = quick_table.get("requests")
-    if quick_requests is not None:
-        quick_requests = _int_range(1, MAX_REQUESTS)("quick.requests", quick_requests)
-    quick_fixed = quick_table.get("fixed", {})
-    if not isinstance(quick_fixed, dict):
-        raise SpecError("quick.fixed", "must be a table of settings")
-    for key in quick_fixed:
-        if key in own:
+                raise SpecError(f"{key}.levels", f"{lv!r} is not a level")
+        if len(set(form_levels)) != len(form_levels):
+            raise SpecError(f"{key}.levels", "names a level twice")
+        form_levels = tuple(form_levels)
+    form_requests = table.get("requests")
+    if form_requests is not None:
+        form_requests = _int_range(1, MAX_REQUESTS)(f"{key}.requests", form_requests)
+    form_fixed = table.get("fixed", {})
+    if not isinstance(form_fixed, dict):
+        raise SpecError(f"{key}.fixed", "must be a table of settings")
+    for name in form_fixed:
+        if name in own:
             raise SpecError(
-                f"quick.fixed.{key}", f"is a setting of factor {factor_name!r}: levels set it"
+                f"{key}.fixed.{name}", f"is a setting of factor {factor_name!r}: levels set it"
             )
-    if quick_requests is not None and "requests" in own:
+    if form_requests is not None and "requests" in own:
         raise SpecError(
-            "quick.requests", f"requests is a setting of factor {factor_name!r}: levels set it"
+            f"{key}.requests", f"requests is a setting of factor {factor_name!r}: levels set it"
         )
-    quick_settings, _ = parse_settings(quick_fixed, "quick.fixed", fixed)
-    runs = []  # the settings of the levels the quick form runs
-    quick_repetitions = _int_range(1, MAX_REPETITIONS)(
-        "quick.repetitions", quick_table.get("repetitions", min(2, repetitions))
+    form_settings, _ = parse_settings(form_fixed, f"{key}.fixed", fixed)
+    runs = []  # the settings of the levels the form runs
+    form_repetitions = _int_range(1, MAX_REPETITIONS)(
+        f"{key}.repetitions", table.get("repetitions", default_repetitions)
     )
-    for level in levels:  # each level over the quick form's fixed settings must run too
-        table = _merged_edges(level.overrides, quick_settings, "quick.fixed")
-        settings, _ = parse_settings(table, "quick.fixed", quick_settings)
-        check_consistent(settings, topology_of(settings, "quick.fixed"), "quick.fixed")
-        if quick_levels is None or level.name in quick_levels:
+    for level in levels:  # each level over the form's fixed settings must run too
+        merged = _merged_edges(level.overrides, form_settings, f"{key}.fixed")
+        settings, _ = parse_settings(merged, f"{key}.fixed", form_settings)
+        check_consistent(settings, topology_of(settings, f"{key}.fixed"), f"{key}.fixed")
+        if form_levels is None or level.name in form_levels:
             runs.append(settings)
-            check_repetitions(settings, quick_repetitions, "quick.repetitions")
-    refuse_unapplied(quick_fixed, runs, "quick.fixed")
-    if quick_requests is not None:
-        refuse_unapplied({"requests": quick_requests}, runs, "quick")
-    return Quick(
-        repetitions=quick_repetitions,
-        warmup_runs=_int_range(0, 100)("quick.warmup_runs", quick_table.get("warmup_runs", 0)),
-        levels=quick_levels,
-        requests=quick_requests,
-        fixed=dict(quick_fixed),
+            check_repetitions(settings, form_repetitions, f"{key}.repetitions")
+    refuse_unapplied(form_fixed, runs, f"{key}.fixed")
+    if form_requests is not None:
+        refuse_unapplied({"requests": form_requests}, runs, key)
+    return Form(
+        repetitions=form_repetitions,
+        warmup_runs=_int_range(0, 100)(f"{key}.warmup_runs", table.get("warmup_runs", 0)),
+        levels=form_levels,
+        requests=form_requests,
+        fixed=dict(form_fixed),
     )
 
 
