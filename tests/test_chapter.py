@@ -136,3 +136,47 @@ def test_a_known_departure_says_which_way_it_moves() -> None:
     assert (
         direct.bound(Results({})).startswith("1433.4 ms") and "TLS 1.3" in direct.departure.reason
     )  # type: ignore[union-attr]
+
+
+def _agent_result(root: Path, rounds_per_run: int) -> Results:
+    """agent-connection with 6 valid h2-reused runs whose rounds (one warm-up, then
+    ``rounds_per_run``) each take 3.5 s, run r's round 3 redone once (its first attempt at 9 s)."""
+    from harness.plan.planner import plan_runs
+    from harness.store.resultdir import ResultDir, atomic_write_json
+    from tbcore.runrow import RunRow
+
+    result = ResultDir.create(root, "agent-connection")
+    result.write_manifest({"resolved": {"name": "agent-connection", "question": "q?", "seed": 1,
+                                        "levels": [{"name": "h2-reused"}]}})  # fmt: skip
+    lines = ["run_id,round,attempt,warmup,start_s,end_s"]
+    for run in plan_runs(["h2-reused"], 6):
+        result.fresh_run_dir(run.run_id)
+        row = RunRow(**run.to_dict(), total_s=3.5 * rounds_per_run, valid=True)
+        atomic_write_json(result.run_dir(run.run_id) / "row.json", row.to_dict())
+        t = 100.0 * run.rep
+        lines.append(f"{run.run_id},0,0,True,{t},{t + 9}")  # the warm-up round
+        t += 9
+        for index in range(1, rounds_per_run + 1):
+            if index == 3:  # a redone round: its last attempt is the one that counts
+                lines.append(f"{run.run_id},{index},0,False,{t},{t + 9}")
+                t += 9
+            step = 3.5 + 0.01 * run.rep
+            lines.append(f"{run.run_id},{index},1,False,{t},{t + step}")
+            t += step
+    result.write_tables()
+    (result.path / "rounds.csv").write_text("\n".join(lines) + "\n")
+    return Results({"agent-connection": result.path})
+
+
+def test_a_part_of_a_task_is_measured_inside_the_whole_task(tmp_path: Path) -> None:
+    from harness.report.findings import NotMeasured, rounds_span
+
+    measure = rounds_span("agent-connection", "h2-reused", first=11, count=20)
+    got = measure(_agent_result(tmp_path / "whole", 30))
+    assert got.runs == 6 and got.value == pytest.approx(20 * 3.525, abs=0.06)
+    assert got.low <= got.value <= got.high and not got.scaled
+    first = rounds_span("agent-connection", "h2-reused", first=1, count=5)
+    assert first(_agent_result(tmp_path / "first", 30)).value == pytest.approx(9 + 5 * 3.525,
+                                                                              abs=0.06)  # fmt: skip
+    with pytest.raises(NotMeasured, match="ran 3 rounds"):
+        measure(_agent_result(tmp_path / "quick", 3))

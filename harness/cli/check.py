@@ -62,6 +62,11 @@ def _run_seconds(level: specmod.Level) -> float | None:
     except ValueError:
         bound = None
     requests = (getattr(settings, "requests", 1) or 1) + (settings.warmup_requests or 0)
+    if bound is not None and workload.records == "agent_round":
+        # each round: its request at the bound (the model's time is its processing), after
+        # the device's own time
+        rounds = settings.agent_rounds + (settings.warmup_requests or 0)
+        return rounds * (bound.total_s + settings.agent_local_s)
     if bound is not None:
         return requests * bound.total_s
     limit = workload.run_limit_s(settings)
@@ -90,13 +95,26 @@ def plan_lines(spec: specmod.ExperimentSpec) -> list[str]:
         lines.append(f"  one run: {run} of requests + {RUN_SETUP_S:g} s to set up")
     runs = plan_for(spec)
     lines.append("order: " + " ".join(run.run_id for run in runs))
+    lines.append("estimate: " + estimate_text(*estimate(spec, plans)))
+    return lines
+
+
+def estimate(
+    spec: specmod.ExperimentSpec, plans: dict[str, LevelPlan] | None = None
+) -> tuple[int, float, int]:
+    """(runs, seconds, runs of unknown length) the plan of ``spec`` will take, each run at
+    its estimate plus :data:`RUN_SETUP_S`."""
+    plans = plans or {lv.name: level_plan(lv) for lv in spec.levels}
+    runs = plan_for(spec)
     total = sum((plans[run.level].run_s or 0.0) + RUN_SETUP_S for run in runs)
     unknown = sum(plans[run.level].run_s is None for run in runs)
-    lines.append(
-        f"estimate: {len(runs)} runs, about {total / 60:.1f} min"
-        + (f" ({unknown} runs of unknown length not counted)" if unknown else "")
+    return len(runs), total, unknown
+
+
+def estimate_text(runs: int, total_s: float, unknown: int) -> str:
+    return f"{runs} runs, about {total_s / 60:.1f} min" + (
+        f" ({unknown} runs of unknown length not counted)" if unknown else ""
     )
-    return lines
 
 
 def file_form(args: argparse.Namespace) -> str:

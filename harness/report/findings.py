@@ -173,6 +173,40 @@ def level_value(
     return reads(experiment, level)(measure)
 
 
+def rounds_span(experiment: str, level: str, first: int, count: int) -> Measure:
+    """The time from the start of measured round ``first`` (1-based) to the end of the
+    ``count``-th after it, per valid run of ``level`` (rounds.csv: each round's last attempt,
+    warm-ups left out), its median and 95 % interval: part of a task, measured inside the
+    whole task's runs, never scaled."""
+    last = first + count - 1
+
+    def measure(results: Results) -> Measured:
+        runs = results.runs(experiment, level)
+        rounds = results.table(experiment, "rounds")
+        mine = rounds[rounds["run_id"].isin(set(runs["run_id"]))]
+        mine = mine[~mine["warmup"].astype(str).eq("True")]
+        spans = []
+        for _run_id, one in mine.groupby("run_id"):
+            final = one.sort_values("attempt").groupby("round").tail(1).sort_values("round")
+            if len(final) < last:
+                raise NotMeasured(
+                    f"{experiment}/{level} ran {len(final)} rounds; rounds {first}-{last} need "
+                    f"the whole task (the chapter form runs it)"
+                )
+            span = final.iloc[last - 1]["end_s"] - final.iloc[first - 1]["start_s"]
+            spans.append(float(span))
+        if not spans:
+            raise NotMeasured(f"{experiment}/{level}: no rounds of a valid run in rounds.csv")
+        low, high = median_ci_order(spans)
+        median = float(pd.Series(spans).median())
+        interval = f", 95 % CI {fmt(low, 's')} to {fmt(high, 's')}" if math.isfinite(low) else ""
+        text = (f"{fmt(median, 's')} (rounds {first}-{last} of {experiment}/{level}{interval}, "
+                f"{len(spans)} valid)")  # fmt: skip
+        return Measured(text, median, runs=len(spans), low=low, high=high)
+
+    return reads(experiment, level)(measure)
+
+
 def level_difference(
     experiment: str,
     level: str,
