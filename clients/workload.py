@@ -133,8 +133,7 @@ def _tiled(
     spec = _routed(workload, chunks, cancel_after_chunks, player_buffer_s)
     # the response starts before the upload ends, so its head cannot echo the upload's
     # checksum: the server checks it at the end and logs an error if it differs
-    tiles = _route(workload).tiles
-    return replace(spec, path=f"{spec.path}?tiles={tiles}", expect_upload_sha256=None)
+    return replace(spec, path=f"{spec.path}?{_route(workload).query}", expect_upload_sha256=None)
 
 
 def _route(workload: str) -> HttpRoute:

@@ -49,6 +49,24 @@ MAX_STREAM_CHUNKS = 30_000
 MAX_TTS_TEXT_BYTES = 4096
 MAX_TILES = 100
 
+
+def parse_tile_results(text: str, tiles: int) -> tuple[int, ...] | None:
+    """``"1,2,2"`` for ``tiles`` tiles: one whole number in 1..MAX_TILES a tile (None: not)."""
+    parts = text.split(",")
+    if len(parts) != tiles or not all(p.isdigit() and 1 <= int(p) <= MAX_TILES for p in parts):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def part_bounds(size: int, tiles: int, weights: tuple[int, ...], index: int) -> tuple[int, int]:
+    """``(start, end)`` of part ``index`` of ``size`` bytes cut into ``tiles`` parts in
+    proportion to ``weights`` (empty: equal parts); the parts cover every byte once."""
+    weights = weights or (1,) * tiles
+    total = sum(weights)
+    before = sum(weights[:index])
+    return size * before // total, size * (before + weights[index]) // total
+
+
 ROUTES: dict[str, HttpRoute] = kinds.by_path()
 """Every path the server answers, from the workloads' registrations (tbcore.kinds): the
 methods it takes, the upload it checks (never trusted), the answer and its processing."""
@@ -73,6 +91,13 @@ class ResponsePlan:
     tiles: int = 0
     """When > 0, ``body`` is sent in that many parts, part ``i`` after upload tile ``i`` has
     arrived and been processed for ``processing_s / tiles`` (one processor, in order)."""
+    tile_results: tuple[int, ...] = ()
+    """The parts' sizes in proportion to these weights (empty: equal parts)."""
+
+    def part_bounds(self, index: int) -> tuple[int, int]:
+        """``(start, end)`` of the body's part ``index`` of a tiled response."""
+        return part_bounds(len(self.body), self.tiles, self.tile_results, index)
+
     stop_reading: bool = False
     """True when the request body must not be read further (413, 404... with a body pending)."""
     error: str | None = None
@@ -125,6 +150,8 @@ class Exchange:
     """``/retouch?tiles=N``: how many tiles the upload is cut into (0: whole)."""
     tiles_ready: int = 0
     """Tiles whose bytes have all arrived."""
+    tile_results: tuple[int, ...] = ()
+    """``&result=1,2,2``: the result's parts in proportion (empty: equal parts)."""
 
     def __post_init__(self) -> None:
         self.route = urlsplit(self.head.path).path
@@ -138,6 +165,14 @@ class Exchange:
                 self.early = _error(400, f"tiles: {raw!r} is not a whole number in 0..{MAX_TILES}")
                 return
             self.tiles = int(raw) if int(raw) > 1 else 0
+            weights = parse_qs(urlsplit(self.head.path).query).get("result")
+            if weights is not None:
+                self.tile_results = parse_tile_results(weights[-1], self.tiles)
+                if self.tile_results is None:
+                    self.early = _error(400, f"result: {weights[-1][:40]!r} is not {self.tiles} "
+                                        f"whole numbers in 1..{MAX_TILES}, comma-separated, "
+                                        "one a tile")  # fmt: skip
+                    return
         allowed = self.spec.methods
         if self.head.method not in allowed:
             self.early = _error(
@@ -174,6 +209,7 @@ class Exchange:
         result follow the tiles (the upload's checksum is checked when it ends)."""
         plan = self._payload_plan()
         plan.tiles = self.tiles
+        plan.tile_results = self.tile_results
         return plan
 
     def feed(self, data: bytes) -> ResponsePlan | None:

@@ -506,7 +506,7 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         elif plan.tiles:
             async for index, part, last in self._tiled_parts(stream_id, plan):
                 await self._send_body(stream_id, part, end_stream=last)
-                self._log("tile_sent", stream=stream_id, index=index)
+                self._log("tile_sent", stream=stream_id, index=index, bytes=len(part))
         elif plan.body:
             await self._send_body(stream_id, plan.body)
         self._log("response_last_byte", stream=stream_id, bytes=plan.body_length)

@@ -168,7 +168,7 @@ class H3ServerProtocol(ExchangeStreams, edge.WatchedProtocol):
                     return
                 self.h3.send_data(stream_id, part, end_stream=last)
                 self.transmit()
-                self._log("tile_sent", stream=stream_id, index=index)
+                self._log("tile_sent", stream=stream_id, index=index, bytes=len(part))
         elif body_length:
             self.h3.send_data(stream_id, plan.body, end_stream=True)
         if body_length:

@@ -291,15 +291,13 @@ class ExchangeStreams:
         """``(index, part, last)`` of a tiled response: part ``i`` once tile ``i`` has
         arrived and been processed (``processing_s / tiles``, one tile at a time)."""
         queue = self.tile_events[stream_id]
-        size = len(plan.body)
         per_tile_s = plan.processing_s / plan.tiles
         for index in range(plan.tiles):
             ready = await queue.get()
             self._log("processing_start", stream=stream_id, tile=ready)
             await asyncio.sleep(per_tile_s)
             self._log("processing_end", stream=stream_id, tile=ready)
-            start = size * index // plan.tiles
-            end = size * (index + 1) // plan.tiles
+            start, end = plan.part_bounds(index)
             yield index, plan.body[start:end], index == plan.tiles - 1
 
 

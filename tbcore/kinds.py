@@ -391,6 +391,19 @@ register_workload(
 )
 register_workload(
     WorkloadKind(
+        "retouch-tiles3-chapter",
+        lambda s: workloads.IMAGE_SIZE_BYTES,
+        lambda s: workloads.RETOUCHED_SIZE_BYTES,
+        lambda s: s.processing_image_s,
+        bounded=False,  # its bound is the tile pipeline (docs/models.md section 2)
+        parts=3,
+        # the chapter's §12.1.1: the three tiles' results are 1, 2 and 2 MB of the 5 MB
+        route=replace(_RETOUCH, tiles=3, tile_results=(1, 2, 2)),
+        traits=_IMAGE_UPLOAD,
+    )
+)
+register_workload(
+    WorkloadKind(
         "sink",
         lambda s: workloads.IMAGE_SIZE_BYTES,
         lambda s: 0,

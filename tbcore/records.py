@@ -485,6 +485,8 @@ class TileReceived(ServerEventKind):
 class TileSent(ServerEventKind):
     EVENT: ClassVar[str] = "tile_sent"
     index: int | None = None
+    bytes: int | None = None
+    """The part of the result sent for the tile."""
 
 
 SERVER_EVENTS: dict[str, type[ServerEventKind]] = {

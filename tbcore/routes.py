@@ -36,10 +36,24 @@ class HttpRoute:
     """Other methods the server takes on the path."""
     tiles: int = 0
     """The upload in this many independently processed tiles (``?tiles=N``; 0: whole)."""
+    tile_results: tuple[int, ...] = ()
+    """The result's parts in proportion to these weights, one a tile (``&result=1,2,2``; the
+    chapter's 1, 2 and 2 MB of §12.1.1); empty: equal parts."""
 
     def __post_init__(self) -> None:
         if self.answer not in ANSWERS:
             raise ValueError(f"route {self.path}: answer {self.answer!r} is not one of {ANSWERS}")
+        if self.tile_results and len(self.tile_results) != self.tiles:
+            raise ValueError(f"route {self.path}: {len(self.tile_results)} result weights for "
+                             f"{self.tiles} tiles")  # fmt: skip
+
+    @property
+    def query(self) -> str:
+        """The query a tiled request carries (empty: none)."""
+        if not self.tiles:
+            return ""
+        weights = ",".join(str(w) for w in self.tile_results)
+        return f"tiles={self.tiles}" + (f"&result={weights}" if weights else "")
 
     @property
     def methods(self) -> frozenset[str]:

@@ -89,3 +89,16 @@ async def test_tiles_come_back_while_the_upload_goes_on(protocol: str, tmp_path:
     assert len(tiles) == 3
     first = next(e["t"] for e in events if e["event"] == "processing_start" and e["tile"] == 0)
     assert first < upload_end  # tile 0 was processed while the upload went on
+    sizes = [e["bytes"] for e in events if e["event"] == "tile_sent"]
+    assert sizes == [1_666_666, 1_666_667, 1_666_667]
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+async def test_the_chapters_tiles_come_back_as_1_2_and_2_mb(protocol: str, tmp_path: Path) -> None:
+    log = tmp_path / "server.jsonl"
+    with ServerProcess(["--log", str(log)]) as server:
+        config = _config(server, protocol, workload="retouch-tiles3-chapter")
+        (record,) = await run_requests(config)
+    assert record.ok, record.error  # the whole 5 MB result, its SHA-256 checked
+    sizes = [e["bytes"] for e in read_events(log) if e["event"] == "tile_sent"]
+    assert sizes == [1_000_000, 2_000_000, 2_000_000]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -139,3 +140,26 @@ def test_agent_round_executes_once_per_operation_id() -> None:
     assert _json.loads(first.body)["round"] == 0
     bad = _agent_exchange("", b"x")
     assert bad.status == 400
+
+
+@pytest.mark.parametrize(
+    ("query", "weights"),
+    [("tiles=3", ()), ("tiles=3&result=1,2,2", (1, 2, 2)), ("tiles=2&result=3,1", (3, 1))],
+)
+def test_a_tiled_result_is_cut_in_the_asked_proportions(query: str, weights: tuple) -> None:
+    ex = exchange("POST", f"/retouch?{query}")
+    assert ex.early is None and ex.tile_results == weights
+    plan = ex.tiled_plan()
+    parts = [plan.part_bounds(i) for i in range(plan.tiles)]
+    assert parts[0][0] == 0 and parts[-1][1] == len(plan.body)  # every byte, once
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(parts))
+    if weights == (1, 2, 2):
+        assert [e - s for s, e in parts] == [1_000_000, 2_000_000, 2_000_000]
+
+
+@pytest.mark.parametrize("result", ["1,2", "1,2,2,2", "0,1,1", "a,b,c", "1,,2", "1,2,101"])
+def test_a_bad_result_split_is_400_in_one_line(result: str) -> None:
+    ex = exchange("POST", f"/retouch?tiles=3&result={result}")
+    assert ex.early is not None and ex.early.status == 400
+    assert ex.early.error is not None and ex.early.error.startswith("result: ")
+    assert "\n" not in ex.early.error

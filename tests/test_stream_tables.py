@@ -121,3 +121,7 @@ def test_tiles_bound_is_the_pipeline() -> None:
     assert stream_tables.tiles_bound_s(1, 20e6, 100e6, 0.1, 0.3) == pytest.approx(12.8)
     tiled = stream_tables.tiles_bound_s(3, 20e6, 100e6, 0.1, 0.3)
     assert tiled == pytest.approx(12.05 + 0.1 + 5e6 / 3 * 8 / 100e6 + 0.05)
+    # the chapter's 1, 2 and 2 MB: the last 2 MB take 0.16 s, so 12.36 s (§12.1.1)
+    chapter = stream_tables.tiles_bound_s(3, 20e6, 100e6, 0.1, 0.3, (1, 2, 2))
+    assert chapter == pytest.approx(12.05 + 0.1 + 0.16 + 0.05)
+    assert round(chapter, 2) == 12.36

@@ -486,7 +486,8 @@ def tiles_section(runs: pd.DataFrame) -> list[str]:
         workload = str(group["workload"].iloc[0])
         tiles = kinds.workload(workload).parts
         chapter = CHAPTER_TILES_S["tiles" if tiles > 1 else "whole"]
-        bound = _tiles_bound(group.iloc[0], tiles)
+        route = kinds.workload(workload).route
+        bound = _tiles_bound(group.iloc[0], tiles, route.tile_results if route else ())
         total = pd.to_numeric(group["total_s"], errors="coerce")
         used = int(group["valid"].astype(bool).sum()) if "valid" in group else len(group)
         shown = _ms(bound) if bound is not None else "– (no wired rate on the link)"
@@ -494,14 +495,15 @@ def tiles_section(runs: pd.DataFrame) -> list[str]:
     return _section(
         "## Tiles vs the whole image (docs/models.md section 2)",
         [],
-        "Request time (from the connect on a new connection), median of the valid runs (of "
+        "Request time (from the connect; on an established connection from the request), "
+        "median of the valid runs (of "
         "every attempt where *runs* is 0: none was valid); the bound is the pipeline of "
         "section 2 plus the connection set-up of section 4.",
         _table(["level", "workload", "runs", "measured", "pipeline bound", "chapter"], rows),
     )
 
 
-def _tiles_bound(row: pd.Series, tiles: int) -> float | None:
+def _tiles_bound(row: pd.Series, tiles: int, results: Sequence[int] = ()) -> float | None:
     """Section 2 plus the set-up of section 4 for a run's link; None when the link has no
     wired rate in each direction (an air hop alone, a link of delay only)."""
     up, down, rtt = (
@@ -510,7 +512,9 @@ def _tiles_bound(row: pd.Series, tiles: int) -> float | None:
     if any(pd.isna(v) for v in (up, down, rtt)) or min(up, down) <= 0:
         return None
     setup = bounds.setup_time_s(str(row["protocol"]), str(row["connection"]), float(rtt))
-    return setup + tiles_bound_s(tiles, float(up), float(down), float(rtt), TILES_PROCESSING_S)
+    return setup + tiles_bound_s(
+        tiles, float(up), float(down), float(rtt), TILES_PROCESSING_S, results
+    )
 
 
 TILES_PROCESSING_S = 0.3
@@ -518,17 +522,24 @@ TILES_PROCESSING_S = 0.3
 
 
 def tiles_bound_s(
-    tiles: int, up_bps: float, down_bps: float, rtt_s: float, processing_s: float
+    tiles: int,
+    up_bps: float,
+    down_bps: float,
+    rtt_s: float,
+    processing_s: float,
+    results: Sequence[int] = (),
 ) -> float:
     """Section 2 for ``tiles`` equal tiles of the 30 MB upload: tile ``i`` is ready when its
     last byte has arrived (``(i+1) * S_u/n / B_u + R/2``), is processed in ``T_c / n`` and its
-    share of the 5 MB result is sent in ``S_d/n / B_d`` and arrives ``R/2`` later."""
+    part of the 5 MB result (``S_d/n``, or in proportion to ``results``: the chapter's 1, 2
+    and 2 MB) is sent at ``B_d`` and arrives ``R/2`` later."""
     d = rtt_s / 2
+    weights = list(results) or [1] * tiles
     ready = [(i + 1) * IMAGE_SIZE_BYTES / tiles * 8 / up_bps + d for i in range(tiles)]
     arrivals = bounds.pipeline(
         ready,
         [processing_s / tiles] * tiles,
-        [RETOUCHED_SIZE_BYTES / tiles * 8 / down_bps] * tiles,
+        [RETOUCHED_SIZE_BYTES * w / sum(weights) * 8 / down_bps for w in weights],
         [d] * tiles,
     )
     return arrivals[-1]
