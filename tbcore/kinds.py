@@ -402,6 +402,21 @@ register_workload(
         traits=_IMAGE_UPLOAD,
     )
 )
+for _name, _path, _payload in (
+    ("features-upload", "/features", "features"),  # §12.2.2: the encoder's output sent
+    ("screenshot-upload", "/screen", "screenshot"),  # §12.2.2: the screenshot sent instead
+):
+    register_workload(
+        WorkloadKind(
+            _name,
+            lambda s, p=_payload: workloads.get_workload(p).size_bytes,
+            lambda s: 0,
+            lambda s: 0.0,
+            route=HttpRoute("POST", _path, answer="digest", upload=_payload),
+            label=_payload,
+            traits=_REQUEST,
+        )
+    )
 register_workload(
     WorkloadKind(
         "sink",

@@ -27,6 +27,11 @@ AUDIO_SIZE_BYTES = 354_640
 """The seed's ASR upload: 177,320 samples of 16-bit mono PCM."""
 IMAGE_SIZE_BYTES = 30_000_000
 RETOUCHED_SIZE_BYTES = 5_000_000
+FEATURES_SIZE_BYTES = 400 * 4 * 2560 * 2
+"""8,192,000 bytes: Qwen3-VL-4B's visual features of one screenshot, 400 tokens of 4 x 2,560
+BF16 values (the chapter's §12.2.2)."""
+SCREENSHOT_UPLOAD_BYTES = 800_000
+"""The chapter's 0.8 MB screenshot, sent as it is (§12.1.3, §12.2.2)."""
 STREAM_SAMPLE_RATE_HZ = 24_000
 STREAM_CHUNK_DURATION_S = 0.020
 STREAM_BYTES_PER_SAMPLE = 2
@@ -58,6 +63,8 @@ WORKLOADS: dict[str, Workload] = {
         Workload("audio", AUDIO_SIZE_BYTES, "16-bit mono PCM, ASR upload / TTS download"),
         Workload("image", IMAGE_SIZE_BYTES, "image upload of POST /retouch"),
         Workload("retouched", RETOUCHED_SIZE_BYTES, "response of POST /retouch"),
+        Workload("features", FEATURES_SIZE_BYTES, "visual features, upload of POST /features"),
+        Workload("screenshot", SCREENSHOT_UPLOAD_BYTES, "the screenshot, upload of POST /screen"),
     )
 }
 
