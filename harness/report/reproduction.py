@@ -426,7 +426,12 @@ LEGEND = (
     "*inconclusive*: it straddles the band or there are fewer than 6 runs, with the runs that "
     "would decide; a decision (a deadline) is *fragile* where the interval crosses it. "
     "Computed rows (kind C) are harness.bounds on the chapter's inputs, judged at the "
-    "chapter's printed precision. Every ID of the chapter's index of findings has a row."
+    "chapter's printed precision. Every ID of the chapter's index of findings has a row. "
+    "Rates, once for every row: the chapter's rates are payload rates; the links here are set "
+    "to the same numbers in IP bytes, so each transfer over TCP carries 1,448 payload bytes "
+    "in 1,500 and takes about 3.6 % longer, plus TLS records and HTTP/2 frames (about 0.2 %). "
+    "The bounds are the chapter's arithmetic; the 10 % band holds the difference, and a row "
+    "whose conclusion turns on less (a threshold, a deadline) names it as its departure."
 )
 
 
