@@ -377,31 +377,22 @@ register_workload(
         traits=("request", "streams", "chunks", "audio_processing"),
     )
 )
-register_workload(
-    WorkloadKind(
-        "retouch-tiles3",
-        lambda s: workloads.IMAGE_SIZE_BYTES,
-        lambda s: workloads.RETOUCHED_SIZE_BYTES,
-        lambda s: s.processing_image_s,
-        bounded=False,  # its bound is the tile pipeline (docs/models.md section 2)
-        parts=3,
-        route=replace(_RETOUCH, tiles=3),
-        traits=_IMAGE_UPLOAD,
+for _name, _results in (
+    ("retouch-tiles3", ()),  # equal thirds of the result
+    ("retouch-tiles3-chapter", (1, 2, 2)),  # the chapter's §12.1.1: 1, 2 and 2 MB of the 5 MB
+):
+    register_workload(
+        WorkloadKind(
+            _name,
+            lambda s: workloads.IMAGE_SIZE_BYTES,
+            lambda s: workloads.RETOUCHED_SIZE_BYTES,
+            lambda s: s.processing_image_s,
+            bounded=False,  # its bound is the tile pipeline (docs/models.md section 2)
+            parts=3,
+            route=replace(_RETOUCH, tiles=3, tile_results=_results),
+            traits=_IMAGE_UPLOAD,
+        )
     )
-)
-register_workload(
-    WorkloadKind(
-        "retouch-tiles3-chapter",
-        lambda s: workloads.IMAGE_SIZE_BYTES,
-        lambda s: workloads.RETOUCHED_SIZE_BYTES,
-        lambda s: s.processing_image_s,
-        bounded=False,  # its bound is the tile pipeline (docs/models.md section 2)
-        parts=3,
-        # the chapter's §12.1.1: the three tiles' results are 1, 2 and 2 MB of the 5 MB
-        route=replace(_RETOUCH, tiles=3, tile_results=(1, 2, 2)),
-        traits=_IMAGE_UPLOAD,
-    )
-)
 for _name, _path, _payload in (
     ("features-upload", "/features", "features"),  # §12.2.2: the encoder's output sent
     ("screenshot-upload", "/screen", "screenshot"),  # §12.2.2: the screenshot sent instead
