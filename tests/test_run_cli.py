@@ -518,7 +518,7 @@ def test_the_chapter_campaign_runs_every_file_in_the_chapters_order(tmp_path: Pa
         backend="userspace", output=tmp_path, runner=runner, chapter=True,
     )  # fmt: skip
     assert made == ["tiles", "initcwnd"] and not summary.ok
-    assert forms == [(("whole-h2", "tiles-h2"), 1), (("iw10",), 1)]  # [chapter], --reps 1
+    assert forms == [(("whole-h2", "tiles-chapter-h2"), 1), (("iw10",), 1)]  # [chapter], --reps 1
     directory = summary.index_path.parent
     index = json.loads(summary.index_path.read_text())
     assert index["chapter"] is True and index["wall_s"] >= 0 and index["form"] == "chapter"
