@@ -104,6 +104,19 @@ HTTP2_FRAMING = Departure(
     "longer than the chapter's payload arithmetic, plus the frames' and records' headers",
     +1,
 )
+AIOQUIC_SENDER = Departure(
+    "the gap is aioquic's own: its 5 MB download at 100 Mbit/s (runs.csv server_send_s) takes "
+    "several times the 0.42 s of the link's rate on these two cores, where Python handles "
+    "every datagram and every ACK, and its upload overflows the queue it fills (runs.csv "
+    "client_retransmits, on a path with no loss set): the chapter's arithmetic has neither",
+    +1,
+)
+AIOQUIC_FEWER_ACKS = Departure(
+    "every two packets halves the ACKs aioquic's sender has to process in Python, which "
+    "shortens its CPU-bound 5 MB download (runs.csv server_send_s) by more than NewReno's "
+    "slower growth costs: the effect the chapter measures is hidden under the endpoints' CPU",
+    -1,
+)
 AUDIO = m.AUDIO_BYTES
 IMAGE_LINK = (20 * MBIT, 100 * MBIT)
 RELAY_SPREAD = Tolerance(
@@ -258,7 +271,7 @@ FINDINGS: tuple[Finding, ...] = (
       bound=m.fixed(f"{m.image_with_overhead_s(1168, 60, 92):.2f} s (MODELS 1 + 7, every "
                     f"byte at the data's rate, {bounds.wire_bytes(30_000_000, 1168, 60, 92)[1] + bounds.wire_bytes(5_000_000, 1168, 60, 92)[1]:,} "  # noqa: E501
                     "wire bytes)"),
-      departure=AIOQUIC_FRAMING),
+      departure=AIOQUIC_SENDER),
     F("F29", "§12.3.2", "... and its bytes on the wire: 29,966 packets of 1,228 bytes and as "
       "many 92-byte ACKs", "39,554,832 B", value=39_554_832.0, unit="",
       tolerance=Tolerance(relative=0.01, reason="the issue's 1 % of the chapter's bytes"),
@@ -276,14 +289,14 @@ FINDINGS: tuple[Finding, ...] = (
       experiment="overhead",
       measure=level_difference("overhead", "h3-every2", "h3-immediate", unit="ms"),
       bound=m.runs_bound_of("overhead", "h3-every2", "ms"),
-      tolerance=half_effect(43.0, "43 ms")),
+      tolerance=half_effect(43.0, "43 ms"), departure=AIOQUIC_FEWER_ACKS),
     F("F31", "§12.3.2", "CUBIC against NewReno on the image: both about 14.5 s (CUBIC, one ACK "
       "per packet, 1,200-byte datagrams)", "about 14.5 s", value=14.5, unit="s",
       experiment="overhead", measure=level_value("overhead", "h3-cubic"),
       bound=m.runs_bound_of("overhead", "h3-cubic"),
       tolerance=Tolerance(absolute=0.5, relative=0.0,
                           reason="the chapter's 'about 14.5 s': its last digit, ±0.5 s"),
-      departure=AIOQUIC_FRAMING),
+      departure=AIOQUIC_SENDER),
     F("F31", "§12.3.2", "... the same time as NewReno's", "0 s", value=0.0, unit="s",
       experiment="overhead",
       measure=level_difference("overhead", "h3-cubic", "h3-immediate"),

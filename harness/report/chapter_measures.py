@@ -392,14 +392,16 @@ def upload_rounds(experiment: str, level: str) -> Measure:
         runs = results.runs(experiment, level)
         receive = pd.to_numeric(runs["server_receive_s"], errors="coerce")
         rtt = pd.to_numeric(runs["rtt_s"], errors="coerce")
+        per_run = ((receive / rtt).dropna() + 1).round()  # each run's count of rounds
         rounds = float((receive / rtt).median()) + 1
-        if not math.isfinite(rounds):
+        if not math.isfinite(rounds) or per_run.empty:
             raise NotMeasured(f"{experiment}/{level}: no server receive time")
+        low, high = median_ci_order(per_run.tolist())
         text = (
             f"{round(rounds)} rounds ({experiment}/{level}: the server read the body over "
             f"{receive.median() * 1e3:.0f} ms = {rounds - 1:.2f} round trips)"
         )
-        return Measured(text, float(round(rounds)), runs=len(runs))
+        return Measured(text, float(round(rounds)), runs=len(per_run), low=low, high=high)
 
     return reads(experiment, level)(measure)
 
