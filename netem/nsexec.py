@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from tbcore import stopping
 from tbcore.errors import SpecError
 
 NETNS_RUN_DIR = Path("/run/netns")
@@ -139,15 +140,18 @@ def popen(
     # A stop signal (Ctrl-C, SIGTERM: KeyboardInterrupt in the harness) that arrived while
     # the child was being made would leave it running with no Popen to stop it: the signals
     # wait until it is made and known, and stop_children() finds it whatever happens next.
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        proc = subprocess.Popen(
-            list(argv), preexec_fn=_entering(ns, nice, rr_priority, previous), **kwargs
-        )
-        _children.difference_update([c for c in _children if c.returncode is not None])
-        _children.add(proc)
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    # Blocking them here is not enough when another thread takes the signal: the harness's
+    # handler defers its KeyboardInterrupt to the end of this block (tbcore.stopping).
+    with stopping.deferred():
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            proc = subprocess.Popen(
+                list(argv), preexec_fn=_entering(ns, nice, rr_priority, previous), **kwargs
+            )
+            _children.difference_update([c for c in _children if c.returncode is not None])
+            _children.add(proc)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
     return proc
 
 

@@ -10,12 +10,14 @@ next run at most."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from types import FrameType
 
 _requested: list[int] = []
+_deferring = 0
 
 
 def request(signum: int) -> None:
@@ -51,7 +53,28 @@ def install(signals: Iterable[int]) -> None:
             os.kill(os.getpid(), signum)
             return
         request(signum)
+        if _deferring:
+            return  # raised where the deferred block ends (:func:`deferred`)
         raise KeyboardInterrupt(f"signal {signum}")
 
     for signum in signals:
         signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """A block a stop must not break (making a child process and recording it): a stop
+    signal that comes inside it is noted and raised as KeyboardInterrupt where it ends.
+    Blocking the signal in this thread is not enough: another thread of the process may take
+    it, and Python then runs the handler in the main thread at its next bytecode, inside
+    ``subprocess.Popen`` after the child exists and before anyone holds it (seen: a client
+    that outlived the harness)."""
+    global _deferring
+    before = len(_requested)
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+    if not _deferring and len(_requested) > before:
+        raise KeyboardInterrupt(f"signal {_requested[before]}")

@@ -380,6 +380,14 @@ CONTRACT_CHECKS = {"playback": _playback_contract, "cancel": _cancel_contract}
 """What a shipped experiment's quick form must write beyond runs.csv and report.md."""
 
 
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().decode(errors="replace").replace("\0", " ")
+    except OSError as err:
+        return f"{pid}: {err}"
+
+
 def _processes_naming(path: Path, *words: str) -> list[int]:
     """Pids of live processes whose command line names ``path`` (and every word)."""
     import os
@@ -441,7 +449,8 @@ def test_sigterm_mid_experiment_cleans_up_and_resume_finishes(tmp_path: Path) ->
         assert _processes_naming(out, "client"), "no client started within 120 s"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 130, stderr.read_text()[-2000:]
-        assert _processes_naming(out) == []  # no client or server outlives the harness
+        left = _processes_naming(out)  # no client or server outlives the harness
+        assert left == [], [_cmdline(pid) for pid in left]
     finally:
         if proc.poll() is None:
             proc.kill()

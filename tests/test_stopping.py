@@ -54,3 +54,25 @@ def test_an_interrupt_a_finaliser_swallowed_is_not_lost(sigusr2: int) -> None:
     assert stopping.requested() == sigusr2  # nothing was raised here, but it is noted
     with pytest.raises(KeyboardInterrupt):
         stopping.check()
+
+
+def test_a_stop_inside_a_deferred_block_is_raised_where_it_ends(sigusr2: int) -> None:
+    """The window nsexec.popen closes: a child made and recorded before the interrupt."""
+    reached = []
+    with pytest.raises(KeyboardInterrupt), stopping.deferred():
+        os.kill(os.getpid(), sigusr2)
+        for _ in range(1000):  # the handler runs here: noted, not raised
+            pass
+        reached.append("end of block")
+    assert reached == ["end of block"] and stopping.requested() == sigusr2
+
+
+def test_a_deferred_block_raises_only_for_a_stop_that_came_inside_it(sigusr2: int) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        os.kill(os.getpid(), sigusr2)
+        for _ in range(1000):
+            pass
+    with stopping.deferred():  # cleanup after an interrupt may still make a child
+        pass
+    with pytest.raises(ValueError), stopping.deferred():  # the block's own error goes on
+        raise ValueError("inside")
