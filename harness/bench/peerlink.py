@@ -138,6 +138,7 @@ CLIENT_MODULES = (
     "netem/probe.py",
     "tbcore/__init__.py",
     "tbcore/errors.py",
+    "tbcore/stopping.py",
     "harness/__init__.py",
     "harness/bench/__init__.py",
     "harness/bench/udpblast.py",
