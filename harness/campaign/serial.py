@@ -24,7 +24,12 @@ from harness.analysis import levels as analysis
 from harness.campaign import experiment as reported
 from harness.plan.planner import DEFAULT_ATTEMPTS, plan_for
 from harness.spec import experiment as specmod
-from harness.store.resultdir import atomic_write_json, utc_stamp
+from harness.store.resultdir import (
+    CAMPAIGN_FORMS,
+    atomic_write_json,
+    campaign_form,
+    utc_stamp,
+)
 from tbcore.errors import SpecError
 
 CAMPAIGN_ORDER = ("connection", "initcwnd", "window", "congestion", "ack", "pacing", "loss")
@@ -100,19 +105,6 @@ class CampaignSummary:
         return out
 
 
-FORMS = ("quick", "chapter", "full")
-"""The forms a campaign runs each file in: ``[quick]`` (indicative), ``[chapter]`` (the
-chapter's signed reproduction), the file as written."""
-
-
-def form_of(index: dict[str, Any]) -> str:
-    """The form a campaign index records (an index older than ``form`` has ``quick``)."""
-    form = index.get("form")
-    if form in FORMS:
-        return str(form)
-    return "quick" if index.get("quick") else "full"
-
-
 def _open_index(
     resume: Path | None,
     output: Path,
@@ -129,8 +121,8 @@ def _open_index(
         except (OSError, json.JSONDecodeError) as err:
             raise SpecError("resume", f"{index_path}: {err}") from None
         return index_path, index
-    if form not in FORMS:
-        raise SpecError("form", f"{form!r} is not one of {', '.join(FORMS)}")
+    if form not in CAMPAIGN_FORMS:
+        raise SpecError("form", f"{form!r} is not one of {', '.join(CAMPAIGN_FORMS)}")
     index_path = Path(output) / "campaign" / utc_stamp() / INDEX
     index = {
         "started_utc": utc_stamp(),
@@ -230,7 +222,7 @@ def run_campaign(
     started = time.monotonic()
     index_path, index = _open_index(resume, output, form, reps, backend, chapter)
     if resume is not None:
-        form, reps, backend = form_of(index), index["reps"], index["backend"]
+        form, reps, backend = campaign_form(index), index["reps"], index["backend"]
         chapter = bool(index.get("chapter", False))
         names = [e["name"] for e in index["entries"]]
     specs = _load_specs(experiments_dir, names, form, reps, chapter)

@@ -21,7 +21,7 @@ from harness.cluster.progress import BlockProgress
 from harness.plan.planner import plan_for
 from harness.run.runner import ExperimentResult, create_result, reopen_result
 from harness.spec.experiment import ExperimentSpec
-from harness.store.resultdir import atomic_write_json, utc_stamp
+from harness.store.resultdir import atomic_write_json, campaign_form, utc_stamp
 
 
 def _result_of(
@@ -60,7 +60,7 @@ def run_campaign_on_cluster(
     """Run the experiments' blocks on the cluster at ``options.address`` (or ``client``)."""
     index_path, index = serial._open_index(resume, output, form, reps, options.backend, chapter)
     if resume is not None:
-        form, reps = serial.form_of(index), index["reps"]
+        form, reps = campaign_form(index), index["reps"]
         chapter = bool(index.get("chapter", False))
         names = [e["name"] for e in index["entries"]]
     specs = serial._load_specs(experiments_dir, names, form, reps, chapter)

@@ -176,14 +176,12 @@ FINDINGS: tuple[Finding, ...] = (
                     "(MODELS 2 against MODELS 1)"),
       tolerance=TILES_BAND,
       departure=Departure("the last part goes at the connection's window, not the link's rate: "
-                          "cubic left slow start at 36 segments with no loss (HyStart: the "
-                          "parts' ACKs queue behind the upload on the 20 Mbit/s uplink, read as "
-                          "delay) and app-limited parts grow it little, so at the last part "
-                          "(server-samples.csv snd_cwnd) it is about 311 segments, 450 KB, "
-                          "against the downlink's 1.25 MB BDP: the last 2 MB take about 0.4 s "
-                          "where the chapter's 0.16 s assumes the link's rate; the whole "
-                          "image's window, grown to about 1,180 segments by its warm-up's "
-                          "download on an idle uplink, sends its 5 MB at the link's rate", +1)),
+                          "cubic can leave slow start early with no loss (HyStart reads the "
+                          "parts' ACKs, queued behind the upload on the 20 Mbit/s uplink, as "
+                          "delay) and app-limited parts grow it little, so the window at the "
+                          "last part (server-samples.csv snd_cwnd) can be below the downlink's "
+                          "1.25 MB BDP, where the whole image's, grown by its warm-up's "
+                          "download on an idle uplink, is not", +1)),
     _unmeasured("F6", "§12.1.2", "Streamed voice: chunk 1 arrives at 38 ms, plays at 78 ms "
                 "(12 ms processing, 5 ms propagation, 40 ms buffer)", "38 ms",
                 "no level streams 20 ms chunks on a 5 ms path with 12 ms of processing a chunk",

@@ -47,7 +47,7 @@ from harness.report.verdict import (
     judge_interval,
     judge_order,
 )
-from harness.store.resultdir import atomic_write_text, read_json_object
+from harness.store.resultdir import atomic_write_text, campaign_form, read_json_object
 from tbcore.errors import SpecError
 from tbcore.plain import AsDict
 
@@ -372,10 +372,7 @@ class Campaign:
     @property
     def form(self) -> str:
         """quick, chapter or full (an index older than ``form`` says ``quick``)."""
-        form = self.index.get("form")
-        if form in FORM_TEXT:
-            return str(form)
-        return "quick" if self.index.get("quick") else "full"
+        return campaign_form(self.index)
 
     @property
     def wall_s(self) -> float | None:

@@ -71,6 +71,19 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
+CAMPAIGN_FORMS = ("quick", "chapter", "full")
+"""The forms a campaign runs each file in: ``[quick]`` (indicative), ``[chapter]`` (the
+chapter's signed reproduction), the file as written."""
+
+
+def campaign_form(index: dict[str, Any]) -> str:
+    """The form a campaign index records (an index older than ``form`` has ``quick``)."""
+    form = index.get("form")
+    if form in CAMPAIGN_FORMS:
+        return str(form)
+    return "quick" if index.get("quick") else "full"
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
