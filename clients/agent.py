@@ -23,7 +23,7 @@ from typing import Any
 
 import uvloop
 
-from clients import h2client
+from clients import h2client, h3native
 from clients.api import _one_line, _Run
 from clients.config import ClientConfig
 from clients.workload import RequestSpec
@@ -51,6 +51,9 @@ async def _local_work(rec: AgentRound, index: int, local_s: float) -> Any:
 def _abort(conn: Any) -> None:
     """Drop a connection that lost its round at once (no graceful close on a dead path)."""
     if conn is None:
+        return
+    if isinstance(conn, h3native.NativeH3Client):
+        conn.abort()
         return
     with contextlib.suppress(OSError, RuntimeError):  # a transport already gone
         if not isinstance(conn, h2client.H2Client):
@@ -154,6 +157,8 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
         await _close(conn)
         for task in closing:
             await task  # _close handles the conditions a close can end in
+        if run.native is not None:
+            await run.native.stop()
         if config.records_path is not None:
             write_jsonl(config.records_path, rounds)
         if run.keylog is not None:

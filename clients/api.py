@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import uvloop
 
-from clients import fecclient, h2client, h3client
+from clients import fecclient, h2client, h3client, h3native
 from clients.config import ClientConfig
 from clients.workload import RequestSpec, exchange_specs
 from proto.quic.edge import quic_counters
@@ -86,6 +86,8 @@ class _Run:
         self.tls = None
         self.session: Any = None
         self.ticket: Any = None
+        self.native: h3native.NativeStack | None = None
+        """The native HTTP/3 engine of this run (``quic_stack = "ngtcp2"``), once started."""
 
     def new_record(self, index: int) -> RequestRecord:
         config = self.config
@@ -157,6 +159,10 @@ class _Run:
             # a ticket is single use (RFC 8446 section 8.1, and the server keeps none it took):
             # once offered it is spent, and only a ticket the server sends later is offered next
             self.ticket = None
+        if config.settings.quic_stack == "ngtcp2":
+            if self.native is None:
+                self.native = h3native.NativeStack(config)
+            return await self.native.connect(ticket, early)
         return await h3client.open_connection(config, ticket, early=early, keylog=self.keylog)
 
     def stamp_connection(self, record: RequestRecord, conn: Any) -> None:
@@ -178,6 +184,8 @@ class _Run:
         if isinstance(conn, h2client.H2Client):
             sock = conn.protocol.sock
             return lambda: read_tcp_info(sock)
+        if isinstance(conn, h3native.NativeH3Client):
+            return conn.counters
         protocol = conn.protocol
         return lambda: quic_counters(protocol)
 
@@ -189,7 +197,7 @@ class _Run:
         records = [record]
         for _extra in range(1, len(self.specs)):
             records.append(self.new_record(record.request_id))
-        if isinstance(conn, h3client.H3Client):
+        if isinstance(conn, (h3client.H3Client, h3native.NativeH3Client)):
             conn.priority_update = self.config.settings.priority_signal == "update"
 
         async def one(spec: RequestSpec, rec: RequestRecord, position: int) -> None:
@@ -357,6 +365,8 @@ async def run_requests(config: ClientConfig) -> list[RequestRecord]:
     try:
         return await run.run()
     finally:
+        if run.native is not None:
+            await run.native.stop()
         if config.records_path is not None:
             write_jsonl(config.records_path, run.records)
         if run.sampler is not None and config.samples_path is not None:
@@ -380,5 +390,9 @@ async def single_request(config: ClientConfig, spec: RequestSpec) -> RequestReco
     probes: any method, path or declared length). Errors go into the record."""
     run = _Run(config)
     run.specs = [spec]
-    await run.run_on_new(0)
+    try:
+        await run.run_on_new(0)
+    finally:
+        if run.native is not None:
+            await run.native.stop()
     return run.records[0]

@@ -8,7 +8,7 @@
 each overriding the settings document) runs the requests
 (see :mod:`clients.api`), prints one summary line per request, writes the records, and exits
 1 if any measured request failed (0 otherwise; 2 on bad input). With ``--quic-stack
-ngtcp2`` (protocol h3) Debian's gtlsclient makes the requests (clients/ngtcp2.py).
+ngtcp2`` (protocol h3) the native engine makes them (clients/h3native.py).
 """
 
 from __future__ import annotations
@@ -70,11 +70,12 @@ def _client(args: argparse.Namespace) -> int:
 
 REQUEST_STACKS = {
     "aioquic": ("clients.api", "run_requests_sync"),
-    "ngtcp2": ("clients.ngtcp2", "run_requests"),
+    "ngtcp2": ("clients.api", "run_requests_sync"),
 }
 """Who makes the requests, by ``settings.quic_stack`` (tbcore.quicstack): the testbed's own
-clients (h2, aioquic's h3, fec; clients.api), or gtlsclient (clients.ngtcp2). Each takes
-the ClientConfig and returns the RequestRecords it wrote."""
+clients (clients.api) for both stacks, aioquic's connections (clients.h3client) or the
+native engine's (clients.h3native). Each takes the ClientConfig and returns the
+RequestRecords it wrote."""
 
 
 def _requests(config: ClientConfig, args: argparse.Namespace) -> int:

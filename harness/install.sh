@@ -16,7 +16,8 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES="python3 python3-venv python3-dev gcc iproute2 iptables tcpdump iperf3 ethtool \
 ca-certificates curl nghttp2-client nghttp2-server ngtcp2-client ngtcp2-server tshark \
-openssh-client openssh-server"
+openssh-client openssh-server pkg-config libngtcp2-dev libngtcp2-crypto-gnutls-dev libnghttp3-dev \
+libgnutls28-dev"
 APT_VM_PACKAGES="qemu-system-x86 busybox-static cpio kmod"
 APT_BROWSER_PACKAGES="chromium"
 
@@ -85,5 +86,10 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         exit 0
     fi
     echo "$want" > "$stamp"
+fi
+# The native HTTP/3 endpoint (proto/native/tbh3.c), made now so that the first run does not
+# wait for gcc; it is made again whenever its source changes (proto.native.build).
+if [ "${TESTBED_INSTALL_DEPS_ONLY:-0}" != "1" ]; then
+    .venv/bin/python -m proto.native.build > /dev/null
 fi
 echo "install: done; the testbed command is .venv/bin/testbed"

@@ -54,8 +54,9 @@ Unusable values (``--bind`` not an address of this host, an unwritable ``--log``
 passes); each knob flag (one per knob the server applies) overrides it.
 
 ``--quic-stack ngtcp2`` (or a settings document with ``quic_stack = "ngtcp2"``) serves
-HTTP/3 with Debian's gtlsserver instead (servers/ngtcp2.py): ``--no-h2``, the same listening
-line, log, qlog directory and key log; the workloads it carries: tbcore.quicstack.
+HTTP/3 with the testbed's native endpoint (servers/h3native.py: tb-h3 on ngtcp2 and nghttp3)
+instead of aioquic: the same routes, listening line, log, samples, qlog directory and key
+log; what it cannot apply is refused (tbcore.quicstack).
 
 ``testbed workload path NAME`` / ``testbed workload sha256 NAME`` (audio, image, retouched).
 """
@@ -64,7 +65,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import ipaddress
 import socket
 from pathlib import Path
@@ -186,19 +186,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     )
 
 
-SERVE_STACKS = {"aioquic": "servers.serve", "ngtcp2": "servers.ngtcp2"}
-"""The module whose ``run(config) -> int`` serves, by ``settings.quic_stack``
-(tbcore.quicstack): the testbed's own servers (h2, aioquic's h3, fec), or gtlsserver."""
-NGTCP2_SERVE_BASE = {"protocol": "h3", "workload": "tts", "processing_audio_s": 0.0}
-"""``testbed serve --quic-stack ngtcp2`` without a settings document: a level ngtcp2 can
-run (tbcore.quicstack refuses the default h2/asr/30 ms ones); the harness passes its own."""
+NGTCP2_SERVE_BASE = {"protocol": "h3"}
+"""``testbed serve --quic-stack ngtcp2`` without a settings document: an HTTP/3 level (the
+default one is h2, where a QUIC stack has no effect); the harness passes its own."""
 
 
 def _serve(args: argparse.Namespace) -> int:
     if args.settings is None and args.knob_quic_stack not in (None, "aioquic"):
         args.settings = Settings(**NGTCP2_SERVE_BASE).to_json()
     config = config_from_args(args)
-    return int(importlib.import_module(SERVE_STACKS[config.settings.quic_stack]).run(config))
+    from servers import serve
+
+    return int(serve.run(config))
 
 
 def _relay(args: argparse.Namespace) -> int:

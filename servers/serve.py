@@ -24,6 +24,17 @@ from tbcore import workloads
 from tbcore.records import AppliedLog, ServerSample
 from tbcore.sampler import Sampler
 
+
+async def _start_native(ctx: ServerContext, keylog: IO[str] | None) -> Any:
+    del keylog  # GnuTLS writes the engine's secrets itself (SSLKEYLOGFILE)
+    from servers.h3native import start_h3_native
+
+    return await start_h3_native(ctx)
+
+
+H3_STARTS = {"aioquic": start_h3, "ngtcp2": _start_native}
+"""Who serves HTTP/3, by ``settings.quic_stack`` (tbcore.quicstack): aioquic in this process,
+or the native engine (servers.h3native), a child of it."""
 MEMORY_TRIM_INTERVAL_S = 5.0
 """How often freed heap is handed back to the kernel (see :func:`trim_memory_periodically`)."""
 
@@ -80,7 +91,7 @@ async def serve(
             log.emit("listening", proto="h2", addr=f"{host}:{port}")
             print(f"listening h2 tcp {host}:{port}", file=out, flush=True)
         if config.h3_port is not None:
-            h3_listener, (host, port) = await start_h3(ctx, keylog)
+            h3_listener, (host, port) = await H3_STARTS[config.settings.quic_stack](ctx, keylog)
             log.emit("listening", proto="h3", addr=f"{host}:{port}")
             print(f"listening h3 udp {host}:{port}", file=out, flush=True)
         if config.fec_port is not None:
@@ -100,7 +111,9 @@ async def serve(
         if fec_listener is not None:
             fec_listener.close()
         if h3_listener is not None:
-            h3_listener.close()
+            closed = h3_listener.close()
+            if closed is not None:
+                await closed
         if h2_server is not None:
             h2_server.close()
         await asyncio.sleep(0.05)

@@ -120,8 +120,12 @@ class WorkloadKind:
     """The HTTP request that carries it (tbcore.routes): the client's request, the server's
     answer and processing, ngtcp2's file; None for a workload whose client builds its
     requests itself (multi: its streams', agent: rounds, upload: parts over two paths)."""
-    stacks: tuple[str, ...] = ("aioquic",)
-    """The QUIC stacks that carry it over HTTP/3 (ngtcp2's file server: fixed answers)."""
+    stacks: tuple[str, ...] = ("aioquic", "ngtcp2")
+    """The QUIC stacks that carry it over HTTP/3 (tbcore.quicstack): the testbed's aioquic
+    endpoints and its native ones on ngtcp2 carry every workload but the two-path upload."""
+    static_file: bool = False
+    """Its answer is a fixed file: Debian's ngtcp2 example server (gtlsserver, the
+    interoperability peer: servers/ngtcp2.py) can serve it too."""
     label: str | None = None
     """What it is on a connection shared with others (``audio``, ``image``): its RFC 9218
     priority and its group in streams.csv."""
@@ -247,7 +251,7 @@ register_protocol(
         stack_of=lambda s: s.quic_stack,
         mss=lambda s: s.max_datagram_size_bytes,
         window_caps=lambda s: [s.quic_max_data_bytes],
-        # aioquic paces unless told off (rate = cwnd / srtt); ngtcp2's binaries never
+        # both stacks pace unless told off (aioquic: cwnd / srtt; ngtcp2: its own pacer)
         paces=lambda s: quicstack.paces(s),
         listeners=lambda port: ["--h2-port", str(port), "--h3-port", str(port), "--no-h2"],
         qlog=True,
@@ -282,8 +286,6 @@ _AUDIO = workloads.AUDIO_SIZE_BYTES
 _REQUEST = ("request",)
 _AUDIO_REQUEST = ("request", "audio_processing")
 _IMAGE_UPLOAD = ("request", "image_processing", "overhead")
-_FILE_STACKS = ("aioquic", "ngtcp2")
-"""A fixed answer: ngtcp2's file server carries it too (tbcore.quicstack)."""
 _RETOUCH = HttpRoute(
     "POST", "/retouch", upload="image", download="retouched", processing="processing_image"
 )
@@ -301,7 +303,7 @@ register_workload(
             processing="processing_audio",
             echo_in_body=True,
         ),
-        stacks=_FILE_STACKS,
+        static_file=True,
         traits=_AUDIO_REQUEST,
     )
 )
@@ -314,7 +316,7 @@ register_workload(
         route=HttpRoute(
             "GET", "/tts", download="audio", processing="processing_audio", also_accepts=("POST",)
         ),
-        stacks=_FILE_STACKS,
+        static_file=True,
         label="audio",
         traits=_AUDIO_REQUEST,
     )
@@ -326,7 +328,7 @@ register_workload(
         lambda s: workloads.RETOUCHED_SIZE_BYTES,
         lambda s: s.processing_image_s,
         route=_RETOUCH,
-        stacks=_FILE_STACKS,
+        static_file=True,
         label="image",
         traits=_IMAGE_UPLOAD,
     )
@@ -350,7 +352,7 @@ register_workload(
         lambda s: workloads.IMAGE_SIZE_BYTES,
         lambda s: 0.0,
         route=HttpRoute("GET", "/image", download="image"),  # the bench's 30 MB down
-        stacks=_FILE_STACKS,
+        static_file=True,
         traits=_REQUEST,
     )
 )
@@ -361,7 +363,7 @@ register_workload(
         lambda s: workloads.RETOUCHED_SIZE_BYTES,
         lambda s: 0.0,
         route=HttpRoute("GET", "/result", download="retouched"),  # the 5 MB image result
-        stacks=_FILE_STACKS,
+        static_file=True,
         label="image",
         traits=_REQUEST,
     )
@@ -415,7 +417,7 @@ register_workload(
         lambda s: 0,
         lambda s: 0.0,
         route=HttpRoute("POST", "/sink", answer="digest", upload="image"),  # the bench's 30 MB up
-        stacks=_FILE_STACKS,
+        static_file=True,
         traits=_REQUEST,
     )
 )
@@ -478,17 +480,19 @@ register_workload(
         bounded=False,  # its bound is the two-path model (docs/models.md section 12)
         records="transfer",
         route=HttpRoute("POST", "/chunk", answer="chunk"),  # one part per path
+        stacks=("aioquic",),  # two paths: aioquic's multipath client only
         link_events=lambda s: _failover(s),
     )
 )
 
 
 def ngtcp2_routes() -> dict[str, HttpRoute]:
-    """The workloads ngtcp2's file server carries, with their routes (WorkloadKind.stacks)."""
+    """The workloads Debian's ngtcp2 file server (gtlsserver, the interoperability peer)
+    serves, with their routes (WorkloadKind.static_file)."""
     return {
         name: kind.route
         for name, kind in WORKLOADS.items()
-        if "ngtcp2" in kind.stacks and kind.route is not None
+        if kind.static_file and kind.route is not None
     }
 
 

@@ -359,6 +359,15 @@ class RunRow(Record):
     # --- the machine
     cpu_client: float | None = col(doc="Client CPU per wall second during the request.")
     cpu_server: float | None = col(doc="Server CPU per wall second during the request.")
+    cpu_client_s: float | None = col(
+        doc="CPU seconds of the client's process tree during the request (cpu_client x "
+        "total_s; the native HTTP/3 engine counts with its edge).",
+        unit="s",
+    )
+    cpu_server_s: float | None = col(
+        doc="CPU seconds of the server's process tree during the request (cpu_server x total_s).",
+        unit="s",
+    )
     cpu_emulator: float | None = col(doc="Emulator CPU per wall second during the request.")
     cpu_emulator_run: float | None = col(doc="Emulator CPU per wall second over the run.")
     steal: float | None = col(doc="Host steal time over all CPU time during the request.")

@@ -697,7 +697,7 @@ class _SettingsBase:
             raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
-        quicstack.check(s, has_stacks=kind.stack_of(s) is not None, routes=kinds.ngtcp2_routes())
+        quicstack.check(s, has_stacks=kind.stack_of(s) is not None, carried=work.stacks)
         why = kind.ack_refusal(ackpolicy.parse_ack_policy("ack_policy", s.ack_policy))
         if why is not None:
             raise SpecError("ack_policy", f"{s.ack_policy} over {s.protocol}: {why}")

@@ -1,4 +1,5 @@
-"""``quic_stack``: the knob, what ngtcp2 carries, and every refusal in one line."""
+"""``quic_stack``: the knob, what the native stack (ngtcp2) carries, and every refusal in one
+line."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tbcore import kinds, quicstack
 from tbcore.errors import SpecError
 from tbcore.settings import KNOBS, Settings
 
-NGTCP2 = {"protocol": "h3", "quic_stack": "ngtcp2", "workload": "tts", "processing_audio_s": 0.0}
+NGTCP2 = {"protocol": "h3", "quic_stack": "ngtcp2", "workload": "tts"}
 
 
 def ngtcp2(**changes: object) -> Settings:
@@ -34,61 +35,54 @@ def test_aioquics_default_control_is_the_knobs() -> None:
 
 def test_ngtcp2_takes_effect_on_h3_only() -> None:
     with pytest.raises(SpecError, match=r"quic_stack: ngtcp2 is an HTTP/3 stack.*not h2"):
-        Settings(quic_stack="ngtcp2", workload="tts", processing_audio_s=0.0)
+        Settings(quic_stack="ngtcp2", workload="tts")
 
 
 @pytest.mark.parametrize("workload", ["tts", "result", "image", "asr", "retouch", "sink"])
-def test_the_file_workloads_are_carried(workload: str) -> None:
+def test_the_file_workloads_have_a_route_the_interop_file_server_serves(workload: str) -> None:
     settings = ngtcp2(workload=workload, processing_image_s=0.0)
     route = kinds.ngtcp2_route(settings)
     assert route.path == f"/{workload}" and route.method in ("GET", "POST")
     assert (route.method == "POST") == (route.upload is not None)
 
 
-@pytest.mark.parametrize("workload", ["stream", "agent", "upload", "retouch-tiles3"])
-def test_a_workload_that_needs_a_computing_server_is_refused(workload: str) -> None:
-    with pytest.raises(SpecError, match=f"workload: ngtcp2.*not {workload}"):
-        ngtcp2(workload=workload)
-
-
-def test_multi_is_refused_too() -> None:
-    with pytest.raises(SpecError, match="workload: ngtcp2"):
-        ngtcp2(workload="multi", streams="result,tts")
-
-
 @pytest.mark.parametrize(
-    ("changes", "key"),
+    "changes",
     [
-        ({"processing_audio_s": 0.030}, "processing_audio"),
-        ({"workload": "asr", "processing_audio_s": 0.005}, "processing_audio"),
-        ({"workload": "retouch", "processing_image_s": 0.3}, "processing_image"),
+        {"workload": "stream"},
+        {"workload": "agent"},
+        {"workload": "retouch-tiles3"},
+        {"workload": "multi", "streams": "result,tts"},
+        {"processing_audio_s": 0.030},
+        {"workload": "retouch", "processing_image_s": 0.3},
+        {"connection": "reused", "warmup_requests": 1},
+        {"connection": "0rtt"},
+        {"resume": True},
+        {"send_policy": "rr", "workload": "multi", "streams": "result,tts"},
+        {"quic_pacing": "off"},
+        {"quic_ack_delay_s": 0.005},
+        {"quic_batching": False},
+        {"qlog": False},
+        {"cc": "bbr2"},
     ],
 )
-def test_processing_time_is_refused_so_the_bound_and_the_run_agree(changes: dict, key: str) -> None:
-    with pytest.raises(SpecError, match=f'{key}: .* ms: .*{key} = "0ms"'):
-        ngtcp2(**changes)
+def test_the_native_stack_carries_what_aioquic_carries(changes: dict) -> None:
+    settings = ngtcp2(**changes)
+    assert settings.quic_stack == "ngtcp2"
 
 
-@pytest.mark.parametrize("connection", ["reused", "0rtt"])
-def test_only_a_new_connection_per_request(connection: str) -> None:
-    with pytest.raises(SpecError, match=f"connection: ngtcp2 .*not {connection}"):
-        ngtcp2(connection=connection, warmup_requests=1)
+def test_the_two_path_upload_stays_on_aioquic() -> None:
+    with pytest.raises(SpecError, match="workload: upload runs on aioquic, not ngtcp2"):
+        ngtcp2(workload="upload")
 
 
 @pytest.mark.parametrize(
     ("attr", "value"),
     [
-        ("quic_pacing", "off"),
-        ("quic_pacing", 333e6),
-        ("quic_ack_delay_s", 0.005),
-        ("quic_batching", False),
         ("max_pacing_rate_bps", 333e6),
         ("pace_at_path_rate", True),
         ("sndbuf_bytes", 1 << 20),
         ("rcvbuf_bytes", 1 << 20),
-        ("send_policy", "rfc9218"),
-        ("resume", True),
-        ("qlog", False),
     ],
 )
 def test_a_knob_ngtcp2_cannot_apply_is_refused_naming_it(attr: str, value: object) -> None:
@@ -99,6 +93,40 @@ def test_a_knob_ngtcp2_cannot_apply_is_refused_naming_it(attr: str, value: objec
     assert "\n" not in str(err.value)
     # the same value is fine on aioquic
     Settings(**{**NGTCP2, "quic_stack": "aioquic", attr: value, "warmup_requests": 1})
+
+
+@pytest.mark.parametrize("policy", ["ack-frequency", "tack"])
+def test_an_ack_policy_ngtcp2_cannot_express_is_refused(policy: str) -> None:
+    with pytest.raises(SpecError, match=f"ack_policy: {policy}: not applied by ngtcp2"):
+        ngtcp2(ack_policy=policy)
+    Settings(**{**NGTCP2, "quic_stack": "aioquic", "ack_policy": policy})
+
+
+def test_the_ack_policies_ngtcp2_expresses_become_its_threshold_and_delay() -> None:
+    from proto.native.engine import ack_flags
+
+    assert ack_flags(ngtcp2()) == []
+    assert ack_flags(ngtcp2(ack_policy="immediate")) == [
+        "--ack-thresh=1",
+        "--max-ack-delay-us=1000",
+    ]
+    every = ngtcp2(ack_policy="every:2,max:10ms")
+    assert ack_flags(every) == ["--ack-thresh=2", "--max-ack-delay-us=10000"]
+    assert ack_flags(ngtcp2(quic_ack_delay_s=0.005)) == ["--max-ack-delay-us=5000"]
+    with pytest.raises(SpecError, match="quic_ack_delay: .*give one of the two"):
+        ngtcp2(ack_policy="immediate", quic_ack_delay_s=0.005)
+
+
+def test_a_fixed_pacing_rate_is_refused_on_ngtcp2() -> None:
+    with pytest.raises(SpecError, match="quic_pacing: .*no fixed-rate pacer"):
+        ngtcp2(quic_pacing=333e6)
+    Settings(**{**NGTCP2, "quic_stack": "aioquic", "quic_pacing": 333e6})
+
+
+def test_a_control_ngtcp2_lacks_is_refused() -> None:
+    assert "bbr2" not in quicstack.AIOQUIC_CONGESTION_CONTROLS
+    with pytest.raises(SpecError, match="cc:"):
+        Settings(**{**NGTCP2, "quic_stack": "aioquic", "cc": "bbr2"})
 
 
 def test_the_control_is_cc_unless_quic_cc_overrides_it() -> None:
@@ -122,15 +150,19 @@ def test_the_row_labels_the_stack_and_the_control_that_ran() -> None:
 EXPERIMENT = experiment_text("stack-level")
 
 
-def test_an_experiment_level_is_refused_in_one_line_before_anything_runs() -> None:
-    with pytest.raises(SpecError) as err:
-        loads(EXPERIMENT)
-    text = str(err.value)
-    assert "processing_audio" in text and "0ms" in text and "\n" not in text
-    spec = loads(
-        EXPERIMENT.replace('workload = "tts"', 'workload = "tts"\nprocessing_audio = "0ms"')
-    )
+def test_an_experiment_runs_both_stacks_with_the_chapters_processing() -> None:
+    spec = loads(EXPERIMENT)
     assert [lv.settings.quic_stack for lv in spec.levels] == ["aioquic", "ngtcp2"]
+    assert {lv.settings.processing_audio_s for lv in spec.levels} == {0.030}
+
+
+def test_an_experiment_level_ngtcp2_cannot_run_is_refused_in_one_line() -> None:
+    with pytest.raises(SpecError) as err:
+        loads(
+            EXPERIMENT.replace('workload = "tts"', 'workload = "tts"\nmax_pacing_rate = "100mbit"')
+        )
+    text = str(err.value)
+    assert "max_pacing_rate" in text and "ngtcp2" in text and "\n" not in text
 
 
 def test_the_shipped_experiment_compares_three_stacks_with_one_control_each() -> None:
@@ -150,13 +182,14 @@ def test_the_shipped_experiment_compares_three_stacks_with_one_control_each() ->
     assert arms["h2-cubic"][2] == arms["aioquic-cubic"][2] == arms["ngtcp2-cubic"][2] == "cubic"
     assert arms["ngtcp2-bbr"] == ("h3", "ngtcp2", "bbr") and arms["h2-bbr"][2] == "bbr"
     for lv in spec.levels:
-        assert lv.settings.processing_audio_s == 0 and lv.settings.workload == "tts"
+        assert lv.settings.workload == "tts"
 
 
-def test_ngtcp2_sends_its_windows_unpaced() -> None:
+def test_both_stacks_pace_unless_told_off() -> None:
     from harness.collect.row import sender_paces
 
-    assert not sender_paces(ngtcp2(cc="cubic")) and not sender_paces(ngtcp2(cc="bbr"))
+    assert sender_paces(ngtcp2(cc="cubic")) and sender_paces(ngtcp2(cc="bbr"))
+    assert not sender_paces(ngtcp2(quic_pacing="off"))
     assert sender_paces(ngtcp2(quic_stack="aioquic"))  # aioquic's pacer
     assert not sender_paces(ngtcp2(quic_stack="aioquic", quic_pacing="off"))
 

@@ -1,31 +1,35 @@
 """``testbed bench stacks``' second table: CPU per datagram sent and received, aioquic beside
-ngtcp2 (issue 25), each end of each QUIC stack as the runs run it.
+the native stack (``quic_stack = "ngtcp2"``: tb-h3 on ngtcp2 0.12 and nghttp3 0.8), each end
+as the runs run it.
 
 In a network namespace of its own (loopback only; the testbed's ``tb-`` prefix, removed on
-every exit path): ``testbed serve`` with the stack (``quic_stack``), then ``--reps``
-downloads of the 5 MB result (``workload = "result"``, a new connection each, 1200-byte
-datagrams, qlog on at both ends as in every run). Per transfer:
+every exit path): ``testbed serve`` with the stack, then ``--reps`` downloads of the 5 MB
+result (``workload = "result"``, a new connection each, 1200-byte datagrams, qlog on at both
+ends as in every run). Per transfer:
 
 - server CPU: the on-CPU time of every thread of the server's process tree
-  (/proc/PID/task/TID/schedstat, nanoseconds): for aioquic the ``testbed serve`` process,
-  for ngtcp2 gtlsserver (its Python edge sleeps until the run ends);
-- client CPU: aioquic's client runs in this process (getrusage of this process, µs); ngtcp2's
-  gtlsclient is this process's child (getrusage of the reaped children, µs). The ngtcp2
-  edge's own work after the transfer (anchoring and reading the qlog) is counted apart
-  (``edge_ms``): it is the testbed's, not ngtcp2's;
+  (/proc/PID/task/TID/schedstat, nanoseconds): for aioquic the ``testbed serve`` process;
+  for the native stack the same process (its Python edge: routes, log) and its engine child,
+  the engine also apart (``server_engine_us_per_dgram``);
+- client CPU: the client runs in this process (getrusage of this process, µs); the native
+  stack's engine is its child, reaped when the run ends (getrusage of the reaped children);
+  the whole end is the sum, the engine apart in ``client_engine_us_per_dgram``;
 - datagrams: the QUIC packets each end's qlog logged as sent and received (a datagram
   carries one packet after the handshake); beside them ``udp_sends``, the namespace's
-  /proc/net/snmp ``Udp: OutDatagrams``, which counts a GSO batch once (aioquic's batches and
-  gtlsserver's ``sendmsg`` of up to 64 datagrams): how many sends the datagrams took.
+  /proc/net/snmp ``Udp: OutDatagrams``, which counts a GSO batch once: how many sends the
+  datagrams took.
 
 The table gives, per stack and end, CPU microseconds per datagram handled (sent + received)
-as the median over the transfers, and the host's load around it (these VMs share CPUs).
+as the median over the transfers, and ``*_cores_at_333mbit``: the share of one core the end
+needs to move the 5 MB at the chapter's 333 Mbit/s (its CPU seconds for the transfer over
+the transfer's time at that rate), with the host's load around it (these VMs share CPUs).
 Root is needed (the namespace).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import statistics
@@ -40,11 +44,10 @@ import uvloop
 
 from clients.api import run_requests
 from clients.config import ClientConfig
-from clients.ngtcp2 import run_requests as run_ngtcp2
 from harness.run.stacks import testbed_argv, wait_listening
 from netem import nsexec, topology
 from proto.qlogseq import SEQ_SUFFIX, parse_qlog_seq
-from tbcore import procfs
+from tbcore import procfs, workloads
 from tbcore.errors import SpecError
 from tbcore.processes import stop_process
 from tbcore.settings import Settings
@@ -59,6 +62,11 @@ SERVER_START_S = 30.0
 SERVER_STOP_S = 10.0
 US_PER_S = 1e6
 MS_PER_S = 1e3
+CHAPTER_RATE_BPS = 333e6
+"""The chapter's path rate (§12.1): the rate the cores column is read at."""
+AT_RATE_S = workloads.RETOUCHED_SIZE_BYTES * 8 / CHAPTER_RATE_BPS
+"""How long the 5 MB result takes at 333 Mbit/s (0.12 s): an end's CPU seconds for the
+transfer over this is the share of a core it needs to keep up with the path."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,11 @@ def tree_runtime_s(pid: int) -> float:
     return total
 
 
+def _children_runtime_s(pid: int) -> float:
+    """On-CPU seconds of the descendants of ``pid`` alone (the native stack's engine)."""
+    return math.fsum(tree_runtime_s(child) for child in procfs.child_pids(pid))
+
+
 def _usage_s(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
@@ -126,13 +139,11 @@ def bench_settings(stack: str) -> Settings:
 
 
 def _client(settings: Settings, qlog_dir: Path) -> tuple[list[Any], float, float]:
-    """One transfer from this process; (records, CPU of this process, CPU of its children)."""
+    """One transfer from this process; (records, CPU of this process, CPU of its children:
+    the native engine)."""
     config = ClientConfig(host="127.0.0.1", port=BENCH_PORT, settings=settings, qlog_dir=qlog_dir)
     self_before, kids_before = _usage_s(resource.RUSAGE_SELF), _usage_s(resource.RUSAGE_CHILDREN)
-    if settings.quic_stack == "ngtcp2":
-        records = run_ngtcp2(config)
-    else:
-        records = uvloop.run(run_requests(config))
+    records = uvloop.run(run_requests(config))
     self_s = _usage_s(resource.RUSAGE_SELF) - self_before
     kids_s = _usage_s(resource.RUSAGE_CHILDREN) - kids_before
     return records, self_s, kids_s
@@ -150,16 +161,23 @@ def one_transfer(ns: str, stack: str, server_pid: int, work: Path, index: int) -
     qlog_dir.mkdir()
     server_dir = work / "server-qlog"
     before_files = set(server_dir.iterdir())
-    snmp0, server0 = _snmp(ns), tree_runtime_s(server_pid)
+    snmp0 = _snmp(ns)
+    server0, engine0 = tree_runtime_s(server_pid), _children_runtime_s(server_pid)
     with nsexec.in_netns(ns):
         records, self_s, kids_s = _client(settings, qlog_dir)
     server_s, snmp1 = tree_runtime_s(server_pid) - server0, _snmp(ns)
+    engine_s = _children_runtime_s(server_pid) - engine0
     record = records[-1]
     if record.error or not record.sha256_ok:
         raise RuntimeError(f"{stack}: {record.error or 'checksum mismatch'}")
     client = qlog_counts(read_traces(sorted(qlog_dir.iterdir())))
     server = qlog_counts(read_traces(_settled(server_dir, before_files)))
-    client_stack_s = kids_s if stack == "ngtcp2" else self_s
+    client_s = self_s + kids_s
+    native = stack == "ngtcp2"
+
+    def per_dgram(cpu_s: float, handled: int) -> float | None:
+        return cpu_s * US_PER_S / handled if handled else None
+
     return {
         "stack": stack,
         "transfer_ms": (record.response_last_byte - record.request_first_byte) * MS_PER_S,
@@ -168,9 +186,12 @@ def one_transfer(ns: str, stack: str, server_pid: int, work: Path, index: int) -
         "server_sent": server.sent,
         "server_received": server.received,
         "udp_sends": snmp1["OutDatagrams"] - snmp0["OutDatagrams"],
-        "client_us_per_dgram": client_stack_s * US_PER_S / client.handled,
-        "server_us_per_dgram": server_s * US_PER_S / server.handled if server.handled else None,
-        "edge_ms": self_s * MS_PER_S if stack == "ngtcp2" else None,
+        "client_us_per_dgram": per_dgram(client_s, client.handled),
+        "server_us_per_dgram": per_dgram(server_s, server.handled),
+        "client_engine_us_per_dgram": per_dgram(kids_s, client.handled) if native else None,
+        "server_engine_us_per_dgram": per_dgram(engine_s, server.handled) if native else None,
+        "client_cores_at_333mbit": client_s / AT_RATE_S,
+        "server_cores_at_333mbit": server_s / AT_RATE_S,
     }
 
 

@@ -1,11 +1,13 @@
 """``testbed bench stacks``: loopback goodput and CPU cost of the HTTP/2 and HTTP/3 stacks,
-then CPU per datagram of each QUIC stack, aioquic beside ngtcp2 (harness.bench.datagrams).
+then CPU per datagram of each QUIC stack, aioquic beside the native one (ngtcp2:
+harness.bench.datagrams).
 
 For each protocol, against a ``testbed serve`` subprocess on 127.0.0.1: 30 MB down
 (``GET /image``) and 30 MB up (``POST /sink``) on a warm, reused connection, ``--reps``
-times each; goodput = body bytes / (first request byte -> last response byte); CPU seconds
-per MB for the client (this process, getrusage) and the server (/proc/PID/stat; tick-based,
-so short runs undercount). Then one reused-connection ASR request (354,640 bytes up, 30 ms
+times each, HTTP/3 on aioquic and on the native stack; goodput = body bytes / (first request
+byte -> last response byte); CPU seconds per MB for the client (this process and its reaped
+children: the native engine, getrusage) and the server (its process tree, schedstat).
+Then one reused-connection ASR request (354,640 bytes up, 30 ms
 processing): its median time over the reps. The machine's load (loadavg, steal) is
 printed with the table, since these VMs share their CPUs.
 """
@@ -25,7 +27,7 @@ import uvloop
 
 from clients.api import run_requests
 from clients.config import ClientConfig
-from harness.bench.datagrams import run_datagrams
+from harness.bench.datagrams import run_datagrams, tree_runtime_s
 from harness.bench.datagrams import summary as datagram_summary
 from servers.process import ServerProcess
 from tbcore import kinds
@@ -47,20 +49,18 @@ class CpuSnapshot:
     wall_s: float
 
 
-def _proc_cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    utime, stime = int(fields[11]), int(fields[12])
-    return (utime + stime) / CLOCK_TICKS_PER_S
-
-
 def _self_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    """This process and its reaped children (the native stack's client engine)."""
+    total = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        total += usage.ru_utime + usage.ru_stime
+    return total
 
 
 def snapshot(server_pid: int) -> CpuSnapshot:
-    return CpuSnapshot(_self_cpu_s(), _proc_cpu_s(server_pid), time.monotonic())
+    """The server's whole process tree (the native stack's engine is a child of it)."""
+    return CpuSnapshot(_self_cpu_s(), tree_runtime_s(server_pid), time.monotonic())
 
 
 def steal_fraction(before: list[int], after: list[int]) -> float:
@@ -94,9 +94,12 @@ def bench_protocol(
     label: str,
     batching: bool = True,
     pacing: str = "cwnd",
+    quic_stack: str = "aioquic",
 ) -> list[dict]:
     rows = []
     args = ["--max-datagram-size", str(max_datagram_size), "--max-body", "40mb"]
+    if quic_stack != "aioquic":
+        args += ["--quic-stack", quic_stack]
     args += kinds.protocol(protocol).listeners(0)  # this protocol alone, on a free port
     if not batching:
         args.append("--no-quic-batching")
@@ -117,6 +120,7 @@ def bench_protocol(
                     max_datagram_size_bytes=max_datagram_size,
                     quic_batching=batching,
                     quic_pacing=pacing,
+                    quic_stack=quic_stack,
                     timeout_s=BENCH_TIMEOUT_S,
                 ),
             )
@@ -147,6 +151,7 @@ def bench_protocol(
                 max_datagram_size_bytes=max_datagram_size,
                 quic_batching=batching,
                 quic_pacing=pacing,
+                quic_stack=quic_stack,
             ),
         )
         records, _, _ = uvloop.run(_measure(asr, pid))
@@ -180,6 +185,7 @@ def _h3_rows(args: argparse.Namespace) -> list[dict]:
         rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} unbatched", batching=False)
     rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched")
     rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} batched nopace", pacing="off")
+    rows += bench_protocol("h3", args.reps, mds, f"h3 {mds} ngtcp2", quic_stack="ngtcp2")
     return rows
 
 

@@ -148,9 +148,17 @@ def judge(collected: Collected, watch: CpuWindow, effect_s: float | None = None)
         disturbance_limit_s=limit,
         own_wait_s=own_wait,
         endpoint_cpu_s=_endpoint_cpu_s(row),
+        cpu_client_s=_cpu_s(row.cpu_client, row.total_s),
+        cpu_server_s=_cpu_s(row.cpu_server, row.total_s),
         valid=valid,
         invalid_reason=reason,
     )
+
+
+def _cpu_s(fraction: float | None, total_s: float | None) -> float | None:
+    """CPU seconds of one end during the request: its CPU per wall second times the
+    request's time (its process tree: the native stack's engine counts with its edge)."""
+    return None if fraction is None or total_s is None else fraction * total_s
 
 
 def _endpoint_cpu_s(row: RunRow) -> float | None:
