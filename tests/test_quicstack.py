@@ -113,12 +113,12 @@ def test_the_ack_policies_ngtcp2_expresses_become_its_threshold_and_delay() -> N
     every = ngtcp2(ack_policy="every:2,max:10ms")
     assert ack_flags(every) == ["--ack-thresh=2", "--max-ack-delay-us=10000"]
     assert ack_flags(ngtcp2(quic_ack_delay_s=0.005)) == ["--max-ack-delay-us=5000"]
-    with pytest.raises(SpecError, match="quic_ack_delay: .*give one of the two"):
+    with pytest.raises(SpecError, match=r"quic_ack_delay: .*give one of the two"):
         ngtcp2(ack_policy="immediate", quic_ack_delay_s=0.005)
 
 
 def test_a_fixed_pacing_rate_is_refused_on_ngtcp2() -> None:
-    with pytest.raises(SpecError, match="quic_pacing: .*no fixed-rate pacer"):
+    with pytest.raises(SpecError, match=r"quic_pacing: .*no fixed-rate pacer"):
         ngtcp2(quic_pacing=333e6)
     Settings(**{**NGTCP2, "quic_stack": "aioquic", "quic_pacing": 333e6})
 

@@ -61,7 +61,7 @@ def ensure_built() -> Path:
             return BINARY
         partial = BINARY.with_suffix(".partial")
         done = subprocess.run(
-            ["gcc", *CFLAGS, "-o", str(partial), str(SOURCE), *_pkg_config()],  # noqa: S607
+            ["gcc", *CFLAGS, "-o", str(partial), str(SOURCE), *_pkg_config()],
             capture_output=True,
             text=True,
             check=False,
