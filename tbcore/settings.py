@@ -653,8 +653,9 @@ knob("cross_lead", "cross_lead_s", kind="duration", default=3.0, unit="s", appli
 knob("quic_stack", kind="choice", default=quicstack.DEFAULT_QUIC_STACK, unit="",
      applies="both", how="which HTTP/3 implementation serves and requests (protocol h3 only)",
      choices=quicstack.QUIC_STACKS, scope=Scope(protocols=("quic",)),
-     doc="aioquic (the testbed's Python stack) or ngtcp2 (Debian's gtlsserver/gtlsclient "
-     "0.12.1, C; the workloads and knobs it can carry: tbcore.quicstack).")  # fmt: skip
+     doc="aioquic (the testbed's Python stack) or ngtcp2 (the testbed's native stack: "
+     "proto/native/tbh3.c on ngtcp2 0.12 and nghttp3 0.8, C; what it cannot apply: "
+     "tbcore.quicstack).")  # fmt: skip
 
 
 # --- the settings of one run -----------------------------------------------------------------

@@ -1,0 +1,62 @@
+"""proto.native.engine: the run's settings on tb-h3's command line, and one engine's life
+(its READY, a body in pieces, its stop)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from proto.native import engine, wire
+from proto.tls import ensure_certificate
+from tbcore.settings import Settings
+
+NATIVE = {"protocol": "h3", "quic_stack": "ngtcp2", "workload": "tts"}
+
+
+def test_the_settings_become_flags() -> None:
+    argv = engine.engine_argv(Settings(**NATIVE, cc="bbr2", max_datagram_size_bytes=1452,
+                                       timeout_s=30.0), qlog_dir=None, sample_hz=None)  # fmt: skip
+    assert "--cc=bbr2" in argv and "--max-udp-payload=1452" in argv
+    assert "--idle-timeout-ms=30000" in argv and "--sample-ms=0" in argv
+    assert "--no-pacing" not in argv and "--no-gso" not in argv
+    changed = engine.engine_argv(
+        Settings(**NATIVE, quic_pacing="off", quic_batching=False, quic_max_data_bytes=1 << 20),
+        qlog_dir=Path("/q"),
+        sample_hz=100.0,
+        idle_timeout_s=5.0,
+    )
+    assert {"--no-pacing", "--no-gso", "--qlog-dir=/q", "--sample-ms=10"} <= set(changed)
+    assert "--max-data=1048576" in changed and "--idle-timeout-ms=5000" in changed
+
+
+def test_an_engine_starts_takes_a_body_in_pieces_and_stops(tmp_path: Path) -> None:
+    async def main() -> tuple[int, int | None, list[bytes]]:
+        eng = engine.Engine(["--client", "--host=127.0.0.1", "--port=9"])
+        ready = await eng.start(stderr_path=tmp_path / "err")
+        sent: list[bytes] = []
+        real_write = eng.transport.write
+        eng.transport.write = lambda data: (sent.append(data), real_write(data))  # type: ignore
+        eng.send_body(0, 0, b"x" * (engine.BODY_PIECE_BYTES * 2 + 1), fin=True)
+        code = await eng.stop()
+        return ready.port, code, sent
+
+    port, code, sent = asyncio.run(main())
+    assert port == 0 and code == 0
+    bodies = [wire.HEADER.unpack_from(f) for f in sent if f[4] == wire.Cmd.BODY]
+    assert [b[0] for b in bodies] == [engine.BODY_PIECE_BYTES, engine.BODY_PIECE_BYTES, 1]
+    assert [b[5] for b in bodies] == [0, 0, 1]  # FIN with the last piece only
+
+
+def test_an_engine_that_cannot_start_says_why(tmp_path: Path) -> None:
+    paths = ensure_certificate(tmp_path)
+
+    async def main() -> str:
+        eng = engine.Engine(["--server", "--bind=203.0.113.300", f"--key={paths.key}",
+                             f"--cert={paths.cert}"])  # fmt: skip
+        try:
+            await eng.start(stderr_path=tmp_path / "err")
+        except ConnectionError as err:
+            return str(err)
+        return "started"
+
+    assert "--bind 203.0.113.300: not an IP address" in asyncio.run(main())
