@@ -30,7 +30,6 @@ from proto import ngtcp2edge
 from proto.native import engine as native
 from proto.native import wire
 from proto.priority import parse_priority
-from tbcore import quicstack
 from tbcore.records import BBR_COUNTERS, RequestRecord
 
 TICKET_SETTLE_S = 0.05
@@ -184,19 +183,7 @@ class NativeH3Client:
         return out
 
     def applied(self) -> dict[str, dict[str, Any]]:
-        settings = self.stack.config.settings
-        return {
-            "quic": {
-                "quic_stack": "ngtcp2",
-                "cc": quicstack.control_of(settings),
-                "quic_cc": quicstack.control_of(settings),
-                "max_datagram_size": settings.max_datagram_size_bytes,
-                "quic_max_data": settings.quic_max_data_bytes,
-                "quic_pacing": "ngtcp2" if settings.quic_pacing != "off" else "off",
-                "quic_ack_delay": settings.quic_ack_delay_s,
-                "quic_batching": settings.quic_batching,
-            }
-        }
+        return {"quic": native.in_force(self.stack.config.settings)}
 
     async def wait_handshake(self, timeout_s: float) -> None:
         await asyncio.wait_for(asyncio.shield(self.handshake_event), timeout_s)

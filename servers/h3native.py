@@ -45,6 +45,10 @@ class NativeH3Connection(ExchangeStreams):
         self.stats: dict[str, int | None] = {}
         self.last_sent: dict[int, float] = {}
         self.sent_waiters: dict[int, Any] = {}
+        settings = self.ctx.config.settings
+        self.ctx.applied.write("quic", native.in_force(settings), self.conn_id)
+        # none: nghttp3's own order (RFC 9218 from the client's signals)
+        self.ctx.applied.write("streams", {"send_policy": settings.send_policy}, self.conn_id)
 
     # -- events -------------------------------------------------------------------------------
     def on_event(self, event: wire.Event) -> None:

@@ -1,6 +1,7 @@
 """``testbed bench stacks``: loopback goodput and CPU cost of the HTTP/2 and HTTP/3 stacks,
 then CPU per datagram of each QUIC stack, aioquic beside the native one (ngtcp2:
-harness.bench.datagrams).
+harness.bench.datagrams), on loopback and across the emulated link at 333 Mbit/s
+(harness.bench.stacklink; ``--no-link`` leaves it out).
 
 For each protocol, against a ``testbed serve`` subprocess on 127.0.0.1: 30 MB down
 (``GET /image``) and 30 MB up (``POST /sink``) on a warm, reused connection, ``--reps``
@@ -29,6 +30,7 @@ from clients.api import run_requests
 from clients.config import ClientConfig
 from harness.bench.datagrams import run_datagrams, tree_runtime_s
 from harness.bench.datagrams import summary as datagram_summary
+from harness.bench.stacklink import run_link
 from servers.process import ServerProcess
 from tbcore import kinds
 from tbcore.errors import SpecError
@@ -208,6 +210,7 @@ def run_bench(args: argparse.Namespace) -> int:
         rows += VARIANTS[protocol](args)
     quic_stacks = [s.strip() for s in args.quic_stacks.split(",") if s.strip()]
     datagram_rows = run_datagrams(quic_stacks, args.reps) if quic_stacks else []
+    link_rows = run_link(args.reps) if args.link else []
     steal = steal_fraction(stat_before, cpu_times())
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         if rows:
@@ -215,6 +218,10 @@ def run_bench(args: argparse.Namespace) -> int:
         if datagram_rows:
             print(f"\nCPU per datagram, {quic_stacks} (5 MB result down, loopback, medians):")
             table = pd.DataFrame(datagram_summary(datagram_rows))
+            print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
+        if link_rows:
+            print("\nAcross the link (200 ms, 333 Mbit/s, bbr, 5 MB result down, medians):")
+            table = pd.DataFrame(link_rows)
             print(table.to_string(index=False, float_format=lambda x: f"{x:.4g}"))
     print(
         f"load: loadavg before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f}; "
@@ -238,5 +245,12 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         default="aioquic,ngtcp2",
         help="QUIC stacks of the CPU-per-datagram table (harness.bench.datagrams; root); "
         "empty: none",
+    )
+    stacks.add_argument(
+        "--link",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run both QUIC stacks across the emulated 333 Mbit/s link "
+        "(harness.bench.stacklink; root)",
     )
     stacks.set_defaults(handler=run_bench)

@@ -510,6 +510,10 @@ TESTBED_QUESTIONS: tuple[Finding, ...] = (
       "segment (HTTP/2, the image round trip, NewReno)", "–", experiment="ack",
       measure=level_difference("ack", "delayed", "per-segment", unit="ms"),
       bound=m.runs_bound_of("ack", "delayed", "ms")),
+    F("T8", "§12.3.1", "The TTS with 30 ms of processing over HTTP/2 and HTTP/3 on both QUIC "
+      "stacks, on a lossy path (a lead that holds on one stack only is the stack's)", "–",
+      experiment="native-stack", measure=m.stacks_with_processing,
+      bound=m.runs_bound_of("native-stack", "h2", "ms")),
 )
 # fmt: on
 """Questions the testbed asks beside the chapter's: measured, reported apart."""

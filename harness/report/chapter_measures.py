@@ -545,6 +545,20 @@ def quic_implementations(results: Results) -> Measured:
     )
 
 
+@reads("native-stack", "h2", "h3-aioquic", "h3-ngtcp2")
+def stacks_with_processing(results: Results) -> Measured:
+    """The TTS with 30 ms of processing on a lossy path over HTTP/2 and HTTP/3 on both QUIC
+    stacks (experiments/native-stack.toml): whether HTTP/3's lead holds on both."""
+    values = {}
+    for level in ("h2", "h3-aioquic", "h3-ngtcp2"):
+        values[level] = level_value("native-stack", level, unit="ms")(results)
+    cells = ", ".join(f"{k} {fmt(v.value, 'ms')}" for k, v in values.items())
+    return Measured(
+        f"{cells} (bbr, 150 ms, 200 Mbit/s, 10 % loss down, 30 ms processing)",
+        runs=sum(v.runs for v in values.values()),
+    )
+
+
 # --- the receiver's ACK policy (issue 38; runs.csv's feedback columns) -----------------------
 
 

@@ -89,6 +89,22 @@ def ack_flags(settings: Any) -> list[str]:
     return []
 
 
+def in_force(settings: Any) -> dict[str, Any]:
+    """What an engine's connections run with, by knob key (tbcore.records.AppliedRecord),
+    as :func:`engine_argv` put it on its command line."""
+    return {
+        "quic_stack": "ngtcp2",
+        "cc": quicstack.control_of(settings),
+        "quic_cc": quicstack.control_of(settings),
+        "max_datagram_size": settings.max_datagram_size_bytes,
+        "quic_max_data": settings.quic_max_data_bytes,
+        "quic_pacing": "ngtcp2" if settings.quic_pacing != "off" else "off",
+        "quic_ack_delay": settings.quic_ack_delay_s,
+        "ack_policy": ackpolicy.parse_ack_policy("ack_policy", settings.ack_policy).text,
+        "quic_batching": settings.quic_batching,
+    }
+
+
 class _Control(asyncio.Protocol):
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
