@@ -52,6 +52,9 @@ class _Pending:
     collector: ResponseCollector
     done: asyncio.Future[None]
     last_sent: float | None = None
+    stream: list[int] = field(default_factory=list)
+    """Its stream id, once opened (a new one if the server refused its 0-RTT)."""
+    record: RequestRecord | None = None
 
 
 class NativeH3Client:
@@ -71,6 +74,8 @@ class NativeH3Client:
         self.pending: dict[int, _Pending] = {}
         self.opening: dict[int, tuple[_Pending, asyncio.Future[tuple[int, float]]]] = {}
         """Requests whose stream the engine has not opened yet, by tag."""
+        self.by_tag: dict[int, int] = {}
+        """The stream each request's tag opened."""
         self.stats: dict[str, int | None] = {}
         self.qlog: tuple[Path, float] | None = None
 
@@ -95,10 +100,27 @@ class NativeH3Client:
         # registered here, not where the request awaits it: the same batch of events may
         # carry the stream's SENT or its first response bytes
         pending, future = self.opening.pop(event.tag, (None, None))
-        if pending is None or future is None or future.done():
+        if pending is None:
+            self._reopened(event)
             return
+        self.by_tag[event.tag] = event.stream
+        pending.stream[:] = [event.stream]
         self.pending[event.stream] = pending
-        future.set_result((event.stream, event.t))
+        if future is not None and not future.done():
+            future.set_result((event.stream, event.t))
+
+    def _reopened(self, event: wire.StreamOpened) -> None:
+        """A request the server refused as 0-RTT, made again in 1-RTT on a new stream."""
+        old = self.by_tag.get(event.tag)
+        pending = self.pending.pop(old, None) if old is not None else None
+        if pending is None:
+            return
+        self.by_tag[event.tag] = event.stream
+        pending.stream[:] = [event.stream]
+        pending.last_sent = None
+        self.pending[event.stream] = pending
+        if pending.record is not None:
+            pending.record.stream_id = event.stream
 
     def _headers(self, event: wire.Headers) -> None:
         pending = self.pending.get(event.stream)
@@ -219,8 +241,8 @@ class NativeH3Client:
             raise ConnectionError(self.protocol.terminated_reason)
         loop = asyncio.get_running_loop()
         engine = self.stack.engine
-        pending = _Pending(ResponseCollector(spec), loop.create_future())
-        stream_box: list[int] = []
+        pending = _Pending(ResponseCollector(spec), loop.create_future(), record=record)
+        stream_box = pending.stream
 
         def cancel(_now: float) -> None:
             # RFC 9114 section 4.1.1: STOP_SENDING and RESET_STREAM, H3_REQUEST_CANCELLED
@@ -235,13 +257,12 @@ class NativeH3Client:
         try:
             async with asyncio.timeout(timeout_s):
                 stream_id, submitted = await self._open_stream(spec, pending)
-                stream_box.append(stream_id)
                 record.stream_id = stream_id
                 record.request_first_byte = submitted
                 if self.priority_update and spec.priority is not None:
-                    self._signal_priority(stream_id, spec.priority)
+                    self._signal_priority(stream_box[0], spec.priority)
                 if spec.body:
-                    engine.send_body(self.conn_id, stream_id, spec.body, fin=True)
+                    engine.send_body(self.conn_id, stream_box[0], spec.body, fin=True)
                 await pending.done
                 if player is not None:
                     await player.drain(timeout_s)

@@ -21,7 +21,7 @@ from proto import ngtcp2edge
 from proto.native import engine as native
 from proto.native import wire
 from proto.tls import ensure_certificate
-from servers import app
+from servers import app, guard, h3scan
 from servers.context import ServerContext
 from servers.session import ExchangeStreams
 from tbcore.records import BBR_COUNTERS
@@ -216,6 +216,11 @@ class NativeH3Listener:
             self.qlogs.append((event.path, event.t))
         elif isinstance(event, wire.Error):
             self.ctx.log.emit("error", proto=PROTO, reason=f"tb-h3: {event.reason}"[:300])
+        elif isinstance(event, wire.Dropped):
+            why = f"dropped datagram: {event.reason}"
+            self.ctx.log.emit(
+                "error", proto=PROTO, now=event.t, peer=event.peer, reason=why, count=event.count
+            )
         elif isinstance(event, wire.Closed) and event.conn == -1:
             self.ctx.log.emit("error", proto=PROTO, reason=f"tb-h3 ended: {event.reason}"[:300])
             for conn in list(self.connections.values()):
@@ -226,6 +231,22 @@ class NativeH3Listener:
         for path, start_s in self.qlogs:
             if Path(path).is_file():
                 ngtcp2edge.anchor_qlog(Path(path), start_s)
+
+
+def guard_flags(config: Any) -> list[str]:
+    """The server's abuse limits (servers.guard and servers.h3scan, the same values as
+    aioquic's edge): the connection caps, address validation by Retry, the per-source
+    Initial rate, and each HTTP/3 frame's length by its type."""
+    return [
+        f"--max-connections={config.max_connections}",
+        f"--max-per-source={config.max_connections_per_source}",
+        f"--retry-mode={config.quic_retry}",
+        f"--retry-threshold={config.quic_retry_threshold}",
+        f"--initials-per-s={round(guard.MAX_INITIALS_PER_SOURCE_PER_S)}",
+        f"--rate-limited-sources={guard.RATE_LIMITED_SOURCES}",
+        *(f"--frame-cap={kind}:{size}" for kind, size in h3scan.MAX_FRAME_BYTES.items()),
+        f"--unknown-frame-cap={h3scan.MAX_UNKNOWN_FRAME_BYTES}",
+    ]
 
 
 async def start_h3_native(ctx: ServerContext) -> tuple[NativeH3Listener, tuple[str, int]]:
@@ -243,8 +264,7 @@ async def start_h3_native(ctx: ServerContext) -> tuple[NativeH3Listener, tuple[s
         idle_timeout_s=config.idle_timeout_s,
         handshake_timeout_s=config.handshake_timeout_s,
     )
-    if config.quic_retry == "always":
-        argv.append("--retry")
+    argv += guard_flags(config)
     if config.qlog_dir is not None:
         config.qlog_dir.mkdir(parents=True, exist_ok=True)
     engine = native.Engine(argv, env=ngtcp2edge.keylog_env(config.keylog_path))

@@ -383,7 +383,12 @@ class Relay(RelayState):
         """Open and warm the HTTP/3 upstream, then listen on UDP ``port``; returns the QUIC
         server and its address."""
 
-        self.upstream_h3 = await relay_h3.connect_upstream_h3(self)
+        if self.config.settings.quic_stack == "ngtcp2":
+            from servers.relay_native import connect_upstream_native
+
+            self.upstream_h3 = await connect_upstream_native(self)
+        else:
+            self.upstream_h3 = await relay_h3.connect_upstream_h3(self)
         await relay_h3.warm_h3(self, self.upstream_h3)
         self._keepalives.append(asyncio.ensure_future(self.upstream_h3.keep_alive()))
         server, (host, bound) = await relay_h3.listen_h3(self, port)

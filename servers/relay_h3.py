@@ -143,6 +143,14 @@ class H3Upstream(CoalescingProtocol):
         super().connection_lost(exc)
         self._on_lost(repr(exc))
 
+    def window_facts(self) -> dict[str, Any]:
+        """The long haul's round trip and window after the warm-up (aioquic's state)."""
+        cwnd = congestion_control_of(self.quic).congestion_window
+        return {
+            "rtt_s": rtt_estimates(self.quic).smoothed_s,
+            "cwnd_segments": int(cwnd // UPSTREAM_DATAGRAM_BYTES),
+        }
+
     async def keep_alive(self) -> None:
         """PING the peer every :data:`KEEPALIVE_S` until the connection goes."""
         while not self.lost.done():
@@ -273,18 +281,17 @@ async def connect_upstream_h3(relay: RelayState) -> H3Upstream:
     return upstream
 
 
-async def warm_h3(relay: RelayState, upstream: H3Upstream) -> None:
+async def warm_h3(relay: RelayState, upstream: Any) -> None:
     """Grow the upstream's congestion window and credit: uploads to /sink, downloads /tts."""
     body = hashlib.shake_256(b"testbed relay warm-up").digest(relay.config.warmup_bytes)
     for _ in range(relay.config.warmup):
         await fetch(upstream, "POST", "/sink", relay.authority_h3, body)
         await fetch(upstream, "GET", "/tts", relay.authority_h3)
-    cwnd = congestion_control_of(upstream.quic).congestion_window
-    facts: dict[str, Any] = {
-        "rtt_s": rtt_estimates(upstream.quic).smoothed_s,
-        "cwnd_segments": int(cwnd // UPSTREAM_DATAGRAM_BYTES),
-    }
-    relay.log.emit("warmup_done", protocol="h3", rounds=relay.config.warmup, **facts)
+    if relay.config.warmup:
+        await asyncio.sleep(0.05)  # the native engine's next sample of its state
+    relay.log.emit(
+        "warmup_done", protocol="h3", rounds=relay.config.warmup, **upstream.window_facts()
+    )
 
 
 async def listen_h3(relay: RelayState, port: int) -> tuple[QuicServer, tuple[str, int]]:

@@ -62,7 +62,6 @@ NGTCP2_FIXED = (
     FixedKnob("pace_at_path_rate", "pace_at_path_rate", False, "ngtcp2 0.12's pacer has no cap"),
     FixedKnob("sndbuf", "sndbuf_bytes", None, "TCP socket buffers: no TCP on an HTTP/3 level"),
     FixedKnob("rcvbuf", "rcvbuf_bytes", None, "TCP socket buffers: no TCP on an HTTP/3 level"),
-    FixedKnob("topology", "topology", "direct", "the relay and two paths run aioquic and h2"),
     FixedKnob("multipath", "multipath", "single", "one path only"),
 )  # fmt: skip
 """Knobs an ngtcp2 level must leave at these values (each with why)."""
@@ -101,6 +100,9 @@ def check(settings: Any, *, has_stacks: bool, carried: tuple[str, ...]) -> None:
             f"{settings.quic_stack} is an HTTP/3 stack: it takes effect on protocol h3 only, "
             f"not {settings.protocol}",
         )
+    if settings.topology == "dual":
+        raise SpecError("topology", "not applied by ngtcp2: two paths run aioquic's multipath "
+                        "client and h2")  # fmt: skip
     if settings.quic_stack not in carried:
         stacks = ", ".join(carried)
         raise SpecError(

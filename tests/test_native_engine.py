@@ -60,3 +60,62 @@ def test_an_engine_that_cannot_start_says_why(tmp_path: Path) -> None:
         return "started"
 
     assert "--bind 203.0.113.300: not an IP address" in asyncio.run(main())
+
+
+def test_refused_0rtt_requests_are_made_again_in_1rtt(tmp_path: Path) -> None:
+    """A ticket from a server that has since restarted (a new ticket key): the next server
+    cannot resume it, refuses the 0-RTT data, and the client's request is made again in
+    1-RTT under its tag, and answered."""
+    paths = ensure_certificate(tmp_path)
+
+    def server_of(port: int) -> engine.Engine:
+        server = engine.Engine(["--server", "--bind=127.0.0.1", f"--port={port}",
+                                f"--key={paths.key}", f"--cert={paths.cert}"])  # fmt: skip
+
+        def answer(event: wire.Event) -> None:
+            if isinstance(event, wire.Headers):
+                head = wire.encode_headers([(":status", "200")])
+                server.send(wire.Cmd.RESPOND, event.conn, event.stream, b=1, payload=head)
+                server.send_body(event.conn, event.stream, b"ok", fin=True)
+
+        server.default = answer
+        return server
+
+    async def main() -> list[wire.Event]:
+        first = server_of(0)
+        ready = await first.start(stderr_path=tmp_path / "server.err")
+        client = engine.Engine(["--client", "--host=127.0.0.1", f"--port={ready.port}"])
+        seen: asyncio.Queue[wire.Event] = asyncio.Queue()
+        client.default = seen.put_nowait
+        await client.start(stderr_path=tmp_path / "client.err")
+
+        async def until(kind: type, conn: int) -> list[wire.Event]:
+            got: list[wire.Event] = []
+            while True:
+                event = await asyncio.wait_for(seen.get(), 10.0)
+                got.append(event)
+                if isinstance(event, kind) and event.conn == conn:
+                    return got
+
+        client.send(wire.Cmd.CONNECT, 0)
+        ticket = [e for e in await until(wire.Ticket, 0) if isinstance(e, wire.Ticket)][-1]
+        client.send(wire.Cmd.CLOSE, 0)
+        await until(wire.Closed, 0)
+        await first.stop()
+        second = server_of(ready.port)
+        await second.start(stderr_path=tmp_path / "server2.err")
+        client.send(wire.Cmd.CONNECT, 1, a=1, payload=ticket.blob)
+        head = [(":method", "GET"), (":scheme", "https"), (":authority", "x"), (":path", "/")]
+        client.send(wire.Cmd.REQUEST, 1, a=7, b=0, payload=wire.encode_headers(head))
+        events = await until(wire.End, 1)
+        await client.stop()
+        await second.stop()
+        return events
+
+    events = asyncio.run(main())
+    opened = [e for e in events if isinstance(e, wire.StreamOpened) and e.conn == 1]
+    assert [e.tag for e in opened] == [7, 7]  # once as 0-RTT, once more in 1-RTT
+    [shake] = [e for e in events if isinstance(e, wire.Handshake) and e.conn == 1]
+    assert not shake.resumed and not shake.early_data_accepted
+    answers = [e for e in events if isinstance(e, wire.Headers) and e.conn == 1]
+    assert answers and answers[-1].headers[0] == (":status", "200")

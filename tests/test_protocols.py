@@ -120,3 +120,18 @@ def test_section_table_and_the_hows() -> None:
     assert "| h2 | h3 | 1600.0 | 1400.0 | -200.0 | -200.0 | – | +0.0 | +0.0 | – | +0.0 |" in text
     assert "implementation: no level runs the request on another QUIC stack" in text
     assert pair_lines([]) == []
+
+
+def test_a_result_that_holds_on_one_stack_only_says_so() -> None:
+    from harness.analysis.protocols import stack_agreement
+
+    h2 = _runs("h2", "h2", [1.5, 1.5, 1.5])
+    aio = _runs("h3-aioquic", "h3", [1.6, 1.6, 1.6])
+    native = _runs("h3-ngtcp2", "h3", [1.3, 1.3, 1.3], quic_stack="ngtcp2")
+    [line] = stack_agreement(decompose(_frame(h2, aio, native)))
+    assert "faster on ngtcp2 only and slower on aioquic" in line and "the stack's" in line
+    assert "the stack's" in "\n".join(pair_lines(decompose(_frame(h2, aio, native))))
+    both = _runs("h3-aioquic", "h3", [1.4, 1.4, 1.4])
+    [line] = stack_agreement(decompose(_frame(h2, both, native)))
+    assert line.startswith("Against h2, HTTP/3 is faster on every QUIC stack")
+    assert stack_agreement(decompose(_frame(h2, aio))) == []  # one stack: nothing to say

@@ -14,6 +14,7 @@ from servers.events import read_events
 from servers.process import ServerProcess
 from servers.relay import Relay, RelayConfig, serve_relay
 from tbcore.errors import SpecError
+from tbcore.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,15 +96,23 @@ def _both_sides(ports: dict[str, int], **fields: object) -> RelayConfig:
     )
 
 
-async def _through_h3_relay(ports: dict[str, int], log: Path, requests: int) -> list:
+async def _through_h3_relay(
+    ports: dict[str, int], log: Path, requests: int, stack: str = "aioquic"
+) -> list:
     config = _both_sides(ports, log_path=log, warmup=1, warmup_bytes=200_000, protocols=("h3",))
+    config.settings = config.settings.replace(protocol="h3", quic_stack=stack)
     relay = Relay(config)
     server, (_, port) = await relay.start_h3(0)
     try:
         records = []
         for workload in ("asr", "tts"):
             client = ClientConfig.of(
-                protocol="h3", host="127.0.0.1", port=port, workload=workload, requests=requests
+                protocol="h3",
+                host="127.0.0.1",
+                port=port,
+                workload=workload,
+                requests=requests,
+                quic_stack=stack,
             )
             records += await run_requests(client)
         return records
@@ -125,6 +134,26 @@ def test_h3_requests_through_the_relay_share_one_warm_quic_upstream(tmp_path: Pa
     assert {e.get("protocol") for e in relay if e["event"] == "upstream_connected"} == {"h3"}
     assert names.count("front_connection_open") == 4  # a new QUIC connection per request
     assert names.count("front_response_last_byte") == 4
+    server_events = read_events(tmp_path / "server.jsonl")
+    assert len([e for e in server_events if e["event"] == "connection_open"]) == 1
+    warm = next(e for e in relay if e["event"] == "warmup_done")
+    assert warm["cwnd_segments"] > 10 and warm["rtt_s"] > 0
+
+
+def test_the_native_stack_carries_the_relays_long_haul(tmp_path: Path) -> None:
+    """quic_stack = ngtcp2: the client, the long haul (servers.relay_native) and the server
+    on the native stack; the relay's near side stays aioquic's."""
+    document = tmp_path / "settings.json"
+    document.write_text(Settings(protocol="h3", quic_stack="ngtcp2").to_json())
+    args = ["--log", str(tmp_path / "server.jsonl"), "--settings", str(document)]
+    with ServerProcess(args) as server:
+        records = asyncio.run(
+            _through_h3_relay(server.ports, tmp_path / "relay.jsonl", 2, stack="ngtcp2")
+        )
+    assert [r.error for r in records] == [None] * 4 and all(r.sha256_ok for r in records)
+    relay = read_events(tmp_path / "relay.jsonl")
+    names = [e["event"] for e in relay]
+    assert names.index("upstream_connected") < names.index("warmup_done") < names.index("ready")
     server_events = read_events(tmp_path / "server.jsonl")
     assert len([e for e in server_events if e["event"] == "connection_open"]) == 1
     warm = next(e for e in relay if e["event"] == "warmup_done")

@@ -57,6 +57,8 @@ class Pair:
     h2_median_s: float
     h3_median_s: float
     parts: list[Part] = field(default_factory=list)
+    h3_stack: str = ""
+    """The QUIC stack of the HTTP/3 level (runs.csv ``quic_stack``)."""
 
     @property
     def difference_s(self) -> float:
@@ -219,5 +221,32 @@ def decompose(frame: pd.DataFrame, streams: pd.DataFrame | None = None) -> list[
         difference = h3.median_s - h2.median_s
         counted = sum(p.delta_s for p in parts if p.delta_s is not None)
         parts.append(Part("rest", difference - counted, "the difference less the parts above"))
-        pairs.append(Pair(h2.name, h3.name, h2.median_s, h3.median_s, parts))
+        pairs.append(Pair(h2.name, h3.name, h2.median_s, h3.median_s, parts, h3.stack))
     return pairs
+
+
+def stack_agreement(pairs: Sequence[Pair]) -> list[str]:
+    """Per HTTP/2 level paired with HTTP/3 on more than one QUIC stack: whether HTTP/3 is
+    faster (or slower) on every stack, or on some only, in which case the result is the
+    stack's, not HTTP/3's (one sentence each)."""
+    lines = []
+    for h2_level in dict.fromkeys(p.h2_level for p in pairs):
+        mine = [p for p in pairs if p.h2_level == h2_level and p.h3_stack]
+        if len({p.h3_stack for p in mine}) < 2:
+            continue
+        faster = sorted({p.h3_stack for p in mine if p.difference_s < 0})
+        slower = sorted({p.h3_stack for p in mine if p.difference_s >= 0})
+        levels = ", ".join(
+            f"{p.h3_level} ({p.h3_stack}) {p.difference_s * 1e3:+.1f} ms" for p in mine
+        )
+        if not slower:
+            lines.append(f"Against {h2_level}, HTTP/3 is faster on every QUIC stack: {levels}.")
+        elif not faster:
+            lines.append(f"Against {h2_level}, HTTP/3 is slower on every QUIC stack: {levels}.")
+        else:
+            lines.append(
+                f"Against {h2_level}, HTTP/3 is faster on {', '.join(faster)} only and slower "
+                f"on {', '.join(slower)}: the result holds on one stack only, it is the "
+                f"stack's, not HTTP/3's ({levels})."
+            )
+    return lines

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis.protocols import PARTS, Pair, decompose
+from harness.analysis.protocols import PARTS, Pair, decompose, stack_agreement
 from harness.store.files import STREAMS_CSV
 
 
@@ -57,6 +57,9 @@ def pair_lines(pairs: list[Pair]) -> list[str]:
     for pair in pairs:
         hows = "; ".join(f"{p.name}: {p.how}" for p in pair.parts if p.name != "rest")
         lines.append(f"- {pair.h3_level} against {pair.h2_level}: {hows}.")
+    agreement = stack_agreement(pairs)
+    if agreement:
+        lines += ["", *(f"- {line}" for line in agreement)]
     return [*lines, ""]
 
 

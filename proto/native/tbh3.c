@@ -66,6 +66,7 @@ enum {
   EV_QLOG = 14,        /* t = the qlog's reference time; payload: its path */
   EV_ERROR = 15,       /* payload: one line */
   EV_ACKED = 16,       /* every byte we sent on the stream acknowledged */
+  EV_DROPPED = 17,     /* a = datagrams dropped so far; payload: "peer reason" */
 };
 enum {
   CMD_CONNECT = 101,  /* conn = the edge's id; a = early data wanted; payload: ticket */
@@ -112,17 +113,28 @@ static struct {
   uint64_t max_data, max_stream_data;
   size_t ack_thresh;
   uint64_t max_ack_delay_ns;
-  int retry;
   uint64_t sample_ns;
   int udp_buffer;
   int control_fd;
   int gso;
   uint64_t send_policy; /* 0 nghttp3's own (RFC 9218 from the client), 1 rr, 2 fifo */
+  uint64_t keep_alive_ns;
+  /* the server's abuse limits (servers/guard.py holds the values and their reasons) */
+  uint64_t max_conns, max_per_source;
+  int retry_mode; /* 0 auto, 1 always, 2 off */
+  uint64_t retry_threshold;
+  double initials_per_s, initials_burst;
+  size_t sources_cap;
+  uint64_t frame_cap_type[16], frame_cap_bytes[16];
+  size_t nframe_caps;
+  uint64_t unknown_frame_cap;
 } cfg = {.bind = "0.0.0.0", .cc = NGTCP2_CC_ALGO_CUBIC, .max_udp_payload = 1200,
          .pacing = 1, .idle_timeout_ns = 60 * NGTCP2_SECONDS,
          .handshake_timeout_ns = 30 * NGTCP2_SECONDS, .ack_thresh = 2,
          .max_ack_delay_ns = 25 * NGTCP2_MILLISECONDS, .sample_ns = 10 * NGTCP2_MILLISECONDS,
-         .control_fd = 3, .gso = 1};
+         .control_fd = 3, .gso = 1, .max_conns = 2048, .max_per_source = 256,
+         .retry_threshold = 64, .initials_per_s = 100, .initials_burst = 200,
+         .sources_cap = 4096, .unknown_frame_cap = UINT64_MAX};
 
 static uint64_t now_ns(void) {
   struct timespec ts;
@@ -207,6 +219,9 @@ typedef struct stream {
   uint64_t head_acked; /* bytes of head already acknowledged */
   uint64_t queued, handed, acked;
   int eof, blocked, has_body, fin_reported, acked_reported, submitted, stop_reported;
+  int64_t tag;          /* a client's request: the edge's tag */
+  uint8_t *req_hdrs;    /* a client's request head, kept until its 0-RTT fate is known */
+  size_t req_hdrs_len;
   /* the peer's side */
   uint8_t *hdrs;
   size_t hdrs_len, hdrs_cap;
@@ -233,10 +248,30 @@ typedef struct conn {
   FILE *qlog;
   uint64_t start_ns, next_sample_ns;
   uint64_t tx_pkts, rx_pkts;
-  int handshake_reported, closed, want_early, draining;
+  int handshake_reported, closed, want_early, draining, early_refused;
   uint64_t draining_until;
   int64_t pending_tag; /* a request waiting for stream credit */
+  void *src; /* the server's admission entry of its source (released when it goes) */
+  struct scan *scans;
+  int announced; /* the edge was told of it (its first packet was read) */
 } conn;
+
+/* The client's request and control streams read frame by frame before nghttp3 sees them
+   (servers/h3scan.py's rule in C): each frame's length is capped by its type as its head
+   arrives, and a longer one closes the connection with H3_EXCESSIVE_LOAD before a byte of
+   its payload is held (nghttp3 would hold a blocked request's header block). */
+typedef struct scan {
+  struct scan *next;
+  int64_t id;
+  int frames; /* frames follow (a request stream, or the control stream once typed) */
+  int done;   /* a uni stream that is not the control stream: not read */
+  uint8_t head[16];
+  size_t have;
+  uint64_t skip;
+} scan;
+
+#define H3_EXCESSIVE_LOAD 0x0107
+#define H3_DATA_FRAME 0x0
 
 static conn *conns;
 static int64_t next_conn_id;
@@ -271,6 +306,7 @@ static void free_stream_data(stream *s) {
   }
   free(s->hdrs);
   free(s->rbuf);
+  free(s->req_hdrs);
 }
 
 static void drop_stream(conn *c, int64_t id) {
@@ -503,11 +539,76 @@ static int new_cid_cb(ngtcp2_conn *q, ngtcp2_cid *cid, uint8_t *token, size_t ci
   return 0;
 }
 
+static int varint(const uint8_t *p, size_t have, uint64_t *v, size_t *used) {
+  if (!have) return 0;
+  size_t n = (size_t)1 << (p[0] >> 6);
+  if (have < n) return 0;
+  uint64_t x = p[0] & 0x3f;
+  for (size_t i = 1; i < n; i++) x = (x << 8) | p[i];
+  *v = x;
+  *used = n;
+  return 1;
+}
+
+static uint64_t frame_cap(uint64_t type) {
+  if (type == H3_DATA_FRAME) return UINT64_MAX; /* streamed */
+  for (size_t i = 0; i < cfg.nframe_caps; i++)
+    if (cfg.frame_cap_type[i] == type) return cfg.frame_cap_bytes[i];
+  return cfg.unknown_frame_cap;
+}
+
+/* 0, or H3_EXCESSIVE_LOAD for a frame longer than its type allows */
+static uint64_t scan_data(conn *c, int64_t sid, const uint8_t *data, size_t len) {
+  if (!cfg.server || (sid & 1)) return 0; /* the client's streams only */
+  scan *st = c->scans;
+  while (st && st->id != sid) st = st->next;
+  if (!st) {
+    st = calloc(1, sizeof *st);
+    if (!st) die("out of memory");
+    st->id = sid;
+    st->frames = (sid & 2) == 0;
+    st->next = c->scans;
+    c->scans = st;
+  }
+  while (len && !st->done) {
+    if (st->skip) {
+      size_t n = st->skip < len ? (size_t)st->skip : len;
+      st->skip -= n, data += n, len -= n;
+      continue;
+    }
+    st->head[st->have++] = *data++;
+    len--;
+    uint64_t type, flen;
+    size_t u1, u2;
+    if (!st->frames) { /* a uni stream's type */
+      if (!varint(st->head, st->have, &type, &u1)) continue;
+      st->have = 0;
+      if (type == 0x00) st->frames = 1; /* the control stream (RFC 9114 section 6.2.1) */
+      else st->done = 1;                /* QPACK's streams: nghttp3 bounds them */
+      continue;
+    }
+    if (!varint(st->head, st->have, &type, &u1) ||
+        !varint(st->head + u1, st->have - u1, &flen, &u2)) {
+      if (st->have == sizeof st->head) return H3_EXCESSIVE_LOAD;
+      continue;
+    }
+    st->have = 0;
+    if (flen > frame_cap(type)) return H3_EXCESSIVE_LOAD;
+    st->skip = flen;
+  }
+  return 0;
+}
+
 static int recv_stream_data_cb(ngtcp2_conn *q, uint32_t flags, int64_t sid, uint64_t off,
                                const uint8_t *data, size_t len, void *ud, void *sud) {
   (void)q, (void)off, (void)sud;
   conn *c = ud;
   if (!c->h) return 0;
+  uint64_t refused = scan_data(c, sid, data, len);
+  if (refused) {
+    ngtcp2_connection_close_error_set_application_error(&c->err, refused, NULL, 0);
+    return NGTCP2_ERR_CALLBACK_FAILURE;
+  }
   nghttp3_ssize n =
       nghttp3_conn_read_stream(c->h, sid, data, len, flags & NGTCP2_STREAM_DATA_FLAG_FIN);
   if (n < 0) {
@@ -618,10 +719,20 @@ static int extend_local_bidi_cb(ngtcp2_conn *q, uint64_t max, void *ud) {
   return 0;
 }
 
+static void early_data_refused(conn *c);
+
 static int handshake_completed_cb(ngtcp2_conn *q, void *ud) {
   (void)q;
   conn *c = ud;
-  if (cfg.server) gnutls_session_ticket_send(c->tls, 1, 0);
+  if (cfg.server) {
+    gnutls_session_ticket_send(c->tls, 1, 0);
+    return 0;
+  }
+  /* GnuTLS says whether the server took the early data only now (ngtcp2 0.12's client) */
+  if (c->want_early && !(gnutls_session_get_flags(c->tls) & GNUTLS_SFLAGS_EARLY_DATA)) {
+    c->early_refused = 1;
+    early_data_refused(c);
+  }
   return 0;
 }
 
@@ -797,10 +908,33 @@ static int tls_session(conn *c) {
   return 0;
 }
 
+/* RFC 8446 section 8.2, ClientHello recording: GnuTLS asks this store for every ClientHello
+   with early data inside its anti-replay window (the key is the hello's PSK binder, unique to
+   that hello); a key seen before makes it refuse the early data (the connection goes on in
+   1-RTT), and a hello older than the window has its early data refused anyway. A ticket may
+   resume again with a new hello (section 8.1's single-use tickets are not GnuTLS's). Bounded:
+   the oldest entries go first once it is full; an entry past its expiry is forgotten. */
+#define REPLAY_SLOTS 8192
+static struct {
+  uint8_t key[64];
+  size_t len;
+  time_t exp;
+} replay[REPLAY_SLOTS];
+static size_t replay_next;
+
 static int anti_replay_add(void *db, time_t exp, const gnutls_datum_t *key,
                            const gnutls_datum_t *data) {
-  (void)db, (void)exp, (void)key, (void)data;
-  return 0; /* gnutls keeps the window; the testbed's agent ops are idempotent by op id */
+  (void)db, (void)data;
+  size_t len = key->size < sizeof replay[0].key ? key->size : sizeof replay[0].key;
+  time_t now = time(NULL);
+  for (size_t i = 0; i < REPLAY_SLOTS; i++)
+    if (replay[i].len == len && replay[i].exp >= now && memcmp(replay[i].key, key->data, len) == 0)
+      return GNUTLS_E_DB_ENTRY_EXISTS;
+  memcpy(replay[replay_next].key, key->data, len);
+  replay[replay_next].len = len;
+  replay[replay_next].exp = exp;
+  replay_next = (replay_next + 1) % REPLAY_SLOTS;
+  return 0;
 }
 
 /* --- sockets ------------------------------------------------------------------------------ */
@@ -983,7 +1117,10 @@ static int write_conn(conn *c) {
 }
 
 /* --- connections -------------------------------------------------------------------------- */
+static void release_source(conn *c);
+
 static void free_conn(conn *c) {
+  release_source(c);
   for (conn **p = &conns; *p; p = &(*p)->next) {
     if (*p == c) {
       *p = c->next;
@@ -996,6 +1133,11 @@ static void free_conn(conn *c) {
     free_stream_data(s);
     free(s);
   }
+  while (c->scans) {
+    scan *st = c->scans;
+    c->scans = st->next;
+    free(st);
+  }
   if (c->h) nghttp3_conn_del(c->h);
   if (c->q) ngtcp2_conn_del(c->q);
   if (c->tls) gnutls_deinit(c->tls);
@@ -1006,6 +1148,10 @@ static void free_conn(conn *c) {
 
 static void close_conn(conn *c, uint64_t code, int by_peer, const char *why) {
   if (c->closed) return;
+  if (cfg.server && !c->announced) { /* never told to the edge: nothing to tell now */
+    c->closed = 1;
+    return;
+  }
   flush_all_data();
   if (!by_peer && c->q && !ngtcp2_conn_is_in_closing_period(c->q) &&
       !ngtcp2_conn_is_in_draining_period(c->q)) {
@@ -1038,11 +1184,14 @@ static void handle_read_error(conn *c, int rv) {
     close_conn(c, e->error_code, 1, why);
     return;
   }
-  if (rv == NGTCP2_ERR_CRYPTO)
+  if (rv == NGTCP2_ERR_CALLBACK_FAILURE && c->err.error_code) {
+    /* an application error set by the callback (H3_EXCESSIVE_LOAD, nghttp3's) stays */
+  } else if (rv == NGTCP2_ERR_CRYPTO) {
     ngtcp2_connection_close_error_set_transport_error_tls_alert(
         &c->err, ngtcp2_conn_get_tls_alert(c->q), NULL, 0);
-  else
+  } else {
     ngtcp2_connection_close_error_set_transport_error_liberr(&c->err, rv, NULL, 0);
+  }
   close_conn(c, 0, 0, ngtcp2_strerror(rv));
 }
 
@@ -1050,7 +1199,7 @@ static void after_read(conn *c) {
   if (!c->handshake_reported && ngtcp2_conn_get_handshake_completed(c->q)) {
     c->handshake_reported = 1;
     int resumed = gnutls_session_is_resumed(c->tls);
-    int early = !cfg.server && c->want_early && !ngtcp2_conn_get_early_data_rejected(c->q);
+    int early = !cfg.server && c->want_early && !c->early_refused;
     emit(EV_HANDSHAKE, c->id, -1, now_ns(), (uint64_t)resumed, (uint64_t)early, NULL, 0, NULL, 0);
   }
 }
@@ -1093,22 +1242,146 @@ static void send_retry(const ngtcp2_pkt_hd *hd, const struct sockaddr_storage *f
   if (n > 0) send_datagrams(server_fd, from, fromlen, buf, (size_t)n, 0);
 }
 
+/* --- the server's guard (servers/guard.py's rules, in C: they run per Initial) ----------- */
+typedef struct {
+  uint8_t addr[16];
+  uint8_t len;
+  double tokens;
+  uint64_t seen_ns;
+  uint64_t live; /* connections held */
+} source;
+
+static source *sources;
+static size_t nsources;
+static uint64_t live_conns, garbage, attempts_ns[4096];
+static size_t nattempts, attempt_head;
+
+static size_t addr_bytes(const struct sockaddr_storage *a, uint8_t out[16]) {
+  if (a->ss_family == AF_INET) {
+    memcpy(out, &((const struct sockaddr_in *)a)->sin_addr, 4);
+    return 4;
+  }
+  memcpy(out, &((const struct sockaddr_in6 *)a)->sin6_addr, 16);
+  return 16;
+}
+
+/* The source's entry; a new one takes a free slot or the least recently seen entry that
+   holds no connection (memory bounded under spoofing, as guard.SourceRateLimiter). */
+static source *source_of(const struct sockaddr_storage *a, uint64_t now) {
+  uint8_t key[16];
+  size_t len = addr_bytes(a, key);
+  source *oldest = NULL;
+  for (size_t i = 0; i < nsources; i++) {
+    source *s = &sources[i];
+    if (s->len == len && memcmp(s->addr, key, len) == 0) return s;
+    if (!s->live && (!oldest || s->seen_ns < oldest->seen_ns)) oldest = s;
+  }
+  source *s = nsources < cfg.sources_cap ? &sources[nsources++] : oldest;
+  if (!s) return NULL; /* every tracked source holds a connection */
+  memset(s, 0, sizeof *s);
+  memcpy(s->addr, key, len);
+  s->len = (uint8_t)len;
+  s->tokens = cfg.initials_burst;
+  s->seen_ns = now;
+  return s;
+}
+
+static void dropped(const struct sockaddr_storage *from, const char *reason) {
+  garbage++;
+  if (garbage > 100) return; /* a flood is counted, its first lines only are logged */
+  char addr[INET6_ADDRSTRLEN] = "", line[300];
+  if (from->ss_family == AF_INET)
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)from)->sin_addr, addr, sizeof addr);
+  else
+    inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)from)->sin6_addr, addr, sizeof addr);
+  int port = ntohs(((const struct sockaddr_in *)from)->sin_port);
+  int n = snprintf(line, sizeof line, "%s:%d %s", addr, port, reason);
+  emit(EV_DROPPED, -1, -1, now_ns(), garbage, 0, line, n > 0 ? (size_t)n : 0, NULL, 0);
+}
+
+/* An Initial of a source within its rate (a token bucket per source). */
+static int initial_allowed(source *s, uint64_t now) {
+  if (!s) return 0;
+  double elapsed = (double)(now - s->seen_ns) / 1e9;
+  s->seen_ns = now;
+  s->tokens += elapsed * cfg.initials_per_s;
+  if (s->tokens > cfg.initials_burst) s->tokens = cfg.initials_burst;
+  if (s->tokens < 1.0) return 0;
+  s->tokens -= 1.0;
+  return 1;
+}
+
+static int handshaking(void) {
+  int n = 0;
+  for (conn *c = conns; c; c = c->next)
+    if (!c->closed && !c->handshake_reported) n++;
+  return n;
+}
+
+/* guard.RetryPolicy: always, never, or (auto) when too many connections are in handshake
+   or too many were attempted in the last second */
+static int retry_required(uint64_t now) {
+  attempts_ns[attempt_head] = now;
+  attempt_head = (attempt_head + 1) % 4096;
+  if (nattempts < 4096) nattempts++;
+  if (cfg.retry_mode == 1) return 1;
+  if (cfg.retry_mode == 2) return 0;
+  if ((uint64_t)handshaking() >= cfg.retry_threshold) return 1;
+  uint64_t recent = 0;
+  for (size_t i = 0; i < nattempts; i++)
+    if (now - attempts_ns[i] <= NGTCP2_SECONDS) recent++;
+  return recent > cfg.retry_threshold;
+}
+
+static void release_source(conn *c) {
+  source *s = c->src;
+  if (!s) return;
+  if (s->live) s->live--;
+  if (live_conns) live_conns--;
+  c->src = NULL;
+}
+
 static conn *accept_conn(const uint8_t *pkt, size_t len, const struct sockaddr_storage *from,
                          socklen_t fromlen) {
   ngtcp2_pkt_hd hd;
-  if (ngtcp2_accept(&hd, pkt, len) != 0) return NULL;
+  uint64_t now = now_ns();
+  if (ngtcp2_accept(&hd, pkt, len) != 0) {
+    dropped(from, "not a valid Initial for a new connection");
+    return NULL;
+  }
+  source *src = source_of(from, now);
+  if (!initial_allowed(src, now)) {
+    garbage++; /* the cheap path of a flood: no log line */
+    return NULL;
+  }
   ngtcp2_cid ocid, *pocid = NULL;
-  if (cfg.retry) {
-    if (hd.token.len == 0) {
-      send_retry(&hd, from, fromlen);
-      return NULL;
-    }
+  if (hd.token.len == 0 && retry_required(now)) {
+    send_retry(&hd, from, fromlen);
+    return NULL;
+  }
+  if (hd.token.len) {
+    /* RFC 9000 section 8.1.3: an invalid token may be dropped (a reply would amplify) */
     if (ngtcp2_crypto_verify_retry_token(&ocid, hd.token.base, hd.token.len, retry_secret,
                                          sizeof retry_secret, hd.version,
                                          (const struct sockaddr *)from, fromlen, &hd.dcid,
-                                         10 * NGTCP2_SECONDS, now_ns()) != 0)
+                                         10 * NGTCP2_SECONDS, now) != 0) {
+      dropped(from, "invalid Retry token");
       return NULL;
+    }
     pocid = &ocid;
+  }
+  if (live_conns >= cfg.max_conns) {
+    char why[80];
+    snprintf(why, sizeof why, "connection cap reached (%" PRIu64 " in total)", cfg.max_conns);
+    dropped(from, why);
+    return NULL;
+  }
+  if (src->live >= cfg.max_per_source) {
+    char why[80];
+    snprintf(why, sizeof why, "connection cap reached (%" PRIu64 " from one source)",
+             cfg.max_per_source);
+    dropped(from, why);
+    return NULL;
   }
   conn *c = new_conn();
   c->id = next_conn_id++;
@@ -1146,12 +1419,9 @@ static conn *accept_conn(const uint8_t *pkt, size_t len, const struct sockaddr_s
     return NULL;
   }
   ngtcp2_conn_set_tls_native_handle(c->q, c->tls);
-  char addr[INET6_ADDRSTRLEN + 8] = "";
-  if (from->ss_family == AF_INET)
-    inet_ntop(AF_INET, &((struct sockaddr_in *)from)->sin_addr, addr, sizeof addr);
-  else
-    inet_ntop(AF_INET6, &((struct sockaddr_in6 *)from)->sin6_addr, addr, sizeof addr);
-  emit(EV_CONN_OPEN, c->id, -1, c->start_ns, 0, 0, addr, strlen(addr), NULL, 0);
+  c->src = src;
+  src->live++;
+  live_conns++;
   return c;
 }
 
@@ -1173,8 +1443,15 @@ static void server_read(void) {
       uint8_t *pkt = bufs[i];
       size_t len = msgs[i].msg_len;
       ngtcp2_version_cid vc;
-      if (ngtcp2_pkt_decode_version_cid(&vc, pkt, len, SCID_LEN) != 0) continue;
+      if (ngtcp2_pkt_decode_version_cid(&vc, pkt, len, SCID_LEN) != 0) {
+        dropped(&from[i], "not a QUIC packet");
+        continue;
+      }
       conn *c = find_by_dcid(vc.dcid, vc.dcidlen);
+      if (!c && !(pkt[0] & 0x80)) { /* RFC 9000 17.3: a short header, for no connection */
+        dropped(&from[i], "a short-header packet for no connection");
+        continue;
+      }
       if (!c) c = accept_conn(pkt, len, &from[i], msgs[i].msg_hdr.msg_namelen);
       if (!c || c->closed) continue;
       ngtcp2_path path = {{(struct sockaddr *)&c->local, c->local_len},
@@ -1182,6 +1459,22 @@ static void server_read(void) {
       ngtcp2_pkt_info pi = {0};
       c->rx_pkts++;
       int rv = ngtcp2_conn_read_pkt(c->q, &path, &pi, pkt, len, ts);
+      if (rv != 0 && !c->announced) {
+        /* its first packet did not read (a forged Initial): forgotten without a word to
+           the edge, as a datagram dropped */
+        dropped(&from[i], "an Initial that does not decrypt");
+        c->closed = 1;
+        continue;
+      }
+      if (!c->announced) {
+        c->announced = 1;
+        char addr[INET6_ADDRSTRLEN] = "";
+        if (from[i].ss_family == AF_INET)
+          inet_ntop(AF_INET, &((struct sockaddr_in *)&from[i])->sin_addr, addr, sizeof addr);
+        else
+          inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&from[i])->sin6_addr, addr, sizeof addr);
+        emit(EV_CONN_OPEN, c->id, -1, c->start_ns, 0, 0, addr, strlen(addr), NULL, 0);
+      }
       if (rv != 0) {
         handle_read_error(c, rv);
         continue;
@@ -1262,6 +1555,7 @@ static void client_connect(int64_t id, int early, const uint8_t *ticket, size_t 
     return;
   }
   ngtcp2_conn_set_tls_native_handle(c->q, c->tls);
+  if (cfg.keep_alive_ns) ngtcp2_conn_set_keep_alive_timeout(c->q, cfg.keep_alive_ns);
   if (ticket_len > 4) {
     uint32_t sl;
     memcpy(&sl, ticket, 4);
@@ -1277,40 +1571,93 @@ static void client_connect(int64_t id, int early, const uint8_t *ticket, size_t 
     }
   }
   if (!c->h) c->want_early = 0;
-  write_conn(c);
+  /* with early data, the first flight waits for the first request (as aioquic's client
+     does): the Initial and the 0-RTT request leave together */
+  if (!c->want_early) write_conn(c);
 }
 
 static void submit_request(conn *c, int64_t tag, stream *s);
 
-static int64_t pending_tags[256];
-static size_t pending_has_body[256];
-static uint8_t *pending_hdrs[256];
-static size_t pending_hdrs_len[256];
-static int64_t pending_conn[256];
+/* Requests waiting for a stream: the stream credit, the HTTP/3 connection (a client's,
+   made when its keys are), or their resubmission after the server refused their 0-RTT. */
+typedef struct {
+  int64_t conn, tag;
+  int has_body;
+  uint8_t *hdrs;
+  size_t hdrs_len;
+  stream *carry; /* a refused 0-RTT request's stream: its body chunks go on */
+} pending_req;
+
+static pending_req pending[256];
 static size_t npending;
+
+static int add_pending(int64_t conn_id, int64_t tag, int has_body, const uint8_t *hdrs,
+                       size_t len, stream *carry) {
+  if (npending == sizeof pending / sizeof pending[0]) return -1;
+  uint8_t *copy = malloc(len ? len : 1);
+  if (!copy) die("out of memory");
+  memcpy(copy, hdrs, len);
+  pending[npending++] = (pending_req){conn_id, tag, has_body, copy, len, carry};
+  return 0;
+}
 
 static void open_pending_request(conn *c) {
   if (!c->h) return;
   for (size_t i = 0; i < npending;) {
-    if (pending_conn[i] != c->id) {
+    if (pending[i].conn != c->id) {
       i++;
       continue;
     }
     int64_t sid;
     if (ngtcp2_conn_open_bidi_stream(c->q, &sid, NULL) != 0) return; /* wait for credit */
+    pending_req r = pending[i];
     stream *s = new_stream(c, sid);
-    s->has_body = (int)pending_has_body[i];
-    s->hdrs = pending_hdrs[i];
-    s->hdrs_len = pending_hdrs_len[i];
-    s->hdrs_cap = s->hdrs_len;
-    submit_request(c, pending_tags[i], s);
+    if (r.carry) { /* the refused request's body, from its first byte again */
+      s->head = s->cursor = r.carry->head;
+      s->tail = r.carry->tail;
+      s->queued = r.carry->queued;
+      s->eof = r.carry->eof;
+      r.carry->head = r.carry->tail = r.carry->cursor = NULL;
+      free_stream_data(r.carry);
+      free(r.carry);
+    }
+    s->has_body = r.has_body;
+    s->hdrs = r.hdrs;
+    s->hdrs_len = s->hdrs_cap = r.hdrs_len;
     npending--;
-    memmove(&pending_tags[i], &pending_tags[i + 1], (npending - i) * sizeof pending_tags[0]);
-    memmove(&pending_has_body[i], &pending_has_body[i + 1], (npending - i) * sizeof pending_has_body[0]);
-    memmove(&pending_hdrs[i], &pending_hdrs[i + 1], (npending - i) * sizeof pending_hdrs[0]);
-    memmove(&pending_hdrs_len[i], &pending_hdrs_len[i + 1], (npending - i) * sizeof pending_hdrs_len[0]);
-    memmove(&pending_conn[i], &pending_conn[i + 1], (npending - i) * sizeof pending_conn[0]);
+    memmove(&pending[i], &pending[i + 1], (npending - i) * sizeof pending[0]);
+    submit_request(c, r.tag, s);
   }
+}
+
+/* RFC 9001 section 4.6.2: the server refused the 0-RTT data. ngtcp2 forgets the streams it
+   carried; the requests are made again in 1-RTT, in their order, under the same tags (the
+   edge learns their new stream ids from EV_STREAM). */
+static void early_data_refused(conn *c) {
+  stream *saved = c->streams;
+  c->streams = NULL;
+  if (c->h) nghttp3_conn_del(c->h);
+  c->h = NULL;
+  ngtcp2_conn_early_data_rejected(c->q);
+  /* oldest first: the list is newest first */
+  stream *order[256];
+  size_t n = 0;
+  for (stream *s = saved; s; s = s->next)
+    if (s->submitted && s->req_hdrs && n < 256) order[n++] = s;
+  for (size_t i = n; i-- > 0;) {
+    stream *s = order[i];
+    add_pending(c->id, s->tag, s->has_body, s->req_hdrs, s->req_hdrs_len, s);
+  }
+  for (stream *s = saved, *nx; s; s = nx) {
+    nx = s->next;
+    int kept = 0;
+    for (size_t i = 0; i < n; i++) kept |= order[i] == s;
+    if (!kept) {
+      free_stream_data(s);
+      free(s);
+    }
+  }
+  if (setup_h3(c) == 0) open_pending_request(c);
 }
 
 /* name\0value\0... -> nghttp3_nv */
@@ -1335,9 +1682,15 @@ static void submit_request(conn *c, int64_t tag, stream *s) {
   size_t n = parse_nv(s->hdrs, s->hdrs_len, nv, 64);
   nghttp3_data_reader dr = {read_body};
   s->submitted = 1;
+  s->tag = tag;
   emit(EV_STREAM, c->id, s->id, now_ns(), (uint64_t)tag, 0, NULL, 0, NULL, 0);
   int rv = nghttp3_conn_submit_request(c->h, s->id, nv, n, s->has_body ? &dr : NULL, s);
-  free(s->hdrs);
+  if (c->want_early && !c->handshake_reported) { /* its 0-RTT may be refused: kept */
+    s->req_hdrs = s->hdrs;
+    s->req_hdrs_len = s->hdrs_len;
+  } else {
+    free(s->hdrs);
+  }
   s->hdrs = NULL;
   s->hdrs_len = s->hdrs_cap = 0;
   if (rv != 0) emit_error(c->id, "submit_request: %s", nghttp3_strerror(rv));
@@ -1389,17 +1742,10 @@ static void command(const frame_hdr *h, const uint8_t *p) {
   stream *s;
   switch (h->type) {
   case CMD_REQUEST:
-    if (npending == 256) {
+    if (add_pending(c->id, (int64_t)h->a, (int)h->b, p, h->len, NULL) != 0) {
       emit_error(c->id, "too many requests waiting");
       return;
     }
-    pending_tags[npending] = (int64_t)h->a;
-    pending_has_body[npending] = h->b;
-    pending_hdrs[npending] = malloc(h->len ? h->len : 1);
-    memcpy(pending_hdrs[npending], p, h->len);
-    pending_hdrs_len[npending] = h->len;
-    pending_conn[npending] = c->id;
-    npending++;
     open_pending_request(c);
     break;
   case CMD_BODY:
@@ -1622,9 +1968,18 @@ int main(int argc, char **argv) {
       {"handshake-timeout-ms", required_argument, 0, 'h'}, {"qlog-dir", required_argument, 0, 'q'},
       {"max-data", required_argument, 0, 'd'}, {"max-stream-data", required_argument, 0, 's'},
       {"ack-thresh", required_argument, 0, 'a'}, {"max-ack-delay-us", required_argument, 0, 'A'},
-      {"retry", no_argument, 0, 'r'}, {"sample-ms", required_argument, 0, 'M'},
+      {"sample-ms", required_argument, 0, 'M'},
       {"udp-buffer", required_argument, 0, 'u'}, {"control-fd", required_argument, 0, 'f'},
       {"no-gso", no_argument, 0, 'G'}, {"send-policy", required_argument, 0, 'o'},
+      {"keep-alive-ms", required_argument, 0, 'K'},
+      {"max-connections", required_argument, 0, 'N'},
+      {"max-per-source", required_argument, 0, 'n' + 256},
+      {"retry-mode", required_argument, 0, 'R'},
+      {"retry-threshold", required_argument, 0, 'T'},
+      {"initials-per-s", required_argument, 0, 'I'},
+      {"rate-limited-sources", required_argument, 0, 'L'},
+      {"frame-cap", required_argument, 0, 'F'},
+      {"unknown-frame-cap", required_argument, 0, 'U'},
       {0, 0, 0, 0}};
   int o;
   int mode = 0;
@@ -1648,11 +2003,34 @@ int main(int argc, char **argv) {
     case 's': cfg.max_stream_data = number("max-stream-data", optarg); break;
     case 'a': cfg.ack_thresh = number("ack-thresh", optarg); break;
     case 'A': cfg.max_ack_delay_ns = number("max-ack-delay-us", optarg) * NGTCP2_MICROSECONDS; break;
-    case 'r': cfg.retry = 1; break;
     case 'M': cfg.sample_ns = number("sample-ms", optarg) * NGTCP2_MILLISECONDS; break;
     case 'u': cfg.udp_buffer = (int)number("udp-buffer", optarg); break;
     case 'f': cfg.control_fd = (int)number("control-fd", optarg); break;
     case 'G': cfg.gso = 0; break;
+    case 'K': cfg.keep_alive_ns = number("keep-alive-ms", optarg) * NGTCP2_MILLISECONDS; break;
+    case 'N': cfg.max_conns = number("max-connections", optarg); break;
+    case 'n' + 256: cfg.max_per_source = number("max-per-source", optarg); break;
+    case 'R':
+      if (!strcmp(optarg, "auto")) cfg.retry_mode = 0;
+      else if (!strcmp(optarg, "always")) cfg.retry_mode = 1;
+      else if (!strcmp(optarg, "off")) cfg.retry_mode = 2;
+      else die("--retry-mode %s: one of auto, always, off", optarg);
+      break;
+    case 'T': cfg.retry_threshold = number("retry-threshold", optarg); break;
+    case 'I':
+      cfg.initials_per_s = (double)number("initials-per-s", optarg);
+      cfg.initials_burst = 2 * cfg.initials_per_s;
+      break;
+    case 'L': cfg.sources_cap = number("rate-limited-sources", optarg); break;
+    case 'F': {
+      char *colon = strchr(optarg, ':');
+      if (!colon || cfg.nframe_caps == 16) die("--frame-cap %s: TYPE:BYTES, at most 16", optarg);
+      *colon = 0;
+      cfg.frame_cap_type[cfg.nframe_caps] = number("frame-cap", optarg);
+      cfg.frame_cap_bytes[cfg.nframe_caps++] = number("frame-cap", colon + 1);
+      break;
+    }
+    case 'U': cfg.unknown_frame_cap = number("unknown-frame-cap", optarg); break;
     case 'o':
       if (!strcmp(optarg, "none") || !strcmp(optarg, "rfc9218")) cfg.send_policy = 0;
       else if (!strcmp(optarg, "rr")) cfg.send_policy = 1;
@@ -1682,6 +2060,8 @@ int main(int argc, char **argv) {
     gnutls_anti_replay_init(&anti_replay);
     gnutls_anti_replay_set_add_function(anti_replay, anti_replay_add);
     gnutls_rnd(GNUTLS_RND_RANDOM, retry_secret, sizeof retry_secret);
+    sources = calloc(cfg.sources_cap ? cfg.sources_cap : 1, sizeof *sources);
+    if (!sources) die("out of memory");
     server_listen();
   } else {
     if (!cfg.host || !cfg.port) die("--client needs --host and --port");

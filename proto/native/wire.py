@@ -59,6 +59,7 @@ class Ev(IntEnum):
     QLOG = 14
     ERROR = 15
     ACKED = 16
+    DROPPED = 17
 
 
 class Cmd(IntEnum):
@@ -148,6 +149,16 @@ class Acked(Event):
 
 
 @dataclass(frozen=True)
+class Dropped(Event):
+    """A datagram the server's guard dropped (the first ones of a flood only are reported;
+    ``count`` is every one so far)."""
+
+    peer: str
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True)
 class Closed(Event):
     error_code: int
     by_peer: bool
@@ -227,6 +238,9 @@ def _event(kind: int, conn: int, stream: int, t: float, a: int, b: int, p: bytes
         return Sent(conn, t, stream=stream, body_bytes=a)
     if kind == Ev.ACKED:
         return Acked(conn, t, stream=stream, body_bytes=a)
+    if kind == Ev.DROPPED:
+        peer, _, reason = p.decode(errors="replace").partition(" ")
+        return Dropped(conn, t, peer=peer, reason=reason, count=a)
     if kind == Ev.CLOSED:
         return Closed(conn, t, error_code=a, by_peer=bool(b), reason=p.decode(errors="replace"))
     if kind == Ev.STATS:
