@@ -96,7 +96,7 @@ class NativeH3Client:
         if not self.handshake_event.done():
             self.handshake_event.set_result(None)
 
-    def _stream(self, event: wire.StreamOpened) -> None:
+    def _on_stream(self, event: wire.StreamOpened) -> None:
         # registered here, not where the request awaits it: the same batch of events may
         # carry the stream's SENT or its first response bytes
         pending, future = self.opening.pop(event.tag, (None, None))
@@ -162,7 +162,7 @@ class NativeH3Client:
     def _qlog(self, event: wire.Qlog) -> None:
         self.qlog = (Path(event.path), event.t)
 
-    def _closed(self, event: wire.Closed) -> None:
+    def _on_closed(self, event: wire.Closed) -> None:
         reason = f"connection closed: {event.reason}".strip()
         if event.error_code not in native.CLEAN_CLOSE_CODES:
             reason = f"connection closed: error {event.error_code} {event.reason}".strip()
@@ -280,7 +280,7 @@ class NativeH3Client:
         without waiting, and its requests fail now."""
         if self.protocol.terminated_reason is None and self.stack.engine.alive:
             self.stack.engine.send(wire.Cmd.CLOSE, self.conn_id, a=native.H3_NO_ERROR)
-        self._closed(wire.Closed(self.conn_id, 0.0, 0, False, "aborted"))
+        self._on_closed(wire.Closed(self.conn_id, 0.0, 0, False, "aborted"))
         self.stack.closed(self)
 
     async def close(self) -> None:
@@ -293,7 +293,7 @@ class NativeH3Client:
 _HANDLERS: dict[type, Any] = {
     wire.ConnOpen: NativeH3Client._conn_open,
     wire.Handshake: NativeH3Client._handshake,
-    wire.StreamOpened: NativeH3Client._stream,
+    wire.StreamOpened: NativeH3Client._on_stream,
     wire.Headers: NativeH3Client._headers,
     wire.Data: NativeH3Client._data,
     wire.End: NativeH3Client._end,
@@ -302,7 +302,7 @@ _HANDLERS: dict[type, Any] = {
     wire.Stats: NativeH3Client._stats,
     wire.Ticket: NativeH3Client._ticket,
     wire.Qlog: NativeH3Client._qlog,
-    wire.Closed: NativeH3Client._closed,
+    wire.Closed: NativeH3Client._on_closed,
 }
 """What each engine event does to a client connection."""
 

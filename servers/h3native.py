@@ -101,7 +101,7 @@ class NativeH3Connection(ExchangeStreams):
     def _error(self, event: wire.Error) -> None:
         self._log("error", now=event.t or None, reason=f"tb-h3: {event.reason}"[:300])
 
-    def _closed(self, event: wire.Closed) -> None:
+    def _on_closed(self, event: wire.Closed) -> None:
         if self.terminated:
             return
         self.terminated = True
@@ -192,7 +192,7 @@ _HANDLERS: dict[type, Any] = {
     wire.Stats: NativeH3Connection._stats,
     wire.Qlog: NativeH3Connection._qlog,
     wire.Error: NativeH3Connection._error,
-    wire.Closed: NativeH3Connection._closed,
+    wire.Closed: NativeH3Connection._on_closed,
 }
 """What each engine event does to a server connection."""
 
@@ -224,7 +224,7 @@ class NativeH3Listener:
         elif isinstance(event, wire.Closed) and event.conn == -1:
             self.ctx.log.emit("error", proto=PROTO, reason=f"tb-h3 ended: {event.reason}"[:300])
             for conn in list(self.connections.values()):
-                conn._closed(event)
+                conn._on_closed(event)
 
     async def close(self) -> None:
         await self.engine.stop()
