@@ -145,3 +145,17 @@ def test_the_native_client_fetches_from_the_aioquic_server(tmp_path: Path) -> No
     with ServerProcess(args) as proc:
         records = run(proc.ports["h3"], workload="tts", requests=2, processing_audio_s=0.0)
     assert len(records) == 2 and all(r.ok and r.sha256_ok for r in records)
+
+
+@pytest.mark.timeout(120)
+def test_the_qlog_gives_each_streams_arrival(server: tuple[int, Path], tmp_path: Path) -> None:
+    """The client's qlog carries the response frames (http:frame_parsed, written by the
+    engine) beside ngtcp2's packets: the receiver's stream view (streams.csv) reads it."""
+    from harness.collect import acks, streamview
+
+    records = run(server[0], tmp_path, workload="multi", streams="result,tts")
+    assert all(r.ok for r in records)
+    traces = acks.read_qlog_traces(tmp_path / "q")
+    arrivals = streamview.h3_stream_arrivals(traces, workloads.STREAM_CHUNK_BYTES)
+    sizes = {a.body_bytes for a in arrivals.values() if a.last_byte_arrived_s is not None}
+    assert sizes == {workloads.RETOUCHED_SIZE_BYTES, workloads.AUDIO_SIZE_BYTES}

@@ -82,7 +82,7 @@ def test_the_routes_refusals(server: tuple[int, Path], method: str, path: str, b
 def test_the_send_policy_orders_the_streams(tmp_path: Path, policy: str, first: str) -> None:
     """fifo: each stream to its end in order (the 5 MB result first); rfc9218: the client's
     urgencies (audio u=0 before image u=4)."""
-    with serve(tmp_path, send_policy=policy) as proc:
+    with serve(tmp_path, send_policy=policy, processing_audio_s=0.0) as proc:
         settings = Settings(**NATIVE, workload="multi", streams="result,tts", send_policy=policy)
         records = run_requests_sync(ClientConfig(port=proc.ports["h3"], settings=settings))
     assert all(r.ok for r in records)

@@ -142,7 +142,10 @@ class Engine:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CONTROL_BUFFER_BYTES)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, CONTROL_BUFFER_BYTES)
         self.stderr_path = stderr_path
-        stderr = stderr_path.open("wb") if stderr_path is not None else subprocess.DEVNULL
+        # without a file of its own, the engine's complaints go where its edge's go (the
+        # run's client.stderr / server.stderr)
+        stderr: Any = stderr_path.open("wb") if stderr_path is not None else None
+
         try:
             self.proc = subprocess.Popen(
                 [str(binary), *self.argv, f"--control-fd={theirs.fileno()}"],
@@ -158,7 +161,7 @@ class Engine:
         finally:
             theirs.close()
             if stderr_path is not None:
-                stderr.close()  # type: ignore[union-attr]
+                stderr.close()
         self.ready = loop.create_future()
         self.gone = loop.create_future()
         transport, _ = await loop.connect_accepted_socket(lambda: _Control(self), ours)

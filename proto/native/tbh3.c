@@ -47,6 +47,9 @@
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 /* --- the control protocol (proto/native/engine.py holds the same numbers) ------------- */
 enum {
@@ -155,6 +158,7 @@ static void die(const char *fmt, ...) {
 /* --- frames to the edge: buffered, written when the loop turns --------------------------- */
 static uint8_t *outq;
 static size_t outq_len, outq_cap;
+static int flush_out_lock; /* > 0: frames stay queued (emit_at may still insert before them) */
 
 static void flush_out(void) {
   size_t off = 0;
@@ -190,7 +194,21 @@ static void emit(int type, int64_t conn, int64_t stream, uint64_t t, uint64_t a,
   outq_len += l1;
   if (l2) memcpy(outq + outq_len, p2, l2);
   outq_len += l2;
-  if (outq_len > (1u << 20)) flush_out();
+  if (outq_len > (1u << 20) && !flush_out_lock) flush_out();
+}
+
+/* A frame put at ``at`` in the queue, before the frames queued since (a connection's
+   announcement before what its first packet produced). */
+static void emit_at(size_t at, int type, int64_t conn, uint64_t t, const void *p, size_t l) {
+  size_t tail = outq_len - at;
+  emit(type, conn, -1, t, 0, 0, p, l, NULL, 0);
+  size_t size = sizeof(frame_hdr) + l;
+  uint8_t *frame = malloc(size);
+  if (!frame) die("out of memory");
+  memcpy(frame, outq + outq_len - size, size);
+  memmove(outq + at + size, outq + at, tail);
+  memcpy(outq + at, frame, size);
+  free(frame);
 }
 
 static void emit_error(int64_t conn, const char *fmt, ...) {
@@ -557,9 +575,21 @@ static uint64_t frame_cap(uint64_t type) {
   return cfg.unknown_frame_cap;
 }
 
-/* 0, or H3_EXCESSIVE_LOAD for a frame longer than its type allows */
+/* The client's qlog gets an ``http:frame_parsed`` record per HEADERS or DATA frame head of a
+   response, as aioquic's qlog has them (ngtcp2's has transport events only): with them the
+   receiver's view maps a stream's wire bytes to its body bytes (harness.collect.streamview). */
+static void qlog_frame(conn *c, int64_t sid, uint64_t type, uint64_t flen) {
+  if (!c->qlog || (type != 0x0 && type != 0x1)) return;
+  fprintf(c->qlog,
+          "\x1e{\"time\":%" PRIu64 ",\"name\":\"http:frame_parsed\",\"data\":{\"stream_id\":%" PRId64
+          ",\"frame\":{\"frame_type\":\"%s\"},\"length\":%" PRIu64 "}}\n",
+          (now_ns() - c->start_ns) / NGTCP2_MILLISECONDS, sid, type ? "headers" : "data", flen);
+}
+
+/* 0, or H3_EXCESSIVE_LOAD for a frame longer than its type allows (the server); the client
+   reads its requests' response frames for its qlog only */
 static uint64_t scan_data(conn *c, int64_t sid, const uint8_t *data, size_t len) {
-  if (!cfg.server || (sid & 1)) return 0; /* the client's streams only */
+  if (cfg.server ? (sid & 1) != 0 : ((sid & 3) != 0 || !c->qlog)) return 0;
   scan *st = c->scans;
   while (st && st->id != sid) st = st->next;
   if (!st) {
@@ -593,7 +623,11 @@ static uint64_t scan_data(conn *c, int64_t sid, const uint8_t *data, size_t len)
       continue;
     }
     st->have = 0;
-    if (flen > frame_cap(type)) return H3_EXCESSIVE_LOAD;
+    if (!cfg.server) {
+      qlog_frame(c, sid, type, flen);
+    } else if (flen > frame_cap(type)) {
+      return H3_EXCESSIVE_LOAD;
+    }
     st->skip = flen;
   }
   return 0;
@@ -838,6 +872,7 @@ static void open_qlog(conn *c, ngtcp2_settings *st, const ngtcp2_cid *odcid) {
     emit_error(c->id, "qlog %s: %s", path, strerror(errno));
     return;
   }
+  setvbuf(c->qlog, NULL, _IOFBF, 1 << 20); /* a record per packet: written in 1 MB pieces */
   emit(EV_QLOG, c->id, -1, c->start_ns, 0, 0, path, strlen(path), NULL, 0);
 }
 
@@ -941,6 +976,8 @@ static int anti_replay_add(void *db, time_t exp, const gnutls_datum_t *key,
 static int udp_socket(int family) {
   int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return -1;
+  int one = 1; /* UDP_GRO: datagrams of a GSO batch may arrive as one buffer (read_socket) */
+  setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one);
   if (cfg.udp_buffer > 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &cfg.udp_buffer, sizeof cfg.udp_buffer);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &cfg.udp_buffer, sizeof cfg.udp_buffer);
@@ -1199,7 +1236,8 @@ static void after_read(conn *c) {
   if (!c->handshake_reported && ngtcp2_conn_get_handshake_completed(c->q)) {
     c->handshake_reported = 1;
     int resumed = gnutls_session_is_resumed(c->tls);
-    int early = !cfg.server && c->want_early && !c->early_refused;
+    int early = cfg.server ? (gnutls_session_get_flags(c->tls) & GNUTLS_SFLAGS_EARLY_DATA) != 0
+                           : c->want_early && !c->early_refused;
     emit(EV_HANDSHAKE, c->id, -1, now_ns(), (uint64_t)resumed, (uint64_t)early, NULL, 0, NULL, 0);
   }
 }
@@ -1425,8 +1463,75 @@ static conn *accept_conn(const uint8_t *pkt, size_t len, const struct sockaddr_s
   return c;
 }
 
-static void server_read(void) {
+/* One datagram to the server: its connection by DCID, or a new one (the guard first). */
+static void server_datagram(uint8_t *pkt, size_t len, struct sockaddr_storage *from,
+                            socklen_t fromlen, uint64_t ts) {
+  ngtcp2_version_cid vc;
+  if (ngtcp2_pkt_decode_version_cid(&vc, pkt, len, SCID_LEN) != 0) {
+    dropped(from, "not a QUIC packet");
+    return;
+  }
+  conn *c = find_by_dcid(vc.dcid, vc.dcidlen);
+  if (!c && !(pkt[0] & 0x80)) { /* RFC 9000 17.3: a short header, for no connection */
+    dropped(from, "a short-header packet for no connection");
+    return;
+  }
+  if (!c) c = accept_conn(pkt, len, from, fromlen);
+  if (!c || c->closed) return;
+  ngtcp2_path path = {{(struct sockaddr *)&c->local, c->local_len},
+                      {(struct sockaddr *)from, fromlen}, NULL};
+  ngtcp2_pkt_info pi = {0};
+  c->rx_pkts++;
+  flush_out_lock++; /* the queue is not written out while a first packet may add to it */
+  size_t mark = outq_len;
+  int rv = ngtcp2_conn_read_pkt(c->q, &path, &pi, pkt, len, ts);
+  flush_out_lock--;
+  if (rv != 0 && !c->announced) {
+    /* its first packet did not read (a forged Initial): forgotten without a word to the
+       edge (what it queued is taken back), as a datagram dropped */
+    outq_len = mark;
+    dropped(from, "an Initial that does not decrypt");
+    c->closed = 1;
+    return;
+  }
+  if (!c->announced) {
+    /* announced before the events its first packet made (a 0-RTT request, coalesced) */
+    c->announced = 1;
+    char addr[INET6_ADDRSTRLEN] = "";
+    if (from->ss_family == AF_INET)
+      inet_ntop(AF_INET, &((struct sockaddr_in *)from)->sin_addr, addr, sizeof addr);
+    else
+      inet_ntop(AF_INET6, &((struct sockaddr_in6 *)from)->sin6_addr, addr, sizeof addr);
+    emit_at(mark, EV_CONN_OPEN, c->id, c->start_ns, addr, strlen(addr));
+  }
+  if (rv != 0) {
+    handle_read_error(c, rv);
+    return;
+  }
+  after_read(c);
+}
+
+/* One datagram to a client connection. */
+static void client_datagram(conn *c, uint8_t *pkt, size_t len, struct sockaddr_storage *from,
+                            socklen_t fromlen, uint64_t ts) {
+  if (c->closed) return;
+  ngtcp2_path path = {{(struct sockaddr *)&c->local, c->local_len},
+                      {(struct sockaddr *)from, fromlen}, NULL};
+  ngtcp2_pkt_info pi = {0};
+  c->rx_pkts++;
+  int rv = ngtcp2_conn_read_pkt(c->q, &path, &pi, pkt, len, ts);
+  if (rv != 0) {
+    handle_read_error(c, rv);
+    return;
+  }
+  after_read(c);
+}
+
+/* Every datagram waiting on fd, RECV_BATCH per recvmmsg; a GRO buffer (UDP_GRO: several
+   datagrams of one size back to back, the last maybe shorter) is cut into its datagrams. */
+static void read_socket(int fd, conn *client) {
   static uint8_t bufs[RECV_BATCH][65536];
+  static char cbufs[RECV_BATCH][CMSG_SPACE(sizeof(int))];
   struct mmsghdr msgs[RECV_BATCH];
   struct iovec iov[RECV_BATCH];
   struct sockaddr_storage from[RECV_BATCH];
@@ -1434,87 +1539,42 @@ static void server_read(void) {
     for (int i = 0; i < RECV_BATCH; i++) {
       iov[i] = (struct iovec){bufs[i], sizeof bufs[i]};
       msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i],
-                                        .msg_iov = &iov[i], .msg_iovlen = 1};
+                                        .msg_iov = &iov[i], .msg_iovlen = 1,
+                                        .msg_control = cbufs[i],
+                                        .msg_controllen = sizeof cbufs[i]};
     }
-    int n = recvmmsg(server_fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL);
+    int n = recvmmsg(fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL);
     if (n <= 0) return;
     uint64_t ts = now_ns();
     for (int i = 0; i < n; i++) {
-      uint8_t *pkt = bufs[i];
-      size_t len = msgs[i].msg_len;
-      ngtcp2_version_cid vc;
-      if (ngtcp2_pkt_decode_version_cid(&vc, pkt, len, SCID_LEN) != 0) {
-        dropped(&from[i], "not a QUIC packet");
-        continue;
+      size_t len = msgs[i].msg_len, seg = len;
+      for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msgs[i].msg_hdr); cm;
+           cm = CMSG_NXTHDR(&msgs[i].msg_hdr, cm)) {
+        if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+          int size;
+          memcpy(&size, CMSG_DATA(cm), sizeof size);
+          if (size > 0) seg = (size_t)size;
+        }
       }
-      conn *c = find_by_dcid(vc.dcid, vc.dcidlen);
-      if (!c && !(pkt[0] & 0x80)) { /* RFC 9000 17.3: a short header, for no connection */
-        dropped(&from[i], "a short-header packet for no connection");
-        continue;
+      socklen_t fromlen = msgs[i].msg_hdr.msg_namelen;
+      for (size_t off = 0; off < len; off += seg) {
+        size_t l = len - off < seg ? len - off : seg;
+        if (client) {
+          if (client->closed) break;
+          client_datagram(client, bufs[i] + off, l, &from[i], fromlen, ts);
+        } else {
+          server_datagram(bufs[i] + off, l, &from[i], fromlen, ts);
+        }
       }
-      if (!c) c = accept_conn(pkt, len, &from[i], msgs[i].msg_hdr.msg_namelen);
-      if (!c || c->closed) continue;
-      ngtcp2_path path = {{(struct sockaddr *)&c->local, c->local_len},
-                          {(struct sockaddr *)&from[i], msgs[i].msg_hdr.msg_namelen}, NULL};
-      ngtcp2_pkt_info pi = {0};
-      c->rx_pkts++;
-      int rv = ngtcp2_conn_read_pkt(c->q, &path, &pi, pkt, len, ts);
-      if (rv != 0 && !c->announced) {
-        /* its first packet did not read (a forged Initial): forgotten without a word to
-           the edge, as a datagram dropped */
-        dropped(&from[i], "an Initial that does not decrypt");
-        c->closed = 1;
-        continue;
-      }
-      if (!c->announced) {
-        c->announced = 1;
-        char addr[INET6_ADDRSTRLEN] = "";
-        if (from[i].ss_family == AF_INET)
-          inet_ntop(AF_INET, &((struct sockaddr_in *)&from[i])->sin_addr, addr, sizeof addr);
-        else
-          inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&from[i])->sin6_addr, addr, sizeof addr);
-        emit(EV_CONN_OPEN, c->id, -1, c->start_ns, 0, 0, addr, strlen(addr), NULL, 0);
-      }
-      if (rv != 0) {
-        handle_read_error(c, rv);
-        continue;
-      }
-      after_read(c);
     }
     if (n < RECV_BATCH) return;
   }
 }
 
+static void server_read(void) { read_socket(server_fd, NULL); }
+
 /* --- client ------------------------------------------------------------------------------- */
-static void client_read(conn *c) {
-  static uint8_t bufs[RECV_BATCH][65536];
-  struct mmsghdr msgs[RECV_BATCH];
-  struct iovec iov[RECV_BATCH];
-  struct sockaddr_storage from[RECV_BATCH];
-  for (int round = 0; round < 16 && !c->closed; round++) {
-    for (int i = 0; i < RECV_BATCH; i++) {
-      iov[i] = (struct iovec){bufs[i], sizeof bufs[i]};
-      msgs[i].msg_hdr = (struct msghdr){.msg_name = &from[i], .msg_namelen = sizeof from[i],
-                                        .msg_iov = &iov[i], .msg_iovlen = 1};
-    }
-    int n = recvmmsg(c->fd, msgs, RECV_BATCH, MSG_DONTWAIT, NULL);
-    if (n <= 0) return;
-    uint64_t ts = now_ns();
-    for (int i = 0; i < n && !c->closed; i++) {
-      ngtcp2_path path = {{(struct sockaddr *)&c->local, c->local_len},
-                          {(struct sockaddr *)&from[i], msgs[i].msg_hdr.msg_namelen}, NULL};
-      ngtcp2_pkt_info pi = {0};
-      c->rx_pkts++;
-      int rv = ngtcp2_conn_read_pkt(c->q, &path, &pi, bufs[i], msgs[i].msg_len, ts);
-      if (rv != 0) {
-        handle_read_error(c, rv);
-        return;
-      }
-      after_read(c);
-    }
-    if (n < RECV_BATCH) return;
-  }
-}
+static void client_read(conn *c) { read_socket(c->fd, c); }
 
 static void client_connect(int64_t id, int early, const uint8_t *ticket, size_t ticket_len) {
   conn *c = new_conn();
