@@ -366,4 +366,4 @@ class NativeStack:
             await self.engine.stop()
         for path, start_s in self.qlogs:
             if path.is_file():
-                ngtcp2edge.anchor_qlog(path, start_s)
+                ngtcp2edge.anchor_qlog_file(path, start_s)

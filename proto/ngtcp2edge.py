@@ -24,13 +24,19 @@ and the 208 KB default overflows at this testbed's rates (docs/machine.md)."""
 def anchor_qlog(path: Path, start_s: float) -> qlogseq.QlogSeq:
     """Write the connection's start (CLOCK_MONOTONIC ``start_s``, when its file was created)
     into the qlog file as its ``reference_time`` (proto.qlogseq) and return it parsed."""
+    return qlogseq.parse_qlog_seq(anchor_qlog_file(path, start_s), path.name)
+
+
+def anchor_qlog_file(path: Path, start_s: float) -> str:
+    """:func:`anchor_qlog` without parsing the events (the native stack's edges: the file
+    is read later, by the run's collection); the anchored text."""
     offset = time.time() - time.monotonic()
     text = path.read_text(encoding="utf-8", errors="replace")
     anchored = qlogseq.with_reference_time(text, qlogseq.reference_time_ms(start_s, offset))
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(anchored, encoding="utf-8")
     os.replace(tmp, path)
-    return qlogseq.parse_qlog_seq(anchored, path.name)
+    return anchored
 
 
 def keylog_env(keylog: Path | None) -> dict[str, str]:

@@ -230,7 +230,7 @@ class NativeH3Listener:
         await self.engine.stop()
         for path, start_s in self.qlogs:
             if Path(path).is_file():
-                ngtcp2edge.anchor_qlog(Path(path), start_s)
+                ngtcp2edge.anchor_qlog_file(Path(path), start_s)
 
 
 def guard_flags(config: Any) -> list[str]:

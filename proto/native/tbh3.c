@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <malloc.h>
+
 #include <gnutls/crypto.h>
 #include <gnutls/gnutls.h>
 #include <nghttp3/nghttp3.h>
@@ -717,9 +719,14 @@ static uint64_t qlog_number(const char *p, const char *end, const char *key) {
 
 static void scan_qlog(conn *c, const char *data, size_t len) {
   static const char frame[] = "{\"frame_type\":\"stop_sending\",";
+  static const char received[] = "\"name\":\"transport:packet_received\"";
   const char *end = data + len;
+  /* the event's name is in its first bytes ({"time":T,"name":...): a sent packet or any
+     other event is passed over without reading its frames */
+  size_t head = len < 64 ? len : 64;
+  if (!memmem(data, head, received, sizeof received - 1)) return;
   const char *p = memmem(data, len, frame, sizeof frame - 1);
-  if (!p || !memmem(data, len, "transport:packet_received", 25)) return;
+  if (!p) return;
   while (p) {
     const char *close = memchr(p, '}', (size_t)(end - p));
     if (!close) return;
@@ -790,7 +797,7 @@ static int recv_rx_key_cb(ngtcp2_conn *q, ngtcp2_crypto_level level, void *ud) {
 static void write_qlog(void *ud, uint32_t flags, const void *data, size_t len) {
   (void)flags;
   conn *c = ud;
-  scan_qlog(c, data, len);
+  if (cfg.server) scan_qlog(c, data, len); /* a client has no use for the peer's STOP_SENDING */
   if (c->qlog) fwrite(data, 1, len, c->qlog);
 }
 
@@ -857,7 +864,9 @@ static void settings_of(ngtcp2_settings *st, ngtcp2_transport_params *p, conn *c
 }
 
 static void open_qlog(conn *c, ngtcp2_settings *st, const ngtcp2_cid *odcid) {
-  /* always on: the peer's STOP_SENDING is read from it (scan_qlog); a file only if asked */
+  /* a server's is always on: the peer's STOP_SENDING is read from it (scan_qlog); a file
+     only if asked */
+  if (!cfg.server && !cfg.qlog_dir) return;
   st->qlog.write = write_qlog;
   st->qlog.odcid = *odcid;
   if (!cfg.qlog_dir) return;
@@ -1380,9 +1389,9 @@ static void release_source(conn *c) {
 }
 
 static conn *accept_conn(const uint8_t *pkt, size_t len, const struct sockaddr_storage *from,
-                         socklen_t fromlen) {
+                         socklen_t fromlen, uint64_t ts) {
   ngtcp2_pkt_hd hd;
-  uint64_t now = now_ns();
+  uint64_t now = ts;
   if (ngtcp2_accept(&hd, pkt, len) != 0) {
     dropped(from, "not a valid Initial for a new connection");
     return NULL;
@@ -1422,6 +1431,9 @@ static conn *accept_conn(const uint8_t *pkt, size_t len, const struct sockaddr_s
     return NULL;
   }
   conn *c = new_conn();
+  /* the connection begins with the packet that made it: ngtcp2's clock (its qlog's times
+     too) counts from here, and never runs backwards for that packet */
+  c->start_ns = c->next_sample_ns = ts;
   c->id = next_conn_id++;
   c->fd = server_fd;
   c->local = server_local;
@@ -1476,7 +1488,7 @@ static void server_datagram(uint8_t *pkt, size_t len, struct sockaddr_storage *f
     dropped(from, "a short-header packet for no connection");
     return;
   }
-  if (!c) c = accept_conn(pkt, len, from, fromlen);
+  if (!c) c = accept_conn(pkt, len, from, fromlen, ts);
   if (!c || c->closed) return;
   ngtcp2_path path = {{(struct sockaddr *)&c->local, c->local_len},
                       {(struct sockaddr *)from, fromlen}, NULL};
@@ -1878,8 +1890,10 @@ static int read_commands(void) {
     command(&h, inbuf + off + sizeof h);
     off += sizeof h + h.len;
   }
-  memmove(inbuf, inbuf + off, in_len - off);
-  in_len -= off;
+  if (off) {
+    memmove(inbuf, inbuf + off, in_len - off);
+    in_len -= off;
+  }
   return 0;
 }
 
@@ -2105,6 +2119,9 @@ int main(int argc, char **argv) {
   if (cfg.max_udp_payload < 1200 || cfg.max_udp_payload > MAX_DGRAM - 28)
     die("--max-udp-payload %zu: 1200..%d", cfg.max_udp_payload, MAX_DGRAM - 28);
   if (!cfg.max_stream_data) cfg.max_stream_data = cfg.max_data;
+  /* body pieces are 256 KB: from the heap, reused, not an mmap and its page faults each */
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
   signal(SIGPIPE, SIG_IGN);
   struct sigaction sa = {0};
   sa.sa_handler = on_signal;
