@@ -193,7 +193,11 @@ class _Run:
         """One request on ``conn`` (or, for ``multi``, one group of requests sent at once,
         each with its own record, ``record`` the first); errors go into the records."""
         if self.sampler is not None:
-            self.sampler.start(record.request_id, self.probe(conn))
+            if isinstance(conn, h3native.NativeH3Client):
+                # the engine pushes its connection state every sample period: no thread
+                conn.sample_into = (self.sampler, record.request_id)
+            else:
+                self.sampler.start(record.request_id, self.probe(conn))
         records = [record]
         for _extra in range(1, len(self.specs)):
             records.append(self.new_record(record.request_id))
@@ -222,6 +226,8 @@ class _Run:
         finally:
             if self.sampler is not None:
                 self.sampler.stop()
+                if isinstance(conn, h3native.NativeH3Client):
+                    conn.sample_into = None
                 record.sample_error = self.sampler.failures.pop(record.request_id, None)
         for rec in records[1:]:
             self.stamp_connection(rec, conn)

@@ -78,6 +78,9 @@ class NativeH3Client:
         """The stream each request's tag opened."""
         self.stats: dict[str, int | None] = {}
         self.qlog: tuple[Path, float] | None = None
+        self.sample_into: tuple[Any, int] | None = None
+        """(sampler, request id) while a request's in-flight samples are taken: each of the
+        engine's reports is one (tbcore.sampler.Sampler.add)."""
 
     # -- events -------------------------------------------------------------------------------
     def on_event(self, event: wire.Event) -> None:
@@ -154,6 +157,9 @@ class NativeH3Client:
 
     def _stats(self, event: wire.Stats) -> None:
         self.stats = event.values
+        if self.sample_into is not None:
+            sampler, request_id = self.sample_into
+            sampler.add(event.t, request_id, self.counters())
 
     def _ticket(self, event: wire.Ticket) -> None:
         self.protocol.tickets.append(event.blob)

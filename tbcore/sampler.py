@@ -67,6 +67,11 @@ class Sampler:
         )
         self._thread.start()
 
+    def add(self, t: float, request_id: int | str, values: dict[str, Any]) -> None:
+        """A sample its stack pushed (taken at ``t``, CLOCK_MONOTONIC), beside the thread's
+        own: the native HTTP/3 engine reports its connection state itself."""
+        self.rows.append((t, request_id, *(values.get(c) for c in self.columns)))
+
     def stop(self) -> None:
         if self._thread is not None:
             self._stop.set()

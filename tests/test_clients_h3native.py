@@ -159,3 +159,11 @@ def test_the_qlog_gives_each_streams_arrival(server: tuple[int, Path], tmp_path:
     arrivals = streamview.h3_stream_arrivals(traces, workloads.STREAM_CHUNK_BYTES)
     sizes = {a.body_bytes for a in arrivals.values() if a.last_byte_arrived_s is not None}
     assert sizes == {workloads.RETOUCHED_SIZE_BYTES, workloads.AUDIO_SIZE_BYTES}
+
+
+@pytest.mark.timeout(120)
+def test_resume_offers_the_last_ticket_on_each_new_connection(server: tuple[int, Path]) -> None:
+    records = run(server[0], workload="tts", resume=True, requests=3)
+    assert all(r.ok for r in records)
+    assert [r.resumed for r in records] == [False, True, True]
+    assert not any(r.early_data_accepted for r in records)  # resumption alone: no 0-RTT

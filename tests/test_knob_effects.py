@@ -49,8 +49,8 @@ pytestmark = pytest.mark.timeout(600)
 
 AXES = ("protocol", "workload", "topology", "quic_stack")
 """The knobs that choose the kinds: every combination of them is a case, not a flip
-(quic_stack chooses another program, gtlsserver: tests/test_servers_ngtcp2.py checks that it
-runs with what the level asked)."""
+(quic_stack chooses the native engine: tests/test_native_engine.py checks that the knobs it
+takes change what it runs with, tests/test_quicstack.py that the others are refused)."""
 STACK_ENDS = ("server", "client", "both")
 
 BASE: dict[str, Any] = {"fec_rate": "1gbit", "timeout": "20s"}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from proto.native import engine, wire
 from proto.tls import ensure_certificate
 from tbcore.settings import Settings
@@ -119,3 +121,26 @@ def test_refused_0rtt_requests_are_made_again_in_1rtt(tmp_path: Path) -> None:
     assert not shake.resumed and not shake.early_data_accepted
     answers = [e for e in events if isinstance(e, wire.Headers) and e.conn == 1]
     assert answers and answers[-1].headers[0] == (":status", "200")
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("cc", "bbr2"),
+        ("max_datagram_size_bytes", 1452),
+        ("quic_max_data_bytes", 1 << 20),
+        ("quic_pacing", "off"),
+        ("quic_ack_delay_s", 0.005),
+        ("ack_policy", "immediate"),
+        ("quic_batching", False),
+    ],
+)
+def test_each_knob_the_engine_takes_changes_its_flags_and_what_it_records(
+    key: str, value: object
+) -> None:
+    base = Settings(**NATIVE)
+    flipped = Settings(**NATIVE, **{key: value})
+    assert engine.engine_argv(base, qlog_dir=None, sample_hz=None) != engine.engine_argv(
+        flipped, qlog_dir=None, sample_hz=None
+    )
+    assert engine.in_force(base) != engine.in_force(flipped)

@@ -52,3 +52,9 @@ def test_a_probe_that_raises_ends_sampling(raised: Exception, kept: dict[int, st
 def test_rate_below_one_hz_refused() -> None:
     with pytest.raises(ValueError):
         Sampler(["n"], hz=0.5)
+
+
+def test_a_pushed_sample_is_a_row_like_the_threads() -> None:
+    sampler = Sampler(["cwnd", "bytes_in_flight"], 100.0)
+    sampler.add(12.5, 3, {"cwnd": 12000, "other": 1})
+    assert sampler.rows == [(12.5, 3, 12000, None)]

@@ -22,6 +22,10 @@ from typing import Any
 from proto.native import build, wire
 from tbcore import ackpolicy, quicstack
 
+MIN_SAMPLE_PERIOD_MS = 10
+"""The engine reports ngtcp2's connection state (ngtcp2_conn_get_conn_stat) at most every
+10 ms while a request is open: its window and RTT change per ACK, a few per round trip on
+the paths here, and a report is a frame to the edge and a row."""
 CONTROL_BUFFER_BYTES = 4 << 20
 """Socket buffers of the control pair: a batch of body bytes never waits on them."""
 BODY_PIECE_BYTES = 256 << 10
@@ -69,7 +73,8 @@ def engine_argv(
     if qlog_dir is not None:
         argv.append(f"--qlog-dir={qlog_dir}")
     if sample_hz:
-        argv.append(f"--sample-ms={max(1, round(1e3 / sample_hz))}")
+        period_ms = max(MIN_SAMPLE_PERIOD_MS, round(1e3 / sample_hz))
+        argv.append(f"--sample-ms={period_ms}")
     else:
         argv.append("--sample-ms=0")
     return argv

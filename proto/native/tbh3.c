@@ -2,21 +2,24 @@
  * tb-h3: the testbed's native HTTP/3 endpoint, on Debian's libngtcp2 0.12 (QUIC, RFC 9000,
  * 9001, 9002; GnuTLS crypto) and libnghttp3 0.8 (HTTP/3, RFC 9114; QPACK, RFC 9204).
  *
- * One process per end. It does all the per-datagram work: UDP receive and send (GSO
- * batches), packet protection, loss recovery, congestion control, pacing, HTTP/3 framing
- * and QPACK. What a request means is not decided here: a Python edge (proto/native/engine.py)
+ * One process per end. It does all the per-datagram work: UDP receive (recvmmsg, GRO) and
+ * send (GSO batches), packet protection, loss recovery, congestion control, ngtcp2's pacer,
+ * HTTP/3 framing and QPACK, RFC 9218 scheduling (nghttp3's). What a request means is not decided here: a Python edge (proto/native/engine.py)
  * drives it over a stream socket (--control-fd) with one frame per HTTP event, never one
  * per datagram. Frames both ways: a fixed 48-byte header (payload length, type, connection,
  * stream, CLOCK_MONOTONIC time in ns, two integers) then the payload. The edge keeps the
  * routes, the checks and the records (servers/app.py, clients/workload.py), as with the
  * testbed's aioquic endpoints.
  *
- * Server (--server): listens on --bind/--port, accepts every connection (a Retry first
- * with --retry), and reports requests (HEADERS, DATA, END, RESET, STOP_SENDING); the edge
- * answers with RESPOND and BODY. Client (--client): opens a connection per CONNECT (its
- * own UDP socket), a request stream per REQUEST; reports the response the same way.
- * Session tickets (TICKET) resume a later connection, with the request as 0-RTT data when
- * the edge asks for early data.
+ * Server (--server): listens on --bind/--port, admits connections by the limits of
+ * servers/guard.py (connection caps in total and per source, Retry always/never/under load,
+ * a token bucket of Initials per source, each HTTP/3 frame's length by its type: those
+ * values come as options, from the Python modules that define them), and reports requests
+ * (HEADERS, DATA, END, RESET, STOP_SENDING) and what it dropped (DROPPED); the edge answers
+ * with RESPOND and BODY. Client (--client): opens a connection per CONNECT (its own UDP
+ * socket), a request stream per REQUEST; reports the response the same way. Session tickets
+ * (TICKET) resume a later connection, with the request as 0-RTT data when the edge asks for
+ * early data (made again in 1-RTT if the server refuses it).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
