@@ -45,6 +45,8 @@ class NativeH3Connection(ExchangeStreams):
         self.stats: dict[str, int | None] = {}
         self.last_sent: dict[int, float] = {}
         self.sent_waiters: dict[int, Any] = {}
+        self.sampling: dict[str, list[bool]] = {}
+        """Responses being sampled, by sample key: their done flag."""
         settings = self.ctx.config.settings
         self.ctx.applied.write("quic", native.in_force(settings), self.conn_id)
         # none: nghttp3's own order (RFC 9218 from the client's signals)
@@ -94,6 +96,23 @@ class NativeH3Connection(ExchangeStreams):
 
     def _stats(self, event: wire.Stats) -> None:
         self.stats = event.values
+        sampler = self.ctx.sampler
+        if sampler is None or not self.sampling:
+            return
+        state = self._sender_state()
+        for key, done in list(self.sampling.items()):
+            sampler.add(event.t, key, {"proto": PROTO, **state})
+            if done[0] and self._sender_drained(state):
+                del self.sampling[key]
+
+    def _sample_response(self, stream_id: int) -> list[bool]:
+        """The engine pushes its connection state every sample period: each report is a
+        sample of the response (until its last byte is sent and nothing is in flight), with
+        no sampling thread (servers.session's default)."""
+        done = [False]
+        if self.ctx.sampler is not None:
+            self.sampling[f"{PROTO}:{self.conn_id}:{stream_id}"] = done
+        return done
 
     def _qlog(self, event: wire.Qlog) -> None:
         self.listener.qlogs.append((event.path, event.t))

@@ -88,3 +88,25 @@ def test_the_send_policy_orders_the_streams(tmp_path: Path, policy: str, first: 
     assert all(r.ok for r in records)
     done = sorted(records, key=lambda r: r.response_last_byte)
     assert done[0].stream_workload == first
+
+
+@pytest.mark.timeout(120)
+def test_the_engine_reports_are_the_responses_samples(tmp_path: Path) -> None:
+    """server-samples.csv: ngtcp2's connection state as the engine pushes it (every 10 ms
+    at most), from the response's start until its last byte is sent and acknowledged."""
+    import csv
+
+    document = tmp_path / "settings.json"
+    document.write_text(Settings(**NATIVE, processing_audio_s=0.0).to_json())
+    samples = tmp_path / "server-samples.csv"
+    args = ["--no-h2", "--h3-port", "0", "--settings", str(document)]
+    args += ["--samples", str(samples), "--sample-hz", "100"]
+    with ServerProcess(args) as proc:
+        settings = Settings(**NATIVE, workload="result")
+        [record] = run_requests_sync(ClientConfig(port=proc.ports["h3"], settings=settings))
+    assert record.ok
+    with samples.open() as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows and {r["request_id"] for r in rows} == {"h3:1:0"}
+    assert all(r["proto"] == "h3" for r in rows) and any(int(r["cwnd"] or 0) > 0 for r in rows)
+    assert rows[-1]["bytes_in_flight"] == "0"  # sampled until drained
