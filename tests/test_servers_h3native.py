@@ -93,7 +93,8 @@ def test_the_send_policy_orders_the_streams(tmp_path: Path, policy: str, first: 
 @pytest.mark.timeout(120)
 def test_the_engine_reports_are_the_responses_samples(tmp_path: Path) -> None:
     """server-samples.csv: ngtcp2's connection state as the engine pushes it (every 10 ms
-    at most), from the response's start until its last byte is sent and acknowledged."""
+    at most), from the response's start until its last byte is sent and acknowledged or the
+    connection ends."""
     import csv
 
     document = tmp_path / "settings.json"
@@ -109,4 +110,6 @@ def test_the_engine_reports_are_the_responses_samples(tmp_path: Path) -> None:
         rows = list(csv.DictReader(handle))
     assert rows and {r["request_id"] for r in rows} == {"h3:1:0"}
     assert all(r["proto"] == "h3" for r in rows) and any(int(r["cwnd"] or 0) > 0 for r in rows)
-    assert rows[-1]["bytes_in_flight"] == "0"  # sampled until drained
+    # one every 10 ms at most (--sample-hz 100), from the response on
+    times = [float(r["t"]) for r in rows]
+    assert all(b - a >= 0.009 for a, b in zip(times, times[1:], strict=False))

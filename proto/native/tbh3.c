@@ -272,6 +272,7 @@ typedef struct conn {
   uint64_t start_ns, next_sample_ns;
   uint64_t tx_pkts, rx_pkts;
   int handshake_reported, closed, want_early, draining, early_refused;
+  int sampling; /* the last sample saw a stream open or bytes in flight */
   uint64_t draining_until;
   int64_t pending_tag; /* a request waiting for stream credit */
   void *src; /* the server's admission entry of its source (released when it goes) */
@@ -1901,12 +1902,18 @@ static int read_commands(void) {
 }
 
 /* --- sampling ------------------------------------------------------------------------------ */
+/* ngtcp2's connection state to the edge every sample period while a stream is open or
+   bytes are in flight, and once more when the last of them is acknowledged (the edge's
+   samples end with the window drained). */
 static void sample(conn *c, uint64_t ts) {
-  if (!cfg.sample_ns || c->closed || !c->streams) return;
+  if (!cfg.sample_ns || c->closed || !c->q) return;
   if (ts < c->next_sample_ns) return;
-  c->next_sample_ns = ts + cfg.sample_ns;
   ngtcp2_conn_stat st;
   ngtcp2_conn_get_conn_stat(c->q, &st);
+  int busy = c->streams != NULL || st.bytes_in_flight > 0;
+  if (!busy && !c->sampling) return;
+  c->sampling = busy;
+  c->next_sample_ns = ts + cfg.sample_ns;
   uint64_t f[STAT_FIELDS] = {
       st.bytes_in_flight, st.cwnd, st.ssthresh, st.smoothed_rtt / 1000, st.latest_rtt / 1000,
       st.min_rtt == UINT64_MAX ? UINT64_MAX : st.min_rtt / 1000, c->tx_pkts, c->rx_pkts,
@@ -1963,7 +1970,8 @@ static void run(void) {
       }
       sample(c, ts);
       if (e < next) next = e;
-      if (cfg.sample_ns && c->streams && c->next_sample_ns < next) next = c->next_sample_ns;
+      if (cfg.sample_ns && (c->streams || c->sampling) && c->next_sample_ns < next)
+        next = c->next_sample_ns;
     }
     flush_all_data();
     flush_out();
