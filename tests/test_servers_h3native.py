@@ -4,6 +4,7 @@ interoperation with the aioquic client (loopback, no root)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,4 +113,4 @@ def test_the_engine_reports_are_the_responses_samples(tmp_path: Path) -> None:
     assert all(r["proto"] == "h3" for r in rows) and any(int(r["cwnd"] or 0) > 0 for r in rows)
     # one every 10 ms at most (--sample-hz 100), from the response on
     times = [float(r["t"]) for r in rows]
-    assert all(b - a >= 0.009 for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a >= 0.009 for a, b in itertools.pairwise(times))
