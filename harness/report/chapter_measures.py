@@ -531,32 +531,31 @@ def beside_bulk_flows(results: Results) -> Measured:
     )
 
 
+def _levels_side_by_side(
+    results: Results, experiment: str, levels: tuple[str, ...], conditions: str
+) -> Measured:
+    """Each level's median request time, in a row, with the conditions they share."""
+    values = {level: level_value(experiment, level, unit="ms")(results) for level in levels}
+    cells = ", ".join(f"{k} {fmt(v.value, 'ms')}" for k, v in values.items())
+    return Measured(f"{cells} ({conditions})", runs=sum(v.runs for v in values.values()))
+
+
 @reads("h3-stacks", "h2-cubic", "aioquic-cubic", "ngtcp2-cubic")
 def quic_implementations(results: Results) -> Measured:
     """The request over HTTP/2 and HTTP/3 on both QUIC implementations with one congestion
     control: what differs between aioquic and ngtcp2 is the implementation, not HTTP/3."""
-    values = {}
-    for level in ("h2-cubic", "aioquic-cubic", "ngtcp2-cubic"):
-        values[level] = level_value("h3-stacks", level, unit="ms")(results)
-    cells = ", ".join(f"{k} {fmt(v.value, 'ms')}" for k, v in values.items())
-    return Measured(
-        f"{cells} (cubic, 0 % loss, new connection)",
-        runs=sum(v.runs for v in values.values()),
-    )
+    return _levels_side_by_side(results, "h3-stacks", ("h2-cubic", "aioquic-cubic",
+                                "ngtcp2-cubic"), "cubic, 0 % loss, new connection")  # fmt: skip
 
 
 @reads("native-stack", "h2", "h3-aioquic", "h3-ngtcp2")
 def stacks_with_processing(results: Results) -> Measured:
     """The TTS with 30 ms of processing on a lossy path over HTTP/2 and HTTP/3 on both QUIC
     stacks (experiments/native-stack.toml): whether HTTP/3's lead holds on both."""
-    values = {}
-    for level in ("h2", "h3-aioquic", "h3-ngtcp2"):
-        values[level] = level_value("native-stack", level, unit="ms")(results)
-    cells = ", ".join(f"{k} {fmt(v.value, 'ms')}" for k, v in values.items())
-    return Measured(
-        f"{cells} (bbr, 150 ms, 200 Mbit/s, 10 % loss down, 30 ms processing)",
-        runs=sum(v.runs for v in values.values()),
-    )
+    return _levels_side_by_side(
+        results, "native-stack", ("h2", "h3-aioquic", "h3-ngtcp2"),
+        "bbr, 150 ms, 200 Mbit/s, 10 % loss down, 30 ms processing",
+    )  # fmt: skip
 
 
 # --- the receiver's ACK policy (issue 38; runs.csv's feedback columns) -----------------------

@@ -1068,6 +1068,20 @@ static int paced(conn *c) {
   return cfg.pacing && !flushing && ngtcp2_conn_get_handshake_completed(c->q);
 }
 
+/* ``ndata`` bytes of stream ``sid`` went into a packet: nghttp3 is told; when they were the
+   last of the stream with its FIN, the edge is (EV_SENT: the request's or the response's
+   last byte). */
+static void stream_written(conn *c, int64_t sid, ngtcp2_ssize ndata, int fin,
+                           const nghttp3_vec *vec, nghttp3_ssize n, uint64_t ts) {
+  nghttp3_conn_add_write_offset(c->h, sid, (uint64_t)ndata);
+  if (!fin || (uint64_t)ndata != nghttp3_vec_len(vec, (size_t)n)) return;
+  stream *s = find_stream(c, sid);
+  if (s && !s->fin_reported && s->submitted) {
+    s->fin_reported = 1;
+    emit(EV_SENT, c->id, sid, ts, s->queued, 0, NULL, 0, NULL, 0);
+  }
+}
+
 static int write_conn(conn *c) {
   if (c->closed || c->draining) return 0;
   nghttp3_vec vec[16];
@@ -1111,30 +1125,14 @@ static int write_conn(conn *c) {
         continue;
       }
       if (nw == NGTCP2_ERR_WRITE_MORE) {
-        nghttp3_conn_add_write_offset(c->h, sid, (uint64_t)ndata);
-        if (fin && (uint64_t)ndata == nghttp3_vec_len(vec, (size_t)n)) {
-          stream *s = find_stream(c, sid);
-          if (s && !s->fin_reported && s->submitted) {
-            s->fin_reported = 1;
-            emit(EV_SENT, c->id, sid, ts, s->queued, 0, NULL, 0, NULL, 0);
-          }
-        }
+        stream_written(c, sid, ndata, fin, vec, n, ts);
         continue;
       }
       ngtcp2_connection_close_error_set_transport_error_liberr(&c->err, (int)nw, NULL, 0);
       close_conn(c, 0, 0, ngtcp2_strerror((int)nw));
       return -1;
     }
-    if (ndata >= 0 && sid >= 0) {
-      nghttp3_conn_add_write_offset(c->h, sid, (uint64_t)ndata);
-      if (fin && (uint64_t)ndata == nghttp3_vec_len(vec, (size_t)n)) {
-        stream *s = find_stream(c, sid);
-        if (s && !s->fin_reported && s->submitted) {
-          s->fin_reported = 1;
-          emit(EV_SENT, c->id, sid, ts, s->queued, 0, NULL, 0, NULL, 0);
-        }
-      }
-    }
+    if (ndata >= 0 && sid >= 0) stream_written(c, sid, ndata, fin, vec, n, ts);
     if (nw == 0) {
       if (pos > buf) send_datagrams(c->fd, &c->remote, c->remote_len, buf, (size_t)(pos - buf), gso);
       if (paced(c)) ngtcp2_conn_update_pkt_tx_time(c->q, ts);
