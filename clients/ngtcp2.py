@@ -1,5 +1,7 @@
-"""``testbed client`` with ``quic_stack = "ngtcp2"``: Debian's gtlsclient (ngtcp2 0.12.1)
-makes the requests; its qlog becomes the testbed's RequestRecords.
+"""Debian's gtlsclient (ngtcp2 0.12.1's example client) as the interoperability peer of the
+testbed's native HTTP/3 server (tests/test_servers_ngtcp2.py, tests/test_peers.py): it makes
+the requests; its qlog becomes RequestRecords. Until issue 39 it was the ngtcp2 arm itself;
+``quic_stack = "ngtcp2"`` now runs the testbed's own endpoints (clients/h3native.py).
 
 The edge (:func:`run_requests`): one gtlsclient per request (warm-ups first, each a new
 connection, as ``connection = "new"`` means for aioquic), in the client's namespace at the

@@ -1,5 +1,7 @@
-"""``testbed serve`` with ``quic_stack = "ngtcp2"``: Debian's gtlsserver (ngtcp2 0.12.1)
-serves HTTP/3; its qlog becomes the testbed's server events.
+"""Debian's gtlsserver (ngtcp2 0.12.1's example server) as the interoperability peer of the
+testbed's native HTTP/3 client (tests/test_servers_ngtcp2.py): it serves the fixed workloads
+as files; its qlog becomes server events. Until issue 39 it was the ngtcp2 arm itself;
+``quic_stack = "ngtcp2"`` now runs the testbed's own endpoints (servers/h3native.py).
 
 The edge (:func:`run`): a document root whose files are the fixed workloads
 (tbcore.kinds.ngtcp2_routes(): ``tts`` is the audio, ``result`` the 5 MB image result...,
