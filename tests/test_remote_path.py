@@ -131,7 +131,11 @@ def test_connection_quick_on_a_remote_host(tmp_path: Path, request: pytest.Fixtu
     experiment = str(ROOT / "experiments" / "connection.toml")
     reps = 2 if request.config.getoption("--full") else 1
     with support_sshd.sshd_across("rpc", LINK, tmp_path / "sshd") as (host, up):
-        argv = _testbed_run(host, tmp_path / "out", experiment, "--quick", "--reps", str(reps))
+        # six attempts a run: on a host in a spell of steal three were not always enough for
+        # a valid run of each level (the judge is the same; the runner waits for the steal to
+        # fall before each new attempt)
+        argv = _testbed_run(host, tmp_path / "out", experiment, "--quick", "--reps", str(reps),
+                            "--attempts", "6")  # fmt: skip
         done = nsexec.run(up.client_ns, argv, capture_output=True, text=True, timeout=850)
     assert done.returncode == 0, done.stderr[-2000:]
     (result,) = (tmp_path / "out" / "connection").iterdir()
