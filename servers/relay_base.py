@@ -22,6 +22,11 @@ DEFAULT_WARMUP_BYTES = 2_000_000
 """Each warm-up upload: several BDPs of a 20 Mbit/s path, a sixth of one at 333 Mbit/s /
 200 ms; three rounds grow the window past the 354,640-byte audio on either."""
 CONNECT_TIMEOUT_S = 30.0
+UPSTREAM_DATAGRAM_BYTES = 1452
+"""The HTTP/3 long haul's QUIC datagrams (either stack's): a 1,500-byte MTU less IPv4 and UDP
+headers (28 bytes) and 20 bytes of margin, as the direct tuned HTTP/3 arms use."""
+H3_ERROR_REQUEST_CANCELLED = 0x010C
+"""RFC 9114 section 8.1: H3_REQUEST_CANCELLED, for a stream whose other half was reset."""
 KEEPALIVE_S = 10.0
 """A PING on an idle upstream this often (RFC 9113 section 6.7; RFC 9000 section 10.1.2):
 well inside the server's 60 s idle timeout (servers.config.DEFAULT_IDLE_TIMEOUT_S) and

@@ -49,18 +49,14 @@ from proto.tls import ensure_certificate
 from servers.config import DEFAULT_UDP_BUFFER_BYTES
 from servers.relay_base import (
     CONNECT_TIMEOUT_S,
+    H3_ERROR_REQUEST_CANCELLED,
     HOP_BY_HOP,
     KEEPALIVE_S,
+    UPSTREAM_DATAGRAM_BYTES,
     RelayState,
     StreamCallbacks,
     fetch,
 )
-
-UPSTREAM_DATAGRAM_BYTES = 1452
-"""The long haul's QUIC datagrams: a 1,500-byte MTU less IPv4 and UDP headers (28 bytes) and
-20 bytes of margin, as the direct tuned HTTP/3 arms use."""
-H3_ERROR_REQUEST_CANCELLED = 0x010C
-"""RFC 9114 section 8.1: H3_REQUEST_CANCELLED, for a stream whose other half was reset."""
 
 
 class CoalescingProtocol(AdaptedProtocol):

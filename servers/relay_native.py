@@ -20,15 +20,18 @@ from typing import Any
 
 from proto.native import engine as native
 from proto.native import wire
-from servers.relay_base import CONNECT_TIMEOUT_S, KEEPALIVE_S, StreamCallbacks
+from servers.relay_base import (
+    CONNECT_TIMEOUT_S,
+    H3_ERROR_REQUEST_CANCELLED,
+    KEEPALIVE_S,
+    UPSTREAM_DATAGRAM_BYTES,
+    StreamCallbacks,
+)
 
 UPSTREAM_CONN = 0
 """The engine's one connection."""
 STREAM_ID_STEP = 4
 """RFC 9000 section 2.1: a client's bidirectional streams are 4 apart."""
-UPSTREAM_DATAGRAM_BYTES = 1452
-"""As servers.relay_h3.UPSTREAM_DATAGRAM_BYTES (that module imports aioquic)."""
-H3_ERROR_REQUEST_CANCELLED = 0x010C
 
 
 class NativeUpstream:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import subprocess
 from collections.abc import Callable
@@ -242,13 +241,3 @@ class Engine:
         if self.transport is not None:
             self.transport.close()
         return code
-
-    def cpu_s(self) -> float | None:
-        """The engine's CPU time so far (user + system, /proc; None once reaped)."""
-        if self.proc is None:
-            return None
-        try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -271,10 +271,8 @@ typedef struct conn {
   FILE *qlog;
   uint64_t start_ns, next_sample_ns;
   uint64_t tx_pkts, rx_pkts;
-  int handshake_reported, closed, want_early, draining, early_refused;
+  int handshake_reported, closed, want_early, early_refused;
   int sampling; /* the last sample saw a stream open or bytes in flight */
-  uint64_t draining_until;
-  int64_t pending_tag; /* a request waiting for stream credit */
   void *src; /* the server's admission entry of its source (released when it goes) */
   struct scan *scans;
   int announced; /* the edge was told of it (its first packet was read) */
@@ -1083,7 +1081,7 @@ static void stream_written(conn *c, int64_t sid, ngtcp2_ssize ndata, int fin,
 }
 
 static int write_conn(conn *c) {
-  if (c->closed || c->draining) return 0;
+  if (c->closed) return 0;
   nghttp3_vec vec[16];
   ngtcp2_path_storage ps;
   ngtcp2_pkt_info pi;
@@ -1257,7 +1255,6 @@ static conn *new_conn(void) {
   conn *c = calloc(1, sizeof *c);
   if (!c) die("out of memory");
   c->fd = -1;
-  c->pending_tag = -1;
   ngtcp2_connection_close_error_default(&c->err);
   c->start_ns = now_ns();
   c->next_sample_ns = c->start_ns;
