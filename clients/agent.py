@@ -6,6 +6,10 @@ rounds then ``settings.agent_rounds`` measured ones over ``settings.protocol``;
 (reopened after a loss), ``0rtt`` (h3) a connection per round with the request as early
 data. A round is lost when its action has not arrived ``round_timeout`` after its
 request began (or its connection fails); ``recovery`` then decides what is done again.
+``outage_mode = "break"`` (with ``outage_after_round = k``): round k+1 goes out marked
+``break=1``, the server executes it and resets the connection instead of replying; the
+client, told by the reset, waits ``outage`` and goes on over a new connection (the
+chapter's §12.5.2: round 10's reply lost, 1 s to reconnect).
 Each acknowledged round is printed as ``progress N`` (N rounds acknowledged) on
 stdout (the harness times its link events by it). The rounds go to ``config.records_path`` as JSONL.
 """
@@ -87,6 +91,9 @@ def _record_agent(run: _Run, plan: RoundPlan, warmup: int, per_round: bool) -> N
             if settings.screenshot == "raw"
             else settings.screenshot_quality,
             "recovery": plan.recovery,
+            # a break is the client's to mark and wait out; a blackout is the link's
+            "outage_mode": settings.outage_mode if _breaks(settings) else None,
+            "outage": settings.outage_s if _breaks(settings) else None,
             "round_timeout": settings.timeout_s,
             "timeout": settings.timeout_s,
             "connection": "per round" if per_round else "one",
@@ -110,12 +117,16 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     per_round = settings.connection in ("new", "0rtt")
     closing: list[asyncio.Task[None]] = []
     _record_agent(run, plan, warmup, per_round)
+    pending_break = _breaks(settings)
     try:
         while not plan.finished:
             index, op, redone = plan.next_round()
             rec = AgentRound(
                 round=index, attempt=plan.attempt, op_id=op, redone=redone, warmup=index < warmup
             )
+            if pending_break and plan.acked - warmup == settings.outage_after_round:
+                rec.broken = True
+                pending_break = False
             rounds.append(rec)
             rec.start_s = time.monotonic()
             img = await _local_work(rec, index, settings.agent_local_s)
@@ -127,7 +138,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
                 RequestSpec(
                     "agent",
                     "POST",
-                    f"/agent?op={op}&round={index}",
+                    f"/agent?op={op}&round={index}{'&break=1' if rec.broken else ''}",
                     body=data,
                     expect_upload_sha256=hashlib.sha256(data).hexdigest(),
                 )
@@ -149,6 +160,10 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
                 print(f"lost {index}: {rec.error}", flush=True)
                 if losses > MAX_LOSSES:
                     break
+                if rec.broken:
+                    # the time to notice the break and reconnect (the chapter's 1 s)
+                    await asyncio.sleep(settings.outage_s)
+                    rec.resumed_s = time.monotonic()
             if per_round and conn is not None:
                 # the next round needs the action, not the old connection's close
                 closing.append(asyncio.create_task(_close(conn)))
@@ -165,6 +180,11 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
             run.keylog.close()
         run.applied.close()
     return rounds
+
+
+def _breaks(settings: Any) -> bool:
+    """Whether this task's outage is a connection break the client marks (outage_mode)."""
+    return settings.outage_after_round is not None and settings.outage_mode == "break"
 
 
 async def _one_round(run: _Run, rec: AgentRound, conn: Any, after_loss: bool) -> tuple[bool, Any]:

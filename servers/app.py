@@ -13,7 +13,9 @@ Routes:
   arrived (``processing_image_s / N`` each, one after the other) and its share of the result
   sent at once: the response starts while the upload goes on (docs/models.md section 2).
 - ``POST /agent?op=ID&round=N``: an agent round's screenshot; after ``agent_model_s`` the
-  action as JSON (a known op id: the stored action, executed once; :mod:`tbcore.agent`).
+  action as JSON (a known op id: the stored action, executed once; :mod:`tbcore.agent`);
+  with ``&break=1`` the round is executed and the connection reset instead of the reply
+  (the client's own connection: the agent's outage, knob ``outage_mode``).
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
 - ``GET /result``: the 5,000,000-byte image result (``retouched``) with no processing (it is
   ready), for several streams on one connection beside the audio.
@@ -100,6 +102,9 @@ class ResponsePlan:
 
     stop_reading: bool = False
     """True when the request body must not be read further (413, 404... with a body pending)."""
+    reset: bool = False
+    """After ``processing_s`` the edge resets the connection instead of answering (an agent
+    round marked ``break=1``: the reply lost, the connection reset, the chapter's §12.5.2)."""
     error: str | None = None
     """One-line reason for an error status, also logged."""
 
@@ -396,6 +401,7 @@ class Exchange:
             body=body,
             processing_s=wait_s,
             processing_knob="agent_model" if executed else None,
+            reset=query.get("break", [""])[-1] == "1",
         )
 
     def _answer_stream(self) -> ResponsePlan:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,8 @@ from servers.session import ExchangeStreams
 from tbcore.tcpinfo import read_bbr_info, read_tcp_info
 
 PROTO = "h2"
+LINGER_RESET = struct.pack("ii", 1, 0)
+"""SO_LINGER on, zero seconds: close() resets the connection (socket(7))."""
 IDLE_CHECK_FRACTION = 4
 FEED_SLICE_BYTES = 16 * 1024
 """Bytes handed to h2 at once: the abuse verdicts are checked between slices, so a 64 KB
@@ -493,6 +496,9 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
         await self._process(stream_id, plan)
         if self._closed:
             return
+        if plan.reset:
+            self._break(stream_id)
+            return
         sampling = self._sample_response(stream_id)
         self.h2.send_headers(
             stream_id,
@@ -519,6 +525,16 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
             except h2.exceptions.StreamClosedError:
                 pass
             self._flush()
+
+    def _reset_connection(self) -> None:
+        # SO_LINGER of zero: the close sends RST (RFC 9293 section 3.10.7.1), no FIN
+        if self.sock is not None:
+            try:
+                self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, LINGER_RESET)
+            except OSError as err:  # the socket already gone: the peer sees its end anyway
+                self._log("error", reason=f"connection break: {err}")
+        if self.transport is not None:
+            self.transport.abort()
 
     def _sender_state(self) -> dict[str, Any]:
         # TCP_INFO, and the kernel BBR's model (bw, min_rtt, gains) beside it as aioquic's

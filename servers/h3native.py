@@ -28,6 +28,8 @@ from tbcore.records import BBR_COUNTERS
 
 PROTO = "h3"
 H3_MESSAGE_ERROR = 0x010E
+H3_INTERNAL_ERROR = 0x0102
+"""RFC 9114 section 8.1: the code a connection break (ResponsePlan.reset) closes with."""
 """RFC 9114 section 8.1: a malformed request head."""
 
 
@@ -143,9 +145,16 @@ class NativeH3Connection(ExchangeStreams):
         else:
             self.sent_waiters[stream_id] = callback
 
+    def _reset_connection(self) -> None:
+        # CONNECTION_CLOSE (RFC 9000 section 10.2) from the engine; its Closed event ends us
+        self.engine.send(wire.Cmd.CLOSE, self.engine_conn, a=H3_INTERNAL_ERROR)
+
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
         await self._process(stream_id, plan)
         if self.terminated:
+            return
+        if plan.reset:
+            self._break(stream_id)
             return
         engine, conn = self.engine, self.engine_conn
         body_length = plan.body_length

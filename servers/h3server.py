@@ -37,7 +37,7 @@ from servers import app
 from servers.context import ServerContext
 from servers.guard import Admission, RetryPolicy, SourceRateLimiter
 from servers.h3scan import H3StreamScanner
-from servers.session import ExchangeStreams
+from servers.session import BREAK_REASON, ExchangeStreams
 from tbcore.bounded import BoundedStore
 
 PROTO = "h3"
@@ -139,10 +139,18 @@ class H3ServerProtocol(ExchangeStreams, edge.WatchedProtocol):
             reason=event.reason_phrase or None,
         )
 
+    def _reset_connection(self) -> None:
+        # CONNECTION_CLOSE (RFC 9000 section 10.2): the peer drops the connection at once
+        self._quic.close(error_code=H3ErrorCode.H3_INTERNAL_ERROR, reason_phrase=BREAK_REASON)
+        self.transmit()
+
     # -- responses -------------------------------------------------------------------------
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
         await self._process(stream_id, plan)
         if self.terminated:
+            return
+        if plan.reset:
+            self._break(stream_id)
             return
         body_length = plan.body_length
         sampling = self._sample_response(stream_id)

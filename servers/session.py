@@ -19,6 +19,8 @@ from servers import app
 from servers.context import ServerContext
 from tbcore.workloads import stream_chunk
 
+BREAK_REASON = "testbed: connection break (outage_mode break)"
+"""Why a marked agent round's connection was reset (servers.app ResponsePlan.reset)."""
 MAX_LOGGED_PRIORITY_UPDATES = 256
 """PRIORITY_UPDATEs logged per connection: the first ones say what the client asked for; a
 flood of them (bounded per 10 s by the abuse guard) must not fill the disk."""
@@ -212,6 +214,16 @@ class ExchangeStreams:
             del self.exchanges[stream_id]
         if not task.cancelled() and task.exception() is not None:
             self._log("error", stream=stream_id, reason=f"response failed: {task.exception()!r}")
+
+    def _break(self, stream_id: int) -> None:
+        """Reset the whole connection in place of this stream's response (``plan.reset``):
+        the round was executed, its reply is lost and the peer learns of it from the reset."""
+        self._log("connection_break", stream=stream_id)
+        self._reset_connection()
+
+    def _reset_connection(self) -> None:
+        """Drop the connection at once, telling the peer (TCP RST, QUIC CONNECTION_CLOSE)."""
+        raise NotImplementedError
 
     async def _process(self, stream_id: int, plan: app.ResponsePlan) -> None:
         """The route's processing time, before the response starts."""

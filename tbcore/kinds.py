@@ -424,9 +424,10 @@ register_workload(
 
 
 def _agent_events(s: Any) -> dict[int, list[str]]:
-    """The agent's link events: an outage after a round, an uplink rate change after one."""
+    """The agent's link events: a blackout after a round (a break is the client's and the
+    server's, not the link's), an uplink rate change after one."""
     events: dict[int, list[str]] = {}
-    if s.outage_after_round is not None:
+    if s.outage_after_round is not None and s.outage_mode == "blackout":
         events.setdefault(s.outage_after_round, []).append(f"outage:for={s.outage_s:g}s")
     if s.rate_change_after_round is not None and s.rate_change_bps is not None:
         events.setdefault(s.rate_change_after_round, []).append(

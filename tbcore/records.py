@@ -391,6 +391,14 @@ class UploadTruncated(ServerEventKind):
 
 
 @dataclass(frozen=True)
+class ConnectionBreak(ServerEventKind):
+    """The server reset the connection in place of a marked agent round's reply (the
+    agent's outage_mode break); ``stream`` is that round's."""
+
+    EVENT: ClassVar[str] = "connection_break"
+
+
+@dataclass(frozen=True)
 class ProcessingStart(ServerEventKind):
     EVENT: ClassVar[str] = "processing_start"
     tile: int | None = None
@@ -495,6 +503,7 @@ SERVER_EVENTS: dict[str, type[ServerEventKind]] = {
         Listening,
         ConnectionOpen,
         ConnectionClosed,
+        ConnectionBreak,
         RequestFirstByte,
         RequestBodyFirstByte,
         RequestLastByte,
@@ -809,6 +818,14 @@ class AgentRound(Record):
     sha256_ok: bool | None = col(doc="The server echoed the screenshot's SHA-256 and length.")
     error: str | None = col(doc="Why the round was lost (timeout, connection lost...).")
     detected_s: float | None = col(doc="A lost round: when the client gave it up.", unit="s")
+    broken: bool | None = col(
+        doc="The round the connection break took (outage_mode break): the server executed "
+        "it, then reset the connection instead of replying."
+    )
+    resumed_s: float | None = col(
+        doc="A round lost to the break: when the client's wait (outage) ended and it went on.",
+        unit="s",
+    )
     reconnected_s: float | None = col(
         doc="The first round after a loss: when its new connection was up.", unit="s"
     )

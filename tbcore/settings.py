@@ -48,6 +48,8 @@ TOPOLOGIES = kinds.TOPOLOGIES
 SCREENSHOT_MODES = ("raw", "webp", "jpeg")
 """tbcore.agent.SCREENSHOT_MODES: raw RGB or a Pillow codec."""
 RECOVERY_MODES = ("committed", "restart")
+OUTAGE_MODES = ("break", "blackout")
+"""How an agent task's outage interrupts it (knob ``outage_mode``)."""
 ROUTES = ("relay", "direct")
 """A relay topology's routes: through the relay's proxy, or IP-routed past it."""
 MULTIPATH_MODES = ("single", "mptcp", "split", "duplicate")
@@ -599,10 +601,17 @@ knob("recovery", kind="choice", default="committed", unit="", applies="client",
      how="after a lost round: resume after the last acknowledged one, or redo all",
      choices=RECOVERY_MODES, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("outage_after_round", kind="int", default=None, unit="count", applies="harness",
-     how="the link drops everything both ways once this many rounds are acknowledged",
+     how="the task is interrupted once this many rounds are acknowledged (outage_mode)",
      low=1, optional=True, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("outage", "outage_s", kind="duration", default=1.0, unit="s", applies="harness",
-     how="how long the outage of outage_after_round lasts", low=1e-3,
+     how="break: the client's wait from the reset to its reconnection; blackout: how long "
+     "the link drops everything", low=1e-3,
+     scope=Scope(workloads=("agent",), needs="outage_after_round"))  # fmt: skip
+knob("outage_mode", kind="choice", default="break", unit="", applies="client",
+     how="break: the next round is executed, its reply lost and the connection reset at "
+     "both ends, the client reconnecting after outage (the chapter's §12.5.2); blackout: "
+     "the link drops everything for outage and the transport may ride through it",
+     choices=OUTAGE_MODES,
      scope=Scope(workloads=("agent",), needs="outage_after_round"))  # fmt: skip
 knob("rate_change_after_round", kind="int", default=None, unit="count", applies="harness",
      how="the uplink changes rate once this many rounds are acknowledged", low=1,

@@ -32,6 +32,7 @@ def test_rounds_become_the_row(tmp_path: Path) -> None:
     settings = Settings(
         workload="agent", agent_rounds=3, connection="reused", link="cloud",
         agent_deadline_s=20.0, site_power_w=700, outage_after_round=1, outage_s=1.0,
+        outage_mode="blackout",
     )  # fmt: skip
     rounds = [
         _round(0, 100.0),
@@ -67,7 +68,10 @@ def test_rounds_become_the_row(tmp_path: Path) -> None:
 
 
 def test_an_unfinished_task_or_a_missing_outage_is_an_error(tmp_path: Path) -> None:
-    settings = Settings(workload="agent", agent_rounds=3, link="cloud", outage_after_round=1)
+    settings = Settings(
+        workload="agent", agent_rounds=3, link="cloud", outage_after_round=1,
+        outage_mode="blackout",
+    )  # fmt: skip
     write_jsonl(tmp_path / "records.jsonl", [_round(0, 100.0)])
     part = agent_rows.agent_part(settings, CLOUD, tmp_path, None, [])
     assert part.error == "agent task unfinished: 1 of 3 rounds"
@@ -83,7 +87,7 @@ def test_a_task_that_rode_through_the_outage_gets_the_bound_of_what_happened(
     # outage: no round lost, none redone (issue 27: the bound took a redo that never came)
     settings = Settings(
         workload="agent", agent_rounds=3, connection="reused", link="cloud",
-        outage_after_round=1, outage_s=1.0, recovery="restart",
+        outage_after_round=1, outage_s=1.0, recovery="restart", outage_mode="blackout",
     )  # fmt: skip
     write_jsonl(tmp_path / "records.jsonl", [_round(i, 100.0 + 3.6 * i) for i in range(3)])
     fired = [{"kind": "outage", "start_s": 104.0, "end_s": 105.0}]
@@ -103,7 +107,7 @@ def test_a_task_that_rode_through_the_outage_gets_the_bound_of_what_happened(
     # the plan held (a round lost, one redone from the store): the planned bound, no basis
     committed = Settings(
         workload="agent", agent_rounds=3, connection="reused", link="cloud",
-        outage_after_round=1, outage_s=1.0, recovery="committed",
+        outage_after_round=1, outage_s=1.0, recovery="committed", outage_mode="blackout",
     )  # fmt: skip
     rounds = [
         _round(0, 100.0),
@@ -116,6 +120,50 @@ def test_a_task_that_rode_through_the_outage_gets_the_bound_of_what_happened(
     assert cols["bound_basis"] is None
     bound = agent_rows.agent_bound(committed, CLOUD.link_spec, 798_720, 0.0)
     assert bound is not None and cols["bound_s"] == pytest.approx(bound.total_s)
+
+
+def test_a_connection_break_costs_the_wait_a_connection_and_the_redone_rounds(
+    tmp_path: Path,
+) -> None:
+    """outage_mode break (the default): no link event; the bound adds the client's wait
+    (outage) after the reset, one more connection and the rounds redone; the timeline runs
+    from the reset's arrival to the end of the wait; a break that never came is a basis."""
+    settings = Settings(
+        workload="agent", agent_rounds=3, connection="reused", link="cloud",
+        outage_after_round=1, outage_s=1.0, recovery="restart",
+    )  # fmt: skip
+    assert settings.outage_mode == "break"
+    rounds = [
+        _round(0, 100.0),
+        _round(1, 103.6, end_s=None, round_s=None, error="connection lost", detected_s=107.2,
+               broken=True, resumed_s=108.2),
+        _round(0, 108.2, attempt=1, redone=True, reconnected_s=108.8, new_connection=True),
+        _round(1, 111.8, attempt=1, redone=True),
+        _round(2, 115.4, attempt=1),
+    ]  # fmt: skip
+    write_jsonl(tmp_path / "records.jsonl", rounds)
+    part = agent_rows.agent_part(settings, CLOUD, tmp_path, None, [])
+    cols = part.columns
+    assert part.error is None and cols["bound_basis"] is None
+    assert cols["outage_start_s"] == pytest.approx(7.2)
+    assert cols["outage_end_s"] == pytest.approx(8.2)
+    assert cols["outage_back_s"] == pytest.approx(8.8)
+    planned = agent_rows.agent_bound(settings, CLOUD.link_spec, 798_720, 0.0)
+    plain = agent_rows.agent_bound(
+        Settings(workload="agent", agent_rounds=3, connection="reused", link="cloud"),
+        CLOUD.link_spec, 798_720, 0.0,
+    )  # fmt: skip
+    assert planned is not None and plain is not None
+    assert planned.reconnect_s == 1.0 and planned.outage_s == 0.0
+    assert planned.redone_rounds == 2 and planned.new_connections == plain.new_connections + 1
+    first = plain.first_round_s - plain.round_s  # a new connection's set-up and slow start
+    assert planned.total_s == pytest.approx(plain.total_s + 1.0 + first + 2 * plain.round_s)
+    assert cols["bound_s"] == pytest.approx(planned.total_s)
+    # the server never reset: nothing lost, nothing redone, and the row says so
+    write_jsonl(tmp_path / "records.jsonl", [_round(i, 100.0 + 3.6 * i) for i in range(3)])
+    cols = agent_rows.agent_part(settings, CLOUD, tmp_path, None, []).columns
+    assert cols["bound_s"] == pytest.approx(plain.total_s)
+    assert cols["bound_basis"].startswith("records: no round lost, 0 redone")
 
 
 def test_on_a_traced_uplink_the_bound_follows_the_trace_from_the_tasks_start(

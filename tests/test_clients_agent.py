@@ -104,3 +104,35 @@ async def test_a_0rtt_replay_of_an_operation_never_executes_twice(server: Server
     assert answers[1][1] == answers[0][1] == answers[2][1]
     assert answers[2][2].sha256_ok
     assert conn.protocol.early_data_accepted  # the last one did go as early data
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+@pytest.mark.parametrize("recovery", ["committed", "restart"])
+async def test_a_connection_break_loses_the_executed_round_and_reconnects(
+    server: ServerProcess, protocol: str, recovery: str
+) -> None:
+    """outage_mode break after one round: round 1 is executed and its connection reset (no
+    reply); the client learns it from the reset (long before its 20 s timeout), waits the
+    outage, and goes on over a new connection: committed gets round 1 from the server's
+    store, restart does round 0 and round 1 again as new operations."""
+    rounds = await run_agent(
+        config(
+            server, protocol, agent_rounds=3, connection="reused", outage_after_round=1,
+            outage_s=0.3, recovery=recovery,
+        )
+    )  # fmt: skip
+    lost = [r for r in rounds if r.error is not None]
+    assert len(lost) == 1 and lost[0].round == 1 and lost[0].broken
+    assert lost[0].detected_s - lost[0].start_s < 5.0  # the reset, not the timeout
+    assert lost[0].resumed_s - lost[0].detected_s == pytest.approx(0.3, abs=0.05)
+    after = rounds[rounds.index(lost[0]) + 1]
+    assert after.new_connection and after.reconnected_s is not None
+    assert after.start_s >= lost[0].resumed_s
+    if recovery == "committed":
+        assert [r.round for r in rounds] == [0, 1, 1, 2]
+        assert after.op_id == lost[0].op_id and after.executed is False
+    else:
+        assert [r.round for r in rounds] == [0, 1, 0, 1, 2]
+        assert after.op_id != rounds[0].op_id and after.executed is True
+    assert all(r.error is None and r.sha256_ok for r in rounds if r is not lost[0])
+    assert sum(1 for r in rounds if r.broken) == 1  # one break per task

@@ -115,6 +115,24 @@ def test_agent_rounds_on_one_connection(server: tuple[int, Path]) -> None:
     assert len(rounds) == 3 and all(r.error is None and r.executed for r in rounds)
 
 
+@pytest.mark.timeout(120)
+def test_a_connection_break_closes_the_connection_in_place_of_the_reply(
+    server: tuple[int, Path],
+) -> None:
+    """outage_mode break: the engine closes the connection (CONNECTION_CLOSE) once the round
+    is executed; the client loses that round at once and retries it from the store."""
+    settings = Settings(
+        **NATIVE, workload="agent", agent_rounds=2, connection="reused", outage_after_round=1,
+        outage_s=0.2,
+    )  # fmt: skip
+    rounds = run_agent_sync(ClientConfig(port=server[0], settings=settings))
+    assert [(r.round, r.error is None) for r in rounds] == [(0, True), (1, False), (1, True)]
+    lost, retry = rounds[1], rounds[2]
+    assert lost.broken and lost.detected_s - lost.start_s < 5.0
+    assert retry.new_connection and retry.executed is False and retry.op_id == lost.op_id
+    assert any(e["event"] == "connection_break" for e in read_events(server[1]))
+
+
 @pytest.mark.timeout(60)
 def test_the_engine_goes_with_its_edge() -> None:
     """A client killed before it could stop its engine leaves none behind: the engine reads

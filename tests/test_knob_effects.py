@@ -82,9 +82,15 @@ GROUPS: dict[str, dict[str, Any]] = {
 }  # fmt: skip
 """Knobs flipped together (a server process per group), chosen so that none of a group
 changes what another of it records."""
-NEEDED: dict[str, dict[str, Any]] = {"screenshot_quality": {"screenshot": "webp"}}
+NEEDED: dict[str, dict[str, Any]] = {
+    "screenshot_quality": {"screenshot": "webp"},
+    "outage_mode": {"outage_after_round": 1},
+}
 """Knobs that act only beside another (their Scope.needs): flipped alone over that base."""
-SINGLES = {key: {key: 50} for key in NEEDED}
+SINGLES = {
+    "screenshot_quality": {"screenshot_quality": 50},
+    "outage_mode": {"outage_mode": "blackout"},
+}
 
 LAYERS: dict[str, tuple[str, ...]] = {"h2": ("tcp", "h2"), "h3": ("quic",), "fec": ("fec",)}
 """What each protocol's connection records at each end."""
@@ -333,8 +339,11 @@ def harness_view(key: str, settings: Settings, topology: Any, run_dir: Path) -> 
             traffic, server="198.18.2.2", port=1, direction="up",
             duration_s=settings.cross_lead_s + 1.0,
         )  # fmt: skip
-    if key in ("outage_at", "outage_after_round", "outage", "rate_change_after_round",
-               "rate_change"):  # fmt: skip
+    if key in ("outage_after_round", "outage") and kind.records == "agent_round":
+        # a blackout is a link event; a break (the default) is in the task's bound
+        columns = agent_part(settings, topology, run_dir, None, []).columns
+        return kind.link_events(settings), columns.get("bound_s")
+    if key in ("outage_at", "rate_change_after_round", "rate_change"):
         return kind.link_events(settings)
     if key in ("agent_deadline", "site_power", "mss") and kind.records == "agent_round":
         return agent_part(settings, topology, run_dir, None, []).columns

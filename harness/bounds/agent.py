@@ -34,6 +34,9 @@ class AgentBound(AsDict):
     outage_s: float
     """The part of the outage nothing can use: its duration less the local work of the round
     it interrupts (which does not need the path)."""
+    reconnect_s: float = 0.0
+    """After a connection break: the client's wait from the reset to its reconnection (the
+    chapter's 1 s to reconnect, §12.5.2); nothing overlaps it."""
     stored_model_s: float = 0.0
     """Model time a redone round need not spend: committed recovery retries the same
     operation id, and the server may answer with the stored result."""
@@ -46,7 +49,7 @@ class AgentBound(AsDict):
     def __post_init__(self) -> None:
         done = self.rounds + self.redone_rounds - self.later_rounds
         parts = [done * self.round_s, self.later_rounds * self.later_round_s]
-        parts += [self.setup_s, self.feedback_s, self.outage_s]
+        parts += [self.setup_s, self.feedback_s, self.outage_s, self.reconnect_s]
         object.__setattr__(self, "total_s", math.fsum(parts) - self.stored_model_s)
 
 
@@ -83,19 +86,23 @@ def agent_task_time(
     slow_start: bool = True,
     redone_rounds: int = 0,
     outage_s: float = 0.0,
+    reconnect_s: float = 0.0,
     stored_rounds: int = 0,
     warm: bool = False,
     rate_change_after_round: int | None = None,
     rate_change_bps: float | None = None,
 ) -> AgentBound:
-    """``rounds`` rounds (plus ``redone_rounds`` after an outage of ``outage_s``, which
-    opens one more connection; ``stored_rounds`` of them may be answered from the server's
-    stored results, without model time) with a connection per round (``new``, ``0rtt``) or
-    one for the task (``reused``). ``slow_start=False`` leaves section 6 out (the chapter's
-    arithmetic); ``warm=True``: a reused connection is open and warm when the task starts."""
+    """``rounds`` rounds (plus ``redone_rounds`` after an outage of ``outage_s`` (a blackout:
+    the interrupted round's local work overlaps it) or a break followed by ``reconnect_s``
+    of waiting, either opening one more connection; ``stored_rounds`` of them may be
+    answered from the server's stored results, without model time) with a connection per
+    round (``new``, ``0rtt``) or one for the task (``reused``). ``slow_start=False`` leaves
+    section 6 out (the chapter's arithmetic); ``warm=True``: a reused connection is open
+    and warm when the task starts."""
     count = _count("rounds", rounds, minimum=1)
     redone = _count("redone_rounds", redone_rounds)
     outage = _non_negative("outage_s", outage_s)
+    reconnect = _non_negative("reconnect_s", reconnect_s)
     common: dict[str, Any] = {
         "rtt_s": rtt_s,
         "up_bps": up_bps,
@@ -117,7 +124,8 @@ def agent_task_time(
     # a reused connection is opened once, and once more after an outage
     # (``warm``: the task's reused connection is already open, its window grown: the
     # chapter's "remaining rounds")
-    connections = count + redone if per_round else opened_first + (1 if outage or redone else 0)
+    broke = outage or reconnect or redone
+    connections = count + redone if per_round else opened_first + (1 if broke else 0)
     local = local_s + encode_s
     feedback = cold.feedback_s + cold.window_s if slow_start else 0.0
     return AgentBound(
@@ -129,6 +137,7 @@ def agent_task_time(
         feedback_s=connections * feedback,
         redone_rounds=redone,
         outage_s=max(0.0, outage - local_s) if outage > 0 else 0.0,
+        reconnect_s=reconnect,
         stored_model_s=min(_count("stored_rounds", stored_rounds), redone) * model_s,
         **_later_rounds(count, rate_change_after_round, rate_change_bps, common),
     )

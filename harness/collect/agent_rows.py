@@ -48,18 +48,22 @@ class Recovery:
 
     redone_rounds: int
     outage_s: float
-    """The outage the bound counts (0: no round was lost to it)."""
+    """The blackout the bound counts (0: no round was lost to it)."""
     stored_rounds: int
+    reconnect_s: float = 0.0
+    """After a connection break (outage_mode break): the client's wait before reconnecting."""
 
     @classmethod
     def planned(cls, settings: Settings) -> Recovery:
         if settings.outage_after_round is None:
             return cls(0, 0.0, 0)
-        return cls(
+        return cls._of(
+            settings,
             bounds.agent_redone_rounds(settings.recovery, settings.outage_after_round),
-            settings.outage_s,
-            # committed retries the lost round's id: the server may already have executed it
+            # committed retries the lost round's id: the server has executed it (a break:
+            # always, before the reset) or may have (a blackout)
             1 if settings.recovery == "committed" else 0,
+            lost=True,
         )
 
     @classmethod
@@ -70,13 +74,20 @@ class Recovery:
         lost = any(r.error is not None or r.detected_s is not None for r in rounds)
         redone = [r for r in rounds if r.redone]
         stored = sum(1 for r in redone if r.executed is False)
-        return cls(len(redone), settings.outage_s if lost else 0.0, stored)
+        return cls._of(settings, len(redone), stored, lost=lost)
+
+    @classmethod
+    def _of(cls, settings: Settings, redone: int, stored: int, *, lost: bool) -> Recovery:
+        wait = settings.outage_s if lost else 0.0
+        if settings.outage_mode == "break":
+            return cls(redone, 0.0, stored, reconnect_s=wait)
+        return cls(redone, wait, stored)
 
     def differs(self, other: Recovery) -> str | None:
         """The premise of ``other`` (the plan) these records contradict, None if none."""
         if self == other:
             return None
-        lost = "a round lost" if self.outage_s else "no round lost"
+        lost = "a round lost" if self.outage_s or self.reconnect_s else "no round lost"
         return (
             f"records: {lost}, {self.redone_rounds} redone ({self.stored_rounds} from the "
             f"server's store); the plan's bound assumed a round lost, {other.redone_rounds} "
@@ -112,6 +123,7 @@ def agent_bound(
         mss_bytes=protocol.mss(settings),
         redone_rounds=recovery.redone_rounds,
         outage_s=recovery.outage_s,
+        reconnect_s=recovery.reconnect_s,
         stored_rounds=recovery.stored_rounds,
         warm=settings.warmup_requests > 0,
         rate_change_after_round=settings.rate_change_after_round,
@@ -164,7 +176,8 @@ def agent_part(
         out["total_s"] = end_s - start_s
         out.update(outage_timeline(rounds, fired, start_s))
     given = {f.get("kind") for f in fired if "start_s" in f}
-    if settings.outage_after_round is not None and "outage" not in given:
+    blackout = settings.outage_after_round is not None and settings.outage_mode == "blackout"
+    if blackout and "outage" not in given:
         error = error or "the outage was never given to the link"
     if settings.rate_change_after_round is not None and "rate" not in given:
         error = error or "the rate change was never given to the link"
@@ -224,9 +237,14 @@ def outage_timeline(
     detected = [r.detected_s for r in rounds if r.detected_s is not None]
     back = [r.reconnected_s for r in rounds if r.reconnected_s is not None]
     outages = [f for f in fired if f.get("kind") == "outage"]
+    broken = [r for r in rounds if r.broken and r.detected_s is not None]
     if outages:
         out["outage_start_s"] = outages[0]["start_s"] - start_s
         out["outage_end_s"] = outages[0]["end_s"] - start_s
+    elif broken:  # a break: from the reset's arrival to the end of the client's wait
+        out["outage_start_s"] = broken[0].detected_s - start_s  # type: ignore[operator]
+        if broken[0].resumed_s is not None:
+            out["outage_end_s"] = broken[0].resumed_s - start_s
     if detected:
         out["outage_detected_s"] = detected[0] - start_s
     if back:
