@@ -141,6 +141,9 @@ class _Run:
     async def open_h2(self, early: bool) -> Any:
         del early
         config = self.config
+        if not config.settings.tls:  # cleartext HTTP/2, prior knowledge (RFC 9113 s3.3)
+            self.offered = False
+            return await h2client.open_connection(config, None)
         if self.tls is None:
             self.tls = client_context(config.keylog_path)
         session = self.session if config.settings.resume else None

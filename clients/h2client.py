@@ -207,7 +207,11 @@ class H2Client:
                 "quickack": proto.quickack,
                 "ack_policy": proto.ack_policy,
             },
-            "h2": {"h2_window": proto.h2.inbound_flow_control_window},
+            "h2": {
+                "h2_window": proto.h2.inbound_flow_control_window,
+                "tls": proto.transport is not None
+                and proto.transport.get_extra_info("ssl_object") is not None,
+            },
         }
 
     async def request(
@@ -295,9 +299,11 @@ def _fill(
 
 
 async def open_connection(
-    config: ClientConfig, tls: ssl.SSLContext, session: ssl.SSLSession | None = None
+    config: ClientConfig, tls: ssl.SSLContext | None, session: ssl.SSLSession | None = None
 ) -> H2Client:
-    """TCP connect, then the TLS 1.3 handshake (resuming ``session`` if given)."""
+    """TCP connect, then the TLS 1.3 handshake (resuming ``session`` if given); ``tls``
+    None: HTTP/2 in cleartext from the connection preface on (prior knowledge, RFC 9113
+    section 3.3)."""
     loop = asyncio.get_running_loop()
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = tcp_socket(family, config.settings.multipath == "mptcp")
@@ -310,25 +316,32 @@ async def open_connection(
         async with asyncio.timeout(config.settings.timeout_s):
             await loop.sock_connect(sock, (config.host, config.port))
             tcp_connected = time.monotonic()
-            tls.session = session  # type: ignore[attr-defined]
-            transport, protocol = await loop.create_connection(
-                lambda: H2ClientProtocol(
+
+            def make() -> H2ClientProtocol:
+                return H2ClientProtocol(
                     config.settings.h2_window_bytes,
                     config.settings.quickack_socket,
                     config.settings.window_clamp_bytes,
                     config.settings.ack_policy,
-                ),
-                sock=sock,
-                ssl=tls,
-                server_hostname=config.server_name,
-                ssl_handshake_timeout=config.settings.timeout_s,
-            )
+                )
+
+            if tls is None:
+                transport, protocol = await loop.create_connection(make, sock=sock)
+            else:
+                tls.session = session  # type: ignore[attr-defined]
+                transport, protocol = await loop.create_connection(
+                    make,
+                    sock=sock,
+                    ssl=tls,
+                    server_hostname=config.server_name,
+                    ssl_handshake_timeout=config.settings.timeout_s,
+                )
         handshake_done = time.monotonic()
     except BaseException:
         sock.close()
         raise
     ssl_object = transport.get_extra_info("ssl_object")
-    if ssl_object is None or ssl_object.selected_alpn_protocol() != ALPN_H2:
+    if tls is not None and (ssl_object is None or ssl_object.selected_alpn_protocol() != ALPN_H2):
         transport.close()
         raise ConnectionError("server did not negotiate ALPN h2")
     port = config.port
@@ -339,6 +352,6 @@ async def open_connection(
         connect_start=connect_start,
         tcp_connected=tcp_connected,
         handshake_done=handshake_done,
-        resumed=bool(ssl_object.session_reused),
+        resumed=bool(ssl_object is not None and ssl_object.session_reused),
         authority=authority,
     )

@@ -290,7 +290,8 @@ class H2ServerProtocol(ExchangeStreams, asyncio.Protocol):
                 "ack_policy": settings.ack_policy,
             }
             applied.write("tcp", tcp, conn)
-        applied.write("h2", {"h2_window": self.h2.inbound_flow_control_window}, conn)
+        tls = self.transport is not None and self.transport.get_extra_info("ssl_object") is not None
+        applied.write("h2", {"h2_window": self.h2.inbound_flow_control_window, "tls": tls}, conn)
         gated = settings.send_policy != POLICY_NONE  # the pump's gate (_run_pump)
         applied.write("streams", {"send_policy": self.scheduler.policy if gated else None}, conn)
 
@@ -760,7 +761,7 @@ class H2Listener:
     """Accepts TCP connections itself so that the connection caps apply before the TLS
     handshake (a refused connection costs an accept and a close, not a key exchange)."""
 
-    def __init__(self, ctx: ServerContext, sock: socket.socket, tls: ssl.SSLContext) -> None:
+    def __init__(self, ctx: ServerContext, sock: socket.socket, tls: ssl.SSLContext | None) -> None:
         self.ctx = ctx
         self.sock = sock
         self.tls = tls
@@ -832,13 +833,15 @@ class H2Listener:
 
         protocol = H2ServerProtocol(self.ctx, on_lost=release)
         protocol.on_abuse = lambda: self._abused(source)
+        # tls None: cleartext HTTP/2 (settings.tls false; RFC 9113 section 3.3)
+        handshake: dict[str, Any] = {}
+        if self.tls is not None:
+            handshake = {
+                "ssl": self.tls,
+                "ssl_handshake_timeout": self.ctx.config.handshake_timeout_s,
+            }
         try:
-            await self._loop.connect_accepted_socket(
-                lambda: protocol,
-                conn,
-                ssl=self.tls,
-                ssl_handshake_timeout=self.ctx.config.handshake_timeout_s,
-            )
+            await self._loop.connect_accepted_socket(lambda: protocol, conn, **handshake)
         except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as err:
             release()
             conn.close()
@@ -872,9 +875,12 @@ MAX_REFUSAL_LOG_LINES = 100
 
 
 async def start_h2(ctx: ServerContext) -> tuple[H2Listener, tuple[str, int]]:
-    """Listen for HTTP/2 over TLS 1.3; returns the listener and the bound address."""
-    paths = ensure_certificate(ctx.config.cert_dir)
-    tls: ssl.SSLContext = server_context(paths, ctx.config.keylog_path)
+    """Listen for HTTP/2 over TLS 1.3 (in cleartext when ``settings.tls`` is false);
+    returns the listener and the bound address."""
+    tls: ssl.SSLContext | None = None
+    if ctx.config.settings.tls:
+        paths = ensure_certificate(ctx.config.cert_dir)
+        tls = server_context(paths, ctx.config.keylog_path)
     sock = make_listen_socket(ctx)
     host, port = sock.getsockname()[:2]
     return H2Listener(ctx, sock, tls), (host, port)

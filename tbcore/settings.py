@@ -435,6 +435,11 @@ knob("warmup_requests", kind="int", default=0, unit="count", applies="client",
      how="requests made first and flagged warm-up", low=0, high=MAX_REQUESTS,
      doc="Made first in the same client process (reused: on the same connection).",
      scope=Scope(workloads=("request", "agent")))  # fmt: skip
+knob("tls", kind="bool", default=True, unit="", applies="both",
+     how="false: HTTP/2 in cleartext over TCP with prior knowledge (RFC 9113 section 3.3), "
+     "no TLS handshake: the seed's plain-TCP request (the chapter's §12.3.1)",
+     scope=Scope(protocols=("h2",), workloads=("request", "agent"),
+                 topologies=("direct",)))  # fmt: skip
 knob("resume", kind="bool", default=False, unit="", applies="client",
      how="TLS session resumption on a new TCP connection (needs a warm-up request)",
      scope=Scope(protocols=("sessions",), workloads=("request", "agent")))  # fmt: skip

@@ -184,3 +184,26 @@ async def test_the_features_and_the_screenshot_go_up_whole(
     (record,) = await run_requests(client_config(server, protocol, workload=workload))
     assert record.ok, record.error
     assert record.up_bytes == size and record.sha256_ok
+
+
+async def test_h2_in_cleartext_has_no_tls_handshake(tmp_path: Path) -> None:
+    """tls = false (RFC 9113 section 3.3, prior knowledge): the server speaks HTTP/2 from the
+    connection preface on, both ends record tls false, no record of the client's shows a TLS
+    round trip (handshake done when TCP's is), and a TLS client is not served there."""
+    from tbcore.records import AppliedRecord
+    from tbcore.settings import Settings
+
+    document = tmp_path / "settings.json"
+    document.write_text(Settings(tls=False, processing_audio_s=0.005).to_json())
+    applied = tmp_path / "server-applied.jsonl"
+    args = ["--no-h3", "--settings", str(document), "--applied", str(applied)]
+    with ServerProcess(args) as proc:
+        config = client_config(proc, "h2", requests=2, connection="new", tls=False)
+        records = await run_requests(config)
+        assert all(r.ok and r.sha256_ok for r in records)
+        assert all(r.handshake_done - r.tcp_connected < 0.005 for r in records)
+        assert not any(r.resumed for r in records)
+        tls_client = await run_requests(client_config(proc, "h2", requests=1))
+        assert tls_client[0].error is not None
+    seen = [r.values.get("tls") for r in read_jsonl(applied, AppliedRecord) if r.layer == "h2"]
+    assert seen and not any(seen)

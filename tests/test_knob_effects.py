@@ -85,11 +85,14 @@ changes what another of it records."""
 NEEDED: dict[str, dict[str, Any]] = {
     "screenshot_quality": {"screenshot": "webp"},
     "outage_mode": {"outage_after_round": 1},
+    "tls": {},
 }
-"""Knobs that act only beside another (their Scope.needs): flipped alone over that base."""
+"""Knobs that act only beside another (their Scope.needs), or that change what a server
+serves (tls): flipped alone over that base."""
 SINGLES = {
     "screenshot_quality": {"screenshot_quality": 50},
     "outage_mode": {"outage_mode": "blackout"},
+    "tls": {"tls": False},
 }
 
 LAYERS: dict[str, tuple[str, ...]] = {"h2": ("tcp", "h2"), "h3": ("quic",), "fec": ("fec",)}

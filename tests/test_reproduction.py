@@ -111,7 +111,7 @@ def test_a_campaign_gets_every_id_and_the_json_fields(tmp_path: Path) -> None:
     for row in data:
         assert set(reproduction.JSON_FIELDS) <= set(row)
         assert row["verdict"] in (*reproduction.KINDS, reproduction.MEASURED)
-    direct = next(r for r in data if r["id"] == "F41" and r["experiment"] == "connection")
+    direct = next(r for r in data if r["id"] == "F41" and r["level"] == "h2-new")
     assert direct["verdict"] == "inconclusive" and direct["runs"] == 3
     assert direct["measured_median"] == pytest.approx(1449.0) and direct["ci_low"] is None
     assert "Form: quick" in text and "wall time 30.0 min" in text
@@ -128,7 +128,12 @@ def test_a_campaign_gets_every_id_and_the_json_fields(tmp_path: Path) -> None:
 def _verdicts(campaign: Path) -> dict[str, str]:
     reproduction.write_reproduction(campaign)
     data = json.loads((campaign / "reproduction.json").read_text())
-    return {r["id"]: r["verdict"] for r in data if r["experiment"] == "connection"}
+    # the synthetic campaign's two levels (its files have no h2c-new)
+    return {
+        r["id"]: r["verdict"]
+        for r in data
+        if r["experiment"] == "connection" and r["level"] in ("h2-new", "h2-reused")
+    }
 
 
 def test_verdicts_follow_runs_csv_when_the_report_is_rebuilt(tmp_path: Path) -> None:

@@ -495,3 +495,14 @@ def test_a_bad_chapter_form_is_one_line_naming_its_field() -> None:
     with pytest.raises(SpecError) as info:
         loads(GOOD).in_form("signed")
     assert info.value.field == "form"
+
+
+def test_cleartext_h2_refuses_what_needs_tls_or_is_not_h2() -> None:
+    """tls = false: HTTP/2 without TLS has no session to resume, and the knob acts on h2
+    alone (an HTTP/3 file that sets it is refused, not run with TLS anyway)."""
+    plain = GOOD.replace('protocol = "h2"', 'protocol = "h2"\ntls = false')
+    assert loads(plain).levels[0].settings.tls is False
+    resumed = plain.replace("tls = false", "tls = false\nresume = true\nwarmup_requests = 1")
+    assert _refused(resumed).field.endswith("resume")
+    h3 = H3_GOOD.replace('protocol = "h3"', 'protocol = "h3"\ntls = false')
+    assert "tls" in _refused(h3).field

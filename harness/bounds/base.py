@@ -43,6 +43,10 @@ SETUP_RTTS: dict[tuple[str, str], int] = {
     # TLS 1.3 early data still waits for TCP's SYN/SYN-ACK (TCP Fast Open is not modelled).
     ("h2", "0rtt"): 1,
     ("h2", "reused"): 0,
+    # HTTP/2 in cleartext (settings.tls false, RFC 9113 section 3.3): TCP's handshake only,
+    # the seed's plain-TCP request of the chapter's §12.3.1
+    ("h2c", "new"): 1,
+    ("h2c", "reused"): 0,
     ("h3", "new"): 1,  # QUIC combines transport and TLS 1.3 in one round trip (RFC 9000 s7)
     ("h3", "0rtt"): 0,  # resumed session, accepted 0-RTT data (RFC 9001 section 4.6)
     ("h3", "reused"): 0,
@@ -52,8 +56,18 @@ SETUP_RTTS: dict[tuple[str, str], int] = {
 }
 """Round trips before the first request byte may leave, by (protocol, connection)."""
 
-PROTOCOLS = ("h2", "h3")
-"""Protocols of :func:`request_time` (the FEC protocol has its own, :func:`fec_request_time`)."""
+PROTOCOLS = ("h2", "h3", "h2c")
+"""Protocols of :func:`request_time` (the FEC protocol has its own, :func:`fec_request_time`);
+``h2c`` is ``h2`` without TLS (:func:`setup_protocol`)."""
+CLEARTEXT_OF = {"h2c": "h2"}
+"""A bound's cleartext protocol and the registered protocol (tbcore.kinds) it runs on."""
+
+
+def setup_protocol(protocol: str, tls: bool) -> str:
+    """The name the bounds know a run's protocol by: ``h2`` without TLS is ``h2c``."""
+    return "h2c" if protocol == "h2" and not tls else protocol
+
+
 CONNECTIONS = ("new", "reused", "0rtt")
 
 MATHIS_C_PERIODIC = math.sqrt(3.0 / 2.0)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
 from harness.bounds.base import (
     BITS_PER_BYTE,
+    CLEARTEXT_OF,
     INITCWND_SEGMENTS,
     _count,
     _loss,
@@ -215,7 +216,7 @@ def _transfer(
     :data:`TCP_MSS_BYTES` for h2, :data:`QUIC_MAX_DATAGRAM_BYTES` for h3)."""
     if mss_bytes is None:
         setup_rtts(protocol, "reused")  # a protocol the bounds know (one-line SpecError)
-        mss_bytes = kinds.protocol(protocol).mss(DEFAULT_SETTINGS)
+        mss_bytes = kinds.protocol(CLEARTEXT_OF.get(protocol, protocol)).mss(DEFAULT_SETTINGS)
     return (
         _positive("up_bps", up_bps),
         _positive("down_bps", down_bps),

@@ -151,6 +151,8 @@ def check_consistent(settings: Settings, topology: Topology, where: str) -> None
                     f"{settings.protocol} paces at a measured rate capped by the path's: the "
                     f"link has no {name} rate (set one, or {key})",
                 )
+    if settings.resume and not settings.tls:
+        raise SpecError(f"{where}.resume", "resumes a TLS session: tls = false has none")
     if settings.resume and settings.warmup_requests < 1:
         raise SpecError(f"{where}.warmup_requests", "resume needs >= 1 warm-up request")
     if settings.pace_at_path_rate and settings.max_pacing_rate_bps is not None:
