@@ -231,9 +231,10 @@ async def run_multipath(
         sources: list[str | None] = [config.sources[0] if mode == "single" else None]
     else:
         sources = list(config.sources)
-    config.applied.write(
-        "upload", {"multipath": mode, "size": config.size_bytes, "timeout": config.timeout_s}
-    )
+    values = {"multipath": mode, "size": config.size_bytes, "timeout": config.timeout_s}
+    if mode == "duplicate":  # only duplication cuts the payload into numbered chunks
+        values["chunk_size"] = config.chunk_bytes
+    config.applied.write("upload", values)
     clients = [
         await _opened(
             config, await open_connection(_client_config(config, s, mode == "mptcp"), tls), i
@@ -533,6 +534,7 @@ def upload_config(
         port=port,
         sources=sources,
         size_bytes=settings.size_bytes or workloads.IMAGE_SIZE_BYTES,
+        chunk_bytes=settings.chunk_bytes or DEFAULT_CHUNK_BYTES,
         cc=settings.cc,
         timeout_s=settings.timeout_s,
         settings=settings,

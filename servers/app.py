@@ -131,8 +131,9 @@ def _error(status: int, reason: str, extra: list[tuple[str, str]] | None = None)
 class AppConfig:
     processing_audio_s: float = KNOBS["processing_audio"].default
     processing_image_s: float = KNOBS["processing_image"].default
-    max_body_bytes: int = 64_000_000
+    max_body_bytes: int = 72_000_000
     agent_model_s: float = KNOBS["agent_model"].default
+    processing_restore_s: float = KNOBS["processing_restore"].default
 
 
 AGENT_OPS = agent.OpStore()
@@ -344,8 +345,12 @@ class Exchange:
         return self._payload_plan(self._upload_headers())
 
     def _answer_digest(self) -> ResponsePlan:
+        """The upload's SHA-256 and length, after the route's processing (a restore)."""
         answer = {"upload_sha256": self.upload_sha256, "upload_length": self.received_bytes}
-        return _json_plan(200, answer, self._upload_headers())
+        plan = _json_plan(200, answer, self._upload_headers())
+        plan.processing_s = self._processing_s()
+        plan.processing_knob = self._spec.processing
+        return plan
 
     def _answer_chunk(self) -> ResponsePlan:
         query = parse_qs(urlsplit(self.head.path).query)

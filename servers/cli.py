@@ -97,7 +97,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--applied", type=Path, default=None, help="JSONL: what the server put in force"
     )
     add_flags(parser, "server")
-    parser.add_argument("--max-body", default="64mb", help="413 above this body size")
+    parser.add_argument("--max-body", default="72mb", help="413 above this body size")
     parser.add_argument(
         "--samples", type=Path, default=None, help="sender-side in-flight samples (CSV)"
     )

@@ -19,8 +19,8 @@ from tbcore.errors import SpecError
 from tbcore.sampler import check_sample_hz
 from tbcore.settings import HasSettings, Settings
 
-DEFAULT_MAX_BODY_BYTES = 64_000_000
-"""Request bodies above this get 413; the 30 MB image fits."""
+DEFAULT_MAX_BODY_BYTES = 72_000_000
+"""Request bodies above this get 413; the 30 MB image and the 64 MiB migrated state fit."""
 DEFAULT_PORT = 8443
 DEFAULT_UDP_BUFFER_BYTES = 8 * 1024 * 1024
 """UDP SO_RCVBUF/SO_SNDBUF: loopback overflows the 208 KB default (docs/machine.md)."""

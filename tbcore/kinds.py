@@ -398,6 +398,8 @@ for _name, _results in (
 for _name, _path, _payload in (
     ("features-upload", "/features", "features"),  # §12.2.2: the encoder's output sent
     ("screenshot-upload", "/screen", "screenshot"),  # §12.2.2: the screenshot sent instead
+    ("text-prefix", "/text", "prefix-full"),  # §12.5.2: the text agent resending its prefix
+    ("text-kept", "/text-kept", "prefix-kept"),  # §12.5.2: the server keeps the state
 ):
     register_workload(
         WorkloadKind(
@@ -410,6 +412,19 @@ for _name, _path, _payload in (
             traits=_REQUEST,
         )
     )
+register_workload(
+    WorkloadKind(
+        "migrate",  # §12.2.3: a session's state over the link, then its restore
+        lambda s: workloads.STATE_SIZE_BYTES,
+        lambda s: 0,
+        lambda s: s.processing_restore_s,
+        route=HttpRoute(
+            "POST", "/migrate", answer="digest", upload="state", processing="processing_restore"
+        ),
+        label="state",
+        traits=("request", "restore_processing"),
+    )
+)
 register_workload(
     WorkloadKind(
         "sink",

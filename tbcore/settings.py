@@ -469,6 +469,11 @@ knob("outage_at", "outage_at_s", kind="duration", default=None, unit="s", applie
 knob("size", "size_bytes", kind="size", default=None, unit="bytes", applies="client",
      how="upload: the bytes of the upload (None: the 30 MB image)", low=1,
      high=30_000_000, optional=True, scope=Scope(workloads=("upload",)))  # fmt: skip
+knob("chunk_size", "chunk_bytes", kind="size", default=None, unit="bytes", applies="client",
+     how="upload, multipath duplicate: the numbered chunks each path carries a copy of "
+     "(None: 1 MB; the chapter's §12.4.3 duplicates 640-byte audio chunks)", low=1,
+     high=30_000_000, optional=True,
+     scope=Scope(workloads=("upload",), needs="multipath"))  # fmt: skip
 knob("multipath", kind="choice", default="single", unit="", applies="both",
      how="how an upload uses two paths", choices=MULTIPATH_MODES,
      doc="single (the first path), mptcp (IPPROTO_MPTCP at both ends; the kernel's "
@@ -584,6 +589,10 @@ knob("processing_audio", "processing_audio_s", kind="duration", default=0.030, u
 knob("processing_image", "processing_image_s", kind="duration", default=0.300, unit="s",
      applies="server", how="asyncio.sleep per image request (retouch)", low=0,
      scope=Scope(workloads=("image_processing",)))  # fmt: skip
+knob("processing_restore", "processing_restore_s", kind="duration", default=1.0, unit="s",
+     applies="server", how="asyncio.sleep after a migrated state arrives (its restore, the "
+     "chapter's 1 s of §12.2.3)", low=0,
+     scope=Scope(workloads=("restore_processing",)))  # fmt: skip
 knob("timeout", "timeout_s", kind="duration", default=60.0, unit="s", applies="client",
      how="limit on each connect and each request", low=1e-3, scope=EVERYWHERE)  # fmt: skip
 # the agent workload (issue 13; the chapter's §12.1.3, §12.3.1, §12.5)

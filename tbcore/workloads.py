@@ -32,6 +32,13 @@ FEATURES_SIZE_BYTES = 400 * 4 * 2560 * 2
 BF16 values (the chapter's §12.2.2)."""
 SCREENSHOT_UPLOAD_BYTES = 800_000
 """The chapter's 0.8 MB screenshot, sent as it is (§12.1.3, §12.2.2)."""
+STATE_SIZE_BYTES = 64 * 1024 * 1024
+"""67,108,864 bytes: the session state migrated to another site (64 MiB, the chapter's
+§12.2.3)."""
+PREFIX_FULL_BYTES = 66_207
+"""The text agent's whole prefix sent every round (the chapter's §12.5.2)."""
+PREFIX_KEPT_BYTES = 10_193
+"""The text agent's round when the server keeps its state: only what is new (§12.5.2)."""
 STREAM_SAMPLE_RATE_HZ = 24_000
 STREAM_CHUNK_DURATION_S = 0.020
 STREAM_BYTES_PER_SAMPLE = 2
@@ -65,6 +72,9 @@ WORKLOADS: dict[str, Workload] = {
         Workload("retouched", RETOUCHED_SIZE_BYTES, "response of POST /retouch"),
         Workload("features", FEATURES_SIZE_BYTES, "visual features, upload of POST /features"),
         Workload("screenshot", SCREENSHOT_UPLOAD_BYTES, "the screenshot, upload of POST /screen"),
+        Workload("state", STATE_SIZE_BYTES, "a session's state, upload of POST /migrate"),
+        Workload("prefix-full", PREFIX_FULL_BYTES, "the text agent's prefix, POST /text"),
+        Workload("prefix-kept", PREFIX_KEPT_BYTES, "its new part alone, POST /text-kept"),
     )
 }
 

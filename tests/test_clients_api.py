@@ -175,12 +175,20 @@ def test_cli_refuses_0rtt_over_h2() -> None:
 
 @pytest.mark.parametrize("protocol", ["h2", "h3"])
 @pytest.mark.parametrize(
-    ("workload", "size"), [("features-upload", 8_192_000), ("screenshot-upload", 800_000)]
+    ("workload", "size"),
+    [
+        ("features-upload", 8_192_000),
+        ("screenshot-upload", 800_000),
+        ("text-prefix", 66_207),
+        ("text-kept", 10_193),
+        ("migrate", 67_108_864),
+    ],
 )
-async def test_the_features_and_the_screenshot_go_up_whole(
+async def test_the_fixed_uploads_go_up_whole(
     server: ServerProcess, protocol: str, workload: str, size: int
 ) -> None:
-    """§12.2.2's two uploads: every byte arrives and its SHA-256 is the one sent."""
+    """§12.2.2's two uploads, §12.5.2's text prefixes and §12.2.3's migrated state: every
+    byte arrives and its SHA-256 is the one sent."""
     (record,) = await run_requests(client_config(server, protocol, workload=workload))
     assert record.ok, record.error
     assert record.up_bytes == size and record.sha256_ok

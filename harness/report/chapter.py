@@ -221,9 +221,15 @@ FINDINGS: tuple[Finding, ...] = (
       measure=level_value("features", "screenshot", column="server_receive_s"),
       bound=m.text(800_000 * 8 / (6.4 * MBIT), "s", "MODELS 1: S / B"),
       departure=HTTP2_FRAMING),
-    _unmeasured("F23", "§12.2.3", "Migrating a 64 MiB session over 80 Mbit/s, then 1 s of "
-                "restore", "about 7.7 s", "no migration step (state over the link, then a "
-                "restore time) yet; computed (kind C rows)", value=7.7, unit="s"),
+    F("F23", "§12.2.3", "Migrating a 64 MiB session over 80 Mbit/s, then 1 s of restore",
+      "about 7.7 s", value=7.7, unit="s", experiment="migration",
+      measure=level_value("migration", "as-chapter"),
+      bound=m.runs_bound_of("migration", "as-chapter"), departure=HTTP2_FRAMING),
+    F("F23", "§12.2.3", "... of which the restore", "1 s", value=1.0, unit="s",
+      experiment="migration",
+      measure=level_difference("migration", "as-chapter", "no-restore"),
+      bound=m.fixed("1 s (the restore the server waits)"),
+      tolerance=half_effect(1.0, "1 s restore")),
     _unmeasured("F24", "§12.2.4", "144 start-ups of short exchanges over unaggregated "
                 "54 Mbit/s Wi-Fi", "about 19.3 ms", "no workload makes 144 dependent short "
                 "exchanges over the air link yet; computed (kind C rows)", value=19.3,
@@ -420,9 +426,11 @@ FINDINGS: tuple[Finding, ...] = (
     _unmeasured("F51", "§12.4.3", "Failure of duplication behind a shared end point",
                 "2.5 %", "needs failure injection per trial (p1, p2, q drawn per trial, "
                 "seeded); computed (kind C rows)", value=2.5, unit="%"),
-    _unmeasured("F52", "§12.4.3", "8 chunks of 640 B duplicated: 5,120 -> 10,240 B",
-                "10,240 B", "no level duplicates the 640-byte chunks over two paths yet",
-                value=10240.0, unit="B"),
+    F("F52", "§12.4.3", "8 chunks of 640 B duplicated over both paths: 5,120 -> 10,240 B sent",
+      "10,240 B", value=10240.0, unit="B", experiment="multipath",
+      measure=level_value("multipath", "duplicate-chunks", column="bytes_sent_app", unit="B"),
+      bound=m.fixed("10,240 B (every chunk on both paths)"),
+      tolerance=Tolerance(absolute=0.0, reason="a byte count: exact")),
     F("F53", "§12.5.1", "The original service for the remaining 20 rounds (rounds 11-30 of the "
       "30-round task on one connection)", "70 s", value=70.0, unit="s",
       experiment="agent-connection",
@@ -457,9 +465,20 @@ FINDINGS: tuple[Finding, ...] = (
       measure=level_value("agent-deployment", "cloud-3.5mbit", rounds=20),
       bound=m.text(site_task_s("cloud", 3.5 * MBIT), "s", "docs/models.md §18"),
       deadline_s=45.0, meets=False, departure=HTTP2_FRAMING),
-    _unmeasured("F59", "§12.5.2", "With the measured 2.83x on both GPUs, the cloud wins above "
-                "about 73 Mbit/s", "73 Mbit/s", "no level scales the sites' model times by the "
-                "measured factor; computed (kind C rows)", value=73.0, unit="Mbit/s"),
+    F("F59", "§12.5.2", "With the measured 2.83x decode overhead: the nearby site", "16.04 s",
+      value=16.04, unit="s", experiment="agent-deployment",
+      measure=level_value("agent-deployment", "near-2.83x", rounds=20),
+      bound=m.runs_bound_of("agent-deployment", "near-2.83x"), departure=HTTP2_FRAMING),
+    F("F59", "§12.5.2", "... the cloud without the upload", "14.29 s", value=14.29, unit="s",
+      experiment="agent-deployment",
+      measure=level_value("agent-deployment", "cloud-2.83x-free-upload", rounds=20),
+      bound=m.runs_bound_of("agent-deployment", "cloud-2.83x-free-upload"),
+      departure=Departure("the 'free' upload is 0.8 MB at 1 Gbit/s here: 0.13 s of the task",
+                          +1)),
+    F("F59", "§12.5.2", "... the cloud wins above about 73 Mbit/s (20 uploads of 0.8 MB in the "
+      "1.75 s between them)", "73 Mbit/s", value=73.0, unit="Mbit/s",
+      experiment="agent-deployment", measure=m.crossover_rate,
+      bound=m.fixed("73 Mbit/s (docs/models.md §18)")),
     F("F60", "§12.5.2", "Ten rounds at 6 Mbit/s and ten at 10 against a constant 8 (the same "
       "mean): the varying uplink is slower", "+1.1 s", value=1.1, unit="s",
       experiment="agent-rate",
@@ -469,9 +488,12 @@ FINDINGS: tuple[Finding, ...] = (
       "the distribution of upload times (slow rounds come in runs)", "P(T <= 45 s) >= 0.99",
       experiment="agent-trace", measure=m.deadline_probability,
       bound=m.fixed("MODELS 13, 14: each run's bound from the rates its trace offered")),
-    _unmeasured("F62", "§12.5.2", "A text agent keeping its state: 66,207 -> 10,193 B up",
-                "1.3 ms at 333 Mbit/s", "no workload replays the text agent's prefixes; "
-                "computed (kind C rows)", value=1.3, unit="ms"),
+    F("F62", "§12.5.2", "A text agent keeping its state: 10,193 instead of 66,207 B up, at "
+      "333 Mbit/s on a warm connection", "-1.3 ms", value=-1.3, unit="ms",
+      experiment="text-agent",
+      measure=level_difference("text-agent", "kept", "prefix", unit="ms"),
+      bound=m.fixed("-1.35 ms (56,014 B at 333 Mbit/s)"),
+      tolerance=half_effect(1.3, "1.3 ms saving")),
     F("F63", "§12.5.2", "A break at round 10, committed progress: meets 45 s", "34.2 s",
       value=34.2, unit="s", experiment="agent-outage", measure=m.outage_task("committed"),
       bound=m.runs_bound_of("agent-outage", "committed"), deadline_s=45.0, meets=True,
@@ -490,9 +512,12 @@ FINDINGS: tuple[Finding, ...] = (
     _unmeasured("F65", "§12.5.3", "The decision table: cloud at 6.4 Mbit/s, near at 3.5, the "
                 "cloud never below 11.6 s", "the table", "a summary of rows F54, F57, F58 "
                 "and F63: each is judged there"),
-    _unmeasured("F66", "§12.5.4", "A trajectory of 8 s of model and 2 s of the rest: model 10x "
-                "faster gives 2.8 s", "2.8 s", "no level runs a fixed trajectory with a "
-                "model-time factor yet", value=2.8, unit="s"),
+    F("F66", "§12.5.4", "A trajectory of 8 s of model and 2 s of the rest", "10 s", value=10.0,
+      unit="s", experiment="trajectory", measure=level_value("trajectory", "as-is"),
+      bound=m.runs_bound_of("trajectory", "as-is")),
+    F("F66", "§12.5.4", "... the model 10x faster gives 2.8 s (3.57x), not 1 s", "2.8 s",
+      value=2.8, unit="s", experiment="trajectory", measure=level_value("trajectory", "model-10x"),
+      bound=m.runs_bound_of("trajectory", "model-10x")),
 )
 # fmt: on
 """The measured rows (kind M), one or more a finding, in the chapter's order."""

@@ -24,6 +24,7 @@ from harness.report.findings import (
     runs_bound,
     table_medians,
 )
+from tbcore.agent import RAW_SCREEN_BYTES
 from tbcore.kinds import H2_CHUNK_OVERHEAD_BYTES
 from tbcore.stats import median_ci_order
 
@@ -603,3 +604,37 @@ def wire_bytes_at_sizes(experiment: str, level: str, packet_bytes: int, ack_byte
         return Measured(text, median, runs=len(values), low=low, high=high)
 
     return reads(experiment, level)(measure)
+
+
+SCREEN_BITS_20_ROUNDS = 20 * RAW_SCREEN_BYTES * 8
+"""Twenty raw screenshots (the cloud's uploads over the remaining rounds, §12.5.2)."""
+FREE_UPLOAD_BPS = 1e9
+"""agent-deployment's cloud-2.83x-free-upload uplink: its 20 uploads take 0.13 s."""
+
+
+@reads("agent-deployment", "near-2.83x", "cloud-2.83x-free-upload")
+def crossover_rate(results: Results) -> Measured:
+    """F59's threshold from two measured tasks: the cloud's uplink rate at which 20 raw
+    screenshots take the time between the nearby site's task and the cloud's without its
+    uploads (that task less its 0.13 s of 1 Gbit/s uploads); the interval from the two
+    levels' intervals at their far ends (conservative)."""
+    near = level_value("agent-deployment", "near-2.83x", rounds=20)(results)
+    cloud = level_value("agent-deployment", "cloud-2.83x-free-upload", rounds=20)(results)
+    free_s = SCREEN_BITS_20_ROUNDS / FREE_UPLOAD_BPS
+    gap = near.value - (cloud.value - free_s)  # type: ignore[operator]
+    gap_low = near.low - (cloud.high - free_s)
+    gap_high = near.high - (cloud.low - free_s)
+    runs = min(near.runs, cloud.runs)
+    if gap <= 0:
+        return Measured(
+            f"the cloud without uploads is not faster here ({gap:.2f} s): no threshold",
+            math.inf, runs=runs, reason="the cloud's task is as long as the nearby site's",
+        )  # fmt: skip
+    rate = SCREEN_BITS_20_ROUNDS / gap / MBIT
+    low = SCREEN_BITS_20_ROUNDS / gap_high / MBIT if gap_high > 0 else math.nan
+    high = SCREEN_BITS_20_ROUNDS / gap_low / MBIT if gap_low > 0 else math.inf
+    text = (
+        f"{rate:.1f} Mbit/s (near {near.value:.2f} s, cloud without uploads "
+        f"{cloud.value - free_s:.2f} s: {gap:.2f} s apart; {runs} runs a level)"
+    )
+    return Measured(text, rate, runs=runs, low=low, high=high, scaled=near.scaled)

@@ -30,6 +30,7 @@ UNIT_SCALE = {
     "J": 1.0,
     "MB": 1e-6,
     "rounds": 1.0,
+    "B": 1.0,
     "symbols": 1.0,
     "": 1.0,
 }
@@ -65,7 +66,7 @@ def fmt(value: float | None, unit: str) -> str:
     if value is None or not math.isfinite(value):
         return "–"
     size = abs(value)
-    digits = 0 if unit in ("rounds", "J") else 1 if size >= 100 else 2 if size >= 1 else 3
+    digits = 0 if unit in ("rounds", "J", "B") else 1 if size >= 100 else 2 if size >= 1 else 3
     return f"{value:.{digits}f} {unit}".strip()
 
 

@@ -151,6 +151,8 @@ def check_consistent(settings: Settings, topology: Topology, where: str) -> None
                     f"{settings.protocol} paces at a measured rate capped by the path's: the "
                     f"link has no {name} rate (set one, or {key})",
                 )
+    if settings.chunk_bytes is not None and settings.multipath != "duplicate":
+        raise SpecError(f"{where}.chunk_size", "only multipath duplicate sends numbered chunks")
     if settings.resume and not settings.tls:
         raise SpecError(f"{where}.resume", "resumes a TLS session: tls = false has none")
     if settings.resume and settings.warmup_requests < 1:
