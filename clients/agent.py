@@ -40,10 +40,10 @@ CLOSE_WAIT_S = 1.0
 PROGRESS_MARK = "progress"
 
 
-async def _local_work(rec: AgentRound, index: int, local_s: float) -> Any:
+async def _local_work(rec: AgentRound, index: int, local_s: float, screen: str) -> Any:
     """Capture (render) the screen, then the rest of the local work's duration."""
     t0 = time.monotonic()
-    img = render_screen(index)
+    img = render_screen(index, screen=screen)
     rec.render_s = time.monotonic() - t0
     left = local_s - (time.monotonic() - t0)
     if left > 0:
@@ -86,6 +86,7 @@ def _record_agent(run: _Run, plan: RoundPlan, warmup: int, per_round: bool) -> N
             "warmup_requests": warmup,
             "agent_local": settings.agent_local_s,
             "screenshot": settings.screenshot,
+            "screen": settings.screen,
             # the quality reaches a codec only (raw bytes have none)
             "screenshot_quality": None
             if settings.screenshot == "raw"
@@ -129,7 +130,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
                 pending_break = False
             rounds.append(rec)
             rec.start_s = time.monotonic()
-            img = await _local_work(rec, index, settings.agent_local_s)
+            img = await _local_work(rec, index, settings.agent_local_s, settings.screen)
             data, rec.encode_s = encode_screen(
                 img, settings.screenshot, settings.screenshot_quality
             )

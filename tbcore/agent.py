@@ -29,13 +29,23 @@ RAW_SCREEN_BYTES = SCREEN_WIDTH_PX * SCREEN_HEIGHT_PX * 3
 CODECS = {"webp": "WEBP", "jpeg": "JPEG"}
 """``screenshot`` values that compress, with Pillow's format name; ``raw`` sends RGB."""
 SCREENSHOT_MODES = ("raw", *CODECS)
+SCREENS = ("desktop", "photo")
+"""What the screen shows: a desktop of windows and text (compresses to 30-80 kB), or an
+image viewer filling it with fine random detail (at JPEG quality 96 about 207 kB: the
+chapter's 0.2 MB compressed screenshot, §12.1.3)."""
+PHOTO_DETAIL = 3
+"""The photo viewer's texture: random pixels at a third of the screen's resolution, scaled
+up (bilinear): detail a codec cannot drop, as a photograph's."""
 RECOVERY_MODES = ("committed", "restart")
 ACTIONS = ("click", "type", "scroll", "drag")
 
 
-def render_screen(round_index: int, seed: int = 0) -> Any:
+def render_screen(round_index: int, seed: int = 0, screen: str = "desktop") -> Any:
     """A synthetic desktop (gradient wallpaper, windows with title bars and text, icons,
-    a taskbar, a cursor) as a Pillow RGB image; equal arguments, equal pixels."""
+    a taskbar, a cursor) as a Pillow RGB image, or (``screen = "photo"``) the same desktop
+    with a photo viewer maximized over it; equal arguments, equal pixels."""
+    if screen not in SCREENS:
+        raise ValueError(f"screen {screen!r}")
     from PIL import Image, ImageDraw
 
     w, h = SCREEN_WIDTH_PX, SCREEN_HEIGHT_PX
@@ -86,10 +96,30 @@ def render_screen(round_index: int, seed: int = 0) -> Any:
         f"{(round_index // 60) % 24:02d}:{round_index % 60:02d}",
         fill=(255, 255, 255),
     )
+    if screen == "photo":
+        _photo_viewer(img, round_index, seed)
+        draw = ImageDraw.Draw(img)
     # cursor
     cx, cy = (round_index * 53) % (w - 20), (round_index * 31) % (h - 40)
     draw.polygon([(cx, cy), (cx, cy + 18), (cx + 5, cy + 13), (cx + 12, cy + 13)], fill=(0, 0, 0))
     return img
+
+
+def _photo_viewer(img: Any, round_index: int, seed: int) -> None:
+    """A photo viewer maximized above the taskbar: a title bar and a photograph-like
+    texture that changes with the round (the next photo)."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    w, h = SCREEN_WIDTH_PX, SCREEN_HEIGHT_PX - 28
+    rng = np.random.default_rng(seed * 100_019 + round_index + 7)
+    small = (h // PHOTO_DETAIL, w // PHOTO_DETAIL, 3)
+    noise = rng.integers(0, 256, size=small, dtype="uint8")
+    photo = Image.fromarray(noise, "RGB").resize((w, h - 18), Image.BILINEAR)
+    img.paste(photo, (0, 18))
+    draw = ImageDraw.Draw(img)
+    draw.rectangle([0, 0, w, 17], fill=(40, 40, 48))
+    draw.text((6, 3), f"Photos - IMG_{1000 + round_index}.jpg", fill=(255, 255, 255))
 
 
 def encode_screen(img: Any, screenshot: str, quality: int) -> tuple[bytes, float]:

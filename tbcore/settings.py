@@ -46,6 +46,8 @@ CONNECTION_MODES = ("new", "reused", "0rtt")
 TOPOLOGIES = kinds.TOPOLOGIES
 """The shapes by name (tbcore.kinds.register_topology; netem.topologyspec builds them)."""
 SCREENSHOT_MODES = ("raw", "webp", "jpeg")
+SCREENS = ("desktop", "photo")
+"""tbcore.agent.SCREENS: what the agent's screen shows."""
 """tbcore.agent.SCREENSHOT_MODES: raw RGB or a Pillow codec."""
 RECOVERY_MODES = ("committed", "restart")
 OUTAGE_MODES = ("break", "blackout")
@@ -607,6 +609,10 @@ knob("agent_model", "agent_model_s", kind="duration", default=2.0, unit="s",
      low=0, scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("screenshot", kind="choice", default="raw", unit="", applies="client",
      how="raw RGB (798,720 bytes) or a Pillow codec", choices=SCREENSHOT_MODES,
+     scope=Scope(workloads=("agent",)))  # fmt: skip
+knob("screen", kind="choice", default="desktop", unit="", applies="client",
+     how="what the agent's screen shows: a desktop, or an image viewer of fine detail "
+     "(compresses as the chapter's 0.2 MB)", choices=SCREENS,
      scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("screenshot_quality", kind="int", default=80, unit="", applies="client",
      how="the codec's quality (Pillow quality=)", low=1, high=100,

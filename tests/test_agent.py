@@ -17,6 +17,24 @@ def test_screens_are_deterministic_and_change_with_the_round() -> None:
     assert a != agent.render_screen(4).tobytes()
 
 
+def test_the_photo_screen_compresses_to_the_chapters_size() -> None:
+    """screen = "photo": the same raw size, other pixels, deterministic, and JPEG at quality
+    96 within 10 % of the chapter's 0.2 MB compressed screenshot (the desktop: far below)."""
+    from tbcore import settings
+
+    assert settings.SCREENS == agent.SCREENS
+    photo = agent.render_screen(5, screen="photo")
+    assert len(photo.tobytes()) == agent.RAW_SCREEN_BYTES
+    assert photo.tobytes() == agent.render_screen(5, screen="photo").tobytes()
+    assert photo.tobytes() != agent.render_screen(5).tobytes()
+    assert photo.tobytes() != agent.render_screen(6, screen="photo").tobytes()
+    size = len(agent.encode_screen(photo, "jpeg", 96)[0])
+    assert 180_000 <= size <= 220_000
+    assert len(agent.encode_screen(agent.render_screen(5), "jpeg", 96)[0]) < 150_000
+    with pytest.raises(ValueError, match="screen"):
+        agent.render_screen(5, screen="tv")
+
+
 @pytest.mark.parametrize("codec", ["webp", "jpeg"])
 def test_codecs_compress_and_are_timed(codec: str) -> None:
     img = agent.render_screen(1)
