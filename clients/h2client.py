@@ -187,6 +187,8 @@ class H2Client:
     handshake_done: float
     resumed: bool
     authority: str
+    scheme: str = "https"
+    """``http`` on a cleartext connection (RFC 9113 section 8.3.1)."""
 
     @property
     def session(self) -> ssl.SSLSession | None:
@@ -242,7 +244,7 @@ class H2Client:
         try:
             async with asyncio.timeout(timeout_s):
                 proto.h2.send_headers(
-                    stream_id, spec.headers(self.authority), end_stream=not spec.body
+                    stream_id, spec.headers(self.authority, self.scheme), end_stream=not spec.body
                 )
                 record.request_first_byte = time.monotonic()
                 proto._flush()
@@ -354,4 +356,5 @@ async def open_connection(
         handshake_done=handshake_done,
         resumed=bool(ssl_object is not None and ssl_object.session_reused),
         authority=authority,
+        scheme="https" if tls is not None else "http",
     )

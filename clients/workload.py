@@ -33,6 +33,9 @@ class RequestSpec:
     """stream workload: cancel the response once this many chunks have been read."""
     player_buffer_s: float | None = None
     """stream workload: play the chunks with a real-clock player (this initial buffer)."""
+    late_chunk: int | None = None
+    """stream workload: the chunk (from 1) the server sends ``late_chunk_s`` late."""
+    late_chunk_s: float = 0.0
     shared: bool = False
     """One of several requests sent at once on one connection (workload multi): its record
     names its stream (``stream_workload``, ``stream_index``)."""
@@ -40,10 +43,10 @@ class RequestSpec:
     """The server may report the upload's checksum in a JSON answer instead of headers
     (ASR's transcript carries ``upload_sha256`` and ``upload_length``)."""
 
-    def headers(self, authority: str) -> list[tuple[str, str]]:
+    def headers(self, authority: str, scheme: str = "https") -> list[tuple[str, str]]:
         head = [
             (":method", self.method),
-            (":scheme", "https"),
+            (":scheme", scheme),
             (":authority", authority),
             (":path", self.path),
             ("user-agent", "testbed-client"),
@@ -173,14 +176,21 @@ def request_spec(
 
 
 def _one_request(settings: Any) -> list[RequestSpec]:
-    return [
-        request_spec(
-            settings.workload,
-            settings.chunks,
-            settings.cancel_after_chunks,
-            settings.player_buffer_s,
+    spec = request_spec(
+        settings.workload,
+        settings.chunks,
+        settings.cancel_after_chunks,
+        settings.player_buffer_s,
+    )
+    if settings.late_chunk is not None:  # the server holds that chunk (servers.app)
+        late_ms = round(settings.late_chunk_delay_s * 1e3, 3)
+        spec = replace(
+            spec,
+            path=f"{spec.path}&late={settings.late_chunk}&late_ms={late_ms:g}",
+            late_chunk=settings.late_chunk,
+            late_chunk_s=settings.late_chunk_delay_s,
         )
-    ]
+    return [spec]
 
 
 def _streams(settings: Any) -> list[RequestSpec]:

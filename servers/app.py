@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ from tbcore.settings import KNOBS
 
 DEFAULT_STREAM_CHUNKS = 50
 MAX_STREAM_CHUNKS = 30_000
+MAX_LATE_CHUNK_S = 10.0
+"""The longest a streamed chunk may be held (tbcore.settings late_chunk_delay's range)."""
 """10 minutes of 20 ms chunks."""
 MAX_TTS_TEXT_BYTES = 4096
 MAX_TILES = 100
@@ -102,6 +105,10 @@ class ResponsePlan:
 
     stop_reading: bool = False
     """True when the request body must not be read further (413, 404... with a body pending)."""
+    late_chunk_index: int | None = None
+    """A streamed chunk sent ``late_chunk_s`` after it is produced, the later ones not before
+    it (``?late=N&late_ms=D``: the chapter's §12.1.2 late chunk)."""
+    late_chunk_s: float = 0.0
     reset: bool = False
     """After ``processing_s`` the edge resets the connection instead of answering (an agent
     round marked ``break=1``: the reply lost, the connection reset, the chapter's §12.5.2)."""
@@ -417,12 +424,32 @@ class Exchange:
             plan.stop_reading = False
             return plan
         chunks = int(raw)
+        late = query.get("late", [""])[-1]
+        late_ms = query.get("late_ms", ["0"])[-1]
+        try:
+            late_s = float(late_ms) / 1e3
+        except ValueError:
+            late_s = math.nan
+        if late and (not late.isdigit() or not 1 <= int(late) <= chunks):
+            plan = _error(400, f"late: {late!r} is not a chunk number in 1..{chunks}")
+            plan.stop_reading = False
+            return plan
+        if not 0 <= late_s <= MAX_LATE_CHUNK_S:
+            plan = _error(400, f"late_ms: {late_ms!r} is not in 0..{MAX_LATE_CHUNK_S * 1e3:g}")
+            plan.stop_reading = False
+            return plan
         headers = [
             ("content-type", "audio/L16;rate=24000;channels=1"),
             ("content-length", str(chunks * workloads.STREAM_CHUNK_BYTES)),
             ("x-sha256", workloads.stream_sha256(chunks)),
         ]
-        return ResponsePlan(status=200, headers=headers, stream_chunks=chunks)
+        return ResponsePlan(
+            status=200,
+            headers=headers,
+            stream_chunks=chunks,
+            late_chunk_index=int(late) - 1 if late else None,
+            late_chunk_s=late_s if late else 0.0,
+        )
 
 
 ANSWERS: dict[str, Callable[[Exchange], ResponsePlan]] = {

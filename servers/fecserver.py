@@ -127,7 +127,7 @@ class FecServerSession(ExchangeStreams):
 
         driver.watch(lambda: stats.round_sent_at is not None, sent)
         if plan.stream_chunks:
-            async for index, chunk, last in paced_chunks(plan):
+            async for index, chunk, last, _produced in paced_chunks(plan):
                 if self.closed:
                     return
                 chunk_message = fecmessage.pack_response(

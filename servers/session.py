@@ -282,8 +282,9 @@ class ExchangeStreams:
                 self._log("chunk_sent", stream=stream_id, index=index)
 
         try:
-            async for index, chunk, last in paced_chunks(plan):
-                self._log("chunk_produced", stream=stream_id, index=index)
+            async for index, chunk, last, produced in paced_chunks(plan):
+                # produced on schedule even when a late chunk held its sending (now=produced)
+                self._log("chunk_produced", stream=stream_id, index=index, now=produced)
                 future = send(chunk, last)
                 if future is None:
                     self._log("chunk_sent", stream=stream_id, index=index)
@@ -313,13 +314,22 @@ class ExchangeStreams:
             yield index, plan.body[start:end], index == plan.tiles - 1
 
 
-async def paced_chunks(plan: app.ResponsePlan) -> AsyncIterator[tuple[int, bytes, bool]]:
-    """``(index, chunk, last)`` for a streamed plan, each yielded at its due time:
-    ``start + index * chunk_interval_s + chunk_processing_s`` (CLOCK_MONOTONIC)."""
+async def paced_chunks(
+    plan: app.ResponsePlan,
+) -> AsyncIterator[tuple[int, bytes, bool, float]]:
+    """``(index, chunk, last, produced)`` for a streamed plan, each yielded when it may be
+    sent: at its due time ``start + index * chunk_interval_s + chunk_processing_s``
+    (CLOCK_MONOTONIC, ``produced``), or for the plan's late chunk ``late_chunk_s`` after
+    it, the chunks after it not before that (one ordered stream)."""
     start = time.monotonic()
+    held_until = 0.0
     for index in range(plan.stream_chunks):
         due = start + index * plan.chunk_interval_s + plan.chunk_processing_s
-        delay = due - time.monotonic()
+        if index == plan.late_chunk_index:
+            held_until = due + plan.late_chunk_s
+        delay = max(due, held_until) - time.monotonic()
         if delay > 0:
             await asyncio.sleep(delay)
-        yield index, stream_chunk(index), index == plan.stream_chunks - 1
+        # a held chunk was produced on schedule; another when the loop got to it
+        produced = due if held_until > due else time.monotonic()
+        yield index, stream_chunk(index), index == plan.stream_chunks - 1, produced

@@ -409,6 +409,14 @@ knob("chunks", kind="int", default=50, unit="count", applies="client",
      how="chunks the stream workload asks for", low=1, high=MAX_STREAM_CHUNKS,
      doc="Chunks of the stream workload (20 ms of audio each).",
      scope=Scope(workloads=("chunks",)))  # fmt: skip
+knob("late_chunk", kind="int", default=None, unit="count", applies="client",
+     how="stream: the server sends this chunk (from 1) late_chunk_delay after it is produced, "
+     "and nothing after it sooner (the chapter's §12.1.2: chunk 3 45 ms late)", low=1,
+     high=MAX_STREAM_CHUNKS, optional=True,
+     scope=Scope(protocols=("http",), workloads=("stream",)))  # fmt: skip
+knob("late_chunk_delay", "late_chunk_delay_s", kind="duration", default=0.045, unit="s",
+     applies="client", how="stream: how late late_chunk leaves the server", low=0, high=10.0,
+     scope=Scope(protocols=("http",), workloads=("stream",), needs="late_chunk"))  # fmt: skip
 knob("streams", kind="streams", default="", unit="", applies="client",
      how="multi: the requests sent at once on one connection, in this order",
      doc="STREAM_WORKLOADS, comma-separated: 'result,tts'.",

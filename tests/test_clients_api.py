@@ -215,3 +215,16 @@ async def test_h2_in_cleartext_has_no_tls_handshake(tmp_path: Path) -> None:
         assert tls_client[0].error is not None
     seen = [r.values.get("tls") for r in read_jsonl(applied, AppliedRecord) if r.layer == "h2"]
     assert seen and not any(seen)
+
+
+async def test_a_late_chunk_arrives_late_and_nothing_overtakes_it(server: ServerProcess) -> None:
+    """late_chunk 3, 60 ms: chunk 3 arrives at least 60 ms after its slot (20 ms after chunk
+    2), chunk 4 not before it, and the stream is whole and in order."""
+    (record,) = await run_requests(
+        client_config(server, "h2", workload="stream", chunks=5, late_chunk=3,
+                      late_chunk_delay_s=0.06)
+    )  # fmt: skip
+    assert record.ok and record.sha256_ok, record.error
+    times = record.chunk_times
+    assert times[2] - times[1] >= 0.06 + 0.02 - 0.005
+    assert times[3] >= times[2] and times[1] - times[0] < 0.05

@@ -79,6 +79,7 @@ GROUPS: dict[str, dict[str, Any]] = {
         "ack_policy": "immediate",
         "fec_target": 0.99, "cancel_after": 2, "player_buffer": "40ms", "send_policy": "rr",
         "warmup_requests": 1, "resume": True, "round_timeout": "5s", "screen": "photo",
+        "late_chunk": 2,
     },
 }  # fmt: skip
 """Knobs flipped together (a server process per group), chosen so that none of a group
@@ -88,6 +89,7 @@ NEEDED: dict[str, dict[str, Any]] = {
     "outage_mode": {"outage_after_round": 1},
     "tls": {},
     "chunk_size": {"multipath": "duplicate"},
+    "late_chunk_delay": {"late_chunk": 2},
 }
 """Knobs that act only beside another (their Scope.needs), or that change what a server
 serves (tls): flipped alone over that base."""
@@ -96,6 +98,7 @@ SINGLES = {
     "outage_mode": {"outage_mode": "blackout"},
     "tls": {"tls": False},
     "chunk_size": {"chunk_size": "512kb"},
+    "late_chunk_delay": {"late_chunk_delay": "10ms"},
 }
 
 LAYERS: dict[str, tuple[str, ...]] = {"h2": ("tcp", "h2"), "h3": ("quic",), "fec": ("fec",)}

@@ -108,6 +108,27 @@ def test_stream_chunk_count(query: str, status: int) -> None:
         assert dict(plan.headers)["x-sha256"] == workloads.stream_sha256(3)
 
 
+@pytest.mark.parametrize(
+    ("query", "status", "late"),
+    [
+        ("chunks=5&late=3&late_ms=45", 200, (2, 0.045)),
+        ("chunks=5", 200, (None, 0.0)),
+        ("chunks=5&late=6&late_ms=45", 400, None),
+        ("chunks=5&late=0&late_ms=45", 400, None),
+        ("chunks=5&late=3&late_ms=-1", 400, None),
+        ("chunks=5&late=3&late_ms=x", 400, None),
+        ("chunks=5&late=3&late_ms=10001", 400, None),
+    ],
+)
+def test_a_late_chunk_is_asked_for_by_number(
+    query: str, status: int, late: tuple[int | None, float] | None
+) -> None:
+    plan = exchange("GET", f"/stream?{query}").finish()
+    assert plan.status == status
+    if late is not None:
+        assert (plan.late_chunk_index, plan.late_chunk_s) == late
+
+
 def test_request_head_parsing() -> None:
     head = RequestHead.from_headers(
         [(b":method", b"POST"), (b":path", b"/asr"), (b"content-length", b"12")]

@@ -108,10 +108,32 @@ async def test_chunks_leave_on_their_schedule() -> None:
     )
     start = time.monotonic()
     sent = [
-        (i, chunk, last, time.monotonic() - start) async for i, chunk, last in paced_chunks(plan)
+        (i, chunk, last, time.monotonic() - start)
+        async for i, chunk, last, _produced in paced_chunks(plan)
     ]
     assert [(i, c, last) for i, c, last, _ in sent] == [
         (i, workloads.stream_chunk(i), i == 2) for i in range(3)
     ]
     for index, *_rest, at in sent:
         assert at >= index * 0.02 + 0.01 - 1e-6  # never early
+
+
+async def test_a_late_chunk_holds_itself_and_the_ones_after_it_not_their_production() -> None:
+    """late_chunk_index 1 held 60 ms: chunk 1 leaves 60 ms after it was produced, chunk 2
+    (due 20 ms later) leaves with it, not before; both report their scheduled production."""
+    plan = app.ResponsePlan(
+        status=200, headers=[], stream_chunks=4, chunk_interval_s=0.02, chunk_processing_s=0.01,
+        late_chunk_index=1, late_chunk_s=0.06,
+    )  # fmt: skip
+    start = time.monotonic()
+    sent = [
+        (i, time.monotonic() - start, produced - start)
+        async for i, _chunk, _last, produced in paced_chunks(plan)
+    ]
+    assert [i for i, *_ in sent] == [0, 1, 2, 3]
+    at = {i: t for i, t, _ in sent}
+    made = {i: p for i, _, p in sent}
+    # chunks 1 and 2 were produced on their schedule, 20 ms apart, while chunk 1 was held
+    assert made[2] - made[1] == pytest.approx(0.02, abs=1e-9) and made[1] >= 0.03 - 1e-6
+    assert at[1] - made[1] >= 0.06 - 1e-6 and at[2] >= at[1]  # held; nothing overtakes it
+    assert at[0] < at[1] - 0.05 and made[3] >= made[2] + 0.02 - 1e-6

@@ -27,6 +27,7 @@ from harness.report.findings import (
 from tbcore.agent import RAW_SCREEN_BYTES
 from tbcore.kinds import H2_CHUNK_OVERHEAD_BYTES
 from tbcore.stats import median_ci_order
+from tbcore.workloads import STREAM_CHUNK_DURATION_S, STREAM_CHUNK_PROCESSING_S
 
 MBIT = 1e6
 R = 0.2
@@ -638,3 +639,44 @@ def crossover_rate(results: Results) -> Measured:
         f"{cloud.value - free_s:.2f} s: {gap:.2f} s apart; {runs} runs a level)"
     )
     return Measured(text, rate, runs=runs, low=low, high=high, scaled=near.scaled)
+
+
+def _per_run(values: pd.Series, unit: str, what: str, level: str) -> Measured:
+    """A per-run value's median over the level's valid runs, with its 95 % interval."""
+    kept = pd.to_numeric(values, errors="coerce").dropna() * UNIT_SCALE[unit]
+    if kept.empty:
+        raise NotMeasured(f"playback/{level}: no {what} in a valid run")
+    low, high = median_ci_order(kept.tolist())
+    median = float(kept.median())
+    interval = f", 95 % CI {fmt(low, unit)} to {fmt(high, unit)}" if math.isfinite(low) else ""
+    text = f"{fmt(median, unit)} ({what}, playback/{level}{interval}, {len(kept)} valid)"
+    return Measured(text, median, runs=len(kept), low=low, high=high)
+
+
+def first_chunk_arrival(level: str) -> Measure:
+    """F6: chunk 1's arrival on the chapter's clock (from the start of its 20 ms of audio):
+    the 20 ms of audio and 12 ms of processing the server's schedule keeps (the chapter's
+    figures), plus what each run measured from the chunk's production at the server to its
+    arrival in the client's transport (chunks.csv: sending and propagation)."""
+
+    def measure(results: Results) -> Measured:
+        table = results.table("playback", "chunks")
+        mine = table[(table["level"].astype(str) == level) & (table["chunk"] == 0)]
+        arrived = mine["arrived_s"].fillna(mine["read_s"])
+        scheduled = STREAM_CHUNK_DURATION_S + STREAM_CHUNK_PROCESSING_S
+        return _per_run(arrived - mine["produced_s"] + scheduled, "ms", "chunk 1's arrival", level)
+
+    return reads("playback", level)(measure)
+
+
+def playback_stall(level: str, buffer_s: float) -> Measure:
+    """F7: the wait rule's stall time with an initial buffer of ``buffer_s`` (playback.csv:
+    the run's chunk reads replayed through the player), per run."""
+
+    def measure(results: Results) -> Measured:
+        mine = _playback_level(results, level)
+        rows = mine[(mine["initial_buffer_s"] - buffer_s).abs() < 1e-9]
+        what = f"stall with {buffer_s * 1e3:g} ms of buffer"
+        return _per_run(rows["stall_s"], "ms", what, level)
+
+    return reads("playback", level)(measure)
