@@ -451,7 +451,9 @@ class RunRow(Record):
         group="agent", doc="Agent: mean measured encode per round.", unit="s"
     )
     agent_handshake_s: float | None = col(
-        group="agent", doc="Agent: mean handshake of the connections it opened.", unit="s"
+        group="agent",
+        doc="Agent: mean handshake of the connections the run opened, the warm-up's included.",
+        unit="s",
     )
     outage_start_s: float | None = col(
         group="agent", doc="Agent: the link's outage began, from the task start.", unit="s"

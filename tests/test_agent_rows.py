@@ -65,6 +65,13 @@ def test_rounds_become_the_row(tmp_path: Path) -> None:
     assert cols["site_energy_j"] == pytest.approx(2800.0)
     assert cols["ratio"] == pytest.approx(cols["total_s"] / cols["bound_s"])
     assert len(read_csv(tmp_path / ROUNDS_FILE, AgentRound)) == 4
+    # the bound's parts: 3 rounds and the redone one, each a round trip and its bytes; no
+    # random loss on the path, so no retransmission part and the expectation is the bound
+    assert cols["bound_propagation_s"] == pytest.approx(4 * 0.2)
+    assert cols["bound_serialisation_s"] == pytest.approx(4 * (798_720 + 256) * 8 / 6.4e6)
+    assert 0 <= cols["bound_window_s"] <= cols["bound_feedback_s"]
+    assert cols["bound_retransmission_s"] == 0.0 and cols["bound_expected_s"] == cols["bound_s"]
+    assert cols["agent_handshake_s"] == pytest.approx(0.4)
 
 
 def test_an_unfinished_task_or_a_missing_outage_is_an_error(tmp_path: Path) -> None:

@@ -44,6 +44,12 @@ class AgentBound(AsDict):
     """Rounds after a scheduled uplink rate change."""
     later_round_s: float = 0.0
     """One warm round at the changed rate."""
+    serialisation_s: float = 0.0
+    """Of the total: every round's upload and reply through the link's rates (section 1)."""
+    propagation_s: float = 0.0
+    """Of the total: every round's round trip (section 1)."""
+    window_s: float = 0.0
+    """Of ``feedback_s``: the rounds a new connection's window takes to open (section 6)."""
     total_s: float = field(init=False)
 
     def __post_init__(self) -> None:
@@ -128,6 +134,13 @@ def agent_task_time(
     connections = count + redone if per_round else opened_first + (1 if broke else 0)
     local = local_s + encode_s
     feedback = cold.feedback_s + cold.window_s if slow_start else 0.0
+    later = _later_rounds(count, rate_change_after_round, rate_change_bps, common)
+    done = count + redone - later.get("later_rounds", 0)
+    changed = later.pop("_changed", None)
+    wire = [done * warm_round.serialisation_s, done * warm_round.propagation_s]
+    if changed is not None:
+        wire[0] += later["later_rounds"] * changed.serialisation_s
+        wire[1] += later["later_rounds"] * changed.propagation_s
     return AgentBound(
         rounds=count,
         round_s=local + warm_round.total_s,
@@ -139,7 +152,10 @@ def agent_task_time(
         outage_s=max(0.0, outage - local_s) if outage > 0 else 0.0,
         reconnect_s=reconnect,
         stored_model_s=min(_count("stored_rounds", stored_rounds), redone) * model_s,
-        **_later_rounds(count, rate_change_after_round, rate_change_bps, common),
+        serialisation_s=wire[0],
+        propagation_s=wire[1],
+        window_s=connections * cold.window_s if slow_start else 0.0,
+        **later,
     )
 
 
@@ -156,6 +172,7 @@ def _later_rounds(
     return {
         "later_rounds": later,
         "later_round_s": common["local_s"] + common["encode_s"] + changed.total_s,
+        "_changed": changed,
     }
 
 

@@ -9,6 +9,7 @@ the recovery mode must redo.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -143,6 +144,9 @@ def agent_part(
     its run.json as the collection read it; needed on a traced path)."""
     rounds, error = read_run_records(run_dir, AgentRound, error, "agent rounds")
     write_csv(run_dir / ROUNDS_FILE, AgentRound, rounds)
+    # every connection of the run, the warm-up's included (a task on a warm connection
+    # opened its connection there: its handshake is still the run's)
+    handshakes = [r.handshake_s for r in rounds if r.new_connection]
     rounds = [r for r in rounds if not r.warmup]  # warm-up rounds: the connection's set-up
     done = [r for r in rounds if r.end_s is not None]
     out: dict[str, Any] = {"requests": len(done)}
@@ -169,7 +173,7 @@ def agent_part(
         agent_round_s=_median([r.round_s for r in done]),
         agent_upload_s=_median([r.upload_s for r in done]),
         agent_encode_s=encode,
-        agent_handshake_s=_mean([r.handshake_s for r in opened]),
+        agent_handshake_s=_mean(handshakes),
         sha256_ok=sha256_ok,
     )
     if start_s is not None and end_s is not None:
@@ -217,15 +221,28 @@ def _bound_columns(
         recorded = Recovery.recorded(settings, rounds)
         out["bound_basis"] = recorded.differs(recovery)
         recovery = recorded
-    bound = agent_bound(settings, end_to_end(path), upload, encode, recovery)
+    link = end_to_end(path)
+    bound = agent_bound(settings, link, upload, encode, recovery)
     if bound is not None:
         out.update(
             bound_s=bound.total_s,
             bound_setup_s=bound.setup_s,
             bound_feedback_s=bound.feedback_s,
+            bound_window_s=bound.window_s,
+            bound_serialisation_s=bound.serialisation_s,
+            bound_propagation_s=bound.propagation_s,
             bound_processing_s=(bound.rounds + bound.redone_rounds) * settings.agent_model_s,
+            **_no_loss_parts(link, bound.total_s),
         )
     return out
+
+
+def _no_loss_parts(link: LinkSpec, total_s: float) -> dict[str, Any]:
+    """The retransmission part and the expectation: none on a path without random loss
+    (the agent's bound has no loss model: on a lossy path both stay empty, not computed)."""
+    if link.up.mean_loss or link.down.mean_loss:
+        return {}
+    return {"bound_retransmission_s": 0.0, "bound_expected_s": total_s}
 
 
 def outage_timeline(
@@ -290,6 +307,10 @@ def trace_part(
         "bound_setup_s": bound.setup_s,
         "bound_feedback_s": bound.feedback_s,
         "bound_processing_s": bound.processing_s,
+        # each round's screenshot through the trace as offered, and its round trip
+        "bound_serialisation_s": math.fsum(bound.upload_s),
+        "bound_propagation_s": bound.rounds * (link.up.min_delay_s + link.down.min_delay_s),
+        **_no_loss_parts(link, bound.total_s),
     }
 
 
