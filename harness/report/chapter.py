@@ -171,8 +171,10 @@ FINDINGS: tuple[Finding, ...] = (
                         "MODELS 1", "image", "uplink-100mbit"),
       departure=HTTP2_FRAMING),
     _unmeasured("F4", "§12.1.1", "Lossless compression halves the input (0.15 s of codec)",
-                "about 7.0 s", "no workload sends a losslessly compressed image yet; the "
-                "break-even uplink is computed (kind C row)",
+                "about 7.0 s", "cannot be set: the image payload is random bytes, which no "
+                "lossless codec halves; a 2:1 compressible image and a server that decodes "
+                "it are not built. The arithmetic and the break-even uplink are the kind C "
+                "rows",
                 bound=m.text(12.8 - 15e6 * 8 / (20 * MBIT) + 0.15, "s", "MODELS 1"),
                 value=7.0, unit="s"),
     F("F5", "§12.1.1", "The same image in three tiles, each processed as it arrives, results "
@@ -249,8 +251,10 @@ FINDINGS: tuple[Finding, ...] = (
       bound=m.fixed("1 s (the restore the server waits)"),
       tolerance=half_effect(1.0, "1 s restore")),
     _unmeasured("F24", "§12.2.4", "144 start-ups of short exchanges over unaggregated "
-                "54 Mbit/s Wi-Fi", "about 19.3 ms", "no workload makes 144 dependent short "
-                "exchanges over the air link yet; computed (kind C rows)", value=19.3,
+                "54 Mbit/s Wi-Fi", "about 19.3 ms", "cannot be set: the start-ups are a "
+                "tensor-parallel step's all-reduces between two accelerators; the testbed's "
+                "workloads are HTTP exchanges, and a 134 µs exchange over the air link is the "
+                "same frame arithmetic as F45's (kind C rows)", value=19.3,
                 unit="ms"),
     F("F25", "§12.3.1", "A new connection every round: 30 x 2 RTT of set-up, against 0.4 s once",
       "12 s", value=11.6, unit="s", experiment="agent-connection",
@@ -442,8 +446,10 @@ FINDINGS: tuple[Finding, ...] = (
       value=12.0, unit="s", experiment="multipath", measure=level_value("multipath", "duplicate"),
       bound=m.text(bounds.duplicate_time_s(30e6, [20 * MBIT, 10 * MBIT]), "s", "MODELS 12")),
     _unmeasured("F51", "§12.4.3", "Failure of duplication behind a shared end point",
-                "2.5 %", "needs failure injection per trial (p1, p2, q drawn per trial, "
-                "seeded); computed (kind C rows)", value=2.5, unit="%"),
+                "2.5 %", "cannot be judged in the signed hour: a failure rate of 2.5 % "
+                "within +-1.25 % at 95 % needs about 600 trials of failures drawn per trial "
+                "(p1, p2, q), and failure injection per trial is not built; the formula is "
+                "the kind C rows", value=2.5, unit="%"),
     F("F52", "§12.4.3", "8 chunks of 640 B duplicated over both paths: 5,120 -> 10,240 B sent",
       "10,240 B", value=10240.0, unit="B", experiment="multipath",
       measure=level_value("multipath", "duplicate-chunks", column="bytes_sent_app", unit="B"),
@@ -525,8 +531,9 @@ FINDINGS: tuple[Finding, ...] = (
                           "the 1 s wait, and the ten rounds redone each carry the framing "
                           "and feedback of a round (the runs' ratio to their bound)", +1)),
     _unmeasured("F64", "§12.5.2", "Independent attempts: E = C / p", "1.25 C at 80 %",
-                "no level repeats failed tasks as independent attempts yet; computed (kind C "
-                "rows)", value=1.25, unit="C"),
+                "cannot be judged in the signed hour: the mean cost of attempts that succeed "
+                "with p = 0.8 within 10 % needs about 100 tasks with a failure drawn per "
+                "attempt, not built; the formula is the kind C rows", value=1.25, unit="C"),
     _unmeasured("F65", "§12.5.3", "The decision table: cloud at 6.4 Mbit/s, near at 3.5, the "
                 "cloud never below 11.6 s", "the table", "a summary of rows F54, F57, F58 "
                 "and F63: each is judged there"),
