@@ -5,6 +5,7 @@ figures."""
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -187,3 +188,39 @@ def test_a_part_of_a_task_is_measured_inside_the_whole_task(tmp_path: Path) -> N
                                                                               abs=0.06)  # fmt: skip
     with pytest.raises(NotMeasured, match="ran 3 rounds"):
         measure(_agent_result(tmp_path / "quick", 3))
+
+
+def _deployment_result(root: Path, near_s: float, cloud_s: float) -> Results:
+    """agent-deployment's two F59 levels, 6 valid 20-round runs each, at these task times
+    (run r 0.01 s longer than run r - 1)."""
+    from harness.plan.planner import plan_runs
+    from harness.store.resultdir import ResultDir, atomic_write_json
+    from tbcore.runrow import RunRow
+
+    levels = ["near-2.83x", "cloud-2.83x-free-upload"]
+    result = ResultDir.create(root, "agent-deployment")
+    resolved = {"name": "agent-deployment", "question": "q?", "seed": 1,
+                "levels": [{"name": n} for n in levels]}  # fmt: skip
+    result.write_manifest({"resolved": resolved})
+    for run in plan_runs(levels, 6):
+        result.fresh_run_dir(run.run_id)
+        base = near_s if run.level == levels[0] else cloud_s
+        row = RunRow(**run.to_dict(), total_s=base + 0.01 * run.rep, valid=True,
+                     agent_rounds_done=20)  # fmt: skip
+        atomic_write_json(result.run_dir(run.run_id) / "row.json", row.to_dict())
+    result.write_tables()
+    return Results({"agent-deployment": result.path})
+
+
+def test_the_crossover_rate_follows_the_two_measured_tasks(tmp_path: Path) -> None:
+    """F59: 20 raw screenshots over the gap between the nearby site's task and the cloud's
+    without its uploads (its 0.13 s of 1 Gbit/s uploads taken out): the chapter's 16.04 and
+    14.29 s give about 73 Mbit/s; a cloud as slow as near gives no threshold."""
+    from harness.report.chapter_measures import crossover_rate
+
+    free_s = 20 * 798_720 * 8 / 1e9
+    got = crossover_rate(_deployment_result(tmp_path / "a", 16.04, 14.29 + free_s))
+    assert got.value == pytest.approx(20 * 798_720 * 8 / 1.75 / 1e6, rel=0.01)
+    assert got.runs == 6 and got.low < got.value < got.high
+    slow = crossover_rate(_deployment_result(tmp_path / "b", 16.04, 16.5))
+    assert slow.value == math.inf and "no threshold" in slow.text
