@@ -127,6 +127,7 @@ class _Run:
                 "cancel_after": [s.cancel_after_chunks for s in streamed],
                 "player_buffer": [s.player_buffer_s for s in streamed],
                 "late_chunk": [s.late_chunk for s in streamed],
+                "sample_rate": [s.sample_rate_hz for s in streamed],
                 "late_chunk_delay": [s.late_chunk_s for s in streamed if s.late_chunk],
                 "priority_signal": [s.priority for s in specs],
                 "connection": mode,

@@ -190,6 +190,7 @@ class Player:
         plays = [e for e in self.events if isinstance(e, Play)]
         stalls = [e for e in self.events if isinstance(e, StallEnd)]
         conceals = [e for e in self.events if isinstance(e, Conceal)]
+        starts = [e for e in self.events if isinstance(e, StallStart)]
         return PlaybackSummary(
             rule=self.rule,
             initial_buffer_s=self.initial_buffer_s,
@@ -202,6 +203,7 @@ class Player:
             ),
             dropped=sum(1 for e in self.events if isinstance(e, Drop)),
             played=len(plays),
+            first_stall_s=(starts[0].t - plays[0].t) if starts and plays else None,
         )
 
 
@@ -216,6 +218,8 @@ class PlaybackSummary:
     stall_s: float
     dropped: int
     played: int
+    first_stall_s: float | None = None
+    """Wait rule: from the first sample played to the first stall (the buffer ran dry)."""
 
 
 def replay(

@@ -33,6 +33,8 @@ class RequestSpec:
     """stream workload: cancel the response once this many chunks have been read."""
     player_buffer_s: float | None = None
     """stream workload: play the chunks with a real-clock player (this initial buffer)."""
+    stream_chunk_bytes: int = workloads.STREAM_CHUNK_BYTES
+    """stream workload: bytes of each 20 ms chunk (960 at 24 kHz, 640 at 16 kHz)."""
     late_chunk: int | None = None
     """stream workload: the chunk (from 1) the server sends ``late_chunk_s`` late."""
     late_chunk_s: float = 0.0
@@ -42,6 +44,12 @@ class RequestSpec:
     echo_in_body: bool = False
     """The server may report the upload's checksum in a JSON answer instead of headers
     (ASR's transcript carries ``upload_sha256`` and ``upload_length``)."""
+
+    @property
+    def sample_rate_hz(self) -> int:
+        """The stream's sample rate: its chunk's samples over the chunk's 20 ms."""
+        samples = self.stream_chunk_bytes // workloads.STREAM_BYTES_PER_SAMPLE
+        return round(samples / workloads.STREAM_CHUNK_DURATION_S)
 
     def headers(self, authority: str, scheme: str = "https") -> list[tuple[str, str]]:
         head = [
@@ -182,6 +190,15 @@ def _one_request(settings: Any) -> list[RequestSpec]:
         settings.cancel_after_chunks,
         settings.player_buffer_s,
     )
+    if spec.stream_chunks and settings.sample_rate_hz != workloads.STREAM_SAMPLE_RATE_HZ:
+        size = workloads.stream_chunk_bytes(settings.sample_rate_hz)
+        spec = replace(
+            spec,
+            path=f"{spec.path}&rate={settings.sample_rate_hz}",
+            expect_down_sha256=workloads.stream_sha256(spec.stream_chunks, size),
+            expect_down_bytes=spec.stream_chunks * size,
+            stream_chunk_bytes=size,
+        )
     if settings.late_chunk is not None:  # the server holds that chunk (servers.app)
         late_ms = round(settings.late_chunk_delay_s * 1e3, 3)
         spec = replace(
@@ -263,7 +280,7 @@ class ResponseCollector:
             return  # bytes after the cancel are not the application's any more
         limit = self.spec.cancel_after_chunks
         if limit is not None:
-            data = data[: max(0, limit * workloads.STREAM_CHUNK_BYTES - self.down_bytes)]
+            data = data[: max(0, limit * self.spec.stream_chunk_bytes - self.down_bytes)]
         if self.body_first_byte_at is None:
             self.body_first_byte_at = now
         before = self.down_bytes
@@ -273,7 +290,7 @@ class ResponseCollector:
             self._kept += data[: KEEP_BODY_MAX_BYTES - len(self._kept)]
         self.last_byte_at = now
         if self.spec.stream_chunks:
-            size = workloads.STREAM_CHUNK_BYTES
+            size = self.spec.stream_chunk_bytes
             for _ in range(self.down_bytes // size - before // size):
                 self.chunk_times.append(now)
                 if self.on_chunk is not None:
@@ -301,9 +318,10 @@ class ResponseCollector:
             return False, "no response headers"
         if self.cancelled_at is not None:
             # a cancelled stream: the chunks read before the cancel must be the stream's
-            whole = self.bytes_at_cancel // workloads.STREAM_CHUNK_BYTES
-            ok = self._digest.hexdigest() == workloads.stream_sha256(whole) if whole else True
-            ok = ok and self.bytes_at_cancel % workloads.STREAM_CHUNK_BYTES == 0
+            size = self.spec.stream_chunk_bytes
+            whole = self.bytes_at_cancel // size
+            ok = self._digest.hexdigest() == workloads.stream_sha256(whole, size) if whole else True
+            ok = ok and self.bytes_at_cancel % size == 0
             return ok, None if ok else "cancelled stream: chunks read do not match"
         problems: list[str] = []
         if spec.expect_down_sha256 is not None:

@@ -91,6 +91,8 @@ class ResponsePlan:
     """The setting (tbcore.settings key) ``processing_s`` comes from, if any."""
     stream_chunks: int = 0
     """When > 0, ``body`` is empty and the edge streams that many chunks (see workloads)."""
+    stream_chunk_bytes: int = workloads.STREAM_CHUNK_BYTES
+    """Bytes of each streamed chunk (20 ms at the request's ``rate``: 960 at 24 kHz)."""
     chunk_interval_s: float = workloads.STREAM_CHUNK_DURATION_S
     chunk_processing_s: float = workloads.STREAM_CHUNK_PROCESSING_S
     tiles: int = 0
@@ -118,9 +120,7 @@ class ResponsePlan:
     @property
     def body_length(self) -> int:
         return (
-            self.stream_chunks * workloads.STREAM_CHUNK_BYTES
-            if self.stream_chunks
-            else len(self.body)
+            self.stream_chunks * self.stream_chunk_bytes if self.stream_chunks else len(self.body)
         )
 
 
@@ -424,6 +424,13 @@ class Exchange:
             plan.stop_reading = False
             return plan
         chunks = int(raw)
+        rate = query.get("rate", [str(workloads.STREAM_SAMPLE_RATE_HZ)])[-1]
+        if not rate.isdigit() or int(rate) not in workloads.STREAM_SAMPLE_RATES_HZ:
+            known = ", ".join(map(str, workloads.STREAM_SAMPLE_RATES_HZ))
+            plan = _error(400, f"rate: {rate!r} is not one of {known} (Hz)")
+            plan.stop_reading = False
+            return plan
+        size = workloads.stream_chunk_bytes(int(rate))
         late = query.get("late", [""])[-1]
         late_ms = query.get("late_ms", ["0"])[-1]
         try:
@@ -439,14 +446,15 @@ class Exchange:
             plan.stop_reading = False
             return plan
         headers = [
-            ("content-type", "audio/L16;rate=24000;channels=1"),
-            ("content-length", str(chunks * workloads.STREAM_CHUNK_BYTES)),
-            ("x-sha256", workloads.stream_sha256(chunks)),
+            ("content-type", f"audio/L16;rate={int(rate)};channels=1"),
+            ("content-length", str(chunks * size)),
+            ("x-sha256", workloads.stream_sha256(chunks, size)),
         ]
         return ResponsePlan(
             status=200,
             headers=headers,
             stream_chunks=chunks,
+            stream_chunk_bytes=size,
             late_chunk_index=int(late) - 1 if late else None,
             late_chunk_s=late_s if late else 0.0,
         )

@@ -332,4 +332,5 @@ async def paced_chunks(
             await asyncio.sleep(delay)
         # a held chunk was produced on schedule; another when the loop got to it
         produced = due if held_until > due else time.monotonic()
-        yield index, stream_chunk(index), index == plan.stream_chunks - 1, produced
+        chunk = stream_chunk(index, plan.stream_chunk_bytes)
+        yield index, chunk, index == plan.stream_chunks - 1, produced

@@ -337,7 +337,7 @@ register_workload(
     WorkloadKind(
         "stream",
         lambda s: 0,
-        lambda s: s.chunks * workloads.STREAM_CHUNK_BYTES,
+        lambda s: s.chunks * workloads.stream_chunk_bytes(s.sample_rate_hz),
         lambda s: 0.0,
         bounded=False,
         route=HttpRoute("GET", "/stream", answer="stream"),

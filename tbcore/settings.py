@@ -409,6 +409,11 @@ knob("chunks", kind="int", default=50, unit="count", applies="client",
      how="chunks the stream workload asks for", low=1, high=MAX_STREAM_CHUNKS,
      doc="Chunks of the stream workload (20 ms of audio each).",
      scope=Scope(workloads=("chunks",)))  # fmt: skip
+knob("sample_rate", "sample_rate_hz", kind="int", default=24_000, unit="Hz",
+     applies="client", how="stream: the audio's sample rate; each 20 ms chunk is 2 bytes a "
+     "sample (24 kHz: 960 bytes, 384 kbit/s; 16 kHz: 640 bytes, 256 kbit/s, the chapter's F8)",
+     low=16_000, high=24_000,
+     scope=Scope(protocols=("http",), workloads=("stream",)))  # fmt: skip
 knob("late_chunk", kind="int", default=None, unit="count", applies="client",
      how="stream: the server sends this chunk (from 1) late_chunk_delay after it is produced, "
      "and nothing after it sooner (the chapter's §12.1.2: chunk 3 45 ms late)", low=1,

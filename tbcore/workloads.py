@@ -44,6 +44,9 @@ STREAM_CHUNK_DURATION_S = 0.020
 STREAM_BYTES_PER_SAMPLE = 2
 STREAM_CHUNK_BYTES = int(STREAM_SAMPLE_RATE_HZ * STREAM_CHUNK_DURATION_S) * STREAM_BYTES_PER_SAMPLE
 """960 bytes: 20 ms of 24 kHz mono 16-bit PCM."""
+STREAM_SAMPLE_RATES_HZ = (16_000, 24_000)
+"""The stream's sample rates (knob ``sample_rate``): the chapter's 16 kHz (F8, 640-byte
+chunks, 256 kbit/s) and 24 kHz (F6, 960-byte chunks, 384 kbit/s; the default)."""
 STREAM_CHUNK_PROCESSING_S = 0.012
 """Server "processing" per streamed chunk (docs/design.md)."""
 
@@ -146,16 +149,23 @@ def workload_sha256(name: str) -> str:
     return hashlib.sha256(workload_bytes(name)).hexdigest()
 
 
-def stream_chunk(index: int) -> bytes:
-    """Chunk ``index`` (0-based) of ``GET /stream``: 960 bytes of 16-bit PCM."""
+def stream_chunk_bytes(sample_rate_hz: int = STREAM_SAMPLE_RATE_HZ) -> int:
+    """Bytes of one 20 ms chunk of mono 16-bit PCM at ``sample_rate_hz`` (960 at 24 kHz)."""
+    if sample_rate_hz not in STREAM_SAMPLE_RATES_HZ:
+        raise SpecError("sample_rate", f"{sample_rate_hz} is not one of {STREAM_SAMPLE_RATES_HZ}")
+    return int(sample_rate_hz * STREAM_CHUNK_DURATION_S) * STREAM_BYTES_PER_SAMPLE
+
+
+def stream_chunk(index: int, size_bytes: int = STREAM_CHUNK_BYTES) -> bytes:
+    """Chunk ``index`` (0-based) of ``GET /stream``: ``size_bytes`` of 16-bit PCM (960)."""
     if index < 0:
         raise SpecError("chunk", f"index must be >= 0, got {index}")
-    return hashlib.shake_256(_LABEL_PREFIX + b"stream:%d" % index).digest(STREAM_CHUNK_BYTES)
+    return hashlib.shake_256(_LABEL_PREFIX + b"stream:%d" % index).digest(size_bytes)
 
 
-def stream_sha256(chunks: int) -> str:
+def stream_sha256(chunks: int, size_bytes: int = STREAM_CHUNK_BYTES) -> str:
     """SHA-256 of the concatenation of chunks ``0 .. chunks-1``: a whole stream's checksum."""
     digest = hashlib.sha256()
     for index in range(chunks):
-        digest.update(stream_chunk(index))
+        digest.update(stream_chunk(index, size_bytes))
     return digest.hexdigest()

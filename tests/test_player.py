@@ -40,6 +40,16 @@ def test_a_bigger_buffer_removes_a_jitter_stall() -> None:
     assert replay(arrivals, TAU, 0.060).summary().stall_count == 0
 
 
+def test_the_first_stall_is_timed_from_the_start_of_playback() -> None:
+    """A shortfall: 20 ms chunks arriving every 39.4 ms (16 kHz audio at 130 kbit/s) behind a
+    60 ms wait: the player starts at 60 ms, chunks 1-3 make their slots, chunk 4 (due at
+    140 ms) arrives at 157.6 ms: the buffer ran dry 80 ms after playback began."""
+    arrivals = [i * 0.0394 for i in range(8)]
+    summary = replay(arrivals, TAU, 0.060).summary()
+    assert summary.first_stall_s == pytest.approx(0.080)
+    assert replay([i * TAU for i in range(8)], TAU, 0.060).summary().first_stall_s is None
+
+
 def test_drop_rule_conceals_and_drops_the_late_chunk() -> None:
     arrivals = [i * TAU for i in range(6)]
     arrivals[2] += 0.100  # far past its slot at 0.040 + 2 * TAU

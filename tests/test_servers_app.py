@@ -129,6 +129,20 @@ def test_a_late_chunk_is_asked_for_by_number(
         assert (plan.late_chunk_index, plan.late_chunk_s) == late
 
 
+@pytest.mark.parametrize(
+    ("query", "status", "size"),
+    [("chunks=3&rate=16000", 200, 640), ("chunks=3&rate=24000", 200, 960),
+     ("chunks=3&rate=22050", 400, None), ("chunks=3&rate=x", 400, None)],
+)  # fmt: skip
+def test_a_stream_at_16_khz_has_640_byte_chunks(query: str, status: int, size: int | None) -> None:
+    plan = exchange("GET", f"/stream?{query}").finish()
+    assert plan.status == status
+    if size is not None:
+        assert plan.stream_chunk_bytes == size and plan.body_length == 3 * size
+        assert dict(plan.headers)["x-sha256"] == workloads.stream_sha256(3, size)
+        assert f"rate={size * 25}" in dict(plan.headers)["content-type"]
+
+
 def test_request_head_parsing() -> None:
     head = RequestHead.from_headers(
         [(b":method", b"POST"), (b":path", b"/asr"), (b"content-length", b"12")]

@@ -506,3 +506,12 @@ def test_cleartext_h2_refuses_what_needs_tls_or_is_not_h2() -> None:
     assert _refused(resumed).field.endswith("resume")
     h3 = H3_GOOD.replace('protocol = "h3"', 'protocol = "h3"\ntls = false')
     assert "tls" in _refused(h3).field
+
+
+def test_a_sample_rate_the_stream_cannot_play_is_refused() -> None:
+    text = (
+        (EXPERIMENTS / "playback.toml")
+        .read_text()
+        .replace("chunks = 100", "chunks = 100\nsample_rate = 22050")
+    )
+    assert _refused(text).field.endswith("sample_rate")

@@ -76,3 +76,14 @@ def test_stream_chunks() -> None:
     assert workloads.stream_sha256(2) == expected
     with pytest.raises(SpecError):
         workloads.stream_chunk(-1)
+
+
+def test_stream_chunks_follow_the_sample_rate() -> None:
+    from tbcore.errors import SpecError
+
+    assert workloads.stream_chunk_bytes(24_000) == 960 == workloads.STREAM_CHUNK_BYTES
+    assert workloads.stream_chunk_bytes(16_000) == 640
+    assert len(workloads.stream_chunk(2, 640)) == 640
+    assert workloads.stream_sha256(3, 640) != workloads.stream_sha256(3)
+    with pytest.raises(SpecError, match="sample_rate"):
+        workloads.stream_chunk_bytes(22_050)

@@ -64,6 +64,7 @@ def predicted_arrivals(
     down: Bottleneck | None = None,
     chunk_s: float = STREAM_CHUNK_DURATION_S,
     processing_s: float = STREAM_CHUNK_PROCESSING_S,
+    chunk_bytes: int = STREAM_CHUNK_BYTES,
 ) -> list[float]:
     """Section 2 from the link alone: the request reaches the server after ``up_delay_s``;
     chunk ``i`` is ready at ``i * tau``, processed in ``processing_s``, sent in
@@ -72,7 +73,7 @@ def predicted_arrivals(
     (harness.bounds.bottleneck, at the position it had at the request's start), used instead
     of ``down_rate_bps``: a chunk then leaves when the trace's opportunities have carried it
     after the chunks before it."""
-    size = STREAM_CHUNK_BYTES + overhead_bytes
+    size = chunk_bytes + overhead_bytes
     if down is not None:
         ready_s = [up_delay_s + i * chunk_s for i in range(chunks)]
         return _through(down, size, ready_s, processing_s, down_delay_s)
@@ -128,6 +129,7 @@ def playback_rows(
     chunk_s: float = STREAM_CHUNK_DURATION_S,
     receive_bps: float | None = None,
     jitter_s: float = 0.0,
+    play_bps: float = STREAM_PLAY_BPS,
 ) -> list[dict[str, Any]]:
     """One row per initial buffer: measured (wait and drop rules) next to modelled.
 
@@ -143,10 +145,8 @@ def playback_rows(
         jitter_stall = max(0.0, 2 * jitter_s - buffer_s)
         causes = Counter(stall_causes(chunks, chunk_s, buffer_s))
         depletion = None
-        if receive_bps is not None and receive_bps < STREAM_PLAY_BPS:
-            depletion = bounds.buffer_depletion_s(
-                buffer_s * STREAM_PLAY_BPS, STREAM_PLAY_BPS, receive_bps
-            )
+        if receive_bps is not None and receive_bps < play_bps:
+            depletion = bounds.buffer_depletion_s(buffer_s * play_bps, play_bps, receive_bps)
         rows.append(
             {
                 **base,
@@ -154,6 +154,7 @@ def playback_rows(
                 "start_delay_s": (reads[0] + (wait.start_delay_s or 0.0) if reads else math.nan),
                 "stall_count": wait.stall_count,
                 "stall_s": wait.stall_s,
+                "first_stall_s": wait.first_stall_s,
                 "predicted_start_delay_s": predicted_s[0] + buffer_s if predicted_s else None,
                 "predicted_stall_count": model.stall_count + (1 if jitter_stall > 0 else 0),
                 "predicted_stall_s": model.stall_s + jitter_stall,

@@ -60,8 +60,11 @@ def _shift(arrival: streamview.StreamArrival, offset_s: float) -> streamview.Str
     )
 
 
-def run_views(run_dir: Path, protocol: str, clock_offset_s: float) -> RunViews:
-    """Read one run's records, server events and receiver transport view (I/O edge)."""
+def run_views(
+    run_dir: Path, protocol: str, clock_offset_s: float, chunk_bytes: int = STREAM_CHUNK_BYTES
+) -> RunViews:
+    """Read one run's records, server events and receiver transport view (I/O edge);
+    ``chunk_bytes``: the run's stream chunk (its sample rate's 20 ms)."""
     records = _read_jsonl(run_dir / "records.jsonl")
     events = _read_jsonl(run_dir / "server.jsonl")
     arrivals: dict[int, streamview.StreamArrival] = {}
@@ -69,14 +72,14 @@ def run_views(run_dir: Path, protocol: str, clock_offset_s: float) -> RunViews:
     try:
         if kinds.protocol(protocol).qlog:  # QUIC's receiver view is its qlog
             traces = acks.read_qlog_traces(run_dir / "qlog" / "client")
-            raw = streamview.h3_stream_arrivals(traces, STREAM_CHUNK_BYTES)
+            raw = streamview.h3_stream_arrivals(traces, chunk_bytes)
         else:
             pcap = pcapng.capture_file(run_dir, "client")
             keys = run_dir / "keys.log"
             if pcap is None or not keys.exists():
                 raise SpecError("capture", "no client.pcapng or key log in the run")
             raw = streamview.h2_stream_arrivals(
-                streamview.read_pcap(pcap), keys.read_text(), STREAM_CHUNK_BYTES
+                streamview.read_pcap(pcap), keys.read_text(), chunk_bytes
             )
         arrivals = {sid: _shift(a, clock_offset_s) for sid, a in raw.items()}
     except SpecError as err:
@@ -228,7 +231,9 @@ def chunk_rows(
     return rows
 
 
-def cancel_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]]:
+def cancel_rows(
+    views: RunViews, base: Mapping[str, Any], chunk_bytes: int = STREAM_CHUNK_BYTES
+) -> list[dict[str, Any]]:
     """One row per cancelled stream: when the client cancelled, when the server learned,
     stopped producing and stopped handing bytes to the transport, and the body bytes it
     handed over after the client's cancel (seconds from the client's cancel)."""
@@ -258,7 +263,7 @@ def cancel_rows(views: RunViews, base: Mapping[str, Any]) -> list[dict[str, Any]
                 "request_id": record["request_id"],
                 "stream_id": sid,
                 "playback_stopped_s": flushed - cancelled if flushed is not None else None,
-                "cancel_after_chunks": (record.get("bytes_at_cancel") or 0) // STREAM_CHUNK_BYTES,
+                "cancel_after_chunks": (record.get("bytes_at_cancel") or 0) // chunk_bytes,
                 "server_learned_s": learned["t"] - cancelled if learned else None,
                 "production_stopped_s": stopped["t"] - cancelled if stopped else None,
                 "last_send_after_cancel_s": max(after) - cancelled if after else 0.0,

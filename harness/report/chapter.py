@@ -99,6 +99,12 @@ LATE_AT_SENDER = Departure(
     "the late chunk leaves the server 45 ms late (the emulator cannot delay one chunk's "
     "packets): it arrives as late as the chapter's 50 ms propagation makes it",
 )
+WAIT_FROM_FIRST = Departure(
+    "the player starts its initial buffer's time after the first chunk arrives (the chapter's "
+    "rule in F6 and F7), so under a shortfall it holds less than that much audio when it "
+    "starts: chunks arrive every 39 ms, and a 60 ms wait holds 40 ms of audio",
+    -1,
+)
 SAME_PATH_TLS = Departure(
     "HTTP/2 over TLS 1.3 adds a round trip to the seed's plain TCP measurement (measured by "
     "connection/h2c-new against h2-new: the F41 row of TLS's round trip)",
@@ -212,6 +218,14 @@ FINDINGS: tuple[Finding, ...] = (
       bound=m.shortfall_bound,
       departure=Departure("384 kbit/s played against 300 kbit/s received (the chapter's 256 "
                           "and 130)")),
+    F("F8", "§12.1.2", "16 kHz audio (256 kbit/s) over 130 kbit/s: a 60 ms initial buffer runs "
+      "dry after about 0.12 s", "about 0.12 s", value=0.12, unit="s", experiment="playback",
+      measure=m.first_stall("chapter-shortfall-h2", 0.060),
+      bound=m.fixed("0.122 s (MODELS 3: 15,360 bits drained at 126 kbit/s)"),
+      departure=WAIT_FROM_FIRST),
+    F("F8", "§12.1.2", "... 120 ms after about 0.24 s", "about 0.24 s", value=0.24, unit="s",
+      experiment="playback", measure=m.first_stall("chapter-shortfall-h2", 0.120),
+      bound=m.fixed("0.244 s (MODELS 3)"), departure=WAIT_FROM_FIRST),
     F("F9", "§12.1.3", "30 agent rounds of 0.8 MB on one connection (6.4 Mbit/s, 200 ms, 2 s of "
       "model)", "105 s", value=105.0, unit="s", experiment="agent-connection",
       measure=level_value("agent-connection", "h2-reused", rounds=30),

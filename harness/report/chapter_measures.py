@@ -680,3 +680,16 @@ def playback_stall(level: str, buffer_s: float) -> Measure:
         return _per_run(rows["stall_s"], "ms", what, level)
 
     return reads("playback", level)(measure)
+
+
+def first_stall(level: str, buffer_s: float) -> Measure:
+    """F8: how long the player played from its start before the buffer first ran dry, with
+    an initial buffer of ``buffer_s`` (playback.csv ``first_stall_s``), per run."""
+
+    def measure(results: Results) -> Measured:
+        mine = _playback_level(results, level)
+        rows = mine[(mine["initial_buffer_s"] - buffer_s).abs() < 1e-9]
+        what = f"first stall after the start with {buffer_s * 1e3:g} ms of buffer"
+        return _per_run(rows["first_stall_s"], "s", what, level)
+
+    return reads("playback", level)(measure)

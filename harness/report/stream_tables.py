@@ -42,6 +42,8 @@ from tbcore.workloads import (
     RETOUCHED_SIZE_BYTES,
     STREAM_CHUNK_BYTES,
     STREAM_CHUNK_DURATION_S,
+    STREAM_SAMPLE_RATE_HZ,
+    stream_chunk_bytes,
 )
 
 TABLES = ("streams", "chunks", "playback", "cancel", "overhead")
@@ -74,7 +76,11 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {name: [] for name in TABLES}
     if not (run_dir / "records.jsonl").exists():
         return out
-    views = streams.run_views(run_dir, protocol, float(meta.get("clock_offset_s", 0.0)))
+    rate = int(settings.get("sample_rate_hz", STREAM_SAMPLE_RATE_HZ))
+    chunk_bytes = stream_chunk_bytes(rate)
+    views = streams.run_views(
+        run_dir, protocol, float(meta.get("clock_offset_s", 0.0)), chunk_bytes
+    )
     if any(r.get("stream_workload") for r in views.records):
         out["streams"] = streams.stream_rows(views, base)
     out["chunks"] = streams.chunk_rows(views, base)
@@ -86,10 +92,10 @@ def run_tables(run_dir: Path) -> dict[str, list[dict[str, Any]]]:
             if r.get("request_id") is not None
         }
         positions = {k: positions_at(run_clocks(meta), v) for k, v in starts.items()}
-        out["playback"] = _playback(out["chunks"], link, protocol, base, positions)
+        out["playback"] = _playback(out["chunks"], link, protocol, base, positions, chunk_bytes)
     out["cancel"] = [
         {**r, "bound_s": (link.down.delay_s if link else math.nan) + STREAM_CHUNK_DURATION_S}
-        for r in streams.cancel_rows(views, base)
+        for r in streams.cancel_rows(views, base, chunk_bytes)
     ]
     workload = row.get("workload") or settings.get("workload", "")
     client_capture = pcapng.capture_file(run_dir, "client")
@@ -130,10 +136,12 @@ def _playback(
     protocol: str,
     base: Mapping[str, Any],
     positions: Mapping[Any, Mapping[str, float]] | None = None,
+    chunk_bytes: int = STREAM_CHUNK_BYTES,
 ) -> list[dict[str, Any]]:
     """playback.csv's rows of one run: per request and initial buffer, measured beside the
     model (a traced downlink: the model through the trace from where it was when the request
-    began, ``positions`` by request id; more and longer buffers)."""
+    began, ``positions`` by request id; more and longer buffers); ``chunk_bytes``: the
+    stream's 20 ms chunk."""
     rows = []
     for request_id in sorted({r["request_id"] for r in chunk_rows}):
         mine = [r for r in chunk_rows if r["request_id"] == request_id]
@@ -149,6 +157,7 @@ def _playback(
                 down_delay_s=link.down.min_delay_s,
                 up_delay_s=link.up.min_delay_s,
                 overhead_bytes=overhead_bytes,
+                chunk_bytes=chunk_bytes,
             )
         else:
             predicted = playback.predicted_arrivals(
@@ -157,18 +166,18 @@ def _playback(
                 down_delay_s=link.down.delay_s,
                 up_delay_s=link.up.delay_s,
                 overhead_bytes=overhead_bytes,
+                chunk_bytes=chunk_bytes,
             )
         receive_bps = None
         if link.down.rate_bps:
-            receive_bps = (
-                link.down.rate_bps * STREAM_CHUNK_BYTES / (STREAM_CHUNK_BYTES + overhead_bytes)
-            )
+            receive_bps = link.down.rate_bps * chunk_bytes / (chunk_bytes + overhead_bytes)
         rows += playback.playback_rows(
             times,
             predicted,
             {**base, "request_id": request_id},
             receive_bps=receive_bps,
             jitter_s=link.down.jitter_s,
+            play_bps=chunk_bytes * 8 / STREAM_CHUNK_DURATION_S,
             initial_buffers_s=playback.TRACE_BUFFERS_S if traced else playback.INITIAL_BUFFERS_S,
         )
     return rows

@@ -55,6 +55,7 @@ from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.errors import SpecError, clip
 from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings, by_attr
+from tbcore.workloads import STREAM_SAMPLE_RATES_HZ
 
 CONNECTIONS = CONNECTION_MODES
 
@@ -151,6 +152,9 @@ def check_consistent(settings: Settings, topology: Topology, where: str) -> None
                     f"{settings.protocol} paces at a measured rate capped by the path's: the "
                     f"link has no {name} rate (set one, or {key})",
                 )
+    if settings.sample_rate_hz not in STREAM_SAMPLE_RATES_HZ:
+        known = ", ".join(map(str, STREAM_SAMPLE_RATES_HZ))
+        raise SpecError(f"{where}.sample_rate", f"must be one of {known} Hz")
     if settings.chunk_bytes is not None and settings.multipath != "duplicate":
         raise SpecError(f"{where}.chunk_size", "only multipath duplicate sends numbered chunks")
     if settings.resume and not settings.tls:
