@@ -228,3 +228,12 @@ async def test_a_late_chunk_arrives_late_and_nothing_overtakes_it(server: Server
     times = record.chunk_times
     assert times[2] - times[1] >= 0.06 + 0.02 - 0.005
     assert times[3] >= times[2] and times[1] - times[0] < 0.05
+
+
+async def test_a_16_khz_stream_has_640_byte_chunks(server: ServerProcess) -> None:
+    """sample_rate 16000: 20 ms chunks of 640 bytes, every one timed, the whole checked."""
+    (record,) = await run_requests(
+        client_config(server, "h2", workload="stream", chunks=4, sample_rate_hz=16_000)
+    )
+    assert record.ok and record.sha256_ok, record.error
+    assert record.down_bytes == 4 * 640 and len(record.chunk_times) == 4
