@@ -72,6 +72,9 @@ class ProtocolKind:
     sections 1-8: set-up, slow start, window) or ``fec`` (section 10: the symbols sent)."""
     chunk_overhead_bytes: int = 0
     """Wire bytes besides the payload per streamed chunk (the playback prediction)."""
+    setup_of: Callable[[Any], str] | None = None
+    """The name the bounds' set-up (harness.bounds.SETUP_RTTS) knows a run of it by, from
+    the settings; None: its own name."""
     upload_mode: Callable[[Any], str] | None = None
     """How it carries one upload over two paths (the dual topology), from the settings: an
     arm of ``multipath`` or :data:`MIGRATE`; None: it cannot."""
@@ -182,6 +185,15 @@ register_protocol = PROTOCOLS.register
 register_workload = WORKLOADS.register
 register_topology = TOPOLOGIES.register
 protocol = PROTOCOLS.lookup
+
+
+def setup_name(settings: Any) -> str:
+    """The protocol the bounds' set-up counts a run of ``settings`` as (``h2c``: h2 without
+    TLS)."""
+    kind = protocol(settings.protocol)
+    return kind.setup_of(settings) if kind.setup_of is not None else kind.name
+
+
 workload = WORKLOADS.lookup
 topology = TOPOLOGIES.lookup
 
@@ -240,6 +252,8 @@ register_protocol(
         chunk_overhead_bytes=H2_CHUNK_OVERHEAD_BYTES,
         upload_mode=lambda s: s.multipath,
         ack_refusal=_tcp_ack_refusal,
+        # without TLS (tls = false, RFC 9113 section 3.3) only TCP's handshake precedes it
+        setup_of=lambda s: "h2" if s.tls else "h2c",
     )
 )
 register_protocol(

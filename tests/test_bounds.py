@@ -831,11 +831,14 @@ def test_each_ack_policy_has_its_acks_per_packet_where_section_7_can_say() -> No
 
 
 def test_h2_in_cleartext_saves_the_tls_round_trip_and_nothing_else() -> None:
-    """setup_protocol: h2 without TLS is h2c, whose new connection waits for TCP's handshake
-    only (RFC 9113 section 3.3): one RTT less than h2's, the rest of the request equal."""
-    assert bounds.setup_protocol("h2", tls=False) == "h2c"
-    assert bounds.setup_protocol("h2", tls=True) == "h2"
-    assert bounds.setup_protocol("h3", tls=False) == "h3"
+    """tbcore.kinds.setup_name: h2 without TLS is h2c, whose new connection waits for TCP's
+    handshake only (RFC 9113 section 3.3): one RTT less than h2's, the rest equal."""
+    from tbcore import kinds
+    from tbcore.settings import Settings
+
+    assert kinds.setup_name(Settings(tls=False)) == "h2c"
+    assert kinds.setup_name(Settings()) == "h2"
+    assert kinds.setup_name(Settings(protocol="h3")) == "h3"
     args = dict(rtt_s=0.2, up_bps=333e6, down_bps=333e6, upload_bytes=354_640,
                 download_bytes=0, processing_s=0.03, connection="new")  # fmt: skip
     tls = request_time(protocol="h2", **args)

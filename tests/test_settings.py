@@ -17,7 +17,7 @@ def test_every_knob_has_a_default_that_passes_its_own_check() -> None:
     settings = Settings()
     for knob in KNOBS.values():
         assert getattr(settings, knob.attr) == knob.default
-        assert knob.attr.endswith(("_bytes", "_bps", "_s", "_w")) or knob.unit in (
+        assert knob.attr.endswith(("_bytes", "_bps", "_s", "_w", "_hz")) or knob.unit in (
             "",
             "count",
             "segments",

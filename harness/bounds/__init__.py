@@ -45,7 +45,6 @@ from harness.bounds.base import (  # noqa: F401
     SETUP_RTTS,
     TCP_MSS_BYTES,
     TLS13_TCP_SETUP_RTTS,
-    setup_protocol,
 )
 from harness.bounds.examples import AUDIO_BYTES, MBIT, WorkedExample, worked_examples  # noqa: F401
 from harness.bounds.fec import (  # noqa: F401

@@ -58,14 +58,10 @@ SETUP_RTTS: dict[tuple[str, str], int] = {
 
 PROTOCOLS = ("h2", "h3", "h2c")
 """Protocols of :func:`request_time` (the FEC protocol has its own, :func:`fec_request_time`);
-``h2c`` is ``h2`` without TLS (:func:`setup_protocol`)."""
+``h2c`` is ``h2`` without TLS."""
 CLEARTEXT_OF = {"h2c": "h2"}
-"""A bound's cleartext protocol and the registered protocol (tbcore.kinds) it runs on."""
-
-
-def setup_protocol(protocol: str, tls: bool) -> str:
-    """The name the bounds know a run's protocol by: ``h2`` without TLS is ``h2c``."""
-    return "h2c" if protocol == "h2" and not tls else protocol
+"""A bound's cleartext protocol and the registered protocol (tbcore.kinds) it runs on
+(tbcore.kinds.setup_name: a run of h2 with tls = false)."""
 
 
 CONNECTIONS = ("new", "reused", "0rtt")

@@ -203,7 +203,7 @@ def bound_for(
     request = bounds.RequestArgs(
         upload_bytes=up_bytes,
         download_bytes=down_bytes,
-        protocol=bounds.setup_protocol(settings.protocol, settings.tls),
+        protocol=kinds.setup_name(settings),
         connection=settings.connection,
         processing_s=workload.processing_s(settings),
         initcwnd_segments=protocol.initial_window(settings),
