@@ -110,7 +110,7 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     )
     warmup = settings.warmup_requests
     total = warmup + settings.agent_rounds
-    plan = RoundPlan(total, settings.recovery, token=secrets.token_hex(4))
+    plan = RoundPlan(total, settings.recovery, token=secrets.token_hex(4), kept=warmup)
     rounds: list[AgentRound] = []
     conn: Any = None
     losses = 0

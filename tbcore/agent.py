@@ -205,6 +205,9 @@ class RoundPlan:
     """Rounds acknowledged in the current attempt (the next round's index)."""
     started: set[int] = field(default_factory=set)
     """Rounds begun so far (a round begun again is 'redone')."""
+    kept: int = 0
+    """Rounds before the task's (its warm-up rounds): a restart goes back to the task's
+    first round, not to them (the chapter's 'all 10 rounds again', §12.5.2)."""
 
     def __post_init__(self) -> None:
         if self.recovery not in RECOVERY_MODES:
@@ -229,4 +232,4 @@ class RoundPlan:
         if self.recovery == "committed":
             return  # the same round again, with the same id
         self.attempt += 1
-        self.acked = 0
+        self.acked = min(self.kept, self.acked)

@@ -95,6 +95,18 @@ def test_restart_recovery_redoes_every_round_with_new_ids() -> None:
     assert redone == [(1, True), (2, True), (3, False)]
 
 
+def test_restart_keeps_the_warm_up_rounds() -> None:
+    """One warm-up round, then the task's: a restart after round 2 goes back to round 1 (the
+    task's first), not to the warm-up round."""
+    plan = agent.RoundPlan(4, "restart", token="t", kept=1)
+    for _ in range(2):
+        plan.next_round()
+        plan.acknowledged()
+    plan.next_round()  # round 2, lost
+    plan.lost()
+    assert plan.next_round()[0] == 1
+
+
 def test_bad_recovery_is_refused() -> None:
     with pytest.raises(ValueError):
         agent.RoundPlan(3, "later")
