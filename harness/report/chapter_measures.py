@@ -669,27 +669,22 @@ def first_chunk_arrival(level: str) -> Measure:
     return reads("playback", level)(measure)
 
 
-def playback_stall(level: str, buffer_s: float) -> Measure:
-    """F7: the wait rule's stall time with an initial buffer of ``buffer_s`` (playback.csv:
-    the run's chunk reads replayed through the player), per run."""
+PLAYBACK_READS = {
+    "stall_s": ("ms", "stall with {} ms of buffer"),
+    "first_stall_s": ("s", "first stall after the start with {} ms of buffer"),
+}
+"""playback.csv columns a row reads per initial buffer: the unit and what it is."""
+
+
+def playback_at(level: str, buffer_s: float, column: str) -> Measure:
+    """F7 (``stall_s``: the wait rule's stall time) and F8 (``first_stall_s``: how long the
+    player played before its buffer first ran dry) with an initial buffer of ``buffer_s``
+    (playback.csv: each run's chunk reads replayed through the player), per run."""
+    unit, what = PLAYBACK_READS[column]
 
     def measure(results: Results) -> Measured:
         mine = _playback_level(results, level)
         rows = mine[(mine["initial_buffer_s"] - buffer_s).abs() < 1e-9]
-        what = f"stall with {buffer_s * 1e3:g} ms of buffer"
-        return _per_run(rows["stall_s"], "ms", what, level)
-
-    return reads("playback", level)(measure)
-
-
-def first_stall(level: str, buffer_s: float) -> Measure:
-    """F8: how long the player played from its start before the buffer first ran dry, with
-    an initial buffer of ``buffer_s`` (playback.csv ``first_stall_s``), per run."""
-
-    def measure(results: Results) -> Measured:
-        mine = _playback_level(results, level)
-        rows = mine[(mine["initial_buffer_s"] - buffer_s).abs() < 1e-9]
-        what = f"first stall after the start with {buffer_s * 1e3:g} ms of buffer"
-        return _per_run(rows["first_stall_s"], "s", what, level)
+        return _per_run(rows[column], unit, what.format(f"{buffer_s * 1e3:g}"), level)
 
     return reads("playback", level)(measure)
