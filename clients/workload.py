@@ -199,7 +199,7 @@ def _one_request(settings: Any) -> list[RequestSpec]:
             expect_down_bytes=spec.stream_chunks * size,
             stream_chunk_bytes=size,
         )
-    if settings.late_chunk is not None:  # the server holds that chunk (servers.app)
+    if spec.stream_chunks and settings.late_chunk is not None:  # servers.app holds it
         late_ms = round(settings.late_chunk_delay_s * 1e3, 3)
         spec = replace(
             spec,
