@@ -141,8 +141,7 @@ class H3ServerProtocol(ExchangeStreams, edge.WatchedProtocol):
 
     def _reset_connection(self) -> None:
         # CONNECTION_CLOSE (RFC 9000 section 10.2): the peer drops the connection at once
-        self._quic.close(error_code=H3ErrorCode.H3_INTERNAL_ERROR, reason_phrase=BREAK_REASON)
-        self.transmit()
+        self.close(error_code=H3ErrorCode.H3_INTERNAL_ERROR, reason_phrase=BREAK_REASON)
 
     # -- responses -------------------------------------------------------------------------
     async def _respond(self, stream_id: int, plan: app.ResponsePlan) -> None:
