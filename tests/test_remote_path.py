@@ -100,15 +100,22 @@ def test_one_way_delays_across_the_clocks(
     ("experiment", "field"),
     [("loss.toml", "link"), ("initcwnd.toml", "remote"), ("agent-outage.toml", "remote")],
 )
-def test_what_a_real_path_cannot_do_is_refused(experiment: str, field: str) -> None:
-    spec = load_spec(str(ROOT / "experiments" / experiment))
+def test_what_a_real_path_cannot_do_is_refused(experiment: str, field: str, tmp_path: Path) -> None:
+    text = (ROOT / "experiments" / experiment).read_text()
+    # an agent's blackout is a link event; a real path has no link to give it to
+    text = text.replace('outage_mode = "break"', 'outage_mode = "blackout"')
+    path = tmp_path / experiment
+    path.write_text(text)
     with pytest.raises(SpecError) as err:
-        remote_path.check_spec(spec)
+        remote_path.check_spec(load_spec(str(path)))
     assert err.value.field == field
 
 
-def test_connection_runs_on_a_real_path() -> None:
-    remote_path.check_spec(load_spec(str(ROOT / "experiments" / "connection.toml")))
+@pytest.mark.parametrize("experiment", ["connection.toml", "agent-outage.toml"])
+def test_what_a_real_path_can_do_runs(experiment: str) -> None:
+    """The connection file, and the agent's connection break (the ends' own reset, no link
+    event) on a real path."""
+    remote_path.check_spec(load_spec(str(ROOT / "experiments" / experiment)))
 
 
 # --- root: a namespace plays the remote host, behind an emulated path --------------------
