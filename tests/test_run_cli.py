@@ -359,7 +359,7 @@ def _playback_contract(result: Path) -> None:
     columns = ["run_id", "level", "initial_buffer_s", "start_delay_s", "stall_count"]
     columns += ["stall_s", "predicted_stall_s", "stall_cause"]
     assert set(columns) <= set(frame.columns)
-    assert frame["level"].str.contains("jitter|rate").all()
+    assert frame["level"].str.contains("jitter|rate|chapter").all()
     # a rate shortfall stalls whatever the initial buffer, in the model and in the run
     short = frame[frame["level"].str.contains("rate")]
     assert (short["predicted_stall_s"] > 0).all() and (short["stall_count"] > 0).all()
