@@ -34,6 +34,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness.store.empty import empty_columns
 from netem.topologyspec import Topology
 from tbcore.errors import SpecError, clip
 from tbcore.records import clean_json, mkstemp_beside
@@ -102,6 +103,10 @@ def atomic_write_json(path: Path, data: Any) -> None:
     atomic_write_text(
         path, json.dumps(clean_json(data), indent=2, sort_keys=False, default=_json_default) + "\n"
     )
+
+
+EMPTY_COLUMNS_FILE = "empty_columns.csv"
+"""Beside runs.csv: every column no row filled, with why (harness.store.empty)."""
 
 
 def atomic_write_frame(path: Path, frame: pd.DataFrame) -> None:
@@ -284,6 +289,9 @@ class ResultDir:
             written = frame[[c for c in frame.columns if c in kept or c not in RUN_COLUMNS]]
         atomic_write_frame(self.path / "runs.csv", written)
         atomic_write_frame(self.path / "runs.parquet", written)
+        # the columns no row filled, each with why (an empty cell cannot say it)
+        empty = pd.DataFrame(empty_columns(written), columns=["column", "reason"])
+        atomic_write_frame(self.path / EMPTY_COLUMNS_FILE, empty)
         self.write_run_tables()
         return frame
 
