@@ -138,6 +138,19 @@ class WorkloadKind:
     response of chunks), ``streams`` (several requests at once on one connection),
     ``audio_processing`` / ``image_processing`` (the server's sleep per request),
     ``overhead`` (an upload whose segments the overhead table counts)."""
+    shares_host: Callable[[Any], bool] = lambda s: False
+    """Whether a run of it, with these settings, may measure beside another such run on one
+    host (harness.run.lock's shared mode, ``testbed campaign --lanes``): true only where the
+    run's processes are idle most of its time, so that a neighbour's CPU can reach its
+    critical path only briefly. Every such run is still judged for the disturbance it met
+    (harness.validity): a neighbour's processes are foreign to it."""
+
+
+AGENT_SHARE_IDLE_S = 0.3
+"""An agent whose rounds each sleep at least 0.3 s (the device's time, the chapter's 0.3 s, and
+the model's, 0.08-2.9 s) shares the host: between those sleeps a round moves at most its
+0.8 MB screenshot (§12.1.3), on a phone's link of 3.5-80 Mbit/s, so its processes are idle
+most of the run and a neighbour's work meets its critical path only briefly."""
 
 
 @dataclass(frozen=True)
@@ -477,6 +490,7 @@ register_workload(
         columns=("agent",),
         protocols=("http",),  # its client resumes over TLS sessions or tickets: not fec
         link_events=lambda s: _agent_events(s),
+        shares_host=lambda s: s.agent_model_s + s.agent_local_s >= AGENT_SHARE_IDLE_S,
         # every round (and as many again, redone) at most its local work, model time and
         # the patience of one request
         run_limit_s=lambda s: (

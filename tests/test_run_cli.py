@@ -184,6 +184,20 @@ def test_attempts_must_be_a_positive_count(
         assert "--attempts" in capsys.readouterr().err
 
 
+def test_lanes_are_one_to_the_hosts_slots_and_not_with_a_cluster(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for bad in ("0", "4", "x"):
+        with pytest.raises(SystemExit) as info:
+            main(["campaign", "--lanes", bad])
+        assert info.value.code == EXIT_USAGE
+        assert "--lanes" in capsys.readouterr().err
+    code = main(["campaign", "--lanes", "2", "--cluster", "tcp://127.0.0.1:1"])
+    assert code == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "lanes" in err and "cluster" in err and len(err.strip().splitlines()) == 1
+
+
 def _status(result: Path) -> int:
     """The exit status a run must give: 1 when some level has no valid measured run (on a
     busy host every attempt may be invalid), 0 otherwise."""

@@ -19,6 +19,6 @@ def run_reported(
     """:func:`harness.run.runner.run_experiment` with ``options``, then the experiment's
     report (report.md and its figures) in the result directory."""
     result = runner.run_experiment(spec, log=log, **options)
-    with exclusive_run(log):
+    with exclusive_run(log, shared=spec.shares_host):
         build_report(result.result.path)
     return result

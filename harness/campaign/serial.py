@@ -22,6 +22,7 @@ from typing import Any
 
 from harness.analysis import levels as analysis
 from harness.campaign import experiment as reported
+from harness.campaign import lanes as lanes_mod
 from harness.plan.planner import DEFAULT_ATTEMPTS, plan_for
 from harness.spec import experiment as specmod
 from harness.store.resultdir import (
@@ -213,10 +214,13 @@ def run_campaign(
     link_name: str | None = None,
     attempts: int = DEFAULT_ATTEMPTS,
     chapter: bool = False,
+    lanes: int = 1,
 ) -> CampaignSummary:
     """Run the experiments (``chapter``: in the chapter's order, harness.report.chapter), then
     write the reproduction report beside the index (harness.report.reproduction); ``runner``
-    defaults to :func:`harness.campaign.experiment.run_reported`."""
+    defaults to :func:`harness.campaign.experiment.run_reported`. ``lanes`` > 1: the
+    experiments that share the host run after the others, that many at a time
+    (harness.campaign.lanes)."""
     if runner is None:
         runner = reported.run_reported  # looked up now: a test may replace it
     started = time.monotonic()
@@ -234,13 +238,20 @@ def run_campaign(
     run = functools.partial(
         runner, output=Path(output), backend=backend, link_name=link_name, attempts=attempts
     )
-    for spec in specs:
+    alone, sharing = lanes_mod.split(specs) if lanes > 1 else (list(specs), [])
+    index["lanes"] = lanes
+    index["sharing"] = [s.name for s in sharing]
+    for spec in alone:
         entry = entries[spec.name]
         if entry.get("status") == "finished":
             continue
         progress = progress_factory(spec.name) if progress_factory else None
         _run_entry(spec, entry, index, index_path, progress, run)
         atomic_write_json(index_path, index)
+    left = [s for s in sharing if entries[s.name].get("status") != "finished"]
+    if left:
+        options = dict(output=Path(output), backend=backend, link_name=None, attempts=attempts)
+        _run_sharing(left, entries, index, index_path, options, lanes)
     index["finished_utc"] = utc_stamp()
     index["wall_s"] = float(index.get("wall_s") or 0.0) + time.monotonic() - started
     atomic_write_json(index_path, index)
@@ -249,6 +260,49 @@ def run_campaign(
     return CampaignSummary(
         index_path=index_path, entries=index["entries"], report_errors=report_errors_of(index)
     )
+
+
+def _run_sharing(
+    specs: Sequence[specmod.ExperimentSpec],
+    entries: dict[str, dict[str, Any]],
+    index: dict[str, Any],
+    index_path: Path,
+    options: dict[str, Any],
+    lanes: int,
+) -> None:
+    """The sharing experiments, ``lanes`` at a time (harness.campaign.lanes), each noted in
+    the index as it starts (its result directory, for ``--resume``) and as it ends."""
+    from harness.run.runner import ExperimentResult, create_result, reopen_result
+    from harness.store.resultdir import ResultDir
+
+    def result_dir_of(spec: specmod.ExperimentSpec) -> str:
+        entry, plan = entries[spec.name], plan_for(spec)
+        previous = entry.get("result_dir")
+        if previous and Path(previous).is_dir():
+            path = reopen_result(spec, plan, Path(previous)).path
+        else:
+            path = create_result(spec, plan, options["output"], options["backend"], None).path
+        entry.update(result_dir=str(path), status="running")
+        atomic_write_json(index_path, index)
+        return str(path)
+
+    def done(spec: specmod.ExperimentSpec, path: str | None, error: BaseException | None) -> None:
+        entry = entries[spec.name]
+        if error is None and path is not None:
+            result = ExperimentResult(result=ResultDir.open(Path(path)))
+            entry.update(_finished_fields(spec, result))
+        else:
+            entry.update(status="failed", error=f"{type(error).__name__}: {error}"[:300])
+        atomic_write_json(index_path, index)
+
+    try:
+        lanes_mod.run_lanes(specs, result_dir_of, options, lanes, done)
+    except KeyboardInterrupt:
+        for spec in specs:
+            if entries[spec.name].get("status") == "running":
+                entries[spec.name]["status"] = "interrupted"
+        atomic_write_json(index_path, index)
+        raise
 
 
 def report_errors_of(index: dict[str, Any]) -> list[str]:

@@ -30,6 +30,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from harness.campaign.lanes import DEFAULT_LANES
 from harness.cli.check import file_form
 from harness.plan.planner import DEFAULT_ATTEMPTS
 from harness.spec import experiment as specmod
@@ -102,6 +103,20 @@ def _attempts(text: str) -> int:
         raise argparse.ArgumentTypeError(err.reason) from None
     if value < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
+def _lanes(text: str) -> int:
+    from harness.run.lock import SHARE_SLOTS
+
+    try:
+        value = parse_count("lanes", text)
+    except SpecError as err:
+        raise argparse.ArgumentTypeError(err.reason) from None
+    if not 1 <= value <= SHARE_SLOTS:
+        raise argparse.ArgumentTypeError(
+            f"must be 1 to {SHARE_SLOTS} (the host's sharing slots, harness.run.lock)"
+        )
     return value
 
 
@@ -301,6 +316,8 @@ def _check_cluster_flags(args: argparse.Namespace) -> None:
     for flag in ("remote", "link_name"):
         if getattr(args, flag, None) is not None:
             raise SpecError(flag, "not with --cluster/--hosts (each worker makes its own links)")
+    if getattr(args, "lanes", None) is not None:
+        raise SpecError("lanes", "not with --cluster/--hosts (the workers make the blocks)")
     if args.remote_python is not None and args.hosts is None:
         raise SpecError("remote_python", "only with --hosts")
 
@@ -467,6 +484,7 @@ def _campaign(args: argparse.Namespace) -> int:
         link_name=args.link_name,
         attempts=attempts_of(args),
         chapter=chapter,
+        lanes=DEFAULT_LANES if args.lanes is None else args.lanes,
     )
     for line in summary.lines():
         print(line)
@@ -621,6 +639,14 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="where the experiment files are",
     )
     _add_attempts(campaign, ENV_ATTEMPTS)
+    campaign.add_argument(
+        "--lanes",
+        type=_lanes,
+        default=None,
+        help="experiments whose runs sleep most of their time (agent rounds) run after the "
+        "others, this many at a time, each run judged for what its neighbours cost it "
+        "(default 3; 1: one at a time)",
+    )
     _add_cluster(campaign)
     campaign.add_argument("--ssh-config", default=None, metavar="FILE", help="ssh -F FILE")
     campaign.set_defaults(handler=_campaign)

@@ -13,7 +13,9 @@ running, and the scheduler gives the block to another worker; nothing of a block
 not finish reaches the client.
 
 A host runs one block at a time (:data:`BLOCK_LOCK_SUFFIX`): a block whose client went away
-still finishes, and the next one waits for it instead of interleaving its runs.
+still finishes, and the next one waits for it instead of interleaving its runs. Blocks of
+experiments that share the host (harness.run.lock) run beside each other, never beside
+another's.
 """
 
 from __future__ import annotations
@@ -134,8 +136,10 @@ def _worker_address() -> str | None:
 
 
 @contextlib.contextmanager
-def one_block_at_a_time() -> Iterator[float]:
-    """Hold the host's block lock (beside its run lock); yields the seconds waited."""
+def one_block_at_a_time(shared: bool = False) -> Iterator[float]:
+    """Hold the host's block lock (beside its run lock); yields the seconds waited.
+    ``shared``: a sharing experiment's block, beside other such blocks (harness.run.lock: its
+    runs then take a sharing slot each)."""
     from harness.run.lock import lock_path
 
     path = lock_path()
@@ -146,7 +150,7 @@ def one_block_at_a_time() -> Iterator[float]:
     block_path.parent.mkdir(parents=True, exist_ok=True)
     with open(block_path, "a+", encoding="ascii") as handle:
         start = time.monotonic()
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        fcntl.flock(handle, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
         try:
             yield time.monotonic() - start
         finally:
@@ -170,7 +174,7 @@ def make_block(job: BlockJob, workdir: Path) -> BlockResult:
     if [r.run_id for r in planned] != [r.run_id for r in runs]:
         raise SpecError("cluster", f"block {job.block} differs from this host's plan")
     wall0, started = time.monotonic(), utc_stamp()
-    with one_block_at_a_time() as waited:
+    with one_block_at_a_time(spec.shares_host) as waited:
         result = create_result(spec, runs, workdir / "out", job.backend, argv=None)
         options = RunOptions(
             backend=job.backend,

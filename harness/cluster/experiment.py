@@ -63,14 +63,20 @@ def record_session(
 
 
 def finish(
-    result: ResultDir, plan: Sequence[Any], attempts: int, report: bool, log: Callable
+    result: ResultDir,
+    plan: Sequence[Any],
+    attempts: int,
+    report: bool,
+    log: Callable,
+    shared: bool = False,
 ) -> None:
-    """Tables, the manifest's verdict and the report, as ``testbed run`` ends."""
-    finish_tables(result, plan, attempts, log)
+    """Tables, the manifest's verdict and the report, as ``testbed run`` ends (``shared``: a
+    sharing experiment's, harness.run.lock)."""
+    finish_tables(result, plan, attempts, log, shared=shared)
     if report:
         from harness.report.build import build_report  # matplotlib: only when it reports
 
-        with exclusive_run(log):
+        with exclusive_run(log, shared=shared):
             build_report(result.path)
 
 
@@ -116,7 +122,7 @@ def run_on_cluster(
         progress.close()
         if own:
             client.close()
-    finish(result, plan, options.attempts, report, progress.note)
+    finish(result, plan, options.attempts, report, progress.note, shared=spec.shares_host)
     made = [run for record in records for run in record["runs"]]
     rows = [row for row in result.rows() if row["run_id"] in set(made)]
     return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(made))

@@ -173,7 +173,8 @@ def emulated(
         shapes.setdefault(shape_of(topology), topology)
     with contextlib.ExitStack() as stack:
         links: dict[str, Any] = {}
-        with exclusive_run(log):  # starting emulators and namespaces: not beside a run
+        # starting emulators and namespaces: not beside a run (beside sharing ones: shared)
+        with exclusive_run(log, shared=spec.shares_host):
             for (shape, topology), link_name in zip(
                 shapes.items(), link_names(name, len(shapes)), strict=True
             ):

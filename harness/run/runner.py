@@ -71,7 +71,7 @@ def execute_run(
     run_dir = env.result.fresh_run_dir(planned.run_id)
     wall0 = time.monotonic()
     watch = CpuWatch()
-    with exclusive_run(env.log) as lock_wait_s:
+    with exclusive_run(env.log, shared=env.spec.shares_host) as lock_wait_s:
         error = run_processes(env, planned, level, path, run_dir, watch)
         try:
             row = judge(collect_run(run_dir, error), watch, effect_s)
@@ -342,16 +342,21 @@ def run_experiment(
     if left:
         options = RunOptions(backend, link_name, attempts, remote, progress, log)
         rows = _make_runs(spec, result, left, by_id, outcomes, options)
-    finish_tables(result, plan, attempts, log)
+    finish_tables(result, plan, attempts, log, shared=spec.shares_host)
     return ExperimentResult(result=result, rows=rows, skipped=len(plan) - len(left))
 
 
 def finish_tables(
-    result: ResultDir, plan: Sequence[PlannedRun], attempts: int, log: Callable[[str], None]
+    result: ResultDir,
+    plan: Sequence[PlannedRun],
+    attempts: int,
+    log: Callable[[str], None],
+    shared: bool = False,
 ) -> None:
     """The experiment's tables and its manifest's verdict (finished: no run left to try),
-    under the host's run lock (the tables take seconds of CPU: not beside a run)."""
-    with exclusive_run(log):
+    under the host's run lock (the tables take seconds of CPU: not beside a run; ``shared``:
+    a sharing experiment's, beside sharing runs only, which judge it as a disturbance)."""
+    with exclusive_run(log, shared=shared):
         result.write_tables()
         outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
         result.update_manifest(

@@ -257,6 +257,15 @@ class ExperimentSpec:
     def level_names(self) -> tuple[str, ...]:
         return tuple(level.name for level in self.levels)
 
+    @property
+    def shares_host(self) -> bool:
+        """Whether its runs may measure beside another sharing experiment's on one host:
+        every level's workload says so for its settings (tbcore.kinds.WorkloadKind
+        .shares_host)."""
+        return all(
+            kinds.workload(lv.settings.workload).shares_host(lv.settings) for lv in self.levels
+        )
+
     def quick_form(self) -> ExperimentSpec:
         """The short form ``--quick`` runs: fewer repetitions, maybe fewer levels/requests,
         maybe other fixed settings."""
