@@ -49,11 +49,12 @@ def test_lanes_run_every_task_in_processes_of_their_own_and_report_each() -> Non
     specs = ["a", "b", 7]  # 7: os.path.join raises TypeError in its lane
     lanes.run_lanes(specs, result_dir_of, "", 2, done, task=os.path.join)  # type: ignore[arg-type]
     assert started == specs
-    assert sorted(heard, key=str) == sorted(
-        [("a", os.path.join("a", "dir", ""), None), ("b", os.path.join("b", "dir", ""), None),
-         (7, None, "TypeError")],  # fmt: skip
-        key=str,
-    )
+    expected = [
+        ("a", os.path.join("a", "dir", ""), None),
+        ("b", os.path.join("b", "dir", ""), None),
+        (7, None, "TypeError"),
+    ]
+    assert sorted(heard, key=str) == sorted(expected, key=str)
 
 
 def test_progress_lines_name_the_experiment(capsys: pytest.CaptureFixture[str]) -> None:

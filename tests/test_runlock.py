@@ -116,10 +116,12 @@ def _shared_holder(path: Path, hold_s: float) -> subprocess.Popen[str]:
 def test_sharing_runs_hold_the_lock_together_each_in_a_slot(tmp_path: Path) -> None:
     path = tmp_path / "tb-run.lock"
     heard: list[str] = []
-    with exclusive_run(heard.append, path, shared=True) as first:
-        with exclusive_run(heard.append, path, shared=True) as second:
-            held = [s for s in runlock.slot_paths(path) if _slot_taken(s)]
-            assert len(held) == 2
+    with (
+        exclusive_run(heard.append, path, shared=True) as first,
+        exclusive_run(heard.append, path, shared=True) as second,
+    ):
+        held = [s for s in runlock.slot_paths(path) if _slot_taken(s)]
+        assert len(held) == 2
     assert first == 0.0 and second == 0.0 and heard == []
     assert not any(_slot_taken(s) for s in runlock.slot_paths(path))
 

@@ -109,9 +109,7 @@ def run_campaign_on_cluster(
         if own:
             client.close()
     for name, (spec, result) in made.items():
-        finish(
-            result, plan_for(spec), options.attempts, True, progress.note, spec.shares_host
-        )
+        finish(result, plan_for(spec), options.attempts, True, progress.note, spec.shares_host)
         _close_entry(spec, entries[name], result, got.get(name, submit.Gathered()))
         atomic_write_json(index_path, index)
     index.update(finished_utc=utc_stamp(), cluster_makespan_s=total_s)
