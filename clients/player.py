@@ -1,8 +1,16 @@
 """A streamed-audio player, without I/O: chunks in, play/stall/drop events out.
 
-The player starts after an initial buffer ``J`` counted from the first chunk's arrival and
-plays chunks of ``tau`` seconds in order (docs/models.md section 3). Two rules for a chunk that
-is not there when its slot comes:
+The player starts after an initial buffer ``J`` and plays chunks of ``tau`` seconds in order
+(docs/models.md section 3). Two ways to count ``J`` (``start``):
+
+- ``after`` (the chapter's F6 and F7, §12.1.2): ``J`` seconds after the first chunk's arrival,
+  whatever has arrived by then;
+- ``filled`` (the chapter's F8: "60 ms of buffer (15,360 bits)"): once the chunks in hand from
+  the first on hold ``J`` of audio (``ceil(J / tau)`` chunks), at the arrival that fills it.
+  The two agree while chunks arrive faster than they play; under a rate shortfall ``after``
+  starts with less than ``J`` of audio in hand.
+
+Two rules for a chunk that is not there when its slot comes:
 
 - ``wait`` (the chapter's rule, docs/models.md section 3): stall until it arrives, then play it;
   every later slot moves by the stall. ``p_0 = r_0 + J``, ``p_i = max(r_i, p_{i-1} + tau)``.
@@ -20,6 +28,7 @@ Drive it with :meth:`Player.on_chunk` (a chunk arrived at ``now``) and :meth:`Pl
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
@@ -28,6 +37,9 @@ from tbcore.errors import SpecError
 RULE_WAIT = "wait"
 RULE_DROP = "drop"
 RULES = (RULE_WAIT, RULE_DROP)
+START_AFTER = "after"
+START_FILLED = "filled"
+STARTS = (START_AFTER, START_FILLED)
 
 
 @dataclass(frozen=True)
@@ -100,6 +112,7 @@ class Player:
     initial_buffer_s: float
     chunks: int
     rule: str = RULE_WAIT
+    start: str = START_AFTER
     arrivals: dict[int, float] = field(default_factory=dict)
     events: list[PlayEvent] = field(default_factory=list)
     _next: int = 0
@@ -111,6 +124,8 @@ class Player:
     def __post_init__(self) -> None:
         if self.rule not in RULES:
             raise SpecError("rule", f"{self.rule!r} is not one of {', '.join(RULES)}")
+        if self.start not in STARTS:
+            raise SpecError("start", f"{self.start!r} is not one of {', '.join(STARTS)}")
         if not self.chunk_s > 0:
             raise SpecError("chunk_s", "must be > 0")
         if self.initial_buffer_s < 0:
@@ -128,8 +143,8 @@ class Player:
         if index in self.arrivals:
             return self.events[start:]
         self.arrivals[index] = now
-        if self._slot is None and index == 0:
-            self._slot = now + self.initial_buffer_s
+        if self._slot is None:
+            self._slot = self._start_at(now)
         if index < self._next:
             self.events.append(Drop(now, index))
         elif self._stalled_since is not None and index == self._next:
@@ -153,6 +168,18 @@ class Player:
         return self._slot
 
     # -- state ------------------------------------------------------------------------------
+    @property
+    def chunks_to_fill(self) -> int:
+        """``filled``: the chunks that hold the initial buffer's audio (at least one)."""
+        return min(self.chunks, max(1, math.ceil(self.initial_buffer_s / self.chunk_s - 1e-9)))
+
+    def _start_at(self, now: float) -> float | None:
+        """When the first slot starts, as of an arrival at ``now`` (None: not yet)."""
+        if self.start == START_AFTER:
+            return now + self.initial_buffer_s if 0 in self.arrivals else None
+        filled = all(i in self.arrivals for i in range(self.chunks_to_fill))
+        return now if filled else None
+
     @property
     def finished(self) -> bool:
         return self._next >= self.chunks
@@ -223,11 +250,15 @@ class PlaybackSummary:
 
 
 def replay(
-    arrivals_s: list[float], chunk_s: float, initial_buffer_s: float, rule: str = RULE_WAIT
+    arrivals_s: list[float],
+    chunk_s: float,
+    initial_buffer_s: float,
+    rule: str = RULE_WAIT,
+    start: str = START_AFTER,
 ) -> Player:
     """Feed measured arrivals (chunk ``i`` at ``arrivals_s[i]``) through a player on a fake
     clock and return it (events and summary)."""
-    player = Player(chunk_s, initial_buffer_s, len(arrivals_s), rule)
+    player = Player(chunk_s, initial_buffer_s, len(arrivals_s), rule, start)
     for index, t in sorted(enumerate(arrivals_s), key=lambda item: item[1]):
         wake = player.next_wake()
         while wake is not None and wake < t:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from clients.player import RULE_DROP, RULE_WAIT, Play, Player, replay
+from clients.player import RULE_DROP, RULE_WAIT, START_FILLED, Play, Player, replay
 from harness import bounds
 from tbcore.errors import SpecError
 
@@ -48,6 +48,32 @@ def test_the_first_stall_is_timed_from_the_start_of_playback() -> None:
     summary = replay(arrivals, TAU, 0.060).summary()
     assert summary.first_stall_s == pytest.approx(0.080)
     assert replay([i * TAU for i in range(8)], TAU, 0.060).summary().first_stall_s is None
+
+
+def test_a_filled_start_waits_for_the_buffers_audio_not_a_time() -> None:
+    """The chapter's F8 counts its 60 ms buffer as audio in hand: the same shortfall, started
+    once chunks 0-2 (60 ms) are in (at 78.8 ms), plays 0-2 at 78.8/98.8/118.8 ms, 3 and 4
+    make their slots, 5 (due at 178.8 ms) arrives at 197 ms: dry 100 ms after the start,
+    20 ms later than the wait counted from the first arrival."""
+    arrivals = [i * 0.0394 for i in range(12)]
+    player = replay(arrivals, TAU, 0.060, RULE_WAIT, START_FILLED)
+    assert player.chunks_to_fill == 3
+    summary = player.summary()
+    assert summary.start_delay_s == pytest.approx(2 * 0.0394)
+    assert summary.first_stall_s == pytest.approx(0.100)
+    assert replay(arrivals, TAU, 0.045, RULE_WAIT, START_FILLED).chunks_to_fill == 3
+    on_time = replay([i * TAU for i in range(12)], TAU, 0.060, RULE_WAIT, START_FILLED)
+    assert on_time.summary().first_stall_s is None
+
+
+def test_a_filled_start_needs_every_chunk_from_the_first() -> None:
+    player = Player(TAU, 0.040, 6, RULE_WAIT, START_FILLED)
+    assert player.on_chunk(1, 0.010) == []  # chunk 1 alone fills nothing
+    assert player.next_wake() is None
+    events = player.on_chunk(0, 0.030)  # now 40 ms of audio are in hand: play at once
+    assert [(e.KIND, e.index, e.t) for e in events] == [("play", 0, 0.030)]
+    with pytest.raises(SpecError):
+        Player(TAU, 0.040, 6, RULE_WAIT, "sometime")
 
 
 def test_drop_rule_conceals_and_drops_the_late_chunk() -> None:

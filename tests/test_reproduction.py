@@ -215,3 +215,28 @@ def test_every_bound_is_computed_or_says_what_it_lacks(finding: chapter.Finding)
     except NotMeasured:
         return
     assert isinstance(text, str) and text
+
+
+def test_the_header_says_what_sharing_the_host_cost(tmp_path) -> None:
+    import pandas as pd
+
+    from harness.report.findings import Results
+    from harness.report.reproduction import sharing_line
+
+    results = Results({"agent-rate": tmp_path, "connection": tmp_path})
+    results._frames["agent-rate"] = pd.DataFrame(
+        {
+            "warmup": [True, False, False, False],
+            "valid": [True, True, True, False],
+            "disturbance_s": [0.5, 0.002, 0.004, 0.9],
+        }
+    )
+    results._frames["connection"] = pd.DataFrame(
+        {"warmup": [False], "valid": [False], "disturbance_s": [7.0]}
+    )
+    assert sharing_line({"lanes": 1}, results) is None
+    line = sharing_line({"lanes": 3, "sharing": ["agent-rate"]}, results)
+    assert line is not None
+    assert "agent-rate ran 3 at a time" in line
+    assert "3 measured runs, 1 invalid" in line  # the warm-up and connection's run: not counted
+    assert "median 4.0 ms, largest 900.0 ms" in line

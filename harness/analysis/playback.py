@@ -6,7 +6,10 @@ For each initial buffer ``J`` (40, 45, 60, 120 ms by default) a run gets one row
 - measured: the chunks' read times (handed to the application) replayed through
   :class:`clients.player.Player` with the chapter's rule (wait for a missing chunk): start
   delay (first sample played, from the request start), stall count and total stall
-  (WebRTC: concealment events, concealed duration); the same with the drop rule;
+  (WebRTC: concealment events, concealed duration), the time played before the first stall;
+  the same with the drop rule; and with the wait rule started once the buffer holds ``J`` of
+  audio (``filled_*``: the chapter's F8 counts its buffer so) instead of ``J`` after the
+  first arrival;
 - modelled: arrivals predicted by the chunk pipeline (section 2: chunk ``i`` ready at
   ``i * tau``, 12 ms processing, sent at the path rate with per-chunk header bytes, one-way
   delay) through the playback recurrence (section 3), and the buffer-depletion time of a
@@ -24,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from clients.player import RULE_DROP, RULE_WAIT, StallStart, replay
+from clients.player import RULE_DROP, RULE_WAIT, START_FILLED, StallStart, replay
 from harness import bounds
 from harness.bounds.bottleneck import Bottleneck
 from tbcore.workloads import (
@@ -141,6 +144,7 @@ def playback_rows(
     for buffer_s in initial_buffers_s:
         wait = replay(reads, chunk_s, buffer_s, RULE_WAIT).summary()
         drop = replay(reads, chunk_s, buffer_s, RULE_DROP).summary()
+        filled = replay(reads, chunk_s, buffer_s, RULE_WAIT, START_FILLED).summary()
         model = bounds.playback(list(predicted_s), chunk_s, buffer_s)
         jitter_stall = max(0.0, 2 * jitter_s - buffer_s)
         causes = Counter(stall_causes(chunks, chunk_s, buffer_s))
@@ -155,6 +159,9 @@ def playback_rows(
                 "stall_count": wait.stall_count,
                 "stall_s": wait.stall_s,
                 "first_stall_s": wait.first_stall_s,
+                "filled_stall_count": filled.stall_count,
+                "filled_stall_s": filled.stall_s,
+                "filled_first_stall_s": filled.first_stall_s,
                 "predicted_start_delay_s": predicted_s[0] + buffer_s if predicted_s else None,
                 "predicted_stall_count": model.stall_count + (1 if jitter_stall > 0 else 0),
                 "predicted_stall_s": model.stall_s + jitter_stall,

@@ -672,13 +672,19 @@ def first_chunk_arrival(level: str) -> Measure:
 PLAYBACK_READS = {
     "stall_s": ("ms", "stall with {} ms of buffer"),
     "first_stall_s": ("s", "first stall after the start with {} ms of buffer"),
+    "filled_first_stall_s": (
+        "s",
+        "first stall after the start once {} ms of audio is in hand",
+    ),
 }
 """playback.csv columns a row reads per initial buffer: the unit and what it is."""
 
 
 def playback_at(level: str, buffer_s: float, column: str) -> Measure:
-    """F7 (``stall_s``: the wait rule's stall time) and F8 (``first_stall_s``: how long the
-    player played before its buffer first ran dry) with an initial buffer of ``buffer_s``
+    """F7 (``stall_s``: the wait rule's stall time) and F8 (``filled_first_stall_s``: how long
+    the player, started once it held ``buffer_s`` of audio, played before its buffer first ran
+    dry; ``first_stall_s``: started ``buffer_s`` after the first arrival) with an initial
+    buffer of ``buffer_s``
     (playback.csv: each run's chunk reads replayed through the player), per run."""
     unit, what = PLAYBACK_READS[column]
 

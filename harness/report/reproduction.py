@@ -26,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,6 +269,33 @@ def lock_wait_s(results: Results) -> float:
     return total
 
 
+def sharing_line(index: dict[str, Any], results: Results) -> str | None:
+    """What sharing the host cost (None when no experiment shared it): the sharing
+    experiments, how many at a time, and their measured runs' judged disturbance (what the
+    neighbours' processes and the host could have added, harness.validity) and invalid runs."""
+    names = [str(n) for n in index.get("sharing") or []]
+    if not names:
+        return None
+    frames = [f for n, f in readable_frames(results) if n in names and not f.empty]
+    measured = [f[~f["warmup"].fillna(False).astype(bool)] for f in frames]
+    runs = sum(len(f) for f in measured)
+    invalid = sum(int((~f["valid"].fillna(False).astype(bool)).sum()) for f in measured)
+    values = [
+        float(v) for f in measured if "disturbance_s" in f for v in f["disturbance_s"].dropna()
+    ]
+    judged = (
+        f"judged disturbance a run: median {statistics.median(values) * 1e3:.1f} ms, "
+        f"largest {max(values) * 1e3:.1f} ms"
+        if values
+        else "no judged disturbance"
+    )
+    return (
+        f"Shared host: {', '.join(names)} ran {index.get('lanes')} at a time after the others "
+        f"(their runs sleep through the model's and device's time: harness.run.lock); "
+        f"{runs} measured runs, {invalid} invalid, {judged}."
+    )
+
+
 def below_bound_counts(results: Results) -> dict[str, tuple[int, int]]:
     """Per experiment: (measured runs below their bound, measured runs)."""
     out = {}
@@ -409,6 +437,9 @@ def _summary(campaign: Campaign, rows: list[Row]) -> list[str]:
         "measured runs"
         + (": " + ", ".join(f"{n} {b}" for n, (b, _) in below.items() if b) if below_runs else "."),
     ]
+    shared_line = sharing_line(campaign.index, campaign.results)
+    if shared_line:
+        lines.append(shared_line)
     if campaign.results.unreadable:
         lines.append("Unreadable results: " + "; ".join(
             f"{n}: {why}" for n, why in campaign.results.unreadable.items()))  # fmt: skip
