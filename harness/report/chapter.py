@@ -521,10 +521,22 @@ FINDINGS: tuple[Finding, ...] = (
       "1.75 s between them)", "73 Mbit/s", value=73.0, unit="Mbit/s",
       experiment="agent-deployment", measure=m.crossover_rate,
       bound=m.fixed("73 Mbit/s (docs/models.md §18)"),
-      departure=Departure("each site's rounds run above their bound (the levels' reports "
-                          "put the nearby site's excess in loss recovery: cubic overflowing "
-                          "the link's one-BDP queue), and a wider gap between the tasks "
-                          "lowers the rate", -1)),
+      departure=Departure("each site's rounds run above their bound (the nearby site's "
+                          "excess is loss recovery: cubic overflowing the link's one-BDP "
+                          "queue, measured by the deep-queue level's rows below), and a "
+                          "wider gap between the tasks lowers the rate", -1)),
+    F("F59", "§12.5.2", "... the nearby site with a 2 MB uplink queue (a whole screenshot "
+      "fits: no loss recovery), the same model times", "16.04 s", value=16.04, unit="s",
+      experiment="agent-deployment",
+      measure=level_value("agent-deployment", "near-2.83x-deep-queue", rounds=20),
+      bound=m.runs_bound_of("agent-deployment", "near-2.83x-deep-queue"),
+      departure=HTTP2_FRAMING),
+    F("F59", "§12.5.2", "... the crossover with that nearby site", "73 Mbit/s", value=73.0,
+      unit="Mbit/s", experiment="agent-deployment",
+      measure=m.crossover_from("near-2.83x-deep-queue"),
+      bound=m.fixed("73 Mbit/s (docs/models.md §18)"),
+      departure=Departure("the cloud's task without uploads runs above its bound too (its "
+                          "rounds' 200 ms round trips), which widens the gap", -1)),
     F("F60", "§12.5.2", "Ten rounds at 6 Mbit/s and ten at 10 against a constant 8 (the same "
       "mean): the varying uplink is slower", "+1.1 s", value=1.1, unit="s",
       experiment="agent-rate",

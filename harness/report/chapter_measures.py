@@ -613,13 +613,21 @@ FREE_UPLOAD_BPS = 1e9
 """agent-deployment's cloud-2.83x-free-upload uplink: its 20 uploads take 0.13 s."""
 
 
-@reads("agent-deployment", "near-2.83x", "cloud-2.83x-free-upload")
-def crossover_rate(results: Results) -> Measured:
+def crossover_from(near_level: str) -> Measure:
     """F59's threshold from two measured tasks: the cloud's uplink rate at which 20 raw
-    screenshots take the time between the nearby site's task and the cloud's without its
-    uploads (that task less its 0.13 s of 1 Gbit/s uploads); the interval from the two
-    levels' intervals at their far ends (conservative)."""
-    near = level_value("agent-deployment", "near-2.83x", rounds=20)(results)
+    screenshots take the time between the nearby site's task (``near_level``) and the
+    cloud's without its uploads (that task less its 0.13 s of 1 Gbit/s uploads); the
+    interval from the two levels' intervals at their far ends (conservative)."""
+
+    @reads("agent-deployment", near_level, "cloud-2.83x-free-upload")
+    def measure(results: Results) -> Measured:
+        return _crossover(results, near_level)
+
+    return measure
+
+
+def _crossover(results: Results, near_level: str) -> Measured:
+    near = level_value("agent-deployment", near_level, rounds=20)(results)
     cloud = level_value("agent-deployment", "cloud-2.83x-free-upload", rounds=20)(results)
     free_s = SCREEN_BITS_20_ROUNDS / FREE_UPLOAD_BPS
     gap = near.value - (cloud.value - free_s)  # type: ignore[operator]
@@ -639,6 +647,9 @@ def crossover_rate(results: Results) -> Measured:
         f"{cloud.value - free_s:.2f} s: {gap:.2f} s apart; {runs} runs a level)"
     )
     return Measured(text, rate, runs=runs, low=low, high=high, scaled=near.scaled)
+
+
+crossover_rate = crossover_from("near-2.83x")
 
 
 def _per_run(values: pd.Series, unit: str, what: str, level: str) -> Measured:
