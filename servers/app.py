@@ -42,7 +42,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from proto.http import RequestHead
 from servers import chunks
-from tbcore import agent, kinds, workloads
+from tbcore import agent, codec, kinds, workloads
 from tbcore.routes import HttpRoute
 from tbcore.settings import KNOBS
 
@@ -165,6 +165,10 @@ class Exchange:
     """Tiles whose bytes have all arrived."""
     tile_results: tuple[int, ...] = ()
     """``&result=1,2,2``: the result's parts in proportion (empty: equal parts)."""
+    decoder: codec.Decoder | None = None
+    """A route whose upload is an encoded image (HttpRoute.decode): inflates it as it comes."""
+    decode_s: float | None = None
+    """How long decoding the last of it took once the body had ended."""
 
     def __post_init__(self) -> None:
         self.route = urlsplit(self.head.path).path
@@ -172,6 +176,8 @@ class Exchange:
         if self.spec is None:
             self.early = _error(404, f"no route {self.route}")
             return
+        if self.spec.decode:
+            self.decoder = codec.Decoder()
         if self.spec.answer == "payload" and self.spec.upload is not None:  # may come in tiles
             raw = parse_qs(urlsplit(self.head.path).query).get("tiles", ["0"])[-1]
             if not raw.isdigit() or int(raw) > MAX_TILES:
@@ -236,6 +242,8 @@ class Exchange:
             )
             return self.early
         self._digest.update(data)
+        if self.decoder is not None:
+            self.decoder.feed(data)
         if self._takes_text and len(self._text) < MAX_TTS_TEXT_BYTES:
             self._text += data[: MAX_TTS_TEXT_BYTES - len(self._text)]
         return None
@@ -303,12 +311,29 @@ class Exchange:
         ok = self.received_bytes == workloads.get_workload(
             expected
         ).size_bytes and self.upload_sha256 == workloads.workload_sha256(expected)
+        if self.decoder is not None:
+            ok = self._decoded_ok() and ok
         return ok, expected
 
+    def _decoded_ok(self) -> bool:
+        """Decode the rest of an encoded image (timed: :attr:`decode_s`) and check its
+        pixels."""
+        assert self.decoder is not None
+        start = time.monotonic()
+        try:
+            pixels = self.decoder.finish()
+        except ValueError:
+            return False
+        finally:
+            self.decode_s = time.monotonic() - start
+        return hashlib.sha256(pixels).hexdigest() == codec.photo_sha256()
+
     def _upload_headers(self) -> list[tuple[str, str]]:
+        extra = [] if self.decode_s is None else [("x-decode-s", f"{self.decode_s:.6f}")]
         return [
             ("x-upload-sha256", self.upload_sha256),
             ("x-upload-length", str(self.received_bytes)),
+            *extra,
         ]
 
     def _answer_transcript(self) -> ResponsePlan:

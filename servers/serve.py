@@ -20,7 +20,7 @@ from servers.context import ServerContext
 from servers.events import EventLog
 from servers.h2server import start_h2
 from servers.h3server import start_h3
-from tbcore import workloads
+from tbcore import kinds, workloads
 from tbcore.records import AppliedLog, ServerSample
 from tbcore.sampler import Sampler
 
@@ -83,7 +83,7 @@ async def serve(
         log.emit("error", reason=f"{context.get('message')}: {exc!r}"[:300])
 
     loop.set_exception_handler(on_exception)
-    warm_workloads()
+    warm_workloads(config.settings)
     h2_server = h3_listener = fec_listener = None
     try:
         if config.h2_port is not None:
@@ -128,13 +128,36 @@ async def serve(
             keylog.close()
 
 
-def warm_workloads() -> None:
+def warm_workloads(settings: Any = None) -> None:
     """Read, verify and hash every fixed workload before listening: done lazily, the first
     request of a fresh server paid it (SHAKE-256 regeneration and SHA-256 of 5-30 MB: 140 ms
-    measured under load, inside one stream's time while the other waited)."""
-    for name in workloads.WORKLOADS:
+    measured under load, inside one stream's time while the other waited). A workload made by
+    a codec (tbcore.workloads ``make``: 0.5-1 s to verify) only when the run's workload sends
+    it, and then the decoded image's checksum too."""
+    needed = _made_workloads(settings)
+    for name, workload in workloads.WORKLOADS.items():
+        if workload.make is not None and name not in needed:
+            continue
         workloads.workload_bytes(name)
         workloads.workload_sha256(name)
+    if needed:
+        from tbcore import codec
+
+        codec.photo_sha256()
+
+
+def _made_workloads(settings: Any) -> set[str]:
+    """The made workloads the run's workload (and its streams) send or receive."""
+    if settings is None:
+        return set()
+    names = [settings.workload, *(getattr(settings, "stream_list", None) or ())]
+    out = set()
+    for name in names:
+        route = kinds.WORKLOADS[name].route if name in kinds.WORKLOADS else None
+        for payload in (route.upload, route.download) if route is not None else ():
+            if payload and workloads.get_workload(payload).make is not None:
+                out.add(payload)
+    return out
 
 
 def run(config: ServerConfig) -> int:

@@ -362,6 +362,24 @@ register_workload(
 )
 register_workload(
     WorkloadKind(
+        "retouch-lossless",  # §12.1.1's F4: the image losslessly encoded, decoded at the server
+        lambda s: workloads.get_workload("photo-deflate").size_bytes,
+        lambda s: workloads.RETOUCHED_SIZE_BYTES,
+        lambda s: s.processing_image_s,
+        route=HttpRoute(
+            "POST",
+            "/retouch-lossless",
+            upload="photo-deflate",
+            download="retouched",
+            processing="processing_image",
+            decode=True,
+        ),
+        label="image",
+        traits=("request", "image_processing"),
+    )
+)
+register_workload(
+    WorkloadKind(
         "stream",
         lambda s: 0,
         lambda s: s.chunks * workloads.stream_chunk_bytes(s.sample_rate_hz),

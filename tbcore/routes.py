@@ -39,6 +39,9 @@ class HttpRoute:
     tile_results: tuple[int, ...] = ()
     """The result's parts in proportion to these weights, one a tile (``&result=1,2,2``; the
     chapter's 1, 2 and 2 MB of §12.1.1); empty: equal parts."""
+    decode: bool = False
+    """The upload is an image losslessly encoded (tbcore.codec): the server decodes it as it
+    arrives and checks the pixels before its processing (the chapter's F4)."""
 
     def __post_init__(self) -> None:
         if self.answer not in ANSWERS:

@@ -10,6 +10,8 @@ bytes, never typed in.
 - ``image``: 30,000,000 bytes (retouch upload).
 - ``retouched``: 5,000,000 bytes (retouch response).
 - stream chunks: chunk ``i`` of ``GET /stream`` is 960 bytes (20 ms of 24 kHz mono 16-bit).
+- ``photo-deflate``: the one workload made otherwise: a 30 MB photograph-like image,
+  losslessly encoded (tbcore.codec, about 14.5 MB); its size is what the encoder gives.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -56,15 +59,30 @@ _LABEL_PREFIX = b"transport-testbed workload v1:"
 
 @dataclass(frozen=True)
 class Workload:
-    """One fixed payload: its name, exact size and generating label."""
+    """One fixed payload: its name, exact size and generating label (or its maker)."""
 
     name: str
-    size_bytes: int
+    fixed_size_bytes: int | None
+    """None: the size is what :attr:`make` gives."""
     description: str
+    make: Callable[[], bytes] | None = None
+    """Makes the bytes (deterministic) instead of SHAKE-256 of the label."""
 
     @property
     def label(self) -> bytes:
         return _LABEL_PREFIX + self.name.encode()
+
+    @property
+    def size_bytes(self) -> int:
+        if self.fixed_size_bytes is not None:
+            return self.fixed_size_bytes
+        return len(workload_bytes(self.name))
+
+
+def _photo_deflate() -> bytes:
+    from tbcore import codec
+
+    return codec.encode(codec.photo_pixels())
 
 
 WORKLOADS: dict[str, Workload] = {
@@ -78,6 +96,12 @@ WORKLOADS: dict[str, Workload] = {
         Workload("state", STATE_SIZE_BYTES, "a session's state, upload of POST /migrate"),
         Workload("prefix-full", PREFIX_FULL_BYTES, "the text agent's prefix, POST /text"),
         Workload("prefix-kept", PREFIX_KEPT_BYTES, "its new part alone, POST /text-kept"),
+        Workload(
+            "photo-deflate",
+            None,
+            "the 30 MB image losslessly encoded (tbcore.codec), POST /retouch-lossless",
+            _photo_deflate,
+        ),
     )
 }
 
@@ -100,8 +124,11 @@ def get_workload(name: str) -> Workload:
 
 
 def generate_bytes(name: str) -> bytes:
-    """The workload's bytes, computed (not read): SHAKE-256 of its label, cut to size."""
+    """The workload's bytes, computed (not read): SHAKE-256 of its label, cut to size, or
+    what its maker gives."""
     workload = get_workload(name)
+    if workload.make is not None:
+        return workload.make()
     return hashlib.shake_256(workload.label).digest(workload.size_bytes)
 
 
@@ -109,7 +136,8 @@ def workload_path(name: str) -> Path:
     """Path of the workload file, generating it atomically on first use."""
     workload = get_workload(name)
     path = cache_dir() / f"{workload.name}.bin"
-    if path.exists() and path.stat().st_size == workload.size_bytes:
+    expected = workload.fixed_size_bytes
+    if path.exists() and (expected is None or path.stat().st_size == expected):
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     data = generate_bytes(name)
@@ -136,9 +164,9 @@ def workload_bytes(name: str) -> bytes:
         path.unlink(missing_ok=True)
         workload_path(name)
         data = expected
-    if len(data) != workload.size_bytes:
+    if workload.fixed_size_bytes is not None and len(data) != workload.fixed_size_bytes:
         raise SpecError(
-            "workload", f"{name}: generated {len(data)} bytes, not {workload.size_bytes}"
+            "workload", f"{name}: generated {len(data)} bytes, not {workload.fixed_size_bytes}"
         )
     return data
 

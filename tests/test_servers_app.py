@@ -96,6 +96,24 @@ def test_retouch_wrong_upload_is_422_and_right_one_gets_5mb() -> None:
     assert dict(plan.headers)["x-upload-sha256"] == workloads.workload_sha256("image")
 
 
+def test_a_lossless_image_is_decoded_as_it_arrives_and_checked_pixel_for_pixel() -> None:
+    encoded = workloads.workload_bytes("photo-deflate")
+    ex = Exchange(RequestHead("POST", "/retouch-lossless", len(encoded)), AppConfig())
+    for start in range(0, len(encoded), 1 << 20):  # as the body arrives, a megabyte at a time
+        ex.feed(encoded[start : start + (1 << 20)])
+    plan = ex.finish()
+    assert plan.status == 200 and len(plan.body) == 5_000_000
+    headers = dict(plan.headers)
+    assert headers["x-upload-sha256"] == workloads.workload_sha256("photo-deflate")
+    assert 0.0 <= float(headers["x-decode-s"]) < 10.0
+    # the same length, one byte changed: the DEFLATE stream or the pixels no longer match
+    bad = bytearray(encoded)
+    bad[len(bad) // 2] ^= 0x55
+    ex = Exchange(RequestHead("POST", "/retouch-lossless", len(bad)), AppConfig())
+    ex.feed(bytes(bad))
+    assert ex.finish().status == 422
+
+
 @pytest.mark.parametrize(
     ("query", "status"), [("chunks=3", 200), ("chunks=0", 400), ("chunks=x", 400)]
 )
