@@ -701,6 +701,11 @@ def playback_at(level: str, buffer_s: float, column: str) -> Measure:
 
     def measure(results: Results) -> Measured:
         mine = _playback_level(results, level)
+        if column not in mine:
+            raise NotMeasured(
+                f"playback.csv has no {column} (its tables predate it: `testbed report` on "
+                "the playback directory writes them again from the runs)"
+            )
         rows = mine[(mine["initial_buffer_s"] - buffer_s).abs() < 1e-9]
         return _per_run(rows[column], unit, what.format(f"{buffer_s * 1e3:g}"), level)
 
