@@ -84,3 +84,97 @@ def test_sharing_experiments_run_after_the_others_in_lanes_and_are_indexed(
     assert failed["agent-rate"]["status"] == "failed"
     assert "lane failed" in failed["agent-rate"]["error"]
     assert not summary.ok
+
+
+def _result_dir(root: Path, name: str, levels: list[str], finished: bool = True) -> Path:
+    from harness.store.resultdir import ResultDir
+
+    result = ResultDir.create(root, name)
+    plan = [{"run_id": f"{i:04d}-{lv}-r0", "level": lv} for i, lv in enumerate(levels)]
+    result.write_manifest({"plan": plan, "finished": finished})
+    return result.path
+
+
+def test_a_file_that_gained_levels_has_only_those_made_on_resume(tmp_path: Path) -> None:
+    from harness.campaign.serial import added_levels
+    from harness.spec import experiment as specmod
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    spec = specmod.load(shipped / "image.toml").in_form("chapter")
+    first = _result_dir(tmp_path, "image", ["as-chapter", "processing-30ms", "uplink-100mbit"])
+    entry = {"name": "image", "status": "finished", "result_dir": str(first)}
+    sub_spec, previous = added_levels(spec, entry)
+    assert sub_spec.level_names == ("lossless",) and previous is None
+    assert sub_spec.level("lossless").baseline == "lossless"  # its baseline was left out
+    assert sub_spec.repetitions == spec.repetitions
+    unfinished = _result_dir(tmp_path, "image", ["lossless"], finished=False)
+    entry["more_result_dirs"] = [str(unfinished)]
+    sub_spec, previous = added_levels(spec, entry)
+    assert sub_spec.level_names == ("lossless",) and previous == unfinished  # continued
+    done = _result_dir(tmp_path / "b", "image", ["lossless"])
+    entry["more_result_dirs"] = [str(done)]
+    assert added_levels(spec, entry) is None
+    assert added_levels(spec, {**entry, "status": "failed"}) is None
+
+
+def test_resume_makes_the_added_levels_and_lists_their_directory(tmp_path: Path) -> None:
+    import json
+
+    from harness.campaign import serial
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    first = _result_dir(tmp_path, "image", ["as-chapter", "processing-30ms", "uplink-100mbit"])
+    campaign = tmp_path / "campaign" / "x"
+    campaign.mkdir(parents=True)
+    index = {
+        "form": "chapter", "reps": None, "backend": "userspace", "chapter": True,
+        "entries": [{"name": "image", "status": "finished", "result_dir": str(first)}],
+    }  # fmt: skip
+    (campaign / "campaign.json").write_text(json.dumps(index))
+    made = []
+
+    def runner(spec, *, resume=None, progress=None, **_kw):
+        made.append((spec.level_names, resume))
+        added = _result_dir(tmp_path / "added", spec.name, list(spec.level_names))
+        progress("plan", None, {"total": 6, "left": 6, "dir": str(added)})
+        raise RuntimeError("no link here")
+
+    summary = serial.run_campaign(
+        experiments_dir=shipped, names=None, reps=None, form="chapter", backend="userspace",
+        output=tmp_path, resume=campaign, runner=runner, chapter=True,
+    )  # fmt: skip
+    assert made == [(("lossless",), None)]
+    entry = json.loads(summary.index_path.read_text())["entries"][0]
+    assert len(entry["more_result_dirs"]) == 1 and "added" in entry["more_result_dirs"][0]
+    assert "no link here" in entry["more_error"] and not summary.ok
+
+
+def test_the_report_reads_an_added_level_from_its_own_directory(tmp_path: Path) -> None:
+    import pandas as pd
+
+    from harness.report.findings import Results, _new_levels_only
+
+    first = tmp_path / "a"
+    later = tmp_path / "b"
+    for path, levels in ((first, ["x", "y"]), (later, ["y", "z"])):
+        path.mkdir()
+        pd.DataFrame({"run_id": levels, "level": levels, "valid": [True, True]}).to_csv(
+            path / "playback.csv", index=False
+        )
+    results = Results({"e": first}, more={"e": [later]})
+    table = results.table("e", "playback")
+    assert list(table["level"]) == ["x", "y", "z"]  # y from the first only: never pooled
+    merged = _new_levels_only([pd.DataFrame({"level": ["x"]}), pd.DataFrame({"level": []})])
+    assert list(merged["level"]) == ["x"]
+
+
+def test_the_summary_names_added_levels_and_their_failure() -> None:
+    entry = {"name": "image", "status": "finished", "result_dir": "r/i", "runs": 18,
+             "planned": 18, "invalid": 0, "levels_without_valid": [],
+             "more_result_dirs": ["r/i2"], "more_error": "RuntimeError: boom"}  # fmt: skip
+    summary = CampaignSummary(Path("x"), [entry])
+    assert not summary.ok
+    assert summary.lines() == [
+        "image: finished -> r/i, 18 runs (18 planned), 0 invalid (0 %); added levels in r/i2; "
+        "added levels failed: RuntimeError: boom"
+    ]

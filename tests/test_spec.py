@@ -515,3 +515,14 @@ def test_a_sample_rate_the_stream_cannot_play_is_refused() -> None:
         .replace("chunks = 100", "chunks = 100\nsample_rate = 22050")
     )
     assert _refused(text).field.endswith("sample_rate")
+
+
+def test_only_levels_keeps_the_files_order_and_repoints_a_left_out_baseline() -> None:
+    spec = load(EXPERIMENTS / "agent-deployment.toml")
+    sub = spec.only_levels(["near-2.83x-deep-queue", "near-2.83x"])
+    assert sub.level_names == ("near-2.83x", "near-2.83x-deep-queue")
+    assert sub.level("near-2.83x-deep-queue").baseline == "near-2.83x"  # kept: still its own
+    assert sub.level("near-2.83x").baseline == "near-2.83x"  # its "near" left out: the first
+    with pytest.raises(SpecError) as info:
+        spec.only_levels(["nowhere"])
+    assert info.value.field == "levels"

@@ -4,8 +4,10 @@ The campaign keeps an index, ``results/campaign/<UTC stamp>/campaign.json``, wri
 atomically after every experiment: which experiment went to which result directory and
 how it ended. ``--resume`` on that directory continues each unfinished experiment in its
 own result directory (no finished run is repeated, none is lost) and starts the ones not
-yet begun. One experiment failing does not stop the others; the campaign's exit status
-says that something failed.
+yet begun; an experiment whose file gained levels since it finished has those levels made
+in a directory of their own, which the index lists beside the first (``more_result_dirs``)
+and the report reads with it. One experiment failing does not stop the others; the
+campaign's exit status says that something failed.
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ class CampaignSummary:
         """Every experiment finished, every level of each has a valid measured run, and the
         reproduction report has no error row."""
         return not self.report_errors and all(
-            e.get("status") == "finished" and not e.get("levels_without_valid")
+            e.get("status") == "finished"
+            and not e.get("levels_without_valid")
+            and not e.get("more_error")
             for e in self.entries
         )
 
@@ -98,6 +102,10 @@ class CampaignSummary:
             empty = e.get("levels_without_valid")
             if empty:
                 extra += f"; no valid run for {', '.join(empty)}"
+            if e.get("more_result_dirs"):
+                extra += f"; added levels in {', '.join(e['more_result_dirs'])}"
+            if e.get("more_error"):
+                extra += f"; added levels failed: {e['more_error']}"
             out.append(
                 f"{e['name']}: {e.get('status')} -> {e.get('result_dir', '-')}, "
                 f"{runs} runs ({e.get('planned', runs)} planned), "
@@ -252,6 +260,9 @@ def run_campaign(
     if left:
         options = dict(output=Path(output), backend=backend, link_name=None, attempts=attempts)
         _run_sharing(left, entries, index, index_path, options, lanes)
+    if resume is not None:
+        for spec in specs:
+            _run_added_levels(spec, entries[spec.name], index, index_path, progress_factory, run)
     index["finished_utc"] = utc_stamp()
     index["wall_s"] = float(index.get("wall_s") or 0.0) + time.monotonic() - started
     atomic_write_json(index_path, index)
@@ -260,6 +271,82 @@ def run_campaign(
     return CampaignSummary(
         index_path=index_path, entries=index["entries"], report_errors=report_errors_of(index)
     )
+
+
+def planned_levels(path: Path) -> set[str]:
+    """The levels a result directory's plan has."""
+    from harness.store.resultdir import ResultDir
+
+    manifest = ResultDir.open(path).read_manifest()
+    return {str(r.get("level")) for r in manifest.get("plan", []) if isinstance(r, dict)}
+
+
+def added_levels(
+    spec: specmod.ExperimentSpec, entry: dict[str, Any]
+) -> tuple[specmod.ExperimentSpec, Path | None] | None:
+    """What a finished experiment's file asks for that its directories lack: the levels
+    it gained since (a new directory: None), or an unfinished directory of added levels to
+    continue; None when nothing is missing."""
+    from harness.store.resultdir import ResultDir
+
+    main = entry.get("result_dir")
+    if entry.get("status") != "finished" or not main or not Path(main).is_dir():
+        return None
+    more = [Path(d) for d in entry.get("more_result_dirs") or [] if Path(d).is_dir()]
+    for path in more:
+        if not ResultDir.open(path).read_manifest().get("finished"):
+            return spec.only_levels(planned_levels(path)), path
+    have = set().union(*(planned_levels(p) for p in [Path(main), *more]))
+    missing = [name for name in spec.level_names if name not in have]
+    return (spec.only_levels(missing), None) if missing else None
+
+
+def _run_added_levels(
+    spec: specmod.ExperimentSpec,
+    entry: dict[str, Any],
+    index: dict[str, Any],
+    index_path: Path,
+    progress_factory: Callable[[str], Any] | None,
+    run: Callable[..., Any],
+) -> None:
+    """Make the levels ``spec``'s file gained since its experiment finished (added_levels),
+    noting their directory in the index as it starts; a failure is noted, not raised."""
+    added = added_levels(spec, entry)
+    if added is None:
+        return
+    sub_spec, previous = added
+    progress = progress_factory(f"{spec.name} (added levels)") if progress_factory else None
+
+    def hook(what: str, planned: Any, data: Any) -> None:
+        if what == "plan" and data and "dir" in data:
+            dirs = entry.setdefault("more_result_dirs", [])
+            if data["dir"] not in dirs:
+                dirs.append(data["dir"])
+            atomic_write_json(index_path, index)
+        if progress is not None:
+            progress(what, planned, data)
+
+    try:
+        result = run(
+            sub_spec,
+            resume=previous,
+            progress=hook,
+            **({"log": progress.note} if hasattr(progress, "note") else {}),
+        )
+        frame = result.result.frame()
+        entry["levels_without_valid"] = list(entry.get("levels_without_valid") or []) + list(
+            analysis.levels_without_valid(frame, sub_spec.level_names)
+        )
+        entry.pop("more_error", None)
+    except KeyboardInterrupt:
+        atomic_write_json(index_path, index)
+        raise
+    except Exception as err:  # noted in the index; the summary then fails
+        entry["more_error"] = f"{type(err).__name__}: {err}"[:300]
+    finally:
+        if progress is not None and hasattr(progress, "close"):
+            progress.close()
+    atomic_write_json(index_path, index)
 
 
 def _run_sharing(

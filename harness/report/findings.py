@@ -71,12 +71,20 @@ def fmt(value: float | None, unit: str) -> str:
 
 
 class Results:
-    """A campaign's experiments: their result directories by name (missing: not run)."""
+    """A campaign's experiments: their result directories by name (missing: not run), and
+    for an experiment whose file gained levels after it ran, the directories that measured
+    those levels (``more``: read beside the first, each for the levels it alone has)."""
 
-    def __init__(self, dirs: dict[str, Path], errors: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dirs: dict[str, Path],
+        errors: dict[str, str] | None = None,
+        more: dict[str, list[Path]] | None = None,
+    ) -> None:
         self.dirs = {name: Path(path) for name, path in dirs.items()}
         self.errors = dict(errors or {})
         """Why an experiment of the campaign has no result (it failed, was interrupted)."""
+        self.more = {name: [Path(p) for p in paths] for name, paths in (more or {}).items()}
         self.unreadable: dict[str, str] = {}
         """Why an experiment's runs could not be read (the report's summary shows it)."""
         self._frames: dict[str, pd.DataFrame] = {}
@@ -91,7 +99,9 @@ class Results:
         if experiment not in self._frames:
             from harness.store.resultdir import ResultDir
 
-            self._frames[experiment] = ResultDir.open(self.path(experiment)).table_frame()
+            frames = [ResultDir.open(self.path(experiment)).table_frame()]
+            frames += [ResultDir.open(p).table_frame() for p in self.more.get(experiment, [])]
+            self._frames[experiment] = _new_levels_only(frames)
         return self._frames[experiment]
 
     def runs(self, experiment: str, level: str) -> pd.DataFrame:
@@ -109,15 +119,30 @@ class Results:
 
     def table(self, experiment: str, name: str) -> pd.DataFrame:
         """``<name>.csv`` of the experiment, valid runs only."""
-        path = self.path(experiment) / f"{name}.csv"
-        if not path.is_file():
+        paths = [self.path(experiment), *self.more.get(experiment, [])]
+        found = [p / f"{name}.csv" for p in paths if (p / f"{name}.csv").is_file()]
+        if not found:
             raise NotMeasured(f"{experiment}: no {name}.csv")
-        frame = pd.read_csv(path)
+        frame = _new_levels_only([pd.read_csv(p) for p in found])
         if "valid" in frame:
             frame = frame[frame["valid"].astype(bool)]
         if frame.empty:
             raise NotMeasured(f"{experiment}: no valid run in {name}.csv")
         return frame
+
+
+def _new_levels_only(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The first frame, then from each later one the rows of levels no earlier one has: a
+    level measured in two campaigns is read from the first (its runs are never pooled)."""
+    kept, seen = [], set()
+    for frame in frames:
+        if "level" in frame and not frame.empty:
+            levels = frame["level"].astype(str)
+            frame = frame[~levels.isin(seen)]
+            seen |= set(levels)
+        kept.append(frame)
+    kept = [f for f in kept if not f.empty] or kept[:1]
+    return pd.concat(kept, ignore_index=True) if len(kept) > 1 else kept[0]
 
 
 Measure = Callable[[Results], Measured]

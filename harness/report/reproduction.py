@@ -316,7 +316,7 @@ def campaign_results(campaign_dir: Path) -> tuple[Results, dict[str, Any]]:
     from harness.analysis.compare import entry_dir
 
     index = read_json_object(Path(campaign_dir) / "campaign.json", "campaign.json")
-    dirs, errors = {}, {}
+    dirs, errors, more = {}, {}, {}
     for entry in index.get("entries", []):
         if not isinstance(entry, dict) or "name" not in entry:
             raise SpecError("campaign.json", f"an entry without a name: {str(entry)[:80]}")
@@ -324,9 +324,11 @@ def campaign_results(campaign_dir: Path) -> tuple[Results, dict[str, Any]]:
         found = entry_dir(Path(campaign_dir), entry.get("result_dir"))
         if found is not None:
             dirs[name] = found
+        extra = [entry_dir(Path(campaign_dir), d) for d in entry.get("more_result_dirs") or []]
+        more[name] = [d for d in extra if d is not None]
         if entry.get("status") != "finished":
             errors[name] = f"{entry.get('status')}: {entry.get('error') or 'no result'}"
-    return Results(dirs, errors), index
+    return Results(dirs, errors, more), index
 
 
 # --- writing -------------------------------------------------------------------------------

@@ -343,6 +343,21 @@ class ExperimentSpec:
                 groups.add("cross")
         return sorted(groups)
 
+    def only_levels(self, names: Collection[str]) -> ExperimentSpec:
+        """The same experiment with only the levels ``names`` (in the file's order), a level
+        whose baseline is left out compared with the first kept (as a form that leaves it
+        out): the levels a file gained after a campaign measured it."""
+        levels = tuple(lv for lv in self.levels if lv.name in names)
+        if not levels:
+            raise SpecError(
+                "levels", f"none of {', '.join(sorted(names))} is a level of {self.name}"
+            )
+        kept = {lv.name for lv in levels}
+        levels = tuple(
+            lv if lv.baseline in kept else replace(lv, baseline=levels[0].name) for lv in levels
+        )
+        return replace(self, levels=levels)
+
     def with_repetitions(self, repetitions: int) -> ExperimentSpec:
         """``--reps N``: a command-line override, taken as given (``trace_start = spread``
         over one repetition starts its one run at the offset)."""
