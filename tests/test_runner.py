@@ -143,6 +143,19 @@ def test_an_effect_the_runs_already_show_widens_a_scale_the_bounds_predict_small
     assert effect_scales(spec, {"h2-new": 1.45, "h2-reused": 1.449}) == predicted
 
 
+def test_an_expected_effect_widens_a_scale_neither_bounds_nor_runs_show() -> None:
+    spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/overhead.toml")
+    assert spec.level("h3n-every2").expected_effect_s == pytest.approx(0.043)
+    # ngtcp2's two ACK policies ran 3 ms apart; the bounds do not tell them apart: the
+    # comparison asks about the chapter's 43 ms, so that is the scale of both
+    scales = effect_scales(spec, {"h3n-immediate": 14.636, "h3n-every2": 14.639})
+    assert scales["h3n-every2"] == pytest.approx(0.043)
+    assert scales["h3n-immediate"] == pytest.approx(0.043)  # its other comparisons are larger
+    # a measured effect larger than the expected one still wins
+    wider = effect_scales(spec, {"h3n-immediate": 14.6, "h3n-every2": 14.7})
+    assert wider["h3n-every2"] == pytest.approx(0.1)
+
+
 def test_measured_times_are_each_levels_median_over_its_attempts() -> None:
     rows = [
         {"level": "a", "total_s": 1.0},

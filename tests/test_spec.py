@@ -526,3 +526,27 @@ def test_only_levels_keeps_the_files_order_and_repoints_a_left_out_baseline() ->
     with pytest.raises(SpecError) as info:
         spec.only_levels(["nowhere"])
     assert info.value.field == "levels"
+
+
+def test_an_expected_effect_is_a_positive_duration_on_a_compared_level() -> None:
+    base = (
+        'name = "e"\nquestion = "q"\nrepetitions = 1\n[fixed]\nworkload = "asr"\n'
+        'link = "rtt=20ms"\n[factor]\nname = "p"\nsettings = ["protocol"]\nlevels = [\n'
+    )
+    good = loads(
+        base + '{ name = "a", protocol = "h2" },\n'
+        '{ name = "b", protocol = "h3", expected_effect = "20ms" },\n]\n'
+    )
+    assert good.level("b").expected_effect_s == pytest.approx(0.020)
+    assert good.level("a").expected_effect_s is None
+    assert good.resolved()["levels"][1]["expected_effect_s"] == pytest.approx(0.020)
+    first = '{ name = "a", protocol = "h2"'
+    second = '{ name = "b", protocol = "h3"'
+    for levels, why in (
+        (f'{first}, expected_effect = "5ms" }},\n{second} }},', "compared with nothing"),
+        (f'{first} }},\n{second}, expected_effect = "0s" }},', "above 0"),
+        (f'{first} }},\n{second}, expected_effect = "soon" }},', ""),
+    ):
+        with pytest.raises(SpecError) as info:
+            loads(base + levels + "\n]\n")
+        assert info.value.field.endswith("expected_effect") and why in info.value.reason

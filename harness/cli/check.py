@@ -84,7 +84,9 @@ def plan_lines(spec: specmod.ExperimentSpec) -> list[str]:
     ]
     plans = {lv.name: level_plan(lv) for lv in spec.levels}
     for plan in plans.values():
-        lines.append(f"level {plan.name} (baseline {plan.baseline})")
+        effect = spec.level(plan.name).expected_effect_s
+        expected = "" if effect is None else f", expected effect {effect * 1e3:g} ms"
+        lines.append(f"level {plan.name} (baseline {plan.baseline}{expected})")
         sets = ", ".join(f"{k} = {v!r}" for k, v in plan.overrides.items()) or "nothing"
         lines.append(f"  sets: {sets}")
         for why in plan.ignored or ["none"]:

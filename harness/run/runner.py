@@ -91,12 +91,13 @@ def effect_scales(
 ) -> dict[str, float | None]:
     """Per level, the arm effect its comparisons are about: the difference to its baseline,
     and for a baseline the smallest difference to the levels compared with it; None
-    without any. A difference is the bounds' prediction or, when larger, the one the runs
-    so far show (``measured_s``: each level's median time): a tenth of an effect the runs
-    already show can neither flip it nor move it by more than 10 %, however small the
-    bounds predicted it (they do not model the stacks' own costs: whole-image HTTP/3 ran
-    0.75 s behind HTTP/2, where its bound differs by 45 ms). ``predicted_s``: the levels'
-    bounds (:func:`bound_times`) when already computed."""
+    without any. A difference is the largest of the bounds' prediction, the level's
+    ``expected_effect`` (what its comparison asks about, where the bounds do not model it)
+    and the one the runs so far show (``measured_s``: each level's median time): a tenth of
+    an effect the runs already show can neither flip it nor move it by more than 10 %,
+    however small the bounds predicted it (they do not model the stacks' own costs:
+    whole-image HTTP/3 ran 0.75 s behind HTTP/2, where its bound differs by 45 ms).
+    ``predicted_s``: the levels' bounds (:func:`bound_times`) when already computed."""
     predicted = bound_times(spec) if predicted_s is None else predicted_s
     measured = dict(measured_s or {})
     scales: dict[str, list[float]] = {lv.name: [] for lv in spec.levels}
@@ -108,6 +109,8 @@ def effect_scales(
             for times in (predicted, measured)
             if times.get(lv.name) is not None and times.get(lv.baseline) is not None
         ]
+        if lv.expected_effect_s is not None:
+            effects.append(lv.expected_effect_s)
         effect = max(effects, default=0.0)
         if not effect > 0:
             continue

@@ -55,6 +55,7 @@ from netem.topologyspec import Topology
 from tbcore import kinds
 from tbcore.errors import SpecError, clip
 from tbcore.settings import CONNECTION_MODES, KNOBS, MAX_REQUESTS, NONE_WORDS, Settings, by_attr
+from tbcore.units import parse_duration_s
 from tbcore.workloads import STREAM_SAMPLE_RATES_HZ
 
 CONNECTIONS = CONNECTION_MODES
@@ -193,6 +194,10 @@ class Level:
     """The level this one is compared against (itself for the first level)."""
     topology: Topology
     """The path of its runs: every edge's LinkSpec, parsed once when the file was read."""
+    expected_effect_s: float | None = None
+    """``expected_effect``: the difference to its baseline its comparison asks about (the
+    chapter's +43 ms, say), where the bounds do not model it: the disturbance a run may carry
+    is judged against it too (harness.run.runner.effect_scales)."""
 
     @property
     def link(self) -> LinkSpec:
@@ -382,6 +387,7 @@ class ExperimentSpec:
                 {
                     "name": lv.name,
                     "baseline": lv.baseline,
+                    "expected_effect_s": lv.expected_effect_s,
                     "overrides": dict(lv.overrides),
                     "settings": lv.settings.to_dict(),
                     "link_resolved": str(lv.link),
@@ -555,7 +561,7 @@ def _parse_level(
     if level_name in names:
         raise SpecError(f"{where}.name", f"{level_name!r} given twice")
     where = f"factor.levels.{level_name}"
-    table = {k: v for k, v in raw.items() if k not in ("name", "baseline")}
+    table = {k: v for k, v in raw.items() if k not in LEVEL_KEYS}
     for key in table:
         if key not in KNOBS:
             raise SpecError(f"{where}.{key}", "unknown setting")
@@ -574,7 +580,27 @@ def _parse_level(
         raise SpecError(f"{where}.baseline", "a level cannot be its own baseline")
     if not isinstance(baseline, str) or (baseline != level_name and baseline not in names):
         raise SpecError(f"{where}.baseline", f"{baseline!r} is not an earlier level")
-    return Level(level_name, dict(table), settings, baseline, topology)
+    effect = _expected_effect(raw, baseline == level_name, where)
+    return Level(level_name, dict(table), settings, baseline, topology, effect)
+
+
+LEVEL_KEYS = ("name", "baseline", "expected_effect")
+"""A level's keys that are not settings."""
+
+
+def _expected_effect(raw: Mapping[str, Any], alone: bool, where: str) -> float | None:
+    """``expected_effect`` in seconds (None: not given); refused on a level compared with
+    nothing (its own baseline), where it would judge nothing."""
+    if "expected_effect" not in raw:
+        return None
+    if alone:
+        raise SpecError(
+            f"{where}.expected_effect", "the first level is compared with nothing: no effect"
+        )
+    value = parse_duration_s(f"{where}.expected_effect", raw["expected_effect"])
+    if not value > 0:
+        raise SpecError(f"{where}.expected_effect", "must be a duration above 0")
+    return value
 
 
 def refuse_without_effect(table: Mapping[str, Any], settings: Settings, where: str) -> None:
