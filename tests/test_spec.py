@@ -550,3 +550,17 @@ def test_an_expected_effect_is_a_positive_duration_on_a_compared_level() -> None
         with pytest.raises(SpecError) as info:
             loads(base + levels + "\n]\n")
         assert info.value.field.endswith("expected_effect") and why in info.value.reason
+
+
+def test_baseline_none_starts_a_question_of_its_own() -> None:
+    text = (
+        'name = "e"\nquestion = "q"\nrepetitions = 1\n[fixed]\nworkload = "asr"\n'
+        'link = "rtt=20ms"\n[factor]\nname = "p"\nsettings = ["protocol", "connection"]\n'
+        'levels = [\n{ name = "a", protocol = "h2" },\n{ name = "b", protocol = "h3" },\n'
+        '{ name = "c", protocol = "h2", connection = "reused", baseline = "none" },\n'
+        '{ name = "d", protocol = "h3", connection = "reused", baseline = "c" },\n]\n'
+    )
+    spec = loads(text)
+    assert [lv.baseline for lv in spec.levels] == ["a", "a", "c", "c"]
+    with pytest.raises(SpecError, match="own baseline"):
+        loads(text.replace('baseline = "c"', 'baseline = "d"'))

@@ -576,7 +576,9 @@ def _parse_level(
     check_consistent(settings, topology, where)
     refuse_without_effect(table, settings, where)
     baseline = raw.get("baseline", earlier[0].name if earlier else level_name)
-    if "baseline" in raw and baseline == level_name:
+    if baseline == "none":
+        baseline = level_name  # compared with no other level (a second group's first)
+    elif "baseline" in raw and baseline == level_name:
         raise SpecError(f"{where}.baseline", "a level cannot be its own baseline")
     if not isinstance(baseline, str) or (baseline != level_name and baseline not in names):
         raise SpecError(f"{where}.baseline", f"{baseline!r} is not an earlier level")
