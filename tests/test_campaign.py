@@ -133,17 +133,21 @@ def test_resume_makes_the_added_levels_and_lists_their_directory(tmp_path: Path)
     (campaign / "campaign.json").write_text(json.dumps(index))
     made = []
 
-    def runner(spec, *, resume=None, progress=None, **_kw):
+    seen_output: list[Path] = []
+
+    def runner(spec, *, resume=None, progress=None, output=None, **_kw):
         made.append((spec.level_names, resume))
+        seen_output.append(Path(output))
         added = _result_dir(tmp_path / "added", spec.name, list(spec.level_names))
         progress("plan", None, {"total": 6, "left": 6, "dir": str(added)})
         raise RuntimeError("no link here")
 
     summary = serial.run_campaign(
         experiments_dir=shipped, names=None, reps=None, form="chapter", backend="userspace",
-        output=tmp_path, resume=campaign, runner=runner, chapter=True,
+        output=Path("elsewhere"), resume=campaign, runner=runner, chapter=True,
     )  # fmt: skip
     assert made == [(("lossless",), None)]
+    assert seen_output == [tmp_path.resolve()]  # beside the campaign's own, whatever the cwd
     entry = json.loads(summary.index_path.read_text())["entries"][0]
     assert len(entry["more_result_dirs"]) == 1 and "added" in entry["more_result_dirs"][0]
     assert "no link here" in entry["more_error"] and not summary.ok

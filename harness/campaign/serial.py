@@ -237,6 +237,9 @@ def run_campaign(
         form, reps, backend = campaign_form(index), index["reps"], index["backend"]
         chapter = bool(index.get("chapter", False))
         names = [e["name"] for e in index["entries"]]
+        # new directories (added levels, experiments not yet begun) go beside the others:
+        # results/campaign/<stamp>/campaign.json -> results/
+        output = index_path.resolve().parent.parent.parent
     specs = _load_specs(experiments_dir, names, form, reps, chapter)
     entries = {e["name"]: e for e in index["entries"]}
     for spec in specs:
