@@ -378,11 +378,10 @@ def upload_rate(experiment: str, level: str) -> Measure:
             * 8
             / pd.to_numeric(runs["server_receive_s"], errors="coerce")
         )
-        value = float(rate.median()) * UNIT_SCALE["Mbit/s"]
-        if not math.isfinite(value):
+        kept = rate.dropna()
+        if kept.empty:
             raise NotMeasured(f"{experiment}/{level}: no server receive time")
-        text = f"{fmt(value, 'Mbit/s')} ({experiment}/{level}: the body read by the server)"
-        return Measured(text, value, runs=len(runs))
+        return _per_run(kept, "Mbit/s", "the body read by the server", level, experiment)
 
     return reads(experiment, level)(measure)
 
@@ -652,15 +651,17 @@ def _crossover(results: Results, near_level: str) -> Measured:
 crossover_rate = crossover_from("near-2.83x")
 
 
-def _per_run(values: pd.Series, unit: str, what: str, level: str) -> Measured:
+def _per_run(
+    values: pd.Series, unit: str, what: str, level: str, experiment: str = "playback"
+) -> Measured:
     """A per-run value's median over the level's valid runs, with its 95 % interval."""
     kept = pd.to_numeric(values, errors="coerce").dropna() * UNIT_SCALE[unit]
     if kept.empty:
-        raise NotMeasured(f"playback/{level}: no {what} in a valid run")
+        raise NotMeasured(f"{experiment}/{level}: no {what} in a valid run")
     low, high = median_ci_order(kept.tolist())
     median = float(kept.median())
     interval = f", 95 % CI {fmt(low, unit)} to {fmt(high, unit)}" if math.isfinite(low) else ""
-    text = f"{fmt(median, unit)} ({what}, playback/{level}{interval}, {len(kept)} valid)"
+    text = f"{fmt(median, unit)} ({what}, {experiment}/{level}{interval}, {len(kept)} valid)"
     return Measured(text, median, runs=len(kept), low=low, high=high)
 
 
