@@ -15,7 +15,6 @@ stderr, each with the experiment's name.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import signal
 import sys
@@ -24,14 +23,13 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+from harness.cluster.block import _die_with_parent
+from harness.run.lock import SHARE_SLOTS
 from harness.spec.experiment import ExperimentSpec
 from tbcore import stopping
 
-PR_SET_PDEATHSIG = 1
-"""prctl(2): the signal a lane gets when the campaign that started it ends."""
-
-DEFAULT_LANES = 3
-"""Sharing experiments at once: harness.run.lock.SHARE_SLOTS, the most the lock lets run."""
+DEFAULT_LANES = SHARE_SLOTS
+"""Sharing experiments at once: the most the run lock lets run."""
 
 
 def split(specs: Sequence[ExperimentSpec]) -> tuple[list[ExperimentSpec], list[ExperimentSpec]]:
@@ -68,8 +66,7 @@ def _lane_start() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         wanted.append(signal.SIGINT)
     stopping.install(wanted)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    _die_with_parent()
 
 
 def run_lane(spec: ExperimentSpec, result_dir: str, options: dict[str, Any]) -> str:
