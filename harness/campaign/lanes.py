@@ -15,6 +15,7 @@ stderr, each with the experiment's name.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import signal
 import sys
@@ -23,10 +24,13 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from harness.cluster.block import _die_with_parent
 from harness.run.lock import SHARE_SLOTS
 from harness.spec.experiment import ExperimentSpec
 from tbcore import stopping
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a lane gets when the campaign that started it ends (as
+harness.cluster.block's children; the campaign may not import the cluster)."""
 
 DEFAULT_LANES = SHARE_SLOTS
 """Sharing experiments at once: the most the run lock lets run."""
@@ -66,7 +70,8 @@ def _lane_start() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         wanted.append(signal.SIGINT)
     stopping.install(wanted)
-    _die_with_parent()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def run_lane(spec: ExperimentSpec, result_dir: str, options: dict[str, Any]) -> str:
