@@ -59,16 +59,17 @@ def test_sharing_experiments_run_after_the_others_in_lanes_and_are_indexed(
         order.append(spec.name)
         raise RuntimeError("no link here")
 
-    def fake_lanes(specs, result_dir_of, options, lanes, done, task=None):
+    def fake_lanes(parts, options, lanes, done, task=None):
         lanes_asked.append(lanes)
-        for spec in specs:
-            order.append(spec.name)
-            path = result_dir_of(spec)
-            assert Path(path).is_dir()  # made before the lane starts, for --resume
-            index = json.loads(next(tmp_path.glob("campaign/*/campaign.json")).read_text())
-            entry = {e["name"]: e for e in index["entries"]}[spec.name]
-            assert entry["status"] == "running" and entry["result_dir"] == path
-            done(spec, None, RuntimeError("lane failed"))
+        index = json.loads(next(tmp_path.glob("campaign/*/campaign.json")).read_text())
+        entries = {e["name"]: e for e in index["entries"]}
+        for part in parts:
+            if part.spec.name not in order:
+                order.append(part.spec.name)
+            assert Path(part.result_dir).is_dir()  # made before the lanes start, for --resume
+            entry = entries[part.spec.name]
+            assert entry["status"] == "running" and entry["result_dir"] == part.result_dir
+            done(part, RuntimeError("lane failed"))
 
     monkeypatch.setattr(serial.lanes_mod, "run_lanes", fake_lanes)
     summary = serial.run_campaign(

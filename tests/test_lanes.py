@@ -36,25 +36,50 @@ def test_an_agent_without_idle_time_does_not_share(tmp_path: Path) -> None:
 
 
 def test_lanes_run_every_task_in_processes_of_their_own_and_report_each() -> None:
-    heard: list[tuple[str, str | None, str | None]] = []
-    started: list[str] = []
+    heard: list[tuple[object, str | None]] = []
 
-    def result_dir_of(spec: str) -> str:
-        started.append(spec)
-        return "dir"
+    def done(part: object, error: BaseException | None) -> None:
+        heard.append((part, type(error).__name__ if error else None))
 
-    def done(spec: str, path: str | None, error: BaseException | None) -> None:
-        heard.append((spec, path, type(error).__name__ if error else None))
+    parts = ["a", "b", 7]  # 7: os.path.join raises TypeError in its lane
+    lanes.run_lanes(parts, "dir", 2, done, task=os.path.join)  # type: ignore[arg-type]
+    assert sorted(heard, key=str) == sorted([("a", None), ("b", None), (7, "TypeError")], key=str)
 
-    specs = ["a", "b", 7]  # 7: os.path.join raises TypeError in its lane
-    lanes.run_lanes(specs, result_dir_of, "", 2, done, task=os.path.join)  # type: ignore[arg-type]
-    assert started == specs
-    expected = [
-        ("a", os.path.join("a", "dir", ""), None),
-        ("b", os.path.join("b", "dir", ""), None),
-        (7, None, "TypeError"),
-    ]
-    assert sorted(heard, key=str) == sorted(expected, key=str)
+
+def _agent_spec(tmp_path: Path) -> specmod.ExperimentSpec:
+    path = tmp_path / "two-agents.toml"
+    path.write_text(
+        'name = "two-agents"\nquestion = "q"\nrepetitions = 3\n'
+        '[fixed]\nworkload = "agent"\nprotocol = "h2"\nagent_rounds = 2\n'
+        'agent_local = "0.3s"\nlink = "rtt=20ms,rate=10mbit"\n'
+        '[factor]\nname = "model"\nsettings = ["agent_model"]\nlevels = [\n'
+        '  { name = "short", agent_model = "1s" },\n  { name = "long", agent_model = "5s" },\n]\n',
+        encoding="utf-8",
+    )
+    return specmod.load(path)
+
+
+def test_parts_are_the_blocks_left_longest_first(tmp_path: Path) -> None:
+    from harness.plan.planner import plan_for
+    from harness.run.runner import create_result
+    from tbcore.runrow import RunRow
+
+    spec = _agent_spec(tmp_path)
+    assert spec.shares_host
+    plan = plan_for(spec)
+    result = create_result(spec, plan, tmp_path / "out", "userspace", argv=[])
+    first = [run for run in plan if run.block == 0]
+    for run in first:  # block 0 made and valid: nothing of it is left
+        result.save_row(RunRow(**run.to_dict(), valid=True))
+    parts = lanes.parts_of(spec, str(result.path), attempts=3)
+    assert sorted(part.block for part in parts) == [1, 2]
+    assert all(part.predicted_s > 2 * 5.0 for part in parts)  # both levels' rounds
+    assert {part.label for part in parts} == {"two-agents block 1", "two-agents block 2"}
+    short = lanes.Part(spec, "d", 9, 1.0)
+    assert lanes.longest_first([short, *parts])[-1] is short
+    again = first[0]  # an invalid attempt with attempts left makes its block a part again
+    result.save_row(RunRow(**again.to_dict(), valid=False, invalid_reason="disturbance"))
+    assert 0 in {part.block for part in lanes.parts_of(spec, str(result.path), attempts=3)}
 
 
 def test_progress_lines_name_the_experiment(capsys: pytest.CaptureFixture[str]) -> None:

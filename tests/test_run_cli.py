@@ -14,6 +14,7 @@ from support_inputs import experiment_text
 
 from harness.cli import EXIT_USAGE, main
 from harness.cli.run import attempts_of, env_bool, env_int
+from harness.run.lock import SHARE_SLOTS
 from tbcore.errors import SpecError
 
 TINY = experiment_text("tiny")
@@ -187,7 +188,7 @@ def test_attempts_must_be_a_positive_count(
 def test_lanes_are_one_to_the_hosts_slots_and_not_with_a_cluster(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    for bad in ("0", "4", "x"):
+    for bad in ("0", str(SHARE_SLOTS + 1), "x"):
         with pytest.raises(SystemExit) as info:
             main(["campaign", "--lanes", bad])
         assert info.value.code == EXIT_USAGE

@@ -4,13 +4,16 @@ under the host's run lock (its tables and plots take seconds of CPU: never besid
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from harness.plan.planner import plan_for
 from harness.report.build import build_report
 from harness.run import runner
 from harness.run.lock import exclusive_run
 from harness.run.runner import ExperimentResult
 from harness.spec.experiment import ExperimentSpec
+from harness.store.resultdir import ResultDir
 
 
 def run_reported(
@@ -22,3 +25,18 @@ def run_reported(
     with exclusive_run(log, shared=spec.shares_host):
         build_report(result.result.path)
     return result
+
+
+def finish_reported(
+    spec: ExperimentSpec,
+    result_dir: Path,
+    attempts: int,
+    log: Callable[[str], None] = lambda _msg: None,
+) -> ExperimentResult:
+    """The tables and report of an experiment whose runs were made block by block
+    (harness.run.runner.make_part), once all of them are."""
+    result = ResultDir.open(result_dir)
+    runner.finish_tables(result, plan_for(spec), attempts, log, shared=spec.shares_host)
+    with exclusive_run(log, shared=spec.shares_host):
+        build_report(result.path)
+    return ExperimentResult(result=result)

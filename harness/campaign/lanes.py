@@ -3,14 +3,19 @@
 An experiment whose every level shares the host (an agent's rounds: its processes sleep
 through the model's and the device's time, tbcore.kinds.WorkloadKind.shares_host) holds the
 host's run lock shared (harness.run.lock); the campaign runs its exclusive experiments one
-after the other first, then its sharing ones ``N`` at a time, each in a process of its own
-(its runs need a main thread: signals, the emulator's fork). Every run is still judged for
-the disturbance its neighbours' processes could have caused it (harness.validity), and a
+after the other first, then the blocks of its sharing ones ``N`` at a time: each block (one
+run of every level, in the plan's order, with the re-runs of its invalid runs after them) in
+a process of its own, with its own link (its runs need a main thread: signals, the
+emulator's fork), the longest blocks first. A block, not an experiment, is the unit: one
+experiment's six blocks of 30-round tasks (two levels of 105-133 s) would otherwise run one
+after the other for 26 min while the others had finished. Every run is still judged for the
+disturbance its neighbours' processes could have caused it (harness.validity), and a
 disturbed run is made again, as on a busy host.
 
-Each lane's experiment writes into the result directory the campaign made for it (so the
-index knows it before the first run, for ``--resume``); its progress is plain lines on
-stderr, each with the experiment's name.
+The blocks write into the result directory the campaign made for their experiment (so the
+index knows it before the first run, for ``--resume``); the experiment's tables and report
+are made once its last block ends. Progress is plain lines on stderr, each naming the
+experiment and block.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +39,7 @@ PR_SET_PDEATHSIG = 1
 harness.cluster.block's children; the campaign may not import the cluster)."""
 
 DEFAULT_LANES = SHARE_SLOTS
-"""Sharing experiments at once: the most the run lock lets run."""
+"""Sharing blocks at once: the most the run lock lets run."""
 
 
 def split(specs: Sequence[ExperimentSpec]) -> tuple[list[ExperimentSpec], list[ExperimentSpec]]:
@@ -74,40 +80,86 @@ def _lane_start() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
-def run_lane(spec: ExperimentSpec, result_dir: str, options: dict[str, Any]) -> str:
-    """One sharing experiment in a lane's process, into ``result_dir``; returns it."""
-    from harness.campaign.experiment import run_reported
+@dataclass(frozen=True)
+class Part:
+    """One block of a sharing experiment, made in a lane."""
 
-    progress = LaneProgress(spec.name)
-    run_reported(spec, resume=Path(result_dir), progress=progress, log=progress.note, **options)
-    return result_dir
+    spec: ExperimentSpec
+    result_dir: str
+    block: int
+    predicted_s: float
+    """The block's runs at their lower bounds (harness.run.runner.run_seconds): the longest
+    go first, so that the last to end is a short one."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.name} block {self.block}"
+
+
+def parts_of(spec: ExperimentSpec, result_dir: str, attempts: int) -> list[Part]:
+    """The blocks of ``spec`` left to make in ``result_dir``, one :class:`Part` each."""
+    from harness.plan.planner import plan_for
+    from harness.run.runner import blocks_left, run_seconds
+    from harness.store.resultdir import ResultDir
+
+    seconds = {level.name: run_seconds(level) or 0.0 for level in spec.levels}
+    per_block: dict[int, float] = {}
+    for run in plan_for(spec):
+        per_block[run.block] = per_block.get(run.block, 0.0) + seconds[run.level]
+    left = blocks_left(spec, ResultDir.open(Path(result_dir)), attempts)
+    return [Part(spec, result_dir, block, per_block.get(block, 0.0)) for block in left]
+
+
+def longest_first(parts: Sequence[Part]) -> list[Part]:
+    """``parts`` in the order the lanes take them: the longest block first (Graham's
+    longest-processing-time rule: the lanes then end within one short block of each
+    other), ties in the campaign's order."""
+    return sorted(parts, key=lambda part: -part.predicted_s)
+
+
+def run_part(part: Part, options: dict[str, Any]) -> str:
+    """One block in a lane's process, into its experiment's directory; returns the
+    directory. ``options``: ``backend`` and ``attempts``."""
+    from harness.run.runner import RunOptions, make_part
+    from harness.store.resultdir import ResultDir
+
+    progress = LaneProgress(part.label)
+    run_options = RunOptions(
+        backend=options["backend"],
+        attempts=options["attempts"],
+        progress=progress,
+        log=progress.note,
+    )
+    make_part(part.spec, ResultDir.open(Path(part.result_dir)), [part.block], run_options)
+    return part.result_dir
 
 
 def run_lanes(
-    specs: Sequence[ExperimentSpec],
-    result_dir_of: Callable[[ExperimentSpec], str],
+    parts: Sequence[Any],
     options: dict[str, Any],
     lanes: int,
-    done: Callable[[ExperimentSpec, str | None, BaseException | None], None],
-    task: Callable[[Any, str, dict[str, Any]], str] = run_lane,
+    done: Callable[[Any, BaseException | None], None],
+    task: Callable[[Any, dict[str, Any]], Any] = run_part,
 ) -> None:
-    """Run ``specs`` ``lanes`` at a time, each ``task(spec, result_dir, options)`` in a lane's
-    process (:func:`run_lane`); ``done(spec, result_dir, error)`` hears each as it ends (in
-    this process). An interrupt stops every lane (they unwind) and is raised."""
+    """Run ``task(part, options)`` for each of ``parts`` (:func:`run_part`), ``lanes`` at a
+    time, each in a lane's process; ``done(part, error)`` hears each as it ends (in this
+    process). An interrupt stops every lane (they unwind) and is raised."""
     context = multiprocessing.get_context("spawn")
     pool = ProcessPoolExecutor(max_workers=lanes, mp_context=context, initializer=_lane_start)
-    futures: dict[Future[str], ExperimentSpec] = {}
+    futures: dict[Future[Any], Any] = {}
     try:
-        for spec in specs:
-            futures[pool.submit(task, spec, result_dir_of(spec), options)] = spec
+        for part in parts:
+            futures[pool.submit(task, part, options)] = part
         for future in as_completed(futures):
-            spec = futures[future]
+            part = futures[future]
             try:
-                done(spec, future.result(), None)
+                future.result()
             except KeyboardInterrupt:
                 raise
             except Exception as err:  # noted in the campaign's index by ``done``
-                done(spec, None, err)
+                done(part, err)
+            else:
+                done(part, None)
             stopping.check()
     except BaseException:
         for process in multiprocessing.active_children():

@@ -360,12 +360,16 @@ def _run_sharing(
     options: dict[str, Any],
     lanes: int,
 ) -> None:
-    """The sharing experiments, ``lanes`` at a time (harness.campaign.lanes), each noted in
-    the index as it starts (its result directory, for ``--resume``) and as it ends."""
-    from harness.run.runner import ExperimentResult, create_result, reopen_result
-    from harness.store.resultdir import ResultDir
+    """The sharing experiments' blocks, ``lanes`` at a time (harness.campaign.lanes), each
+    experiment noted in the index as its directory is made (for ``--resume``) and as its
+    last block ends (then its tables and report are made)."""
+    from harness.run.runner import create_result, reopen_result
 
-    def result_dir_of(spec: specmod.ExperimentSpec) -> str:
+    parts: list[lanes_mod.Part] = []
+    pending: dict[str, int] = {}
+    errors: dict[str, list[str]] = {}
+    by_name = {spec.name: spec for spec in specs}
+    for spec in specs:
         entry, plan = entries[spec.name], plan_for(spec)
         previous = entry.get("result_dir")
         if previous and Path(previous).is_dir():
@@ -373,20 +377,37 @@ def _run_sharing(
         else:
             path = create_result(spec, plan, options["output"], options["backend"], None).path
         entry.update(result_dir=str(path), status="running")
-        atomic_write_json(index_path, index)
-        return str(path)
+        mine = lanes_mod.parts_of(spec, str(path), options["attempts"])
+        pending[spec.name], errors[spec.name] = len(mine), []
+        parts.extend(mine)
+    atomic_write_json(index_path, index)
 
-    def done(spec: specmod.ExperimentSpec, path: str | None, error: BaseException | None) -> None:
-        entry = entries[spec.name]
-        if error is None and path is not None:
-            result = ExperimentResult(result=ResultDir.open(Path(path)))
-            entry.update(_finished_fields(spec, result))
+    def finish(name: str) -> None:
+        spec, entry = by_name[name], entries[name]
+        if errors[name]:
+            entry.update(status="failed", error="; ".join(errors[name])[:300])
         else:
-            entry.update(status="failed", error=f"{type(error).__name__}: {error}"[:300])
+            try:
+                result = reported.finish_reported(
+                    spec, Path(entry["result_dir"]), options["attempts"]
+                )
+                entry.update(_finished_fields(spec, result))
+            except Exception as err:  # noted in the index; the summary then fails
+                entry.update(status="failed", error=f"{type(err).__name__}: {err}"[:300])
         atomic_write_json(index_path, index)
 
+    def done(part: lanes_mod.Part, error: BaseException | None) -> None:
+        name = part.spec.name
+        if error is not None:
+            errors[name].append(f"block {part.block}: {type(error).__name__}: {error}")
+        pending[name] -= 1
+        if pending[name] == 0:
+            finish(name)
+
+    for name in [n for n, count in pending.items() if count == 0]:
+        finish(name)  # every block already made (an interrupted finish)
     try:
-        lanes_mod.run_lanes(specs, result_dir_of, options, lanes, done)
+        lanes_mod.run_lanes(lanes_mod.longest_first(parts), options, lanes, done)
     except KeyboardInterrupt:
         for spec in specs:
             if entries[spec.name].get("status") == "running":

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.plan.planner import plan_for
+from harness.run.runner import run_seconds
 from harness.spec import experiment as specmod
-from tbcore import kinds
 from tbcore.errors import SpecError
 from tbcore.settings import KNOBS
 
@@ -45,32 +45,7 @@ def level_plan(level: specmod.Level) -> LevelPlan:
         ignored.append(f"{key}: {item.scope.refusal(settings)}")
     edges = [f"{edge.name}: {edge.spec}" for edge in level.topology.edges]
     return LevelPlan(level.name, level.baseline, dict(level.overrides), ignored, edges,
-                     _run_seconds(level))  # fmt: skip
-
-
-def _run_seconds(level: specmod.Level) -> float | None:
-    """One run's requests (warm-ups included) at the level's lower bound, or its workload's
-    run time limit where the request bound does not cover the workload."""
-    from harness.collect.row import bound_for
-
-    settings = level.settings
-    workload = kinds.workload(settings.workload)
-    try:
-        bound = bound_for(
-            settings, level.topology, workload.up_bytes(settings), workload.down_bytes(settings)
-        )
-    except ValueError:
-        bound = None
-    requests = (getattr(settings, "requests", 1) or 1) + (settings.warmup_requests or 0)
-    if bound is not None and workload.records == "agent_round":
-        # each round: its request at the bound (the model's time is its processing), after
-        # the device's own time
-        rounds = settings.agent_rounds + (settings.warmup_requests or 0)
-        return rounds * (bound.total_s + settings.agent_local_s)
-    if bound is not None:
-        return requests * bound.total_s
-    limit = workload.run_limit_s(settings)
-    return float(limit) if limit else None
+                     run_seconds(level))  # fmt: skip
 
 
 def plan_lines(spec: specmod.ExperimentSpec) -> list[str]:

@@ -42,7 +42,7 @@ from harness.run.environment import environment, host_label, versions
 from harness.run.execute import ERROR_CHARS, RunEnvironment, run_processes
 from harness.run.lock import exclusive_run
 from harness.run.machine import CpuWatch
-from harness.spec.experiment import ExperimentSpec
+from harness.spec.experiment import ExperimentSpec, Level
 from harness.spec.traces import run_path as path_at_start
 from harness.store.resultdir import ResultDir, utc_stamp
 from harness.validity.judge import judge
@@ -128,6 +128,29 @@ def bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
         bound = bound_for(lv.settings, lv.topology, up, down)
         out[lv.name] = None if bound is None else bound.total_s
     return out
+
+
+def run_seconds(level: Level) -> float | None:
+    """One run's requests (warm-ups included) at the level's lower bound, or its workload's
+    run time limit where the request bound does not cover the workload."""
+    settings = level.settings
+    workload = kinds.workload(settings.workload)
+    try:
+        bound = bound_for(
+            settings, level.topology, workload.up_bytes(settings), workload.down_bytes(settings)
+        )
+    except ValueError:
+        bound = None
+    requests = (getattr(settings, "requests", 1) or 1) + (settings.warmup_requests or 0)
+    if bound is not None and workload.records == "agent_round":
+        # each round: its request at the bound (the model's time is its processing), after
+        # the device's own time
+        rounds = settings.agent_rounds + (settings.warmup_requests or 0)
+        return rounds * (bound.total_s + settings.agent_local_s)
+    if bound is not None:
+        return requests * bound.total_s
+    limit = workload.run_limit_s(settings)
+    return float(limit) if limit else None
 
 
 def measured_times(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -377,6 +400,29 @@ def make_block(
     worker this way); returns the rows made."""
     by_id = {run.run_id: run for run in runs}
     return _make_runs(spec, result, runs, by_id, {}, options)
+
+
+def blocks_left(spec: ExperimentSpec, result: ResultDir, attempts: int) -> list[int]:
+    """The blocks of ``spec``'s plan that still have a run to make in ``result`` (a planned
+    run without a row, or an invalid one with attempts left), in the plan's order."""
+    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+    return list(dict.fromkeys(run.block for run in remaining(plan_for(spec), outcomes, attempts)))
+
+
+def make_part(
+    spec: ExperimentSpec, result: ResultDir, blocks: Sequence[int], options: RunOptions
+) -> list[dict[str, Any]]:
+    """Make what is left of ``blocks`` of the plan into ``result``, an experiment's directory
+    that other processes fill with its other blocks at the same time (a sharing experiment's
+    blocks side by side: harness.campaign.lanes); the re-runs of its invalid runs after the
+    others, as in :func:`run_experiment`. Returns the rows made; the tables are the
+    caller's, once every block is made (:func:`finish_tables`)."""
+    plan = plan_for(spec)
+    by_id = {run.run_id: run for run in plan}
+    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+    wanted = set(blocks)
+    left = [run for run in remaining(plan, outcomes, options.attempts) if run.block in wanted]
+    return _make_runs(spec, result, left, by_id, outcomes, options) if left else []
 
 
 def create_result(

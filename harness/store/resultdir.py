@@ -23,10 +23,11 @@ by their ``row.json`` and repeats none of them.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -206,9 +207,24 @@ class ResultDir:
         return f"{table} {why}: written again from the runs' rows"
 
     def update_manifest(self, **changes: Any) -> None:
-        manifest = self.read_manifest()
-        manifest.update(changes)
-        atomic_write_json(self.manifest_path, manifest)
+        """Read, change and write the manifest as one step: the blocks of a sharing
+        experiment (harness.campaign.lanes) note their environments from processes of their
+        own, and an update made between another's read and write would be lost."""
+        with self._locked():
+            manifest = self.read_manifest()
+            manifest.update(changes)
+            atomic_write_json(self.manifest_path, manifest)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """An exclusive ``flock`` on the directory itself (no lock file beside the results;
+        the kernel drops it with its holder)."""
+        handle = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(handle)
 
     # --- runs ---------------------------------------------------------------------------
 
