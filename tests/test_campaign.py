@@ -183,3 +183,62 @@ def test_the_summary_names_added_levels_and_their_failure() -> None:
         "image: finished -> r/i, 18 runs (18 planned), 0 invalid (0 %); added levels in r/i2; "
         "added levels failed: RuntimeError: boom"
     ]
+
+
+def test_resume_makes_a_sharing_experiments_added_levels_in_the_lanes(
+    tmp_path: Path, monkeypatch
+) -> None:
+    import json
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from harness.campaign import serial
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    first = _result_dir(tmp_path, "agent-rate", ["6-then-10mbit", "constant-8mbit"])
+    campaign = tmp_path / "campaign" / "x"
+    campaign.mkdir(parents=True)
+    index = {
+        "form": "chapter", "reps": None, "backend": "userspace", "chapter": True,
+        "entries": [{"name": "agent-rate", "status": "finished", "result_dir": str(first)}],
+    }  # fmt: skip
+    (campaign / "campaign.json").write_text(json.dumps(index))
+    seen: list[tuple[str, ...]] = []
+
+    def fake_lanes(parts, options, lanes, done, task=None):
+        entry = json.loads((campaign / "campaign.json").read_text())["entries"][0]
+        for part in parts:
+            seen.append(part.spec.level_names)
+            assert part.result_dir in entry["more_result_dirs"]  # noted before the lanes
+            done(part, None)
+
+    def finish_reported(spec, result_dir, attempts, log=None):
+        levels = sorted(spec.level_names)  # the constant one without a valid run
+        frame = pd.DataFrame(
+            {
+                "level": levels,
+                "valid": [True, False],
+                "warmup": [False] * 2,
+                "total_s": [30.0, 30.0],
+            }
+        )
+        return SimpleNamespace(result=SimpleNamespace(frame=lambda: frame, path=result_dir))
+
+    def runner(spec, **_kw):
+        raise AssertionError(f"{spec.name}: a sharing experiment's levels go to the lanes")
+
+    monkeypatch.setattr(serial.lanes_mod, "run_lanes", fake_lanes)
+    monkeypatch.setattr(serial.reported, "finish_reported", finish_reported)
+    summary = serial.run_campaign(
+        experiments_dir=shipped, names=None, reps=None, form="chapter", backend="userspace",
+        output=Path("elsewhere"), resume=campaign, runner=runner, chapter=True, lanes=2,
+    )  # fmt: skip
+    added = {"6-then-10mbit-deep-queue", "constant-8mbit-deep-queue"}
+    assert seen and {frozenset(names) for names in seen} == {
+        frozenset(added)
+    }  # one part a block, each of the added levels only
+    entry = json.loads(summary.index_path.read_text())["entries"][0]
+    assert len(entry["more_result_dirs"]) == 1
+    assert entry.get("more_error") is None, entry.get("more_error")
+    assert entry["levels_without_valid"] == ["constant-8mbit-deep-queue"]

@@ -264,8 +264,16 @@ def run_campaign(
         options = dict(output=Path(output), backend=backend, link_name=None, attempts=attempts)
         _run_sharing(left, entries, index, index_path, options, lanes)
     if resume is not None:
+        shared_names = {s.name for s in sharing}
         for spec in specs:
-            _run_added_levels(spec, entries[spec.name], index, index_path, progress_factory, run)
+            if spec.name not in shared_names:
+                _run_added_levels(
+                    spec, entries[spec.name], index, index_path, progress_factory, run
+                )
+        shared = [s for s in sharing if entries[s.name].get("status") == "finished"]
+        if shared:
+            options = dict(output=Path(output), backend=backend, link_name=None, attempts=attempts)
+            _run_added_sharing(shared, entries, index, index_path, options, lanes)
     index["finished_utc"] = utc_stamp()
     index["wall_s"] = float(index.get("wall_s") or 0.0) + time.monotonic() - started
     atomic_write_json(index_path, index)
@@ -352,6 +360,18 @@ def _run_added_levels(
     atomic_write_json(index_path, index)
 
 
+@dataclass
+class _SharedJob:
+    """One sharing experiment (or the levels its file gained) for the lanes: its spec, the
+    result directory its blocks fill, and what the index hears when the last one ends."""
+
+    spec: specmod.ExperimentSpec
+    result_dir: str
+    finished: Callable[[Any], None]
+    """Called with the finished ExperimentResult (tables and report made)."""
+    failed: Callable[[str], None]
+
+
 def _run_sharing(
     specs: Sequence[specmod.ExperimentSpec],
     entries: dict[str, dict[str, Any]],
@@ -365,10 +385,7 @@ def _run_sharing(
     last block ends (then its tables and report are made)."""
     from harness.run.runner import create_result, reopen_result
 
-    parts: list[lanes_mod.Part] = []
-    pending: dict[str, int] = {}
-    errors: dict[str, list[str]] = {}
-    by_name = {spec.name: spec for spec in specs}
+    jobs = []
     for spec in specs:
         entry, plan = entries[spec.name], plan_for(spec)
         previous = entry.get("result_dir")
@@ -377,43 +394,114 @@ def _run_sharing(
         else:
             path = create_result(spec, plan, options["output"], options["backend"], None).path
         entry.update(result_dir=str(path), status="running")
-        mine = lanes_mod.parts_of(spec, str(path), options["attempts"])
-        pending[spec.name], errors[spec.name] = len(mine), []
-        parts.extend(mine)
+
+        def finished(result: Any, spec: specmod.ExperimentSpec = spec, entry: dict = entry) -> None:
+            entry.update(_finished_fields(spec, result))
+
+        def failed(error: str, entry: dict = entry) -> None:
+            entry.update(status="failed", error=error[:300])
+
+        jobs.append(_SharedJob(spec, str(path), finished, failed))
     atomic_write_json(index_path, index)
-
-    def finish(name: str) -> None:
-        spec, entry = by_name[name], entries[name]
-        if errors[name]:
-            entry.update(status="failed", error="; ".join(errors[name])[:300])
-        else:
-            try:
-                result = reported.finish_reported(
-                    spec, Path(entry["result_dir"]), options["attempts"]
-                )
-                entry.update(_finished_fields(spec, result))
-            except Exception as err:  # noted in the index; the summary then fails
-                entry.update(status="failed", error=f"{type(err).__name__}: {err}"[:300])
-        atomic_write_json(index_path, index)
-
-    def done(part: lanes_mod.Part, error: BaseException | None) -> None:
-        name = part.spec.name
-        if error is not None:
-            errors[name].append(f"block {part.block}: {type(error).__name__}: {error}")
-        pending[name] -= 1
-        if pending[name] == 0:
-            finish(name)
-
-    for name in [n for n, count in pending.items() if count == 0]:
-        finish(name)  # every block already made (an interrupted finish)
     try:
-        lanes_mod.run_lanes(lanes_mod.longest_first(parts), options, lanes, done)
+        _share(jobs, index, index_path, options, lanes)
     except KeyboardInterrupt:
         for spec in specs:
             if entries[spec.name].get("status") == "running":
                 entries[spec.name]["status"] = "interrupted"
         atomic_write_json(index_path, index)
         raise
+
+
+def _run_added_sharing(
+    specs: Sequence[specmod.ExperimentSpec],
+    entries: dict[str, dict[str, Any]],
+    index: dict[str, Any],
+    index_path: Path,
+    options: dict[str, Any],
+    lanes: int,
+) -> None:
+    """The levels the sharing experiments' files gained since they finished (added_levels),
+    in the lanes as the experiments themselves; each directory noted in the index as it is
+    made (``more_result_dirs``), a failure noted (``more_error``), not raised."""
+    from harness.run.runner import create_result, reopen_result
+
+    jobs = []
+    for spec in specs:
+        entry = entries[spec.name]
+        added = added_levels(spec, entry)
+        if added is None:
+            continue
+        sub_spec, previous = added
+        plan = plan_for(sub_spec)
+        if previous is not None:
+            path = reopen_result(sub_spec, plan, previous).path
+        else:
+            path = create_result(sub_spec, plan, options["output"], options["backend"], None).path
+        dirs = entry.setdefault("more_result_dirs", [])
+        if str(path) not in dirs:
+            dirs.append(str(path))
+
+        def finished(
+            result: Any, sub: specmod.ExperimentSpec = sub_spec, entry: dict = entry
+        ) -> None:
+            frame = result.result.frame()
+            entry["levels_without_valid"] = list(entry.get("levels_without_valid") or []) + list(
+                analysis.levels_without_valid(frame, sub.level_names)
+            )
+            entry.pop("more_error", None)
+
+        def failed(error: str, entry: dict = entry) -> None:
+            entry["more_error"] = error[:300]
+
+        jobs.append(_SharedJob(sub_spec, str(path), finished, failed))
+    atomic_write_json(index_path, index)
+    if jobs:
+        _share(jobs, index, index_path, options, lanes)
+
+
+def _share(
+    jobs: Sequence[_SharedJob],
+    index: dict[str, Any],
+    index_path: Path,
+    options: dict[str, Any],
+    lanes: int,
+) -> None:
+    """Make the blocks left of every job, ``lanes`` at a time, the longest first; when a
+    job's last block ends, its tables and report (harness.campaign.experiment
+    .finish_reported), and the index hears of it."""
+    parts: list[lanes_mod.Part] = []
+    pending: dict[str, int] = {}
+    errors: dict[str, list[str]] = {}
+    by_dir = {job.result_dir: job for job in jobs}
+    for job in jobs:
+        mine = lanes_mod.parts_of(job.spec, job.result_dir, options["attempts"])
+        pending[job.result_dir], errors[job.result_dir] = len(mine), []
+        parts.extend(mine)
+
+    def finish(result_dir: str) -> None:
+        job = by_dir[result_dir]
+        if errors[result_dir]:
+            job.failed("; ".join(errors[result_dir]))
+        else:
+            try:
+                job.finished(
+                    reported.finish_reported(job.spec, Path(result_dir), options["attempts"])
+                )
+            except Exception as err:  # noted in the index; the summary then fails
+                job.failed(f"{type(err).__name__}: {err}")
+        atomic_write_json(index_path, index)
+
+    def done(part: lanes_mod.Part, error: BaseException | None) -> None:
+        if error is not None:
+            errors[part.result_dir].append(f"block {part.block}: {type(error).__name__}: {error}")
+        pending[part.result_dir] -= 1
+        if pending[part.result_dir] == 0:
+            finish(part.result_dir)
+
+    for result_dir in [d for d, count in pending.items() if count == 0]:
+        finish(result_dir)  # every block already made (an interrupted finish)
+    lanes_mod.run_lanes(lanes_mod.longest_first(parts), options, lanes, done)
 
 
 def report_errors_of(index: dict[str, Any]) -> list[str]:

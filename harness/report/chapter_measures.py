@@ -323,20 +323,26 @@ def bbr_vs_loss_based(results: Results) -> Measured:
 
 
 @reads("agent-deployment", "cloud-4.0mbit", "cloud-3.5mbit")
-def deadline_rate(results: Results) -> Measured:
-    met, counts = {}, []
-    for level in ("cloud-4.0mbit", "cloud-3.5mbit"):
-        runs = results.runs("agent-deployment", level)
-        met[level] = bool(runs["deadline_met"].astype(str).eq("True").all())
-        counts.append(len(runs))
-    ok = met["cloud-4.0mbit"] and not met["cloud-3.5mbit"]
-    text = (
-        f"4.0 Mbit/s {'meets' if met['cloud-4.0mbit'] else 'misses'}, 3.5 Mbit/s "
-        f"{'meets' if met['cloud-3.5mbit'] else 'misses'} the (scaled) deadline"
-    )
-    return Measured(
-        text, ok=ok, runs=min(counts), reason="the threshold is not between 3.5 and 4.0 here"
-    )
+def deadline_rate(above: str = "cloud-4.0mbit", below: str = "cloud-3.5mbit") -> Measure:
+    """Whether the deadline's threshold lies between the uplink rates of two levels (4.0 and
+    3.5 Mbit/s): every run of ``above`` meets it and every run of ``below`` misses it."""
+
+    def measure(results: Results) -> Measured:
+        met, counts = {}, []
+        for level in (above, below):
+            runs = results.runs("agent-deployment", level)
+            met[level] = bool(runs["deadline_met"].astype(str).eq("True").all())
+            counts.append(len(runs))
+        ok = met[above] and not met[below]
+        text = (
+            f"4.0 Mbit/s ({above}) {'meets' if met[above] else 'misses'}, 3.5 Mbit/s "
+            f"({below}) {'meets' if met[below] else 'misses'} the (scaled) deadline"
+        )
+        return Measured(
+            text, ok=ok, runs=min(counts), reason="the threshold is not between 3.5 and 4.0 here"
+        )
+
+    return reads("agent-deployment", above, below)(measure)
 
 
 def _site_energy(results: Results) -> dict[str, float]:
