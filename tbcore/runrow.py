@@ -113,7 +113,9 @@ class RunRow(Record):
     processing_s: float | None = col(doc="Server processing_start to processing_end.", unit="s")
     server_receive_s: float | None = col(doc="Server: first to last request byte read.", unit="s")
     server_turnaround_s: float | None = col(
-        doc="Server: processing end to first response byte written.", unit="s"
+        doc="Server: processing end (without processing: the last request byte read) to "
+        "first response byte written.",
+        unit="s",
     )
     server_send_s: float | None = col(doc="Server: first to last response byte written.", unit="s")
     # --- a server on another host (testbed run --remote; harness.run.remote.path)

@@ -68,6 +68,10 @@ def test_server_phases_from_its_events() -> None:
     assert phases["server_receive_s"] == pytest.approx(0.013)
     assert phases["server_turnaround_s"] == pytest.approx(0.0045)
     assert phases["server_send_s"] == pytest.approx(0.001)
+    plain = [e for e in events if not e.event.startswith("processing")]
+    assert server_phases(plain, 10.0, 10.25)["server_turnaround_s"] == pytest.approx(0.035)
+    early = [*plain[:2], ServerEvent(t=10.112, event="response_first_byte"), plain[2]]
+    assert "server_turnaround_s" not in server_phases(early, 10.0, 10.25)  # not an answer to it
 
 
 def test_opened_connections_marks_the_first_request_of_each_connection() -> None:

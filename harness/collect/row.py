@@ -140,9 +140,10 @@ def opened_connections(records: Sequence[RequestRecord]) -> list[bool]:
 def server_phases(events: Sequence[ServerEvent], start_s: float, end_s: float) -> dict[str, float]:
     """The server's view of one request, from its events inside [start_s, end_s]:
     ``server_receive_s`` (first to last request byte read), ``server_turnaround_s``
-    (processing end to first response byte written), ``server_send_s`` (first to last
-    response byte written), ``processing_s`` (first processing start to last processing end).
-    Stack overheads the bound does not count show up here."""
+    (processing end, or the last request byte read where the route has no processing, to
+    the first response byte written), ``server_send_s`` (first to last response byte
+    written), ``processing_s`` (first processing start to last processing end). Stack
+    overheads the bound does not count show up here."""
 
     def times(name: str) -> list[float]:
         return [e.t for e in events if e.event == name and start_s <= e.t <= end_s]
@@ -163,6 +164,12 @@ def server_phases(events: Sequence[ServerEvent], start_s: float, end_s: float) -
     for name, (a, b) in pairs.items():
         if a is not None and b is not None:
             out[name] = b - a
+    if "server_turnaround_s" not in out and "processing_s" not in out:
+        # no processing: from the request's last byte to the answer's first, where the
+        # answer follows it (one request in the window)
+        received, answered = last("request_last_byte"), first("response_first_byte")
+        if received is not None and answered is not None and answered >= received:
+            out["server_turnaround_s"] = answered - received
     return out
 
 
