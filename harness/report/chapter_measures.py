@@ -428,14 +428,16 @@ def outage_task(level: str) -> Measure:
     return reads("agent-outage", level)(measure)
 
 
-def airtime_image(column: str, level: str, baseline: str | None = None) -> Measure:
+def airtime_image(
+    column: str, level: str, baseline: str | None = None, unit: str = "s"
+) -> Measure:
     def measure(results: Results) -> Measured:
         runs = results.runs("airtime", level)
         if not runs["workload"].astype(str).eq("retouch").all():
             raise NotMeasured("airtime: the quick form carries the audio, not the image")
         if baseline is None:
-            return level_value("airtime", level, column)(results)
-        return level_difference("airtime", level, baseline, column)(results)
+            return level_value("airtime", level, column, unit=unit)(results)
+        return level_difference("airtime", level, baseline, column, unit=unit)(results)
 
     return reads("airtime", level, *([baseline] if baseline else []))(measure)
 

@@ -32,6 +32,7 @@ UNIT_SCALE = {
     "rounds": 1.0,
     "B": 1.0,
     "symbols": 1.0,
+    "frames": 1.0,
     "": 1.0,
 }
 """SI (s, bit/s, J, bytes) to each unit a finding is stated in."""
@@ -66,7 +67,7 @@ def fmt(value: float | None, unit: str) -> str:
     if value is None or not math.isfinite(value):
         return "–"
     size = abs(value)
-    digits = 0 if unit in ("rounds", "J", "B") else 1 if size >= 100 else 2 if size >= 1 else 3
+    digits = 0 if unit in ("rounds", "J", "B", "frames") else 1 if size >= 100 else 2 if size >= 1 else 3
     return f"{value:.{digits}f} {unit}".strip()
 
 
