@@ -428,9 +428,7 @@ def outage_task(level: str) -> Measure:
     return reads("agent-outage", level)(measure)
 
 
-def airtime_image(
-    column: str, level: str, baseline: str | None = None, unit: str = "s"
-) -> Measure:
+def airtime_image(column: str, level: str, baseline: str | None = None, unit: str = "s") -> Measure:
     def measure(results: Results) -> Measured:
         runs = results.runs("airtime", level)
         if not runs["workload"].astype(str).eq("retouch").all():

@@ -67,7 +67,8 @@ def fmt(value: float | None, unit: str) -> str:
     if value is None or not math.isfinite(value):
         return "–"
     size = abs(value)
-    digits = 0 if unit in ("rounds", "J", "B", "frames") else 1 if size >= 100 else 2 if size >= 1 else 3
+    whole = unit in ("rounds", "J", "B", "frames")
+    digits = 0 if whole else 1 if size >= 100 else 2 if size >= 1 else 3
     return f"{value:.{digits}f} {unit}".strip()
 
 
