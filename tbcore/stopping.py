@@ -11,6 +11,7 @@ next run at most."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 from collections.abc import Iterable, Iterator
@@ -78,3 +79,16 @@ def deferred() -> Iterator[None]:
         _deferring -= 1
     if not _deferring and len(_requested) > before:
         raise KeyboardInterrupt(f"signal {_requested[before]}")
+
+
+PR_SET_PDEATHSIG = 1
+"""prctl(2): the signal a process gets when the thread that started it ends."""
+
+
+def die_with_parent(signum: int = signal.SIGTERM) -> None:
+    """Have ``signum`` sent to this process when the thread that started it ends (a killed
+    campaign or Dask worker): a child making runs then unwinds and takes its link down
+    instead of running on as an orphan (prctl(2), Linux)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")

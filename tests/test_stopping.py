@@ -76,3 +76,20 @@ def test_a_deferred_block_raises_only_for_a_stop_that_came_inside_it(sigusr2: in
         pass
     with pytest.raises(ValueError), stopping.deferred():  # the block's own error goes on
         raise ValueError("inside")
+
+
+def test_die_with_parent_sets_the_death_signal_in_the_process_that_asks() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import ctypes, signal\n"
+        "from tbcore import stopping\n"
+        "stopping.die_with_parent(signal.SIGUSR1)\n"
+        "libc = ctypes.CDLL(None)\n"
+        "got = ctypes.c_int()\n"
+        "libc.prctl(2, ctypes.byref(got), 0, 0, 0)  # PR_GET_PDEATHSIG\n"
+        "print(got.value)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) == signal.SIGUSR1

@@ -20,7 +20,6 @@ experiment and block.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import signal
 import sys
@@ -33,10 +32,6 @@ from typing import Any
 from harness.run.lock import SHARE_SLOTS
 from harness.spec.experiment import ExperimentSpec
 from tbcore import stopping
-
-PR_SET_PDEATHSIG = 1
-"""prctl(2): the signal a lane gets when the campaign that started it ends (as
-harness.cluster.block's children; the campaign may not import the cluster)."""
 
 DEFAULT_LANES = SHARE_SLOTS
 """Sharing blocks at once: the most the run lock lets run."""
@@ -76,8 +71,7 @@ def _lane_start() -> None:
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         wanted.append(signal.SIGINT)
     stopping.install(wanted)
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    stopping.die_with_parent(signal.SIGTERM)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ another's.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import os
 import pickle
@@ -39,9 +38,6 @@ from typing import Any
 from harness.store.resultdir import atomic_write_bytes, utc_stamp
 from tbcore import stopping
 from tbcore.errors import SpecError, clip
-
-PR_SET_PDEATHSIG = 1
-"""prctl(2): the signal a process gets when the thread that started it ends."""
 
 BLOCK_LOCK_SUFFIX = ".block"
 """Beside the host's run lock (harness.run.lock): held for a whole block."""
@@ -98,8 +94,7 @@ class BlockFailed(RuntimeError):
 def _die_with_parent() -> None:
     """In the child, before exec: SIGTERM when the worker's thread that started it ends (a
     killed worker): the runs unwind and take their link down."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    stopping.die_with_parent(signal.SIGTERM)
 
 
 def run_block(job: BlockJob) -> BlockResult:
