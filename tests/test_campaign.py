@@ -242,3 +242,43 @@ def test_resume_makes_a_sharing_experiments_added_levels_in_the_lanes(
     assert len(entry["more_result_dirs"]) == 1
     assert entry.get("more_error") is None, entry.get("more_error")
     assert entry["levels_without_valid"] == ["constant-8mbit-deep-queue"]
+
+
+def test_an_interrupted_campaign_keeps_the_time_it_measured(tmp_path: Path) -> None:
+    import json
+
+    import pytest
+
+    from harness.campaign import serial
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+
+    def runner(spec, **_kw):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        serial.run_campaign(
+            experiments_dir=shipped, names=["initcwnd"], reps=1, form="chapter",
+            backend="userspace", output=tmp_path, runner=runner, chapter=True,
+        )  # fmt: skip
+    index = json.loads(next(tmp_path.glob("campaign/*/campaign.json")).read_text())
+    assert index["entries"][0]["status"] == "interrupted"
+    assert index["wall_s"] > 0  # a resume adds its own to it
+
+
+def test_an_unfinished_experiment_goes_on_with_the_levels_its_directory_planned(
+    tmp_path: Path,
+) -> None:
+    from harness.campaign.serial import continuing
+    from harness.spec import experiment as specmod
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    spec = specmod.load(shipped / "agent-rate.toml").in_form("chapter")
+    first = _result_dir(tmp_path, "agent-rate", ["6-then-10mbit", "constant-8mbit"], False)
+    assert continuing(spec, {"result_dir": str(first)}).level_names == (
+        "6-then-10mbit",
+        "constant-8mbit",
+    )
+    assert continuing(spec, {}) is spec  # not begun: the file as it is
+    whole = _result_dir(tmp_path / "w", "agent-rate", list(spec.level_names), False)
+    assert continuing(spec, {"result_dir": str(whole)}) is spec

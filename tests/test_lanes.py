@@ -4,6 +4,7 @@ real process pool, with a standard-library task in place of an experiment)."""
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,7 @@ def _agent_spec(tmp_path: Path) -> specmod.ExperimentSpec:
     return specmod.load(path)
 
 
-def test_parts_are_the_blocks_left_longest_first(tmp_path: Path) -> None:
+def test_parts_are_the_blocks_left_and_experiments_take_turns(tmp_path: Path) -> None:
     from harness.plan.planner import plan_for
     from harness.run.runner import create_result
     from tbcore.runrow import RunRow
@@ -75,8 +76,11 @@ def test_parts_are_the_blocks_left_longest_first(tmp_path: Path) -> None:
     assert sorted(part.block for part in parts) == [1, 2]
     assert all(part.predicted_s > 2 * 5.0 for part in parts)  # both levels' rounds
     assert {part.label for part in parts} == {"two-agents block 1", "two-agents block 2"}
-    short = lanes.Part(spec, "d", 9, 1.0)
-    assert lanes.longest_first([short, *parts])[-1] is short
+    other = replace(spec, name="other")
+    small = [lanes.Part(other, "d", block, 1.0) for block in range(3)]
+    order = lanes.interleaved([*small, *parts])
+    assert [p.spec.name for p in order] == ["two-agents", "other"] * 2 + ["other"]
+    assert [p.block for p in order if p.spec.name == "other"] == [0, 1, 2]  # plan's order
     again = first[0]  # an invalid attempt with attempts left makes its block a part again
     result.save_row(RunRow(**again.to_dict(), valid=False, invalid_reason="disturbance"))
     assert 0 in {part.block for part in lanes.parts_of(spec, str(result.path), attempts=3)}

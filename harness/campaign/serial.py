@@ -177,6 +177,19 @@ def _finished_fields(spec: specmod.ExperimentSpec, result: Any) -> dict[str, Any
     )
 
 
+def continuing(spec: specmod.ExperimentSpec, entry: dict[str, Any]) -> specmod.ExperimentSpec:
+    """The experiment as its unfinished result directory planned it: a file that gained
+    levels since the campaign began goes on with the levels it had (its plan is the
+    directory's), and the levels it gained are made once it has finished (added_levels)."""
+    previous = entry.get("result_dir")
+    if not previous or not Path(previous).is_dir():
+        return spec
+    had = planned_levels(Path(previous))
+    if had and had < set(spec.level_names):
+        return spec.only_levels(had)
+    return spec
+
+
 def _run_entry(
     spec: specmod.ExperimentSpec,
     entry: dict[str, Any],
@@ -190,7 +203,7 @@ def _run_entry(
     try:
         previous = entry.get("result_dir")
         result = run(
-            spec,
+            continuing(spec, entry),
             resume=Path(previous) if previous and Path(previous).is_dir() else None,
             progress=_recorder(progress, entry, index, index_path),
             **({"log": progress.note} if hasattr(progress, "note") else {}),
@@ -249,6 +262,45 @@ def run_campaign(
     run = functools.partial(
         runner, output=Path(output), backend=backend, link_name=link_name, attempts=attempts
     )
+    try:
+        _measure(
+            specs,
+            entries,
+            index,
+            index_path,
+            progress_factory,
+            run,
+            resume,
+            lanes,
+            dict(output=Path(output), backend=backend, link_name=None, attempts=attempts),
+        )
+    except KeyboardInterrupt:  # the time measured so far counts in the campaign's wall time
+        index["wall_s"] = float(index.get("wall_s") or 0.0) + time.monotonic() - started
+        atomic_write_json(index_path, index)
+        raise
+    index["finished_utc"] = utc_stamp()
+    index["wall_s"] = float(index.get("wall_s") or 0.0) + time.monotonic() - started
+    atomic_write_json(index_path, index)
+    index.update(reproduction_report(index_path.parent))
+    atomic_write_json(index_path, index)
+    return CampaignSummary(
+        index_path=index_path, entries=index["entries"], report_errors=report_errors_of(index)
+    )
+
+
+def _measure(
+    specs: Sequence[specmod.ExperimentSpec],
+    entries: dict[str, dict[str, Any]],
+    index: dict[str, Any],
+    index_path: Path,
+    progress_factory: Callable[[str], Any] | None,
+    run: Callable[..., Any],
+    resume: Path | None,
+    lanes: int,
+    options: dict[str, Any],
+) -> None:
+    """The campaign's experiments: the exclusive ones one after the other, then the sharing
+    ones in lanes; on resume, the levels the files gained since."""
     alone, sharing = lanes_mod.split(specs) if lanes > 1 else (list(specs), [])
     index["lanes"] = lanes
     index["sharing"] = [s.name for s in sharing]
@@ -261,7 +313,6 @@ def run_campaign(
         atomic_write_json(index_path, index)
     left = [s for s in sharing if entries[s.name].get("status") != "finished"]
     if left:
-        options = dict(output=Path(output), backend=backend, link_name=None, attempts=attempts)
         _run_sharing(left, entries, index, index_path, options, lanes)
     if resume is not None:
         shared_names = {s.name for s in sharing}
@@ -272,16 +323,7 @@ def run_campaign(
                 )
         shared = [s for s in sharing if entries[s.name].get("status") == "finished"]
         if shared:
-            options = dict(output=Path(output), backend=backend, link_name=None, attempts=attempts)
             _run_added_sharing(shared, entries, index, index_path, options, lanes)
-    index["finished_utc"] = utc_stamp()
-    index["wall_s"] = float(index.get("wall_s") or 0.0) + time.monotonic() - started
-    atomic_write_json(index_path, index)
-    index.update(reproduction_report(index_path.parent))
-    atomic_write_json(index_path, index)
-    return CampaignSummary(
-        index_path=index_path, entries=index["entries"], report_errors=report_errors_of(index)
-    )
 
 
 def planned_levels(path: Path) -> set[str]:
@@ -386,8 +428,10 @@ def _run_sharing(
     from harness.run.runner import create_result, reopen_result
 
     jobs = []
-    for spec in specs:
-        entry, plan = entries[spec.name], plan_for(spec)
+    for file_spec in specs:
+        entry = entries[file_spec.name]
+        spec = continuing(file_spec, entry)  # the levels its directory planned
+        plan = plan_for(spec)
         previous = entry.get("result_dir")
         if previous and Path(previous).is_dir():
             path = reopen_result(spec, plan, Path(previous)).path
@@ -467,7 +511,8 @@ def _share(
     options: dict[str, Any],
     lanes: int,
 ) -> None:
-    """Make the blocks left of every job, ``lanes`` at a time, the longest first; when a
+    """Make the blocks left of every job, ``lanes`` at a time, the experiments' blocks in
+    turn (harness.campaign.lanes.interleaved); when a
     job's last block ends, its tables and report (harness.campaign.experiment
     .finish_reported), and the index hears of it."""
     parts: list[lanes_mod.Part] = []
@@ -501,7 +546,7 @@ def _share(
 
     for result_dir in [d for d, count in pending.items() if count == 0]:
         finish(result_dir)  # every block already made (an interrupted finish)
-    lanes_mod.run_lanes(lanes_mod.longest_first(parts), options, lanes, done)
+    lanes_mod.run_lanes(lanes_mod.interleaved(parts), options, lanes, done)
 
 
 def report_errors_of(index: dict[str, Any]) -> list[str]:

@@ -31,11 +31,13 @@ RUN_LOCK_PATH = Path("/run/lock/tb-run.lock")
 """The host-wide lock file (``/run/lock``: tmpfs, Filesystem Hierarchy Standard 3.0 §3.15
 'lock files'; a container has its own)."""
 
-SHARE_SLOTS = 4
-"""At most four sharing runs at once on two cores: an agent run's client and server use 2-5 %
-of one core over its task and its emulator 1-5 % (the signed campaign of 2026-12-07), so four
-use about a third of one; three at a time cost the median run 70 ms of judged disturbance,
-0.2 % of its task, against a limit of 1 %."""
+SHARE_SLOTS = 3
+"""At most three sharing runs at once on two cores: an agent run's client and server use 2-5 %
+of one core over its task and its emulator 1-5 %, but in bursts (a round's render, its
+upload's encryption); three runs of different experiments side by side cost the median run
+70 ms of judged disturbance, 0.2 % of its task, against a limit of 1 % (10 of 118 runs made
+again, 2026-12-07), and four cost more (16 of 19 judged disturbed, with blocks of one
+experiment side by side: harness.campaign.lanes.interleaved)."""
 
 SLOT_POLL_S = 0.2
 """How often a sharing run looks for a free slot when all are taken."""
