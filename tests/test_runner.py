@@ -114,6 +114,22 @@ def test_judge_without_a_time_or_a_packet_log(tmp_path: Path) -> None:
     assert judged.disturbance_s == pytest.approx(0.001)  # the foreign half of the wait
 
 
+def test_an_agents_predicted_time_is_its_whole_task_as_its_runs_measure() -> None:
+    from harness.run.runner import bound_times
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    spec = specmod.load(shipped / "agent-connection.toml").in_form("chapter")
+    level = spec.level("h2-reused")
+    one = bound_for(level.settings, level.topology, 798_720, 200).total_s
+    times = bound_times(spec)
+    assert times["h2-reused"] == pytest.approx(30 * (one + level.settings.agent_local_s), 0.02)
+    assert 100 < times["h2-reused"] < 110  # the chapter's 105 s task, not one 3.5 s round
+    # so a new connection per round is about 28 s of effect, and its runs' limit 1 % of
+    # the task (1.1-1.4 s), not a tenth of one round's 0.9 s
+    assert effect_scales(spec)["h2-new"] == pytest.approx(times["h2-new"] - times["h2-reused"])
+    assert effect_scales(spec)["h2-new"] > 20
+
+
 def test_effect_scales_come_from_the_bounds_of_level_and_baseline() -> None:
     spec = specmod.load(Path(__file__).resolve().parent.parent / "experiments/connection.toml")
     scales = effect_scales(spec)

@@ -120,13 +120,25 @@ def effect_scales(
 
 
 def bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
-    """Each level's bound (harness.bounds), None where the request bound does not apply."""
+    """Each level's bound of what a run's ``total_s`` measures (harness.bounds): one request,
+    or an agent's whole task (its measured rounds, each at the request's bound after the
+    device's own time: a run's total is the task's); None where the request bound does not
+    apply."""
     out: dict[str, float | None] = {}
     for lv in spec.levels:
-        workload = kinds.workload(lv.settings.workload)
-        up, down = workload.up_bytes(lv.settings), workload.down_bytes(lv.settings)
-        bound = bound_for(lv.settings, lv.topology, up, down)
-        out[lv.name] = None if bound is None else bound.total_s
+        settings = lv.settings
+        workload = kinds.workload(settings.workload)
+        up, down = workload.up_bytes(settings), workload.down_bytes(settings)
+        try:
+            bound = bound_for(settings, lv.topology, up, down)
+        except ValueError:
+            bound = None
+        if bound is None:
+            out[lv.name] = None
+        elif workload.records == "agent_round":
+            out[lv.name] = settings.agent_rounds * (bound.total_s + settings.agent_local_s)
+        else:
+            out[lv.name] = bound.total_s
     return out
 
 
@@ -245,10 +257,12 @@ def _make_runs(
     by_id: dict[str, PlannedRun],
     outcomes: dict[str, Outcome],
     options: RunOptions,
+    earlier: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """Bring the paths up (emulated links, or the remote host's path) and make the runs
     ``left`` in order; an invalid one is made again after the others (until it is valid or
-    has had ``attempts``); returns the rows made."""
+    has had ``attempts``); returns the rows made. ``earlier``: rows made before (other
+    blocks'), whose medians size the arm effects from the first run on."""
     name = options.link_name or f"r{os.getpid() % 100000}"
     levels = [run.level for run in left]
     rows: list[dict[str, Any]] = []
@@ -270,7 +284,7 @@ def _make_runs(
             _check_paths(paths, result, run.run_id, before=True)
             if options.progress:
                 options.progress("start", run, None)
-            scales = effect_scales(spec, measured_times(rows), predicted)
+            scales = effect_scales(spec, measured_times([*earlier, *rows]), predicted)
             row = execute_run(env, run, scales.get(run.level))
             _check_paths(paths, result, run.run_id, before=False)
             rows.append(row)
@@ -419,10 +433,11 @@ def make_part(
     caller's, once every block is made (:func:`finish_tables`)."""
     plan = plan_for(spec)
     by_id = {run.run_id: run for run in plan}
-    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+    made = result.rows()
+    outcomes = {r["run_id"]: Outcome.of_row(r) for r in made}
     wanted = set(blocks)
     left = [run for run in remaining(plan, outcomes, options.attempts) if run.block in wanted]
-    return _make_runs(spec, result, left, by_id, outcomes, options) if left else []
+    return _make_runs(spec, result, left, by_id, outcomes, options, made) if left else []
 
 
 def create_result(
