@@ -136,3 +136,16 @@ def test_the_answer_of_a_one_level_form_names_it_once() -> None:
     assert text.startswith("- One level ran: **l14**, median 14690.0 ms") and "Fastest" not in text
     two = answer_text([one, dataclasses.replace(one, level="l0", median_s=1.5)], [])
     assert "Fastest level: **l0**" in two and "Slowest: **l14**" in two
+
+
+def test_a_report_of_a_stopped_experiment_says_how_much_of_its_plan_was_made(
+    tmp_path: Path,
+) -> None:
+    result = _result(tmp_path)
+    made = [{"run_id": r["run_id"]} for r in result.rows() if r.get("attempt", 1) == 1]
+    plan = [*made, {"run_id": "0099-h2-new-r9"}]  # planned, never made
+    result.update_manifest(plan=plan)
+    text = build_report(result.path).read_text()
+    assert f"**Unfinished.** {len(made)} of {len(plan)} planned runs were made" in text
+    result.update_manifest(finished=True)
+    assert "Unfinished" not in build_report(result.path).read_text()

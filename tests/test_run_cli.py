@@ -76,10 +76,11 @@ def test_a_bad_experiment_file_is_one_line_and_exit_2(
     ],
 )
 def test_bad_remote_flags_are_one_line_before_anything_starts(
-    flags: list[str], field: str, capsys: pytest.CaptureFixture[str]
+    flags: list[str], field: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     experiment = str(Path(__file__).resolve().parent.parent / "experiments" / "connection.toml")
-    assert main(["run", experiment, *flags]) == EXIT_USAGE
+    # --output: a flag that stopped being refused must not run into the checkout's results/
+    assert main(["run", experiment, *flags, "--output", str(tmp_path)]) == EXIT_USAGE
     err = capsys.readouterr().err
     assert err.startswith(f"testbed run: error: {field}: ") and err.count("\n") == 1
 
@@ -186,11 +187,14 @@ def test_attempts_must_be_a_positive_count(
 
 
 def test_lanes_are_one_to_the_hosts_slots_and_not_with_a_cluster(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
+    # an unknown experiment and --output: a value that stopped being refused fails here at
+    # once instead of running a whole campaign into the checkout's results/ (it once did)
+    guard = ["--experiments", "none-such", "--output", str(tmp_path)]
     for bad in ("0", str(SHARE_SLOTS + 1), "x"):
         with pytest.raises(SystemExit) as info:
-            main(["campaign", "--lanes", bad])
+            main(["campaign", "--lanes", bad, *guard])
         assert info.value.code == EXIT_USAGE
         assert "--lanes" in capsys.readouterr().err
     code = main(["campaign", "--lanes", "2", "--cluster", "tcp://127.0.0.1:1"])

@@ -634,6 +634,24 @@ def _head_lines(
     ]
 
 
+def _unfinished_lines(manifest: dict[str, Any], frame: pd.DataFrame) -> list[str]:
+    """A line at the top when the experiment stopped before its plan's end (interrupted,
+    killed, its host lost): how many planned runs were made, and how to go on."""
+    if manifest.get("finished") is True:
+        return []
+    planned = [str(r.get("run_id")) for r in manifest.get("plan", []) if isinstance(r, dict)]
+    if not planned:
+        return []  # no plan recorded: nothing to count against
+    attempted = {str(i) for i in frame["run_id"]} if "run_id" in frame else set()
+    made = sum(1 for i in planned if i in attempted)
+    return [
+        f"**Unfinished.** {made} of {len(planned)} planned runs were made: the experiment "
+        "stopped before its plan's end, so its levels may have fewer runs than planned "
+        "(`testbed run FILE --resume DIR` makes the rest).",
+        "",
+    ]
+
+
 def _per_level_lines(summaries: Sequence[analysis.LevelSummary]) -> list[str]:
     """The per-level table: medians, intervals, bounds and the gap."""
     return [
@@ -853,6 +871,7 @@ def build_report(path: Path) -> Path:
     )
     sections = [
         ("answer", _head_lines, resolved, path.name, summaries, effects),
+        ("state", _unfinished_lines, manifest, frame),
         ("per level", _per_level_lines, summaries),
         ("the path's shape", paths_section, frame, levels, resolved.get("reference_ms", {})),
         ("the real path", remote_report.path_section, result.path, frame),
