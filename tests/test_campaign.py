@@ -96,6 +96,21 @@ def _result_dir(root: Path, name: str, levels: list[str], finished: bool = True)
     return result.path
 
 
+def _finished_campaign(root: Path, name: str, result_dir: Path) -> Path:
+    """A chapter campaign's directory whose one experiment ``name`` finished in
+    ``result_dir`` (what ``--resume`` reads)."""
+    import json
+
+    campaign = root / "campaign" / "x"
+    campaign.mkdir(parents=True)
+    index = {
+        "form": "chapter", "reps": None, "backend": "userspace", "chapter": True,
+        "entries": [{"name": name, "status": "finished", "result_dir": str(result_dir)}],
+    }  # fmt: skip
+    (campaign / "campaign.json").write_text(json.dumps(index))
+    return campaign
+
+
 def test_a_file_that_gained_levels_has_only_those_made_on_resume(tmp_path: Path) -> None:
     from harness.campaign.serial import added_levels
     from harness.spec import experiment as specmod
@@ -125,13 +140,7 @@ def test_resume_makes_the_added_levels_and_lists_their_directory(tmp_path: Path)
 
     shipped = Path(__file__).resolve().parent.parent / "experiments"
     first = _result_dir(tmp_path, "image", ["as-chapter", "processing-30ms", "uplink-100mbit"])
-    campaign = tmp_path / "campaign" / "x"
-    campaign.mkdir(parents=True)
-    index = {
-        "form": "chapter", "reps": None, "backend": "userspace", "chapter": True,
-        "entries": [{"name": "image", "status": "finished", "result_dir": str(first)}],
-    }  # fmt: skip
-    (campaign / "campaign.json").write_text(json.dumps(index))
+    campaign = _finished_campaign(tmp_path, "image", first)
     made = []
 
     seen_output: list[Path] = []
@@ -197,13 +206,7 @@ def test_resume_makes_a_sharing_experiments_added_levels_in_the_lanes(
 
     shipped = Path(__file__).resolve().parent.parent / "experiments"
     first = _result_dir(tmp_path, "agent-rate", ["6-then-10mbit", "constant-8mbit"])
-    campaign = tmp_path / "campaign" / "x"
-    campaign.mkdir(parents=True)
-    index = {
-        "form": "chapter", "reps": None, "backend": "userspace", "chapter": True,
-        "entries": [{"name": "agent-rate", "status": "finished", "result_dir": str(first)}],
-    }  # fmt: skip
-    (campaign / "campaign.json").write_text(json.dumps(index))
+    campaign = _finished_campaign(tmp_path, "agent-rate", first)
     seen: list[tuple[str, ...]] = []
 
     def fake_lanes(parts, options, lanes, done, task=None):

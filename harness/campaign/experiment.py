@@ -22,9 +22,14 @@ def run_reported(
     """:func:`harness.run.runner.run_experiment` with ``options``, then the experiment's
     report (report.md and its figures) in the result directory."""
     result = runner.run_experiment(spec, log=log, **options)
-    with exclusive_run(log, shared=spec.shares_host):
-        build_report(result.result.path)
+    _report(result.result.path, spec, log)
     return result
+
+
+def _report(path: Path, spec: ExperimentSpec, log: Callable[[str], None]) -> None:
+    """The experiment's report, under the host's run lock (shared for a sharing one)."""
+    with exclusive_run(log, shared=spec.shares_host):
+        build_report(path)
 
 
 def finish_reported(
@@ -37,6 +42,5 @@ def finish_reported(
     (harness.run.runner.make_part), once all of them are."""
     result = ResultDir.open(result_dir)
     runner.finish_tables(result, plan_for(spec), attempts, log, shared=spec.shares_host)
-    with exclusive_run(log, shared=spec.shares_host):
-        build_report(result.path)
+    _report(result.path, spec, log)
     return ExperimentResult(result=result)

@@ -7,11 +7,10 @@ after the other first, then the blocks of its sharing ones ``N`` at a time: each
 run of every level, in the plan's order, with the re-runs of its invalid runs after them) in
 a process of its own, with its own link (its runs need a main thread: signals, the
 emulator's fork), one block of each experiment in turn (:func:`interleaved`). A block, not an
-experiment, is the unit: one
-experiment's six blocks of 30-round tasks (two levels of 105-133 s) would otherwise run one
-after the other for 26 min while the others had finished. Every run is still judged for the
-disturbance its neighbours' processes could have caused it (harness.validity), and a
-disturbed run is made again, as on a busy host.
+experiment, is the unit: one experiment's six blocks of 30-round tasks (two levels of
+105-133 s) would otherwise run one after the other for 26 min while the others had finished.
+Every run is still judged for the disturbance its neighbours' processes could have caused it
+(harness.validity), and a disturbed run is made again, as on a busy host.
 
 The blocks write into the result directory the campaign made for their experiment (so the
 index knows it before the first run, for ``--resume``); the experiment's tables and report

@@ -354,6 +354,36 @@ def added_levels(
     return (spec.only_levels(missing), None) if missing else None
 
 
+def _note_more_dir(entry: dict[str, Any], path: str) -> None:
+    """List a directory of added levels in the experiment's index entry (once)."""
+    dirs = entry.setdefault("more_result_dirs", [])
+    if path not in dirs:
+        dirs.append(path)
+
+
+def _added_made(entry: dict[str, Any], sub_spec: specmod.ExperimentSpec, result: Any) -> None:
+    """Note in the index entry that the added levels ``sub_spec`` were made (``result``):
+    those of them without a valid run join ``levels_without_valid``."""
+    frame = result.result.frame()
+    entry["levels_without_valid"] = list(entry.get("levels_without_valid") or []) + list(
+        analysis.levels_without_valid(frame, sub_spec.level_names)
+    )
+    entry.pop("more_error", None)
+
+
+def _result_dir_for(
+    spec: specmod.ExperimentSpec, previous: Path | None, options: dict[str, Any]
+) -> str:
+    """The result directory the lanes fill for ``spec``: ``previous`` reopened (its plan
+    must be ``spec``'s), or a new one under the campaign's output."""
+    from harness.run.runner import create_result, reopen_result
+
+    plan = plan_for(spec)
+    if previous is not None and previous.is_dir():
+        return str(reopen_result(spec, plan, previous).path)
+    return str(create_result(spec, plan, options["output"], options["backend"], None).path)
+
+
 def _run_added_levels(
     spec: specmod.ExperimentSpec,
     entry: dict[str, Any],
@@ -372,9 +402,7 @@ def _run_added_levels(
 
     def hook(what: str, planned: Any, data: Any) -> None:
         if what == "plan" and data and "dir" in data:
-            dirs = entry.setdefault("more_result_dirs", [])
-            if data["dir"] not in dirs:
-                dirs.append(data["dir"])
+            _note_more_dir(entry, data["dir"])
             atomic_write_json(index_path, index)
         if progress is not None:
             progress(what, planned, data)
@@ -386,11 +414,7 @@ def _run_added_levels(
             progress=hook,
             **({"log": progress.note} if hasattr(progress, "note") else {}),
         )
-        frame = result.result.frame()
-        entry["levels_without_valid"] = list(entry.get("levels_without_valid") or []) + list(
-            analysis.levels_without_valid(frame, sub_spec.level_names)
-        )
-        entry.pop("more_error", None)
+        _added_made(entry, sub_spec, result)
     except KeyboardInterrupt:
         atomic_write_json(index_path, index)
         raise
@@ -425,19 +449,13 @@ def _run_sharing(
     """The sharing experiments' blocks, ``lanes`` at a time (harness.campaign.lanes), each
     experiment noted in the index as its directory is made (for ``--resume``) and as its
     last block ends (then its tables and report are made)."""
-    from harness.run.runner import create_result, reopen_result
-
     jobs = []
     for file_spec in specs:
         entry = entries[file_spec.name]
         spec = continuing(file_spec, entry)  # the levels its directory planned
-        plan = plan_for(spec)
         previous = entry.get("result_dir")
-        if previous and Path(previous).is_dir():
-            path = reopen_result(spec, plan, Path(previous)).path
-        else:
-            path = create_result(spec, plan, options["output"], options["backend"], None).path
-        entry.update(result_dir=str(path), status="running")
+        path = _result_dir_for(spec, Path(previous) if previous else None, options)
+        entry.update(result_dir=path, status="running")
 
         def finished(result: Any, spec: specmod.ExperimentSpec = spec, entry: dict = entry) -> None:
             entry.update(_finished_fields(spec, result))
@@ -445,7 +463,7 @@ def _run_sharing(
         def failed(error: str, entry: dict = entry) -> None:
             entry.update(status="failed", error=error[:300])
 
-        jobs.append(_SharedJob(spec, str(path), finished, failed))
+        jobs.append(_SharedJob(spec, path, finished, failed))
     atomic_write_json(index_path, index)
     try:
         _share(jobs, index, index_path, options, lanes)
@@ -468,8 +486,6 @@ def _run_added_sharing(
     """The levels the sharing experiments' files gained since they finished (added_levels),
     in the lanes as the experiments themselves; each directory noted in the index as it is
     made (``more_result_dirs``), a failure noted (``more_error``), not raised."""
-    from harness.run.runner import create_result, reopen_result
-
     jobs = []
     for spec in specs:
         entry = entries[spec.name]
@@ -477,28 +493,18 @@ def _run_added_sharing(
         if added is None:
             continue
         sub_spec, previous = added
-        plan = plan_for(sub_spec)
-        if previous is not None:
-            path = reopen_result(sub_spec, plan, previous).path
-        else:
-            path = create_result(sub_spec, plan, options["output"], options["backend"], None).path
-        dirs = entry.setdefault("more_result_dirs", [])
-        if str(path) not in dirs:
-            dirs.append(str(path))
+        path = _result_dir_for(sub_spec, previous, options)
+        _note_more_dir(entry, path)
 
         def finished(
             result: Any, sub: specmod.ExperimentSpec = sub_spec, entry: dict = entry
         ) -> None:
-            frame = result.result.frame()
-            entry["levels_without_valid"] = list(entry.get("levels_without_valid") or []) + list(
-                analysis.levels_without_valid(frame, sub.level_names)
-            )
-            entry.pop("more_error", None)
+            _added_made(entry, sub, result)
 
         def failed(error: str, entry: dict = entry) -> None:
             entry["more_error"] = error[:300]
 
-        jobs.append(_SharedJob(sub_spec, str(path), finished, failed))
+        jobs.append(_SharedJob(sub_spec, path, finished, failed))
     atomic_write_json(index_path, index)
     if jobs:
         _share(jobs, index, index_path, options, lanes)
@@ -512,9 +518,8 @@ def _share(
     lanes: int,
 ) -> None:
     """Make the blocks left of every job, ``lanes`` at a time, the experiments' blocks in
-    turn (harness.campaign.lanes.interleaved); when a
-    job's last block ends, its tables and report (harness.campaign.experiment
-    .finish_reported), and the index hears of it."""
+    turn (harness.campaign.lanes.interleaved); when a job's last block ends, its tables and
+    report (harness.campaign.experiment.finish_reported), and the index hears of it."""
     parts: list[lanes_mod.Part] = []
     pending: dict[str, int] = {}
     errors: dict[str, list[str]] = {}

@@ -121,22 +121,15 @@ def effect_scales(
 
 def bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
     """Each level's bound of what a run's ``total_s`` measures (harness.bounds): one request,
-    or an agent's whole task (its measured rounds, each at the request's bound after the
-    device's own time: a run's total is the task's); None where the request bound does not
-    apply."""
+    or an agent's whole task (its measured rounds: a run's total is the task's); None where
+    the request bound does not apply."""
     out: dict[str, float | None] = {}
     for lv in spec.levels:
-        settings = lv.settings
-        workload = kinds.workload(settings.workload)
-        up, down = workload.up_bytes(settings), workload.down_bytes(settings)
-        try:
-            bound = bound_for(settings, lv.topology, up, down)
-        except ValueError:
-            bound = None
+        bound = _request_bound(lv)
         if bound is None:
             out[lv.name] = None
-        elif workload.records == "agent_round":
-            out[lv.name] = settings.agent_rounds * (bound.total_s + settings.agent_local_s)
+        elif kinds.workload(lv.settings.workload).records == "agent_round":
+            out[lv.name] = _rounds_s(lv.settings, bound.total_s, lv.settings.agent_rounds)
         else:
             out[lv.name] = bound.total_s
     return out
@@ -147,22 +140,32 @@ def run_seconds(level: Level) -> float | None:
     run time limit where the request bound does not cover the workload."""
     settings = level.settings
     workload = kinds.workload(settings.workload)
-    try:
-        bound = bound_for(
-            settings, level.topology, workload.up_bytes(settings), workload.down_bytes(settings)
-        )
-    except ValueError:
-        bound = None
-    requests = (getattr(settings, "requests", 1) or 1) + (settings.warmup_requests or 0)
+    bound = _request_bound(level)
+    warmups = settings.warmup_requests or 0
     if bound is not None and workload.records == "agent_round":
-        # each round: its request at the bound (the model's time is its processing), after
-        # the device's own time
-        rounds = settings.agent_rounds + (settings.warmup_requests or 0)
-        return rounds * (bound.total_s + settings.agent_local_s)
+        return _rounds_s(settings, bound.total_s, settings.agent_rounds + warmups)
     if bound is not None:
-        return requests * bound.total_s
+        return ((getattr(settings, "requests", 1) or 1) + warmups) * bound.total_s
     limit = workload.run_limit_s(settings)
     return float(limit) if limit else None
+
+
+def _request_bound(level: Level) -> Any:
+    """The bound of one request of ``level`` (harness.collect.row.bound_for), None where it
+    does not apply or cannot be computed for these settings."""
+    settings = level.settings
+    workload = kinds.workload(settings.workload)
+    up, down = workload.up_bytes(settings), workload.down_bytes(settings)
+    try:
+        return bound_for(settings, level.topology, up, down)
+    except ValueError:
+        return None
+
+
+def _rounds_s(settings: Any, request_s: float, rounds: int) -> float:
+    """An agent's ``rounds``: each its request at the bound (the model's time is its
+    processing) after the device's own time."""
+    return rounds * (request_s + settings.agent_local_s)
 
 
 def measured_times(rows: Sequence[Mapping[str, Any]]) -> dict[str, float]:
