@@ -283,3 +283,48 @@ def test_an_unfinished_experiment_goes_on_with_the_levels_its_directory_planned(
     assert continuing(spec, {}) is spec  # not begun: the file as it is
     whole = _result_dir(tmp_path / "w", "agent-rate", list(spec.level_names), False)
     assert continuing(spec, {"result_dir": str(whole)}) is spec
+
+
+def test_resume_with_more_attempts_goes_on_with_a_finished_experiments_invalid_runs(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    from harness.campaign import serial
+    from harness.plan.planner import plan_for
+    from harness.spec import experiment as specmod
+    from harness.store.resultdir import ResultDir
+    from tbcore.runrow import RunRow
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    spec = specmod.load(shipped / "initcwnd.toml").in_form("chapter")
+    result = ResultDir.create(tmp_path, "initcwnd")
+    plan = plan_for(spec)
+    result.write_manifest({"plan": [run.to_dict() for run in plan], "finished": True})
+    for i, run in enumerate(plan):  # the first run invalid twice, the others valid
+        for attempt in (1, 2) if i == 0 else (1,):
+            run_id = run.run_id if attempt == 1 else f"{run.run_id}-a{attempt}"
+            result.fresh_run_dir(run_id)
+            fields = {**run.to_dict(), "run_id": run_id, "attempt": attempt}
+            row = RunRow(**fields, total_s=1.0, valid=i != 0,
+                         invalid_reason="disturbance: x" if i == 0 else None)  # fmt: skip
+            result.save_row(row)
+    campaign = _finished_campaign(tmp_path, "initcwnd", result.path)
+    resumed: list[Path | None] = []
+
+    def runner(spec, *, resume=None, **_kw):
+        resumed.append(resume)
+        raise RuntimeError("no link here")
+
+    def resume_with(attempts: int) -> dict:
+        serial.run_campaign(
+            experiments_dir=shipped, names=None, reps=None, form="chapter",
+            backend="userspace", output=tmp_path, resume=campaign, runner=runner,
+            chapter=True, attempts=attempts,
+        )  # fmt: skip
+        return json.loads((campaign / "campaign.json").read_text())["entries"][0]
+
+    assert resume_with(2)["status"] == "finished" and resumed == []  # its attempts are used
+    entry = resume_with(3)  # one more for the invalid run: the directory goes on
+    assert resumed == [result.path]
+    assert entry["status"] == "failed" and "no link here" in entry["error"]

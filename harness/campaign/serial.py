@@ -304,14 +304,15 @@ def _measure(
     alone, sharing = lanes_mod.split(specs) if lanes > 1 else (list(specs), [])
     index["lanes"] = lanes
     index["sharing"] = [s.name for s in sharing]
+    attempts = options["attempts"]
     for spec in alone:
         entry = entries[spec.name]
-        if entry.get("status") == "finished":
+        if done(spec, entry, attempts):
             continue
         progress = progress_factory(spec.name) if progress_factory else None
         _run_entry(spec, entry, index, index_path, progress, run)
         atomic_write_json(index_path, index)
-    left = [s for s in sharing if entries[s.name].get("status") != "finished"]
+    left = [s for s in sharing if not done(s, entries[s.name], attempts)]
     if left:
         _run_sharing(left, entries, index, index_path, options, lanes)
     if resume is not None:
@@ -324,6 +325,29 @@ def _measure(
         shared = [s for s in sharing if entries[s.name].get("status") == "finished"]
         if shared:
             _run_added_sharing(shared, entries, index, index_path, options, lanes)
+
+
+def done(spec: specmod.ExperimentSpec, entry: dict[str, Any], attempts: int) -> bool:
+    """Whether a campaign has nothing left to make of ``spec``: it finished, and its
+    directory has no planned run without a valid row that ``attempts`` still allows (a resume
+    with more attempts than the campaign had gives its invalid runs theirs, as ``testbed run
+    --resume`` does). A directory whose plan is no longer the file's is done (its runs answer
+    the file it was made from); the levels the file gained are :func:`added_levels`'."""
+    if entry.get("status") != "finished":
+        return False
+    previous = entry.get("result_dir")
+    if not previous or not Path(previous).is_dir():
+        return True
+    from harness.plan.planner import Outcome, remaining
+    from harness.store.resultdir import ResultDir
+
+    result = ResultDir.open(Path(previous))
+    plan = plan_for(continuing(spec, entry))
+    planned = [r.get("run_id") for r in result.read_manifest().get("plan", [])]
+    if planned != [run.run_id for run in plan]:
+        return True
+    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
+    return not remaining(plan, outcomes, attempts)
 
 
 def planned_levels(path: Path) -> set[str]:
