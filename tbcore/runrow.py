@@ -174,6 +174,11 @@ class RunRow(Record):
         doc="Data segments sent again (h2, by time of sending) or packets declared lost "
         "(h3) during the request."
     )
+    transmission_rounds: int | None = col(
+        doc="TCP: the most times one byte of the request's data was sent, from the capture "
+        "at its sender (1: nothing resent; docs/models.md section 9's K for the run, "
+        "harness.collect.rounds); empty for QUIC, whose packets are never sent again."
+    )
     measured_rtt_s: float | None = col(
         doc="Handshake RTT from the capture (h2) or qlog min_rtt (h3).", unit="s"
     )

@@ -523,6 +523,12 @@ def _report(args: argparse.Namespace) -> int:
 
     path = Path(args.directory)
     if (path / "campaign.json").is_file():
+        if args.recollect:
+            raise SpecError(
+                "recollect",
+                "give an experiment's result directory: a campaign's runs are in its "
+                "experiments' directories (campaign.json lists them)",
+            )
         return _campaign_report(path)
     if not (path / "manifest.json").is_file():
         raise SpecError(
@@ -530,9 +536,14 @@ def _report(args: argparse.Namespace) -> int:
             f"{path} has neither manifest.json nor campaign.json: not a result or campaign "
             "directory",
         )
-    note = ResultDir.open(path).repair_tables()
+    result = ResultDir.open(path)
+    note = result.repair_tables()
     if note is not None:
         print(f"testbed report: {note}", file=sys.stderr)
+    if args.recollect:
+        from harness.collect.refill import refill
+
+        print(f"testbed report: recollect: {refill(result).line()}", file=sys.stderr)
     print(build_report(path))
     return 0
 
@@ -656,4 +667,10 @@ def register(commands: argparse._SubParsersAction, bench: argparse._SubParsersAc
         help="(re)write report.md and plots of a result dir, or a campaign's reproduction report",
     )
     report.add_argument("directory", type=_path)
+    report.add_argument(
+        "--recollect",
+        action="store_true",
+        help="first add to each run's row the columns this version collects from the run's "
+        "files and the row lacks (nothing it was judged on changes)",
+    )
     report.set_defaults(handler=_report)

@@ -19,7 +19,7 @@ from typing import Any
 
 from harness import bounds
 from harness.collect import acks as ackmod
-from harness.collect import feedback
+from harness.collect import feedback, rounds
 from harness.collect.agent_rows import agent_part
 from harness.collect.airtime import air_columns
 from harness.collect.cross import cross_columns
@@ -787,6 +787,9 @@ def _tcp_packets(
         "acks": len(inside),
         "min_rwnd_bytes": min(windows) if windows else None,
         "retransmits": _count_inside(result.retransmit_times_s, start_s, end_s),
+        "transmission_rounds": rounds.transmission_rounds(
+            segments, clock_offset_s=files.offset_s, window=(start_s, end_s)
+        ),
         "measured_rtt_s": ackmod.handshake_rtt_s(segments),
         **policy,
     }

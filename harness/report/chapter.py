@@ -174,6 +174,8 @@ def _unmeasured(id_: str, section: str, finding: str, chapter: str, why: str, **
                    **kw)  # fmt: skip
 
 
+_EXPECTED_ROUNDS = float(bounds.retransmission_rounds(m.audio_packets(), 0.14))
+"""MODELS 9's E[K] for the audio's 245 packets at 14 %: 3.59, the chapter's 0.756 s."""
 CLOUD_MARGIN_S = {4.0: 43.6, 3.5: 48.2}
 """The chapter's cloud task (20 rounds) at 4.0 and 3.5 Mbit/s of uplink (§12.5.2, F58)."""
 DEADLINE_RATE_BOUND = m.text(
@@ -453,7 +455,22 @@ FINDINGS: tuple[Finding, ...] = (
       bound=m.text(bounds.retransmission_time_s(m.voice_s(), R, m.audio_packets(), 0.14), "s",
                    "MODELS 9"),
       departure=Departure("TCP waits for SACK recovery and time-outs; the model resends every "
-                          "loss after exactly one RTT", +1)),
+                          "loss after exactly one RTT (the two rows below split the gap: the "
+                          "rounds TCP needed, and the time each took)", +1)),
+    F("F35", "§12.3.3", "... the rounds K its 0.756 s implies (E[K] for 245 packets at 14 %), "
+      "against the most times TCP sent one byte of the audio (the sender's capture)",
+      f"{_EXPECTED_ROUNDS:.2f}", value=round(_EXPECTED_ROUNDS, 2), unit="", experiment="fec",
+      measure=level_value("fec", "tts-l14-bbr", column="transmission_rounds", unit=""),
+      bound=m.text(_EXPECTED_ROUNDS, "", "MODELS 9, E[K]"),
+      tolerance=Tolerance(absolute=1.0, reason="a run's K is a whole number: 3 or 4 rounds "
+                          "hold the model's 3.59")),
+    F("F35", "§12.3.3", "... the time a round after the first took: the model's one RTT",
+      "200 ms", value=R * 1e3, unit="ms", experiment="fec",
+      measure=m.time_a_round("fec", "tts-l14-bbr", m.voice_s()),
+      bound=m.fixed("200 ms (MODELS 9: each loss resent one RTT after it was sent)"),
+      departure=Departure("TCP learns of a loss from duplicate SACKs or RACK's reordering "
+                          "window after the RTT, and of a lost retransmission only by a "
+                          "time-out (at least 200 ms plus the RTT)", +1)),
     F("F36", "§12.3.3", "FEC with redundancy from the measured loss (k = 245, r = 63 at 14 %): "
       "no retransmission round", "241 ms", value=241.0, unit="ms", experiment="fec",
       measure=level_value("fec", "tts-l14-fecad", unit="ms"),

@@ -121,6 +121,35 @@ def voice_s() -> float:
     return bounds.serial_time(AUDIO_BYTES, 0, 333 * MBIT, 333 * MBIT, 0.2, 0.030)
 
 
+def time_a_round(experiment: str, level: str, base_s: float) -> Measure:
+    """docs/models.md section 9 per run: the time a retransmission round took beyond the
+    first, ``(total_s - base_s) / (K - 1)`` with the run's ``transmission_rounds`` K (runs
+    that resent nothing have no such round), in ms: the model's premise is one RTT."""
+
+    def measure(results: Results) -> Measured:
+        runs = results.runs(experiment, level)
+        if "transmission_rounds" not in runs:
+            raise NotMeasured("no transmission_rounds in runs.csv (testbed report DIR "
+                              "--recollect adds it to runs made before it)")  # fmt: skip
+        rounds = pd.to_numeric(runs["transmission_rounds"], errors="coerce")
+        total = pd.to_numeric(runs["total_s"], errors="coerce")
+        resent = (rounds > 1) & total.notna()
+        if not resent.any():
+            raise NotMeasured(f"{experiment}/{level}: no valid run with a retransmission round")
+        values = ((total[resent] - base_s) / (rounds[resent] - 1) * 1e3).tolist()
+        low, high = median_ci_order(values)
+        median = float(pd.Series(values).median())
+        interval = f", 95 % CI {fmt(low, 'ms')} to {fmt(high, 'ms')}" if math.isfinite(low) else ""
+        text = (
+            f"{fmt(median, 'ms')} a round ({experiment}/{level}: (total - "
+            f"{fmt(base_s, 's')}) / (K - 1), K median {rounds[resent].median():g}{interval}, "
+            f"{len(values)} valid)"
+        )
+        return Measured(text, median, runs=len(values), low=low, high=high)
+
+    return reads(experiment, level)(measure)
+
+
 # --- measures of orders and signs -----------------------------------------------------------
 
 
