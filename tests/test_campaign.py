@@ -310,6 +310,9 @@ def test_resume_with_more_attempts_goes_on_with_a_finished_experiments_invalid_r
                          invalid_reason="disturbance: x" if i == 0 else None)  # fmt: skip
             result.save_row(row)
     campaign = _finished_campaign(tmp_path, "initcwnd", result.path)
+    index = json.loads((campaign / "campaign.json").read_text())
+    index.update(lanes=3, sharing=["agent-rate"])  # what the campaign's lanes were
+    (campaign / "campaign.json").write_text(json.dumps(index))
     resumed: list[Path | None] = []
 
     def runner(spec, *, resume=None, **_kw):
@@ -328,3 +331,5 @@ def test_resume_with_more_attempts_goes_on_with_a_finished_experiments_invalid_r
     entry = resume_with(3)  # one more for the invalid run: the directory goes on
     assert resumed == [result.path]
     assert entry["status"] == "failed" and "no link here" in entry["error"]
+    index = json.loads((campaign / "campaign.json").read_text())
+    assert index["lanes"] == 3 and index["sharing"] == ["agent-rate"]  # a resume without lanes

@@ -302,8 +302,10 @@ def _measure(
     """The campaign's experiments: the exclusive ones one after the other, then the sharing
     ones in lanes; on resume, the levels the files gained since."""
     alone, sharing = lanes_mod.split(specs) if lanes > 1 else (list(specs), [])
-    index["lanes"] = lanes
-    index["sharing"] = [s.name for s in sharing]
+    if sharing:  # a resume without lanes keeps what the campaign's lanes were
+        index["lanes"] = lanes
+        before = list(index.get("sharing") or [])
+        index["sharing"] = before + [s.name for s in sharing if s.name not in before]
     attempts = options["attempts"]
     for spec in alone:
         entry = entries[spec.name]
