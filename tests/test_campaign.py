@@ -333,3 +333,30 @@ def test_resume_with_more_attempts_goes_on_with_a_finished_experiments_invalid_r
     assert entry["status"] == "failed" and "no link here" in entry["error"]
     index = json.loads((campaign / "campaign.json").read_text())
     assert index["lanes"] == 3 and index["sharing"] == ["agent-rate"]  # a resume without lanes
+
+
+def test_finishing_a_directory_keeps_what_the_index_said_of_the_levels_made_elsewhere() -> None:
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from harness.campaign.serial import _finish
+    from harness.spec import experiment as specmod
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    spec = specmod.load(shipped / "agent-rate.toml").in_form("chapter")
+    first = spec.only_levels({"6-then-10mbit", "constant-8mbit"})
+    frame = pd.DataFrame(
+        {
+            "level": ["6-then-10mbit", "constant-8mbit"],
+            "valid": [True, False],
+            "warmup": False,
+            "total_s": 30.0,
+        }
+    )
+    result = SimpleNamespace(result=SimpleNamespace(frame=lambda: frame, path=Path("r/a")))
+    entry = {"levels_without_valid": ["6-then-10mbit", "constant-8mbit-deep-queue"]}
+    _finish(entry, first, result)
+    assert entry["status"] == "finished" and entry["runs"] == 2
+    # its own levels as its directory has them now; the added level's as the index had it
+    assert entry["levels_without_valid"] == ["constant-8mbit", "constant-8mbit-deep-queue"]

@@ -163,16 +163,21 @@ def _load_specs(
     return specs
 
 
-def _finished_fields(spec: specmod.ExperimentSpec, result: Any) -> dict[str, Any]:
-    """The index fields of an experiment that ran to its end."""
+def _finish(entry: dict[str, Any], spec: specmod.ExperimentSpec, result: Any) -> None:
+    """Note in ``entry`` that ``spec`` (the levels its directory planned) ran to its end in
+    ``result``; the levels its file gained, made in other directories (``more_result_dirs``),
+    keep what the index said of them."""
     frame = result.result.frame()
-    return dict(
+    elsewhere = [
+        level for level in entry.get("levels_without_valid") or [] if level not in spec.level_names
+    ]
+    entry.update(
         status="finished",
         result_dir=str(result.result.path),
         runs=len(frame),
         planned=len(plan_for(spec)),
         invalid=int((~frame["valid"].fillna(False).astype(bool)).sum()),
-        levels_without_valid=analysis.levels_without_valid(frame, spec.level_names),
+        levels_without_valid=analysis.levels_without_valid(frame, spec.level_names) + elsewhere,
         report=str(result.result.path / "report.md"),
     )
 
@@ -202,13 +207,14 @@ def _run_entry(
     raised."""
     try:
         previous = entry.get("result_dir")
+        planned = continuing(spec, entry)
         result = run(
-            continuing(spec, entry),
+            planned,
             resume=Path(previous) if previous and Path(previous).is_dir() else None,
             progress=_recorder(progress, entry, index, index_path),
             **({"log": progress.note} if hasattr(progress, "note") else {}),
         )
-        entry.update(_finished_fields(spec, result))
+        _finish(entry, planned, result)
     except KeyboardInterrupt:
         entry["status"] = "interrupted"
         atomic_write_json(index_path, index)
@@ -484,7 +490,7 @@ def _run_sharing(
         entry.update(result_dir=path, status="running")
 
         def finished(result: Any, spec: specmod.ExperimentSpec = spec, entry: dict = entry) -> None:
-            entry.update(_finished_fields(spec, result))
+            _finish(entry, spec, result)
 
         def failed(error: str, entry: dict = entry) -> None:
             entry.update(status="failed", error=error[:300])
