@@ -53,6 +53,10 @@ DEFAULT_CHUNK_BYTES = 1_000_000
 DEFAULT_PROBE_BYTES = 3_000_000
 """The split's rate probe per path: long enough that slow start is a small part of it (a
 1 MB probe measured 13.6 and 8.3 Mbit/s on 20 and 10 Mbit/s paths, a 62/38 split)."""
+PATH_OPEN_TIMEOUT_S = 3.0
+"""duplicate: a path whose connection (TCP and TLS) is not up in 3 s is taken for down and
+the upload goes on the others: TCP's first SYN time-out is 1 s (RFC 6298 section 2.1), so a
+live path opens in time even when its first two SYNs are lost."""
 DUPLICATE_INFLIGHT_CHUNKS = 4
 """Chunk requests in flight per path (HTTP/2 streams): enough to keep a path busy across
 the round trip of each chunk's answer."""
@@ -235,13 +239,15 @@ async def run_multipath(
     if mode == "duplicate":  # only duplication cuts the payload into numbered chunks
         values["chunk_size"] = config.chunk_bytes
     config.applied.write("upload", values)
+    paths = [PathResult(source=s or "mptcp") for s in sources]
+    if mode == "duplicate":
+        return await _duplicate_over_open(config, tls, paths, on_start)
     clients = [
         await _opened(
             config, await open_connection(_client_config(config, s, mode == "mptcp"), tls), i
         )
         for i, s in enumerate(sources)
     ]
-    paths = [PathResult(source=s or "mptcp") for s in sources]
     try:
         body = payload(config.size_bytes)
         if mode in ("single", "mptcp"):
@@ -252,11 +258,47 @@ async def run_multipath(
             result.end_s = paths[0].end_s if paths[0].error is None else None
             result.error = paths[0].error
             return result
-        if mode == "split":
-            return await _split(config, clients, paths, body, on_start)
-        return await _duplicate(config, clients, paths, on_start)
+        return await _split(config, clients, paths, body, on_start)
     finally:
         for client in clients:
+            await client.close()
+
+
+async def _open_path(config: MultipathConfig, tls: Any, path: PathResult, index: int) -> Any:
+    """One duplicate path's connection, or None when it is not up within
+    :data:`PATH_OPEN_TIMEOUT_S` (the path's error says why)."""
+    try:
+        client = await asyncio.wait_for(
+            open_connection(_client_config(config, path.source), tls), PATH_OPEN_TIMEOUT_S
+        )
+    except (ConnectionError, OSError, TimeoutError) as err:
+        path.error = f"not opened: {type(err).__name__}: {err}"[:300]
+        return None
+    return await _opened(config, client, index)
+
+
+async def _duplicate_over_open(
+    config: MultipathConfig,
+    tls: Any,
+    paths: list[PathResult],
+    on_start: Callable[[float], None] | None,
+) -> MultipathResult:
+    """duplicate over the paths that open (at once): a path that does not is a failed copy,
+    and with none open nothing is delivered (the result's error says so)."""
+    opened = await asyncio.gather(
+        *(_open_path(config, tls, path, i) for i, path in enumerate(paths))
+    )
+    live = [(c, p) for c, p in zip(opened, paths, strict=True) if c is not None]
+    try:
+        if not live:
+            result = MultipathResult("duplicate", config.size_bytes, time.monotonic(), paths=paths)
+            result.error = "no path opened: " + "; ".join(p.error or "" for p in paths)
+            return result
+        result = await _duplicate(config, [c for c, _ in live], [p for _, p in live], on_start)
+        result.paths = paths  # every path, the unopened ones with their error
+        return result
+    finally:
+        for client, _ in live:
             await client.close()
 
 

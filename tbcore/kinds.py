@@ -612,6 +612,14 @@ def _check_dual(s: Any) -> None:
             f"a failover needs multipath {' or '.join(MULTIPATH_FAILOVER)} (or h3 migrating), "
             f"not {s.multipath!r}",
         )
+    chances = getattr(s, "path_failures", None)
+    if chances is not None and mode != "duplicate":
+        raise SpecError(
+            "path_failures",
+            f"the failure of duplication (§12.4.3): multipath = duplicate over h2, not {mode!r}",
+        )
+    if chances is not None and s.exit_link is None and "exit_link" in chances:
+        raise SpecError("path_failures", "exit_link can fail only where exit_link is set")
 
 
 MULTIPATH_FAILOVER = ("mptcp", "duplicate")

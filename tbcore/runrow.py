@@ -25,10 +25,10 @@ class RunRow(Record):
     Version 5 added ``host`` (harness.cluster) and ``lock_wait_s``; version 6 the ACK
     policy's columns (``acks_per_packet``, ``ack_delay_p50_s``, ``ack_delay_p99_s``,
     ``wire_bytes_data``, ``wire_bytes_ack``) and named the medium's time by kind
-    ``air_time_*`` (:data:`RENAMED`); version 7 ``transmission_rounds``. A row of an older
-    version (``run/1`` to ``run/6``) is read with the columns it predates as None (its
-    testbed did not measure them); a column it has that this version does not know is still
-    refused."""
+    ``air_time_*`` (:data:`RENAMED`); version 7 ``transmission_rounds``, ``paths_down`` and
+    ``delivered``. A row of an older version (``run/1`` to ``run/6``) is read with the
+    columns it predates as None (its testbed did not measure them); a column it has that
+    this version does not know is still refused."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "") -> RunRow:
@@ -283,6 +283,15 @@ class RunRow(Record):
         group="dual", doc="dual: payload bytes the client sent (copies included).", unit="bytes"
     )
     split_fraction_link: float | None = col(group="dual", doc="split: the payload's share on link.")
+    paths_down: str | None = col(
+        group="dual",
+        doc="path_failures: the edges drawn down for the run, joined by '+' (none: none).",
+    )
+    delivered: bool | None = col(
+        group="dual",
+        doc="path_failures: the server got a whole copy (False: the trial failed, an outcome, "
+        "not an error).",
+    )
     dropped_outage_link: int | None = col(
         group="dual", doc="Packets the link edge's outage dropped (up)."
     )

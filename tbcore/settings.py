@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import asdict, dataclass, field, fields, make_dataclass, replace
 from typing import Any, ClassVar
 
-from tbcore import ackpolicy, cross, fecmath, kinds, quicstack, units
+from tbcore import ackpolicy, cross, failures, fecmath, kinds, quicstack, units
 from tbcore.errors import SpecError, require_schema
 from tbcore.paths import read_regular_text
 
@@ -203,6 +203,12 @@ def _cross(name: str, value: Any) -> str:
     return str(value).strip().lower()
 
 
+def _failures(name: str, value: Any) -> str:
+    """``edge=P,...`` (tbcore.failures), written back in its edges' order once checked."""
+    parsed = failures.parse_failures(name, value)
+    return ",".join(f"{edge}={units.format_percent(p)}" for edge, p in parsed.items())
+
+
 def _table(name: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise SpecError(name, "must be a table of sysctl = value")
@@ -231,6 +237,7 @@ KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
     "streams": (_streams, (str,)),
     "capture": (_capture, (str,)),
     "cross": (_cross, (str,)),
+    "failures": (_failures, (str,)),
 }
 """The kinds of knob value: how each is written and what it is once typed."""
 
@@ -347,6 +354,9 @@ class Knob:
             return
         if self.kind == "cross":
             cross.parse_cross(name, value, TCP_CONGESTION_CONTROLS)
+            return
+        if self.kind == "failures":
+            failures.parse_failures(name, value)
             return
         if self.kind == "pacing" and isinstance(value, str):
             if value not in QUIC_PACING_MODES:
@@ -481,6 +491,11 @@ knob("outage_at", "outage_at_s", kind="duration", default=None, unit="s", applie
      how="dual: the link edge goes down this long after the upload starts, for the rest of "
      "the run (a failover to link_b)", low=0, high=3600, optional=True,
      scope=Scope(topologies=("dual",)))  # fmt: skip
+knob("path_failures", kind="failures", default=None, unit="", applies="harness",
+     optional=True, how="dual: edges down for a whole run, each with its probability, drawn "
+     "per run from its seed (link=10%,link_b=5%,exit_link=2%; 100% forces one down)",
+     scope=Scope(topologies=("dual",)),
+     doc="tbcore.failures; the chapter's §12.4.3 failure of duplication (F51).")  # fmt: skip
 knob("size", "size_bytes", kind="size", default=None, unit="bytes", applies="client",
      how="upload: the bytes of the upload (None: the 30 MB image)", low=1,
      high=30_000_000, optional=True, scope=Scope(workloads=("upload",)))  # fmt: skip

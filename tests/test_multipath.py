@@ -59,3 +59,24 @@ def test_bad_config_names_the_field() -> None:
     with pytest.raises(SpecError) as err:
         MultipathConfig(mode="split", host="h", port=1, sources=("a", "b"), size_bytes=0)
     assert err.value.field == "size_bytes"
+
+
+def test_duplicate_goes_on_over_the_path_that_opens_and_fails_without_one(tmp_path: Path) -> None:
+    """A path whose connection cannot open (here: a source address this host does not have)
+    is a lost copy: the upload goes on over the other; with neither, nothing is delivered
+    and the result says why (tbcore.failures: an outcome of a trial)."""
+    dead = "198.18.255.254"
+    with ServerProcess(["--no-h3", "--log", str(tmp_path / "server.jsonl")]) as server:
+        port = server.ports["h2"]
+
+        def duplicate(sources: tuple[str, str]) -> object:
+            config = MultipathConfig(mode="duplicate", host="127.0.0.1", port=port,
+                                     sources=sources, size_bytes=5120, chunk_bytes=640)  # fmt: skip
+            return asyncio.run(run_multipath(config))
+
+        one = duplicate((dead, "127.0.0.1"))
+        none = duplicate((dead, dead))
+    assert one.error is None and one.total_s is not None
+    assert one.paths[0].error.startswith("not opened") and one.paths[0].bytes_sent == 0
+    assert one.paths[1].bytes_sent == 5120 and one.paths[1].chunks_first == 8
+    assert none.end_s is None and none.error.startswith("no path opened")

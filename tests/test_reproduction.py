@@ -240,3 +240,51 @@ def test_the_header_says_what_sharing_the_host_cost(tmp_path) -> None:
     assert "agent-rate ran 3 at a time" in line
     assert "3 measured runs, 1 invalid" in line  # the warm-up and connection's run: not counted
     assert "median 4.0 ms, largest 900.0 ms" in line
+
+
+def _trials_results(tmp_path: Path, trials: dict[str, list[tuple[str, bool]]]) -> Results:
+    """multipath's runs: per level, (paths_down, delivered) a trial."""
+    rows = [
+        {"run_id": f"{level}-{i}", "level": level, "warmup": False, "valid": True,
+         "total_s": 0.01 if delivered else None, "paths_down": down, "delivered": delivered}
+        for level, outcomes in trials.items() for i, (down, delivered) in enumerate(outcomes)
+    ]  # fmt: skip
+    results = Results({"multipath": tmp_path})
+    results._frames["multipath"] = pd.DataFrame(rows)
+    return results
+
+
+def test_duplication_failures_count_undelivered_trials_with_a_binomial_interval(
+    tmp_path: Path,
+) -> None:
+    drawn = [("none", True)] * 38 + [("link", True)] + [("exit_link", False)]
+    measure = chapter_measures.duplication_failures("multipath", "d", 0.025, 0.0125)
+    measured = measure(_trials_results(tmp_path, {"d": drawn}))
+    assert measured.value == pytest.approx(2.5) and measured.runs == 40
+    assert 0.0 < measured.low < 2.5 < measured.high < 14.0  # exact: 0.06 to 13.2 %
+    assert measured.decide_runs == 600  # 1.96^2 x 0.025 x 0.975 / 0.0125^2
+    assert "40 of 40 as section 12" in measured.text
+    row = reproduction.row_of(
+        _finding(measure=measure, value=2.5, unit="%", tolerance=Tolerance(absolute=1.25)),
+        _trials_results(tmp_path, {"d": drawn}),
+    )
+    assert row.verdict == "inconclusive" and "about 600 runs would decide" in row.reason
+
+
+def test_duplication_outcomes_hold_only_when_each_forced_failure_gives_sections_12s(
+    tmp_path: Path,
+) -> None:
+    forced = {
+        "a": [("link", True)] * 6,
+        "b": [("link_b", True)] * 6,
+        "both": [("link+link_b", False)] * 6,
+        "exit": [("exit_link", False)] * 6,
+    }
+    measure = chapter_measures.duplication_outcomes("multipath", tuple(forced))
+    measured = measure(_trials_results(tmp_path, forced))
+    assert measured.ok is True and measured.runs == 6
+    assert "link+link_b down: 0 of 6 delivered" in measured.text
+    forced["b"] = [("link_b", True)] * 5 + [("link_b", False)]  # a copy lost on a live path
+    assert measure(_trials_results(tmp_path, forced)).ok is False
+    with pytest.raises(NotMeasured):
+        measure(_trials_results(tmp_path, {"a": forced["a"]}))

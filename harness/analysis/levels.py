@@ -402,6 +402,17 @@ def levels_without_valid(frame: pd.DataFrame, levels: Sequence[str] | None = Non
     measured run: the experiment answers nothing about them."""
     if levels is None:
         levels = list(dict.fromkeys(frame["level"])) if not frame.empty else []
-    good = analysable(frame)
+    good = answered(frame)
     have = set(good["level"]) if not good.empty else set()
     return [lv for lv in levels if lv not in have]
+
+
+def answered(frame: pd.DataFrame) -> pd.DataFrame:
+    """The analysable runs and the valid measured trials whose outcome is a failure (a
+    drawn path failure that left nothing delivered: no time, an answer all the same)."""
+    if frame.empty or "delivered" not in frame:
+        return analysable(frame)
+    failed = ~frame["warmup"].fillna(False).astype(bool)
+    failed &= frame["valid"].fillna(False).astype(bool)
+    failed &= frame["delivered"].astype("boolean").eq(False).fillna(False)
+    return frame[failed | frame.index.isin(analysable(frame).index)]

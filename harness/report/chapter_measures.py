@@ -9,8 +9,10 @@ import math
 from collections.abc import Callable
 
 import pandas as pd
+from scipy import stats as scipy_stats
 
 from harness import bounds
+from harness.analysis.levels import answered
 from harness.report.findings import (
     UNIT_SCALE,
     Measure,
@@ -746,3 +748,85 @@ def playback_at(level: str, buffer_s: float, column: str) -> Measure:
         return _per_run(rows[column], unit, what.format(f"{buffer_s * 1e3:g}"), level)
 
     return reads("playback", level)(measure)
+
+
+# --- failures drawn per trial (§12.4.3, tbcore.failures) ------------------------------------
+
+
+def trials(results: Results, experiment: str, level: str) -> pd.DataFrame:
+    """The valid measured runs of a level with drawn path failures, each one trial: those
+    delivered and those that delivered nothing (no time: harness.analysis.levels.answered)."""
+    frame = results.frame(experiment)
+    if frame.empty or level not in set(frame["level"].astype(str)):
+        raise NotMeasured(f"{experiment}: level {level} is not in this form of the file")
+    mine = answered(frame)
+    mine = mine[mine["level"].astype(str) == level]
+    if mine.empty or "delivered" not in mine or mine["delivered"].isna().all():
+        raise NotMeasured(f"{experiment}/{level}: no valid trial with drawn failures")
+    return mine[mine["delivered"].notna()]
+
+
+def _as_section_12(trial: pd.Series) -> bool:
+    """Whether a trial's outcome is the one docs/models.md section 12 gives its drawn edges:
+    nothing delivered exactly when both access paths or the shared end point were down."""
+    down = set(str(trial["paths_down"]).split("+"))
+    fails = bounds.duplicate_failure(
+        float("link" in down), float("link_b" in down), float("exit_link" in down)
+    )
+    return bool(trial["delivered"]) == (fails < 1.0)
+
+
+def proportion_trials(rate: float, half_width: float) -> int:
+    """Trials a 95 % binomial interval of +-``half_width`` about ``rate`` needs (the normal
+    approximation, n = z^2 p (1 - p) / h^2)."""
+    z = scipy_stats.norm.ppf(0.975)
+    return math.ceil(z * z * rate * (1.0 - rate) / (half_width * half_width))
+
+
+def duplication_failures(experiment: str, level: str, rate: float, half_width: float) -> Measure:
+    """The share of ``level``'s trials that delivered nothing, in %, with its exact
+    (Clopper-Pearson) 95 % interval; an inconclusive row names the trials that would decide
+    ``rate`` +- ``half_width`` (fractions)."""
+
+    def measure(results: Results) -> Measured:
+        mine = trials(results, experiment, level)
+        n = len(mine)
+        failed = int((~mine["delivered"].astype(bool)).sum())
+        interval = scipy_stats.binomtest(failed, n).proportion_ci(0.95, method="exact")
+        low, high = 100.0 * interval.low, 100.0 * interval.high
+        states = mine["paths_down"].astype(str).value_counts().sort_index()
+        drawn = ", ".join(f"{state} {count}" for state, count in states.items())
+        matched = int(mine.apply(_as_section_12, axis=1).sum())
+        text = (
+            f"{100.0 * failed / n:.1f} % ({failed} of {n} trials delivered nothing, "
+            f"{experiment}/{level}, 95 % CI {low:.1f} to {high:.1f} %; drawn down: {drawn}; "
+            f"{matched} of {n} as section 12 gives their edges)"
+        )
+        return Measured(
+            text, 100.0 * failed / n, runs=n, low=low, high=high,
+            decide_runs=proportion_trials(rate, half_width),
+        )  # fmt: skip
+
+    return reads(experiment, level)(measure)
+
+
+def duplication_outcomes(experiment: str, levels: tuple[str, ...]) -> Measure:
+    """Each forced failure's trials against section 12: a copy survives one access path
+    down; both paths, or the end point they share, down leave nothing delivered."""
+
+    def measure(results: Results) -> Measured:
+        parts, runs, ok = [], [], True
+        for level in levels:
+            mine = trials(results, experiment, level)
+            matched = mine.apply(_as_section_12, axis=1)
+            delivered = int(mine["delivered"].astype(bool).sum())
+            down = str(mine["paths_down"].iloc[0])
+            parts.append(f"{down} down: {delivered} of {len(mine)} delivered")
+            runs.append(len(mine))
+            ok = ok and bool(matched.all())
+        return Measured(
+            "; ".join(parts) + f" ({experiment})", ok=ok, runs=min(runs),
+            reason="" if ok else "a trial's outcome was not the one its downed edges give",
+        )  # fmt: skip
+
+    return reads(experiment, *levels)(measure)

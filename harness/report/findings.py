@@ -60,6 +60,8 @@ class Measured:
     scaled: str = ""
     """Non-empty when ``value`` was scaled from fewer rounds than the chapter's task (a quick
     form): the value is indicative and judged inconclusive."""
+    decide_runs: int | None = None
+    """Runs that would decide an inconclusive row, where the measure knows (a proportion)."""
 
 
 def fmt(value: float | None, unit: str) -> str:

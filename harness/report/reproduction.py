@@ -122,7 +122,9 @@ def judge(finding: Finding, measured: Measured) -> Verdict:
         return verdict
     if measured.value is None or not math.isfinite(measured.value):
         return Verdict(NOT_MEASURABLE, measured.reason or "the measure gave no number")
-    estimate = Estimate(measured.value, measured.low, measured.high, measured.runs)
+    estimate = Estimate(
+        measured.value, measured.low, measured.high, measured.runs, measured.decide_runs
+    )
     if finding.deadline_s is not None:
         return judge_decision(estimate, finding.deadline_s, finding.meets, finding.unit)
     if finding.value is None:

@@ -68,6 +68,9 @@ class Estimate:
     low: float = math.nan
     high: float = math.nan
     runs: int = 0
+    decide_runs: int | None = None
+    """The runs that would decide it where the measure knows better than a median's
+    1/sqrt(n) (a proportion's binomial interval); None: :func:`runs_to_decide`'s."""
 
     @property
     def has_interval(self) -> bool:
@@ -121,7 +124,7 @@ def judge_interval(figure: float, estimate: Estimate, tolerance: Tolerance, unit
     if estimate.high < low_edge or estimate.low > high_edge:
         side = "below" if estimate.high < low_edge else "above"
         return Verdict(DIFFERS, f"{interval} {side} the {band} ({off}, n = {estimate.runs})")
-    need = runs_to_decide(estimate, low_edge, high_edge)
+    need = estimate.decide_runs or runs_to_decide(estimate, low_edge, high_edge)
     more = (
         f"about {need} runs would decide"
         if need is not None

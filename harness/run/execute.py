@@ -24,6 +24,7 @@ from harness.plan.planner import PlannedRun
 from harness.run import capture as capturemod
 from harness.run.backends import RunPaths
 from harness.run.cross import competing
+from harness.run.failures import failed_edges
 from harness.run.progress import ProgressEvents
 from harness.run.stacks import (
     SERVER_STOP_TIMEOUT_S,
@@ -143,9 +144,10 @@ def run_processes(
             watch.watch("server", procs.server.pid)
             for pid in env.paths.emulator_pids(link):
                 watch.watch("emulator", pid)
-            error = _client_run(
-                env, link, settings, context, path, run_dir, c_argv, watch, procs, planned.seq
-            )
+            with failed_edges(link, settings, planned.link_seed, run_dir):
+                error = _client_run(
+                    env, link, settings, context, path, run_dir, c_argv, watch, procs, planned.seq
+                )
     except Exception as err:  # a run that fails is recorded, never dropped
         error = f"harness: {type(err).__name__}: {err}".replace("\n", " ")[:ERROR_CHARS]
         (run_dir / "harness_error.txt").write_text(traceback.format_exc())

@@ -25,6 +25,8 @@ SERVER_SAMPLES = "server-samples.csv"
 recovery and BBR state for HTTP/3, over each response."""
 LINK_EVENTS_FILE = "link_events.json"
 """The scheduled link events of the run (harness.run.progress), as applied."""
+FAILURES_FILE = "failures.json"
+"""The edges a run's path_failures drew down for it (harness.run.failures)."""
 KEY_LOG_FILE = "keys.log"
 """Where both stacks append their TLS secrets."""
 PACKET_LOGS = {"up": "packets-up.csv", "down": "packets-down.csv"}
