@@ -137,7 +137,9 @@ def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:
         write_jsonl(config.records_path, [record])
     if not args.quiet:
         print(f"transfer {record.mode} total_s={record.total_s} error={record.error}", flush=True)
-    return 0 if record.error is None else EXIT_FAILED_REQUEST
+    if record.error is None or config.settings.path_failures is not None:
+        return 0  # drawn path failures: an undelivered trial is an outcome, in its record
+    return EXIT_FAILED_REQUEST
 
 
 RUNNERS: dict[str, Callable[[ClientConfig, argparse.Namespace], int]] = {
