@@ -18,17 +18,17 @@ RENAMED = {"air_busy_ack_s": "air_time_ack_s", "air_busy_data_s": "air_time_data
 """Columns of older versions by their new names (version 6)."""
 
 
-@record("run", 7)
+@record("run", 8)
 class RunRow(Record):
     """One run (one client process) of an experiment, valid or not.
 
     Version 5 added ``host`` (harness.cluster) and ``lock_wait_s``; version 6 the ACK
     policy's columns (``acks_per_packet``, ``ack_delay_p50_s``, ``ack_delay_p99_s``,
     ``wire_bytes_data``, ``wire_bytes_ack``) and named the medium's time by kind
-    ``air_time_*`` (:data:`RENAMED`); version 7 ``transmission_rounds``, ``paths_down`` and
-    ``delivered``. A row of an older version (``run/1`` to ``run/6``) is read with the
-    columns it predates as None (its testbed did not measure them); a column it has that
-    this version does not know is still refused."""
+    ``air_time_*`` (:data:`RENAMED`); version 7 ``transmission_rounds``; version 8
+    ``paths_down`` and ``delivered``. A row of an older version (``run/1`` to ``run/7``) is
+    read with the columns it predates as None (its testbed did not measure them); a column
+    it has that this version does not know is still refused."""
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "") -> RunRow:
