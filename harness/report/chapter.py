@@ -731,8 +731,9 @@ FINDINGS: tuple[Finding, ...] = (
                           "and feedback of a round (the runs' ratio to their bound)", +1)),
     _unmeasured("F64", "§12.5.2", "Independent attempts: E = C / p", "1.25 C at 80 %",
                 "cannot be judged in the signed hour: the mean cost of attempts that succeed "
-                "with p = 0.8 within 10 % needs about 100 tasks with a failure drawn per "
-                "attempt, not built; the formula is the kind C rows", value=1.25, unit="C"),
+                "with p = 0.8 within 10 % needs about 100 tasks; failures are drawn per trial "
+                "(path_failures, F51's rows) but no client redoes a failed attempt as a task "
+                "of attempts; the formula is the kind C rows", value=1.25, unit="C"),
     _unmeasured("F65", "§12.5.3", "The decision table: cloud at 6.4 Mbit/s, near at 3.5, the "
                 "cloud never below 11.6 s", "the table", "a summary of rows F54, F57, F58 "
                 "and F63: each is judged there"),
