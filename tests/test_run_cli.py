@@ -554,3 +554,13 @@ def test_the_chapter_campaign_runs_every_file_in_the_chapters_order(tmp_path: Pa
     report = (directory / "report.md").read_text()
     assert "Form: chapter (the signed form" in report
     assert "not measurable: tiles: failed: RuntimeError: no link here" in report
+
+
+def test_recollect_is_for_an_experiments_directory_not_a_campaigns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "campaign.json").write_text("{}")
+    assert main(["report", str(tmp_path), "--recollect"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "recollect" in err and "experiment's result directory" in err
+    assert err.count("\n") == 1
