@@ -302,7 +302,14 @@ SHIPPED = sorted(
 CI_FORMS: dict[str, tuple[str, ...] | None] = {
     "connection": None,  # request records, h2 and h3, new, reused and 0-RTT, a direct link
     "relay": None,  # the relay topology
-    "multipath": ("mptcp", "split", "h3-migrate-failover"),  # two paths, transfer records
+    # two paths, transfer records; a path failed in every trial, and both (nothing delivered)
+    "multipath": (
+        "mptcp",
+        "split",
+        "h3-migrate-failover",
+        "duplicate-chunks-link-down",
+        "duplicate-chunks-both-down",
+    ),
     "agent-compression": None,  # agent rounds
     "fec": None,  # the FEC protocol
     "playback": None,  # streamed chunks, the player, its contract
