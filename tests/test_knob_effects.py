@@ -34,6 +34,7 @@ from harness.collect.row import bound_for
 from harness.run.cross import client_argv as cross_client_argv
 from harness.run.cross import cross_of
 from harness.run.execute import run_sysctls
+from harness.run.failures import failed_edges
 from harness.run.runner import run_experiment
 from harness.run.stacks import client_argv, server_argv
 from harness.spec.experiment import check_consistent, loads
@@ -320,12 +321,14 @@ HARNESS_FLIPS: dict[str, Any] = {
     "site_power": 700, "slow_start_after_idle": False, "sysctls": {"net.ipv4.tcp_sack": "0"},
     "initcwnd": 20, "initrwnd": 30, "route_quickack": True, "capture": "full",
     "trace_start": "spread", "cross": "tcp:2:cubic", "cross_lead": "10s",
+    "path_failures": "link=100%",
 }  # fmt: skip
 HARNESS_NEEDED: dict[str, dict[str, Any]] = {
     "outage": {"outage_after_round": 3},
     "rate_change_after_round": {"rate_change": "10mbit"},
     "rate_change": {"rate_change_after_round": 2},
     "cross_lead": {"cross": "tcp:1:cubic"},
+    "path_failures": {"multipath": "duplicate"},
 }
 """Knobs that act only beside another, compared over it."""
 ROOT_ONLY = {"initcwnd", "initrwnd", "route_quickack", "capture", "route"}
@@ -362,6 +365,8 @@ def harness_view(key: str, settings: Settings, topology: Any, run_dir: Path) -> 
         return kind.link_events(settings), columns.get("bound_s")
     if key in ("outage_at", "rate_change_after_round", "rate_change"):
         return kind.link_events(settings)
+    if key == "path_failures":  # the edges the harness takes down for the run
+        return _edges_taken_down(settings, run_dir)
     if key in ("agent_deadline", "site_power", "mss") and kind.records == "agent_round":
         return agent_part(settings, topology, run_dir, None, []).columns
     if key == "mss":
@@ -372,6 +377,20 @@ def harness_view(key: str, settings: Settings, topology: Any, run_dir: Path) -> 
     # pace_at_path_rate: each end's document carries its direction's rate as its pacing cap
     server_argv(settings, topology.link_spec, bind="198.18.2.2", port=1, run_dir=run_dir)
     return json.loads((run_dir / "server-settings.json").read_text())["settings"]
+
+
+def _edges_taken_down(settings: Settings, run_dir: Path) -> list[str]:
+    taken: list[str] = []
+
+    class Link:
+        def outage(self, duration_s: float, *, edge: str) -> None:
+            taken.append(edge)
+
+        def end_events(self, *, edge: str) -> int:
+            return 0
+
+    with failed_edges(Link(), settings, 1, run_dir):
+        return taken
 
 
 def harness_cases() -> list[tuple[str, str, str]]:
