@@ -844,6 +844,16 @@ class _SettingsBase:
         except SpecError as err:
             raise SpecError(f"{where}.{err.field}", err.reason) from None
 
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any], where: str = "settings") -> Settings:
+        """A run's stored settings (run.json): as :meth:`from_dict`, but a setting added
+        since the run was made takes its default, which is what the testbed did before the
+        setting existed (a run directory stays readable, ``testbed report --recollect``)."""
+        known = by_attr()
+        defaults = Settings().to_dict()
+        filled = {**{a: defaults[a] for a in known if a not in data}, **data}
+        return cls.from_dict(filled, where)
+
     # the document both stacks take
 
     def document(self) -> dict[str, Any]:

@@ -257,3 +257,18 @@ def test_immediate_over_tcp_is_the_quickack_route_metric_and_socket_option() -> 
     assert not quic.acks_each_segment and not quic.quickack_route
     assert Settings(protocol="h2", route_quickack=True).quickack_route
     assert not Settings(protocol="h2").quickack_socket
+
+
+def test_stored_settings_take_the_default_of_a_setting_added_since_and_refuse_unknown_ones() -> (
+    None
+):
+    stored = Settings().replace(cc="bbr").to_dict()
+    del stored["path_failures"]  # a run made before the setting existed
+    back = Settings.from_stored(stored, "run.json.settings")
+    assert back.cc == "bbr" and back.path_failures is None
+    with pytest.raises(SpecError) as err:
+        Settings.from_dict(stored, "run.json.settings")  # the stacks' documents stay strict
+    assert err.value.field == "run.json.settings.path_failures"
+    with pytest.raises(SpecError) as err:
+        Settings.from_stored({**stored, "warp": 9}, "run.json.settings")
+    assert err.value.field == "run.json.settings.warp"

@@ -456,7 +456,7 @@ class RunFiles:
         return cls(
             run_dir=run_dir,
             plan=data["run"],
-            settings=Settings.from_dict(data["settings"], f"{RUN_FILE}.settings"),
+            settings=Settings.from_stored(data["settings"], f"{RUN_FILE}.settings"),
             path=Topology.from_dict(data["topology"]),
             offset_s=float(data["clock_offset_s"]),
             started_utc=data.get("started_utc"),
