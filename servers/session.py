@@ -26,6 +26,16 @@ MAX_LOGGED_PRIORITY_UPDATES = 256
 flood of them (bounded per 10 s by the abuse guard) must not fill the disk."""
 
 
+async def sleep_at_least(seconds: float) -> None:
+    """Sleep ``seconds`` of CLOCK_MONOTONIC, the clock the server's events are stamped with:
+    uvloop's timers count whole milliseconds from the loop's cached time, so one
+    ``asyncio.sleep`` can end up to a millisecond early (measured: 29.39 ms of a 30 ms
+    processing sleep), and a processing time is a lower bound of the model's."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        await asyncio.sleep(left)
+
+
 class ExchangeStreams:
     """The request streams of one connection. Subclasses set ``proto`` and ``_respond``, and
     ``_sender_state`` and ``_sender_drained`` if they sample their responses."""
@@ -232,7 +242,7 @@ class ExchangeStreams:
             self.ctx.applied.write("response", values, self.conn_id)
         if plan.processing_s > 0 and not plan.tiles:  # tiles: processed one by one
             self._log("processing_start", stream=stream_id)
-            await asyncio.sleep(plan.processing_s)
+            await sleep_at_least(plan.processing_s)
             self._log("processing_end", stream=stream_id)
 
     def _sender_state(self) -> dict[str, Any]:
@@ -308,7 +318,7 @@ class ExchangeStreams:
         for index in range(plan.tiles):
             ready = await queue.get()
             self._log("processing_start", stream=stream_id, tile=ready)
-            await asyncio.sleep(per_tile_s)
+            await sleep_at_least(per_tile_s)
             self._log("processing_end", stream=stream_id, tile=ready)
             start, end = plan.part_bounds(index)
             yield index, plan.body[start:end], index == plan.tiles - 1

@@ -137,3 +137,24 @@ async def test_a_late_chunk_holds_itself_and_the_ones_after_it_not_their_product
     assert made[2] - made[1] == pytest.approx(0.02, abs=1e-9) and made[1] >= 0.03 - 1e-6
     assert at[1] - made[1] >= 0.06 - 1e-6 and at[2] >= at[1]  # held; nothing overtakes it
     assert at[0] < at[1] - 0.05 and made[3] >= made[2] + 0.02 - 1e-6
+
+
+def test_a_processing_sleep_lasts_its_time_on_the_clock_events_are_stamped_with() -> None:
+    """uvloop's millisecond timers end some sleeps early by up to a millisecond of
+    CLOCK_MONOTONIC; the server's processing never does (its events bracket it)."""
+    import time as _time
+
+    import uvloop
+
+    from servers.session import sleep_at_least
+
+    async def shortest() -> float:
+        least = float("inf")
+        for i in range(40):
+            wanted = 0.0103 + 0.0007 * (i % 5)
+            start = _time.monotonic()
+            await sleep_at_least(wanted)
+            least = min(least, _time.monotonic() - start - wanted)
+        return least
+
+    assert uvloop.run(shortest()) >= 0.0
