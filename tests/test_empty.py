@@ -26,3 +26,16 @@ def test_each_empty_column_is_named_with_the_reason_its_runs_give() -> None:
     assert "no request bound" in got["below_bound"]
     quic = pd.DataFrame({"workload": ["asr"], "protocol": ["h3"], "client_retransmits": [None]})
     assert "TCP_INFO" in _reasons(quic)["client_retransmits"]
+
+
+def test_the_flag_columns_say_what_their_emptiness_means_for_these_runs() -> None:
+    request = pd.DataFrame({"workload": ["asr"] * 2, "total_s": [1.02, 0.995],
+                            "bound_s": [1.0, 1.0], "below_bound": [None, None],
+                            "bound_basis": [None, None]})  # fmt: skip
+    got = _reasons(request)
+    assert "least time / bound: 0.995" in got["below_bound"]
+    assert "only an agent run's records" in got["bound_basis"]
+    agent = request.assign(workload="agent")
+    assert "no run's rounds showed" in _reasons(agent)["bound_basis"]
+    untimed = request.assign(total_s=[None, None])
+    assert "no run has both" in _reasons(untimed)["below_bound"]

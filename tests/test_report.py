@@ -99,6 +99,9 @@ def test_report_has_question_answer_table_and_plots(tmp_path: Path) -> None:
     assert "| h2-reused | h2-new | 3 | -949.0 |" in text
     assert "paired arm" not in text
     assert "order effect" in text.lower()
+    # every runs.csv column no run filled is named with why (empty_columns.csv)
+    assert "## Empty columns" in text
+    assert "| `below_bound` | no run finished below its bound" in text
     for name in ("levels", "timeline", "inflight", "acks"):
         png = result.path / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -571,3 +571,20 @@ def test_recollect_is_for_an_experiments_directory_not_a_campaigns(
     err = capsys.readouterr().err
     assert "recollect" in err and "experiment's result directory" in err
     assert err.count("\n") == 1
+
+
+def test_report_says_why_each_column_is_empty_by_this_versions_rules(tmp_path: Path) -> None:
+    from harness.store.resultdir import ResultDir
+    from tbcore.runrow import RunRow
+
+    result = ResultDir.create(tmp_path, "x")
+    result.write_manifest({"resolved": {"name": "x"}})
+    result.fresh_run_dir("0000-a-r0")
+    result.save_row(RunRow(run_id="0000-a-r0", seq=0, block=0, position=0, level="a", rep=0,
+                           warmup=False, link_seed=1, workload="asr", total_s=1.01,
+                           bound_s=1.0, valid=True))  # fmt: skip
+    (result.path / "empty_columns.csv").write_text("column,reason\nbelow_bound,an old rule\n")
+    assert main(["report", str(result.path)]) == 0
+    empty = pd.read_csv(result.path / "empty_columns.csv").set_index("column")["reason"]
+    assert "least time / bound: 1.010" in empty["below_bound"]
+    assert "least time / bound: 1.010" in (result.path / "report.md").read_text()

@@ -544,6 +544,7 @@ def _report(args: argparse.Namespace) -> int:
         from harness.collect.refill import refill
 
         print(f"testbed report: recollect: {refill(result).line()}", file=sys.stderr)
+    result.write_empty_columns()  # why each empty column is, by this version's rules
     print(build_report(path))
     return 0
 

@@ -33,7 +33,7 @@ from harness.report.guard import Guard
 from harness.report.paths import paths_section
 from harness.report.protocols import protocols_section
 from harness.report.varying import varying_sections
-from harness.store.resultdir import ResultDir, atomic_write_text
+from harness.store.resultdir import EMPTY_COLUMNS_FILE, ResultDir, atomic_write_text
 
 PLOT_DPI = 110
 
@@ -818,6 +818,19 @@ def _plots_lines(plots_dir: Path) -> list[str]:
     return lines
 
 
+def _empty_column_lines(path: Path) -> list[str]:
+    """The runs.csv columns no run filled, each with why (empty_columns.csv, written with
+    runs.csv by harness.store): an empty cell cannot say it."""
+    where = path / EMPTY_COLUMNS_FILE
+    if not where.is_file():
+        return []
+    empty = pd.read_csv(where)
+    if empty.empty:
+        return []
+    rows = [[f"`{r.column}`", str(r.reason)] for r in empty.itertuples()]
+    return ["## Empty columns", "", _table(["runs.csv column", "why no run filled it"], rows), ""]
+
+
 def _how_run_lines(manifest: dict[str, Any]) -> list[str]:
     """The plan, environment, fixed link and levels the experiment ran with."""
     resolved = manifest.get("resolved", {})
@@ -892,6 +905,7 @@ def build_report(path: Path) -> Path:
         ("validity", _validity_lines, frame, levels, summaries),
         ("FEC", fecreport.fec_section, frame, levels, result.plots_dir, links),
         ("plots", _plots_lines, result.plots_dir),
+        ("empty columns", _empty_column_lines, result.path),
         ("how it was run", _how_run_lines, manifest),
     ]  # fmt: skip
     lines = [line for title, make, *args in sections for line in guard.section(title, make, *args)]

@@ -68,9 +68,13 @@ def why(column: str, frame: pd.DataFrame) -> str:
     if unbounded and column in ("bound_basis", "below_bound"):
         return "a streamed workload has no request bound to compare with"
     if column == "bound_basis":
-        return "every run's bound is the plan's (a run whose records contradict it says so here)"
+        if agent:
+            return ("every run's bound is the plan's: no run's rounds showed a premise of it "
+                    "unmet (a round lost or redone)")  # fmt: skip
+        return ("only an agent run's records can change what its bound is computed from (a "
+                "round lost or redone): every bound here is the plan's")  # fmt: skip
     if column == "below_bound":
-        return "no run finished below its bound"
+        return _not_below(frame)
     if column == "ignored_settings":
         return "every setting the file gave took effect on every run"
     if column.startswith("outage_"):
@@ -82,6 +86,22 @@ def why(column: str, frame: pd.DataFrame) -> str:
     if column == "client_retransmits" and _values(frame, "protocol") <= {"h3", "fec"}:
         return "TCP_INFO only: a QUIC run's losses are in its qlog columns"
     return "no run filled it, and no rule here names why"
+
+
+def _not_below(frame: pd.DataFrame) -> str:
+    """Why no row has ``below_bound``: no run had a bound and a time, or none was below its
+    bound beyond the stated error (with the least time-to-bound ratio, from the rows)."""
+    if "total_s" not in frame or "bound_s" not in frame:
+        return "no run has both a measured time and a bound to compare"
+    total = pd.to_numeric(frame["total_s"], errors="coerce")
+    bound = pd.to_numeric(frame["bound_s"], errors="coerce")
+    ratios = (total / bound)[(bound > 0) & total.notna()]
+    if ratios.empty:
+        return "no run has both a measured time and a bound to compare"
+    return (
+        f"no run finished below its bound beyond the clock's and the emulator's stated error "
+        f"(the least time / bound: {ratios.min():.3f})"
+    )
 
 
 def empty_columns(frame: pd.DataFrame) -> list[dict[str, str]]:

@@ -305,11 +305,17 @@ class ResultDir:
             written = frame[[c for c in frame.columns if c in kept or c not in RUN_COLUMNS]]
         atomic_write_frame(self.path / "runs.csv", written)
         atomic_write_frame(self.path / "runs.parquet", written)
-        # the columns no row filled, each with why (an empty cell cannot say it)
-        empty = pd.DataFrame(empty_columns(written), columns=["column", "reason"])
-        atomic_write_frame(self.path / EMPTY_COLUMNS_FILE, empty)
+        self.write_empty_columns(written)
         self.write_run_tables()
         return frame
+
+    def write_empty_columns(self, table: pd.DataFrame | None = None) -> None:
+        """empty_columns.csv: the columns of runs.csv (``table``; default: as
+        :meth:`table_frame` reads it) no row filled, each with why its runs give
+        (harness.store.empty): an empty cell cannot say it."""
+        table = self.table_frame() if table is None else table
+        empty = pd.DataFrame(empty_columns(table), columns=["column", "reason"])
+        atomic_write_frame(self.path / EMPTY_COLUMNS_FILE, empty)
 
     PER_RUN_TABLES = ("rounds.csv", "round_trace.csv", "cross.csv")
     """Tables a run may write in its directory (the agent's rounds, each round's share of a
