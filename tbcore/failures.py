@@ -49,7 +49,6 @@ def draw_down(failures: Mapping[str, float], seed: int) -> tuple[str, ...]:
     for edge in EDGES:
         if edge not in failures:
             continue
-        p = failures[edge]
-        if rng.random() < p or p >= 1.0:
+        if rng.random() < failures[edge]:  # random() < 1: 100 % is always down
             down.append(edge)
     return tuple(down)

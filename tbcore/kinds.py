@@ -17,6 +17,7 @@ from typing import Any
 from tbcore import agent, fecmath, quicstack, workloads
 from tbcore.ackpolicy import TCP_DELACK_MIN_S
 from tbcore.errors import SpecError
+from tbcore.failures import parse_failures
 from tbcore.registry import Registry
 from tbcore.routes import HttpRoute
 
@@ -612,13 +613,13 @@ def _check_dual(s: Any) -> None:
             f"a failover needs multipath {' or '.join(MULTIPATH_FAILOVER)} (or h3 migrating), "
             f"not {s.multipath!r}",
         )
-    chances = getattr(s, "path_failures", None)
+    chances = s.path_failures
     if chances is not None and mode != "duplicate":
         raise SpecError(
             "path_failures",
             f"the failure of duplication (§12.4.3): multipath = duplicate over h2, not {mode!r}",
         )
-    if chances is not None and s.exit_link is None and "exit_link" in chances:
+    if chances and s.exit_link is None and "exit_link" in parse_failures("", chances):
         raise SpecError("path_failures", "exit_link can fail only where exit_link is set")
 
 

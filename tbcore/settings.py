@@ -849,10 +849,7 @@ class _SettingsBase:
         """A run's stored settings (run.json): as :meth:`from_dict`, but a setting added
         since the run was made takes its default, which is what the testbed did before the
         setting existed (a run directory stays readable, ``testbed report --recollect``)."""
-        known = by_attr()
-        defaults = Settings().to_dict()
-        filled = {**{a: defaults[a] for a in known if a not in data}, **data}
-        return cls.from_dict(filled, where)
+        return cls.from_dict({**Settings().to_dict(), **data}, where)
 
     # the document both stacks take
 

@@ -315,12 +315,12 @@ def _measure(
     attempts = options["attempts"]
     for spec in alone:
         entry = entries[spec.name]
-        if done(spec, entry, attempts):
+        if nothing_left(spec, entry, attempts):
             continue
         progress = progress_factory(spec.name) if progress_factory else None
         _run_entry(spec, entry, index, index_path, progress, run)
         atomic_write_json(index_path, index)
-    left = [s for s in sharing if not done(s, entries[s.name], attempts)]
+    left = [s for s in sharing if not nothing_left(s, entries[s.name], attempts)]
     if left:
         _run_sharing(left, entries, index, index_path, options, lanes)
     if resume is not None:
@@ -335,7 +335,7 @@ def _measure(
             _run_added_sharing(shared, entries, index, index_path, options, lanes)
 
 
-def done(spec: specmod.ExperimentSpec, entry: dict[str, Any], attempts: int) -> bool:
+def nothing_left(spec: specmod.ExperimentSpec, entry: dict[str, Any], attempts: int) -> bool:
     """Whether a campaign has nothing left to make of ``spec``: it finished, and its
     directory has no planned run without a valid row that ``attempts`` still allows (a resume
     with more attempts than the campaign had gives its invalid runs theirs, as ``testbed run
@@ -346,16 +346,12 @@ def done(spec: specmod.ExperimentSpec, entry: dict[str, Any], attempts: int) -> 
     previous = entry.get("result_dir")
     if not previous or not Path(previous).is_dir():
         return True
-    from harness.plan.planner import Outcome, remaining
+    from harness.run.runner import blocks_left, same_plan
     from harness.store.resultdir import ResultDir
 
+    planned = continuing(spec, entry)
     result = ResultDir.open(Path(previous))
-    plan = plan_for(continuing(spec, entry))
-    planned = [r.get("run_id") for r in result.read_manifest().get("plan", [])]
-    if planned != [run.run_id for run in plan]:
-        return True
-    outcomes = {r["run_id"]: Outcome.of_row(r) for r in result.rows()}
-    return not remaining(plan, outcomes, attempts)
+    return not same_plan(result, plan_for(planned)) or not blocks_left(planned, result, attempts)
 
 
 def planned_levels(path: Path) -> set[str]:

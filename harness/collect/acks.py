@@ -194,7 +194,7 @@ class _Conn:
     """Each end's window scale from its SYN (both must offer it for it to apply)."""
 
 
-def _flow(seg: TcpSegment) -> tuple[tuple[str, int], tuple[str, int]]:
+def tcp_flow(seg: TcpSegment) -> tuple[tuple[str, int], tuple[str, int]]:
     a, b = (seg.src, seg.sport), (seg.dst, seg.dport)
     return (a, b) if a < b else (b, a)
 
@@ -203,7 +203,7 @@ def data_senders(segments: Sequence[TcpSegment]) -> dict[tuple, tuple[str, int]]
     """Per connection, the endpoint that sent the most payload bytes."""
     sent: dict[tuple, dict[tuple[str, int], int]] = {}
     for seg in segments:
-        per = sent.setdefault(_flow(seg), {})
+        per = sent.setdefault(tcp_flow(seg), {})
         end = (seg.src, seg.sport)
         per[end] = per.get(end, 0) + seg.payload_bytes
     return {flow: max(per, key=lambda e: per[e]) for flow, per in sent.items()}
@@ -232,7 +232,7 @@ def tcp_acks(
     rows: list[AckRow] = []
     retransmit_times: list[float] = []
     for seg in segments:
-        flow = _flow(seg)
+        flow = tcp_flow(seg)
         conn = conns.get(flow)
         if conn is None:
             conn = conns[flow] = _Conn(index=len(conns))
@@ -436,7 +436,7 @@ def tcp_inflight(
     state: dict[tuple, dict[str, int]] = {}
     out: list[InflightSample] = []
     for seg in segments:
-        flow = _flow(seg)
+        flow = tcp_flow(seg)
         conn = state.setdefault(flow, {"index": len(state), "isn": -1, "max": 0, "acked": 0})
         if (seg.src, seg.sport) == senders[flow]:
             if seg.flags & TCP_SYN or conn["isn"] < 0:
@@ -474,7 +474,7 @@ def handshake_rtt_s(segments: Sequence[TcpSegment]) -> float | None:
     synack: dict[tuple, float] = {}
     best: float | None = None
     for seg in segments:
-        flow = _flow(seg)
+        flow = tcp_flow(seg)
         if seg.flags & TCP_SYN and not seg.flags & TCP_ACK:
             syn.setdefault(flow, seg.time_s)
         elif seg.flags & TCP_SYN and seg.flags & TCP_ACK:

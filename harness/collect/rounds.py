@@ -16,7 +16,7 @@ import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from harness.collect.acks import SEQ_MOD, TCP_SYN, TcpSegment, data_senders
+from harness.collect.acks import SEQ_MOD, TCP_SYN, TcpSegment, data_senders, tcp_flow
 
 
 @dataclass
@@ -62,7 +62,7 @@ def transmission_rounds(
     start_s, end_s = window
     conns: dict[tuple, _Sent] = {}
     for seg in segments:
-        flow = tuple(sorted(((seg.src, seg.sport), (seg.dst, seg.dport))))
+        flow = tcp_flow(seg)
         if (seg.src, seg.sport) != senders[flow]:
             continue
         sent = conns.setdefault(flow, _Sent())

@@ -19,7 +19,7 @@ from tbcore.settings import Settings
 @contextlib.contextmanager
 def failed_edges(link: Any, settings: Settings, seed: int, run_dir: Path) -> Iterator[tuple]:
     """The edges ``settings.path_failures`` draws down for the run of ``seed``, down while
-    the block runs (none without ``path_failures``); yields them."""
+    the run runs (none without ``path_failures``); yields them."""
     if settings.path_failures is None:
         yield ()
         return

@@ -205,6 +205,12 @@ def _check_paths(paths: RunPaths, result: ResultDir, run_id: str, *, before: boo
     )
 
 
+def same_plan(result: ResultDir, plan: Sequence[PlannedRun]) -> bool:
+    """Whether ``result``'s manifest planned ``plan`` (a manifest without a plan: any)."""
+    planned_ids = [r["run_id"] for r in result.read_manifest().get("plan", [])]
+    return not planned_ids or planned_ids == [r.run_id for r in plan]
+
+
 def _reopen(spec: ExperimentSpec, plan: Sequence[PlannedRun], resume: Path) -> ResultDir:
     """The result directory of an interrupted campaign of the same experiment and plan."""
     result = ResultDir.open(resume)
@@ -215,8 +221,7 @@ def _reopen(spec: ExperimentSpec, plan: Sequence[PlannedRun], resume: Path) -> R
             f"{resume} holds experiment "
             f"{manifest.get('resolved', {}).get('name')!r}, not {spec.name!r}",
         )
-    planned_ids = [r["run_id"] for r in manifest.get("plan", [])]
-    if planned_ids and planned_ids != [r.run_id for r in plan]:
+    if not same_plan(result, plan):
         raise SpecError(
             "resume",
             "the plan differs from the one in the manifest "
