@@ -10,6 +10,9 @@ request began (or its connection fails); ``recovery`` then decides what is done 
 ``break=1``, the server executes it and resets the connection instead of replying; the
 client, told by the reset, waits ``outage`` and goes on over a new connection (the
 chapter's §12.5.2: round 10's reply lost, 1 s to reconnect).
+``agent_tasks`` tasks of ``agent_rounds`` rounds follow each other; with ``task_success``
+each attempt's last round goes out marked ``last=1``, the model's action says whether the
+attempt succeeded, and a failed one is done again whole (independent attempts, §12.5.2).
 Each acknowledged round is printed as ``progress N`` (N rounds acknowledged) on
 stdout (the harness times its link events by it). The rounds go to ``config.records_path`` as JSONL.
 """
@@ -31,7 +34,7 @@ from clients import h2client, h3native
 from clients.api import _one_line, _Run
 from clients.config import ClientConfig
 from clients.workload import RequestSpec
-from tbcore.agent import RoundPlan, encode_screen, render_screen
+from tbcore.agent import TASK_FAILED, TASK_OUTCOMES, RoundPlan, encode_screen, render_screen
 from tbcore.records import AgentRound, write_jsonl
 
 MAX_LOSSES = 20
@@ -82,7 +85,9 @@ def _record_agent(run: _Run, plan: RoundPlan, warmup: int, per_round: bool) -> N
     run.applied.write(
         "agent",
         {
-            "agent_rounds": plan.rounds - warmup,
+            "agent_rounds": plan.per_task or plan.rounds - warmup,
+            "agent_tasks": settings.agent_tasks,
+            "task_success": settings.task_success,
             "warmup_requests": warmup,
             "agent_local": settings.agent_local_s,
             "screenshot": settings.screenshot,
@@ -109,8 +114,15 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
         ClientConfig(**{**config.__dict__, "settings": settings.replace(timeout_s=timeout_s)})
     )
     warmup = settings.warmup_requests
-    total = warmup + settings.agent_rounds
-    plan = RoundPlan(total, settings.recovery, token=secrets.token_hex(4), kept=warmup)
+    total = warmup + settings.agent_tasks * settings.agent_rounds
+    judged = settings.agent_tasks > 1 or settings.task_success is not None
+    plan = RoundPlan(
+        total,
+        settings.recovery,
+        token=secrets.token_hex(4),
+        kept=warmup,
+        per_task=settings.agent_rounds if judged else None,
+    )
     rounds: list[AgentRound] = []
     conn: Any = None
     losses = 0
@@ -123,8 +135,14 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
         while not plan.finished:
             index, op, redone = plan.next_round()
             rec = AgentRound(
-                round=index, attempt=plan.attempt, op_id=op, redone=redone, warmup=index < warmup
+                round=index,
+                attempt=plan.attempt,
+                op_id=op,
+                redone=redone,
+                warmup=index < warmup,
+                task=None if index < warmup else plan.task,
             )
+            last = plan.ends_attempt(index) and settings.task_success is not None
             if pending_break and plan.acked - warmup == settings.outage_after_round:
                 rec.broken = True
                 pending_break = False
@@ -139,16 +157,25 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
                 RequestSpec(
                     "agent",
                     "POST",
-                    f"/agent?op={op}&round={index}{'&break=1' if rec.broken else ''}",
+                    f"/agent?op={op}&round={index}{'&break=1' if rec.broken else ''}"
+                    f"{'&last=1' if last else ''}",
                     body=data,
                     expect_upload_sha256=hashlib.sha256(data).hexdigest(),
                 )
             ]
             ok = await _one_round(run, rec, conn if not per_round else None, after_loss)
             conn = ok[1]
+            if ok[0] and last and rec.task_outcome is None:
+                ok = (False, ok[1])
+                rec.error = "bad action: no task verdict on an attempt's last round"
             if ok[0]:
                 plan.acknowledged()
                 after_loss = False
+                if plan.ends_attempt(index):
+                    if rec.task_outcome == TASK_FAILED:
+                        plan.task_failed()
+                    else:
+                        plan.task_done()
                 if plan.acked > warmup:  # measured rounds acknowledged
                     print(f"{PROGRESS_MARK} {plan.acked - warmup}", flush=True)
             else:
@@ -240,6 +267,10 @@ async def _one_round(run: _Run, rec: AgentRound, conn: Any, after_loss: bool) ->
         action = json.loads(collector.body)
         rec.action = action["action"]
         rec.model_s = float(action["model_s"])
+        verdict = action.get("task")
+        if verdict is not None and verdict not in TASK_OUTCOMES:
+            raise ValueError(f"task verdict {verdict!r}")
+        rec.task_outcome = verdict
     except (ValueError, KeyError, TypeError) as err:
         rec.error = f"bad action: {_one_line(err)}"
         return False, conn
@@ -254,6 +285,7 @@ def run_agent_sync(config: ClientConfig) -> list[AgentRound]:
 
 
 def main_exit(rounds: list[AgentRound], rounds_wanted: int) -> int:
+    """0 when every measured round (``rounds_wanted``: of all tasks) was acknowledged."""
     acked = sum(1 for r in rounds if r.end_s is not None and not r.warmup)
     finished = len({r.round for r in rounds if r.end_s is not None and not r.warmup}) >= (
         rounds_wanted

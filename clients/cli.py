@@ -112,7 +112,8 @@ def _agent(config: ClientConfig, args: argparse.Namespace) -> int:
     """The agent's rounds (clients.agent)."""
     from clients.agent import main_exit, run_agent_sync
 
-    return main_exit(run_agent_sync(config), config.settings.agent_rounds)
+    settings = config.settings
+    return main_exit(run_agent_sync(config), settings.agent_tasks * settings.agent_rounds)
 
 
 def _transfer(config: ClientConfig, args: argparse.Namespace) -> int:

@@ -15,7 +15,9 @@ Routes:
 - ``POST /agent?op=ID&round=N``: an agent round's screenshot; after ``agent_model_s`` the
   action as JSON (a known op id: the stored action, executed once; :mod:`tbcore.agent`);
   with ``&break=1`` the round is executed and the connection reset instead of the reply
-  (the client's own connection: the agent's outage, knob ``outage_mode``).
+  (the client's own connection: the agent's outage, knob ``outage_mode``); with ``&last=1``
+  (a task attempt's last round) and ``task_success`` set, the action carries the model's
+  verdict on the attempt, ``"task": "done"`` or ``"failed"`` (tbcore.agent.task_outcome).
 - ``GET /stream?chunks=N``: N chunks of 960 bytes, one every 20 ms, each after 12 ms.
 - ``GET /result``: the 5,000,000-byte image result (``retouched``) with no processing (it is
   ready), for several streams on one connection beside the audio.
@@ -38,6 +40,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from proto.http import RequestHead
@@ -89,6 +92,8 @@ class ResponsePlan:
     processing_s: float = 0.0
     processing_knob: str | None = None
     """The setting (tbcore.settings key) ``processing_s`` comes from, if any."""
+    applied: dict[str, Any] = field(default_factory=dict)
+    """Other settings the answer put in force (key: value), recorded with the response."""
     stream_chunks: int = 0
     """When > 0, ``body`` is empty and the edge streams that many chunks (see workloads)."""
     stream_chunk_bytes: int = workloads.STREAM_CHUNK_BYTES
@@ -140,6 +145,7 @@ class AppConfig:
     processing_image_s: float = KNOBS["processing_image"].default
     max_body_bytes: int = 72_000_000
     agent_model_s: float = KNOBS["agent_model"].default
+    task_success: float | None = KNOBS["task_success"].default
     processing_restore_s: float = KNOBS["processing_restore"].default
 
 
@@ -423,8 +429,14 @@ class Exchange:
             plan = _error(400, "agent: needs op=ID&round=N")
             plan.stop_reading = False
             return plan
+        judged = query.get("last", [""])[-1] == "1" and self.config.task_success is not None
         body, wait_s, executed = AGENT_OPS.execute(
-            op, int(raw_round), self.upload_sha256, self.config.agent_model_s, time.monotonic()
+            op,
+            int(raw_round),
+            self.upload_sha256,
+            self.config.agent_model_s,
+            time.monotonic(),
+            task_success=self.config.task_success if judged else None,
         )
         headers = [
             ("content-type", "application/json"),
@@ -438,6 +450,7 @@ class Exchange:
             body=body,
             processing_s=wait_s,
             processing_knob="agent_model" if executed else None,
+            applied={"task_success": self.config.task_success} if judged and executed else {},
             reset=query.get("break", [""])[-1] == "1",
         )
 

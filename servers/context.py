@@ -47,6 +47,7 @@ class ServerContext:
             processing_image_s=self.config.settings.processing_image_s,
             max_body_bytes=self.config.max_body_bytes,
             agent_model_s=self.config.settings.agent_model_s,
+            task_success=self.config.settings.task_success,
             processing_restore_s=self.config.settings.processing_restore_s,
         )
 

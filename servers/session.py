@@ -237,8 +237,10 @@ class ExchangeStreams:
 
     async def _process(self, stream_id: int, plan: app.ResponsePlan) -> None:
         """The route's processing time, before the response starts."""
-        if plan.processing_knob is not None:
-            values = {plan.processing_knob: plan.processing_s}
+        if plan.processing_knob is not None or plan.applied:
+            values = dict(plan.applied)
+            if plan.processing_knob is not None:
+                values[plan.processing_knob] = plan.processing_s
             self.ctx.applied.write("response", values, self.conn_id)
         if plan.processing_s > 0 and not plan.tiles:  # tiles: processed one by one
             self._log("processing_start", stream=stream_id)

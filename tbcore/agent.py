@@ -9,6 +9,11 @@ Operation ids (:func:`op_id`) make a retried round idempotent: the server's
 :class:`OpStore` executes each id once and answers a known id with the stored result (a
 QUIC 0-RTT replay too). :class:`RoundPlan` is the client's progress: ``committed`` resumes
 after the last acknowledged round, ``restart`` redoes every round of the task (new ids).
+
+Independent attempts (the chapter's §12.5.2, E = C / p): with ``task_success`` the model
+judges each attempt of a task at its last round (:func:`task_outcome`, success with
+probability p); a failed attempt is redone whole, as a new attempt with new ids
+(:meth:`RoundPlan.task_failed`), and ``agent_tasks`` tasks follow each other in one run.
 """
 
 from __future__ import annotations
@@ -151,6 +156,29 @@ def action_for(op: str, upload_sha256: str, round_index: int) -> dict[str, Any]:
     }
 
 
+TASK_DONE = "done"
+TASK_FAILED = "failed"
+TASK_OUTCOMES = (TASK_DONE, TASK_FAILED)
+"""The model's verdict on a task attempt, in the last round's action (``task``)."""
+
+
+def task_outcome(op: str, success: float) -> str:
+    """The model's verdict on the task attempt whose last round is ``op``: done with
+    probability ``success``. The draw is the operation id's hash: independent between
+    attempts (each has its own ids, the client's token makes them unique to the run), and
+    the same for a retry of the same round (a stored result keeps its verdict)."""
+    digest = hashlib.sha256(f"{op}:task-outcome".encode()).digest()
+    draw = int.from_bytes(digest[:8], "big") / 2.0**64
+    return TASK_DONE if draw < success else TASK_FAILED
+
+
+def expected_rounds(rounds: int, tasks: int = 1, success: float | None = None) -> float:
+    """The measured rounds a run makes on average: each task's ``rounds`` once an attempt,
+    and 1 / p attempts a task where the model judges them with success ``p`` (E = C / p,
+    the chapter's §12.5.2)."""
+    return tasks * rounds / (success or 1.0)
+
+
 @dataclass
 class StoredResult:
     body: bytes
@@ -178,13 +206,22 @@ class OpStore:
     )
 
     def execute(
-        self, op: str, round_index: int, upload_sha256: str, model_s: float, now: float
+        self,
+        op: str,
+        round_index: int,
+        upload_sha256: str,
+        model_s: float,
+        now: float,
+        task_success: float | None = None,
     ) -> tuple[bytes, float, bool]:
-        """(reply body, seconds to wait before sending it, executed now)."""
+        """(reply body, seconds to wait before sending it, executed now). ``task_success``:
+        the round ends a task attempt the model judges (:func:`task_outcome`)."""
         known = self.results.get(op, now)
         if known is not None:
             return known.body, max(0.0, known.ready_s - now), False
         action = action_for(op, upload_sha256, round_index)
+        if task_success is not None:
+            action["task"] = task_outcome(op, task_success)
         body = (json.dumps({**action, "model_s": model_s}) + "\n").encode()
         self.results.put(op, StoredResult(body=body, ready_s=now + model_s), now)
         return body, model_s, True
@@ -206,12 +243,40 @@ class RoundPlan:
     started: set[int] = field(default_factory=set)
     """Rounds begun so far (a round begun again is 'redone')."""
     kept: int = 0
-    """Rounds before the task's (its warm-up rounds): a restart goes back to the task's
-    first round, not to them (the chapter's 'all 10 rounds again', §12.5.2)."""
+    """Rounds before the task's (its warm-up rounds, the tasks done before it): a restart
+    goes back to the task's first round, not to them (the chapter's 'all 10 rounds again',
+    §12.5.2)."""
+    per_task: int | None = None
+    """Rounds of one task when the run has several (``agent_tasks``) or the model judges
+    each attempt (``task_success``); None: one task of every round after ``kept``."""
+    task: int = 0
+    """The task under way (0-based)."""
 
     def __post_init__(self) -> None:
         if self.recovery not in RECOVERY_MODES:
             raise ValueError(f"recovery {self.recovery!r}")
+        if self.per_task is not None and (
+            self.per_task < 1 or (self.rounds - self.kept) % self.per_task
+        ):
+            raise ValueError(f"per_task {self.per_task!r} does not divide the task's rounds")
+
+    def ends_attempt(self, index: int) -> bool:
+        """Whether round ``index`` is the last of its task (a judged attempt ends there)."""
+        if self.per_task is None or index < self.kept:
+            return False
+        return (index - self.kept + 1) % self.per_task == 0
+
+    def task_done(self) -> None:
+        """The model judged the attempt that just ended done: the next task begins."""
+        self.kept = self.acked
+        self.task += 1
+        self.attempt += 1
+
+    def task_failed(self) -> None:
+        """The model judged the attempt that just ended failed: the task again, whole, as a
+        new attempt (new ids: the chapter's 'redo everything', §12.5.2)."""
+        self.attempt += 1
+        self.acked = self.kept
 
     @property
     def finished(self) -> bool:

@@ -510,11 +510,12 @@ register_workload(
         protocols=("http",),  # its client resumes over TLS sessions or tickets: not fec
         link_events=lambda s: _agent_events(s),
         shares_host=lambda s: s.agent_model_s + s.agent_local_s >= AGENT_SHARE_IDLE_S,
-        # every round (and as many again, redone) at most its local work, model time and
-        # the patience of one request
+        # every round (and as many again, redone; each task's rounds 1 / p times when the
+        # model judges attempts) at most its local work, model time and the patience of
+        # one request
         run_limit_s=lambda s: (
             2
-            * (s.agent_rounds + s.warmup_requests)
+            * (s.agent_tasks * s.agent_rounds / (s.task_success or 1.0) + s.warmup_requests)
             * (s.agent_local_s + s.agent_model_s + (s.round_timeout_s or s.timeout_s))
         ),
     )

@@ -65,6 +65,8 @@ class Record:
 
     SCHEMA: ClassVar[str] = ""
     VERSION: ClassVar[int] = 0
+    ADDED: ClassVar[dict[int, tuple[str, ...]]] = {}
+    """Older versions still read, each with the fields added since it (read as None)."""
 
     @classmethod
     def schema_tag(cls) -> str:
@@ -86,12 +88,15 @@ class Record:
         """The record of ``data``: its schema tag must match; no field missing, none unknown."""
         where = where or cls.SCHEMA
         tag = data.get(SCHEMA_KEY)
-        if tag != cls.schema_tag():
+        older = {f"{cls.SCHEMA}/{v}": added for v, added in cls.ADDED.items()}
+        if tag != cls.schema_tag() and tag not in older:
             raise RecordError(f"{where}.{SCHEMA_KEY}", f"{tag!r}, expected {cls.schema_tag()!r}")
         names = cls.field_names()
         for key in data:
             if key != SCHEMA_KEY and key not in names:
                 raise RecordError(f"{where}.{key}", "unknown field")
+        added = older.get(tag, ())
+        data = {**{name: None for name in added}, **data}
         for name in names:
             if name not in data:
                 raise RecordError(f"{where}.{name}", "missing")
@@ -790,10 +795,12 @@ class RelayEvent(Record):
             raise RecordError("event", f"{self.event!r} is not a relay event")
 
 
-@record("agent_round", 1)
+@record("agent_round", 2)
 class AgentRound(Record):
     """One attempt of one round of the agent task (tbcore.agent; rounds.csv beside runs.csv).
     Times are CLOCK_MONOTONIC, like every other record's."""
+
+    ADDED: ClassVar[dict[int, tuple[str, ...]]] = {1: ("task", "task_outcome")}
 
     round: int = col(REQUIRED, doc="Round index, from 0.")
     attempt: int = col(REQUIRED, doc="Task attempt (restart recovery begins a new one).")
@@ -828,6 +835,13 @@ class AgentRound(Record):
     )
     reconnected_s: float | None = col(
         doc="The first round after a loss: when its new connection was up.", unit="s"
+    )
+    task: int | None = col(
+        doc="The task the round belongs to, from 0 (agent_tasks; None: a warm-up round)."
+    )
+    task_outcome: str | None = col(
+        doc="The last round of a task attempt the model judged (task_success): done, or "
+        "failed (the task is then done again, whole)."
     )
 
 

@@ -18,7 +18,7 @@ RENAMED = {"air_busy_ack_s": "air_time_ack_s", "air_busy_data_s": "air_time_data
 """Columns of older versions by their new names (version 6)."""
 
 
-@record("run", 8)
+@record("run", 9)
 class RunRow(Record):
     """One run (one client process) of an experiment, valid or not.
 
@@ -26,7 +26,8 @@ class RunRow(Record):
     policy's columns (``acks_per_packet``, ``ack_delay_p50_s``, ``ack_delay_p99_s``,
     ``wire_bytes_data``, ``wire_bytes_ack``) and named the medium's time by kind
     ``air_time_*`` (:data:`RENAMED`); version 7 ``transmission_rounds``; version 8
-    ``paths_down`` and ``delivered``. A row of an older version (``run/1`` to ``run/7``) is
+    ``paths_down`` and ``delivered``; version 9 ``agent_tasks_done`` and ``task_attempts``.
+    A row of an older version (``run/1`` to ``run/8``) is
     read with the columns it predates as None (its testbed did not measure them); a column
     it has that this version does not know is still refused."""
 
@@ -455,6 +456,15 @@ class RunRow(Record):
         group="agent", doc="Agent: rounds acknowledged, redone ones included."
     )
     agent_redone: int | None = col(group="agent", doc="Agent: rounds begun again after a loss.")
+    agent_tasks_done: int | None = col(
+        group="agent",
+        doc="Agent with agent_tasks or task_success: tasks finished (a judged one: done).",
+    )
+    task_attempts: int | None = col(
+        group="agent",
+        doc="Agent with agent_tasks or task_success: task attempts made, failed ones included "
+        "(per task 1 / task_success on average: E = C / p, the chapter's §12.5.2).",
+    )
     agent_connections: int | None = col(
         group="agent", doc="Agent: connections opened for the task."
     )

@@ -157,6 +157,10 @@ def _number(name: str, value: Any) -> float:
     return units.parse_number(name, value)
 
 
+def _probability(name: str, value: Any) -> float:
+    return units.parse_probability(name, value)
+
+
 def _redundancy(name: str, value: Any) -> str:
     fecmath.parse_redundancy(name, value)
     return value
@@ -231,6 +235,7 @@ KINDS: dict[str, tuple[Callable[[str, Any], Any], tuple[type, ...]]] = {
     "text": (_text, (str,)),
     "pacing": (_pacing, (str, int, float)),
     "number": (_number, (int, float)),
+    "probability": (_probability, (int, float)),
     "redundancy": (_redundancy, (str,)),
     "ack_policy": (_ack_policy, (str,)),
     "table": (_table, (dict,)),
@@ -389,6 +394,23 @@ def knob(key: str, attr: str | None = None, **spec: Any) -> Knob:
     made.check(key, made.default)
     KNOBS[key] = made
     return made
+
+
+TASK_ROUND_KNOBS = ("outage_after_round", "rate_change_after_round", "agent_deadline")
+"""The agent's knobs that count one task's rounds or time it whole: not with several tasks
+or attempts redone (agent_tasks, task_success)."""
+
+
+def _check_tasks(s: Any) -> None:
+    """Several tasks, or attempts the model judges, leave no single task for a knob of
+    :data:`TASK_ROUND_KNOBS` to act on: refused, naming it."""
+    if s.agent_tasks == 1 and s.task_success is None:
+        return
+    for key in TASK_ROUND_KNOBS:
+        if getattr(s, KNOBS[key].attr) is not None:
+            raise SpecError(
+                key, "acts on one task's rounds: not with agent_tasks above 1 or task_success"
+            )
 
 
 def by_attr() -> dict[str, Knob]:
@@ -629,6 +651,15 @@ knob("timeout", "timeout_s", kind="duration", default=60.0, unit="s", applies="c
 knob("agent_rounds", kind="int", default=30, unit="count", applies="client",
      how="rounds of the agent task (one screenshot up, one action back each)", low=1,
      high=MAX_REQUESTS, scope=Scope(workloads=("agent",)))  # fmt: skip
+knob("agent_tasks", kind="int", default=1, unit="count", applies="client",
+     how="tasks of agent_rounds rounds each, one after the other in the run", low=1,
+     high=MAX_REQUESTS, scope=Scope(workloads=("agent",)))  # fmt: skip
+knob("task_success", kind="probability", default=None, unit="", applies="server",
+     how="the model judges each task attempt at its last round: done with this probability "
+     "(80% or 0.8), else failed and the task is done again whole", low=1e-3, high=1.0,
+     optional=True, doc="Independent attempts, the chapter's E = C / p (§12.5.2); the "
+     "verdict is drawn from the attempt's operation id (tbcore.agent.task_outcome).",
+     scope=Scope(workloads=("agent",)))  # fmt: skip
 knob("agent_local", "agent_local_s", kind="duration", default=0.3, unit="s",
      applies="client", how="client work per round: capture (Pillow render) then the rest "
      "of the duration waited", low=0, scope=Scope(workloads=("agent",)))  # fmt: skip
@@ -755,6 +786,7 @@ class _SettingsBase:
             raise SpecError("streams", f"workload {s.workload} needs streams, e.g. 'result,tts'")
         if s.cancel_after_chunks is not None and s.cancel_after_chunks >= s.chunks:
             raise SpecError("cancel_after", f"must be below chunks ({s.chunks})")
+        _check_tasks(s)
         quicstack.check(s, has_stacks=kind.stack_of(s) is not None, carried=work.stacks)
         why = kind.ack_refusal(ackpolicy.parse_ack_policy("ack_policy", s.ack_policy))
         if why is not None:

@@ -4,6 +4,7 @@ the round plan under committed and restart recovery."""
 from __future__ import annotations
 
 import hashlib
+import json
 
 import pytest
 
@@ -110,3 +111,63 @@ def test_restart_keeps_the_warm_up_rounds() -> None:
 def test_bad_recovery_is_refused() -> None:
     with pytest.raises(ValueError):
         agent.RoundPlan(3, "later")
+
+
+def test_a_task_verdict_is_the_operations_draw_at_its_probability() -> None:
+    """The model's verdict is a function of the operation id (a retry of the same round gets
+    the same verdict), independent between ids, done with the given probability."""
+    assert agent.task_outcome("t-a3-r7", 0.5) == agent.task_outcome("t-a3-r7", 0.5)
+    assert agent.task_outcome("t-a3-r7", 1.0) == agent.TASK_DONE
+    draws = [agent.task_outcome(agent.op_id("t", a, 0), 0.8) for a in range(4000)]
+    share = draws.count(agent.TASK_DONE) / len(draws)
+    assert 0.77 < share < 0.83  # 4,000 draws: +-0.013 at 95 %
+
+
+def test_a_judged_round_carries_the_verdict_and_a_retry_keeps_it() -> None:
+    store = agent.OpStore()
+    body, _, executed = store.execute("t-a0-r0", 0, "ab" * 32, 0.0, now=0.0, task_success=0.5)
+    verdict = json.loads(body)["task"]
+    assert executed and verdict in agent.TASK_OUTCOMES
+    again, _, executed = store.execute("t-a0-r0", 0, "ab" * 32, 0.0, now=1.0, task_success=0.5)
+    assert not executed and json.loads(again)["task"] == verdict
+    plain, _, _ = store.execute("t-a0-r1", 1, "ab" * 32, 0.0, now=2.0)
+    assert "task" not in json.loads(plain)
+
+
+def test_a_failed_attempt_redoes_its_task_whole_and_a_done_one_moves_on() -> None:
+    """One warm-up round, then two tasks of two rounds: the first attempt of task 0 fails
+    and is done again with new ids; the warm-up round is never redone."""
+    plan = agent.RoundPlan(5, "committed", token="t", kept=1, per_task=2)
+    plan.next_round()
+    plan.acknowledged()  # the warm-up round
+    first = []
+    for _ in range(2):
+        index, op, _ = plan.next_round()
+        first.append(op)
+        plan.acknowledged()
+    assert plan.ends_attempt(index) and not plan.ends_attempt(index - 1)
+    plan.task_failed()
+    again = []
+    for _ in range(2):
+        index, op, redone = plan.next_round()
+        again.append((index, redone))
+        assert op not in first
+        plan.acknowledged()
+    assert again == [(1, True), (2, True)] and plan.task == 0
+    plan.task_done()
+    assert plan.task == 1 and plan.next_round()[0] == 3
+    plan.acknowledged()
+    plan.next_round()
+    plan.acknowledged()
+    plan.task_done()
+    assert plan.finished
+
+
+def test_tasks_that_do_not_divide_the_rounds_are_refused() -> None:
+    with pytest.raises(ValueError, match="per_task"):
+        agent.RoundPlan(5, "committed", kept=1, per_task=3)
+
+
+def test_expected_rounds_are_the_tasks_rounds_over_p() -> None:
+    assert agent.expected_rounds(1, 400, 0.8) == pytest.approx(500.0)
+    assert agent.expected_rounds(30) == 30

@@ -213,3 +213,37 @@ def test_on_a_traced_uplink_the_bound_follows_the_trace_from_the_tasks_start(
     assert float(first["network_s"]) == pytest.approx(0.81 - 0.08)
     upload_s = 798_720 * 8 / 12e6
     assert float(first["network_bound_s"]) == pytest.approx(upload_s + 0.2, abs=2e-3)
+
+
+def test_judged_tasks_count_their_attempts_and_the_bound_every_attempts_rounds(
+    tmp_path: Path,
+) -> None:
+    """Two one-round tasks, the first attempt failed: two tasks done in three attempts, and
+    the bound is that of the three rounds the attempts made, named in bound_basis."""
+    settings = Settings(
+        workload="agent", agent_rounds=1, agent_tasks=2, task_success=0.5, connection="reused",
+        link="cloud",
+    )  # fmt: skip
+    rounds = [
+        _round(0, 100.0, task=0, task_outcome="failed"),
+        _round(0, 103.6, attempt=1, op_id="t-a1-r0", redone=True, task=0, task_outcome="done"),
+        _round(1, 107.2, attempt=2, op_id="t-a2-r1", task=1, task_outcome="done"),
+    ]
+    write_jsonl(tmp_path / "records.jsonl", rounds)
+    part = ROW_PARTS["agent_round"](settings, CLOUD, tmp_path, None, [])
+    cols = part.columns
+    assert part.error is None
+    assert (cols["agent_tasks_done"], cols["task_attempts"]) == (2, 3)
+    assert cols["bound_propagation_s"] == pytest.approx(3 * 0.2)
+    assert "3 rounds" in cols["bound_basis"] and "3 task attempts" in cols["bound_basis"]
+
+
+def test_a_task_never_judged_done_leaves_the_run_unfinished(tmp_path: Path) -> None:
+    settings = Settings(workload="agent", agent_rounds=1, agent_tasks=2, task_success=0.5)
+    rounds = [
+        _round(0, 100.0, task=0, task_outcome="done"),
+        _round(1, 103.6, attempt=1, op_id="t-a1-r1", task=1, task_outcome="failed"),
+    ]
+    write_jsonl(tmp_path / "records.jsonl", rounds)
+    part = ROW_PARTS["agent_round"](settings, CLOUD, tmp_path, None, [])
+    assert part.error == "agent tasks unfinished: 1 of 2"

@@ -136,3 +136,25 @@ async def test_a_connection_break_loses_the_executed_round_and_reconnects(
         assert after.op_id != rounds[0].op_id and after.executed is True
     assert all(r.error is None and r.sha256_ok for r in rounds if r is not lost[0])
     assert sum(1 for r in rounds if r.broken) == 1  # one break per task
+
+
+@pytest.mark.parametrize("protocol", ["h2", "h3"])
+async def test_judged_attempts_are_redone_until_each_task_is_done(protocol: str) -> None:
+    """Six one-round tasks whose attempts the model fails half the time: every task ends
+    with an attempt judged done, each failed one was followed by a new attempt of the same
+    task, and only an attempt's last round carries a verdict."""
+    with ServerProcess(["--agent-model", "1ms", "--task-success", "0.5"]) as judged:
+        rounds = await run_agent(
+            config(judged, protocol, agent_rounds=1, agent_tasks=6, task_success=0.5,
+                   connection="reused", warmup_requests=1)
+        )  # fmt: skip
+    measured = [r for r in rounds if not r.warmup]
+    assert all(r.error is None for r in rounds)
+    assert [r.task_outcome for r in rounds if r.warmup] == [None]
+    assert all(r.task_outcome in ("done", "failed") for r in measured)
+    done = [r.task for r in measured if r.task_outcome == "done"]
+    assert done == list(range(6))
+    for a, b in itertools.pairwise(measured):
+        if a.task_outcome == "failed":
+            assert b.task == a.task and b.attempt > a.attempt and b.op_id != a.op_id
+    assert len({r.attempt for r in measured}) == len(measured)

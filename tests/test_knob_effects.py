@@ -80,7 +80,7 @@ GROUPS: dict[str, dict[str, Any]] = {
         "ack_policy": "immediate",
         "fec_target": 0.99, "cancel_after": 2, "player_buffer": "40ms", "send_policy": "rr",
         "warmup_requests": 1, "resume": True, "round_timeout": "5s", "screen": "photo",
-        "late_chunk": 2, "sample_rate": 16000,
+        "late_chunk": 2, "sample_rate": 16000, "agent_tasks": 2, "task_success": 0.5,
     },
 }  # fmt: skip
 """Knobs flipped together (a server process per group), chosen so that none of a group

@@ -121,3 +121,20 @@ def test_an_applied_log_appends_typed_records_as_they_come(tmp_path: Path) -> No
     with pytest.raises(RecordError):
         AppliedRecord(0.0, "client", "colour", None, {})
     NO_APPLIED_LOG.write("tcp", {"cc": "reno"})  # keeps nothing, raises nothing
+
+
+def test_an_agent_round_of_the_version_before_tasks_reads_without_them() -> None:
+    """agent_round/1 (before agent_tasks and task_success): read with task and
+    task_outcome None; a field it never had is still refused."""
+    from tbcore.records import AgentRound
+
+    line = {"round": 0, "attempt": 0, "op_id": "t-a0-r0", "redone": False,
+            "schema": "agent_round/1"}  # fmt: skip
+    before = set(AgentRound.field_names()) - {"task", "task_outcome", "warmup"}
+    line.update({name: None for name in before if name not in line}, warmup=False)
+    old = AgentRound.from_dict(line)
+    assert (old.task, old.task_outcome) == (None, None)
+    with pytest.raises(RecordError, match="task: missing"):
+        AgentRound.from_dict({**line, "schema": "agent_round/2"})
+    with pytest.raises(RecordError, match="agent_round/0"):
+        AgentRound.from_dict({**line, "schema": "agent_round/0"})

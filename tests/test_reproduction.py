@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 from support_campaign import synthetic_campaign
 
+from harness.analysis import attempts
 from harness.report import chapter, chapter_measures, reproduction
 from harness.report.findings import Measured, NotMeasured, Results
 from harness.report.verdict import Tolerance
@@ -288,3 +289,30 @@ def test_duplication_outcomes_hold_only_when_each_forced_failure_gives_sections_
     assert measure(_trials_results(tmp_path, forced)).ok is False
     with pytest.raises(NotMeasured):
         measure(_trials_results(tmp_path, {"a": forced["a"]}))
+
+
+def test_attempt_cost_pools_the_tasks_of_a_levels_valid_runs(tmp_path: Path) -> None:
+    """Two valid runs of ten one-round tasks, every attempt 1 s, the first two tasks of each
+    run failing once (and a third run invalid, its tasks all failing twice): E / C = 1.2,
+    on the 20 tasks of the valid runs, with its interval and the tasks that would decide."""
+    rows = [{"run_id": f"r{i}", "level": "p", "warmup": False, "valid": i < 2, "total_s": 12.0}
+            for i in range(3)]  # fmt: skip
+    lines = ["run_id,round,attempt,task,task_outcome,warmup,start_s,end_s"]
+    for i in range(3):
+        t, attempt = 0.0, 0
+        for task in range(10):
+            fails = 2 if i == 2 else int(task < 2)
+            for verdict in ["failed"] * fails + ["done"]:
+                lines.append(f"r{i},{task},{attempt},{task},{verdict},False,{t},{t + 1.0}")
+                t, attempt = t + 1.0, attempt + 1
+    (tmp_path / "rounds.csv").write_text("\n".join(lines) + "\n")
+    results = Results({"attempts": tmp_path})
+    results._frames["attempts"] = pd.DataFrame(rows)
+    measure = chapter_measures.attempt_cost("attempts", "p", 0.8, 0.025)
+    measured = measure(results)
+    assert measured.value == pytest.approx(1.2) and measured.runs == 20
+    assert 1.0 <= measured.low < 1.2 < measured.high
+    assert measured.decide_runs == attempts.tasks_to_decide(0.8, 0.025)
+    assert "20 tasks" in measured.text and "2 valid runs" in measured.text
+    with pytest.raises(NotMeasured):
+        chapter_measures.attempt_cost("attempts", "q", 0.8, 0.025)(results)

@@ -311,6 +311,7 @@ CI_FORMS: dict[str, tuple[str, ...] | None] = {
         "duplicate-chunks-both-down",
     ),
     "agent-compression": None,  # agent rounds
+    "attempts": None,  # agent tasks whose attempts the model judges, a failed one redone
     "fec": None,  # the FEC protocol
     "playback": None,  # streamed chunks, the player, its contract
     "hol": None,  # several streams on one connection

@@ -272,3 +272,30 @@ def test_stored_settings_take_the_default_of_a_setting_added_since_and_refuse_un
     with pytest.raises(SpecError) as err:
         Settings.from_stored({**stored, "warp": 9}, "run.json.settings")
     assert err.value.field == "run.json.settings.warp"
+
+
+@pytest.mark.parametrize("written", ["80%", 0.8, "0.8"])
+def test_task_success_reads_a_percentage_or_a_fraction(written: object) -> None:
+    table = {"workload": "agent", "task_success": written, "agent_tasks": 4}
+    assert Settings.from_table(table, "t").task_success == pytest.approx(0.8)
+
+
+@pytest.mark.parametrize(
+    ("extra", "field"),
+    [
+        ({"outage_after_round": 2}, "outage_after_round"),
+        ({"rate_change_after_round": 1, "rate_change": "10mbit"}, "rate_change_after_round"),
+        ({"agent_deadline": "45s"}, "agent_deadline"),
+    ],
+)
+def test_a_knob_of_one_tasks_rounds_is_refused_with_several_tasks(
+    extra: dict[str, object], field: str
+) -> None:
+    for tasks in ({"agent_tasks": 3}, {"task_success": "90%"}):
+        with pytest.raises(SpecError, match=f"{field}: acts on one task's rounds"):
+            Settings.from_table({"workload": "agent", **tasks, **extra}, "t")
+
+
+def test_a_task_that_never_succeeds_is_refused() -> None:
+    with pytest.raises(SpecError, match="task_success"):
+        Settings.from_table({"workload": "agent", "task_success": "0%"}, "t")

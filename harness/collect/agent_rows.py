@@ -96,20 +96,53 @@ class Recovery:
         )
 
 
+@dataclass(frozen=True)
+class Tasks:
+    """A run of several tasks, or of attempts the model judges (agent_tasks, task_success)."""
+
+    done: int
+    """Tasks finished: with task_success, attempts judged done; else tasks whose last round
+    was acknowledged."""
+    attempts: int
+    """Task attempts made (failed ones included)."""
+
+
+def task_counts(settings: Settings, done: Sequence[AgentRound]) -> Tasks | None:
+    """The tasks of a run's acknowledged measured rounds; None for a run of one task whose
+    attempts nobody judges."""
+    if settings.agent_tasks == 1 and settings.task_success is None:
+        return None
+    attempts = len({(r.task, r.attempt) for r in done})
+    if settings.task_success is not None:
+        finished = sum(1 for r in done if r.task_outcome == "done")
+    else:
+        last = settings.agent_rounds - 1
+        finished = len(
+            {
+                r.task
+                for r in done
+                if (r.round - settings.warmup_requests) % settings.agent_rounds == last
+            }
+        )
+    return Tasks(done=finished, attempts=attempts)
+
+
 def agent_bound(
     settings: Settings,
     link: LinkSpec,
     upload_bytes: int,
     encode_s: float,
     recovery: Recovery | None = None,
+    rounds: int | None = None,
 ) -> bounds.AgentBound | None:
-    """The task's bound for the level (``recovery``: what the outage did; default the plan)."""
+    """The task's bound for the level (``recovery``: what the outage did; default the plan;
+    ``rounds``: the measured rounds the run made, default one task's)."""
     if link.up.rate_bps is None or link.down.rate_bps is None:
         return None
     protocol = kinds.protocol(settings.protocol)
     recovery = recovery if recovery is not None else Recovery.planned(settings)
     return bounds.agent_task_time(
-        rounds=settings.agent_rounds,
+        rounds=rounds or settings.agent_rounds,
         rtt_s=link.rtt_s,
         up_bps=link.up.rate_bps,
         down_bps=link.down.rate_bps,
@@ -150,11 +183,17 @@ def agent_part(
     rounds = [r for r in rounds if not r.warmup]  # warm-up rounds: the connection's set-up
     done = [r for r in rounds if r.end_s is not None]
     out: dict[str, Any] = {"requests": len(done)}
-    finished = len(
-        {r.round for r in done if r.attempt == max((d.attempt for d in done), default=0)}
-    )
-    if error is None and finished < settings.agent_rounds:
-        error = f"agent task unfinished: {finished} of {settings.agent_rounds} rounds"
+    tasks = task_counts(settings, done)
+    if tasks is not None:
+        out.update(agent_tasks_done=tasks.done, task_attempts=tasks.attempts)
+        if error is None and tasks.done < settings.agent_tasks:
+            error = f"agent tasks unfinished: {tasks.done} of {settings.agent_tasks}"
+    else:
+        finished = len(
+            {r.round for r in done if r.attempt == max((d.attempt for d in done), default=0)}
+        )
+        if error is None and finished < settings.agent_rounds:
+            error = f"agent task unfinished: {finished} of {settings.agent_rounds} rounds"
     start_s = rounds[0].start_s if rounds else None
     end_s = done[-1].end_s if done else None
     sha = [r.sha256_ok for r in done]
@@ -192,7 +231,8 @@ def agent_part(
         out.update(trace_columns(path, clocks, start_s, end_s))
     else:
         recorded = rounds if error is None else None
-        out.update(_bound_columns(settings, path, recorded, upload, encode))
+        made = None if tasks is None else tasks.attempts * settings.agent_rounds
+        out.update(_bound_columns(settings, path, recorded, upload, encode, made))
     if out.get("total_s") and out.get("bound_s"):
         out["ratio"] = out["total_s"] / out["bound_s"]
     if settings.agent_deadline_s is not None:
@@ -212,17 +252,23 @@ def _bound_columns(
     rounds: Sequence[AgentRound] | None,
     upload: int,
     encode: float,
+    made: int | None = None,
 ) -> dict[str, Any]:
     """The task's bound: the plan's, or (an outage whose premise the ``rounds`` contradict)
-    what the rounds show happened, named in ``bound_basis``."""
+    what the rounds show happened, named in ``bound_basis``. ``made``: the measured rounds
+    of a run of several tasks or judged attempts (every attempt's), which the bound counts."""
     out: dict[str, Any] = {}
     recovery = Recovery.planned(settings)
     if settings.outage_after_round is not None and rounds is not None:
         recorded = Recovery.recorded(settings, rounds)
         out["bound_basis"] = recorded.differs(recovery)
         recovery = recorded
+    if made:
+        out["bound_basis"] = (
+            f"the {made} rounds of the run's {made // settings.agent_rounds} task attempts"
+        )
     link = end_to_end(path)
-    bound = agent_bound(settings, link, upload, encode, recovery)
+    bound = agent_bound(settings, link, upload, encode, recovery, rounds=made)
     if bound is not None:
         out.update(
             bound_s=bound.total_s,
@@ -283,8 +329,9 @@ def trace_part(
     round_trace.csv: per round, its network time beside the earliest its screenshot could
     have crossed from the moment its first byte was written."""
     link = end_to_end(path)
-    if settings.outage_after_round is not None or not done:
-        return {}  # an outage is not part of the trace bound
+    several = settings.agent_tasks > 1 or settings.task_success is not None
+    if settings.outage_after_round is not None or several or not done:
+        return {}  # an outage, or tasks after tasks, are not part of the trace bound
     start = min(r.start_s for r in done if r.start_s is not None)
     positions = positions_at(clocks, start)
     bound = bounds.agent_task_on_trace(

@@ -12,6 +12,7 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from harness import bounds
+from harness.analysis import attempts
 from harness.analysis.levels import answered
 from harness.report.findings import (
     UNIT_SCALE,
@@ -805,6 +806,37 @@ def duplication_failures(experiment: str, level: str, rate: float, half_width: f
         return Measured(
             text, 100.0 * failed / n, runs=n, low=low, high=high,
             decide_runs=proportion_trials(rate, half_width),
+        )  # fmt: skip
+
+    return reads(experiment, level)(measure)
+
+
+def attempt_cost(experiment: str, level: str, success: float, half_width: float) -> Measure:
+    """E / C of ``level``'s tasks (the model judging each attempt with success ``success``,
+    a failed one done again whole): the mean task time over the mean attempt time, pooled
+    over the tasks of its valid runs, with a bootstrap interval over tasks; ``runs`` counts
+    tasks (the statistic's unit), and an inconclusive row names the tasks that would give
+    an interval of +-``half_width``."""
+
+    def measure(results: Results) -> Measured:
+        runs = results.runs(experiment, level)
+        rounds = results.table(experiment, "rounds")
+        mine = rounds[rounds["run_id"].isin(set(runs["run_id"]))]
+        try:
+            costs = attempts.attempt_costs(attempts.task_table(mine))
+        except ValueError as err:
+            raise NotMeasured(f"{experiment}/{level}: {err}") from None
+        interval = (
+            f", 95 % CI {costs.low:.4f} to {costs.high:.4f} C" if math.isfinite(costs.low) else ""
+        )
+        text = (
+            f"{costs.ratio:.4f} C ({costs.tasks} tasks of {experiment}/{level} in {costs.runs} "
+            f"valid runs, {costs.attempts} attempts; E {fmt(costs.task_s, 's')}, C "
+            f"{fmt(costs.attempt_s, 's')}{interval}; n counts tasks)"
+        )
+        return Measured(
+            text, costs.ratio, runs=costs.tasks, low=costs.low, high=costs.high,
+            decide_runs=attempts.tasks_to_decide(success, half_width),
         )  # fmt: skip
 
     return reads(experiment, level)(measure)

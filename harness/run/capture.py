@@ -16,6 +16,7 @@ mode ran, why, and what was written.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from typing import Any
 from harness.store.files import KEY_LOG_FILE
 from netem import pcapng
 from netem.capture import snaplen_of
-from tbcore import kinds
+from tbcore import agent, kinds
 from tbcore.plain import AsDict
 from tbcore.settings import Settings
 
@@ -56,7 +57,10 @@ def exchanges(settings: Settings) -> int:
     """Requests (or agent rounds) the client makes, warm-ups and redone rounds included."""
     if kinds.workload(settings.workload).records == "agent_round":
         redone = 0 if settings.outage_after_round is None else settings.outage_after_round + 1
-        return settings.agent_rounds + settings.warmup_requests + redone
+        rounds = agent.expected_rounds(
+            settings.agent_rounds, settings.agent_tasks, settings.task_success
+        )
+        return math.ceil(rounds) + settings.warmup_requests + redone
     return settings.requests + settings.warmup_requests
 
 

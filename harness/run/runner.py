@@ -46,7 +46,7 @@ from harness.spec.experiment import ExperimentSpec, Level
 from harness.spec.traces import run_path as path_at_start
 from harness.store.resultdir import ResultDir, utc_stamp
 from harness.validity.judge import judge
-from tbcore import kinds, stopping
+from tbcore import agent, kinds, stopping
 from tbcore.errors import LinkLost, SpecError
 from tbcore.runrow import RunRow
 
@@ -129,7 +129,7 @@ def bound_times(spec: ExperimentSpec) -> dict[str, float | None]:
         if bound is None:
             out[lv.name] = None
         elif kinds.workload(lv.settings.workload).records == "agent_round":
-            out[lv.name] = _rounds_s(lv.settings, bound.total_s, lv.settings.agent_rounds)
+            out[lv.name] = _rounds_s(lv.settings, bound.total_s, _task_rounds(lv.settings))
         else:
             out[lv.name] = bound.total_s
     return out
@@ -143,7 +143,7 @@ def run_seconds(level: Level) -> float | None:
     bound = _request_bound(level)
     warmups = settings.warmup_requests or 0
     if bound is not None and workload.records == "agent_round":
-        return _rounds_s(settings, bound.total_s, settings.agent_rounds + warmups)
+        return _rounds_s(settings, bound.total_s, _task_rounds(settings) + warmups)
     if bound is not None:
         return ((getattr(settings, "requests", 1) or 1) + warmups) * bound.total_s
     limit = workload.run_limit_s(settings)
@@ -162,7 +162,12 @@ def _request_bound(level: Level) -> Any:
         return None
 
 
-def _rounds_s(settings: Any, request_s: float, rounds: int) -> float:
+def _task_rounds(settings: Any) -> float:
+    """The measured rounds of a run of ``settings`` (every task's, attempts redone)."""
+    return agent.expected_rounds(settings.agent_rounds, settings.agent_tasks, settings.task_success)
+
+
+def _rounds_s(settings: Any, request_s: float, rounds: float) -> float:
     """An agent's ``rounds``: each its request at the bound (the model's time is its
     processing) after the device's own time."""
     return rounds * (request_s + settings.agent_local_s)
