@@ -360,3 +360,35 @@ def test_finishing_a_directory_keeps_what_the_index_said_of_the_levels_made_else
     assert entry["status"] == "finished" and entry["runs"] == 2
     # its own levels as its directory has them now; the added level's as the index had it
     assert entry["levels_without_valid"] == ["constant-8mbit", "constant-8mbit-deep-queue"]
+
+
+def test_resuming_a_whole_chapter_campaign_makes_an_experiment_the_chapter_gained(
+    tmp_path: Path,
+) -> None:
+    """A chapter campaign begun without --experiments (``whole``) goes on with the chapter's
+    experiments as the version resuming it has them: one it lacks is made, in the chapter's
+    order; a campaign of named experiments keeps its own (the test above)."""
+    import json
+
+    from harness.campaign import serial
+    from harness.report.chapter import CHAPTER_ORDER
+
+    shipped = Path(__file__).resolve().parent.parent / "experiments"
+    first = _result_dir(tmp_path, "image", ["as-chapter", "processing-30ms", "uplink-100mbit",
+                                            "lossless"])  # fmt: skip
+    campaign = _finished_campaign(tmp_path, "image", first)
+    index = json.loads((campaign / "campaign.json").read_text())
+    (campaign / "campaign.json").write_text(json.dumps({**index, "whole": True}))
+    made: list[str] = []
+
+    def runner(spec, **_kw):
+        made.append(spec.name)
+        raise RuntimeError("no link here")
+
+    summary = serial.run_campaign(
+        experiments_dir=shipped, names=None, reps=None, form="chapter", backend="userspace",
+        output=Path("elsewhere"), resume=campaign, runner=runner, chapter=True,
+    )  # fmt: skip
+    assert made == [n for n in CHAPTER_ORDER if n != "image"] and "attempts" in made
+    names = [e["name"] for e in json.loads(summary.index_path.read_text())["entries"]]
+    assert names == list(CHAPTER_ORDER)

@@ -121,8 +121,10 @@ def _open_index(
     reps: int | None,
     backend: str,
     chapter: bool = False,
+    whole: bool = False,
 ) -> tuple[Path, dict[str, Any]]:
-    """The campaign index to resume (read from ``resume``) or a new one under ``output``."""
+    """The campaign index to resume (read from ``resume``) or a new one under ``output``
+    (``whole``: every experiment of its kind, not the ones named)."""
     if resume is not None:
         index_path = Path(resume) / INDEX
         try:
@@ -140,6 +142,7 @@ def _open_index(
         "reps": reps,
         "backend": backend,
         "chapter": chapter,
+        "whole": whole,
         "entries": [],
     }
     return index_path, index
@@ -251,11 +254,14 @@ def run_campaign(
     if runner is None:
         runner = reported.run_reported  # looked up now: a test may replace it
     started = time.monotonic()
-    index_path, index = _open_index(resume, output, form, reps, backend, chapter)
+    index_path, index = _open_index(resume, output, form, reps, backend, chapter, not names)
     if resume is not None:
         form, reps, backend = campaign_form(index), index["reps"], index["backend"]
         chapter = bool(index.get("chapter", False))
-        names = [e["name"] for e in index["entries"]]
+        # a whole chapter campaign goes on with the chapter's experiments as this version has
+        # them (one added since it began is made, as a level a file gained is)
+        whole = chapter and bool(index.get("whole", False))
+        names = None if whole else [e["name"] for e in index["entries"]]
         # new directories (added levels, experiments not yet begun) go beside the others:
         # results/campaign/<stamp>/campaign.json -> results/
         output = index_path.resolve().parent.parent.parent
@@ -263,7 +269,11 @@ def run_campaign(
     entries = {e["name"]: e for e in index["entries"]}
     for spec in specs:
         entries.setdefault(spec.name, {"name": spec.name, "status": "pending"})
-    index["entries"] = [entries[s.name] for s in specs]
+    made = {s.name for s in specs}
+    # an experiment the chapter no longer has keeps its entry (its runs stay readable)
+    index["entries"] = [entries[s.name] for s in specs] + [
+        e for name, e in entries.items() if name not in made
+    ]
     atomic_write_json(index_path, index)
     run = functools.partial(
         runner, output=Path(output), backend=backend, link_name=link_name, attempts=attempts
