@@ -5,7 +5,7 @@ From the rounds of runs made with ``task_success`` (rounds.csv): per task, its t
 first round's start to the action that ended its successful attempt), its attempts, and
 their times. The mean task time over the mean attempt time is E / C, the chapter's 1 / p;
 its 95 % interval is a percentile bootstrap over tasks (each task resampled with its
-attempts, scipy.stats.bootstrap, paired), so the time between attempts and any attempt
+attempts: tbcore.stats.paired_ci), so the time between attempts and any attempt
 that costs more than another are in it, not assumed away.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-CONFIDENCE = 0.95
-BOOTSTRAP_RESAMPLES = 9999
+from tbcore.stats import CONFIDENCE, paired_ci
+
 BOOTSTRAP_SEED = 64
 """Fixed, so that a report rebuilt from the same runs gives the same interval."""
 
@@ -67,10 +67,9 @@ def task_table(rounds: pd.DataFrame) -> pd.DataFrame:
     return tasks.reset_index()[["run_id", "task", "task_s", "attempts", "attempts_s"]]
 
 
-def _ratio(task_s: np.ndarray, attempts: np.ndarray, attempts_s: np.ndarray, axis: int = -1):  # type: ignore[no-untyped-def]
+def _ratio(task_s: np.ndarray, attempts: np.ndarray, attempts_s: np.ndarray) -> float:
     """E / C of resampled tasks: their mean time over the mean time of their attempts."""
-    per_attempt = attempts_s.sum(axis=axis) / attempts.sum(axis=axis)
-    return task_s.mean(axis=axis) / per_attempt
+    return float(task_s.mean() / (attempts_s.sum() / attempts.sum()))
 
 
 def attempt_costs(tasks: pd.DataFrame) -> AttemptCosts:
@@ -81,19 +80,7 @@ def attempt_costs(tasks: pd.DataFrame) -> AttemptCosts:
     attempts = tasks["attempts"].to_numpy(dtype=float)
     attempts_s = tasks["attempts_s"].to_numpy(dtype=float)
     ratio = float(_ratio(task_s, attempts, attempts_s))
-    low = high = math.nan
-    if len(tasks) >= 2:
-        interval = scipy_stats.bootstrap(
-            (task_s, attempts, attempts_s),
-            _ratio,
-            paired=True,
-            vectorized=True,
-            confidence_level=CONFIDENCE,
-            n_resamples=BOOTSTRAP_RESAMPLES,
-            method="percentile",
-            random_state=np.random.default_rng(BOOTSTRAP_SEED),
-        ).confidence_interval
-        low, high = float(interval.low), float(interval.high)
+    low, high = paired_ci((task_s, attempts, attempts_s), _ratio, seed=BOOTSTRAP_SEED)
     return AttemptCosts(
         tasks=len(tasks),
         attempts=int(attempts.sum()),
