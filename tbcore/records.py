@@ -65,8 +65,9 @@ class Record:
 
     SCHEMA: ClassVar[str] = ""
     VERSION: ClassVar[int] = 0
-    ADDED: ClassVar[dict[int, tuple[str, ...]]] = {}
-    """Older versions still read, each with the fields added since it (read as None)."""
+    READS_OLDER: ClassVar[bool] = False
+    """A line of an older version of the schema is read with the fields it predates as None
+    (its writer did not measure them); a field this version does not know is still refused."""
 
     @classmethod
     def schema_tag(cls) -> str:
@@ -84,19 +85,30 @@ class Record:
         return json.dumps(clean_json(self.to_dict()), separators=(",", ":"))
 
     @classmethod
+    def older_version(cls, tag: object) -> int | None:
+        """The version ``tag`` names when it is an earlier one of this schema, else None."""
+        prefix = f"{cls.SCHEMA}/"
+        text = str(tag)
+        number = text.removeprefix(prefix)
+        if text.startswith(prefix) and number.isdigit() and 0 < int(number) < cls.VERSION:
+            return int(number)
+        return None
+
+    @classmethod
     def from_dict(cls: type[R], data: Mapping[str, Any], where: str = "") -> R:
-        """The record of ``data``: its schema tag must match; no field missing, none unknown."""
+        """The record of ``data``: its schema tag must match (or name an older version, where
+        the class reads them); no field missing, none unknown."""
         where = where or cls.SCHEMA
         tag = data.get(SCHEMA_KEY)
-        older = {f"{cls.SCHEMA}/{v}": added for v, added in cls.ADDED.items()}
-        if tag != cls.schema_tag() and tag not in older:
+        older = cls.READS_OLDER and cls.older_version(tag) is not None
+        if tag != cls.schema_tag() and not older:
             raise RecordError(f"{where}.{SCHEMA_KEY}", f"{tag!r}, expected {cls.schema_tag()!r}")
         names = cls.field_names()
         for key in data:
             if key != SCHEMA_KEY and key not in names:
                 raise RecordError(f"{where}.{key}", "unknown field")
-        added = older.get(tag, ())
-        data = {**{name: None for name in added}, **data}
+        if older:
+            data = {**dict.fromkeys(names), **data}
         for name in names:
             if name not in data:
                 raise RecordError(f"{where}.{name}", "missing")
@@ -800,7 +812,7 @@ class AgentRound(Record):
     """One attempt of one round of the agent task (tbcore.agent; rounds.csv beside runs.csv).
     Times are CLOCK_MONOTONIC, like every other record's."""
 
-    ADDED: ClassVar[dict[int, tuple[str, ...]]] = {1: ("task", "task_outcome")}
+    READS_OLDER: ClassVar[bool] = True  # version 2 added task and task_outcome
 
     round: int = col(REQUIRED, doc="Round index, from 0.")
     attempt: int = col(REQUIRED, doc="Task attempt (restart recovery begins a new one).")

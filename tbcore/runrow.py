@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import fields
-from typing import Any
+from typing import Any, ClassVar
 
-from tbcore.records import REQUIRED, SCHEMA_KEY, Record, RecordError, col, record
+from tbcore.records import REQUIRED, SCHEMA_KEY, Record, col, record
 
 RENAMED = {"air_busy_ack_s": "air_time_ack_s", "air_busy_data_s": "air_time_data_s"}
 """Columns of older versions by their new names (version 6)."""
@@ -31,18 +31,12 @@ class RunRow(Record):
     read with the columns it predates as None (its testbed did not measure them); a column
     it has that this version does not know is still refused."""
 
+    READS_OLDER: ClassVar[bool] = True
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "") -> RunRow:
-        tag = str(data.get(SCHEMA_KEY, ""))
-        prefix = f"{cls.SCHEMA}/"
-        older = tag.removeprefix(prefix)
-        if tag.startswith(prefix) and older.isdigit() and 0 < int(older) < cls.VERSION:
+        if cls.older_version(data.get(SCHEMA_KEY)) is not None:
             data = {RENAMED.get(k, k): v for k, v in data.items()}
-            upgraded = {name: data.get(name) for name in cls.field_names()}
-            unknown = [k for k in data if k != SCHEMA_KEY and k not in upgraded]
-            if unknown:
-                raise RecordError(f"{where or cls.SCHEMA}.{unknown[0]}", "unknown field")
-            data = {**upgraded, SCHEMA_KEY: cls.schema_tag()}
         return super().from_dict(data, where)
 
     # --- the plan
