@@ -48,3 +48,15 @@ def test_a_row_of_an_older_version_reads_with_the_columns_it_predates_empty() ->
         RunRow.from_dict({**old, "bogus": 1})
     with pytest.raises(RecordError, match="missing"):
         RunRow.from_dict({k: v for k, v in row.items() if k != "host"})  # this version: strict
+
+
+def test_an_older_rows_renamed_column_reads_under_its_new_name() -> None:
+    from tbcore.runrow import RENAMED, RunRow
+
+    row = RunRow(
+        run_id="0000-a-r0", seq=0, block=0, position=0, level="a", rep=0, warmup=False,
+        link_seed=1, total_s=1.0,
+    ).to_dict()  # fmt: skip
+    old = {k: v for k, v in row.items() if k not in RENAMED.values()}
+    old.update(air_busy_ack_s=0.5, schema="run/5")
+    assert RunRow.from_dict(old).air_time_ack_s == 0.5
