@@ -166,7 +166,9 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
             ok = await _one_round(run, rec, conn if not per_round else None, after_loss)
             conn = ok[1]
             if ok[0] and last and rec.task_outcome is None:
+                # the server runs without task_success: the round did not end the attempt
                 ok = (False, ok[1])
+                rec.end_s = rec.round_s = None
                 rec.error = "bad action: no task verdict on an attempt's last round"
             if ok[0]:
                 plan.acknowledged()

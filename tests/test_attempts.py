@@ -44,12 +44,6 @@ def test_e_over_c_is_the_mean_task_over_the_mean_attempt() -> None:
     assert costs.low < 1.25 < costs.high and costs.high - costs.low < 0.5
 
 
-def test_without_failures_the_ratio_is_one_and_its_interval_a_point() -> None:
-    costs = attempts.attempt_costs(attempts.task_table(_rounds([[(0.5, "done")]] * 8)))
-    assert costs.ratio == pytest.approx(1.0)
-    assert costs.low == pytest.approx(1.0) and costs.high == pytest.approx(1.0)
-
-
 def test_an_unfinished_task_is_left_out_and_no_task_is_an_error() -> None:
     frame = _rounds([[(1.0, "done")], [(1.0, "failed")]])
     assert len(attempts.task_table(frame)) == 1
@@ -69,3 +63,14 @@ def test_tasks_to_decide_follow_the_geometric_variance() -> None:
     at 80 %."""
     assert attempts.tasks_to_decide(0.99, 0.005) == pytest.approx(1568, abs=2)
     assert attempts.tasks_to_decide(0.8, 0.0625) == pytest.approx(308, abs=2)
+
+
+def test_tasks_that_met_no_failure_still_get_an_interval_of_their_count() -> None:
+    """100 tasks and no failure drawn (what p = 0.99 gives 37 % of the time): the
+    bootstrap alone would say E / C is exactly 1; the exact interval of the count says
+    up to 1.037."""
+    costs = attempts.attempt_costs(attempts.task_table(_rounds([[(0.5, "done")]] * 100)))
+    assert costs.ratio == pytest.approx(1.0) and costs.low == pytest.approx(1.0)
+    assert costs.high == pytest.approx(1.0 / 0.96378, abs=1e-4)
+    low, high = attempts.count_ratio_ci(2400, 3004)
+    assert low < 3004 / 2400 < high and high - low < 0.05

@@ -158,3 +158,19 @@ async def test_judged_attempts_are_redone_until_each_task_is_done(protocol: str)
         if a.task_outcome == "failed":
             assert b.task == a.task and b.attempt > a.attempt and b.op_id != a.op_id
     assert len({r.attempt for r in measured}) == len(measured)
+
+
+async def test_an_attempt_without_the_models_verdict_is_not_acknowledged(
+    server: ServerProcess,
+) -> None:
+    """The client judges attempts (task_success) but the server was started without it: no
+    round that ends an attempt is acknowledged, and the task gives up as unfinished."""
+    from clients.agent import MAX_LOSSES, main_exit
+
+    rounds = await run_agent(
+        config(server, "h2", agent_rounds=1, agent_tasks=2, task_success=0.5,
+               connection="reused")
+    )  # fmt: skip
+    assert len(rounds) == MAX_LOSSES + 1
+    assert all("no task verdict" in (r.error or "") and r.end_s is None for r in rounds)
+    assert main_exit(rounds, 2) == 1

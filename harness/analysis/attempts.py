@@ -5,8 +5,10 @@ From the rounds of runs made with ``task_success`` (rounds.csv): per task, its t
 first round's start to the action that ended its successful attempt), its attempts, and
 their times. The mean task time over the mean attempt time is E / C, the chapter's 1 / p;
 its 95 % interval is a percentile bootstrap over tasks (each task resampled with its
-attempts: tbcore.stats.paired_ci), so the time between attempts and any attempt
-that costs more than another are in it, not assumed away.
+attempts: tbcore.stats.paired_ci), so the time between attempts and any attempt that costs
+more than another are in it, not assumed away; widened, where it is narrower, to the exact
+interval of the attempts' count at the measured time per attempt (a resample of tasks that
+met no failure has no spread at all).
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def _ratio(task_s: np.ndarray, attempts: np.ndarray, attempts_s: np.ndarray) -> 
 
 
 def attempt_costs(tasks: pd.DataFrame) -> AttemptCosts:
-    """E / C of :func:`task_table`'s tasks with its bootstrap interval."""
+    """E / C of :func:`task_table`'s tasks with its interval (the bootstrap's, widened to the
+    count's exact one)."""
     if tasks.empty:
         raise ValueError("no finished task")
     task_s = tasks["task_s"].to_numpy(dtype=float)
@@ -81,6 +84,13 @@ def attempt_costs(tasks: pd.DataFrame) -> AttemptCosts:
     attempts_s = tasks["attempts_s"].to_numpy(dtype=float)
     ratio = float(_ratio(task_s, attempts, attempts_s))
     low, high = paired_ci((task_s, attempts, attempts_s), _ratio, seed=BOOTSTRAP_SEED)
+    if len(tasks) >= 2:
+        # the failures are rare events a resample cannot show when none (or few) were drawn:
+        # the exact interval of the attempts' count, at the measured time per attempt, too
+        time_factor = ratio / (attempts.sum() / len(tasks))
+        count_low, count_high = count_ratio_ci(len(tasks), int(attempts.sum()))
+        low = min(low, time_factor * count_low)
+        high = max(high, time_factor * count_high)
     return AttemptCosts(
         tasks=len(tasks),
         attempts=int(attempts.sum()),
@@ -91,6 +101,15 @@ def attempt_costs(tasks: pd.DataFrame) -> AttemptCosts:
         low=low,
         high=high,
     )
+
+
+def count_ratio_ci(tasks: int, attempts: int) -> tuple[float, float]:
+    """The 95 % interval of attempts per task, 1 / p: ``tasks`` successes among ``attempts``
+    independent attempts, p's exact (Clopper-Pearson) interval inverted. With no failure
+    drawn (100 tasks, 100 attempts) it still reaches 1.037: a run that met no failure does
+    not show that failures cost nothing."""
+    interval = scipy_stats.binomtest(tasks, attempts).proportion_ci(CONFIDENCE, method="exact")
+    return 1.0 / interval.high, 1.0 / interval.low
 
 
 def tasks_to_decide(success: float, half_width: float) -> int:
