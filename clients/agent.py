@@ -115,13 +115,12 @@ async def run_agent(config: ClientConfig) -> list[AgentRound]:
     )
     warmup = settings.warmup_requests
     total = warmup + settings.agent_tasks * settings.agent_rounds
-    judged = settings.agent_tasks > 1 or settings.task_success is not None
     plan = RoundPlan(
         total,
         settings.recovery,
         token=secrets.token_hex(4),
         kept=warmup,
-        per_task=settings.agent_rounds if judged else None,
+        per_task=settings.agent_rounds if settings.several_tasks else None,
     )
     rounds: list[AgentRound] = []
     conn: Any = None

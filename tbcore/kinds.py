@@ -515,7 +515,10 @@ register_workload(
         # one request
         run_limit_s=lambda s: (
             2
-            * (s.agent_tasks * s.agent_rounds / (s.task_success or 1.0) + s.warmup_requests)
+            * (
+                agent.expected_rounds(s.agent_rounds, s.agent_tasks, s.task_success)
+                + s.warmup_requests
+            )
             * (s.agent_local_s + s.agent_model_s + (s.round_timeout_s or s.timeout_s))
         ),
     )

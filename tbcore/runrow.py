@@ -156,7 +156,8 @@ class RunRow(Record):
     bound_basis: str | None = col(
         doc="What the bound was computed from: the plan (None), or 'records: ...' when the "
         "run's own records showed a premise of the planned bound unmet (an agent run with no "
-        "round lost or redone) and the bound took what happened."
+        "round lost or redone) and the bound took what happened, or the rounds of an agent "
+        "run's task attempts (agent_tasks, task_success) that the bound counts."
     )
     below_bound: str | None = col(
         doc="The run was below its bound by more than the clock's and the emulator's stated "

@@ -404,7 +404,7 @@ or attempts redone (agent_tasks, task_success)."""
 def _check_tasks(s: Any) -> None:
     """Several tasks, or attempts the model judges, leave no single task for a knob of
     :data:`TASK_ROUND_KNOBS` to act on: refused, naming it."""
-    if s.agent_tasks == 1 and s.task_success is None:
+    if not s.several_tasks:
         return
     for key in TASK_ROUND_KNOBS:
         if getattr(s, KNOBS[key].attr) is not None:
@@ -797,6 +797,13 @@ class _SettingsBase:
         """QUIC's congestion control: ``quic_cc`` when given, else ``cc`` (one name for both
         stacks)."""
         return self.quic_cc or self.cc  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def several_tasks(self) -> bool:
+        """Agent: the run is tasks after tasks (``agent_tasks``) or attempts the model judges
+        (``task_success``), not one task (tbcore.agent.RoundPlan.per_task)."""
+        s: Any = self
+        return bool(s.agent_tasks > 1 or s.task_success is not None)
 
     @property
     def acks_each_segment(self) -> bool:

@@ -110,7 +110,7 @@ class Tasks:
 def task_counts(settings: Settings, done: Sequence[AgentRound]) -> Tasks | None:
     """The tasks of a run's acknowledged measured rounds; None for a run of one task whose
     attempts nobody judges."""
-    if settings.agent_tasks == 1 and settings.task_success is None:
+    if not settings.several_tasks:
         return None
     attempts = len({(r.task, r.attempt) for r in done})
     if settings.task_success is not None:
@@ -329,8 +329,7 @@ def trace_part(
     round_trace.csv: per round, its network time beside the earliest its screenshot could
     have crossed from the moment its first byte was written."""
     link = end_to_end(path)
-    several = settings.agent_tasks > 1 or settings.task_success is not None
-    if settings.outage_after_round is not None or several or not done:
+    if settings.outage_after_round is not None or settings.several_tasks or not done:
         return {}  # an outage, or tasks after tasks, are not part of the trace bound
     start = min(r.start_s for r in done if r.start_s is not None)
     positions = positions_at(clocks, start)

@@ -70,9 +70,11 @@ def why(column: str, frame: pd.DataFrame) -> str:
     if column == "bound_basis":
         if agent:
             return ("every run's bound is the plan's: no run's rounds showed a premise of it "
-                    "unmet (a round lost or redone)")  # fmt: skip
+                    "unmet (a round lost or redone), and no run made several tasks or "
+                    "judged attempts")  # fmt: skip
         return ("only an agent run's records can change what its bound is computed from (a "
-                "round lost or redone): every bound here is the plan's")  # fmt: skip
+                "round lost or redone, the attempts of its tasks): every bound here is the "
+                "plan's")  # fmt: skip
     if column == "below_bound":
         return _not_below(frame)
     if column == "ignored_settings":
